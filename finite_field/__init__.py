@@ -1,0 +1,30 @@
+"""Exact finite-field arithmetic for OmniFC: quantization, Lagrange coding, modular kernels.
+
+This is the low-level layer ("hazmat"): it computes exactly what it is told and assumes the
+caller keeps noise and shares secret. It imports only numpy, numba and galois (the latter
+for setup-time primality); a test proves it never imports the layers above.
+"""
+
+from ._crt import crt_combine
+from ._errors import (DeadlineError, InputError, IntegrityError, OmniFCError, ParameterError,
+                      PeerError, ProtocolError)
+from ._kernels import cross_sq_distances, encode_blocks, sq_distances, weighted_sum
+from ._lagrange import LagrangeCode, min_parties
+from ._plan import CodingPlan, make_plan
+from ._primes import MAX_PRIME, choose_primes, fast_primes, validate_prime
+from ._quantize import Quantized, Quantizer
+from ._random import SYSTEM_RANDOM, ByteSource, SystemRandom, uniform_elements
+from ._steps import decode_sum, encode_rows, evaluate_shares, weight_evaluation
+
+__all__ = [
+    "OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
+    "DeadlineError", "IntegrityError",
+    "MAX_PRIME", "validate_prime", "fast_primes", "choose_primes",
+    "ByteSource", "SystemRandom", "SYSTEM_RANDOM", "uniform_elements",
+    "Quantizer", "Quantized",
+    "LagrangeCode", "min_parties",
+    "CodingPlan", "make_plan",
+    "encode_blocks", "weighted_sum", "sq_distances", "cross_sq_distances",
+    "crt_combine",
+    "encode_rows", "evaluate_shares", "weight_evaluation", "decode_sum",
+]

@@ -1,0 +1,33 @@
+"""omnifc: secure federated clustering across organizations.
+
+Several parties hold private rows; a coordinator learns the exact pairwise squared-distance
+matrix of all of them (OmniFC: Lagrange coded computing over prime fields) and runs any
+clustering on it.
+
+>>> import numpy as np, omnifc
+>>> parts = [np.array([[0.0, 0.0]]), np.array([[3.0, 4.0]]), np.array([[1.0, 1.0]])]
+>>> float(omnifc.secure_distance_matrix(parts, bound=8.0, scale_bits=8).distances[0, 1])
+25.0
+"""
+
+import logging
+
+from finite_field import (DeadlineError, InputError, IntegrityError, OmniFCError,
+                          ParameterError, PeerError, ProtocolError)
+
+from ._result import DistanceResult, PhaseStats
+from ._secure import secure_distance_matrix
+from ._datasets import DATASETS, Dataset, load_dataset
+from ._geometry import centroid_sq_distances, check_distance_matrix, classical_mds, to_euclidean
+from ._splits import split_non_iid
+
+logging.getLogger("omnifc").addHandler(logging.NullHandler())
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "secure_distance_matrix", "DistanceResult", "PhaseStats", "split_non_iid", "classical_mds", "centroid_sq_distances", "check_distance_matrix",
+    "to_euclidean", "load_dataset", "Dataset", "DATASETS",
+    "OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
+    "DeadlineError", "IntegrityError",
+]
