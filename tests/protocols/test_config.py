@@ -1,0 +1,362 @@
+"""The TOML session config: round trips, validation messages, paths, and ``omnifc certs``."""
+
+from __future__ import annotations
+
+import re
+import stat
+import tomllib
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from finite_field import ParameterError, make_plan
+from omnifc.cli import main
+from protocols import (ClusteringRequest, ConfigParameters, Deadlines, PartyEntry,
+                       SessionConfig, TLSSettings, dump_session_config, load_identity,
+                       load_session_config, public_key_bytes)
+from protocols._config import MODES, PROTOCOL_VERSION, _toml_value, format_session_config
+
+KEY_A, KEY_B, KEY_C = "aa" * 32, "bb" * 32, "cc" * 32
+SHA_A = "0a" * 32
+
+BASE = f'''
+[session]
+id = "{"1f" * 16}"
+protocol_version = 1
+coordinator = "127.0.0.1:50051"
+mode = "masked"
+
+[parameters]
+dim = 4
+segments = 1
+noise_segments = 1
+scale_bits = 16
+bound = 8.0
+nonnegative = false
+primes = []
+
+[clustering]
+method = "kmeans"
+n_clusters = 3
+
+[deadlines]
+join = 60
+shares = 120
+evaluation = 300
+result = 60
+
+[tls]
+enabled = true
+ca = "ca.pem"
+coordinator_cert = "coordinator.pem"
+coordinator_key = "coordinator.key"
+
+[[parties]]
+name = "a"
+identity_public_key = "{KEY_A}"
+certificate_sha256 = "{SHA_A}"
+cert = "a.pem"
+key = "a.key"
+identity_key = "a.identity.pem"
+
+[[parties]]
+name = "b"
+identity_public_key = "{KEY_B}"
+
+[[parties]]
+name = "c"
+identity_public_key = "{KEY_C}"
+'''
+
+
+def _write(folder: Path, text: str, name: str = "session.toml") -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def _full_config(folder: Path) -> SessionConfig:
+    """Every field away from its default."""
+    parties = tuple(PartyEntry(name, bytes([i + 1]) * 32, bytes([i + 9]) * 32,
+                               folder / "keys" / f"{name}.pem", folder / "keys" / f"{name}.key",
+                               folder / "keys" / f"{name}.identity.pem")
+                    for i, name in enumerate(["alpha", "beta.2", "gamma_3", "d-4", "e"]))
+    return SessionConfig(
+        session_id="0123456789abcdef" * 2, coordinator="[::1]:6000", mode="transparent",
+        parties=parties,
+        parameters=ConfigParameters(dim=6, segments=2, noise_segments=1, scale_bits=12,
+                                    bound=2.5, nonnegative=True, primes=(2147483647, 65521)),
+        clustering=ClusteringRequest(method="spectral", n_clusters=None),
+        deadlines=Deadlines(join=1.5, shares=2, evaluation=3.25, result=4),
+        tls=TLSSettings(enabled=True, ca=folder / "ca.pem",
+                        coordinator_cert=folder / "srv" / "c.pem",
+                        coordinator_key=Path("/etc/omnifc/c.key")))
+
+
+# --- round trips and paths -----------------------------------------------------------------
+
+def test_dump_load_round_trip_is_equal(tmp_path):
+    config = _full_config(tmp_path)
+    path = dump_session_config(config, tmp_path / "session.toml")
+    loaded = load_session_config(path)
+    assert loaded == config
+    assert loaded.path == path
+    # and again: dumping what was loaded gives the same text
+    assert format_session_config(loaded, tmp_path) == path.read_text()
+
+
+def test_written_toml_is_plain_toml_with_relative_paths(tmp_path):
+    path = dump_session_config(_full_config(tmp_path), tmp_path / "session.toml")
+    data = tomllib.loads(path.read_text())
+    assert data["tls"]["ca"] == "ca.pem"
+    assert data["tls"]["coordinator_cert"] == "srv/c.pem"
+    assert data["tls"]["coordinator_key"] == "/etc/omnifc/c.key"  # outside: absolute
+    assert data["parties"][0]["cert"] == "keys/alpha.pem"
+    assert data["parties"][0]["identity_public_key"] == "01" * 32
+    assert data["parameters"]["primes"] == [2147483647, 65521]
+    assert "n_clusters" not in data["clustering"]
+    assert data["session"]["mode"] == "transparent"
+
+
+def test_dump_into_another_folder_keeps_the_same_files(tmp_path):
+    config = _full_config(tmp_path / "here")
+    path = dump_session_config(config, (tmp_path / "elsewhere").mkdir() or
+                               tmp_path / "elsewhere" / "s.toml")
+    assert tomllib.loads(path.read_text())["tls"]["ca"] == str(tmp_path / "here" / "ca.pem")
+    assert load_session_config(path) == config
+
+
+def test_relative_paths_resolve_against_the_config_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    text = BASE.replace('ca = "ca.pem"', 'ca = "../pki/ca.pem"').replace(
+        'key = "a.key"', 'key = "/abs/a.key"')
+    path = _write(folder, text)
+    monkeypatch.chdir(tmp_path)  # the working directory must not matter
+    config = load_session_config(Path("conf") / "session.toml")
+    assert config.tls.ca == tmp_path / "pki" / "ca.pem"
+    assert config.tls.coordinator_cert == folder / "coordinator.pem"
+    assert config.party("a").cert == folder / "a.pem"
+    assert config.party("a").key == Path("/abs/a.key")
+    assert config.party("b").cert is None
+    assert config.path == path
+    assert config.party_tls("a") == (folder / "a.pem", Path("/abs/a.key"), config.tls.ca)
+
+
+def test_loaded_values(tmp_path):
+    config = load_session_config(_write(tmp_path, BASE))
+    assert config.session_id == "1f" * 16
+    assert config.protocol_version == PROTOCOL_VERSION == 1
+    assert config.mode == "masked" and not config.insecure
+    assert config.parameters == ConfigParameters(dim=4)
+    assert config.deadlines == Deadlines(60, 120, 300, 60)
+    assert config.party_names == ("a", "b", "c")
+    assert config.party("a").identity_public_key == bytes.fromhex(KEY_A)
+    assert config.party("a").certificate_sha256 == bytes.fromhex(SHA_A)
+    assert config.party("b").certificate_sha256 is None
+
+
+def test_defaults_for_optional_tables(tmp_path):
+    text = re.sub(r"\[clustering\].*?\[tls\]", "[tls]", BASE, flags=re.S)
+    config = load_session_config(_write(tmp_path, text))
+    assert config.clustering == ClusteringRequest("kmeans", 3)
+    assert config.deadlines == Deadlines()
+    # a [clustering] table without n_clusters means "the method chooses"
+    text = BASE.replace("n_clusters = 3\n", "")
+    assert load_session_config(_write(tmp_path, text)).clustering.n_clusters is None
+
+
+# --- validation ------------------------------------------------------------------------------
+
+INVALID = [
+    ('mode = "masked"', 'mode = "open"', r"\[session\] mode .*'open'"),
+    ("join = 60", "join = -5", r"\[deadlines\] join .*-5"),
+    ("shares = 120", "shares = 0", r"\[deadlines\] shares .*> 0, got 0"),
+    ("evaluation = 300", 'evaluation = "soon"', r"\[deadlines\] evaluation .*'soon'"),
+    ('name = "b"', 'name = "a"', r"duplicate party 'a'"),
+    ('name = "b"', 'name = "b c"', r"\[\[parties\]\] name .*'b c'"),
+    (f'"{KEY_B}"', '"zz' + "b" * 62 + '"', r"'b': identity_public_key must be 64 hex .*'zzb"),
+    (f'"{KEY_B}"', '"' + "b" * 62 + '"', r"'b': identity_public_key must be 64 hex .*got 62"),
+    (f'"{KEY_B}"', f'"{KEY_A}"', r"parties 'a' and 'b' pin the same identity key"),
+    (f'"{SHA_A}"', '"abc"', r"'a': certificate_sha256 must be 64 hex .*'abc'"),
+    ('mode = "masked"', 'mode = "masked"\nmoode = 1', r"\[session\]: unknown key moode"),
+    ("[tls]", "[extra]\nx = 1\n[tls]", r"top level: unknown key extra"),
+    ('name = "c"', 'name = "c"\ncolour = "red"', r"entry 2: unknown key colour"),
+    ("protocol_version = 1", "protocol_version = 2", r"protocol_version 2 is not supported"),
+    ("segments = 1", "segments = 0", r"\[parameters\] segments must be >= 1, got 0"),
+    ("segments = 1", "segments = 5", r"segments must be <= dim = 4, got 5"),
+    ("segments = 1", "segments = 2", r"lists 3 parties; .*need at least 2l\+2t-1 = 5"),
+    ("noise_segments = 1", "noise_segments = 1.5", r"noise_segments must be an integer, got 1.5"),
+    ("scale_bits = 16", "scale_bits = 31", r"scale_bits must be <= 30, got 31"),
+    ("bound = 8.0", "bound = -1.0", r"\[parameters\] bound .*> 0, got -1.0"),
+    ("bound = 8.0", 'bound = "8"', r"\[parameters\] bound .*'8'"),
+    ("bound = 8.0", "bound = inf", r"\[parameters\] bound .*inf"),
+    ("dim = 4", "dim = -1", r"\[parameters\] dim must be >= 0, got -1"),
+    ("dim = 4\n", "", r"\[parameters\] dim is missing"),
+    ("primes = []", "primes = [15]", r"primes entry must be prime, got 15"),
+    ("primes = []", "primes = [13, 13]", r"primes must be distinct"),
+    ("primes = []", "primes = 13", r"primes must be a list"),
+    ("nonnegative = false", "nonnegative = 0", r"nonnegative must be true or false, got 0"),
+    ("n_clusters = 3", "n_clusters = 0", r"n_clusters must be >= 1, got 0"),
+    ('method = "kmeans"', 'method = ""', r"\[clustering\] method .*''"),
+    ('"127.0.0.1:50051"', '"localhost"', r"coordinator must look like 'host:port'.*'localhost'"),
+    ('"127.0.0.1:50051"', '"127.0.0.1:70000"', r"port must be in \[0, 65535\], got 70000"),
+    ('id = "' + "1f" * 16 + '"', 'id = "session-1"', r"\[session\] id .*'session-1'"),
+    ('id = "' + "1f" * 16 + '"\n', "", r"\[session\] id is missing"),
+    ('ca = "ca.pem"\n', "", r"\[tls\] ca is required when TLS is enabled"),
+    ("enabled = true", 'enabled = "yes"', r"\[tls\] enabled must be true or false"),
+    ("[[parties]]", "[[partys]]", r"unknown key partys"),
+    ("coordinator_key =", "coordinator_key = =", None),  # invalid TOML
+]
+
+
+@pytest.mark.parametrize("old, new, match", INVALID, ids=[f"{i}" for i in range(len(INVALID))])
+def test_each_invalid_value_names_the_key_and_the_value(tmp_path, old, new, match):
+    assert old in BASE
+    path = _write(tmp_path, BASE.replace(old, new, 1))
+    with pytest.raises(ParameterError) as info:
+        load_session_config(path)
+    message = str(info.value)
+    assert str(path) in message
+    if match is None:
+        assert "not valid TOML" in message
+    else:
+        assert re.search(match, message), message
+
+
+def test_no_parties_and_missing_file(tmp_path):
+    text = BASE[:BASE.index("[[parties]]")]
+    with pytest.raises(ParameterError, match=r"at least one \[\[parties\]\] entry"):
+        load_session_config(_write(tmp_path, text))
+    with pytest.raises(ParameterError, match="session config not found"):
+        load_session_config(tmp_path / "nope.toml")
+
+
+def test_tls_disabled_is_allowed_but_insecure_and_warns(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="omnifc"):
+        load_session_config(_write(tmp_path, BASE))
+    assert not caplog.records
+    text = re.sub(r"\[tls\].*?\n\n", "[tls]\nenabled = false\n\n", BASE, flags=re.S)
+    with caplog.at_level("WARNING", logger="omnifc"):
+        config = load_session_config(_write(tmp_path, text))
+    assert config.insecure and config.tls.ca is None
+    assert any("disables TLS" in r.getMessage() and r.levelname == "WARNING"
+               for r in caplog.records)
+    with pytest.raises(ParameterError, match="TLS is disabled"):
+        config.coordinator_tls()
+    with pytest.raises(ParameterError, match="TLS is disabled"):
+        config.party_tls("a")
+    assert "enabled = false" in format_session_config(config, tmp_path)
+
+
+def test_with_revalidates_and_lookups_are_clear(tmp_path):
+    config = load_session_config(_write(tmp_path, BASE))
+    moved = config.with_(coordinator="10.0.0.1:4242")
+    assert moved.coordinator == "10.0.0.1:4242" and moved.parties == config.parties
+    with pytest.raises(ParameterError, match=r"\[session\] mode"):
+        config.with_(mode="plain")
+    with pytest.raises(ParameterError, match=r"at least 2l\+2t-1 = 3"):
+        config.with_(parties=config.parties[:2])
+    with pytest.raises(ParameterError, match=r"unknown party 'zed'; .*'a', 'b', 'c'"):
+        config.party("zed")
+    with pytest.raises(ParameterError, match=r"'b'.*cert and key are required"):
+        config.party_tls("b")
+
+
+def test_parameters_make_the_same_plan_as_finite_field(tmp_path):
+    params = ConfigParameters(dim=0, segments=2, noise_segments=1, scale_bits=10, bound=3.0)
+    plan = params.make_plan(parties=5, dim=6)
+    direct = make_plan(6, bound=3.0, scale_bits=10, segments=2, noise_segments=1, parties=5)
+    assert plan.primes == direct.primes and plan.describe() == direct.describe()
+    fixed = ConfigParameters(dim=4)
+    with pytest.raises(ParameterError, match="fixes d = 4, the data has d = 5"):
+        fixed.make_plan(parties=3, dim=5)
+    assert fixed.make_plan(parties=3).dim == 4
+    with pytest.raises(ParameterError, match="d is not known yet"):
+        ConfigParameters().make_plan(parties=3)
+
+
+def test_constants_agree_with_the_protocol_messages():
+    from protocols import _crypto, _messages
+
+    assert PROTOCOL_VERSION == _crypto.PROTOCOL_VERSION
+    assert tuple(MODES) == tuple(_messages.MODES)
+
+
+def test_strings_are_escaped_in_toml(tmp_path):
+    config = _full_config(tmp_path).with_(
+        tls=TLSSettings(True, ca=tmp_path / 'we"ird\\ca\t.pem', coordinator_cert=tmp_path / "c",
+                        coordinator_key=tmp_path / "k"))
+    path = dump_session_config(config, tmp_path / "s.toml")
+    assert load_session_config(path).tls.ca == tmp_path / 'we"ird\\ca\t.pem'
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",))))
+def test_any_string_survives_the_toml_emitter(text):
+    assert tomllib.loads(f"x = {_toml_value(text)}\n")["x"] == text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False), st.integers(-2**63, 2**63 - 1))
+def test_numbers_survive_the_toml_emitter(number, integer):
+    data = tomllib.loads(f"f = {_toml_value(number)}\ni = {_toml_value(integer)}\n")
+    assert data["f"] == number and isinstance(data["f"], float)
+    assert data["i"] == integer
+
+
+# --- the CLI ----------------------------------------------------------------------------------
+
+def test_certs_cli_writes_a_loadable_session_config(tmp_path, capsys):
+    out = tmp_path / "session"
+    argv = ["certs", "--out", str(out), "--parties", "north,south,east,west,centre",
+            "--coordinator", "hub", "--days", "7", "--dim", "8", "--bound", "4.5",
+            "--scale-bits", "12", "--segments", "2", "--noise-segments", "1",
+            "--mode", "transparent", "--coordinator-address", "127.0.0.1:6001",
+            "--n-clusters", "4", "--deadline", "join=15", "--deadline", "evaluation=90"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    config = load_session_config(out / "session.toml")
+    assert config.party_names == ("north", "south", "east", "west", "centre")
+    assert config.parameters == ConfigParameters(dim=8, segments=2, noise_segments=1,
+                                                 scale_bits=12, bound=4.5)
+    assert (config.mode, config.coordinator) == ("transparent", "127.0.0.1:6001")
+    assert config.clustering == ClusteringRequest("kmeans", 4)
+    assert config.deadlines == Deadlines(join=15, evaluation=90)
+    assert config.coordinator_tls().cert == out / "hub.pem"
+    for party in config.parties:
+        assert public_key_bytes(load_identity(party.identity_key)) == party.identity_public_key
+        assert stat.S_IMODE(party.key.stat().st_mode) == 0o600
+    # it says what it wrote, and prints no key material
+    assert "session.toml" in printed and "north.identity.pem" in printed
+    for path in out.iterdir():
+        if path.suffix in (".key",) or path.name.endswith(".identity.pem"):
+            body = "".join(path.read_text().splitlines()[1:-1])
+            assert body[:40] not in printed.replace("\n", "")
+
+
+def test_certs_cli_refuses_to_overwrite_without_force(tmp_path, capsys):
+    argv = ["certs", "--out", str(tmp_path), "--parties", "a,b,c"]
+    assert main(argv) == 0
+    key = (tmp_path / "a.key").read_bytes()
+    capsys.readouterr()
+    assert main(argv) == 1
+    assert "refusing to overwrite" in capsys.readouterr().err
+    assert (tmp_path / "a.key").read_bytes() == key
+    assert main(argv + ["--force"]) == 0
+    assert (tmp_path / "a.key").read_bytes() != key
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--parties", "a,,c"], "--parties must be comma-separated"),
+    (["--parties", "a,b,c", "--deadline", "lunch=5"], "--deadline phases"),
+    (["--parties", "a,b,c", "--deadline", "join"], "PHASE=SECONDS"),
+    (["--parties", "a,b,c", "--primes", "x"], "--primes must be"),
+    (["--parties", "a,b", "--noise-segments", "1"], r"need at least 2l\+2t-1 = 3"),
+])
+def test_certs_cli_errors(tmp_path, capsys, extra, message):
+    assert main(["certs", "--out", str(tmp_path / "o")] + extra) == 1
+    assert re.search(message, capsys.readouterr().err)
+    assert not (tmp_path / "o").exists()
