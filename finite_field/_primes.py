@@ -87,7 +87,7 @@ def choose_primes(exclusive_bound: int, primes: tuple[int, ...] | None = None) -
             "lower scale_bits or the bound"
         )
     if primes is not None:
-        chosen = tuple(validate_prime(p, what="prime") for p in primes)
+        chosen = tuple(validate_prime(p, what=f"primes[{i}]") for i, p in enumerate(primes))
         if len(set(chosen)) != len(chosen):
             raise ParameterError(f"primes must be distinct, got {list(chosen)}")
         product = math.prod(chosen)

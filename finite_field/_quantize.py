@@ -33,6 +33,17 @@ __all__ = ["Quantizer", "Quantized"]
 CLIP_POLICIES = ("clip", "error")
 
 
+def _round_half_up(scaled):
+    """floor(y + 1/2) exactly, for float64 y with |y| < 2^53.
+
+    ``np.floor(y + 0.5)`` is not exact: for y = 0.49999999999999994 the float sum rounds
+    to 1.0. The fractional part ``y - floor(y)`` is computed exactly, so comparing it with
+    1/2 is.
+    """
+    whole = np.floor(scaled)
+    return whole + (scaled - whole >= 0.5)
+
+
 @dataclass(frozen=True)
 class Quantized:
     """The result of quantizing one party's rows.
@@ -76,9 +87,13 @@ class Quantizer:
             raise ParameterError(f"scale_bits must be an integer, got {self.scale_bits!r}")
         if not 0 <= self.scale_bits <= 30:
             raise ParameterError(f"scale_bits must be in [0, 30], got {self.scale_bits}")
-        if not (isinstance(self.bound, (int, float, np.number)) and math.isfinite(self.bound)
-                and self.bound > 0):
+        if (isinstance(self.bound, bool) or not isinstance(self.bound, (int, float, np.number))
+                or not 0 < self.bound < math.inf):
             raise ParameterError(f"bound must be a finite number > 0, got {self.bound!r}")
+        if self.bound >= 2**53 / self.scale:
+            raise ParameterError(
+                f"bound * 2^scale_bits must be below 2^53 to quantize exactly, got "
+                f"bound={self.bound}, scale_bits={self.scale_bits}")
         if self.clip not in CLIP_POLICIES:
             raise ParameterError(f"clip must be one of {CLIP_POLICIES}, got {self.clip!r}")
         if self.max_magnitude == 0:
@@ -95,7 +110,7 @@ class Quantizer:
     @property
     def max_magnitude(self) -> int:
         """M = round(2^q R): the largest quantized magnitude."""
-        return int(math.floor(self.bound * self.scale + 0.5))
+        return int(_round_half_up(np.float64(self.bound) * self.scale))
 
     @property
     def lower(self) -> float:
@@ -136,7 +151,7 @@ class Quantizer:
                 f"values must lie in [{self.lower}, {self.bound}]; found {x[row, col]} at row "
                 f"{row}, column {col} ({clipped} entries out of range)", party=party)
         clipped_x = np.clip(x, self.lower, self.bound)
-        values = np.floor(clipped_x * self.scale + 0.5).astype(np.int64)
+        values = _round_half_up(clipped_x * self.scale).astype(np.int64)
         return Quantized(values=values, clipped=clipped)
 
     def dequantize_distances(self, integer_distances: np.ndarray) -> np.ndarray:
