@@ -38,6 +38,9 @@ class DistanceResult:
         Per-phase seconds and bytes sent.
     clipped : dict of str to int
         Per party, how many entries were clipped to the public bound.
+    labels : ndarray of int, optional
+        Cluster labels in global row order when the coordinator ran a clustering
+        (``secure_distance_matrix(..., cluster=...)``); each party received its own rows'.
     """
 
     distances: np.ndarray
@@ -47,10 +50,14 @@ class DistanceResult:
     parameters: dict
     stats: dict = field(default_factory=dict)
     clipped: dict = field(default_factory=dict)
+    labels: np.ndarray | None = None
 
     def rows_of(self, party) -> np.ndarray:
         """Global row indices of one party (by name or index)."""
-        index = self.party_names.index(party) if not isinstance(party, int) else party
+        if isinstance(party, (int, np.integer)) and not isinstance(party, bool):
+            index = int(party)
+        else:
+            index = self.party_names.index(party)
         return np.flatnonzero(self.owners == index)
 
     def total_seconds(self) -> float:

@@ -1,22 +1,23 @@
-"""``secure_distance_matrix``: the whole OmniFC pipeline behind one call."""
+"""``secure_distance_matrix``: the whole OmniFC protocol behind one call.
+
+The computation runs through the share-exchange protocol of :mod:`protocols` (the same
+state machines in memory and over gRPC), so the library call, ``omnifc simulate``, the
+tests and a real deployment exercise the same code.
+"""
 
 from __future__ import annotations
 
 import logging
-import time
 
 import numpy as np
 
-from finite_field import (InputError, ParameterError, decode_sum, encode_rows, evaluate_shares,
-                          make_plan, weight_evaluation)
+from finite_field import InputError, ParameterError, make_plan
 
 from ._result import DistanceResult, PhaseStats
 
 __all__ = ["secure_distance_matrix", "normalize_parties"]
 
 logger = logging.getLogger("omnifc")
-
-_ELEMENT_BYTES = 4  # field elements travel packed as uint32
 
 
 def normalize_parties(parties) -> tuple[list[str], list[np.ndarray]]:
@@ -39,7 +40,8 @@ def normalize_parties(parties) -> tuple[list[str], list[np.ndarray]]:
     for name, x in zip(names, arrays):
         x = np.asarray(x, dtype=np.float64)
         if x.ndim == 1:
-            x = x.reshape(1, -1)
+            # One row; an empty 1-D array (e.g. []) holds no rows, not one row of no features.
+            x = x.reshape(1, -1) if x.size else x.reshape(0, 0)
         if x.ndim != 2:
             raise InputError(f"data must be a 2-D array (rows x features), got shape {x.shape}",
                              party=name)
@@ -57,14 +59,18 @@ def normalize_parties(parties) -> tuple[list[str], list[np.ndarray]]:
 
 def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segments: int = 1,
                            noise_segments: int = 1, nonnegative: bool = False,
-                           clip: str = "clip", primes=None, responders=None) -> DistanceResult:
+                           clip: str = "clip", primes=None, responders=None,
+                           mode: str = "masked", transport: str = "memory",
+                           deadline: float = 60.0, cluster=None,
+                           insecure: bool = False) -> DistanceResult:
     """Exact pairwise squared distances of all parties' rows, computed on Lagrange shares.
 
     Each party quantizes its rows with the public ``bound`` and ``scale_bits``, encodes them
     with ``noise_segments`` random segments (any that many parties learn nothing), and
-    sends one share to every party. Each party computes the squared distances of its
-    shares; the weighted sum over the responding parties is the exact squared-distance
-    matrix of the quantized rows, recombined over several primes when one is not enough.
+    sends one share to every other party, encrypted end to end. Each party computes the
+    squared distances of its shares and uploads them masked (``mode="masked"``): the
+    coordinator learns only the sum, which is the exact squared-distance matrix of the
+    quantized rows (recombined over several primes when one is not enough).
 
     Parameters
     ----------
@@ -81,6 +87,19 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     responders : sequence of str or int, optional
         The parties whose results are combined (the set B, at least 2l + 2t - 1); all by
         default.
+    mode : {"masked", "transparent"}
+        ``"transparent"`` uploads raw per-party evaluations: the coordinator then learns
+        every per-segment distance matrix (with l > 1, more than D). Opt-in only.
+    transport : {"memory", "grpc"}
+        ``"memory"`` runs the protocol's state machines in this process; ``"grpc"`` starts
+        one local process per party and runs the session over gRPC with mutual TLS on
+        loopback (certificates made on the fly in a temporary folder, removed afterwards).
+    deadline : float
+        Seconds each phase may take over gRPC before the missing parties count as dropped.
+    cluster : callable, optional
+        ``cluster(distances) -> labels`` run by the coordinator; labels in ``result.labels``.
+    insecure : bool
+        gRPC without TLS (logs a warning). Never needed on loopback.
 
     Returns
     -------
@@ -95,55 +114,52 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     >>> result.distances[0].tolist()
     [0.0, 25.0, 2.0]
     """
+    from protocols import SessionParameters
+
     names, arrays = normalize_parties(parties)
+    # Validate every public parameter (and each party's data) before anything runs.
     plan = make_plan(arrays[0].shape[1], bound=bound, scale_bits=scale_bits, segments=segments,
                      noise_segments=noise_segments, parties=len(arrays),
                      nonnegative=nonnegative, clip=clip, primes=primes)
     responder_idx = _resolve_responders(responders, names)
-    stats = {phase: PhaseStats() for phase in ("quantize", "shares", "evaluation", "decode")}
-
-    start = time.perf_counter()
-    quantized = [plan.quantizer.quantize(x, party=name) for name, x in zip(names, arrays)]
-    clipped = {name: q.clipped for name, q in zip(names, quantized)}
-    for name, count in clipped.items():
-        if count:
-            logger.warning("party %r: %d entries clipped to the public bound", name, count)
-    stats["quantize"].seconds = time.perf_counter() - start
-
-    start = time.perf_counter()
-    outgoing = [encode_rows(plan, q.values, party=name) for name, q in zip(names, quantized)]
-    m = plan.parties
-    held = [[np.concatenate([outgoing[o][k][j] for o in range(m)]) for k in range(len(plan.primes))]
-            for j in range(m)]
-    share_elements = sum(s.size for o in range(m) for k in range(len(plan.primes))
-                         for j in range(m) if j != o for s in [outgoing[o][k][j]])
-    stats["shares"].seconds = time.perf_counter() - start
-    stats["shares"].bytes_sent = share_elements * _ELEMENT_BYTES
-
-    start = time.perf_counter()
-    weights = [code.decoding_weights(responder_idx) for code in plan.codes]
-    totals = None
-    for position, j in enumerate(responder_idx):
-        contribution = weight_evaluation(plan, [w[position] for w in weights],
-                                         evaluate_shares(plan, held[j]))
-        if totals is None:
-            totals = contribution
-        else:
-            totals = [(a + b) % p for a, b, p in zip(totals, contribution, plan.primes)]
-        stats["evaluation"].bytes_sent += sum(c.size for c in contribution) * _ELEMENT_BYTES
-    stats["evaluation"].seconds = time.perf_counter() - start
-
-    start = time.perf_counter()
-    integer = decode_sum(plan, totals)
-    distances = plan.quantizer.dequantize_distances(integer)
-    stats["decode"].seconds = time.perf_counter() - start
-
+    clipped = {name: plan.quantizer.quantize(x, party=name).clipped
+               for name, x in zip(names, arrays)}
+    parameters = SessionParameters(dim=plan.dim, bound=bound, scale_bits=scale_bits,
+                                   segments=segments, noise_segments=noise_segments,
+                                   nonnegative=nonnegative, primes=plan.primes, mode=mode)
+    chosen = None if responders is None else [names[j] for j in responder_idx]
+    outcome = _run(dict(zip(names, arrays)), parameters, transport=transport,
+                   responders=chosen, cluster=cluster, deadline=deadline, insecure=insecure)
     owners = np.concatenate([np.full(x.shape[0], i) for i, x in enumerate(arrays)])
-    parameters = plan.describe() | {"responders": [names[j] for j in responder_idx],
-                                    "party_names": names}
-    logger.info("reconstructed %d x %d distances from %d parties", *integer.shape, m)
-    return DistanceResult(distances=distances, integer_distances=integer, party_names=names,
-                          owners=owners, parameters=parameters, stats=stats, clipped=clipped)
+    described = outcome.parameters | {"party_names": names, "transport": transport}
+    result = DistanceResult(distances=outcome.values, integer_distances=outcome.integer,
+                            party_names=names, owners=owners, parameters=described,
+                            stats=_stats(outcome), clipped=clipped, labels=outcome.labels)
+    logger.info("reconstructed %d x %d distances from %d parties (%s, %s)",
+                *outcome.integer.shape, len(names), mode, transport)
+    return result
+
+
+def _run(party_data: dict, parameters, *, transport: str, responders, cluster, deadline,
+         insecure: bool = False):
+    """One protocol session over the chosen transport; returns the coordinator's Outcome."""
+    if transport == "memory":
+        from protocols import run_memory_session
+
+        outcome, _ = run_memory_session(party_data, parameters, responders=responders,
+                                        cluster=cluster)
+        return outcome
+    if transport == "grpc":
+        from protocols._grpc_local import run_local_grpc_session
+
+        return run_local_grpc_session(party_data, parameters, responders=responders,
+                                      cluster=cluster, deadline=deadline, insecure=insecure)
+    raise ParameterError(f"transport must be 'memory' or 'grpc', got {transport!r}")
+
+
+def _stats(outcome) -> dict:
+    return {phase: PhaseStats(seconds=float(seconds), bytes_sent=int(nbytes))
+            for phase, (seconds, nbytes) in outcome.stats.items()}
 
 
 def _resolve_responders(responders, names: list[str]) -> list[int]:

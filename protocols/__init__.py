@@ -3,5 +3,41 @@
 from finite_field import (DeadlineError, InputError, IntegrityError, OmniFCError,
                           ParameterError, PeerError, ProtocolError)
 
+from ._config import (ClusteringRequest, ConfigParameters, Deadlines, PartyEntry,
+                      SessionConfig, TLSFiles, TLSSettings, dump_session_config,
+                      load_session_config, new_session_id, validate_party_name)
+from ._identity import (generate_identity, identity_fingerprint, load_identity,
+                        public_key_bytes, public_key_hex, save_identity, sign, verify)
+from ._tls import (MAX_MESSAGE_BYTES, CertificateSet, PartyFiles, authenticated_party,
+                   certificate_sha256, channel_credentials, coordinator_credentials,
+                   generate_certificates, make_channel, make_server, party_credentials,
+                   peer_certificate_sha256, peer_common_name, server_credentials)
+from ._coordinator import PHASES, Coordinator, Outcome
+from ._crypto import PROTOCOL_VERSION
+from ._memory import ReceivedMessage, Transcript, run_memory_session
+from ._messages import SessionParameters, parse_envelope
+from ._party import Party
+from ._grpc_coordinator import CoordinatorServer, parameters_from_config
+from ._grpc_local import LocalSession, run_local_grpc_session
+
 __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
-           "DeadlineError", "IntegrityError"]
+           "DeadlineError", "IntegrityError",
+           # session config (_config)
+           "SessionConfig", "ConfigParameters", "ClusteringRequest", "Deadlines",
+           "TLSSettings", "TLSFiles", "PartyEntry", "load_session_config",
+           "dump_session_config", "new_session_id", "validate_party_name",
+           # identity keys (_identity)
+           "generate_identity", "save_identity", "load_identity", "public_key_bytes",
+           "public_key_hex", "identity_fingerprint", "sign", "verify",
+           # certificates and gRPC plumbing (_tls)
+           "generate_certificates", "CertificateSet", "PartyFiles", "certificate_sha256",
+           "server_credentials", "channel_credentials", "coordinator_credentials",
+           "party_credentials", "make_server", "make_channel", "peer_common_name",
+           "peer_certificate_sha256", "authenticated_party", "MAX_MESSAGE_BYTES",
+           # the share-exchange protocol (sans-IO core and in-memory transport)
+           "PROTOCOL_VERSION", "SessionParameters", "Party", "Coordinator", "Outcome",
+           "PHASES", "run_memory_session", "Transcript", "ReceivedMessage",
+           "parse_envelope",
+           # gRPC transport
+           "CoordinatorServer", "run_local_grpc_session", "LocalSession",
+           "parameters_from_config"]

@@ -1,0 +1,173 @@
+"""Shared helpers for the benchmark scripts: timing, medians, tables, thread reporting.
+
+Every benchmark reports a ratio against a baseline measured in the same run, with the
+subject and its baseline timed in alternation (round robin) so that a change of machine
+load during the run affects both alike. The medians of several runs are reported.
+
+Also records what decides how fast BLAS and numba run here: the BLAS library and its
+architecture (``threadpoolctl.threadpool_info()``), the thread-related environment
+variables (``OPENBLAS_*``, ``OMP_*``, ``NUMBA_*``, ...), numba's threading layer and the
+load average, since the machine may be shared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["Row", "time_round_robin", "environment", "print_environment", "print_table",
+           "blas_threads", "format_seconds"]
+
+_ENV_PREFIXES = ("OPENBLAS_", "GOTO", "OMP_", "MKL_", "NUMBA_", "BLIS_", "VECLIB_",
+                 "KMP_", "GOMP_")
+
+
+@dataclass
+class Row:
+    """One line of a benchmark table."""
+
+    kernel: str
+    shape: str
+    seconds: float
+    baseline_name: str
+    baseline_seconds: float | None
+    target: str
+    passed: bool | None
+    rate: str = ""
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        if self.baseline_seconds in (None, 0):
+            return None
+        return self.seconds / self.baseline_seconds
+
+
+def time_round_robin(functions: dict[str, Callable[[], object]], repeats: int,
+                     warmup: int = 1) -> dict[str, list[float]]:
+    """Wall-clock seconds of each function over ``repeats`` alternating rounds.
+
+    Each round calls every function once, in order; results are dropped right away
+    (and garbage collected outside the timed region) so that large outputs do not pile up.
+    """
+    for _ in range(warmup):
+        for fn in functions.values():
+            fn()
+            gc.collect()
+    times: dict[str, list[float]] = {name: [] for name in functions}
+    for _ in range(repeats):
+        for name, fn in functions.items():
+            start = time.perf_counter()
+            result = fn()
+            times[name].append(time.perf_counter() - start)
+            del result
+            gc.collect()
+    return times
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+@contextlib.contextmanager
+def blas_threads(limit: int | None):
+    """Limit BLAS threads inside the block (``None``: leave them as they are)."""
+    if limit is None:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+    with threadpool_limits(limits=limit, user_api="blas"):
+        yield
+
+
+def environment() -> dict:
+    """What determines BLAS/numba speed on this machine, as a plain dict."""
+    import numba
+    info: dict = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "numba_threads": numba.get_num_threads(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)},
+    }
+    try:
+        info["numba_threading_layer"] = numba.threading_layer()
+    except ValueError:  # no parallel kernel has run yet
+        info["numba_threading_layer"] = "(not initialised yet)"
+    try:
+        from threadpoolctl import threadpool_info
+        info["threadpools"] = [
+            {k: pool.get(k) for k in ("user_api", "internal_api", "prefix", "version",
+                                      "architecture", "threading_layer", "num_threads")}
+            for pool in threadpool_info()]
+    except ImportError:
+        info["threadpools"] = "threadpoolctl not installed (pip install threadpoolctl)"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return info
+
+
+def print_environment(info: dict) -> None:
+    print(f"python {info['python']} on {info['machine']}, {info.get('cpu', '?')}, "
+          f"{info['cpu_count']} CPUs; numpy {info['numpy']}, numba {info['numba']} "
+          f"({info['numba_threads']} threads, layer {info['numba_threading_layer']})")
+    pools = info["threadpools"]
+    if isinstance(pools, str):
+        print(f"thread pools: {pools}")
+    else:
+        for pool in pools:
+            print("thread pool: " + ", ".join(f"{k}={v}" for k, v in pool.items()))
+    env = info["env"]
+    print("thread environment: " + (", ".join(f"{k}={v}" for k, v in env.items())
+                                    if env else "(no OPENBLAS_*/OMP_*/NUMBA_*/MKL_* set)"))
+    print(f"load average: {info['loadavg']}")
+
+
+def format_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+def print_table(rows: list[Row]) -> None:
+    header = ["kernel", "shape", "median", "baseline", "baseline median", "ratio", "rate",
+              "target", "vs target"]
+    lines = []
+    for row in rows:
+        ratio = row.ratio
+        verdict = "-" if row.passed is None else ("pass" if row.passed else "FAIL")
+        lines.append([row.kernel, row.shape, format_seconds(row.seconds), row.baseline_name,
+                      format_seconds(row.baseline_seconds),
+                      "-" if ratio is None else f"{ratio:.2f}x", row.rate or "-", row.target,
+                      verdict])
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    print(fmt.format(*header))
+    print(fmt.format(*("-" * w for w in widths)))
+    for line in lines:
+        print(fmt.format(*line))
+    notes = [(row.kernel, row.note) for row in rows if row.note]
+    for kernel, note in notes:
+        print(f"  note [{kernel}]: {note}")

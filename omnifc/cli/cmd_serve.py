@@ -1,0 +1,92 @@
+"""``omnifc serve``: run the coordinator of a session described by a session config."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "serve", help="run the coordinator of a session (gRPC, mutual TLS)",
+        description="Serve one session: wait for every party of the session config, relay "
+                    "their encrypted shares, sum their masked evaluations into the exact "
+                    "squared-distance matrix, run the requested clustering and send each "
+                    "party the labels of its own rows.")
+    parser.add_argument("--config", required=True, help="session config (TOML)")
+    parser.add_argument("--address", help="host:port to listen on (default: the config's "
+                                          "coordinator address; port 0 = any free port)")
+    parser.add_argument("--port-file", help="write the port actually bound to this file")
+    parser.add_argument("--data-out", help="save the squared-distance matrix (.npy)")
+    parser.add_argument("--labels-out", help="save the cluster labels of all rows (.npy)")
+    parser.add_argument("--no-cluster", action="store_true",
+                        help="do not cluster; parties receive no labels")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(handler=run)
+
+
+def clustering_callback(config):
+    """The coordinator's clustering, from the config's [clustering] table."""
+    from .. import cluster
+
+    method, n_clusters = config.clustering.method, config.clustering.n_clusters
+    return lambda distances: cluster(distances, method, n_clusters, random_state=0)
+
+
+def phase_progress(total_phases: int = 5, disable: bool = False):
+    """A tqdm bar over the protocol phases, as an ``on_phase`` callback."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=total_phases, desc="join", unit="phase", disable=disable, leave=False)
+    order = ["join", "shares", "evaluation", "decode", "result"]
+
+    def on_phase(phase, round_):
+        if phase in order:
+            bar.n = order.index(phase)
+            bar.set_description(phase if round_ <= 1 else f"{phase} (round {round_})")
+            bar.refresh()
+    return bar, on_phase
+
+
+def format_stats(stats) -> str:
+    return "\n".join(f"  {phase:<11} {seconds:8.3f} s {nbytes / 1e6:10.3f} MB"
+                     for phase, (seconds, nbytes) in stats.items())
+
+
+def run(args) -> int:
+    from protocols import load_session_config
+    from protocols._grpc_coordinator import CoordinatorServer, coordinator_from_config
+    from protocols._tls import coordinator_credentials
+
+    config = load_session_config(args.config)
+    cluster = None if args.no_cluster else clustering_callback(config)
+    coordinator = coordinator_from_config(config, cluster=cluster)
+    server = CoordinatorServer(
+        coordinator, config.deadlines, address=args.address or config.coordinator,
+        credentials=None if config.insecure else coordinator_credentials(config),
+        insecure=config.insecure, config=config).start()
+    if args.port_file:
+        with open(args.port_file, "w") as handle:
+            handle.write(f"{server.port}\n")
+    print(f"coordinator of session {config.session_id} listening on port {server.port} "
+          f"({'INSECURE, no TLS' if config.insecure else 'mutual TLS'}); waiting for "
+          f"{', '.join(config.party_names)}", flush=True)
+    bar, on_phase = phase_progress(disable=args.no_progress)
+    try:
+        outcome = server.run(on_phase=on_phase)
+    finally:
+        bar.close()
+        server.stop()
+    if args.data_out:
+        np.save(args.data_out, outcome.values)
+    if args.labels_out and outcome.labels is not None:
+        np.save(args.labels_out, outcome.labels)
+    n = outcome.integer.shape[0]
+    print(f"reconstructed the {n} x {n} squared-distance matrix of "
+          f"{len(outcome.party_names)} parties (round {outcome.round}, responders "
+          f"{', '.join(outcome.responders)}; lost: {', '.join(outcome.lost) or 'none'})")
+    if outcome.labels is not None:
+        sizes = np.bincount(outcome.labels[outcome.labels >= 0])
+        print(f"clustering {config.clustering.method}: cluster sizes {sizes.tolist()}")
+    print("per phase (seconds, bytes sent and received by the coordinator):")
+    print(format_stats(outcome.stats))
+    return 0

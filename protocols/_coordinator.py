@@ -1,0 +1,485 @@
+"""The coordinator's side of a session as a sans-IO state machine.
+
+:meth:`Coordinator.receive` consumes one envelope from an authenticated sender (the
+transport says who: the TLS peer name over gRPC) and returns ``(destination, envelope)``
+pairs to send. The transport also reports a lost connection (:meth:`party_lost`) and a
+passed phase deadline (:meth:`expire`); the coordinator never reads a clock to decide
+anything (it only times phases for the stats).
+
+Any violation raises (``ProtocolError``, ``PeerError`` naming the party and phase,
+``DeadlineError``, ``IntegrityError``) and leaves the coordinator failed; :meth:`abort` then
+returns the ErrorReports that tell every remaining party. Nothing partial is ever
+returned: :attr:`outcome` is set only when the whole matrix (or sum) is decoded.
+
+Dropouts during evaluation: if a party of the responding set B disappears or misses the
+deadline before it delivered every tile, the round is abandoned without unmasking, and a
+new round with B' = every remaining party (|B'| >= 2l+2t-1, all parties for a sum) starts
+with fresh masks (the round number is part of the mask PRG nonce). Tiles of an abandoned
+round that are still in flight are ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from finite_field import (DeadlineError, IntegrityError, ParameterError, PeerError,
+                          ProtocolError, crt_combine, decode_sum)
+
+from ._crypto import PROTOCOL_VERSION, verify_transcript
+from ._generated import omnifc_pb2 as pb
+from ._messages import (SessionParameters, SumPlan, body_of, chunk_rows, envelope, phase_of,
+                        row_tiles, unpack, vector_tiles)
+from ._party import hello_transcript
+
+__all__ = ["Coordinator", "Outcome", "PHASES"]
+
+logger = logging.getLogger("omnifc.protocols")
+
+#: Phases in order; stats are kept per phase.
+PHASES = ("join", "shares", "evaluation", "decode", "result")
+
+_AEAD_TAG = 16
+
+
+@dataclass
+class Outcome:
+    """What a finished session produced at the coordinator.
+
+    Attributes
+    ----------
+    integer : ndarray of int64
+        Distance sessions: the exact integer squared distances (n, n). Sum sessions: the
+        exact signed integer sum, shape (rows, k).
+    values : ndarray of float64
+        ``integer`` dequantized (distances / 4^q, or sum / 2^q).
+    labels : ndarray or None
+        Cluster labels of every row, when a clustering callback was given.
+    party_names, row_offsets, rows
+        Roster order, first global row and row count of every party.
+    responders : list of str
+        The responding set B of the successful round.
+    round : int
+        The successful round (1 when nobody dropped).
+    parameters : dict
+        Public parameters, primes and points included.
+    stats : dict of str to [seconds, bytes]
+        Per phase (see :data:`PHASES`): wall-clock seconds and bytes of every message the
+        coordinator received or sent.
+    """
+
+    integer: np.ndarray
+    values: np.ndarray
+    labels: np.ndarray | None
+    party_names: list
+    row_offsets: list
+    rows: list
+    responders: list
+    round: int
+    parameters: dict
+    stats: dict = field(default_factory=dict)
+    lost: list = field(default_factory=list)
+
+
+class Coordinator:
+    """The session's coordinator.
+
+    Parameters
+    ----------
+    session_id : str
+    parameters : SessionParameters
+    parties : sequence of str
+        Every party of the session, in roster order (row order and mask order).
+    identities : dict of str to bytes
+        Pinned raw Ed25519 public keys (from the session config); hellos must verify.
+    responders : sequence of str, optional
+        B for the first round; every party by default.
+    cluster : callable, optional
+        ``cluster(distances) -> labels`` run on the decoded matrix (the omnifc layer passes
+        its clustering; this package never imports scikit-learn). Each party then receives
+        the labels of its own rows.
+    """
+
+    def __init__(self, session_id: str, parameters: SessionParameters, parties, identities: dict,
+                 *, responders=None, cluster=None) -> None:
+        self.session_id = str(session_id)
+        self.names = [str(p) for p in parties]
+        if len(set(self.names)) != len(self.names):
+            raise ParameterError(f"party names must be unique, got {self.names}")
+        missing = [p for p in self.names if p not in identities]
+        if missing:
+            raise ParameterError(f"no pinned identity key for parties {missing}")
+        self.identities = {p: bytes(identities[p]) for p in self.names}
+        self.parameters = parameters
+        self.plan = None
+        if parameters.dim:  # otherwise d is taken from the hellos (all must agree)
+            self.plan = parameters.plan(len(self.names))
+            self.parameters = parameters.with_plan(self.plan)
+        self.min_responders = self.parameters.min_responders(len(self.names))
+        if responders is not None:
+            responders = [str(r) for r in responders]
+            unknown = [r for r in responders if r not in self.names]
+            if unknown or len(set(responders)) != len(responders):
+                raise ParameterError(f"responders must be distinct parties of {self.names}, "
+                                     f"got {responders}")
+            if len(responders) < self.min_responders:
+                raise ParameterError(f"the responding set needs at least {self.min_responders} "
+                                     f"parties, got {len(responders)}")
+        self._first_responders = responders
+        self.cluster = cluster
+        self.phase = "join"
+        self.error: Exception | None = None
+        self.outcome: Outcome | None = None
+        self.hellos: dict[str, pb.Hello] = {}
+        self.ready: set[str] = set()
+        self.lost: set[str] = set()
+        self.round = 0
+        self.responders: list[str] = []
+        self._aborted_rounds: set[int] = set()
+        self._relayed: set[tuple] = set()
+        self.stats = {phase: [0.0, 0] for phase in PHASES}
+        self._phase_started = time.perf_counter()
+
+    # -- bookkeeping --------------------------------------------------------------------
+    def _enter(self, phase: str) -> None:
+        now = time.perf_counter()
+        if self.phase in self.stats:
+            self.stats[self.phase][0] += now - self._phase_started
+        self._phase_started = now
+        self.phase = phase
+
+    def _count(self, env: pb.Envelope) -> None:
+        phase = phase_of(env.WhichOneof("body"))
+        if phase in self.stats:
+            self.stats[phase][1] += env.ByteSize()
+
+    def _send(self, dest: str, env: pb.Envelope) -> tuple[str, pb.Envelope]:
+        self._count(env)
+        return dest, env
+
+    def _broadcast(self, make) -> list:
+        return [self._send(name, make(name)) for name in self.names if name not in self.lost]
+
+    @property
+    def alive(self) -> list[str]:
+        return [p for p in self.names if p not in self.lost]
+
+    def waiting_for(self) -> list[str]:
+        """Parties the current phase still waits for."""
+        if self.phase == "join":
+            return [p for p in self.names if p not in self.hellos]
+        if self.phase == "shares":
+            return [p for p in self.names if p not in self.ready]
+        if self.phase == "evaluation":
+            return [p for p in self.responders if not self._complete(p)]
+        return []
+
+    def _fail(self, error: Exception) -> Exception:
+        if self.error is None:
+            self.error = error
+            self._enter("failed")
+            logger.warning("session %r failed: %s", self.session_id, error)
+        return error
+
+    def abort(self) -> list:
+        """ErrorReports telling every connected party that the session failed."""
+        error = self.error or ProtocolError("session aborted")
+        kind = ("integrity" if isinstance(error, IntegrityError) else
+                "deadline" if isinstance(error, DeadlineError) else
+                "peer" if isinstance(error, PeerError) else "protocol")
+        culprit = getattr(error, "party", None)
+        return self._broadcast(lambda name: envelope(error=pb.ErrorReport(
+            session_id=self.session_id, reporter="coordinator",
+            party="" if culprit is None else str(culprit),
+            phase=getattr(error, "phase", None) or "", kind=kind, message=str(error))))
+
+    # -- entry points -------------------------------------------------------------------
+    def receive(self, sender: str, env: pb.Envelope) -> list:
+        """Consume one envelope from the authenticated ``sender``."""
+        if self.error is not None or self.outcome is not None:
+            raise ProtocolError(f"session {self.session_id!r} is over; message from {sender!r} "
+                                "ignored")
+        try:
+            if sender not in self.names:
+                raise ProtocolError(f"unknown party {sender!r}; the session's parties are "
+                                    f"{self.names}")
+            self._count(env)
+            kind, body = body_of(env)
+            handler = {"hello": self._on_hello, "share": self._on_share,
+                       "ready": self._on_ready, "tile": self._on_tile,
+                       "error": self._on_error}.get(kind)
+            if handler is None:
+                raise PeerError(f"unexpected message {kind!r} (the coordinator never receives "
+                                "it)", party=sender, phase=self.phase)
+            if kind not in ("hello", "error") and sender not in self.hellos:
+                raise PeerError(f"out-of-order message {kind!r} before the hello",
+                                party=sender, phase=self.phase)
+            if body.session_id != self.session_id:
+                raise PeerError(f"message for session {body.session_id!r}, expected "
+                                f"{self.session_id!r} (replayed or misrouted)", party=sender,
+                                phase=phase_of(kind))
+            return handler(sender, body)
+        except Exception as error:
+            raise self._fail(error)
+
+    def party_lost(self, name: str, reason: str = "connection lost") -> list:
+        """The transport lost ``name`` (stream closed, process gone)."""
+        if self.error is not None or self.outcome is not None or name in self.lost:
+            return []
+        self.lost.add(name)
+        logger.warning("party %r lost in phase %r: %s", name, self.phase, reason)
+        try:
+            if self.phase in ("join", "shares"):
+                raise PeerError(reason, party=name, phase=self.phase)
+            if self.phase == "evaluation" and name in self.responders and not self._complete(name):
+                return self._retry([name], reason, DeadlineError if "deadline" in reason
+                                   else PeerError)
+            return []
+        except Exception as error:
+            raise self._fail(error)
+
+    def expire(self) -> list:
+        """The current phase's deadline passed: retry (evaluation) or fail."""
+        if self.error is not None or self.outcome is not None:
+            return []
+        missing = self.waiting_for()
+        try:
+            if not missing:
+                return []
+            if self.phase == "evaluation":
+                self.lost.update(missing)
+                return self._retry(missing, "missed the deadline", DeadlineError)
+            raise DeadlineError(f"missed the deadline (still waiting for {missing})",
+                                party=missing[0], phase=self.phase)
+        except Exception as error:
+            raise self._fail(error)
+
+    # -- join ---------------------------------------------------------------------------
+    def _on_hello(self, sender: str, hello: pb.Hello) -> list:
+        if self.phase != "join":
+            raise PeerError(f"out-of-order hello in phase {self.phase!r}", party=sender,
+                            phase=self.phase)
+        if hello.party_id != sender:
+            raise PeerError(f"hello claims to be {hello.party_id!r}", party=sender, phase="join")
+        if sender in self.hellos:
+            raise PeerError("duplicate hello (rejected)", party=sender, phase="join")
+        if hello.protocol_version != PROTOCOL_VERSION:
+            raise PeerError(f"protocol version {hello.protocol_version}, expected "
+                            f"{PROTOCOL_VERSION}", party=sender, phase="join")
+        verify_transcript(self.identities[sender], hello_transcript(hello), hello.signature,
+                          party=sender, phase="join")
+        if len(hello.ephemeral_public_key) != 32:
+            raise PeerError("ephemeral key must be 32 bytes", party=sender, phase="join")
+        expected_dim = self.parameters.dim or next(
+            (h.dim for h in self.hellos.values()), hello.dim)
+        if hello.dim != expected_dim or hello.dim == 0:
+            source = "the session config" if self.parameters.dim else \
+                f"party {next(iter(self.hellos), sender)!r}"
+            raise PeerError(f"d must be equal for all parties; sent d={hello.dim}, expected "
+                            f"{expected_dim} (from {source})", party=sender, phase="join")
+        expected_rows = self.parameters.rows if self.parameters.kind == "sum" else None
+        if hello.n_rows == 0 or (expected_rows is not None and hello.n_rows != expected_rows):
+            raise PeerError(f"sent n_rows={hello.n_rows}, expected "
+                            f"{expected_rows if expected_rows else 'at least 1'}",
+                            party=sender, phase="join")
+        self.hellos[sender] = hello
+        if len(self.hellos) < len(self.names):
+            return []
+        return self._send_roster()
+
+    def _send_roster(self) -> list:
+        if not self.parameters.dim:
+            dim = self.hellos[self.names[0]].dim
+            self.plan = replace(self.parameters, dim=dim).plan(len(self.names))
+            self.parameters = replace(self.parameters, dim=dim).with_plan(self.plan)
+        roster = pb.Roster(session_id=self.session_id, protocol_version=PROTOCOL_VERSION,
+                           parameters=self.parameters.to_proto(self.plan))
+        self.row_offsets, self.rows, offset = [], [], 0
+        for name in self.names:
+            n = int(self.hellos[name].n_rows)
+            roster.parties.add(hello=self.hellos[name], row_offset=offset)
+            self.row_offsets.append(offset)
+            self.rows.append(n)
+            offset += n
+        self.n_total = offset
+        self._enter("shares")
+        return self._broadcast(lambda name: envelope(roster=roster))
+
+    # -- share exchange (relay only) ----------------------------------------------------
+    def _on_share(self, sender: str, chunk: pb.ShareChunk) -> list:
+        if self.phase != "shares" or isinstance(self.plan, SumPlan):
+            raise PeerError(f"out-of-order share chunk in phase {self.phase!r}", party=sender,
+                            phase=self.phase)
+        if chunk.sender != sender or chunk.receiver not in self.names or \
+                chunk.receiver == sender:
+            raise PeerError(f"share chunk from {chunk.sender!r} to {chunk.receiver!r} sent by "
+                            f"{sender!r}", party=sender, phase="shares")
+        width = self.plan.segment_length
+        chunks = chunk_rows(self.rows[self.names.index(sender)], width,
+                            self.parameters.chunk_bytes)
+        key = (sender, chunk.receiver, chunk.prime_index, chunk.chunk_index)
+        if (chunk.round != 0 or chunk.prime_index >= len(self.plan.primes)
+                or chunk.total_chunks != len(chunks) or chunk.chunk_index >= len(chunks)):
+            raise PeerError(f"share chunk (round {chunk.round}, prime {chunk.prime_index}, "
+                            f"chunk {chunk.chunk_index}/{chunk.total_chunks}) does not fit the "
+                            f"schedule (round 0, {len(chunks)} chunks per prime)",
+                            party=sender, phase="shares")
+        a, b = chunks[chunk.chunk_index]
+        if len(chunk.ciphertext) != 4 * (b - a) * width + _AEAD_TAG:
+            raise PeerError(f"share chunk holds {len(chunk.ciphertext)} bytes, expected "
+                            f"{4 * (b - a) * width + _AEAD_TAG}", party=sender, phase="shares")
+        if key in self._relayed:
+            raise PeerError(f"duplicate share chunk {chunk.chunk_index} (rejected)",
+                            party=sender, phase="shares")
+        self._relayed.add(key)
+        if chunk.receiver in self.lost:
+            raise PeerError("connection lost", party=chunk.receiver, phase="shares")
+        return [self._send(chunk.receiver, envelope(share=chunk))]
+
+    def _on_ready(self, sender: str, ready: pb.Ready) -> list:
+        if self.phase != "shares" or ready.party_id != sender:
+            raise PeerError(f"out-of-order ready in phase {self.phase!r}", party=sender,
+                            phase=self.phase)
+        if sender in self.ready:
+            raise PeerError("duplicate ready (rejected)", party=sender, phase="shares")
+        self.ready.add(sender)
+        if len(self.ready) < len(self.names):
+            return []
+        responders = self._first_responders or self.names
+        return self._start_round([p for p in self.names if p in responders])
+
+    # -- evaluation ---------------------------------------------------------------------
+    def _start_round(self, responders: list[str]) -> list:
+        self.round += 1
+        self.responders = responders
+        if isinstance(self.plan, SumPlan):
+            self.tiles = vector_tiles(self.plan.length, self.parameters.chunk_bytes)
+            shape = (self.plan.length,)
+        else:
+            self.tiles = row_tiles(self.n_total, self.parameters.chunk_bytes)
+            shape = (self.n_total, self.n_total)
+            position = [self.names.index(r) for r in responders]
+            self.weights = {r: [int(code.decoding_weights(position)[i]) for code in self.plan.codes]
+                            for i, r in enumerate(responders)}
+        self.sums = [np.zeros(shape, dtype=np.int64) for _ in self.plan.primes]
+        self.delivered = {r: set() for r in responders}
+        if self.phase != "evaluation":
+            self._enter("evaluation")
+        logger.info("session %r: round %d with responders %s", self.session_id, self.round,
+                    responders)
+        start = pb.RoundStart(session_id=self.session_id, round=self.round, responders=responders)
+        return self._broadcast(lambda name: envelope(round_start=start))
+
+    def _complete(self, name: str) -> bool:
+        return len(self.delivered.get(name, ())) == len(self.plan.primes) * len(self.tiles)
+
+    def _retry(self, missing: list[str], reason: str, error_type) -> list:
+        remaining = [p for p in self.names if p not in self.lost]
+        if len(remaining) < self.min_responders:
+            raise error_type(f"{reason}; only {len(remaining)} parties remain "
+                             f"({remaining}) and decoding needs {self.min_responders}",
+                             party=missing[0], phase="evaluation")
+        logger.warning("round %d abandoned without unmasking (%s: %s); retrying with %s",
+                       self.round, missing, reason, remaining)
+        self._aborted_rounds.add(self.round)
+        return self._start_round(remaining)
+
+    def _on_tile(self, sender: str, tile: pb.EvaluationTile) -> list:
+        if tile.round in self._aborted_rounds and self.phase == "evaluation":
+            return []  # in flight when its round was abandoned
+        if self.phase != "evaluation":
+            raise PeerError(f"out-of-order evaluation tile in phase {self.phase!r}",
+                            party=sender, phase=self.phase)
+        if tile.sender != sender or sender not in self.responders:
+            raise PeerError(f"evaluation tile from a party outside the responding set "
+                            f"{self.responders}", party=sender, phase="evaluation")
+        if tile.round != self.round:
+            raise PeerError(f"evaluation tile for round {tile.round}, expected {self.round} "
+                            "(replayed)", party=sender, phase="evaluation")
+        k, index = tile.prime_index, tile.tile_index
+        if k >= len(self.plan.primes) or index >= len(self.tiles) or \
+                (tile.row_start, tile.row_stop) != self.tiles[index]:
+            raise PeerError(f"evaluation tile (prime {k}, tile {index}, rows "
+                            f"{tile.row_start}:{tile.row_stop}) does not fit the schedule",
+                            party=sender, phase="evaluation")
+        if (k, index) in self.delivered[sender]:
+            raise PeerError(f"duplicate evaluation tile {index} for prime {k} (rejected)",
+                            party=sender, phase="evaluation")
+        p = self.plan.primes[k]
+        a, b = self.tiles[index]
+        if isinstance(self.plan, SumPlan):
+            values = unpack(tile.values, b - a, p, party=sender, phase="evaluation")
+            target = self.sums[k][a:b]
+        else:
+            n = self.n_total
+            values = unpack(tile.values, (b - a) * (n - a), p, party=sender,
+                            phase="evaluation").reshape(b - a, n - a)
+            if self.parameters.mode == "transparent":
+                values = values * self.weights[sender][k] % p
+            target = self.sums[k][a:b, a:]
+        target += values  # each value < 2^31: reduced once, in _finish
+        self.delivered[sender].add((k, index))
+        if all(self._complete(r) for r in self.responders):
+            return self._finish()
+        return []
+
+    # -- decode and result --------------------------------------------------------------
+    def _finish(self) -> list:
+        self._enter("decode")
+        for s, p in zip(self.sums, self.plan.primes):
+            s %= p
+        if isinstance(self.plan, SumPlan):
+            offset = self.plan.offset
+            residues = [(s + offset) % p for s, p in zip(self.sums, self.plan.primes)]
+            integer = crt_combine(residues, self.plan.primes) - offset
+            if integer.size and int(np.abs(integer).max()) > offset:
+                raise ProtocolError("decoded sum exceeds the largest possible value: a "
+                                    "contribution was corrupted")
+            integer = integer.reshape(self.parameters.rows, self.parameters.dim)
+            values = integer / self.plan.quantizer.scale
+        else:
+            full = []
+            for s in self.sums:  # tiles filled the upper triangle; D is symmetric, diag 0
+                upper = np.triu(s, 1)
+                upper += upper.T
+                full.append(upper)
+            integer = decode_sum(self.plan, full)
+            values = self.plan.quantizer.dequantize_distances(integer)
+        self.sums = None
+        labels = None
+        if self.cluster is not None:
+            labels = np.asarray(self.cluster(values), dtype=np.int64).reshape(-1)
+            if labels.size != values.shape[0]:
+                raise ProtocolError(f"clustering returned {labels.size} labels for "
+                                    f"{values.shape[0]} rows")
+        self._enter("result")
+        out = []
+        for i, name in enumerate(self.names):
+            if name in self.lost:
+                continue
+            own = [] if labels is None else labels[self.row_offsets[i]:
+                                                   self.row_offsets[i] + self.rows[i]]
+            out.append(self._send(name, envelope(result=pb.Result(
+                session_id=self.session_id, party_id=name, labels=[int(v) for v in own],
+                round=self.round, responders=self.responders))))
+        self._enter("done")
+        description = self.plan.describe()
+        self.outcome = Outcome(
+            integer=integer, values=values, labels=labels, party_names=list(self.names),
+            row_offsets=list(self.row_offsets), rows=list(self.rows),
+            responders=list(self.responders), round=self.round,
+            parameters=description | {"mode": self.parameters.mode,
+                                      "responders": list(self.responders),
+                                      "round": self.round},
+            stats={k: tuple(v) for k, v in self.stats.items()}, lost=sorted(self.lost))
+        return out
+
+    def _on_error(self, sender: str, report: pb.ErrorReport) -> list:
+        phase = report.phase or self.phase
+        culprit = report.party or sender
+        if report.kind == "integrity":
+            raise IntegrityError(culprit, phase)
+        raise PeerError(f"reported by {sender!r}: {report.message}", party=culprit, phase=phase)

@@ -1,0 +1,224 @@
+"""Cryptographic primitives of the share-exchange protocol.
+
+- **Ephemeral keys**: one X25519 key pair per party and session; the public half travels in
+  the hello, signed by the party's long-term Ed25519 identity key (pinned in the session
+  config), so the coordinator cannot substitute keys.
+- **Pairwise keys**: HKDF-SHA256 over the X25519 secret. ``info`` binds the protocol
+  version, the session id, both party ids in canonical (sorted) order, both ephemeral public
+  keys and a purpose (``share-encryption`` or ``mask``), so keys of different purposes,
+  sessions or pairs are independent.
+- **Share encryption**: AES-256-GCM. The 96-bit nonce is derived from (direction, round,
+  prime index, chunk index) and is never reused under one key (keys are fresh per session);
+  the associated data binds protocol version, session, round, sender, receiver, prime index
+  and chunk index. Any failure raises the opaque :class:`~finite_field.IntegrityError`.
+- **Masks**: a ChaCha20 keystream keyed from the mask key, with a nonce from (round, prime
+  index, tile index), turned into uniform field elements by rejection sampling
+  (:func:`finite_field.uniform_elements`). Party j adds ``+PRG(s_jk)`` for every responding
+  k after it in roster order and ``-PRG(s_jk)`` for every k before it, so the masks cancel
+  in the sum over the responding set.
+
+Examples
+--------
+>>> import numpy as np
+>>> a, b = EphemeralKey.generate(), EphemeralKey.generate()
+>>> ka = PairKeys.derive(a, b.public_bytes, session_id="s", me="a", peer="b")
+>>> kb = PairKeys.derive(b, a.public_bytes, session_id="s", me="b", peer="a")
+>>> box = ka.encrypt(b"share", round_=0, prime_index=0, chunk_index=0)
+>>> kb.decrypt(box, sender="a", round_=0, prime_index=0, chunk_index=0)
+b'share'
+>>> m = ka.mask(13, (2, 3), round_=1, prime_index=0, tile_index=0)
+>>> bool((m == kb.mask(13, (2, 3), round_=1, prime_index=0, tile_index=0)).all())
+True
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+from cryptography.exceptions import InvalidSignature, InvalidTag
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (Ed25519PrivateKey,
+                                                               Ed25519PublicKey)
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from finite_field import IntegrityError, ParameterError, uniform_elements
+
+__all__ = ["PROTOCOL_VERSION", "EphemeralKey", "PairKeys", "KeyStream", "sign_transcript",
+           "verify_transcript", "transcript", "public_identity_bytes"]
+
+#: Version of the wire protocol; bound into every key, signature and AAD.
+PROTOCOL_VERSION = 1
+
+_NONCE_BYTES = 12
+
+
+def _field(value) -> bytes:
+    """Length-prefixed encoding: unambiguous concatenation of transcript fields."""
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    elif isinstance(value, int):
+        value = str(value).encode("ascii")
+    return struct.pack(">I", len(value)) + bytes(value)
+
+
+def transcript(label: str, *fields) -> bytes:
+    """Canonical bytes of a labelled tuple of fields (what gets signed or bound as AAD)."""
+    return b"omnifc" + _field(PROTOCOL_VERSION) + _field(label) + b"".join(map(_field, fields))
+
+
+def public_identity_bytes(key) -> bytes:
+    """Raw 32-byte Ed25519 public key of a private or public identity key."""
+    if isinstance(key, Ed25519PrivateKey):
+        key = key.public_key()
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def sign_transcript(identity_key: Ed25519PrivateKey, message: bytes) -> bytes:
+    """Ed25519 signature of ``message`` with a party's long-term identity key."""
+    return identity_key.sign(message)
+
+
+def verify_transcript(public_raw: bytes, message: bytes, signature: bytes, *,
+                      party=None, phase: str | None = None) -> None:
+    """Verify an Ed25519 signature against a pinned raw public key; IntegrityError if not."""
+    try:
+        Ed25519PublicKey.from_public_bytes(bytes(public_raw)).verify(bytes(signature), message)
+    except (InvalidSignature, ValueError):
+        raise IntegrityError(party, phase) from None
+
+
+class EphemeralKey:
+    """A fresh X25519 key pair for one session (never stored, never logged)."""
+
+    __slots__ = ("_private", "public_bytes")
+
+    def __init__(self, private: X25519PrivateKey) -> None:
+        self._private = private
+        self.public_bytes = private.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+    @classmethod
+    def generate(cls) -> "EphemeralKey":
+        return cls(X25519PrivateKey.generate())
+
+    def exchange(self, peer_public: bytes) -> bytes:
+        try:
+            return self._private.exchange(X25519PublicKey.from_public_bytes(bytes(peer_public)))
+        except ValueError:
+            raise IntegrityError() from None
+
+    def __repr__(self) -> str:
+        return "EphemeralKey(<secret>)"
+
+    def __reduce__(self):
+        raise TypeError("ephemeral keys are not picklable")
+
+
+class KeyStream:
+    """A ChaCha20 keystream as a :class:`finite_field.ByteSource` (``bytes(n)``)."""
+
+    __slots__ = ("_encryptor",)
+
+    def __init__(self, key: bytes, nonce: bytes) -> None:
+        if len(key) != 32 or len(nonce) != 16:
+            raise ParameterError("ChaCha20 needs a 32-byte key and a 16-byte nonce")
+        self._encryptor = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
+
+    def bytes(self, n: int) -> bytes:
+        return self._encryptor.update(bytes(n))
+
+    def __repr__(self) -> str:
+        return "KeyStream(<secret>)"
+
+
+@dataclass(frozen=True, repr=False)
+class PairKeys:
+    """The two symmetric keys one party shares with one peer in one session."""
+
+    session_id: str
+    me: str
+    peer: str
+    encryption_key: bytes
+    mask_key: bytes
+
+    def __repr__(self) -> str:
+        return f"PairKeys(session={self.session_id!r}, {self.me!r}<->{self.peer!r}, <secret>)"
+
+    def __reduce__(self):
+        raise TypeError("pair keys are not picklable")
+
+    @classmethod
+    def derive(cls, mine: EphemeralKey, peer_public: bytes, *, session_id: str, me: str,
+               peer: str) -> "PairKeys":
+        """HKDF-SHA256 over the X25519 secret, one key per purpose."""
+        if me == peer:
+            raise ParameterError("a party has no pair key with itself")
+        secret = mine.exchange(peer_public)
+        (first, first_key), (second, second_key) = sorted(
+            [(me, mine.public_bytes), (peer, bytes(peer_public))])
+
+        def hkdf(purpose: str) -> bytes:
+            info = transcript("pair-key", session_id, first, second, first_key, second_key,
+                              purpose)
+            return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
+
+        return cls(session_id, me, peer, hkdf("share-encryption"), hkdf("mask"))
+
+    # -- share encryption -------------------------------------------------------------
+    def nonce(self, sender: str, round_: int, prime_index: int, chunk_index: int) -> bytes:
+        """Deterministic, unique per (direction, round, prime, chunk) under one key."""
+        direction = 0 if sender == min(self.me, self.peer) else 1
+        return struct.pack(">BBHQ", direction, 0, prime_index, (round_ << 40) | chunk_index)
+
+    def _aad(self, sender, receiver, round_, prime_index, chunk_index) -> bytes:
+        return transcript("share", self.session_id, round_, sender, receiver, prime_index,
+                          chunk_index)
+
+    def encrypt(self, plaintext: bytes, *, round_: int, prime_index: int,
+                chunk_index: int) -> bytes:
+        """AES-256-GCM ciphertext (with tag) of a chunk sent from ``me`` to ``peer``."""
+        nonce = self.nonce(self.me, round_, prime_index, chunk_index)
+        aad = self._aad(self.me, self.peer, round_, prime_index, chunk_index)
+        return AESGCM(self.encryption_key).encrypt(nonce, plaintext, aad)
+
+    def decrypt(self, ciphertext: bytes, *, sender: str, round_: int, prime_index: int,
+                chunk_index: int, nonce: bytes | None = None, phase: str = "shares") -> bytes:
+        """Open a chunk sent from ``peer`` to ``me``; IntegrityError on any mismatch."""
+        if sender != self.peer:
+            raise IntegrityError(sender, phase)
+        expected = self.nonce(sender, round_, prime_index, chunk_index)
+        if nonce is not None and bytes(nonce) != expected:
+            raise IntegrityError(sender, phase)
+        aad = self._aad(sender, self.me, round_, prime_index, chunk_index)
+        try:
+            return AESGCM(self.encryption_key).decrypt(expected, bytes(ciphertext), aad)
+        except (InvalidTag, ValueError):
+            raise IntegrityError(sender, phase) from None
+
+    # -- masks ------------------------------------------------------------------------
+    def mask(self, prime: int, shape, *, round_: int, prime_index: int,
+             tile_index: int) -> np.ndarray:
+        """The pairwise PRG mask both ends derive identically (uniform in GF(p))."""
+        nonce = struct.pack("<IIII", 0, round_, prime_index, tile_index)
+        shape = (shape,) if np.isscalar(shape) else tuple(shape)
+        total = int(np.prod(shape, dtype=np.int64))
+        # Fast path, same values as the general one: rejection sampling keeps the first
+        # ``total`` words unchanged when none of them is rejected (the usual case for
+        # primes just below 2^31); otherwise redo it in full from the start of the stream.
+        words = np.frombuffer(KeyStream(self.mask_key, nonce).bytes(4 * total), dtype="<u4")
+        words = words & np.uint32((1 << int(prime - 1).bit_length()) - 1)
+        if total and int(words.max()) < prime:
+            return words.astype(np.int64).reshape(shape)
+        return uniform_elements(prime, shape, KeyStream(self.mask_key, nonce))
+
+    def signed_mask(self, prime: int, shape, *, my_index: int, peer_index: int, round_: int,
+                    prime_index: int, tile_index: int) -> np.ndarray:
+        """+mask if the peer comes after me in roster order, -mask (mod p) otherwise."""
+        m = self.mask(prime, shape, round_=round_, prime_index=prime_index,
+                      tile_index=tile_index)
+        return m if peer_index > my_index else (prime - m) % prime

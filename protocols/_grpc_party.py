@@ -1,0 +1,223 @@
+"""gRPC transport, party side: connect (mutual TLS), run the sans-IO :class:`Party`.
+
+:func:`run_party` opens one ``Session`` stream to the coordinator, sends what the state
+machine emits and feeds it what arrives, until the result (or an error). Every wait is
+bounded: connecting by ``connect_timeout``, the whole stream by ``timeout``.
+
+``python -m protocols._grpc_party --config session.toml --party NAME --data FILE`` runs one
+party as a process (what ``omnifc join``, ``omnifc demo`` and
+``secure_distance_matrix(transport="grpc")`` start); it exits 0 on success and 1 on any
+error, after logging it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import pathlib
+import queue
+import sys
+import time
+
+import grpc
+import numpy as np
+
+from finite_field import DeadlineError, InputError, OmniFCError, PeerError, ProtocolError
+
+from ._generated import omnifc_pb2_grpc as pb_grpc
+from ._party import COORDINATOR, Party
+from ._tls import make_channel, party_credentials
+
+__all__ = ["run_party", "party_from_config", "load_party_data", "main"]
+
+logger = logging.getLogger("omnifc.protocols")
+
+_END = object()
+
+
+def load_party_data(path) -> np.ndarray:
+    """Rows of a party from ``.npy`` or ``.csv`` (comma-separated numbers, no header)."""
+    path = pathlib.Path(path)
+    if path.suffix == ".npy":
+        data = np.load(path, allow_pickle=False)
+    elif path.suffix == ".csv":
+        try:
+            data = np.loadtxt(path, delimiter=",", dtype=np.float64, ndmin=2)
+        except ValueError as error:
+            raise InputError(f"could not read {str(path)!r} as numeric CSV: {error}") from None
+    else:
+        raise InputError(f"data must be a .npy or .csv file, got {str(path)!r}")
+    return np.asarray(data, dtype=np.float64)
+
+
+def party_from_config(config, name: str, data, *, parameters=None) -> Party:
+    """The :class:`Party` ``name`` of a session config, with its identity key loaded."""
+    from ._grpc_coordinator import parameters_from_config
+    from ._identity import load_identity
+
+    entry = config.party(name)
+    if entry.identity_key is None:
+        raise InputError(f"the session config gives no identity_key file for party {name!r}")
+    return Party(name, data, session_id=config.session_id,
+                 parameters=parameters or parameters_from_config(config),
+                 identity_key=load_identity(entry.identity_key),
+                 pinned={e.name: e.identity_public_key for e in config.parties})
+
+
+def run_party(party: Party, target: str, *, credentials=None, insecure: bool = False,
+              timeout: float = 600.0, connect_timeout: float = 30.0, fault: str | None = None,
+              on_message=None) -> Party:
+    """Take part in a session over gRPC until the result arrives.
+
+    Parameters
+    ----------
+    party : Party
+    target : str
+        The coordinator's ``host:port``.
+    credentials : grpc.ChannelCredentials
+        Mutual TLS (see :func:`protocols.party_credentials`); or ``insecure=True``.
+    timeout : float
+        Upper bound in seconds on the whole session.
+    connect_timeout : float
+        Seconds to establish the (mutually authenticated) connection.
+    fault : str, optional
+        Test hook: ``"exit-in-evaluation"`` ends the process abruptly when the evaluation
+        starts (as a crash would); ``"stall-in-evaluation"`` stops answering then.
+    on_message : callable, optional
+        ``on_message(kind)`` after each received message (progress display).
+
+    Returns
+    -------
+    Party
+        Done, with ``labels`` when the coordinator clustered.
+
+    Raises
+    ------
+    PeerError, DeadlineError, IntegrityError, ProtocolError
+    """
+    channel = make_channel(target, credentials, insecure=insecure)
+    outgoing: queue.Queue = queue.Queue(maxsize=8)
+
+    def requests():
+        while True:
+            item = outgoing.get()
+            if item is _END:
+                return
+            yield item
+
+    try:
+        try:
+            grpc.channel_ready_future(channel).result(timeout=connect_timeout)
+        except grpc.FutureTimeoutError:
+            raise PeerError(f"could not establish a connection to {target} within "
+                            f"{connect_timeout:g} s (coordinator down, or the TLS handshake "
+                            "was refused)", party=COORDINATOR, phase="join") from None
+        for env in party.start():
+            outgoing.put(env)
+        stub = pb_grpc.CoordinatorStub(channel)
+        responses = stub.Session(requests(), timeout=timeout)
+
+        def send(env) -> None:  # bounded queue: memory stays bounded by a few tiles
+            while True:
+                try:
+                    outgoing.put(env, timeout=0.5)
+                    return
+                except queue.Full:
+                    if responses.done():
+                        raise PeerError("the stream to the coordinator closed",
+                                        party=COORDINATOR, phase=party.phase) from None
+
+        try:
+            for env in responses:
+                kind = env.WhichOneof("body")
+                if fault and kind == "round_start":
+                    _inject(fault)
+                try:
+                    for out in party.receive(env):
+                        send(out)
+                except ProtocolError as error:
+                    if kind != "error" and not responses.done():
+                        send(party.error_report(error))
+                        time.sleep(0.2)  # let the report go out before the stream closes
+                    raise
+                if on_message is not None:
+                    on_message(kind)
+                if party.done:
+                    return party
+        except grpc.RpcError as error:
+            code = error.code()
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise DeadlineError(f"the session did not finish within {timeout:g} s",
+                                    party=COORDINATOR, phase=party.phase) from None
+            raise PeerError(f"the stream to the coordinator failed: {code.name} "
+                            f"({error.details()})", party=COORDINATOR,
+                            phase=party.phase) from None
+        raise PeerError("the coordinator closed the stream before sending a result",
+                        party=COORDINATOR, phase=party.phase)
+    finally:
+        try:
+            outgoing.put_nowait(_END)
+        except queue.Full:
+            pass
+        channel.close()
+
+
+def _inject(fault: str) -> None:
+    if fault == "exit-in-evaluation":
+        logging.shutdown()
+        os._exit(3)
+    if fault == "stall-in-evaluation":
+        while True:
+            time.sleep(3600)
+    raise ValueError(f"unknown fault {fault!r}")
+
+
+def main(argv=None) -> int:
+    """Run one party process (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m protocols._grpc_party",
+                                     description="Run one party of an omnifc session.")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--party", required=True)
+    parser.add_argument("--data", required=True, help=".npy or .csv file of rows")
+    parser.add_argument("--target", help="coordinator host:port (default: from the config)")
+    parser.add_argument("--labels-out", help="write the received labels here (.npy)")
+    parser.add_argument("--kind", choices=("distance", "sum"), default="distance",
+                        help="session kind (default distance)")
+    parser.add_argument("--rows", type=int, default=1, help="sum sessions: rows per party")
+    parser.add_argument("--fault", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING,
+                        format=f"%(asctime)s party {args.party} %(levelname)s %(message)s")
+    try:
+        party = join_from_config(args.config, args.party, args.data, target=args.target,
+                                 fault=args.fault, kind=args.kind, rows=args.rows)
+        if args.labels_out and party.labels is not None:
+            np.save(args.labels_out, party.labels)
+    except OmniFCError as error:
+        logger.error("%s", error)
+        return 1
+    return 0
+
+
+def join_from_config(config_path, name: str, data_path, *, target=None, fault=None,
+                     on_message=None, kind: str = "distance", rows: int = 1) -> Party:
+    """Load config and data, then :func:`run_party` (what ``omnifc join`` does)."""
+    from ._config import load_session_config
+    from ._grpc_coordinator import parameters_from_config
+
+    config = load_session_config(config_path)
+    parameters = parameters_from_config(config, kind=kind, rows=rows) if kind == "sum" \
+        else None
+    party = party_from_config(config, name, load_party_data(data_path),
+                              parameters=parameters)
+    d = config.deadlines
+    total = d.join + d.shares + d.evaluation * 4 + d.result
+    return run_party(party, target or config.coordinator,
+                     credentials=None if config.insecure else party_credentials(config, name),
+                     insecure=config.insecure, timeout=total, connect_timeout=d.join,
+                     fault=fault, on_message=on_message)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

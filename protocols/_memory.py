@@ -1,0 +1,196 @@
+"""In-memory transport: the coordinator and every party in one process, passing messages.
+
+The same state machines as over gRPC; by default every envelope is serialized to protobuf
+bytes and parsed back on delivery, so the exact wire bytes are exercised. Deadlines are
+simulated: when no message is left in flight and the session is not finished, the current
+phase's deadline is taken to have passed (:meth:`Coordinator.expire`).
+
+Examples
+--------
+>>> import numpy as np
+>>> from protocols import SessionParameters, run_memory_session
+>>> data = {"a": np.array([[0.0, 0.0]]), "b": np.array([[3.0, 4.0]]),
+...         "c": np.array([[1.0, 1.0]])}
+>>> outcome, _ = run_memory_session(data, SessionParameters(dim=2, bound=8.0, scale_bits=4))
+>>> outcome.values[0].tolist()
+[0.0, 25.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import collections
+import secrets
+from dataclasses import dataclass, field
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from finite_field import ProtocolError
+
+from ._coordinator import Coordinator, Outcome
+from ._crypto import public_identity_bytes
+from ._generated import omnifc_pb2 as pb
+from ._messages import SessionParameters, body_of, phase_of
+from ._party import COORDINATOR, Party
+
+__all__ = ["run_memory_session", "Transcript", "ReceivedMessage"]
+
+
+@dataclass(frozen=True)
+class ReceivedMessage:
+    """One message as the coordinator received it.
+
+    Attributes
+    ----------
+    sender : str
+        The authenticated party it came from.
+    kind : str
+        The envelope body: ``hello``, ``share``, ``ready``, ``tile`` or ``error``.
+    phase : str
+        ``join``, ``shares``, ``evaluation`` or ``error``.
+    data : bytes
+        The serialized ``omnifc.v1.Envelope`` exactly as received (parse with
+        ``protocols.parse_envelope``).
+    """
+
+    sender: str
+    kind: str
+    phase: str
+    data: bytes
+
+    def envelope(self) -> pb.Envelope:
+        return pb.Envelope.FromString(self.data)
+
+
+@dataclass
+class Transcript:
+    """Everything the coordinator received (``record=True``), in order.
+
+    ``messages`` is the coordinator's whole view from the parties: in masked mode it holds
+    signed hellos (public keys only), AES-GCM ciphertext share chunks, ready notes and
+    masked evaluation tiles. ``parties`` are the parties' state machines after the run;
+    they hold the pairwise keys and are returned for simulations and tests only (an audit
+    that wants to show what the coordinator *cannot* do must not use them).
+    """
+
+    messages: list = field(default_factory=list)
+    parties: dict = field(default_factory=dict)
+    session_id: str = ""
+
+    def of_kind(self, kind: str) -> list:
+        return [m for m in self.messages if m.kind == kind]
+
+
+def run_memory_session(party_data: dict, parameters: SessionParameters, *, session_id=None,
+                       responders=None, cluster=None, record: bool = False,
+                       serialize: bool = True, drop: dict | None = None, tamper=None,
+                       sources: dict | None = None) -> tuple[Outcome, Transcript]:
+    """Run one complete session in memory.
+
+    Parameters
+    ----------
+    party_data : dict of str to array-like
+        Each party's private rows, in roster order.
+    parameters : SessionParameters
+        Public parameters (``kind="sum"`` for a secure sum).
+    session_id : str, optional
+        A fresh random id by default.
+    responders, cluster
+        See :class:`Coordinator`.
+    record : bool
+        Keep a copy of every message the coordinator receives in the transcript.
+    serialize : bool
+        Pass every message through its protobuf bytes (default True).
+    drop : dict of str to str, optional
+        Simulated crashes: ``{"party-2": "evaluation"}`` makes that party disappear when
+        the first message of that phase reaches it (``"join"`` means it never says hello).
+    tamper : callable, optional
+        ``tamper(destination, envelope) -> envelope`` applied to everything the
+        coordinator sends (a malicious relay, for tests).
+    sources : dict of str to ByteSource, optional
+        Per-party noise sources (reproducible tests only; the OS CSPRNG otherwise).
+
+    Returns
+    -------
+    (Outcome, Transcript)
+
+    Raises
+    ------
+    ProtocolError, PeerError, DeadlineError, IntegrityError
+        The coordinator's error when the session fails; no partial outcome.
+    """
+    session_id = session_id or f"session-{secrets.token_hex(8)}"
+    names = [str(k) for k in party_data]
+    drop = dict(drop or {})
+    identities = {name: Ed25519PrivateKey.generate() for name in names}
+    pinned = {name: public_identity_bytes(key) for name, key in identities.items()}
+    parties = {name: Party(name, party_data[name], session_id=session_id,
+                           parameters=parameters, identity_key=identities[name],
+                           pinned=pinned, source=(sources or {}).get(name))
+               for name in names}
+    coordinator = Coordinator(session_id, parameters, names, pinned, responders=responders,
+                              cluster=cluster)
+    transcript = Transcript(parties=parties, session_id=session_id)
+    queue = collections.deque()  # (destination, sender, envelope)
+
+    def wire(env):
+        return pb.Envelope.FromString(env.SerializeToString()) if serialize else env
+
+    def from_coordinator(pairs):
+        for dest, env in pairs:
+            if tamper is not None:
+                env = tamper(dest, env)
+            queue.append((dest, COORDINATOR, env))
+
+    def coordinator_step(call, *args):
+        try:
+            from_coordinator(call(*args))
+        except ProtocolError:
+            for dest, env in coordinator.abort():
+                if dest in parties and parties[dest].phase not in ("failed", "done"):
+                    try:
+                        list(parties[dest].receive(wire(env)))
+                    except ProtocolError:
+                        pass
+            raise
+
+    for name in names:
+        if drop.get(name) == "join":  # never connects: the join deadline catches it
+            continue
+        for env in parties[name].start():
+            queue.append((COORDINATOR, name, env))
+
+    while coordinator.outcome is None:
+        if not queue:
+            coordinator_step(coordinator.expire)
+            if not queue and coordinator.outcome is None:
+                raise ProtocolError("the session stalled with nothing in flight")
+            continue
+        dest, sender, env = queue.popleft()
+        env = wire(env)
+        if dest == COORDINATOR:
+            if record:
+                kind = env.WhichOneof("body")
+                transcript.messages.append(ReceivedMessage(
+                    sender, kind, phase_of(kind), env.SerializeToString()))
+            coordinator_step(coordinator.receive, sender, env)
+            continue
+        party = parties[dest]
+        if dest in coordinator.lost or party.phase in ("failed", "done"):
+            continue
+        kind, _ = body_of(env)
+        if drop.get(dest) == phase_of(kind):
+            coordinator_step(coordinator.party_lost, dest, "process crashed")
+            continue
+        try:
+            for out in party.receive(env):
+                queue.append((COORDINATOR, dest, out))
+        except ProtocolError as error:
+            if kind == "error":
+                continue
+            queue.append((COORDINATOR, dest, party.error_report(error)))
+    # Deliver the results still in flight.
+    while queue:
+        dest, sender, env = queue.popleft()
+        if dest in parties and parties[dest].phase not in ("failed", "done"):
+            list(parties[dest].receive(wire(env)))
+    return coordinator.outcome, transcript

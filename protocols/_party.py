@@ -1,0 +1,412 @@
+"""The party's side of a session as a sans-IO state machine.
+
+A :class:`Party` never touches a socket, a thread or a clock: :meth:`Party.start` returns the
+hello, and :meth:`Party.receive` consumes one envelope from the coordinator and returns the
+envelopes to send back (an iterator: evaluation tiles are produced one at a time, so memory
+stays bounded by a tile; iterate it to the end before the next ``receive``). Any violation
+raises (``ProtocolError``/``PeerError``/``IntegrityError``) and leaves the party failed;
+:meth:`Party.error_report` turns that error into the message that tells the coordinator.
+
+Phases: ``join`` (hello sent) -> ``shares`` (roster verified, encrypted shares sent, waiting
+for everyone else's) -> ``ready`` -> ``evaluation`` (uploaded for the current round; a new
+``RoundStart`` restarts) -> ``done`` (result received) or ``failed``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Iterator
+
+import numpy as np
+
+from finite_field import (InputError, IntegrityError, OmniFCError, PeerError, ProtocolError,
+                          Quantizer, cross_sq_distances, encode_rows)
+
+from ._crypto import (PROTOCOL_VERSION, EphemeralKey, PairKeys, public_identity_bytes,
+                      sign_transcript, transcript, verify_transcript)
+from ._generated import omnifc_pb2 as pb
+from ._messages import (SessionParameters, SumPlan, body_of, chunk_rows, envelope, pack,
+                        row_tiles, unpack, vector_tiles)
+
+__all__ = ["Party", "hello_transcript", "COORDINATOR"]
+
+logger = logging.getLogger("omnifc.protocols")
+
+#: The name parties use for the coordinator in errors.
+COORDINATOR = "coordinator"
+
+
+#: Elements of g(beta_j) computed per kernel call (several tiles; 32 MB as int64).
+_BLOCK_ELEMENTS = 1 << 22
+
+
+def _block_stop(tiles, first: int, n: int) -> int:
+    """End row of the block of consecutive tiles starting at ``tiles[first]``."""
+    start = tiles[first][0]
+    stop = tiles[first][1]
+    for a, b in tiles[first + 1:]:
+        if (b - start) * (n - start) > _BLOCK_ELEMENTS:
+            break
+        stop = b
+    return stop
+
+
+def hello_transcript(hello: pb.Hello) -> bytes:
+    """The canonical bytes a party signs in its hello (every field but the signature)."""
+    return transcript("hello", hello.session_id, hello.protocol_version, hello.party_id,
+                      hello.n_rows, hello.dim, hello.ephemeral_public_key)
+
+
+class Party:
+    """One data owner.
+
+    Parameters
+    ----------
+    party_id : str
+        This party's name, as pinned in the session config.
+    data : array-like, shape (n, d) (distance) or (rows, k) / (k,) (sum)
+        The private rows. Checked and quantized here, before anything is sent: NaN,
+        infinities, a wrong dimension or an empty array raise :class:`InputError`.
+    session_id : str
+    parameters : SessionParameters
+        This party's own copy of the public parameters; the roster must agree with it.
+    identity_key : Ed25519PrivateKey
+        The long-term key whose public half is pinned for ``party_id``.
+    pinned : dict of str to bytes
+        Raw Ed25519 public keys of every party of the session (from the session config).
+    source : ByteSource, optional
+        Noise for the Lagrange shares; the OS CSPRNG when omitted (tests only).
+    """
+
+    def __init__(self, party_id: str, data, *, session_id: str, parameters: SessionParameters,
+                 identity_key, pinned: dict, source=None) -> None:
+        self.party_id = str(party_id)
+        self.session_id = str(session_id)
+        self.parameters = parameters
+        self.pinned = {str(k): bytes(v) for k, v in pinned.items()}
+        if self.party_id not in self.pinned:
+            raise ProtocolError(f"party {self.party_id!r} is not pinned in the session config; "
+                                f"parties are {sorted(self.pinned)}")
+        if public_identity_bytes(identity_key) != self.pinned[self.party_id]:
+            raise IntegrityError(self.party_id, "join")
+        self._identity = identity_key
+        self._source = source
+        if parameters.kind == "distance" and parameters.dim == 0:  # d taken from the data
+            shape = np.shape(data)
+            self.parameters = parameters = replace(parameters, dim=int(shape[-1]) if shape else 0)
+        self.quantized, self.clipped = self._check_data(data)
+        self.phase = "init"
+        self.error: Exception | None = None
+        self.labels: np.ndarray | None = None
+        self.result: pb.Result | None = None
+        self._ephemeral = EphemeralKey.generate()
+        self._hello: pb.Hello | None = None
+
+    # -- input checks (before any share leaves) -----------------------------------------
+    def _check_data(self, data):
+        params = self.parameters
+        x = np.asarray(data, dtype=np.float64)
+        if params.kind == "sum":
+            x = x.reshape(1, -1) if x.ndim == 1 else x
+            if x.shape != (params.rows, params.dim):
+                raise InputError(f"contribution must have shape ({params.rows}, {params.dim}), "
+                                 f"got {x.shape}", party=self.party_id)
+        else:
+            if x.ndim != 2:
+                raise InputError(f"data must be a 2-D array (rows x features), got shape "
+                                 f"{x.shape}", party=self.party_id)
+            if x.shape[0] == 0:
+                raise InputError("holds no rows (empty party)", party=self.party_id)
+            if x.shape[1] != params.dim:
+                raise InputError(f"d must be equal for all parties; has d={x.shape[1]}, "
+                                 f"the session expects {params.dim}", party=self.party_id)
+        quantizer = Quantizer(scale_bits=params.scale_bits, bound=params.bound,
+                              nonnegative=params.nonnegative)
+        q = quantizer.quantize(x, party=self.party_id)
+        if q.clipped:
+            logger.warning("party %r: %d entries clipped to the public bound", self.party_id,
+                           q.clipped)
+        return q.values, q.clipped
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.quantized.shape[0])
+
+    @property
+    def done(self) -> bool:
+        return self.phase == "done"
+
+    # -- helpers ------------------------------------------------------------------------
+    def _fail(self, error: Exception):
+        self.error = error
+        self.phase = "failed"
+        return error
+
+    def _expect_session(self, session_id: str, phase: str) -> None:
+        if session_id != self.session_id:
+            raise PeerError(f"message for session {session_id!r}, expected {self.session_id!r} "
+                            "(replayed or misrouted)", party=COORDINATOR, phase=phase)
+
+    def error_report(self, error: Exception) -> pb.Envelope:
+        """The ErrorReport that tells the coordinator why this party stopped."""
+        kind = ("integrity" if isinstance(error, IntegrityError) else
+                "input" if isinstance(error, InputError) else
+                "peer" if isinstance(error, PeerError) else "protocol")
+        culprit = getattr(error, "party", None)
+        return envelope(error=pb.ErrorReport(
+            session_id=self.session_id, reporter=self.party_id,
+            party="" if culprit is None else str(culprit),
+            phase=getattr(error, "phase", None) or self.phase, kind=kind,
+            message=str(error) if isinstance(error, OmniFCError) else type(error).__name__))
+
+    # -- phases -------------------------------------------------------------------------
+    def start(self) -> list[pb.Envelope]:
+        """The signed hello (phase ``join``)."""
+        if self.phase != "init":
+            raise ProtocolError(f"party {self.party_id!r} already started (phase {self.phase!r})")
+        hello = pb.Hello(session_id=self.session_id, protocol_version=PROTOCOL_VERSION,
+                         party_id=self.party_id, n_rows=self.n_rows, dim=self.parameters.dim,
+                         ephemeral_public_key=self._ephemeral.public_bytes)
+        hello.signature = sign_transcript(self._identity, hello_transcript(hello))
+        self._hello = hello
+        self.phase = "join"
+        return [envelope(hello=hello)]
+
+    def receive(self, env: pb.Envelope) -> Iterator[pb.Envelope]:
+        """Consume one envelope from the coordinator; return what to send back."""
+        if self.phase in ("failed", "done"):
+            raise ProtocolError(f"party {self.party_id!r} received a message after the "
+                                f"session ended (phase {self.phase!r})")
+        kind, body = body_of(env)
+        try:
+            handler = {"roster": self._on_roster, "share": self._on_share,
+                       "round_start": self._on_round_start, "result": self._on_result,
+                       "error": self._on_error}.get(kind)
+            if handler is None:
+                raise PeerError(f"unexpected message {kind!r} (a party never receives it)",
+                                party=COORDINATOR, phase=self.phase)
+            out = handler(body)
+        except Exception as error:
+            raise self._fail(error)
+        return self._guard(out)
+
+    def _guard(self, out) -> Iterator[pb.Envelope]:
+        try:
+            yield from out
+        except Exception as error:
+            raise self._fail(error)
+
+    def _require_phase(self, kind: str, *allowed: str) -> None:
+        if self.phase not in allowed:
+            raise PeerError(f"out-of-order message {kind!r}: party {self.party_id!r} is in "
+                            f"phase {self.phase!r}, expected one of {list(allowed)}",
+                            party=COORDINATOR, phase=self.phase)
+
+    def _on_roster(self, roster: pb.Roster):
+        self._require_phase("roster", "join")
+        self._expect_session(roster.session_id, "join")
+        names = [e.hello.party_id for e in roster.parties]
+        if sorted(names) != sorted(self.pinned) or len(set(names)) != len(names):
+            raise PeerError(f"roster lists parties {names}, the session config pins "
+                            f"{sorted(self.pinned)}", party=COORDINATOR, phase="join")
+        offset = 0
+        for entry in roster.parties:
+            hello = entry.hello
+            verify_transcript(self.pinned[hello.party_id], hello_transcript(hello),
+                              hello.signature, party=hello.party_id, phase="join")
+            if hello.session_id != self.session_id or hello.dim != self.parameters.dim:
+                raise PeerError(f"roster entry of {hello.party_id!r} has session "
+                                f"{hello.session_id!r} and d={hello.dim}, expected "
+                                f"{self.session_id!r} and d={self.parameters.dim}",
+                                party=COORDINATOR, phase="join")
+            if entry.row_offset != offset:
+                raise PeerError(f"row offset of {hello.party_id!r} is {entry.row_offset}, "
+                                f"expected {offset}", party=COORDINATOR, phase="join")
+            offset += hello.n_rows
+        mine = roster.parties[names.index(self.party_id)].hello
+        if mine.SerializeToString() != self._hello.SerializeToString():
+            raise PeerError("the roster does not carry this party's own hello",
+                            party=COORDINATOR, phase="join")
+        self.plan = self.parameters.plan(len(names))
+        expected = self.parameters.with_plan(self.plan)
+        seen = SessionParameters.from_proto(roster.parameters)
+        if seen != expected:
+            diff = [f for f in expected.__dataclass_fields__
+                    if getattr(seen, f) != getattr(expected, f)]
+            raise PeerError(f"roster parameters differ from the session config in {diff}",
+                            party=COORDINATOR, phase="join")
+        self.names = names
+        self.index = names.index(self.party_id)
+        self.rows_of = {e.hello.party_id: int(e.hello.n_rows) for e in roster.parties}
+        self.n_total = offset
+        self.keys = {e.hello.party_id: PairKeys.derive(
+            self._ephemeral, e.hello.ephemeral_public_key, session_id=self.session_id,
+            me=self.party_id, peer=e.hello.party_id)
+            for e in roster.parties if e.hello.party_id != self.party_id}
+        self._round = 0
+        self.phase = "shares"
+        if isinstance(self.plan, SumPlan):
+            self.phase = "ready"
+            return iter([self._ready()])
+        return self._send_shares()
+
+    def _ready(self) -> pb.Envelope:
+        return envelope(ready=pb.Ready(session_id=self.session_id, party_id=self.party_id,
+                                       phase="shares"))
+
+    def _send_shares(self):
+        plan = self.plan
+        width = plan.segment_length
+        shares = encode_rows(plan, self.quantized, self._source, party=self.party_id)
+        self._received = {(self.party_id, k): shares[k][self.index]
+                          for k in range(len(plan.primes))}
+        self._pending = {}
+        for sender in self.names:
+            if sender != self.party_id:
+                chunks = chunk_rows(self.rows_of[sender], width, self.parameters.chunk_bytes)
+                for k in range(len(plan.primes)):
+                    self._pending[(sender, k)] = {i: None for i in range(len(chunks))}
+        for j, receiver in enumerate(self.names):
+            if receiver == self.party_id:
+                continue
+            keys = self.keys[receiver]
+            for k in range(len(plan.primes)):
+                chunks = chunk_rows(self.n_rows, width, self.parameters.chunk_bytes)
+                for c, (a, b) in enumerate(chunks):
+                    yield envelope(share=pb.ShareChunk(
+                        session_id=self.session_id, round=0, sender=self.party_id,
+                        receiver=receiver, prime_index=k, chunk_index=c,
+                        total_chunks=len(chunks),
+                        nonce=keys.nonce(self.party_id, 0, k, c),
+                        ciphertext=keys.encrypt(pack(shares[k][j][a:b]), round_=0,
+                                                prime_index=k, chunk_index=c)))
+        if not self._pending:  # a single party (not a valid session, but be explicit)
+            yield from self._maybe_ready()
+
+    def _on_share(self, chunk: pb.ShareChunk):
+        self._require_phase("share", "shares")
+        self._expect_session(chunk.session_id, "shares")
+        sender = chunk.sender
+        if chunk.receiver != self.party_id or sender not in self.keys:
+            raise PeerError(f"share chunk from {sender!r} to {chunk.receiver!r} delivered to "
+                            f"{self.party_id!r}", party=COORDINATOR, phase="shares")
+        if chunk.round != 0:
+            raise PeerError(f"share chunk for round {chunk.round}, expected 0", party=sender,
+                            phase="shares")
+        slots = self._pending.get((sender, chunk.prime_index))
+        width = self.plan.segment_length
+        chunks = chunk_rows(self.rows_of[sender], width, self.parameters.chunk_bytes)
+        if slots is None or chunk.total_chunks != len(chunks) or chunk.chunk_index not in slots:
+            raise PeerError(f"share chunk (prime {chunk.prime_index}, chunk "
+                            f"{chunk.chunk_index}/{chunk.total_chunks}) does not fit the "
+                            f"schedule ({len(chunks)} chunks per prime)", party=sender,
+                            phase="shares")
+        if slots[chunk.chunk_index] is not None:
+            raise PeerError(f"duplicate share chunk {chunk.chunk_index} for prime "
+                            f"{chunk.prime_index}", party=sender, phase="shares")
+        plaintext = self.keys[sender].decrypt(
+            chunk.ciphertext, sender=sender, round_=0, prime_index=chunk.prime_index,
+            chunk_index=chunk.chunk_index, nonce=chunk.nonce)
+        a, b = chunks[chunk.chunk_index]
+        p = self.plan.primes[chunk.prime_index]
+        slots[chunk.chunk_index] = unpack(plaintext, (b - a) * width, p, party=sender,
+                                          phase="shares").reshape(b - a, width)
+        return self._maybe_ready()
+
+    def _maybe_ready(self):
+        if any(v is None for slots in self._pending.values() for v in slots.values()):
+            return
+        for (sender, k), slots in self._pending.items():
+            self._received[(sender, k)] = np.concatenate([slots[i] for i in sorted(slots)])
+        self.held = [np.ascontiguousarray(np.concatenate(
+            [self._received[(name, k)] for name in self.names]))
+            for k in range(len(self.plan.primes))]
+        del self._pending, self._received
+        self.phase = "ready"
+        yield self._ready()
+
+    def _on_round_start(self, start: pb.RoundStart):
+        self._require_phase("round_start", "ready", "evaluation")
+        self._expect_session(start.session_id, "evaluation")
+        responders = list(start.responders)
+        need = self.parameters.min_responders(len(self.names))
+        if start.round <= self._round:
+            raise PeerError(f"round {start.round} does not follow round {self._round} "
+                            "(replayed)", party=COORDINATOR, phase="evaluation")
+        if (len(set(responders)) != len(responders) or not set(responders) <= set(self.names)
+                or len(responders) < need):
+            raise PeerError(f"responding set {responders} must hold at least {need} distinct "
+                            f"parties of {self.names}", party=COORDINATOR, phase="evaluation")
+        self._round = start.round
+        self.phase = "evaluation"
+        if self.party_id not in responders:
+            return iter(())
+        order = sorted(responders, key=self.names.index)
+        return self._tiles(start.round, order)
+
+    def _tiles(self, round_: int, responders: list[str]):
+        plan, params = self.plan, self.parameters
+        masked = params.mode == "masked"
+        others = [(self.names.index(r), self.keys[r]) for r in responders if r != self.party_id]
+        if isinstance(plan, SumPlan):
+            flat = self.quantized.reshape(-1)
+            tiles = vector_tiles(plan.length, params.chunk_bytes)
+            weights = None
+        else:
+            tiles = row_tiles(self.n_total, params.chunk_bytes)
+            position = [self.names.index(r) for r in responders]
+            weights = [int(code.decoding_weights(position)[position.index(self.index)])
+                       for code in plan.codes]
+        for k, p in enumerate(plan.primes):
+            block = None  # (start, stop, values): several tiles computed in one kernel call
+            for tile_index, (a, b) in enumerate(tiles):
+                if weights is None:
+                    values = flat[a:b] % p
+                else:
+                    if block is None or b > block[1]:
+                        stop = _block_stop(tiles, tile_index, self.n_total)
+                        block = (a, stop, self._evaluate(k, a, stop))
+                    start = block[0]
+                    values = block[2][a - start:b - start, a - start:]
+                    if masked:  # c_j * g(beta_j) (< p^2 < 2^62); transparent: unweighted
+                        values = values * weights[k]
+                if masked:
+                    values = values.astype(np.int64, copy=False)  # fresh: ours to modify
+                    for peer_index, keys in others:  # each mask < 2^31: no int64 overflow
+                        mask = keys.mask(p, values.shape, round_=round_, prime_index=k,
+                                         tile_index=tile_index)
+                        if peer_index > self.index:  # +PRG for later peers, -PRG for earlier
+                            values += mask
+                        else:
+                            values -= mask
+                    values %= p
+                yield envelope(tile=pb.EvaluationTile(
+                    session_id=self.session_id, round=round_, sender=self.party_id,
+                    prime_index=k, tile_index=tile_index, row_start=a, row_stop=b,
+                    values=pack(values)))
+
+    def _evaluate(self, k: int, a: int, b: int) -> np.ndarray:
+        """g(beta_j) for rows [a, b) against columns a..n-1, modulo prime k."""
+        x = self.held[k]
+        return cross_sq_distances(x[a:b], x[a:], self.plan.primes[k])
+
+    def _on_result(self, result: pb.Result):
+        self._require_phase("result", "ready", "evaluation")
+        self._expect_session(result.session_id, "result")
+        if result.party_id != self.party_id:
+            raise PeerError(f"result addressed to {result.party_id!r}", party=COORDINATOR,
+                            phase="result")
+        if len(result.labels) not in (0, self.n_rows):
+            raise PeerError(f"result holds {len(result.labels)} labels, expected "
+                            f"{self.n_rows} (one per own row) or none", party=COORDINATOR,
+                            phase="result")
+        self.result = result
+        self.labels = np.array(result.labels, dtype=np.int64) if result.labels else None
+        self.phase = "done"
+        return iter(())
+
+    def _on_error(self, report: pb.ErrorReport):
+        phase = report.phase or self.phase
+        raise PeerError(f"the coordinator aborted the session: {report.message}",
+                        party=report.party or COORDINATOR, phase=phase)

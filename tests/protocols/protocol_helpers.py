@@ -1,0 +1,87 @@
+"""Shared helpers of the protocol tests: plaintext references and a manual session driver."""
+
+from __future__ import annotations
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from protocols import Coordinator, Party, SessionParameters
+from protocols._crypto import public_identity_bytes
+
+
+def quantize(x, bound, scale_bits, nonnegative=False):
+    lower = 0.0 if nonnegative else -bound
+    return np.floor(np.clip(np.asarray(x, float), lower, bound) * 2.0**scale_bits + 0.5) \
+        .astype(np.int64)
+
+
+def plaintext_sq_distances(x, bound, scale_bits, nonnegative=False):
+    """Integer squared distances of the quantized rows with exact Python integers."""
+    q = quantize(x, bound, scale_bits, nonnegative).tolist()
+    return np.array([[sum((a - b) ** 2 for a, b in zip(u, v)) for v in q] for u in q],
+                    dtype=np.int64)
+
+
+def lagrange_weights(points, x, p):
+    """[L_j(x)] on ``points`` over GF(p), with Python integers (independent of the code)."""
+    out = []
+    for j, xj in enumerate(points):
+        num = den = 1
+        for k, xk in enumerate(points):
+            if k != j:
+                num = num * (x - xk) % p
+                den = den * (xj - xk) % p
+        out.append(num * pow(den, -1, p) % p)
+    return out
+
+
+def random_data(sizes, dim, seed=0, low=-1.0, high=1.0):
+    rng = np.random.default_rng(seed)
+    return {f"party-{i}": rng.uniform(low, high, (n, dim)) for i, n in enumerate(sizes)}
+
+
+class Session:
+    """A coordinator and parties wired by hand, for message-level tests."""
+
+    def __init__(self, data: dict, parameters: SessionParameters, session_id="test-session"):
+        self.names = list(data)
+        self.keys = {n: Ed25519PrivateKey.generate() for n in self.names}
+        self.pinned = {n: public_identity_bytes(k) for n, k in self.keys.items()}
+        self.parties = {n: Party(n, data[n], session_id=session_id, parameters=parameters,
+                                 identity_key=self.keys[n], pinned=self.pinned)
+                        for n in self.names}
+        self.coordinator = Coordinator(session_id, parameters, self.names, self.pinned)
+        self.parameters = parameters
+
+    def hellos(self):
+        return {n: p.start()[0] for n, p in self.parties.items()}
+
+    def deliver_all(self, pairs):
+        """Deliver coordinator output to parties; return what they send back (sender, env)."""
+        back = []
+        for dest, env in pairs:
+            for out in self.parties[dest].receive(env):
+                back.append((dest, out))
+        return back
+
+    def run_until(self, phase):
+        """Run the session with a FIFO until the coordinator reaches ``phase``."""
+        queue = [("coordinator", n, env) for n, env in self.hellos().items()]
+        while queue and self.coordinator.phase != phase:
+            dest, sender, env = queue.pop(0)
+            if dest == "coordinator":
+                for d, e in self.coordinator.receive(sender, env):
+                    queue.append((d, "coordinator", e))
+            else:
+                for e in self.parties[dest].receive(env):
+                    queue.append(("coordinator", dest, e))
+        return queue
+
+    def tiles(self):
+        """Run to the evaluation phase; return the parties' tiles as (sender, envelope)."""
+        queue = self.run_until("evaluation")
+        out = []
+        for dest, sender, env in queue:
+            if dest != "coordinator":
+                out += [(dest, e) for e in self.parties[dest].receive(env)]
+        return [(s, e) for s, e in out if e.HasField("tile")]

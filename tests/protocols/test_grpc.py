@@ -1,0 +1,148 @@
+"""End to end over real gRPC: one process per party on 127.0.0.1, mutual TLS."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import omnifc
+from finite_field import DeadlineError, IntegrityError, PeerError
+from protocols import SessionParameters, generate_certificates, load_session_config
+from protocols._grpc_local import LocalSession, run_local_grpc_session
+from protocols._grpc_party import party_from_config, run_party
+from protocols._tls import party_credentials
+from protocol_helpers import plaintext_sq_distances, random_data
+
+pytestmark = pytest.mark.network
+
+
+def rows(data):
+    return np.concatenate(list(data.values()))
+
+
+def test_library_call_over_grpc_equals_memory_and_plaintext():
+    data = random_data([6, 4, 5], 4, seed=21)  # m = 3, l = 1
+    over_grpc = omnifc.secure_distance_matrix(data, bound=1.0, scale_bits=10,
+                                              transport="grpc", deadline=20)
+    in_memory = omnifc.secure_distance_matrix(data, bound=1.0, scale_bits=10)
+    expected = plaintext_sq_distances(rows(data), 1.0, 10)
+    assert np.array_equal(over_grpc.integer_distances, expected)
+    assert np.array_equal(over_grpc.integer_distances, in_memory.integer_distances)
+    assert np.array_equal(over_grpc.distances, in_memory.distances)
+    assert over_grpc.parameters["transport"] == "grpc"
+    assert over_grpc.stats["shares"].bytes_sent > 0 and over_grpc.stats["evaluation"].bytes_sent
+
+
+@pytest.mark.parametrize("sizes, segments, scale_bits, n_primes", [
+    ([3, 5, 2, 4, 3], 2, 8, 1),   # m = 5, l = 2
+    ([4, 3, 5], 1, 24, 2),        # two RNS primes
+])
+def test_exact_over_grpc(sizes, segments, scale_bits, n_primes):
+    data = random_data(sizes, 5, seed=len(sizes))
+    params = SessionParameters(dim=5, bound=1.0, scale_bits=scale_bits, segments=segments)
+    outcome = run_local_grpc_session(data, params, deadline=20)
+    assert len(outcome.parameters["primes"]) == n_primes
+    assert np.array_equal(outcome.integer, plaintext_sq_distances(rows(data), 1.0, scale_bits))
+
+
+def test_killed_party_during_evaluation_is_replaced_when_enough_remain():
+    # m = 2l + 2t = 4: party-2 stops answering when evaluation starts and its process is
+    # then killed (SIGKILL); the round is abandoned and rerun with the other three.
+    data = random_data([3, 4, 2, 3], 3, seed=8)
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8)
+    outcome = run_local_grpc_session(data, params, deadline=20,
+                                     faults={"party-2": "stall-in-evaluation"},
+                                     kill_on={"party-2": "evaluation"})
+    assert np.array_equal(outcome.integer, plaintext_sq_distances(rows(data), 1.0, 8))
+    assert outcome.round == 2 and "party-2" not in outcome.responders
+
+
+def test_crash_with_too_few_parties_is_a_clear_error_within_the_deadline():
+    data = random_data([3, 4, 2], 3, seed=8)  # m = 2l + 2t - 1
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8)
+    start = time.monotonic()
+    with pytest.raises(PeerError) as info:
+        run_local_grpc_session(data, params, deadline=20,
+                               faults={"party-1": "exit-in-evaluation"})
+    assert (info.value.party, info.value.phase) == ("party-1", "evaluation")
+    assert time.monotonic() - start < 60
+
+
+def test_silent_party_hits_the_evaluation_deadline():
+    data = random_data([3, 4, 2], 3, seed=8)
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8)
+    with pytest.raises(DeadlineError) as info:
+        run_local_grpc_session(data, params, deadline=3,
+                               faults={"party-0": "stall-in-evaluation"})
+    assert (info.value.party, info.value.phase) == ("party-0", "evaluation")
+
+
+def test_flipped_byte_in_a_relayed_share_fails_cleanly():
+    data = random_data([3, 4, 2], 3, seed=8)
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8)
+    flipped = []
+
+    def tamper(dest, env):
+        if env.HasField("share") and not flipped:
+            ciphertext = bytearray(env.share.ciphertext)
+            ciphertext[-1] ^= 0x01
+            env.share.ciphertext = bytes(ciphertext)
+            flipped.append(env.share.sender)
+        return env
+
+    with pytest.raises(IntegrityError) as info:
+        run_local_grpc_session(data, params, deadline=20, tamper=tamper)
+    assert (info.value.party, info.value.phase) == (flipped[0], "shares")
+
+
+def test_secure_sum_over_grpc():
+    parts = {f"p{i}": np.array([[0.5 * i, -1.0, 2.0 - i]]) for i in range(3)}
+    result = omnifc.secure_sum(parts, bound=4.0, scale_bits=8, transport="grpc", deadline=20)
+    assert result.total.tolist() == [[1.5, -3.0, 3.0]]
+
+
+def test_certificate_from_another_ca_is_refused(tmp_path):
+    data = random_data([2, 2, 2], 2, seed=1)
+    params = SessionParameters(dim=2, bound=1.0, scale_bits=8)
+    with LocalSession(data, params, deadline=5) as local:
+        server = local.server().start()
+        try:
+            stranger = load_session_config(
+                generate_certificates(tmp_path / "stranger", list(data)).config)
+            party = party_from_config(stranger, "party-0", data["party-0"], parameters=params)
+            with pytest.raises(PeerError, match="could not establish a connection"):
+                run_party(party, f"127.0.0.1:{server.port}",
+                          credentials=party_credentials(stranger, "party-0"),
+                          connect_timeout=2, timeout=5)
+            assert server.coordinator.hellos == {}
+        finally:
+            server.stop()
+
+
+def test_message_replayed_from_another_session_is_rejected():
+    # A relay that injects a round start of another session: the party refuses it, says so,
+    # and the run fails cleanly naming the phase.
+    data = random_data([3, 4, 2], 3, seed=8)
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8)
+
+    def replay(dest, env):
+        if env.HasField("round_start") and dest == "party-0":
+            env.round_start.session_id = "0" * 32
+        return env
+
+    with pytest.raises(PeerError, match="replayed") as info:
+        run_local_grpc_session(data, params, deadline=20, tamper=replay)
+    assert info.value.phase == "evaluation"
+
+
+def test_party_process_refusing_its_input_fails_the_join_fast():
+    data = random_data([3, 4, 2], 3, seed=8)
+    data["party-1"][1, 2] = np.nan
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8)
+    start = time.monotonic()
+    with pytest.raises(PeerError, match="finite") as info:
+        run_local_grpc_session(data, params, deadline=20)
+    assert (info.value.party, info.value.phase) == ("party-1", "join")
+    assert time.monotonic() - start < 60  # not the 120 s join deadline
