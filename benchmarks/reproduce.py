@@ -1,0 +1,13 @@
+"""Reproduce the OmniFC paper's evaluation; same as ``omnifc reproduce``.
+
+Usage: python benchmarks/reproduce.py [--out docs] [--quick]
+"""
+
+from __future__ import annotations
+
+import sys
+
+from omnifc.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["reproduce", *sys.argv[1:]]))

@@ -1,0 +1,61 @@
+"""DBSCAN on the Euclidean distances sqrt(D), with an automatic eps.
+
+When ``eps`` is not given it is chosen from the sorted k-distance curve, k = min_samples - 1
+(the distance of every row to its (min_samples - 1)-th nearest other row; scikit-learn
+counts the row itself in ``min_samples``): eps is the curve's knee found by
+``kneed.KneeLocator(curve="convex", direction="increasing")``, or its 90th percentile when
+no knee is found. The value is then moved to the midpoint between that distance and the
+next larger distinct pairwise distance, so that no pair sits exactly on the eps boundary
+(identical results whatever the rounding of equal distances). ``n_clusters`` is not used:
+DBSCAN finds the number of clusters, and labels noise -1.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from finite_field import ParameterError
+
+__all__ = ["dbscan", "auto_eps"]
+
+
+def auto_eps(dist: np.ndarray, min_samples: int) -> float:
+    """The automatic eps described in the module docstring (``dist`` = sqrt(D))."""
+    n = dist.shape[0]
+    if n < 2:
+        return 1.0
+    k = min(max(int(min_samples) - 1, 1), n - 1)
+    kdist = np.sort(np.partition(dist, k, axis=1)[:, k])
+    eps = None
+    if n >= 3 and kdist[-1] > kdist[0]:
+        from kneed import KneeLocator
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            knee = KneeLocator(np.arange(n), kdist, curve="convex", direction="increasing").knee
+        if knee is not None:
+            eps = float(kdist[int(knee)])
+    if eps is None:
+        eps = float(np.percentile(kdist, 90, method="lower"))
+    values = np.unique(dist[np.triu_indices(n, 1)])
+    above = values[values > eps]
+    if above.size:
+        eps = (eps + float(above[0])) / 2.0
+    return eps if eps > 0 else float(above[0]) / 2.0 if above.size else 1.0
+
+
+def dbscan(d: np.ndarray, n_clusters=None, rng=None, *, eps=None, min_samples: int = 5) -> dict:
+    from sklearn.cluster import DBSCAN
+
+    if isinstance(min_samples, bool) or int(min_samples) < 1:
+        raise ParameterError(f"min_samples must be a positive integer, got {min_samples!r}")
+    dist = np.sqrt(np.maximum(d, 0.0))
+    if eps is None:
+        eps = auto_eps(dist, min_samples)
+    elif not eps > 0:
+        raise ParameterError(f"eps must be positive, got {eps}")
+    model = DBSCAN(eps=float(eps), min_samples=int(min_samples), metric="precomputed").fit(dist)
+    return {"labels": model.labels_, "eps": float(eps),
+            "core_sample_indices": model.core_sample_indices_}

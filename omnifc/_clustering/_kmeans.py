@@ -1,0 +1,57 @@
+"""k-means from D: exact (classical MDS then Lloyd) and the paper's rows-of-D surrogate.
+
+D of Euclidean data is itself Euclidean, so classical MDS (G = -1/2 J D J) returns points
+``Y`` isometric to the data rows. Lloyd's algorithm only uses distances between points and
+means of points, both preserved by an isometry, so Lloyd on ``Y`` started from the rows
+``Y[idx]`` produces the same labels as Lloyd on the plaintext rows started from ``X[idx]``.
+The seeds are chosen by k-means++ on D (:func:`kmeans_plusplus_indices`), so they are
+data rows and the same ``idx`` can seed either run. ``tol=0`` (the default) runs Lloyd
+until the labels stop changing: scikit-learn scales ``tol`` by the mean per-feature
+variance, which depends on the number of coordinates and would differ between ``Y`` and
+``X`` (a rank-deficient ``X`` has more columns than ``Y``).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .._geometry import classical_mds
+from ._common import kmeans_plusplus_indices, seed_from
+
+__all__ = ["exact_kmeans", "rows_kmeans"]
+
+
+def exact_kmeans(d: np.ndarray, n_clusters: int, rng: np.random.Generator, *, n_init: int = 10,
+                 max_iter: int = 300, tol: float = 0.0) -> dict:
+    """Lloyd's k-means on the classical-MDS embedding of D; best of ``n_init`` seedings."""
+    from sklearn.cluster import KMeans
+    from sklearn.exceptions import ConvergenceWarning
+
+    embedding = classical_mds(d)
+    best = None
+    for _ in range(int(n_init)):
+        seeds = kmeans_plusplus_indices(d, n_clusters, rng)
+        model = KMeans(n_clusters=n_clusters, init=embedding[seeds], n_init=1,
+                       max_iter=max_iter, tol=tol, algorithm="lloyd")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            model.fit(embedding)
+        if best is None or model.inertia_ < best[0].inertia_:
+            best = (model, seeds)
+    model, seeds = best
+    return {"labels": model.labels_, "init_indices": seeds, "inertia": float(model.inertia_),
+            "cluster_centers": model.cluster_centers_, "embedding": embedding,
+            "n_iter": int(model.n_iter_)}
+
+
+def rows_kmeans(d: np.ndarray, n_clusters: int, rng: np.random.Generator, *, n_init: int = 10,
+                max_iter: int = 300) -> dict:
+    """The OmniFC paper's surrogate: scikit-learn k-means on the rows of D as features."""
+    from sklearn.cluster import KMeans
+
+    model = KMeans(n_clusters=n_clusters, n_init=n_init, max_iter=max_iter,
+                   random_state=seed_from(rng)).fit(d)
+    return {"labels": model.labels_, "inertia": float(model.inertia_),
+            "cluster_centers": model.cluster_centers_, "n_iter": int(model.n_iter_)}

@@ -1,0 +1,41 @@
+"""scikit-learn's estimator checks on the seven estimators, with ``metric="euclidean"``.
+
+The generic checks feed feature matrices (e.g. 50 x 2) and expect feature-matrix behaviour
+(NaN refusal messages, ``n_features_in_``, negative values accepted), so they do not
+apply to ``metric="precomputed"`` squared-distance input: that path runs the same fit code
+after computing D, and is covered by test_clustering.py / test_clustering_units.py.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import omnifc
+
+ESTIMATORS = [
+    omnifc.DistanceKMeans(3, random_state=0, metric="euclidean"),
+    omnifc.DistanceKMeans(3, variant="rows", random_state=0, metric="euclidean"),
+    omnifc.DistanceSpectral(3, random_state=0, metric="euclidean"),
+    omnifc.DistanceFuzzyCMeans(3, random_state=0, metric="euclidean"),
+    omnifc.DistanceNMF(3, random_state=0, metric="euclidean"),
+    omnifc.DistanceDBSCAN(metric="euclidean"),
+    omnifc.DistanceHierarchical(3, metric="euclidean"),
+    omnifc.DistanceKMedoids(3, metric="euclidean"),
+]
+
+
+# scikit-learn's array-API check only runs with SCIPY_ARRAY_API=1 (it skips itself
+# otherwise); these estimators convert input to numpy, so it is left out rather than skipped.
+_CHECKS = parametrize_with_checks(ESTIMATORS).mark
+_PAIRS = [pair for pair in _CHECKS.args[1]
+          if getattr(pair[1], "func", pair[1]).__name__ != "check_array_api_input"]
+
+
+@pytest.mark.parametrize(_CHECKS.args[0], _PAIRS, **_CHECKS.kwargs)
+def test_sklearn_compatible_estimator(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        check(estimator)
