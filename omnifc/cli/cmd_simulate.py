@@ -17,7 +17,23 @@ def register(subparsers) -> None:
         description="Split a built-in data set across parties, reconstruct the pairwise "
                     "squared distances on Lagrange shares, and check them against plaintext.")
     add_session_arguments(parser)
+    parser.add_argument("--adapter", choices=("raw", "clove", "client2vec", "flux", "fmcl"),
+                        default=None,
+                        help="instead, run one adapter's synthetic example (client embeddings "
+                             "of a clustered-FL paper through secure reconstruction) and print "
+                             "the paper's claim next to the plaintext and secure results")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the --adapter example")
     parser.set_defaults(handler=run)
+
+
+def run_adapter(args) -> int:
+    """``--adapter NAME``: run that adapter's example; exit 1 if secure != plaintext."""
+    from ..adapters import run_example
+
+    lines, ok = run_example(args.adapter, seed=args.seed)
+    print(f"adapter          {args.adapter} (seed {args.seed})")
+    print("\n".join(lines))
+    return 0 if ok else 1
 
 
 def add_session_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +49,8 @@ def add_session_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    if getattr(args, "adapter", None):
+        return run_adapter(args)
     data = load_dataset(args.dataset)
     parts = split_non_iid(data.labels, args.parties, args.non_iid)
     parties = {f"party-{i}": data.features[idx] for i, idx in enumerate(parts)}

@@ -1,0 +1,369 @@
+"""FMCL (Ali & Brattain, 2026, arXiv 2604.27510) on protected class-aware signatures.
+
+Client side: from a frozen encoder the caller supplies, the signature is
+``S_i = {(mu_ic, w_ic)}``: the mean embedding of each class c and its weight
+``w_ic = n_ic / n_i``.
+
+FMCL distance (Algorithm 3, as this module implements it)::
+
+    d_c      = 1 - cos(mu_ic, mu_jc)                          (shared classes)
+    m_c      = min(w_ic, w_jc),     Omega_ij = sum_c m_c      (= 1 - TV(w_i, w_j))
+    Dbar_ij  = sum_c m_c d_c / (Omega_ij + eps)               (eps = 1e-3)
+    D_ij     = Dbar_ij * g(Omega_ij),   g(Omega) = min(Omega^-alpha, beta)
+
+with ``alpha = 1`` and ``beta = 100`` (the reference notes read beta as a cap on the
+inverse-overlap factor; the exact form is unverified, this is omnifc's documented choice).
+Pairs with no shared class (Omega = 0) get ``D_big = min(2 P95, P99)`` of the finite
+off-diagonal distances; the diagonal is 0. The cosine's own ``+eps`` in the denominator is
+dropped (negligible for non-zero means).
+
+K selection (Algorithms 4-5): CV = std/mean of the off-diagonal distances picks the window
+(< 0.35: K in 1..3; < 0.70: 2..6; else 3..10), average-linkage agglomerative clustering on
+the precomputed matrix for each K, silhouette, the largest strict local maximum of the
+silhouette over the window (fallback: its argmax). Edge cases, omnifc's choices: K is capped
+at n - 1 (silhouette needs it); K = 1 scores 0 (a split must have a positive silhouette to
+win); fewer than 3 clients -> K = 1; no finite off-diagonal distance -> all off-diagonal
+entries set to 1 (D_big undefined); mean 0 -> CV = 0.
+
+Secure path (neither embeddings nor class weights are revealed)
+----------------------------------------------------------------
+Each client rounds its weights to multiples of 1/q with largest-remainder rounding
+(``k_ic`` integers summing to q; ``|k_ic/q - w_ic| < 1/q``), unit-normalizes its class
+means, and protects two vectors: the thermometer code ``t_i = concat_c t(k_ic)`` with
+``t(k) = [1]*k + [0]*(q-k)`` and ``z_i = concat_c t(k_ic) (x) mu_hat_ic`` (dimension C q d).
+With ``D^t = ||t_i - t_j||^2 / q`` and ``D^z = ||z_i - z_j||^2 / q``::
+
+    sum_c m_c (1 - cos_c) = (D^z - D^t) / 2,      Omega = 1 - D^t / 2
+
+exactly for the rounded weights (and unit-norm means). Error bound against the exact
+weights: with ``Delta = sum_c |w_hat_ic - w_ic| + sum_c |w_hat_jc - w_jc|`` (each sum is
+below ``C / q``, so ``Delta < 2 C / q``), ``|Omega_hat - Omega| <= Delta`` and ``|N_hat - N| <= 2 Delta + e_q`` where
+``N = sum_c m_c (1 - cos_c)`` and ``e_q = 4 sqrt(d) h + 2 d h^2`` (``h = 2^-(scale_bits+1)``,
+the quantization of the unit means). Because D is increasing in N and decreasing in Omega,
+``|D_hat - D| <= max(f(N + 2 Delta + e_q, Omega - Delta) - f(N, Omega),
+f(N, Omega) - f(N - 2 Delta - e_q, Omega + Delta))`` with ``f(N, Omega) = N / (Omega + eps)
+g(Omega)``, valid when ``Omega > Delta``; :func:`thermometer_error_bound` evaluates it.
+A class whose weight rounds to 0 drops out (so a pair may lose its only shared class).
+
+What the coordinator learns beyond the distances
+------------------------------------------------
+The two squared-distance matrices D^z and D^t (hence, per pair, the rounded overlap Omega
+and the overlap-weighted cosine sum; D^t alone is the L1 distance between the rounded
+class-weight vectors). Nothing else: no weight, mean or class count.
+
+Public bounds: t entries lie in {0, 1} (bound 1, nonnegative); z entries are entries of unit
+vectors (bound 1). Nothing is clipped.
+
+Examples
+--------
+>>> import numpy as np
+>>> from omnifc.adapters import fmcl
+>>> w = np.array([[0.5, 0.5], [0.5, 0.5], [1.0, 0.0]])
+>>> mu = np.array([[[1.0, 0], [0, 1]], [[1.0, 0], [0, 1]], [[0, 1.0], [0, 0]]])
+>>> fmcl.fmcl_distances(mu, w).round(3).tolist()
+[[0.0, 0.0, 1.996], [0.0, 0.0, 1.996], [1.996, 1.996, 0.0]]
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.cluster import AgglomerativeClustering
+from sklearn.metrics import silhouette_score
+
+from finite_field import InputError, ParameterError
+
+from ._common import kmeans_from_distances, plaintext_distances, protect, quantize_rows
+
+__all__ = ["COORDINATOR_LEARNS", "signature", "round_weights", "thermometer_rows",
+           "fmcl_distances", "fmcl_from_thermometer", "fill_missing", "coefficient_of_variation",
+           "k_window", "choose_clusters", "FmclResult", "fmcl_server", "thermometer_error_bound",
+           "secure_thermometer_distances", "synthetic_domains", "DEFAULT_RESOLUTION"]
+
+logger = logging.getLogger("omnifc.adapters.fmcl")
+
+COORDINATOR_LEARNS = ("the two squared-distance matrices D^z and D^t of the thermometer "
+                      "codes: per pair the rounded class overlap and the overlap-weighted "
+                      "cosine sum; no weights, means or counts")
+
+ALPHA, BETA, EPS = 1.0, 100.0, 1e-3
+#: Thermometer resolution q: weights are rounded to multiples of 1/q.
+DEFAULT_RESOLUTION = 500
+
+
+# ----------------------------------------------------------------------------- client side
+
+def signature(embeddings, labels, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Client side: per-class mean embeddings (C, d) (0 for absent classes) and weights (C,)."""
+    e = np.asarray(embeddings, dtype=np.float64)
+    y = np.asarray(labels)
+    if e.ndim != 2 or e.shape[0] != y.shape[0] or e.shape[0] == 0:
+        raise InputError(f"expected embeddings (N, d) with N >= 1 labels, got {e.shape} and "
+                         f"{y.shape}")
+    means = np.zeros((n_classes, e.shape[1]))
+    counts = np.bincount(y, minlength=n_classes).astype(np.float64)[:n_classes]
+    for c in np.flatnonzero(counts):
+        means[c] = e[y == c].mean(axis=0)
+    return means, counts / counts.sum()
+
+
+def round_weights(weights, resolution: int = DEFAULT_RESOLUTION) -> np.ndarray:
+    """Largest-remainder rounding: integers k_c >= 0 summing to q with |k_c/q - w_c| < 1/q."""
+    w = np.asarray(weights, dtype=np.float64)
+    q = int(resolution)
+    if q < 1:
+        raise ParameterError(f"resolution must be >= 1, got {resolution}")
+    scaled = w / w.sum() * q
+    k = np.floor(scaled).astype(np.int64)
+    remainder = q - int(k.sum())
+    if remainder:
+        order = np.argsort(-(scaled - k), kind="stable")
+        k[order[:remainder]] += 1
+    return k
+
+
+def thermometer_rows(means, weights, resolution: int = DEFAULT_RESOLUTION):
+    """Client side: the two rows to protect, ``z_i`` (C q d) and ``t_i`` (C q), unnormalized.
+
+    ``t`` has the first k_c of each class's q slots set to 1; ``z`` repeats the unit class
+    mean in those slots. The server divides the squared distances by q.
+    """
+    means = np.asarray(means, dtype=np.float64)
+    k = round_weights(weights, resolution)
+    q = int(resolution)
+    c, d = means.shape
+    t = np.zeros((c, q))
+    z = np.zeros((c, q, d))
+    for cls in range(c):
+        if k[cls]:
+            norm = np.linalg.norm(means[cls])
+            if norm == 0:
+                raise InputError(f"class {cls} has weight but a zero mean embedding")
+            t[cls, :k[cls]] = 1.0
+            z[cls, :k[cls]] = means[cls] / norm
+    return z.ravel(), t.ravel()
+
+
+# ----------------------------------------------------------------------------- server side
+
+def _g(overlap):
+    with np.errstate(divide="ignore"):
+        return np.minimum(np.where(overlap > 0, overlap ** -ALPHA, np.inf), BETA)
+
+
+def _combine(numerator, overlap) -> np.ndarray:
+    """``D = N / (Omega + eps) g(Omega)``; inf where Omega = 0 (no shared class)."""
+    overlap = np.asarray(overlap, dtype=np.float64)
+    d = np.where(overlap > 0, numerator / (overlap + EPS) * _g(overlap), np.inf)
+    np.fill_diagonal(d, 0.0)
+    return d
+
+
+def fmcl_distances(means, weights, *, fill: bool = True) -> np.ndarray:
+    """Direct (plaintext) FMCL distance matrix from signatures (Algorithm 3)."""
+    means = np.asarray(means, dtype=np.float64)       # (n, C, d)
+    weights = np.asarray(weights, dtype=np.float64)   # (n, C)
+    norms = np.linalg.norm(means, axis=2)
+    unit = np.divide(means, norms[..., None], out=np.zeros_like(means), where=norms[..., None] > 0)
+    cos = np.einsum("icd,jcd->ijc", unit, unit)
+    m = np.minimum(weights[:, None, :], weights[None, :, :])
+    numerator = (m * (1.0 - cos)).sum(axis=2)
+    d = _combine(numerator, m.sum(axis=2))
+    return fill_missing(d) if fill else d
+
+
+def fmcl_from_thermometer(d_z, d_t, resolution: int, *, fill: bool = True) -> np.ndarray:
+    """FMCL distances from the two protected squared-distance matrices (unnormalized codes)."""
+    q = float(resolution)
+    dz = np.asarray(d_z, dtype=np.float64) / q
+    dt = np.asarray(d_t, dtype=np.float64) / q
+    numerator = np.maximum((dz - dt) / 2.0, 0.0)
+    overlap = np.clip(1.0 - dt / 2.0, 0.0, 1.0)
+    overlap[np.isclose(overlap, 0.0, atol=0.5 / q)] = 0.0  # overlaps are multiples of 1/q
+    d = _combine(numerator, overlap)
+    return fill_missing(d) if fill else d
+
+
+def fill_missing(distances) -> np.ndarray:
+    """Replace inf (no shared class) by ``D_big = min(2 P95, P99)`` of finite off-diagonals."""
+    d = np.array(distances, dtype=np.float64, copy=True)
+    n = d.shape[0]
+    off = ~np.eye(n, dtype=bool)
+    finite = d[off & np.isfinite(d)]
+    missing = off & ~np.isfinite(d)
+    if missing.any():
+        big = (min(2.0 * np.percentile(finite, 95), np.percentile(finite, 99))
+               if finite.size else 1.0)
+        d[missing] = big
+    return d
+
+
+def coefficient_of_variation(distances) -> float:
+    """CV = std / mean of the off-diagonal entries (0 when the mean is 0)."""
+    d = np.asarray(distances, dtype=np.float64)
+    off = d[~np.eye(d.shape[0], dtype=bool)]
+    mean = off.mean() if off.size else 0.0
+    return float(off.std() / mean) if mean > 0 else 0.0
+
+
+def k_window(cv: float) -> tuple[int, int]:
+    """CV < 0.35 -> (1, 3); CV < 0.70 -> (2, 6); else (3, 10)."""
+    if cv < 0.35:
+        return 1, 3
+    if cv < 0.70:
+        return 2, 6
+    return 3, 10
+
+
+def _average_linkage(d, k):
+    if k == 1:
+        return np.zeros(d.shape[0], dtype=np.int64)
+    model = AgglomerativeClustering(n_clusters=k, metric="precomputed", linkage="average")
+    return model.fit_predict(d).astype(np.int64)
+
+
+def choose_clusters(distances):
+    """K from the CV window, average linkage and the largest silhouette local maximum.
+
+    Returns ``(labels, K, window, scores)`` with ``scores[K]`` the silhouette per K tried.
+    """
+    d = np.asarray(distances, dtype=np.float64)
+    n = d.shape[0]
+    cv = coefficient_of_variation(d)
+    window = k_window(cv)
+    if n < 3:
+        return np.zeros(n, dtype=np.int64), 1, window, {1: 0.0}
+    ks = [k for k in range(window[0], min(window[1], n - 1) + 1)]
+    if not ks:
+        ks = [1]
+    scores, labelings = {}, {}
+    for k in ks:
+        labels = _average_linkage(d, k)
+        labelings[k] = labels
+        scores[k] = (0.0 if len(set(labels.tolist())) < 2
+                     else float(silhouette_score(d, labels, metric="precomputed")))
+    values = [scores[k] for k in ks]
+    maxima = [i for i in range(len(ks))
+              if (i == 0 or values[i] > values[i - 1])
+              and (i == len(ks) - 1 or values[i] > values[i + 1])]
+    best = (max(maxima, key=lambda i: values[i]) if maxima
+            else int(np.argmax(values)))
+    k = ks[best]
+    return labelings[k], k, window, scores
+
+
+@dataclass
+class FmclResult:
+    """Server output: clusters, the chosen K, the CV window, silhouettes, and the distances."""
+
+    labels: np.ndarray
+    n_clusters: int
+    window: tuple
+    silhouettes: dict
+    distances: np.ndarray
+
+
+def fmcl_server(distances) -> FmclResult:
+    """Server side: cluster an FMCL distance matrix (filled) with the CV-driven K window."""
+    d = np.asarray(distances, dtype=np.float64)
+    labels, k, window, scores = choose_clusters(d)
+    return FmclResult(labels=labels, n_clusters=k, window=window, silhouettes=scores,
+                      distances=d)
+
+
+def secure_thermometer_distances(means, weights, *, resolution: int = DEFAULT_RESOLUTION,
+                                 scale_bits: int = 16, secure: bool = True, parties=None,
+                                 **options) -> np.ndarray:
+    """Client rows -> the two protected reconstructions -> FMCL distances (filled).
+
+    ``secure=False`` computes the same from the same quantized rows in the clear.
+    """
+    rows = [thermometer_rows(m, w, resolution) for m, w in zip(means, weights)]
+    z = np.stack([r[0] for r in rows])
+    t = np.stack([r[1] for r in rows])
+    if secure:
+        d_z = protect(z, bound=1.0, scale_bits=scale_bits, parties=parties, **options).distances
+        d_t = protect(t, bound=1.0, scale_bits=scale_bits, nonnegative=True, parties=parties,
+                      **options).distances
+    else:
+        d_z = plaintext_distances(quantize_rows(z, bound=1.0, scale_bits=scale_bits))
+        d_t = plaintext_distances(quantize_rows(t, bound=1.0, scale_bits=scale_bits,
+                                                nonnegative=True))
+    return fmcl_from_thermometer(d_z, d_t, resolution)
+
+
+def thermometer_error_bound(means, weights, *, resolution: int = DEFAULT_RESOLUTION,
+                            scale_bits: int = 16) -> np.ndarray:
+    """Per-pair bound on |D_thermometer - D_direct| (inf where Omega <= Delta); see module."""
+    means = np.asarray(means, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    n, c, dim = means.shape
+    rounded = np.stack([round_weights(w, resolution) for w in weights]) / resolution
+    err = np.abs(rounded - weights).sum(axis=1)
+    delta = err[:, None] + err[None, :]
+    h = 2.0 ** -(scale_bits + 1)
+    e_q = 4 * math.sqrt(dim) * h + 2 * dim * h * h
+    norms = np.linalg.norm(means, axis=2)
+    unit = np.divide(means, norms[..., None], out=np.zeros_like(means), where=norms[..., None] > 0)
+    cos = np.einsum("icd,jcd->ijc", unit, unit)
+    m = np.minimum(weights[:, None, :], weights[None, :, :])
+    numerator = (m * (1.0 - cos)).sum(axis=2)
+    overlap = m.sum(axis=2)
+
+    def f(nu, om):
+        return nu / (om + EPS) * _g(om)
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        centre = f(numerator, overlap)
+        high = f(numerator + 2 * delta + e_q, overlap - delta)
+        low = f(np.maximum(numerator - 2 * delta - e_q, 0.0), overlap + delta)
+        bound = np.maximum(high - centre, centre - low)
+    bound = np.where(overlap > delta, bound, np.inf)
+    np.fill_diagonal(bound, 0.0)
+    return bound
+
+
+def kmeans_on_mean_embeddings(mean_embeddings, n_clusters: int, *, random_state: int = 0):
+    """The baseline FMCL compares against: k-means on each client's mean embedding."""
+    x = np.asarray(mean_embeddings, dtype=np.float64)
+    diff = x[:, None, :] - x[None, :, :]
+    return kmeans_from_distances(np.einsum("ijk,ijk->ij", diff, diff), n_clusters,
+                                 random_state=random_state)
+
+
+# ----------------------------------------------------------------------------- synthetic data
+
+def _rotation(dim, angle_scale, rng):
+    from scipy.linalg import expm
+    a = rng.standard_normal((dim, dim))
+    skew = (a - a.T) / math.sqrt(2 * dim)
+    return expm(angle_scale * skew)
+
+
+def synthetic_domains(*, n_domains: int = 3, clients_per_domain: int = 30, n_classes: int = 10,
+                      dim: int = 8, samples: int = 1000, alpha: float = 0.1,
+                      rotation: float = 3.0, seed: int = 0):
+    """Frozen-encoder embeddings of clients from several domains with Dirichlet labels.
+
+    Class means are shared across domains up to a per-domain rotation and offset (the
+    domain shift); client labels follow Dirichlet(alpha), so client *mean* embeddings are
+    dominated by the label mix. Returns ``(clients, domains)`` with clients a list of
+    ``(embeddings, labels)``.
+    """
+    rng = np.random.Generator(np.random.PCG64(seed))
+    class_means = 3.0 * rng.standard_normal((n_classes, dim))
+    rotations = [_rotation(dim, rotation, rng) for _ in range(n_domains)]
+    offsets = rng.standard_normal((n_domains, dim))
+    clients, domains = [], []
+    for k in range(n_domains):
+        means_k = (class_means + offsets[k]) @ rotations[k].T
+        for _ in range(clients_per_domain):
+            p = rng.dirichlet(alpha * np.ones(n_classes))
+            y = rng.choice(n_classes, size=samples, p=p)
+            x = means_k[y] + rng.standard_normal((samples, dim))
+            clients.append((x, y))
+            domains.append(k)
+    return clients, np.array(domains)
