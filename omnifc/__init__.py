@@ -17,17 +17,30 @@ from finite_field import (DeadlineError, InputError, IntegrityError, OmniFCError
 
 from ._result import DistanceResult, PhaseStats
 from ._secure import secure_distance_matrix
+from ._secure_sum import SumResult, secure_sum
 from ._datasets import DATASETS, Dataset, load_dataset
 from ._geometry import centroid_sq_distances, check_distance_matrix, classical_mds, to_euclidean
 from ._splits import split_non_iid
+from ._clustering import METHODS, canonical_order, cluster
+from ._estimators import (DistanceDBSCAN, DistanceFuzzyCMeans, DistanceHierarchical,
+                          DistanceKMeans, DistanceKMedoids, DistanceNMF, DistanceSpectral)
+from ._federated import FederatedClustering
+from ._kfed import KFed
+from ._metrics import adjusted_rand, clustering_scores, kappa, nmi
+from . import audit
+from . import adapters
 
 logging.getLogger("omnifc").addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "secure_distance_matrix", "DistanceResult", "PhaseStats", "split_non_iid", "classical_mds", "centroid_sq_distances", "check_distance_matrix",
+    "secure_distance_matrix", "secure_sum", "SumResult", "DistanceResult", "PhaseStats", "split_non_iid", "classical_mds", "centroid_sq_distances", "check_distance_matrix",
     "to_euclidean", "load_dataset", "Dataset", "DATASETS",
+    "cluster", "METHODS", "canonical_order", "DistanceKMeans", "DistanceSpectral",
+    "DistanceFuzzyCMeans", "DistanceNMF", "DistanceDBSCAN", "DistanceHierarchical",
+    "DistanceKMedoids", "FederatedClustering", "KFed", "kappa", "nmi", "adjusted_rand",
+    "clustering_scores", "audit", "adapters",
     "OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
     "DeadlineError", "IntegrityError",
 ]

@@ -1,0 +1,227 @@
+"""The public parameters an audit runs on, and the encoding the audit builds from them.
+
+The audit must describe *broken* parameters too (a repeated point, a party point equal to
+an interpolation point, too few parties), which :class:`finite_field.LagrangeCode` rightly
+refuses to construct. So the audit builds the encoding matrix itself from the points as
+given, with exact Python integers, and hands it to the real encoder
+(:func:`finite_field.encode_rows`) through a :class:`CodingPlan` whose code is
+:class:`AuditCode` (same interface, no validation).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from finite_field import (CodingPlan, ParameterError, Quantizer, choose_primes, lagrange_basis_at,
+                          min_parties)
+
+__all__ = ["AuditParameters", "AuditCode", "encoding_matrix", "audit_plan", "DEMO_DEFAULTS"]
+
+#: The demo's session (``omnifc demo``: iris over 4 parties): d=4, R=8 (cm, public), q=16,
+#: l=1, t=1, m=4, masked.
+DEMO_DEFAULTS = dict(dim=4, bound=8.0, scale_bits=16, segments=1, noise_segments=1, parties=4,
+                     nonnegative=True, mode="masked", rows=150)
+
+MODES = ("masked", "transparent")
+
+
+@dataclass(frozen=True)
+class AuditParameters:
+    """The session parameters under audit (defaults: the demo's session).
+
+    Parameters
+    ----------
+    dim, bound, scale_bits, nonnegative
+        d, R, q and whether every feature lies in [0, R].
+    segments, noise_segments, parties
+        l, t and m.
+    mode : {"masked", "transparent"}
+        What the parties upload to the coordinator.
+    primes : tuple of int, optional
+        The session's moduli; chosen from the no-wrap bound like a session would by default.
+    alphas, betas : tuple of int, optional
+        Interpolation points (l+t) and party points (m); defaults ``a`` and ``l+t+j``.
+    rows : int
+        n, the total number of rows (for the parameter advice and the simulations).
+    transport : dict, optional
+        Transport settings read from a session config (see :mod:`._transport`); ``None``
+        means no config was given and the defaults are reported as assumed.
+    source : str
+        Where the parameters came from (for the report).
+    """
+
+    dim: int = DEMO_DEFAULTS["dim"]
+    bound: float = DEMO_DEFAULTS["bound"]
+    scale_bits: int = DEMO_DEFAULTS["scale_bits"]
+    segments: int = DEMO_DEFAULTS["segments"]
+    noise_segments: int = DEMO_DEFAULTS["noise_segments"]
+    parties: int = DEMO_DEFAULTS["parties"]
+    nonnegative: bool = DEMO_DEFAULTS["nonnegative"]
+    mode: str = DEMO_DEFAULTS["mode"]
+    primes: tuple = None
+    alphas: tuple = None
+    betas: tuple = None
+    rows: int = DEMO_DEFAULTS["rows"]
+    transport: dict = field(default=None, compare=False, repr=False)
+    source: str = "defaults (the demo's session)"
+
+    def __post_init__(self) -> None:
+        for name in ("dim", "scale_bits", "segments", "noise_segments", "parties", "rows"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise ParameterError(f"{name} must be a non-negative integer, got {value!r}")
+        for name in ("dim", "segments", "noise_segments", "parties", "rows"):
+            if getattr(self, name) < 1:
+                raise ParameterError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.mode not in MODES:
+            raise ParameterError(f"mode must be one of {MODES}, got {self.mode!r}")
+        for name in ("primes", "alphas", "betas"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, tuple(int(v) for v in value))
+
+    # -- derived values -------------------------------------------------------------
+    @property
+    def quantizer(self) -> Quantizer:
+        return Quantizer(scale_bits=self.scale_bits, bound=self.bound,
+                         nonnegative=self.nonnegative)
+
+    @property
+    def degree(self) -> int:
+        """D = 2(l+t-1), the degree of g."""
+        return 2 * (self.segments + self.noise_segments - 1)
+
+    @property
+    def min_parties(self) -> int:
+        return min_parties(self.segments, self.noise_segments)
+
+    @property
+    def segment_length(self) -> int:
+        return -(-self.dim // self.segments)
+
+    def session_primes(self) -> tuple[int, ...]:
+        """The primes the session uses (validated; the no-wrap bound is checked)."""
+        return choose_primes(self.quantizer.distance_bound(self.dim) + 1, self.primes)
+
+    def raw_points(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(alphas, betas) as integers, before reduction modulo any prime."""
+        l, t, m = self.segments, self.noise_segments, self.parties
+        alphas = tuple(range(1, l + t + 1)) if self.alphas is None else self.alphas
+        betas = tuple(range(l + t + 1, l + t + m + 1)) if self.betas is None else self.betas
+        return alphas, betas
+
+    def with_changes(self, **changes) -> "AuditParameters":
+        return replace(self, **changes)
+
+    def cli_arguments(self) -> str:
+        """The ``omnifc audit`` flags that reproduce these parameters."""
+        if self.source.startswith("config "):
+            return f"--config {self.source[len('config '):]}"
+        parts = [f"--dim {self.dim}", f"--bound {self.bound:g}", f"--scale-bits {self.scale_bits}",
+                 f"--segments {self.segments}", f"--noise-segments {self.noise_segments}",
+                 f"--parties {self.parties}", f"--mode {self.mode}", f"--rows {self.rows}"]
+        if not self.nonnegative:
+            parts.append("--signed")
+        if self.primes is not None:
+            parts.append("--primes " + ",".join(map(str, self.primes)))
+        if self.alphas is not None:
+            parts.append("--alphas " + ",".join(map(str, self.alphas)))
+        if self.betas is not None:
+            parts.append("--betas " + ",".join(map(str, self.betas)))
+        return " ".join(parts)
+
+    def python_arguments(self) -> str:
+        """The ``AuditParameters(...)`` call that reproduces these parameters."""
+        fields = ["dim", "bound", "scale_bits", "segments", "noise_segments", "parties",
+                  "nonnegative", "mode", "rows", "primes", "alphas", "betas"]
+        parts = [f"{name}={getattr(self, name)!r}" for name in fields
+                 if getattr(self, name) != getattr(AuditParameters, name, None)]
+        return f"AuditParameters({', '.join(parts)})"
+
+    def describe(self) -> dict:
+        alphas, betas = self.raw_points()
+        try:
+            primes = list(self.session_primes())
+        except ParameterError:
+            primes = None if self.primes is None else list(self.primes)
+        return {"dim": self.dim, "bound": self.bound, "scale_bits": self.scale_bits,
+                "nonnegative": self.nonnegative, "segments": self.segments,
+                "noise_segments": self.noise_segments, "parties": self.parties,
+                "mode": self.mode, "rows": self.rows, "primes": primes,
+                "alphas": list(alphas), "betas": list(betas), "source": self.source}
+
+    @classmethod
+    def from_config(cls, path, **overrides) -> "AuditParameters":
+        """Read the parameters and transport settings of a session config (TOML)."""
+        from ._transport import read_session_config
+
+        values, transport = read_session_config(path)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if not values.get("dim"):
+            raise ParameterError(f"the session config {path} leaves [parameters] dim = 0 "
+                                 "(taken from the data at join); pass the data's d with --dim")
+        return cls(**values, transport=transport, source=f"config {path}")
+
+
+def encoding_matrix(alphas, betas, p: int) -> np.ndarray:
+    """U[a, j] = L_a(beta_j) over GF(p), exactly (Python integers).
+
+    Unlike :meth:`finite_field.LagrangeCode.encoding_matrix` it accepts repeated party
+    points and party points equal to an interpolation point (the audit must show what
+    they do); repeated interpolation points leave the basis undefined and raise.
+    """
+    alphas = [int(a) % p for a in alphas]
+    betas = [int(b) % p for b in betas]
+    if len(set(alphas)) != len(alphas):
+        raise ParameterError(
+            f"interpolation points must be distinct modulo {p}; got {alphas}: the Lagrange "
+            "basis is undefined")
+    columns = [lagrange_basis_at(alphas, x, p) for x in betas]
+    return np.array(columns, dtype=np.int64).T.copy()
+
+
+@dataclass(frozen=True)
+class AuditCode:
+    """The interface of :class:`finite_field.LagrangeCode` that the encoder uses, unvalidated."""
+
+    segments: int
+    noise_segments: int
+    parties: int
+    prime: int
+    alphas: tuple
+    betas: tuple
+
+    def encoding_matrix(self) -> np.ndarray:
+        return encoding_matrix(self.alphas, self.betas, self.prime)
+
+    @property
+    def degree(self) -> int:
+        return 2 * (self.segments + self.noise_segments - 1)
+
+    @property
+    def min_responders(self) -> int:
+        return self.degree + 1
+
+
+def audit_plan(params: AuditParameters, primes=None) -> CodingPlan:
+    """A :class:`CodingPlan` for the real encoder built from the points as given.
+
+    ``primes`` overrides the session primes (the statistical tests use a small prime so
+    that every field element can be its own histogram cell).
+    """
+    primes = params.session_primes() if primes is None else tuple(primes)
+    alphas, betas = params.raw_points()
+    codes = tuple(AuditCode(params.segments, params.noise_segments, params.parties, int(p),
+                            tuple(alphas), tuple(betas)) for p in primes)
+    return CodingPlan(dim=params.dim, quantizer=params.quantizer, codes=codes)
+
+
+def smallest_prime_above(value: int) -> int:
+    """The smallest prime strictly greater than ``value``."""
+    candidate = max(int(value) + 1, 2)
+    while any(candidate % k == 0 for k in range(2, math.isqrt(candidate) + 1)):
+        candidate += 1
+    return candidate

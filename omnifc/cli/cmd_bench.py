@@ -1,0 +1,39 @@
+"""``omnifc bench``: run a benchmark script from the source checkout's ``benchmarks/``.
+
+Benchmarks print medians of several runs and ratios against a baseline measured in the
+same run; they live next to the package in a source checkout (``pip install -e .``), not
+inside the installed package.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from finite_field import ParameterError
+
+BENCHMARKS = {"kernels": "bench_kernels.py", "protocol": "bench_protocol.py",
+              "reproduce": "reproduce.py"}
+
+
+def benchmarks_dir() -> Path:
+    return Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "bench", help="run a benchmark (kernels, protocol, reproduce)",
+        description="Run one of the benchmark scripts of a source checkout; extra arguments "
+                    "are passed through (e.g. omnifc bench kernels --quick).")
+    parser.add_argument("name", choices=sorted(BENCHMARKS))
+    parser.add_argument("args", nargs="*", help="arguments for the script (after --)")
+    parser.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    script = benchmarks_dir() / BENCHMARKS[args.name]
+    if not script.is_file():
+        raise ParameterError(f"benchmark script not found at {script}: benchmarks ship with "
+                             "the source checkout (git clone, then pip install -e .)")
+    return subprocess.call([sys.executable, str(script), *args.args])
