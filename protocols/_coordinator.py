@@ -29,7 +29,8 @@ import numpy as np
 from finite_field import (DeadlineError, IntegrityError, ParameterError, PeerError,
                           ProtocolError, crt_combine, decode_sum)
 
-from ._crypto import PROTOCOL_VERSION, verify_transcript
+from ._crypto import PROTOCOL_VERSION
+from ._identity import verify
 from ._generated import omnifc_pb2 as pb
 from ._messages import (SessionParameters, SumPlan, body_of, chunk_rows, envelope, phase_of,
                         row_tiles, unpack, vector_tiles)
@@ -269,7 +270,7 @@ class Coordinator:
         if hello.protocol_version != PROTOCOL_VERSION:
             raise PeerError(f"protocol version {hello.protocol_version}, expected "
                             f"{PROTOCOL_VERSION}", party=sender, phase="join")
-        verify_transcript(self.identities[sender], hello_transcript(hello), hello.signature,
+        verify(self.identities[sender], hello_transcript(hello), hello.signature,
                           party=sender, phase="join")
         if len(hello.ephemeral_public_key) != 32:
             raise PeerError("ephemeral key must be 32 bytes", party=sender, phase="join")

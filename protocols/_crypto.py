@@ -37,10 +37,8 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-from cryptography.exceptions import InvalidSignature, InvalidTag
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (Ed25519PrivateKey,
-                                                               Ed25519PublicKey)
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -48,8 +46,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from finite_field import IntegrityError, ParameterError, uniform_elements
 
-__all__ = ["PROTOCOL_VERSION", "EphemeralKey", "PairKeys", "KeyStream", "sign_transcript",
-           "verify_transcript", "transcript", "public_identity_bytes"]
+__all__ = ["PROTOCOL_VERSION", "EphemeralKey", "PairKeys", "KeyStream", "transcript"]
 
 #: Version of the wire protocol; bound into every key, signature and AAD.
 PROTOCOL_VERSION = 1
@@ -69,27 +66,6 @@ def _field(value) -> bytes:
 def transcript(label: str, *fields) -> bytes:
     """Canonical bytes of a labelled tuple of fields (what gets signed or bound as AAD)."""
     return b"omnifc" + _field(PROTOCOL_VERSION) + _field(label) + b"".join(map(_field, fields))
-
-
-def public_identity_bytes(key) -> bytes:
-    """Raw 32-byte Ed25519 public key of a private or public identity key."""
-    if isinstance(key, Ed25519PrivateKey):
-        key = key.public_key()
-    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-
-
-def sign_transcript(identity_key: Ed25519PrivateKey, message: bytes) -> bytes:
-    """Ed25519 signature of ``message`` with a party's long-term identity key."""
-    return identity_key.sign(message)
-
-
-def verify_transcript(public_raw: bytes, message: bytes, signature: bytes, *,
-                      party=None, phase: str | None = None) -> None:
-    """Verify an Ed25519 signature against a pinned raw public key; IntegrityError if not."""
-    try:
-        Ed25519PublicKey.from_public_bytes(bytes(public_raw)).verify(bytes(signature), message)
-    except (InvalidSignature, ValueError):
-        raise IntegrityError(party, phase) from None
 
 
 class EphemeralKey:

@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from finite_field import ProtocolError
 
 from ._coordinator import Coordinator, Outcome
-from ._crypto import public_identity_bytes
+from ._identity import public_key_bytes
 from ._generated import omnifc_pb2 as pb
 from ._messages import SessionParameters, body_of, phase_of
 from ._party import COORDINATOR, Party
@@ -122,7 +122,7 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
     names = [str(k) for k in party_data]
     drop = dict(drop or {})
     identities = {name: Ed25519PrivateKey.generate() for name in names}
-    pinned = {name: public_identity_bytes(key) for name, key in identities.items()}
+    pinned = {name: public_key_bytes(key) for name, key in identities.items()}
     parties = {name: Party(name, party_data[name], session_id=session_id,
                            parameters=parameters, identity_key=identities[name],
                            pinned=pinned, source=(sources or {}).get(name))

@@ -23,8 +23,8 @@ import numpy as np
 from finite_field import (InputError, IntegrityError, OmniFCError, PeerError, ProtocolError,
                           Quantizer, cross_sq_distances, encode_rows)
 
-from ._crypto import (PROTOCOL_VERSION, EphemeralKey, PairKeys, public_identity_bytes,
-                      sign_transcript, transcript, verify_transcript)
+from ._crypto import PROTOCOL_VERSION, EphemeralKey, PairKeys, transcript
+from ._identity import public_key_bytes, sign, verify
 from ._generated import omnifc_pb2 as pb
 from ._messages import (SessionParameters, SumPlan, body_of, chunk_rows, envelope, pack,
                         row_tiles, unpack, vector_tiles)
@@ -88,7 +88,7 @@ class Party:
         if self.party_id not in self.pinned:
             raise ProtocolError(f"party {self.party_id!r} is not pinned in the session config; "
                                 f"parties are {sorted(self.pinned)}")
-        if public_identity_bytes(identity_key) != self.pinned[self.party_id]:
+        if public_key_bytes(identity_key) != self.pinned[self.party_id]:
             raise IntegrityError(self.party_id, "join")
         self._identity = identity_key
         self._source = source
@@ -168,7 +168,7 @@ class Party:
         hello = pb.Hello(session_id=self.session_id, protocol_version=PROTOCOL_VERSION,
                          party_id=self.party_id, n_rows=self.n_rows, dim=self.parameters.dim,
                          ephemeral_public_key=self._ephemeral.public_bytes)
-        hello.signature = sign_transcript(self._identity, hello_transcript(hello))
+        hello.signature = sign(self._identity, hello_transcript(hello))
         self._hello = hello
         self.phase = "join"
         return [envelope(hello=hello)]
@@ -213,7 +213,7 @@ class Party:
         offset = 0
         for entry in roster.parties:
             hello = entry.hello
-            verify_transcript(self.pinned[hello.party_id], hello_transcript(hello),
+            verify(self.pinned[hello.party_id], hello_transcript(hello),
                               hello.signature, party=hello.party_id, phase="join")
             if hello.session_id != self.session_id or hello.dim != self.parameters.dim:
                 raise PeerError(f"roster entry of {hello.party_id!r} has session "

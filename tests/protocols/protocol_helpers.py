@@ -6,7 +6,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from protocols import Coordinator, Party, SessionParameters
-from protocols._crypto import public_identity_bytes
+from protocols import public_key_bytes
 
 
 def quantize(x, bound, scale_bits, nonnegative=False):
@@ -46,7 +46,7 @@ class Session:
     def __init__(self, data: dict, parameters: SessionParameters, session_id="test-session"):
         self.names = list(data)
         self.keys = {n: Ed25519PrivateKey.generate() for n in self.names}
-        self.pinned = {n: public_identity_bytes(k) for n, k in self.keys.items()}
+        self.pinned = {n: public_key_bytes(k) for n, k in self.keys.items()}
         self.parties = {n: Party(n, data[n], session_id=session_id, parameters=parameters,
                                  identity_key=self.keys[n], pinned=self.pinned)
                         for n in self.names}
