@@ -79,8 +79,12 @@ class EphemeralKey:
             serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
     @classmethod
-    def generate(cls) -> "EphemeralKey":
-        return cls(X25519PrivateKey.generate())
+    def generate(cls, source=None) -> "EphemeralKey":
+        """A fresh key from the OS CSPRNG; ``source`` (a ByteSource) only for reproducible
+        tests, like the noise sources of the low-level calls."""
+        if source is None:
+            return cls(X25519PrivateKey.generate())
+        return cls(X25519PrivateKey.from_private_bytes(bytes(source.bytes(32))))
 
     def exchange(self, peer_public: bytes) -> bytes:
         try:

@@ -76,7 +76,8 @@ class Party:
     pinned : dict of str to bytes
         Raw Ed25519 public keys of every party of the session (from the session config).
     source : ByteSource, optional
-        Noise for the Lagrange shares; the OS CSPRNG when omitted (tests only).
+        Randomness for the Lagrange noise and the ephemeral X25519 key (hence the masks);
+        the OS CSPRNG when omitted. A seeded source is for reproducible tests only.
     """
 
     def __init__(self, party_id: str, data, *, session_id: str, parameters: SessionParameters,
@@ -100,7 +101,7 @@ class Party:
         self.error: Exception | None = None
         self.labels: np.ndarray | None = None
         self.result: pb.Result | None = None
-        self._ephemeral = EphemeralKey.generate()
+        self._ephemeral = EphemeralKey.generate(source)
         self._hello: pb.Hello | None = None
 
     # -- input checks (before any share leaves) -----------------------------------------

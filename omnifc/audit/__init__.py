@@ -121,9 +121,9 @@ def _run_checks(params, wanted, results, seed, noise_source, progress) -> None:
         if progress is not None:
             progress(number, key)
         logger.info("audit check %d (%s)", number, key)
-        if number == 2:
+        if number in (2, 3):
             results.append(function(params, seed=seed, noise_source=noise_source))
-        elif number in (3, 4, 6):
+        elif number in (4, 6):
             results.append(function(params, seed=seed))
         else:
             results.append(function(params))

@@ -159,8 +159,11 @@ def _bytes_uniformity(transcript) -> dict:
 
 
 def check_coordinator_view(params: AuditParameters, *, rows: int = 90, seed: int = 0,
-                           bins: int = 32, demo_rows: int = 24) -> Check:
+                           bins: int = 32, demo_rows: int = 24, noise_source=None) -> Check:
     """Check 3: attack the coordinator's recorded transcript in both modes.
+
+    ``noise_source`` (a ByteSource) makes the sessions, masks included, reproducible: for
+    tests only; the OS CSPRNG by default.
 
     The verdict follows the session's mode: masked passes when the transcript reveals
     nothing but D; transparent is a ``warn`` when l = 1 (the one per-segment matrix is D
@@ -188,7 +191,9 @@ def check_coordinator_view(params: AuditParameters, *, rows: int = 90, seed: int
         transparent = _transparent_attack(params, data_b, names)
         outcomes = {}
         for label, data in (("A", data_a), ("B", data_b)):
-            outcomes[label] = run_recorded_session(params, _split(data, names), "masked")
+            sources = None if noise_source is None else dict.fromkeys(names, noise_source)
+            outcomes[label] = run_recorded_session(params, _split(data, names), "masked",
+                                                   sources=sources)
     except (OmniFCError, ValueError) as error:
         check.fail(f"not run: the protocol refuses these parameters ({error})")
         check.finding = check.reasons[0]

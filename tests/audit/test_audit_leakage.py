@@ -42,7 +42,8 @@ def test_transparent_transcript_reveals_every_coordinate_when_l_equals_d():
 
 def test_transparent_mode_with_l_above_one_is_reported_as_a_leak():
     params = AuditParameters(dim=4, segments=2, parties=5, mode="transparent")
-    check = check_coordinator_view(params, rows=30)
+    check = check_coordinator_view(params, rows=30,
+                                   noise_source=np.random.Generator(np.random.PCG64(12)))
     assert check.verdict == "fail"
     assert "recovered all 2 per-segment distance matrices" in check.reasons[0]
     assert check.evidence["transparent"]["segments_recovered_exactly"] == 2
@@ -51,8 +52,10 @@ def test_transparent_mode_with_l_above_one_is_reported_as_a_leak():
 
 
 def test_masked_transcript_check_passes_on_defaults():
-    # Masks are keyed from fresh X25519 keys (not seedable): family-wise FPR 1e-3.
-    check = check_coordinator_view(AuditParameters(), rows=40)
+    # Seeded noise and ephemeral keys (hence masks): the family-wise false-positive rate of
+    # 1e-3 is fixed for this run, not redrawn each time.
+    seeded = np.random.Generator(np.random.PCG64(11))
+    check = check_coordinator_view(AuditParameters(), rows=40, noise_source=seeded)
     assert check.verdict == "pass", check.reasons
     masked = check.evidence["masked"]
     assert masked["sum_of_uploads_equals_D"] and masked["outcome_equals_D"]
@@ -62,7 +65,8 @@ def test_masked_transcript_check_passes_on_defaults():
 
 
 def test_masked_uploads_do_not_give_per_segment_matrices():
-    check = check_coordinator_view(AuditParameters(dim=4, segments=2, parties=5), rows=30)
+    check = check_coordinator_view(AuditParameters(dim=4, segments=2, parties=5), rows=30,
+                                   noise_source=np.random.Generator(np.random.PCG64(13)))
     assert check.verdict == "pass", check.reasons
     assert max(check.evidence["masked"]["interpolation_match_fraction"]) < 0.01
 
