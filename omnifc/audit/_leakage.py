@@ -172,8 +172,9 @@ def check_coordinator_view(params: AuditParameters, *, rows: int = 90, seed: int
     Examples
     --------
     >>> from omnifc.audit import AuditParameters, check_coordinator_view
-    >>> check_coordinator_view(AuditParameters(), rows=30).verdict
-    'pass'
+    >>> check = check_coordinator_view(AuditParameters(), rows=30)
+    >>> check.evidence["masked"]["sum_of_uploads_equals_D"]   # only D is recoverable
+    True
     """
     l, t, m, d = params.segments, params.noise_segments, params.parties, params.dim
     check = Check("coordinator_view", 3, f"What the coordinator learns ({params.mode} mode)",
