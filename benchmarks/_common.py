@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["Row", "time_round_robin", "environment", "print_environment", "print_table",
+__all__ = ["Row", "time_round_robin", "SETTLE_SECONDS", "environment", "print_environment", "print_table",
            "blas_threads", "format_seconds"]
 
 _ENV_PREFIXES = ("OPENBLAS_", "GOTO", "OMP_", "MKL_", "NUMBA_", "BLIS_", "VECLIB_",
@@ -52,13 +52,22 @@ class Row:
         return self.seconds / self.baseline_seconds
 
 
+#: Pause before each timed call (seconds, untimed). OpenBLAS worker threads keep spinning
+#: for about 0.1 s after a multi-threaded call (OPENBLAS_THREAD_TIMEOUT, default 2^28
+#: cycles) and would slow down whatever is timed next; the pause lets every call start
+#: with idle worker threads, so that no function is charged for its predecessor.
+SETTLE_SECONDS = 0.2
+
+
 def time_round_robin(functions: dict[str, Callable[[], object]], repeats: int,
-                     warmup: int = 1) -> dict[str, list[float]]:
+                     warmup: int = 1, settle: float | None = None) -> dict[str, list[float]]:
     """Wall-clock seconds of each function over ``repeats`` alternating rounds.
 
     Each round calls every function once, in order; results are dropped right away
     (and garbage collected outside the timed region) so that large outputs do not pile up.
+    Every timed call follows a pause of ``settle`` seconds (:data:`SETTLE_SECONDS`).
     """
+    settle = SETTLE_SECONDS if settle is None else settle
     for _ in range(warmup):
         for fn in functions.values():
             fn()
@@ -66,6 +75,8 @@ def time_round_robin(functions: dict[str, Callable[[], object]], repeats: int,
     times: dict[str, list[float]] = {name: [] for name in functions}
     for _ in range(repeats):
         for name, fn in functions.items():
+            if settle:
+                time.sleep(settle)
             start = time.perf_counter()
             result = fn()
             times[name].append(time.perf_counter() - start)

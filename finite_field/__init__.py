@@ -8,8 +8,9 @@ for setup-time primality); a test proves it never imports the layers above.
 from ._crt import crt_combine
 from ._errors import (DeadlineError, InputError, IntegrityError, OmniFCError, ParameterError,
                       PeerError, ProtocolError)
-from ._kernels import cross_sq_distances, encode_blocks, sq_distances, weighted_sum
-from ._lagrange import LagrangeCode, min_parties
+from ._kernels import (DistanceTiles, cross_sq_distances, distances_from_gram, encode_blocks,
+                       gram_matrix, sq_distances, sq_distances_tile, weighted_sum)
+from ._lagrange import LagrangeCode, lagrange_basis_at, min_parties
 from ._plan import CodingPlan, make_plan
 from ._primes import MAX_PRIME, choose_primes, fast_primes, validate_prime
 from ._quantize import Quantized, Quantizer
@@ -22,9 +23,10 @@ __all__ = [
     "MAX_PRIME", "validate_prime", "fast_primes", "choose_primes",
     "ByteSource", "SystemRandom", "SYSTEM_RANDOM", "uniform_elements",
     "Quantizer", "Quantized",
-    "LagrangeCode", "min_parties",
+    "LagrangeCode", "min_parties", "lagrange_basis_at",
     "CodingPlan", "make_plan",
     "encode_blocks", "weighted_sum", "sq_distances", "cross_sq_distances",
+    "gram_matrix", "distances_from_gram", "sq_distances_tile", "DistanceTiles",
     "crt_combine",
     "encode_rows", "evaluate_shares", "weight_evaluation", "decode_sum",
 ]

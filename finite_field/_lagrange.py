@@ -34,7 +34,7 @@ import numpy as np
 from ._errors import ParameterError
 from ._primes import validate_prime
 
-__all__ = ["LagrangeCode", "min_parties"]
+__all__ = ["LagrangeCode", "min_parties", "lagrange_basis_at"]
 
 
 def min_parties(segments: int, noise_segments: int) -> int:
@@ -50,8 +50,15 @@ def _positive_int(value, name: str, minimum: int) -> int:
     return int(value)
 
 
-def _lagrange_basis_at(points: tuple[int, ...], x: int, p: int) -> list[int]:
-    """[L_a(x) for a in points] over GF(p), exactly, with Python integers."""
+def lagrange_basis_at(points, x: int, p: int) -> list[int]:
+    """[L_a(x) for a in points]: the Lagrange basis on ``points`` evaluated at x over GF(p).
+
+    Exact, with Python integers. The points must be distinct mod p (no check here: a
+    repeated point raises ``ValueError`` from the modular inverse).
+
+    >>> lagrange_basis_at([1, 2], 3, 13)
+    [12, 2]
+    """
     values = []
     for a, xa in enumerate(points):
         num, den = 1, 1
@@ -146,7 +153,7 @@ class LagrangeCode:
 
         Party j's share of a sample whose blocks are X_1..X_{l+t} is sum_a U[a, j] X_a.
         """
-        columns = [_lagrange_basis_at(self.alphas, b, self.prime) for b in self.betas]
+        columns = [lagrange_basis_at(self.alphas, b, self.prime) for b in self.betas]
         return np.array(columns, dtype=np.int64).T.copy()
 
     def decoding_weights(self, responders) -> np.ndarray:
@@ -168,6 +175,6 @@ class LagrangeCode:
         points = tuple(self.betas[j] for j in responders)
         weights = [0] * len(points)
         for alpha in self.alphas[: self.segments]:
-            for i, v in enumerate(_lagrange_basis_at(points, alpha, self.prime)):
+            for i, v in enumerate(lagrange_basis_at(points, alpha, self.prime)):
                 weights[i] = (weights[i] + v) % self.prime
         return np.array(weights, dtype=np.int64)

@@ -67,12 +67,16 @@ def uniform_elements(p: int, shape, source: ByteSource | None = None) -> np.ndar
     shape = (shape,) if np.isscalar(shape) else tuple(shape)
     total = int(np.prod(shape, dtype=np.int64))
     out = np.empty(total, dtype=np.int64)
-    mask = np.uint32((1 << int(p - 1).bit_length()) - 1)
+    bits = int(p - 1).bit_length()
+    mask = np.uint32((1 << bits) - 1)
+    # A masked word is accepted with probability p / 2^bits (> 1/2). Reading the OS CSPRNG
+    # is the slow part, so draw just above the expected number of words (usually one pass;
+    # the loop tops up when rejections were unlucky).
+    acceptance = p / (1 << bits)
     filled = 0
     while filled < total:
         need = total - filled
-        # Acceptance probability is > 1/2; draw a little extra to usually finish in one pass.
-        draw = need + need // 2 + 16
+        draw = int(need / acceptance * 1.001) + 64
         words = np.frombuffer(source.bytes(4 * draw), dtype="<u4") & mask
         kept = words[words < p][:need]
         out[filled : filled + kept.size] = kept

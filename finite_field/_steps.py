@@ -28,7 +28,7 @@ import numpy as np
 
 from ._crt import crt_combine
 from ._errors import InputError, ParameterError
-from ._kernels import cross_sq_distances, encode_blocks
+from ._kernels import cross_sq_distances, encode_blocks, sq_distances, weighted_sum
 from ._plan import CodingPlan
 from ._random import ByteSource, uniform_elements
 
@@ -89,14 +89,16 @@ def evaluate_shares(plan: CodingPlan, shares, row_slice: slice | None = None) ->
     out = []
     for p, x in zip(plan.primes, shares):
         x = np.ascontiguousarray(x, dtype=np.int64)
-        rows = x if row_slice is None else x[row_slice]
-        out.append(cross_sq_distances(rows, x, p))
+        if row_slice is None:
+            out.append(sq_distances(x, p))  # symmetric: upper triangle only, mirrored
+        else:
+            out.append(cross_sq_distances(x[row_slice], x, p))
     return out
 
 
 def weight_evaluation(plan: CodingPlan, weights, evaluation) -> list[np.ndarray]:
     """c_j * g(beta_j) mod p, per prime (``weights[i]`` is c_j for prime i)."""
-    return [np.asarray(e, dtype=np.int64) * int(w) % p
+    return [weighted_sum([int(w) % p], np.asarray(e)[np.newaxis], p)
             for p, w, e in zip(plan.primes, weights, evaluation)]
 
 
