@@ -5,6 +5,7 @@ caller keeps noise and shares secret. It imports only numpy, numba and galois (t
 for setup-time primality); a test proves it never imports the layers above.
 """
 
+from ._aggregate import add_upload, masked_upload, symmetrize_mod
 from ._crt import crt_combine
 from ._errors import (DeadlineError, InputError, IntegrityError, OmniFCError, ParameterError,
                       PeerError, ProtocolError)
@@ -27,6 +28,6 @@ __all__ = [
     "CodingPlan", "make_plan",
     "encode_blocks", "weighted_sum", "sq_distances", "cross_sq_distances",
     "gram_matrix", "distances_from_gram", "sq_distances_tile", "DistanceTiles",
-    "crt_combine",
+    "crt_combine", "masked_upload", "add_upload", "symmetrize_mod",
     "encode_rows", "evaluate_shares", "weight_evaluation", "decode_sum",
 ]

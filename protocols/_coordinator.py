@@ -27,13 +27,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from finite_field import (DeadlineError, IntegrityError, ParameterError, PeerError,
-                          ProtocolError, crt_combine, decode_sum)
+                          ProtocolError, add_upload, crt_combine, decode_sum, masked_upload,
+                          symmetrize_mod)
 
 from ._crypto import PROTOCOL_VERSION
 from ._identity import verify
 from ._generated import omnifc_pb2 as pb
 from ._messages import (SessionParameters, SumPlan, body_of, chunk_rows, envelope, phase_of,
-                        row_tiles, unpack, vector_tiles)
+                        packed_view, row_tiles, vector_tiles)
 from ._party import hello_transcript
 
 __all__ = ["Coordinator", "Outcome", "PHASES"]
@@ -412,16 +413,20 @@ class Coordinator:
         p = self.plan.primes[k]
         a, b = self.tiles[index]
         if isinstance(self.plan, SumPlan):
-            values = unpack(tile.values, b - a, p, party=sender, phase="evaluation")
+            values = packed_view(tile.values, b - a, party=sender, phase="evaluation")
             target = self.sums[k][a:b]
         else:
             n = self.n_total
-            values = unpack(tile.values, (b - a) * (n - a), p, party=sender,
-                            phase="evaluation").reshape(b - a, n - a)
-            if self.parameters.mode == "transparent":
-                values = values * self.weights[sender][k] % p
+            values = packed_view(tile.values, (b - a) * (n - a), party=sender,
+                                 phase="evaluation").reshape(b - a, n - a)
             target = self.sums[k][a:b, a:]
-        target += values  # each value < 2^31: reduced once, in _finish
+        try:
+            if self.parameters.mode == "transparent":  # the coordinator applies c_j itself
+                values = masked_upload(values, self.weights[sender][k], (), (), p)
+            add_upload(target, values, p)  # each value < 2^31: reduced once, in _finish
+        except ParameterError:
+            raise PeerError(f"evaluation tile holds a value >= p = {p}", party=sender,
+                            phase="evaluation") from None
         self.delivered[sender].add((k, index))
         if all(self._complete(r) for r in self.responders):
             return self._finish()
@@ -430,11 +435,9 @@ class Coordinator:
     # -- decode and result --------------------------------------------------------------
     def _finish(self) -> list:
         self._enter("decode")
-        for s, p in zip(self.sums, self.plan.primes):
-            s %= p
         if isinstance(self.plan, SumPlan):
             offset = self.plan.offset
-            residues = [(s + offset) % p for s, p in zip(self.sums, self.plan.primes)]
+            residues = [(s % p + offset) % p for s, p in zip(self.sums, self.plan.primes)]
             integer = crt_combine(residues, self.plan.primes) - offset
             if integer.size and int(np.abs(integer).max()) > offset:
                 raise ProtocolError("decoded sum exceeds the largest possible value: a "
@@ -442,11 +445,8 @@ class Coordinator:
             integer = integer.reshape(self.parameters.rows, self.parameters.dim)
             values = integer / self.plan.quantizer.scale
         else:
-            full = []
-            for s in self.sums:  # tiles filled the upper triangle; D is symmetric, diag 0
-                upper = np.triu(s, 1)
-                upper += upper.T
-                full.append(upper)
+            # tiles filled the upper triangle; D is symmetric with a zero diagonal
+            full = [symmetrize_mod(s, p) for s, p in zip(self.sums, self.plan.primes)]
             integer = decode_sum(self.plan, full)
             values = self.plan.quantizer.dequantize_distances(integer)
         self.sums = None

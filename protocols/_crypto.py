@@ -182,7 +182,7 @@ class PairKeys:
 
     # -- masks ------------------------------------------------------------------------
     def mask(self, prime: int, shape, *, round_: int, prime_index: int,
-             tile_index: int) -> np.ndarray:
+             tile_index: int, dtype=np.int64) -> np.ndarray:
         """The pairwise PRG mask both ends derive identically (uniform in GF(p))."""
         nonce = struct.pack("<IIII", 0, round_, prime_index, tile_index)
         shape = (shape,) if np.isscalar(shape) else tuple(shape)
@@ -193,8 +193,8 @@ class PairKeys:
         words = np.frombuffer(KeyStream(self.mask_key, nonce).bytes(4 * total), dtype="<u4")
         words = words & np.uint32((1 << int(prime - 1).bit_length()) - 1)
         if total and int(words.max()) < prime:
-            return words.astype(np.int64).reshape(shape)
-        return uniform_elements(prime, shape, KeyStream(self.mask_key, nonce))
+            return words.astype(dtype, copy=False).reshape(shape)
+        return uniform_elements(prime, shape, KeyStream(self.mask_key, nonce)).astype(dtype)
 
     def signed_mask(self, prime: int, shape, *, my_index: int, peer_index: int, round_: int,
                     prime_index: int, tile_index: int) -> np.ndarray:

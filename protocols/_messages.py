@@ -160,12 +160,17 @@ def pack(values: np.ndarray) -> bytes:
     return np.ascontiguousarray(values, dtype="<u4").tobytes()
 
 
-def unpack(data: bytes, count: int, prime: int, *, party, phase: str) -> np.ndarray:
-    """uint32 LE bytes -> int64 elements; PeerError on a wrong size or a value >= p."""
+def packed_view(data: bytes, count: int, *, party, phase: str) -> np.ndarray:
+    """uint32 LE bytes as a read-only uint32 view; PeerError on a wrong size."""
     if len(data) != 4 * count:
         raise PeerError(f"payload holds {len(data)} bytes, expected {4 * count} "
                         f"({count} field elements)", party=party, phase=phase)
-    values = np.frombuffer(data, dtype="<u4")
+    return np.frombuffer(data, dtype="<u4")
+
+
+def unpack(data: bytes, count: int, prime: int, *, party, phase: str) -> np.ndarray:
+    """uint32 LE bytes -> int64 elements; PeerError on a wrong size or a value >= p."""
+    values = packed_view(data, count, party=party, phase=phase)
     if values.size and int(values.max()) >= prime:
         raise PeerError(f"payload holds a value >= p = {prime}", party=party, phase=phase)
     return values.astype(np.int64)

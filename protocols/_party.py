@@ -21,7 +21,7 @@ from typing import Iterator
 import numpy as np
 
 from finite_field import (InputError, IntegrityError, OmniFCError, PeerError, ProtocolError,
-                          Quantizer, cross_sq_distances, encode_rows)
+                          Quantizer, cross_sq_distances, encode_rows, masked_upload)
 
 from ._crypto import PROTOCOL_VERSION, EphemeralKey, PairKeys, transcript
 from ._identity import public_key_bytes, sign, verify
@@ -370,18 +370,14 @@ class Party:
                         block = (a, stop, self._evaluate(k, a, stop))
                     start = block[0]
                     values = block[2][a - start:b - start, a - start:]
-                    if masked:  # c_j * g(beta_j) (< p^2 < 2^62); transparent: unweighted
-                        values = values * weights[k]
-                if masked:
-                    values = values.astype(np.int64, copy=False)  # fresh: ours to modify
-                    for peer_index, keys in others:  # each mask < 2^31: no int64 overflow
-                        mask = keys.mask(p, values.shape, round_=round_, prime_index=k,
-                                         tile_index=tile_index)
-                        if peer_index > self.index:  # +PRG for later peers, -PRG for earlier
-                            values += mask
-                        else:
-                            values -= mask
-                    values %= p
+                if masked:  # c_j * g(beta_j) + PRG for later peers - PRG for earlier ones
+                    adds, subs = [], []
+                    for peer_index, keys in others:
+                        mask = keys.mask(p, values.size, round_=round_, prime_index=k,
+                                         tile_index=tile_index, dtype=np.uint32)
+                        (adds if peer_index > self.index else subs).append(mask)
+                    values = masked_upload(values, 1 if weights is None else weights[k],
+                                           adds, subs, p)
                 yield envelope(tile=pb.EvaluationTile(
                     session_id=self.session_id, round=round_, sender=self.party_id,
                     prime_index=k, tile_index=tile_index, row_start=a, row_stop=b,

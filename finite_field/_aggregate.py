@@ -1,0 +1,148 @@
+"""One-pass kernels for masked aggregation: what a party uploads and what the coordinator sums.
+
+A party's upload is ``y = c * g + sum(+masks) - sum(-masks) mod p`` packed as uint32; the
+coordinator adds uploads into an int64 accumulator (each < 2^31, so about 2^32 of them fit
+before any reduction) and reduces once at the end. Done with separate numpy passes this is
+memory-bound work repeated eight times over; here each is one pass.
+
+Examples
+--------
+>>> import numpy as np
+>>> values = np.array([[1, 2], [3, 4]])
+>>> adds = np.array([[5, 6, 0, 0]], dtype=np.uint32)
+>>> subs = np.array([[1, 1, 1, 1]], dtype=np.uint32)
+>>> masked_upload(values, 3, adds, subs, 7).tolist()    # (3 v + add - sub) mod 7
+[[0, 4], [1, 4]]
+>>> acc = np.zeros((2, 2), dtype=np.int64)
+>>> add_upload(acc, masked_upload(values, 3, adds, subs, 7), 7)
+>>> symmetrize_mod(np.array([[9, 8], [0, 5]]), 7).tolist()
+[[0, 1], [1, 0]]
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from ._errors import ParameterError
+
+__all__ = ["masked_upload", "add_upload", "symmetrize_mod"]
+
+
+@numba.njit("int64(int64[:, :], int64, uint32[:, ::1], uint32[:, ::1], int64, uint32[:, ::1])",
+            cache=True)
+def _masked_upload_kernel(values, weight, adds, subs, p, out):
+    # acc = v*w + sum(adds) + sum(p - subs) < 2^62 + k 2^31 stays in int64; it is reduced
+    # with a float64 quotient estimate (off by at most a few) and exact integer fix-ups,
+    # which vectorizes, unlike an integer division per element.
+    rows, cols = values.shape
+    p_inv = 1.0 / p
+    bad = 0
+    for r in range(rows):
+        for c in range(cols):
+            k = r * cols + c
+            v = values[r, c]
+            if v < 0 or v >= p:
+                bad += 1
+            acc = v * weight
+            for a in range(adds.shape[0]):
+                acc += adds[a, k]
+            for s in range(subs.shape[0]):
+                acc += p - subs[s, k]
+            rest = acc - np.int64(acc * p_inv) * p
+            while rest < 0:
+                rest += p
+            while rest >= p:
+                rest -= p
+            out[r, c] = rest
+    return bad
+
+
+# Uploads arrive as read-only views of the received bytes (no copy).
+_READONLY_U32_2D = numba.types.Array(numba.types.uint32, 2, "A", readonly=True)
+
+
+@numba.njit(numba.types.int64(numba.types.int64[:, :], _READONLY_U32_2D, numba.types.int64),
+            cache=True)
+def _add_upload_kernel(target, upload, p):
+    rows, cols = upload.shape
+    largest = 0
+    for r in range(rows):
+        for c in range(cols):
+            v = np.int64(upload[r, c])
+            if v > largest:
+                largest = v
+            target[r, c] += v
+    return largest
+
+
+@numba.njit("void(int64[:, ::1], int64)", cache=True)
+def _symmetrize_kernel(matrix, p):
+    n = matrix.shape[0]
+    for i in range(n):
+        matrix[i, i] = 0
+        for j in range(i + 1, n):
+            v = matrix[i, j] % p
+            matrix[i, j] = v
+            matrix[j, i] = v
+
+
+def _masks(masks, size: int) -> np.ndarray:
+    if not np.size(masks):
+        return np.zeros((0, size), dtype=np.uint32)
+    return np.ascontiguousarray(np.asarray(masks, dtype=np.uint32).reshape(-1, size))
+
+
+def masked_upload(values, weight: int, adds, subs, p: int) -> np.ndarray:
+    """``(weight * values + sum(adds) - sum(subs)) mod p`` as uint32, in one pass.
+
+    Parameters
+    ----------
+    values : ndarray of int64, 2-D (any strides) or 1-D
+        Reduced field elements in [0, p); anything else raises ParameterError.
+    weight : int
+        The party's decoding weight c_j (1 for a plain sum).
+    adds, subs : array-like of uint32, shape (k, values.size)
+        Masks (any uint32 values; the result is reduced mod p), flattened in row-major
+        order of ``values``.
+    p : int
+        The prime (< 2^31).
+    """
+    p = int(p)
+    if not 2 <= p < 2**31:
+        raise ParameterError(f"modulus must be in [2, 2^31), got {p}")
+    array = np.asarray(values, dtype=np.int64)
+    shape = array.shape
+    grid = array.reshape(1, -1) if array.ndim == 1 else array
+    if grid.ndim != 2:
+        raise ParameterError(f"values must be 1-D or 2-D, got shape {shape}")
+    adds = _masks(adds, grid.size)
+    subs = _masks(subs, grid.size)
+    if adds.shape[0] + subs.shape[0] > 2**30:  # pragma: no cover - int64 headroom
+        raise ParameterError("too many masks for one accumulator")
+    out = np.empty(grid.shape, dtype=np.uint32)
+    if _masked_upload_kernel(grid, int(weight) % p, adds, subs, p, out):
+        raise ParameterError(f"values must be reduced field elements in [0, {p})")
+    return out.reshape(shape)
+
+
+def add_upload(target: np.ndarray, upload, p: int) -> None:
+    """Add a uint32 upload into an int64 accumulator view; ParameterError if any value >= p.
+
+    The accumulator is reduced later (:func:`symmetrize_mod`, or ``% p``): up to 2^32
+    uploads fit in int64 before that.
+    """
+    upload = np.asarray(upload, dtype=np.uint32)
+    target_2d = target.reshape(1, -1) if target.ndim == 1 else target
+    upload_2d = upload.reshape(target_2d.shape)
+    if _add_upload_kernel(target_2d, upload_2d, int(p)) >= p:
+        raise ParameterError(f"upload holds a value >= p = {p}")
+
+
+def symmetrize_mod(matrix, p: int) -> np.ndarray:
+    """Reduce the upper triangle mod p, mirror it below, zero the diagonal (in place)."""
+    matrix = np.ascontiguousarray(matrix, dtype=np.int64)
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise ParameterError(f"a square matrix is needed, got shape {matrix.shape}")
+    _symmetrize_kernel(matrix, int(p))
+    return matrix

@@ -1,0 +1,98 @@
+"""Masked-upload and accumulation kernels against Python integers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from finite_field import ParameterError, add_upload, masked_upload, symmetrize_mod
+
+
+def _reference_upload(values, weight, adds, subs, p):
+    flat = [int(v) for v in np.asarray(values).reshape(-1)]
+    out = []
+    for k, v in enumerate(flat):
+        acc = v * weight + sum(int(a[k]) for a in adds) - sum(int(s[k]) for s in subs)
+        out.append(acc % p)
+    return np.array(out, dtype=np.int64).reshape(np.shape(values))
+
+
+@pytest.mark.parametrize("n_adds, n_subs", [(0, 0), (1, 0), (0, 1), (2, 3), (5, 5)])
+def test_masked_upload_equals_python_integers(prime, seeded_source, n_adds, n_subs):
+    rng = np.random.Generator(np.random.PCG64(n_adds * 10 + n_subs))
+    values = rng.integers(0, prime, size=(7, 9))
+    values[0, :3] = [0, prime - 1, prime - 1]
+    weight = int(rng.integers(0, prime))
+    # any uint32 masks, including values >= p and the extremes
+    adds = rng.integers(0, 2**32, size=(n_adds, values.size), dtype=np.uint32)
+    subs = rng.integers(0, 2**32, size=(n_subs, values.size), dtype=np.uint32)
+    if n_adds:
+        adds[0, :2] = [2**32 - 1, 0]
+    got = masked_upload(values, weight, adds, subs, prime)
+    assert got.dtype == np.uint32
+    assert np.array_equal(got.astype(np.int64), _reference_upload(values, weight, adds, subs, prime))
+
+
+def test_masked_upload_on_strided_views_and_largest_weight():
+    p = 2**31 - 1
+    big = np.full((6, 8), p - 1, dtype=np.int64)
+    view = big[1:5, 2:]                        # non-contiguous rows
+    adds = np.full((3, view.size), 2**32 - 1, dtype=np.uint32)
+    got = masked_upload(view, p - 1, adds, (), p)
+    assert np.array_equal(got.astype(np.int64), _reference_upload(view, p - 1, adds, [], p))
+
+
+def test_masks_cancel_in_the_sum():
+    # +m for one party and -m for the other: the sum of uploads is the weighted sum alone.
+    p = 65521
+    rng = np.random.Generator(np.random.PCG64(3))
+    a, b = rng.integers(0, p, size=(2, 50))
+    mask = rng.integers(0, p, size=(1, 50), dtype=np.uint32)
+    total = (masked_upload(a, 3, mask, (), p).astype(np.int64)
+             + masked_upload(b, 5, (), mask, p).astype(np.int64)) % p
+    assert np.array_equal(total, (3 * a + 5 * b) % p)
+
+
+@pytest.mark.parametrize("bad", [-1, 13, 2**40])
+def test_masked_upload_refuses_unreduced_values(bad):
+    with pytest.raises(ParameterError, match=r"\[0, 13\)"):
+        masked_upload(np.array([1, bad, 2]), 1, (), (), 13)
+
+
+def test_add_upload_accumulates_readonly_views_and_checks_range():
+    p = 2**31 - 1
+    acc = np.zeros((3, 4), dtype=np.int64)
+    data = np.array([[p - 1] * 4] * 3, dtype="<u4").tobytes()
+    upload = np.frombuffer(data, dtype="<u4").reshape(3, 4)   # read-only, as received
+    for _ in range(5):
+        add_upload(acc[:, 1:], upload[:, 1:], p)               # strided target
+    assert np.array_equal(acc[:, 0], [0, 0, 0])
+    assert np.array_equal(acc[:, 1:], np.full((3, 3), 5 * (p - 1)))
+    bad = np.frombuffer(np.array([1, p], dtype="<u4").tobytes(), dtype="<u4")
+    target = np.zeros(2, dtype=np.int64)
+    with pytest.raises(ParameterError, match=">= p"):
+        add_upload(target, bad, p)
+
+
+def test_symmetrize_mod_mirrors_the_reduced_upper_triangle(prime):
+    rng = np.random.Generator(np.random.PCG64(prime))
+    m = rng.integers(0, 2**40, size=(6, 6))
+    expected = np.triu(m % prime, 1)
+    expected = expected + expected.T
+    assert np.array_equal(symmetrize_mod(m.copy(), prime), expected)
+    with pytest.raises(ParameterError, match="square"):
+        symmetrize_mod(np.zeros((2, 3), dtype=np.int64), prime)
+
+
+def test_kernels_are_right_uncompiled():
+    # The same Python source, run by the interpreter (NUMBA_DISABLE_JIT=1).
+    import os
+    import subprocess
+    import sys
+
+    code = ("import doctest, numba, finite_field._aggregate as m\n"
+            "assert not hasattr(m._masked_upload_kernel, 'signatures')\n"
+            "r = doctest.testmod(m)\n"
+            "assert r.attempted > 0 and r.failed == 0, r\n")
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
