@@ -37,7 +37,7 @@ from scipy.spatial.distance import squareform
 from sklearn.cluster import KMeans
 from sklearn.metrics import silhouette_score
 
-from finite_field import InputError, ParameterError
+from finite_field import InputError, ParameterError, Quantizer
 
 from .._geometry import check_distance_matrix, classical_mds, to_euclidean
 from .._result import DistanceResult
@@ -126,10 +126,8 @@ def client_parties(n_clients: int, parties=None) -> list[tuple[str, np.ndarray]]
 def quantize_rows(rows, *, bound: float, scale_bits: int = 16,
                   nonnegative: bool = False) -> np.ndarray:
     """The rows the protocol actually sees: ``round(2^q clip(x)) / 2^q`` (plaintext reference)."""
-    x = _as_rows(rows)
-    lower = 0.0 if nonnegative else -float(bound)
-    scale = 2.0 ** scale_bits
-    return np.floor(np.clip(x, lower, bound) * scale + 0.5) / scale
+    quantizer = Quantizer(scale_bits=scale_bits, bound=bound, nonnegative=nonnegative)
+    return quantizer.quantize(_as_rows(rows)).values / quantizer.scale
 
 
 def plaintext_distances(rows) -> np.ndarray:

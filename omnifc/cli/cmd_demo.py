@@ -43,12 +43,6 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=run)
 
 
-def plaintext_quantized(features, params) -> np.ndarray:
-    scale = 2.0 ** params["scale_bits"]
-    lower = 0.0 if params["nonnegative"] else -params["bound"]
-    return np.floor(np.clip(features, lower, params["bound"]) * scale + 0.5).astype(np.int64)
-
-
 def run(args) -> int:
     from sklearn.cluster import KMeans
     from sklearn.metrics import adjusted_rand_score
@@ -56,7 +50,9 @@ def run(args) -> int:
     from protocols import SessionParameters
     from protocols._grpc_local import LocalSession
 
-    from .. import cluster, load_dataset, split_non_iid
+    from finite_field import Quantizer
+
+    from .. import cluster, load_dataset, plaintext_sq_distances, split_non_iid
     from .cmd_serve import format_stats, phase_progress
 
     data = load_dataset(args.dataset)
@@ -97,12 +93,11 @@ def run(args) -> int:
     elapsed = time.perf_counter() - start
 
     params = outcome.parameters
-    q = plaintext_quantized(features, params)
-    norms = (q * q).sum(axis=1)
-    reference = norms[:, None] + norms[None, :] - 2 * (q @ q.T)
-    exact = bool(np.array_equal(outcome.integer, reference))
-    centralized = KMeans(n_clusters=k, n_init=10, random_state=0).fit_predict(
-        q / 2.0 ** params["scale_bits"])
+    public = {"bound": params["bound"], "scale_bits": params["scale_bits"],
+              "nonnegative": params["nonnegative"]}
+    exact = bool(np.array_equal(outcome.integer, plaintext_sq_distances(features, **public)))
+    quantized = Quantizer(**public).quantize(features).values / 2.0 ** params["scale_bits"]
+    centralized = KMeans(n_clusters=k, n_init=10, random_state=0).fit_predict(quantized)
     secure = outcome.labels
     own_ok = all(received[name] is not None and np.array_equal(
         received[name], secure[outcome.row_offsets[i]:outcome.row_offsets[i] + outcome.rows[i]])

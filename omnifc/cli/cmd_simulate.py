@@ -6,7 +6,10 @@ import argparse
 
 import numpy as np
 
+from scipy.spatial.distance import pdist, squareform
+
 from .._datasets import DATASETS, load_dataset
+from .._plaintext import plaintext_sq_distances
 from .._secure import secure_distance_matrix
 from .._splits import split_non_iid
 
@@ -64,11 +67,9 @@ def run(args) -> int:
 def plaintext_integer_distances(result, features: np.ndarray) -> np.ndarray:
     """The reference: squared distances of the quantized rows, computed in the clear."""
     params = result.parameters
-    scale = 2.0 ** params["scale_bits"]
-    lower = 0.0 if params["nonnegative"] else -params["bound"]
-    q = np.floor(np.clip(features, lower, params["bound"]) * scale + 0.5).astype(np.int64)
-    norms = (q * q).sum(axis=1)
-    return norms[:, None] + norms[None, :] - 2 * (q @ q.T)
+    return plaintext_sq_distances(features, bound=params["bound"],
+                                  scale_bits=params["scale_bits"],
+                                  nonnegative=params["nonnegative"])
 
 
 def exact(result, features: np.ndarray) -> bool:
@@ -81,8 +82,7 @@ def report(result, features: np.ndarray, dataset: str) -> str:
 
     params = result.parameters
     n = result.integer_distances.shape[0]
-    diff = features[:, None, :] - features[None, :, :]
-    float_distances = np.einsum("ijk,ijk->ij", diff, diff)
+    float_distances = squareform(pdist(features, "sqeuclidean"))
     error = float(np.abs(result.distances - float_distances).max())
     quantizer = Quantizer(params["scale_bits"], params["bound"], params["nonnegative"])
     lines = [
