@@ -1,6 +1,6 @@
 """Exactness of the modular kernels against Python integers and galois.
 
-Every kernel computes in float64 with limbs (see finite_field/_kernels.py); these tests
+Every kernel computes in float64 with limbs (see finite_field/_kernels/); these tests
 compare it bit for bit with exact Python-integer (or galois) results over the PRIMES
 fixture, on random and adversarial inputs: all entries p - 1 (the largest products), rows
 long enough to overflow int64 or exceed 2^53 without limbs and to need several exact
@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import finite_field._kernels as kernels
+import finite_field._kernels._pairwise as pairwise
 from finite_field import (DistanceTiles, ParameterError, cross_sq_distances, distances_from_gram,
                           encode_blocks, gram_matrix, sq_distances, sq_distances_tile,
                           weighted_sum)
@@ -251,8 +252,8 @@ def test_tile_boundaries_with_tiny_tiles(monkeypatch, rng, panel_rows, tile_colu
     # Tiny tiles exercise every boundary: partial tiles, diagonal blocks wider or taller
     # than a tile, mirrored and non-mirrored columns, with one worker and with two
     # (tiles shared between threads).
-    monkeypatch.setattr(kernels, "_panel_rows", lambda rows, cols: panel_rows)
-    monkeypatch.setattr(kernels, "_TILE_COLUMNS", tile_columns)
+    monkeypatch.setattr(pairwise, "_panel_rows", lambda rows, cols: panel_rows)
+    monkeypatch.setattr(pairwise, "_TILE_COLUMNS", tile_columns)
     numba = pytest.importorskip("numba")
     before = numba.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
@@ -275,7 +276,7 @@ def test_default_tiles_on_a_larger_matrix(rng):
     p = P31
     x = field_values(rng, p, (2100, 3))
     x[::7] = p - 1
-    assert kernels._TILE_COLUMNS < 2100
+    assert pairwise._TILE_COLUMNS < 2100
     expected = ref_cross_int64(x, x, p)
     np.testing.assert_array_equal(sq_distances(x, p), expected)
     np.testing.assert_array_equal(sq_distances_tile(x, 2040, 2100, p), expected[2040:])
