@@ -19,19 +19,12 @@ import numpy as np
 
 
 def register(subparsers) -> None:
-    from .._datasets import DATASETS
+    from .cmd_simulate import add_session_arguments
 
     parser = subparsers.add_parser(
         "demo", help="run a whole secure session over gRPC+TLS on this machine",
         description=__doc__.split("\n\n")[1])
-    parser.add_argument("--dataset", choices=DATASETS, default="iris")
-    parser.add_argument("--parties", type=int, default=4, help="number of parties m (4)")
-    parser.add_argument("--segments", type=int, default=1, help="l: data segments per row")
-    parser.add_argument("--noise-segments", type=int, default=1,
-                        help="t: random segments; any t parties learn nothing")
-    parser.add_argument("--scale-bits", type=int, default=16, help="q: quantization step 2^-q")
-    parser.add_argument("--non-iid", type=float, default=0.5, metavar="P",
-                        help="non-IID level p in [0, 1] of the split (default 0.5)")
+    add_session_arguments(parser, parties=4)
     parser.add_argument("--mode", choices=("masked", "transparent"), default="masked")
     parser.add_argument("--method", default="kmeans", help="clustering on D (default kmeans)")
     parser.add_argument("--clusters", type=int, help="number of clusters (default: classes)")

@@ -39,10 +39,11 @@ def run_adapter(args) -> int:
     return 0 if ok else 1
 
 
-def add_session_arguments(parser: argparse.ArgumentParser) -> None:
+def add_session_arguments(parser: argparse.ArgumentParser, *, parties: int = 3) -> None:
     """Options shared by the commands that run a session on a built-in data set."""
     parser.add_argument("--dataset", choices=DATASETS, default="iris")
-    parser.add_argument("--parties", type=int, default=3, help="number of parties m")
+    parser.add_argument("--parties", type=int, default=parties,
+                        help=f"number of parties m ({parties})")
     parser.add_argument("--segments", type=int, default=1, help="l: data segments per row")
     parser.add_argument("--noise-segments", type=int, default=1,
                         help="t: random segments; any t parties learn nothing")
