@@ -138,6 +138,23 @@ class LagrangeCode:
         object.__setattr__(self, "alphas", alphas)
         object.__setattr__(self, "betas", betas)
 
+    @classmethod
+    def unchecked(cls, segments: int, noise_segments: int, parties: int, prime: int,
+                  alphas, betas) -> "LagrangeCode":
+        """The same object without any validation, for audits only.
+
+        A privacy audit must run the real encoder on *broken* points (a repeated party
+        point, a party point equal to an interpolation point) to show what they leak; the
+        constructor rightly refuses those. Never use this for a session.
+        """
+        code = object.__new__(cls)
+        for name, value in (("segments", int(segments)), ("noise_segments", int(noise_segments)),
+                            ("parties", int(parties)), ("prime", int(prime)),
+                            ("alphas", tuple(int(a) % prime for a in alphas)),
+                            ("betas", tuple(int(b) % prime for b in betas))):
+            object.__setattr__(code, name, value)
+        return code
+
     @property
     def degree(self) -> int:
         """D = 2(l+t-1), the degree of the distance polynomial g."""

@@ -4,8 +4,8 @@ The audit must describe *broken* parameters too (a repeated point, a party point
 an interpolation point, too few parties), which :class:`finite_field.LagrangeCode` rightly
 refuses to construct. So the audit builds the encoding matrix itself from the points as
 given, with exact Python integers, and hands it to the real encoder
-(:func:`finite_field.encode_rows`) through a :class:`CodingPlan` whose code is
-:class:`AuditCode` (same interface, no validation).
+(:func:`finite_field.encode_rows`) through a :class:`CodingPlan` whose codes are
+``LagrangeCode.unchecked`` (same object, no validation).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from finite_field import (CodingPlan, ParameterError, Quantizer, choose_primes, lagrange_basis_at,
-                          min_parties)
+from finite_field import (CodingPlan, LagrangeCode, ParameterError, Quantizer, choose_primes,
+                          lagrange_basis_at, min_parties)
 
-__all__ = ["AuditParameters", "AuditCode", "encoding_matrix", "audit_plan", "DEMO_DEFAULTS"]
+__all__ = ["AuditParameters", "encoding_matrix", "audit_plan", "DEMO_DEFAULTS"]
 
 #: The demo's session (``omnifc demo``: iris over 4 parties): d=4, R=8 (cm, public), q=16,
 #: l=1, t=1, m=4, masked.
@@ -183,29 +183,6 @@ def encoding_matrix(alphas, betas, p: int) -> np.ndarray:
     return np.array(columns, dtype=np.int64).T.copy()
 
 
-@dataclass(frozen=True)
-class AuditCode:
-    """The interface of :class:`finite_field.LagrangeCode` that the encoder uses, unvalidated."""
-
-    segments: int
-    noise_segments: int
-    parties: int
-    prime: int
-    alphas: tuple
-    betas: tuple
-
-    def encoding_matrix(self) -> np.ndarray:
-        return encoding_matrix(self.alphas, self.betas, self.prime)
-
-    @property
-    def degree(self) -> int:
-        return 2 * (self.segments + self.noise_segments - 1)
-
-    @property
-    def min_responders(self) -> int:
-        return self.degree + 1
-
-
 def audit_plan(params: AuditParameters, primes=None) -> CodingPlan:
     """A :class:`CodingPlan` for the real encoder built from the points as given.
 
@@ -214,8 +191,8 @@ def audit_plan(params: AuditParameters, primes=None) -> CodingPlan:
     """
     primes = params.session_primes() if primes is None else tuple(primes)
     alphas, betas = params.raw_points()
-    codes = tuple(AuditCode(params.segments, params.noise_segments, params.parties, int(p),
-                            tuple(alphas), tuple(betas)) for p in primes)
+    codes = tuple(LagrangeCode.unchecked(params.segments, params.noise_segments, params.parties,
+                                         int(p), alphas, betas) for p in primes)
     return CodingPlan(dim=params.dim, quantizer=params.quantizer, codes=codes)
 
 

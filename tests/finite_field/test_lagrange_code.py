@@ -256,3 +256,17 @@ def test_decoding_weights_refuse_bad_responder_sets(responders, message):
     code = LagrangeCode(segments=2, noise_segments=1, parties=6, prime=251)
     with pytest.raises(ParameterError, match=message):
         code.decoding_weights(responders)
+
+
+def test_unchecked_builds_what_the_constructor_refuses_with_the_same_matrix():
+    # For audits: a party point equal to an interpolation point is refused by the
+    # constructor, but the unchecked object computes the same encoding matrix, whose
+    # column for that party is a unit vector (it receives the raw segment).
+    with pytest.raises(ParameterError):
+        LagrangeCode(segments=1, noise_segments=1, parties=3, prime=13, betas=(1, 4, 5))
+    broken = LagrangeCode.unchecked(1, 1, 3, 13, (1, 2), (1, 4, 5))
+    assert broken.encoding_matrix()[:, 0].tolist() == [1, 0]
+    good = LagrangeCode(segments=1, noise_segments=1, parties=3, prime=13, betas=(3, 4, 5))
+    same = LagrangeCode.unchecked(1, 1, 3, 13, good.alphas, good.betas)
+    assert np.array_equal(same.encoding_matrix(), good.encoding_matrix())
+    assert same == good
