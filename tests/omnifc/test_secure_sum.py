@@ -63,12 +63,14 @@ def test_bad_contributions_are_refused(parts, error, match):
 def test_each_masked_upload_is_uniform_even_for_a_constant_vector():
     # Party "a" contributes the same value everywhere: unmasked, its upload would be one
     # value repeated. The coordinator sees values uniform over GF(251): chi-square with
-    # 250 degrees of freedom, false-positive rate 1e-6. The sum is still exact.
+    # 250 degrees of freedom, false-positive rate 1e-6 (fixed seeds). The sum is still exact.
     k, p = 20_000, 251
     parts = {"a": np.full((1, k), 0.5), "b": np.zeros((1, k)), "c": np.full((1, k), -0.25)}
     params = SessionParameters(kind="sum", dim=k, rows=1, bound=1.0, scale_bits=2,
                                primes=(p,))
-    outcome, transcript = run_memory_session(parts, params, record=True)
+    sources = {name: np.random.Generator(np.random.PCG64([63, i]))
+               for i, name in enumerate(parts)}
+    outcome, transcript = run_memory_session(parts, params, record=True, sources=sources)
     assert outcome.integer.reshape(-1).tolist() == [2 + 0 - 1] * k
     for name in parts:
         values = np.concatenate([np.frombuffer(m.envelope().tile.values, "<u4")
