@@ -210,6 +210,18 @@ def adaptive_dbscan(distances, *, eps_scaling: float = 1.0, min_samples: int = 2
     sorted distances of each client to its nearest other client, times ``eps_scaling``;
     ``DBSCAN(eps, min_samples=2)`` on sqrt(D) with ``metric="precomputed"``; every noise
     point becomes its own cluster. No knee: eps = the largest nearest-neighbour distance.
+
+    With ``min_samples = 2`` a client is a core point exactly when its nearest other client
+    is within eps, and a client whose nearest other client is farther than eps cannot be a
+    border point either; so every client whose nearest-neighbour distance exceeds
+    ``sorted[knee] * eps_scaling`` ends up a singleton. At the paper's default
+    ``eps_scaling = 1.0`` that is every client above the knee, which Kneedle puts where the
+    sorted curve bends, below its top: groups of iid clients come back with their
+    most isolated members split off (measured: exactly 2 clusters for 2 groups of 10 on 0 of
+    20 seeds even at a between/within separation of 1000, independent of sample size, since
+    the knee is scale-free). The clusters are never mixed; ``eps_scaling`` > max 1-NN
+    distance / knee distance (1.15 at most on the FLUX scenario, in high dimension the 1-NN
+    distances concentrate) joins the singletons to their groups: the tests use 1.5.
     """
     from kneed import KneeLocator
 

@@ -88,13 +88,30 @@ def test_secure_round_loop_equals_plaintext_round_loop():
     assert np.array_equal(secure.models, plain.models)
 
 
+def _ifca_keeps_round0_merges(run, start):
+    """IFCA's mechanism: models no client picked in round 0 are never picked again."""
+    used = set(run.assignments[0].tolist())
+    unused = [j for j in range(len(start)) if j not in used]
+    return (all(set(a.tolist()) <= used for a in run.assignments)
+            and all(np.array_equal(run.models[j], start[j]) for j in unused))
+
+
 @pytest.mark.parametrize("delta", [1.0, 0.1])
 def test_clove_reaches_ari_one_within_two_rounds_and_ifca_does_not(delta):
     """5 clusters x 5 clients, d = 20, unit-norm models at separation delta, random start.
 
     Secure == plaintext is proven above, so the statistics use the plaintext path.
-    Measured (seeds 0-4, this setup): CLoVE ARI 1 by round 1 on every seed; IFCA final
-    ARI 0.00-0.33 at delta 0.1, and stuck below 1 (merged clusters) at delta 1.
+    Measured (seeds 0-4, initial models seeds 100-104): CLoVE ARI 1 by round 1 on every
+    seed. IFCA final ARI: delta 0.1 -> 0.00, 0.33, 0.33, 0.33, 0.18 (1-2 models used);
+    delta 1 -> 0.44, 0.75, 0.75, 0.75, 0.68 (3-5 models used, never ARI 1).
+
+    The issue's "IFCA below 0.5 on most seeds" holds at delta 0.1 only. At delta 1 the true
+    models are 1-2 apart (60-180 degrees on the sphere), so the 5 random directions are won by
+    4 (3-5) different true clusters in round 0; IFCA then only merges what round 0 merged
+    (asserted below): 4 models -> ARI 0.75, 3 -> 0.44/0.57. Faithful IFCA (argmin of the
+    training loss, per-model FedAvg, unused models kept) gives the same with the paper's Adam
+    training (test below); over seeds 0-29 it is below 0.5 on 11/30 (exact fits) and 12/30
+    (Adam). See docs/adapters.md (CLoVE) for why the reference sanity run saw 0.13-0.44.
     """
     clove_hits, ifca_low, ifca_never_one = 0, 0, 0
     for seed in range(5):
@@ -107,10 +124,36 @@ def test_clove_reaches_ari_one_within_two_rounds_and_ifca_does_not(delta):
         clove_hits += max(aris[:2]) == 1.0 and aris[-1] == 1.0
         ifca_low += ifca_aris[-1] < 0.5
         ifca_never_one += max(ifca_aris) < 1.0
+        assert _ifca_keeps_round0_merges(ifca, start)
     assert clove_hits == 5
     assert ifca_never_one >= 4
     if delta == 0.1:
         assert ifca_low >= 4
+
+
+def test_adam_trainer_is_adam():
+    rng = np.random.Generator(np.random.PCG64(4))
+    x = rng.standard_normal((50, 3))
+    y = x @ np.array([0.5, -1.0, 2.0])
+    theta = np.zeros(3)
+    one_step = clove.adam_trainer(epochs=1, batch_size=50)(theta, x, y)
+    grad = (2.0 / 50) * x.T @ (x @ theta - y)
+    np.testing.assert_allclose(one_step, -1e-3 * grad / (np.abs(grad) + 1e-8), rtol=1e-12)
+    long_run = clove.adam_trainer(learning_rate=1e-2, epochs=300, batch_size=10)(theta, x, y)
+    np.testing.assert_allclose(long_run, clove.local_update(theta, x, y), atol=1e-3)
+
+
+def test_ifca_with_the_papers_adam_training_keeps_round0_merges():
+    """The paper's local training (Adam, lr 1e-3, 25 epochs, batch 100) at delta = 1: the same
+    picture as exact local fits. Measured final ARI, seeds 0-4: 0.44, 0.75, 0.44, 0.75, 0.75."""
+    never_one = 0
+    for seed in range(5):
+        clients, truth, _ = clove.linear_mixture(delta=1.0, seed=seed)
+        start = clove.random_unit_models(5, 20, seed=100 + seed)
+        ifca = clove.run_ifca(clients, start, rounds=3, trainer=clove.adam_trainer(seed=seed))
+        never_one += max(adjusted_rand_score(truth, a) for a in ifca.assignments) < 1.0
+        assert _ifca_keeps_round0_merges(ifca, start)
+    assert never_one == 5
 
 
 def test_unknown_k_is_found_and_assignments_freeze():
