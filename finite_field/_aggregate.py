@@ -30,30 +30,36 @@ __all__ = ["masked_upload", "add_upload", "symmetrize_mod"]
 
 
 @numba.njit("int64(int64[:, :], int64, uint32[:, ::1], uint32[:, ::1], int64, uint32[:, ::1])",
-            cache=True)
+            cache=True, nogil=True)
 def _masked_upload_kernel(values, weight, adds, subs, p, out):
-    # acc = v*w + sum(adds) + sum(p - subs) < 2^62 + k 2^31 stays in int64; it is reduced
-    # with a float64 quotient estimate (off by at most a few) and exact integer fix-ups,
-    # which vectorizes, unlike an integer division per element.
+    # acc = v*w + sum(adds) + sum(p - subs) < 2^62 + k 2^32 stays in int64. It is reduced
+    # with a float64 quotient estimate (off by at most one or two) and branch-free integer
+    # fix-ups ((x >> 63) & p is p for negative x, else 0), so the row loops vectorize.
     rows, cols = values.shape
     p_inv = 1.0 / p
     bad = 0
+    acc = np.empty(cols, dtype=np.int64)
     for r in range(rows):
+        base = r * cols
         for c in range(cols):
-            k = r * cols + c
             v = values[r, c]
-            if v < 0 or v >= p:
-                bad += 1
-            acc = v * weight
-            for a in range(adds.shape[0]):
-                acc += adds[a, k]
-            for s in range(subs.shape[0]):
-                acc += p - subs[s, k]
-            rest = acc - np.int64(acc * p_inv) * p
-            while rest < 0:
-                rest += p
-            while rest >= p:
-                rest -= p
+            bad += (v < 0) | (v >= p)
+            acc[c] = v * weight
+        for a in range(adds.shape[0]):
+            for c in range(cols):
+                acc[c] += np.int64(adds[a, base + c])
+        for s in range(subs.shape[0]):
+            for c in range(cols):
+                acc[c] += p - np.int64(subs[s, base + c])
+        for c in range(cols):
+            x = acc[c]
+            rest = x - np.int64(x * p_inv) * p
+            rest += (rest >> 63) & p
+            rest += (rest >> 63) & p
+            rest -= p
+            rest += (rest >> 63) & p
+            rest -= p
+            rest += (rest >> 63) & p
             out[r, c] = rest
     return bad
 
@@ -63,28 +69,41 @@ _READONLY_U32_2D = numba.types.Array(numba.types.uint32, 2, "A", readonly=True)
 
 
 @numba.njit(numba.types.int64(numba.types.int64[:, :], _READONLY_U32_2D, numba.types.int64),
-            cache=True)
+            cache=True, nogil=True)
 def _add_upload_kernel(target, upload, p):
+    # Returns how many values were >= p (counted, not branched on, so the loop vectorizes).
     rows, cols = upload.shape
-    largest = 0
+    bad = 0
     for r in range(rows):
         for c in range(cols):
             v = np.int64(upload[r, c])
-            if v > largest:
-                largest = v
+            bad += v >= p
             target[r, c] += v
-    return largest
+    return bad
 
 
-@numba.njit("void(int64[:, ::1], int64)", cache=True)
+@numba.njit("void(int64[:, ::1], int64)", cache=True, nogil=True)
 def _symmetrize_kernel(matrix, p):
+    # In 64 x 64 blocks, so that the mirrored (column) writes stay in cache. Entries are
+    # non-negative sums of uploads (< 2^62): the same float quotient estimate and fix-ups.
     n = matrix.shape[0]
-    for i in range(n):
-        matrix[i, i] = 0
-        for j in range(i + 1, n):
-            v = matrix[i, j] % p
-            matrix[i, j] = v
-            matrix[j, i] = v
+    p_inv = 1.0 / p
+    block = 64
+    for ib in range(0, n, block):
+        i_end = min(ib + block, n)
+        for jb in range(ib, n, block):
+            j_end = min(jb + block, n)
+            for i in range(ib, i_end):
+                for j in range(max(jb, i + 1), j_end):
+                    x = matrix[i, j]
+                    rest = x - np.int64(x * p_inv) * p
+                    rest += (rest >> 63) & p
+                    rest -= p
+                    rest += (rest >> 63) & p
+                    matrix[i, j] = rest
+                    matrix[j, i] = rest
+        for i in range(ib, i_end):
+            matrix[i, i] = 0
 
 
 def _masks(masks, size: int) -> np.ndarray:
@@ -135,7 +154,7 @@ def add_upload(target: np.ndarray, upload, p: int) -> None:
     upload = np.asarray(upload, dtype=np.uint32)
     target_2d = target.reshape(1, -1) if target.ndim == 1 else target
     upload_2d = upload.reshape(target_2d.shape)
-    if _add_upload_kernel(target_2d, upload_2d, int(p)) >= p:
+    if _add_upload_kernel(target_2d, upload_2d, int(p)):
         raise ParameterError(f"upload holds a value >= p = {p}")
 
 

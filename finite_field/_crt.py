@@ -20,7 +20,8 @@ _INT64_LIMIT = 2**63
 def crt_combine(residues, primes) -> np.ndarray:
     """The unique x in [0, prod(primes)) with x = residues[i] mod primes[i], as int64.
 
-    The true values must be below 2^63; a mixed-radix digit that would push a value past
+    With one prime the first residue array itself is returned (no copy). The true values
+    must be below 2^63; a mixed-radix digit that would push a value past
     that raises :class:`ParameterError` (it means the residues are inconsistent with the
     no-wrap bound, e.g. corrupted).
     """
@@ -28,7 +29,7 @@ def crt_combine(residues, primes) -> np.ndarray:
     if len(residues) != len(primes):
         raise ParameterError(f"{len(residues)} residue arrays for {len(primes)} primes")
     residues = [np.asarray(r, dtype=np.int64) for r in residues]
-    result = residues[0].copy()
+    result = residues[0]  # never modified in place: one prime returns it as is
     radix = primes[0]  # product of the primes already used
     for i in range(1, len(primes)):
         p = primes[i]

@@ -156,4 +156,5 @@ class Quantizer:
 
     def dequantize_distances(self, integer_distances: np.ndarray) -> np.ndarray:
         """Integer squared distances back to real units: D / 4^q."""
-        return np.asarray(integer_distances, dtype=np.float64) / self.scale**2
+        # 4^-q is a power of two: the product is exact, and one pass instead of two.
+        return np.multiply(integer_distances, 1.0 / self.scale**2, dtype=np.float64)
