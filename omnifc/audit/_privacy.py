@@ -307,8 +307,9 @@ def check_empirical_privacy(params: AuditParameters, *, rows_per_set: int = 2_00
     Examples
     --------
     >>> from omnifc.audit import AuditParameters, check_empirical_privacy
-    >>> check_empirical_privacy(AuditParameters(), rows_per_set=500).verdict
-    'pass'
+    >>> check = check_empirical_privacy(AuditParameters(), rows_per_set=500)
+    >>> check.evidence["tightness"]["rows_recovered_exactly"]   # by t+1 colluding parties
+    500
     """
     l, t, m = params.segments, params.noise_segments, params.parties
     check = Check("empirical_privacy", 2, "Empirical t-privacy and its tightness (t+1 parties)",
