@@ -29,12 +29,25 @@ from ._errors import ParameterError
 __all__ = ["masked_upload", "add_upload", "symmetrize_mod"]
 
 
+@numba.njit("int64(int64, int64, float64)", cache=True, nogil=True)
+def _reduce(x, p, p_inv):
+    # x mod p in [0, p) for |x| < 2^63 - 3p: a float64 quotient estimate (off by at most
+    # one or two) and branch-free integer fix-ups ((r >> 63) & p is p for negative r, else
+    # 0), so the loops that call it vectorize, unlike an integer division per element.
+    rest = x - np.int64(x * p_inv) * p
+    rest += (rest >> 63) & p
+    rest += (rest >> 63) & p
+    rest -= p
+    rest += (rest >> 63) & p
+    rest -= p
+    rest += (rest >> 63) & p
+    return rest
+
+
 @numba.njit("int64(int64[:, :], int64, uint32[:, ::1], uint32[:, ::1], int64, uint32[:, ::1])",
             cache=True, nogil=True)
 def _masked_upload_kernel(values, weight, adds, subs, p, out):
-    # acc = v*w + sum(adds) + sum(p - subs) < 2^62 + k 2^32 stays in int64. It is reduced
-    # with a float64 quotient estimate (off by at most one or two) and branch-free integer
-    # fix-ups ((x >> 63) & p is p for negative x, else 0), so the row loops vectorize.
+    # acc = v*w + sum(adds) + sum(p - subs) < 2^62 + k 2^32 stays in int64 (see _reduce).
     rows, cols = values.shape
     p_inv = 1.0 / p
     bad = 0
@@ -52,15 +65,7 @@ def _masked_upload_kernel(values, weight, adds, subs, p, out):
             for c in range(cols):
                 acc[c] += p - np.int64(subs[s, base + c])
         for c in range(cols):
-            x = acc[c]
-            rest = x - np.int64(x * p_inv) * p
-            rest += (rest >> 63) & p
-            rest += (rest >> 63) & p
-            rest -= p
-            rest += (rest >> 63) & p
-            rest -= p
-            rest += (rest >> 63) & p
-            out[r, c] = rest
+            out[r, c] = _reduce(acc[c], p, p_inv)
     return bad
 
 
@@ -85,7 +90,7 @@ def _add_upload_kernel(target, upload, p):
 @numba.njit("void(int64[:, ::1], int64)", cache=True, nogil=True)
 def _symmetrize_kernel(matrix, p):
     # In 64 x 64 blocks, so that the mirrored (column) writes stay in cache. Entries are
-    # non-negative sums of uploads (< 2^62): the same float quotient estimate and fix-ups.
+    # non-negative sums of uploads (< 2^62).
     n = matrix.shape[0]
     p_inv = 1.0 / p
     block = 64
@@ -95,11 +100,7 @@ def _symmetrize_kernel(matrix, p):
             j_end = min(jb + block, n)
             for i in range(ib, i_end):
                 for j in range(max(jb, i + 1), j_end):
-                    x = matrix[i, j]
-                    rest = x - np.int64(x * p_inv) * p
-                    rest += (rest >> 63) & p
-                    rest -= p
-                    rest += (rest >> 63) & p
+                    rest = _reduce(matrix[i, j], p, p_inv)
                     matrix[i, j] = rest
                     matrix[j, i] = rest
         for i in range(ib, i_end):

@@ -61,8 +61,10 @@ def run(args) -> int:
     result = secure_distance_matrix(parties, bound=data.bound, nonnegative=data.nonnegative,
                                     scale_bits=args.scale_bits, segments=args.segments,
                                     noise_segments=args.noise_segments)
-    print(report(result, np.concatenate([data.features[idx] for idx in parts]), args.dataset))
-    return 0 if exact(result, np.concatenate([data.features[idx] for idx in parts])) else 1
+    features = np.concatenate([data.features[idx] for idx in parts])
+    is_exact = exact(result, features)
+    print(report(result, features, args.dataset, is_exact))
+    return 0 if is_exact else 1
 
 
 def plaintext_integer_distances(result, features: np.ndarray) -> np.ndarray:
@@ -78,7 +80,7 @@ def exact(result, features: np.ndarray) -> bool:
                                plaintext_integer_distances(result, features)))
 
 
-def report(result, features: np.ndarray, dataset: str) -> str:
+def report(result, features: np.ndarray, dataset: str, is_exact: bool) -> str:
     from finite_field import Quantizer
 
     params = result.parameters
@@ -92,7 +94,7 @@ def report(result, features: np.ndarray, dataset: str) -> str:
         f"parameters    l={params['segments']} t={params['noise_segments']} "
         f"q={params['scale_bits']} R={params['bound']} primes={params['primes']} "
         f"(headroom {params['headroom_bits']:.1f} bits)",
-        f"exact         {'yes' if exact(result, features) else 'NO'}: integer distances equal "
+        f"exact         {'yes' if is_exact else 'NO'}: integer distances equal "
         "the plaintext quantized squared distances bit for bit",
         f"max error     {error:.3e} against float distances (bound "
         f"{quantizer.error_bound(params['dim']):.3e})",
