@@ -15,6 +15,8 @@ from ._lagrange import LagrangeCode, lagrange_basis_at, min_parties
 from ._plan import CodingPlan, make_plan
 from ._primes import MAX_PRIME, choose_primes, fast_primes, validate_prime
 from ._quantize import Quantized, Quantizer
+from ._reed_solomon import (CheckedSum, Decoding, ReedSolomonCheck, checked_sum,
+                             dual_multipliers, weighted_sums)
 from ._random import SYSTEM_RANDOM, ByteSource, SystemRandom, uniform_elements
 from ._steps import decode_sum, encode_rows, evaluate_shares, weight_evaluation
 
@@ -30,4 +32,6 @@ __all__ = [
     "gram_matrix", "distances_from_gram", "sq_distances_tile", "DistanceTiles",
     "crt_combine", "masked_upload", "add_upload", "symmetrize_mod",
     "encode_rows", "evaluate_shares", "weight_evaluation", "decode_sum",
+    "ReedSolomonCheck", "Decoding", "CheckedSum", "checked_sum", "weighted_sums",
+    "dual_multipliers",
 ]
