@@ -11,6 +11,9 @@ from ._errors import (DeadlineError, InputError, IntegrityError, OmniFCError, Pa
                       PeerError, ProtocolError)
 from ._kernels import (DistanceTiles, cross_sq_distances, distances_from_gram, encode_blocks,
                        gram_matrix, sq_distances, sq_distances_tile, weighted_sum)
+from ._integrity_masks import (MaskGroup, choose_mask_groups, cyclic_groups,
+                               exposed_coalitions, integrity_rows, mask_groups, null_space,
+                               party_mask, rank_mod, spans_complement)
 from ._lagrange import LagrangeCode, lagrange_basis_at, min_parties
 from ._plan import CodingPlan, make_plan
 from ._primes import MAX_PRIME, choose_primes, fast_primes, validate_prime
@@ -34,4 +37,6 @@ __all__ = [
     "encode_rows", "evaluate_shares", "weight_evaluation", "decode_sum",
     "ReedSolomonCheck", "Decoding", "CheckedSum", "checked_sum", "weighted_sums",
     "dual_multipliers",
+    "MaskGroup", "integrity_rows", "null_space", "rank_mod", "cyclic_groups", "mask_groups",
+    "choose_mask_groups", "party_mask", "exposed_coalitions", "spans_complement",
 ]
