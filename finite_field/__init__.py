@@ -6,6 +6,7 @@ for setup-time primality); a test proves it never imports the layers above.
 """
 
 from ._aggregate import add_upload, masked_upload, symmetrize_mod
+from ._attribution import Attribution, attribute, located_errors
 from ._crt import crt_combine
 from ._errors import (DeadlineError, InputError, IntegrityError, OmniFCError, ParameterError,
                       PeerError, ProtocolError)
@@ -39,4 +40,5 @@ __all__ = [
     "dual_multipliers",
     "MaskGroup", "integrity_rows", "null_space", "rank_mod", "cyclic_groups", "mask_groups",
     "choose_mask_groups", "party_mask", "exposed_coalitions", "spans_complement",
+    "Attribution", "attribute", "located_errors",
 ]
