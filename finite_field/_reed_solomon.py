@@ -563,7 +563,7 @@ class ReedSolomonCheck:
                 f"max_errors must be in [0, floor(s/2) = {s // 2}] with s = {s} checks, "
                 f"got {tau}")
         shape = syn.shape[1:]
-        flat = syn.reshape(s, -1)
+        flat = syn.reshape(s, int(np.prod(shape, dtype=np.int64)))
         flagged = np.flatnonzero((flat != 0).any(axis=0)) if s else np.zeros(0, np.int64)
         flagged = flagged.astype(np.int64)
         positions = np.full((flagged.size, tau), -1, dtype=np.int64)
