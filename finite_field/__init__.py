@@ -20,7 +20,7 @@ from ._plan import CodingPlan, Tolerance, make_plan, parties_needed, tolerance
 from ._primes import MAX_PRIME, choose_primes, fast_primes, validate_prime
 from ._quantize import Quantized, Quantizer
 from ._reed_solomon import (CheckedSum, Decoding, ReedSolomonCheck, checked_sum,
-                             dual_multipliers, weighted_sums)
+                             decode_evaluations, dual_multipliers, weighted_sums)
 from ._random import SYSTEM_RANDOM, ByteSource, SystemRandom, uniform_elements
 from ._steps import decode_sum, encode_rows, evaluate_shares, weight_evaluation
 
@@ -36,7 +36,7 @@ __all__ = [
     "gram_matrix", "distances_from_gram", "sq_distances_tile", "DistanceTiles",
     "crt_combine", "masked_upload", "add_upload", "symmetrize_mod",
     "encode_rows", "evaluate_shares", "weight_evaluation", "decode_sum",
-    "ReedSolomonCheck", "Decoding", "CheckedSum", "checked_sum", "weighted_sums",
+    "ReedSolomonCheck", "Decoding", "CheckedSum", "checked_sum", "decode_evaluations", "weighted_sums",
     "dual_multipliers",
     "MaskGroup", "integrity_rows", "null_space", "rank_mod", "cyclic_groups", "mask_groups",
     "choose_mask_groups", "party_mask", "exposed_coalitions", "spans_complement",

@@ -68,7 +68,7 @@ from ._lagrange import LagrangeCode
 from ._primes import validate_prime
 
 __all__ = ["ReedSolomonCheck", "Decoding", "CheckedSum", "weighted_sums", "dual_multipliers",
-           "checked_sum"]
+           "checked_sum", "decode_evaluations"]
 
 
 # --------------------------------------------------------------------------- linear maps
@@ -620,3 +620,39 @@ def checked_sum(check: ReedSolomonCheck, weights, evaluations, *, checks: int | 
     decoding = check.decode(combined[1:], max_errors=max_errors)
     return CheckedSum(values=decoding.correct_combination(weights, combined[0]),
                       decoding=decoding)
+
+
+def decode_evaluations(code: LagrangeCode, responders, evaluations, *,
+                       max_errors: int | None = None) -> CheckedSum:
+    """Transparent mode: full Reed-Solomon decoding of raw evaluations g(beta_j), j in B.
+
+    Uses every one of the r = |B| - K checks; corrects up to ``max_errors`` (default
+    floor(r/2)) wrong parties per entry and detects up to r - max_errors. The result's
+    ``values`` are sum_o g(alpha_o) (the distances mod p) wherever ``decoding.ok``.
+
+    Parameters
+    ----------
+    code : LagrangeCode
+    responders : sequence of int
+        B, indices 0..m-1 in the order of ``evaluations``.
+    evaluations : array_like of int, shape (|B|, ...)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from finite_field import LagrangeCode
+    >>> code = LagrangeCode(segments=1, noise_segments=1, parties=6, prime=251)
+    >>> g = lambda x: (x * x + 4 * x + 9) % 251                   # sum g(alpha_o) = g(1) = 14
+    >>> raw = np.array([[g(b), 0] for b in code.betas])           # two entries
+    >>> raw[[2, 5], 0] = (raw[[2, 5], 0] + 1) % 251               # parties 2 and 5 lie
+    >>> result = decode_evaluations(code, range(6), raw)          # r = 3: corrects 1
+    >>> result.decoding.uncorrectable.tolist(), int(result.values[1])
+    ([0], 0)
+    >>> result = decode_evaluations(code, [0, 1, 2, 3, 4], raw[:5])   # one liar left
+    >>> result.values.tolist(), result.decoding.wrong_evaluators()
+    ([14, 0], {2: 1})
+    """
+    responders = [int(j) for j in responders]
+    check = ReedSolomonCheck.for_responders(code, responders)
+    return checked_sum(check, code.decoding_weights(responders), evaluations,
+                       max_errors=max_errors)

@@ -366,3 +366,35 @@ def test_decoder_source_is_right_without_jit():
     assert report["ok"] and report["flagged"] == [0, 2]
     assert report["positions"] == [[1, -1], [2, 6]]
     assert report["errors"] == [[12345, 0], [7, 7]]
+
+
+@pytest.mark.parametrize("scale_bits", [8, 16])          # one prime, two primes
+def test_transparent_decoding_over_many_seeds(oracle, scale_bits):
+    from finite_field import decode_evaluations
+    for seed in range(12):
+        rng = _rng(1000 + seed)
+        x = rng.uniform(-8, 8, size=(5, 3))
+        plan = make_plan(3, bound=8.0, scale_bits=scale_bits, segments=1, noise_segments=2,
+                         parties=8)                      # K = 5, r = 3
+        assert len(plan.primes) == (1 if scale_bits == 8 else 2)
+        rows = plan.quantizer.quantize(x).values
+        shares = encode_rows(plan, rows, rng)
+        evaluations = [evaluate_shares(plan, [s[j] for s in shares]) for j in range(8)]
+        liar = int(rng.integers(0, 8))
+        sums = []
+        for i, code in enumerate(plan.codes):
+            raw = np.stack([e[i] for e in evaluations])
+            honest = decode_evaluations(code, range(8), raw)
+            assert honest.decoding.clean                   # no false accusation
+            corrupted = raw.copy()
+            hit = rng.random((5, 5)) < 0.4
+            hit[0, 1] = True
+            corrupted[liar][hit] = (corrupted[liar][hit] + rng.integers(1, code.prime,
+                                                                       hit.sum())) % code.prime
+            result = decode_evaluations(code, range(8), corrupted)
+            assert result.ok and set(result.decoding.wrong_evaluators()) == {liar}
+            assert np.array_equal(result.values, honest.values)
+            assert decode_evaluations(code, range(8), corrupted, max_errors=0).decoding \
+                .flagged.size == int(hit.sum())
+            sums.append(result.values)
+        assert decode_sum(plan, sums).tolist() == oracle.sq_distances(rows)
