@@ -13,7 +13,8 @@ from ._errors import (DeadlineError, InputError, IntegrityError, OmniFCError, Pa
 from ._kernels import (DistanceTiles, cross_sq_distances, distances_from_gram, encode_blocks,
                        gram_matrix, sq_distances, sq_distances_tile, weighted_sum)
 from ._integrity_masks import (MaskGroup, choose_mask_groups, cyclic_groups,
-                               exposed_coalitions, integrity_rows, mask_groups, null_space,
+                               exposed_coalitions, integrity_rows, integrity_upload,
+                               mask_groups, null_space,
                                party_mask, rank_mod, spans_complement)
 from ._lagrange import LagrangeCode, lagrange_basis_at, min_parties
 from ._plan import CodingPlan, Tolerance, make_plan, parties_needed, tolerance
@@ -40,5 +41,5 @@ __all__ = [
     "dual_multipliers",
     "MaskGroup", "integrity_rows", "null_space", "rank_mod", "cyclic_groups", "mask_groups",
     "choose_mask_groups", "party_mask", "exposed_coalitions", "spans_complement",
-    "Attribution", "attribute", "located_errors",
+    "integrity_upload", "Attribution", "attribute", "located_errors",
 ]

@@ -55,15 +55,17 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
+from ._aggregate import _reduce
 from ._errors import ParameterError
 from ._kernels._checks import _check_field_array, _check_modulus
 from ._kernels import weighted_sum
 
 __all__ = ["MaskGroup", "integrity_rows", "null_space", "rank_mod", "cyclic_groups",
            "mask_groups", "choose_mask_groups", "party_mask", "exposed_coalitions",
-           "spans_complement"]
+           "spans_complement", "integrity_upload"]
 
 
 def _rref(matrix, p: int):
@@ -275,6 +277,70 @@ def choose_mask_groups(rows, p: int, colluders: int) -> list[MaskGroup]:
                     f"coalition {list(coalition)} learns {deficit} extra combination(s) of "
                     "the honest evaluations whatever the groups (degenerate points)")
     return groups
+
+
+@numba.njit("int64(int64[::1], int64[::1], int64[:, ::1], int64, uint32[::1])",
+            cache=True, nogil=True)
+def _integrity_upload_kernel(values, weights, coefficients, p, out):
+    # out = (values + sum_k weights[k] * coefficients[k]) mod p, one pass; each product
+    # (< 2^62) is reduced before it is added (see _aggregate._reduce). Returns the number of
+    # values or coefficients outside [0, p).
+    n = values.shape[0]
+    k = coefficients.shape[0]
+    p_inv = 1.0 / p
+    bad = 0
+    acc = np.empty(n, dtype=np.int64)
+    for e in range(n):
+        v = values[e]
+        bad += (v < 0) | (v >= p)
+        acc[e] = v
+    for q in range(k):
+        w = weights[q]
+        row = coefficients[q]
+        for e in range(n):
+            x = row[e]
+            bad += (x < 0) | (x >= p)
+            acc[e] += _reduce(w * x, p, p_inv)
+        if q % 1024 == 1023:
+            for e in range(n):
+                acc[e] = _reduce(acc[e], p, p_inv)
+    for e in range(n):
+        out[e] = np.uint32(_reduce(acc[e], p, p_inv))
+    return bad
+
+
+def integrity_upload(values, groups, party: int, coefficients, p: int) -> np.ndarray:
+    """What party j uploads: U_j = g(beta_j) + M_j mod p as uint32, in one pass.
+
+    ``values`` are its evaluations (reduced, any shape); ``coefficients`` maps the index of
+    each group containing ``party`` to that group's rho array (same shape as ``values``),
+    as for :func:`party_mask`. Unweighted: the coordinator applies c and the parity rows.
+
+    >>> import numpy as np
+    >>> group = MaskGroup(members=(0, 1, 2), vector=(1, 5, 3))
+    >>> integrity_upload(np.array([4, 0]), [group], 1, {0: np.array([2, 3])}, 7).tolist()
+    [0, 1]
+    """
+    p = _check_modulus(p)
+    values = np.asarray(values, dtype=np.int64)
+    mine = [i for i, g in enumerate(groups) if party in g.members]
+    if not mine:
+        raise ParameterError(f"party {party} is in no mask group")
+    missing = [i for i in mine if i not in coefficients]
+    if missing:
+        raise ParameterError(f"coefficients of groups {missing} (containing party {party}) "
+                             "are missing")
+    weights = np.array([groups[i].coefficient(party) % p for i in mine], dtype=np.int64)
+    stack = np.stack([np.asarray(coefficients[i], dtype=np.int64).reshape(-1) for i in mine])
+    if stack.shape[1] != values.size:
+        raise ParameterError(f"coefficients must have {values.size} entries, "
+                             f"got {stack.shape[1]}")
+    out = np.empty(values.size, dtype=np.uint32)
+    if _integrity_upload_kernel(np.ascontiguousarray(values.reshape(-1)), weights,
+                                np.ascontiguousarray(stack), p, out):
+        raise ParameterError(f"values and coefficients must be reduced field elements "
+                             f"in [0, {p})")
+    return out.reshape(values.shape)
 
 
 def party_mask(groups, party: int, coefficients, p: int) -> np.ndarray:

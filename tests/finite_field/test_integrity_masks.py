@@ -14,7 +14,8 @@ import pytest
 
 from finite_field import (LagrangeCode, ParameterError, ReedSolomonCheck, checked_sum,
                           choose_mask_groups, cyclic_groups, decode_sum, encode_rows,
-                          evaluate_shares, exposed_coalitions, integrity_rows, make_plan,
+                          evaluate_shares, exposed_coalitions, integrity_rows,
+                          integrity_upload, make_plan,
                           mask_groups, null_space, party_mask, rank_mod, spans_complement,
                           uniform_elements)
 
@@ -76,6 +77,11 @@ def test_groups_span_the_complement_and_masks_cancel_in_w(p, parties, l, t, s, c
                    for i, g in enumerate(groups)) % p
     assert masks.tolist() == expected.tolist()
     assert not np.array(GF(rows) @ GF(masks)).any()
+    values = uniform_elements(p, entries, _rng(99))
+    for j in range(parties):
+        upload = integrity_upload(values, groups, j, rho, p)
+        assert upload.dtype == np.uint32
+        assert upload.tolist() == ((values.astype(object) + expected[j]) % p).tolist()
 
 
 def test_masks_are_exactly_uniform_on_the_complement():
@@ -113,8 +119,8 @@ def test_masked_uploads_decode_exactly_and_locate_errors(oracle, primes):
         rows = integrity_rows(weights, check.parity_rows(s), p)
         groups = choose_mask_groups(rows, p, colluders=1)
         rho = {k: uniform_elements(p, (6, 6), rng) for k in range(len(groups))}
-        uploads = np.stack([(evaluations[j][i] + party_mask(groups, j, rho, p)) % p
-                            for j in responders])
+        uploads = np.stack([integrity_upload(evaluations[j][i], groups, j, rho, p)
+                            for j in responders]).astype(np.int64)
         # Honest: every syndrome is exactly zero, D exact.
         honest = checked_sum(check, weights, uploads, checks=s)
         assert honest.decoding.clean
@@ -169,5 +175,10 @@ def test_parameters_are_checked():
     groups = choose_mask_groups(rows, 251, 1)
     with pytest.raises(ParameterError, match="missing"):
         party_mask(groups, 0, {}, 251)
+    with pytest.raises(ParameterError, match="missing"):
+        integrity_upload([1], groups, 0, {}, 251)
+    rho = {i: np.array([251]) for i in range(len(groups))}
+    with pytest.raises(ParameterError, match="reduced"):
+        integrity_upload([1], groups, 0, rho, 251)
     with pytest.raises(ParameterError, match="need"):
         choose_mask_groups(np.ones((6, 5), dtype=np.int64), 251, 1)
