@@ -410,8 +410,11 @@ class Decoding:
         With ``weights`` the decoding vector c and ``combined`` = c . U (for instance the
         masked sum the coordinator holds), this is c . (U - e) = D wherever the errors were
         located. Uncorrectable entries are left as they were: check :attr:`ok` first.
+        Returns ``combined`` itself (no copy) when nothing was flagged.
         """
         p = self.prime
+        if self.flagged.size == 0:
+            return np.asarray(combined, dtype=np.int64)
         weights = np.asarray(weights, dtype=np.int64) % p
         out = np.array(combined, dtype=np.int64, copy=True)
         flat = out.reshape(-1)
@@ -564,8 +567,9 @@ class ReedSolomonCheck:
                 f"got {tau}")
         shape = syn.shape[1:]
         flat = syn.reshape(s, int(np.prod(shape, dtype=np.int64)))
-        flagged = np.flatnonzero((flat != 0).any(axis=0)) if s else np.zeros(0, np.int64)
-        flagged = flagged.astype(np.int64)
+        # One int64 OR-reduction over the checks, then the indices of nonzero entries.
+        flagged = (np.flatnonzero(np.bitwise_or.reduce(flat, axis=0)) if s and flat.size
+                   else np.zeros(0, np.int64)).astype(np.int64)
         positions = np.full((flagged.size, tau), -1, dtype=np.int64)
         errors = np.zeros((flagged.size, tau), dtype=np.int64)
         located = np.full(flagged.size, -1, dtype=np.int64)
