@@ -343,7 +343,12 @@ args = json.loads(sys.argv[1])
 check = ReedSolomonCheck(points=args["points"], dimension=args["k"], prime=args["p"])
 received = np.array(args["received"], dtype=np.int64)
 result = check.decode(check.syndromes(received))
+from finite_field import MaskGroup, integrity_upload
+group = MaskGroup(members=(0, 1, 2), vector=(1, args["p"] - 2, 5))
+upload = integrity_upload(np.array([args["p"] - 1, 3]), [group], 1, {0: np.array([7, args["p"] - 1])},
+                          args["p"])
 print(json.dumps({"jit": isinstance(rs._decode_kernel, numba.core.dispatcher.Dispatcher),
+                  "upload": upload.tolist(),
                   "positions": result.positions.tolist(), "errors": result.errors.tolist(),
                   "ok": result.ok, "flagged": result.flagged.tolist()}))
 """
@@ -366,6 +371,7 @@ def test_decoder_source_is_right_without_jit():
     assert report["ok"] and report["flagged"] == [0, 2]
     assert report["positions"] == [[1, -1], [2, 6]]
     assert report["errors"] == [[12345, 0], [7, 7]]
+    assert report["upload"] == [(p - 1 + (p - 2) * 7) % p, (3 + (p - 2) * (p - 1)) % p]
 
 
 @pytest.mark.parametrize("scale_bits", [8, 16])          # one prime, two primes
