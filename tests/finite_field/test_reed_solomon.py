@@ -106,8 +106,8 @@ def test_honest_codewords_have_zero_syndromes(p):
         assert check.syndromes(values).shape == (redundancy, 40)
         assert not check.syndromes(values).any()
         assert check.decode(check.syndromes(values)).clean
-        # A polynomial of degree exactly K (one too many) is caught by the last check only
-        # when... it is caught: sum v_j beta^(r-1) x^K is the leading coefficient of x^(K+r-1).
+        # x^K (degree one too many) is caught: the last check, sum_j v_j beta_j^(r-1) beta_j^K,
+        # is the leading coefficient of x^(K+r-1) = x^(N-1), which is 1.
         top = np.array([[pow(x, dimension, p)] for x in points], dtype=np.int64)
         assert check.syndromes(top)[:, 0].any()
 
