@@ -6,15 +6,22 @@ for setup-time primality); a test proves it never imports the layers above.
 """
 
 from ._aggregate import add_upload, masked_upload, symmetrize_mod
+from ._attribution import Attribution, attribute, located_errors
 from ._crt import crt_combine
 from ._errors import (DeadlineError, InputError, IntegrityError, OmniFCError, ParameterError,
                       PeerError, ProtocolError)
 from ._kernels import (DistanceTiles, cross_sq_distances, distances_from_gram, encode_blocks,
                        gram_matrix, sq_distances, sq_distances_tile, weighted_sum)
+from ._integrity_masks import (MaskGroup, choose_mask_groups, cyclic_groups,
+                               exposed_coalitions, integrity_rows, integrity_upload,
+                               mask_groups, null_space,
+                               party_mask, rank_mod, spans_complement)
 from ._lagrange import LagrangeCode, lagrange_basis_at, min_parties
-from ._plan import CodingPlan, make_plan
+from ._plan import CodingPlan, Tolerance, make_plan, parties_needed, tolerance
 from ._primes import MAX_PRIME, choose_primes, fast_primes, validate_prime
 from ._quantize import Quantized, Quantizer
+from ._reed_solomon import (CheckedSum, Decoding, ReedSolomonCheck, checked_sum,
+                             decode_evaluations, dual_multipliers, weighted_sums)
 from ._random import SYSTEM_RANDOM, ByteSource, SystemRandom, uniform_elements
 from ._steps import decode_sum, encode_rows, evaluate_shares, weight_evaluation
 
@@ -25,9 +32,14 @@ __all__ = [
     "ByteSource", "SystemRandom", "SYSTEM_RANDOM", "uniform_elements",
     "Quantizer", "Quantized",
     "LagrangeCode", "min_parties", "lagrange_basis_at",
-    "CodingPlan", "make_plan",
+    "CodingPlan", "make_plan", "parties_needed", "tolerance", "Tolerance",
     "encode_blocks", "weighted_sum", "sq_distances", "cross_sq_distances",
     "gram_matrix", "distances_from_gram", "sq_distances_tile", "DistanceTiles",
     "crt_combine", "masked_upload", "add_upload", "symmetrize_mod",
     "encode_rows", "evaluate_shares", "weight_evaluation", "decode_sum",
+    "ReedSolomonCheck", "Decoding", "CheckedSum", "checked_sum", "decode_evaluations", "weighted_sums",
+    "dual_multipliers",
+    "MaskGroup", "integrity_rows", "null_space", "rank_mod", "cyclic_groups", "mask_groups",
+    "choose_mask_groups", "party_mask", "exposed_coalitions", "spans_complement",
+    "integrity_upload", "Attribution", "attribute", "located_errors",
 ]

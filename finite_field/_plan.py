@@ -5,12 +5,23 @@ noise segments, party count) into a :class:`CodingPlan`: the quantizer, the prim
 make every squared distance exact (one prime when it fits, several otherwise) and one
 :class:`LagrangeCode` per prime. Impossible requests fail here, before any share is made.
 
+Redundancy. Decoding needs K = 2l+2t-1 evaluations; with m parties there are r = m - K
+redundant ones. S stragglers use up S of them; the remaining r - S are Reed-Solomon parity
+checks (see ``_reed_solomon``), which detect up to r - S wrong parties per entry, or
+correct up to tau <= floor((r-S)/2) of them while still detecting up to r - S - tau. So
+tolerating S stragglers and correcting A adversaries needs m >= 2l+2t-1+S+2A
+(:func:`parties_needed`); :func:`tolerance` says what a given m tolerates.
+
 Examples
 --------
 >>> from finite_field import make_plan
 >>> plan = make_plan(dim=4, bound=8.0, scale_bits=16, segments=1, noise_segments=1, parties=3)
 >>> plan.primes, plan.segment_length, plan.min_responders
 ((2147483647, 2147483629), 4, 3)
+>>> parties_needed(segments=1, noise_segments=1, stragglers=1, adversaries=1)
+6
+>>> print(tolerance(parties=7, segments=1, noise_segments=1).describe())
+m = 7 parties, K = 3 needed to decode, r = 4 redundant: detects up to 4 wrong parties per entry, or corrects up to 2
 """
 
 from __future__ import annotations
@@ -20,11 +31,95 @@ from dataclasses import dataclass
 
 
 from ._errors import ParameterError
-from ._lagrange import LagrangeCode, _positive_int
+from ._lagrange import LagrangeCode, _positive_int, min_parties
 from ._primes import choose_primes
 from ._quantize import Quantizer
 
-__all__ = ["CodingPlan", "make_plan"]
+__all__ = ["CodingPlan", "make_plan", "parties_needed", "tolerance", "Tolerance"]
+
+
+def _count(value, name: str) -> int:
+    return _positive_int(value, name, 0)
+
+
+def parties_needed(segments: int = 1, noise_segments: int = 1, stragglers: int = 0,
+                   adversaries: int = 0) -> int:
+    """m = 2l+2t-1+S+2A: parties that decode despite S stragglers and correct A adversaries.
+
+    With only detection wanted (abort or exclude-and-rerun on any deviation), A wrong
+    parties need A redundant evaluations: ``parties_needed(l, t, S + A)``.
+    """
+    l = _positive_int(segments, "segments (l)", 1)
+    t = _positive_int(noise_segments, "noise_segments (t)", 1)
+    return min_parties(l, t) + _count(stragglers, "stragglers (S)") + \
+        2 * _count(adversaries, "adversaries (A)")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """What m parties tolerate when ``stragglers`` of them do not respond.
+
+    Attributes
+    ----------
+    parties, min_responders : int
+        m and K = 2l+2t-1.
+    stragglers : int
+        S, the parties assumed missing.
+    redundancy : int
+        r = m - K - S, the parity checks left (negative: decoding impossible).
+    detect : int
+        Wrong parties per entry that are always detected (radius 0): r.
+    correct : int
+        Wrong parties per entry that can be located and corrected: floor(r / 2).
+    """
+
+    parties: int
+    min_responders: int
+    stragglers: int
+
+    @property
+    def redundancy(self) -> int:
+        return self.parties - self.min_responders - self.stragglers
+
+    @property
+    def decodable(self) -> bool:
+        return self.redundancy >= 0
+
+    @property
+    def detect(self) -> int:
+        return max(self.redundancy, 0)
+
+    @property
+    def correct(self) -> int:
+        return max(self.redundancy, 0) // 2
+
+    def detect_while_correcting(self, radius: int) -> int:
+        """Wrong parties always detected when up to ``radius`` are corrected: r - radius."""
+        if not 0 <= radius <= self.correct:
+            raise ParameterError(f"radius must be in [0, {self.correct}], got {radius}")
+        return self.redundancy - radius
+
+    def describe(self) -> str:
+        head = (f"m = {self.parties} parties, K = {self.min_responders} needed to decode"
+                + (f", {self.stragglers} stragglers" if self.stragglers else ""))
+        r = self.redundancy
+        if r < 0:
+            return head + f": cannot decode ({-r} too few)"
+        if r == 0:
+            return head + ", r = 0 redundant: nothing can be checked (a wrong party goes unseen)"
+        return head + (f", r = {r} redundant: detects up to {r} wrong "
+                       f"part{'y' if r == 1 else 'ies'} per entry, or corrects up to "
+                       f"{r // 2}")
+
+
+def tolerance(parties: int, segments: int = 1, noise_segments: int = 1,
+              stragglers: int = 0) -> Tolerance:
+    """What m parties tolerate: detection (r) or correction (floor(r/2)), r = m - K - S."""
+    m = _positive_int(parties, "parties (m)", 1)
+    l = _positive_int(segments, "segments (l)", 1)
+    t = _positive_int(noise_segments, "noise_segments (t)", 1)
+    return Tolerance(parties=m, min_responders=min_parties(l, t),
+                     stragglers=_count(stragglers, "stragglers (S)"))
 
 
 @dataclass(frozen=True)
@@ -34,6 +129,8 @@ class CodingPlan:
     dim: int
     quantizer: Quantizer
     codes: tuple[LagrangeCode, ...]
+    stragglers: int = 0
+    adversaries: int = 0
 
     @property
     def primes(self) -> tuple[int, ...]:
@@ -61,6 +158,16 @@ class CodingPlan:
         return self.codes[0].min_responders
 
     @property
+    def redundancy(self) -> int:
+        """r = m - K: the redundant evaluations when every party responds."""
+        return self.parties - self.min_responders
+
+    def tolerance(self, stragglers: int | None = None) -> Tolerance:
+        """What this plan tolerates with ``stragglers`` missing (default: the planned S)."""
+        return tolerance(self.parties, self.segments, self.noise_segments,
+                         self.stragglers if stragglers is None else stragglers)
+
+    @property
     def distance_bound(self) -> int:
         """The largest integer squared distance quantized rows can have."""
         return self.quantizer.distance_bound(self.dim)
@@ -86,12 +193,16 @@ class CodingPlan:
             "betas": list(code.betas),
             "distance_bound": self.distance_bound,
             "headroom_bits": round(self.headroom_bits, 3),
+            "stragglers": self.stragglers,
+            "adversaries": self.adversaries,
+            "redundancy": self.redundancy,
         }
 
 
 def make_plan(dim: int, *, bound: float, scale_bits: int, segments: int = 1,
               noise_segments: int = 1, parties: int, nonnegative: bool = False,
-              clip: str = "clip", primes=None, alphas=None, betas=None) -> CodingPlan:
+              clip: str = "clip", primes=None, alphas=None, betas=None,
+              stragglers: int = 0, adversaries: int = 0) -> CodingPlan:
     """Validate a session's public parameters and choose its primes.
 
     Parameters
@@ -107,6 +218,10 @@ def make_plan(dim: int, *, bound: float, scale_bits: int, segments: int = 1,
         exceeds the largest possible squared distance.
     alphas, betas : sequence of int, optional
         Evaluation points, shared by every prime.
+    stragglers, adversaries : int, optional
+        S and A to tolerate: S parties may not respond and up to A wrong parties per
+        entry are located and corrected; needs m >= 2l+2t-1+S+2A (see
+        :func:`parties_needed`). Both 0 by default (any m >= 2l+2t-1).
 
     Raises
     ------
@@ -117,6 +232,13 @@ def make_plan(dim: int, *, bound: float, scale_bits: int, segments: int = 1,
     segments = _positive_int(segments, "segments (l)", 1)
     if segments > dim:
         raise ParameterError(f"segments (l) must be <= d = {dim}, got {segments}")
+    stragglers = _count(stragglers, "stragglers (S)")
+    adversaries = _count(adversaries, "adversaries (A)")
+    needed = parties_needed(segments, noise_segments, stragglers, adversaries)
+    if (stragglers or adversaries) and _positive_int(parties, "parties (m)", 1) < needed:
+        raise ParameterError(
+            f"tolerating {stragglers} stragglers and {adversaries} adversaries needs "
+            f"m >= 2l+2t-1+S+2A = {needed} parties; got {parties}")
     quantizer = Quantizer(scale_bits=scale_bits, bound=bound, nonnegative=nonnegative, clip=clip)
     chosen = choose_primes(quantizer.distance_bound(dim) + 1, primes)
     codes = tuple(
@@ -125,6 +247,7 @@ def make_plan(dim: int, *, bound: float, scale_bits: int, segments: int = 1,
                      betas=None if betas is None else tuple(betas))
         for p in chosen)
     # Points must be distinct for every prime, and identical integers across primes.
-    return CodingPlan(dim=dim, quantizer=quantizer, codes=codes)
+    return CodingPlan(dim=dim, quantizer=quantizer, codes=codes, stragglers=stragglers,
+                      adversaries=adversaries)
 
 
