@@ -615,11 +615,14 @@ class SessionConfig:
         ``<name>.identity.pem``. ``name`` is a party, or the coordinator (the common name
         of its certificate).
 
+        >>> import tempfile
+        >>> from pathlib import Path
         >>> from protocols import PartyEntry, SessionConfig, TLSSettings
         >>> parties = tuple(PartyEntry(n, bytes([i]) * 32) for i, n in enumerate("abc"))
         >>> c = SessionConfig("ab" * 16, "127.0.0.1:0", parties, tls=TLSSettings(enabled=False))
-        >>> c.with_keys("b", "/keys/b").party("b").identity_key.as_posix()
-        '/keys/b/b.identity.pem'
+        >>> keys = tempfile.mkdtemp()
+        >>> c.with_keys("b", keys).party("b").identity_key == Path(keys) / "b.identity.pem"
+        True
         """
         folder = Path(os.path.normpath(Path(folder).absolute()))
         if not folder.is_dir():

@@ -261,7 +261,8 @@ def test_with_revalidates_and_lookups_are_clear(tmp_path):
         config.with_(parties=config.parties[:2])
     with pytest.raises(ParameterError, match=r"unknown party 'zed'; .*'a', 'b', 'c'"):
         config.party("zed")
-    with pytest.raises(ParameterError, match=r"'b'.*cert and key are required"):
+    with pytest.raises(ParameterError, match=r"no TLS certificate file for party 'b': pass "
+                                             r"--keys DIR"):
         config.party_tls("b")
 
 
@@ -325,7 +326,9 @@ def test_certs_cli_writes_a_loadable_session_config(tmp_path, capsys):
     assert (config.mode, config.coordinator) == ("transparent", "127.0.0.1:6001")
     assert config.clustering == ClusteringRequest("kmeans", 4)
     assert config.deadlines == Deadlines(join=15, evaluation=90)
-    assert config.coordinator_tls().cert == out / "hub.pem"
+    assert config.tls.coordinator_name == "hub"
+    assert config.coordinator_tls().cert == (out / "hub.pem").read_bytes()
+    assert config.coordinator_tls().key == out / "hub.key"
     for party in config.parties:
         assert public_key_bytes(load_identity(party.identity_key)) == party.identity_public_key
         assert stat.S_IMODE(party.key.stat().st_mode) == 0o600
