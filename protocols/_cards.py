@@ -383,6 +383,10 @@ def generate_keys(out_dir, name: str, *, role: str = "party", hosts: Sequence[st
         general_name(host)
     directory = prepare_output_folder(out_dir)
     files = {k: directory / v for k, v in key_file_names(name, role).items()}
+    links = [str(p) for p in files.values() if p.is_symlink()]
+    if links:  # checked for all files first: nothing is written when one is a link
+        raise ParameterError(f"refusing to write through symbolic links: {', '.join(links)} "
+                             "(--force included); remove them if you put them there")
     if not overwrite:
         existing = [str(p) for p in files.values() if p.exists() or p.is_symlink()]
         if existing:

@@ -266,3 +266,94 @@ def test_session_new_refuses_a_coordinator_address_its_certificate_does_not_cove
                     "--coordinator-card", "hospital-a.card.toml", "--address",
                     "127.0.0.1:50051", "--out", "session.toml", cwd=desk)
     assert result.returncode == 1 and "is not a party card" in result.stderr
+
+
+# --- file safety -------------------------------------------------------------------------------
+
+def _plant_link(folder: Path, name: str, tmp_path: Path) -> Path:
+    """A symbolic link ``folder/name`` to a file someone wants overwritten."""
+    target = tmp_path / f"victim-{name}"
+    target.write_text("precious")
+    target.chmod(0o600)
+    folder.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, folder / name)
+    return target
+
+
+@pytest.mark.parametrize("planted", ["hospital-a.key", "hospital-a.identity.pem",
+                                     "hospital-a.card.toml"])
+def test_keygen_refuses_a_planted_symbolic_link_even_with_force(tmp_path, planted):
+    out = tmp_path / "keys"
+    target = _plant_link(out, planted, tmp_path)
+    for force in ([], ["--force"]):
+        result = omnifc("keygen", "--party", "hospital-a", "--out", out, *force, cwd=tmp_path)
+        assert result.returncode == 1
+        assert "symbolic link" in result.stderr
+        assert sorted(os.listdir(out)) == [planted]  # nothing else written either
+    assert target.read_text() == "precious"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert (out / planted).is_symlink()
+
+
+def test_certs_force_refuses_planted_links_and_writes_nothing(tmp_path):
+    out = tmp_path / "session"
+    assert omnifc("certs", "--out", out, "--parties", "a,b,c", cwd=tmp_path).returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (out / "b.key").unlink()
+    target = _plant_link(out, "b.key", tmp_path)
+    result = omnifc("certs", "--out", out, "--parties", "a,b,c", "--force", cwd=tmp_path)
+    assert result.returncode == 1 and "symbolic link" in result.stderr
+    assert target.read_text() == "precious"
+    after = {p.name: p.read_bytes() for p in out.iterdir() if not p.is_symlink()}
+    assert after == {k: v for k, v in before.items() if k != "b.key"}  # nothing rewritten
+
+
+def test_session_new_refuses_a_link_at_out(tmp_path):
+    folders = keygen_everyone(tmp_path)
+    desk = _mkdir(tmp_path / "desk")
+    for who, (folder, _) in folders.items():
+        shutil.copy(folder / "keys" / f"{who}.card.toml", desk)
+    target = _plant_link(desk, "session.toml", tmp_path)
+    for force in ([], ["--force"]):
+        result = omnifc("session", "new", *[a for n in PARTIES for a in ("--card",
+                                                                          f"{n}.card.toml")],
+                        "--coordinator-card", "hub.card.toml", "--address", "127.0.0.1:50051",
+                        "--out", "session.toml", *force, cwd=desk)
+        assert result.returncode == 1 and "symbolic link" in result.stderr
+    assert target.read_text() == "precious"
+
+
+def test_a_group_or_other_writable_out_folder_is_warned_about(tmp_path, caplog):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with caplog.at_level("WARNING", logger="omnifc"):
+        result = omnifc("keygen", "--party", "hospital-a", "--out", shared, cwd=tmp_path)
+    assert result.returncode == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("writable by group and others" in w and str(shared) in w for w in warnings)
+    caplog.clear()
+    private = tmp_path / "private"
+    with caplog.at_level("WARNING", logger="omnifc"):
+        assert omnifc("keygen", "--party", "hospital-a", "--out", private,
+                      cwd=tmp_path).returncode == 0
+    assert not [r for r in caplog.records if "writable" in r.getMessage()]
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700  # created private
+
+
+def test_join_and_serve_refuse_a_tls_key_readable_by_others(tmp_path):
+    folders = keygen_everyone(tmp_path)
+    assemble(tmp_path, folders)
+    folder = folders["hospital-c"][0]
+    (folder / "keys" / "hospital-c.key").chmod(0o644)
+    result = omnifc("join", "--config", "session.toml", "--party", "hospital-c", "--keys",
+                    "keys", "--data", "rows.npy", cwd=folder)
+    assert result.returncode == 1
+    assert re.search(r"TLS private key file .*hospital-c.key.* has mode 0o644: group or "
+                     r"others may read .*chmod 600", result.stderr), result.stderr
+    hub = folders["hub"][0]
+    (hub / "keys" / "hub.key").chmod(0o640)
+    result = omnifc("serve", "--config", "session.toml", "--keys", "keys", "--address",
+                    "127.0.0.1:0", cwd=hub)
+    assert result.returncode == 1 and "mode 0o640" in result.stderr
+    assert "listening" not in result.stdout
