@@ -6,6 +6,8 @@ on each organization's machine and ``omnifc session new`` (docs/deployment.md).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from finite_field import ParameterError
 
 from .cmd_session import add_session_parameters, session_settings, validate_clustering
@@ -59,21 +61,10 @@ def run(args) -> int:
     from protocols._tls import IMPERSONATION_WARNING
 
     settings = session_settings(args)
-    # The clustering request is checked before anything is written.
-    from protocols import PartyEntry, SessionConfig, TLSSettings, new_session_id
-    names = _parties(args.parties)
-    if len(set(names)) == len(names):
-        try:
-            draft = SessionConfig(new_session_id(), args.coordinator_address,
-                                  tuple(PartyEntry(p, i.to_bytes(32, "big"))
-                                        for i, p in enumerate(names)),
-                                  tls=TLSSettings(enabled=False), **settings)
-        except ParameterError:
-            draft = None  # generate_certificates reports it with its own message
-        if draft is not None:
-            validate_clustering(draft)
+    # the clustering request is checked against omnifc's registry before anything is written
+    validate_clustering(SimpleNamespace(**settings))
     certs = generate_certificates(
-        args.out, names, coordinator=args.coordinator, days=args.days,
+        args.out, _parties(args.parties), coordinator=args.coordinator, days=args.days,
         coordinator_address=args.coordinator_address,
         coordinator_hosts=args.coordinator_host, config_name=args.config_name,
         overwrite=args.force, **settings)

@@ -345,6 +345,15 @@ def test_certs_cli_writes_a_loadable_session_config(tmp_path, capsys):
     for party in config.parties:
         assert public_key_bytes(load_identity(party.identity_key)) == party.identity_public_key
         assert stat.S_IMODE(party.key.stat().st_mode) == 0o600
+    # it says plainly that it is a demo shortcut: its operator can impersonate everyone
+    assert "WARNING: DEMO ONLY" in printed and "impersonate every party" in printed
+    # the fingerprints it prints are the ones the config and the cards hold, one format
+    from protocols._cards import load_card
+    for party in config.parties:
+        assert re.search(rf"party\s+{party.name}\s+{party.fingerprint}", printed)
+        assert load_card(out / f"{party.name}.card.toml").fingerprint == party.fingerprint
+    assert re.search(rf"coordinator\s+hub\s+{config.tls.coordinator_fingerprint}", printed)
+    assert f"session fingerprint: {config.fingerprint}" in printed
     # it says what it wrote, and prints no key material
     assert "session.toml" in printed and "north.identity.pem" in printed
     for path in out.iterdir():
