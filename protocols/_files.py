@@ -114,6 +114,11 @@ def write_file(path, data: bytes, *, mode: int = PUBLIC_MODE, overwrite: bool = 
             except FileExistsError:
                 raise ParameterError(f"refusing to overwrite existing file {str(path)!r} "
                                      "(it appeared while writing)") from None
+            except OSError:  # no hard links on this file system: check, then rename
+                if path.exists() or path.is_symlink():
+                    raise ParameterError(f"refusing to overwrite existing file "
+                                         f"{str(path)!r} (it appeared while writing)") from None
+                os.replace(tmp, path)
     finally:
         try:
             os.unlink(tmp)

@@ -566,3 +566,20 @@ def test_dump_refuses_to_write_through_a_symbolic_link(ceremony, tmp_path):
         with pytest.raises(ParameterError, match="symbolic link"):
             dump_session_config(config, link, overwrite=overwrite)
     assert target.read_text() == "keep me" and link.is_symlink()
+
+
+def test_safe_writes_without_hard_links_still_refuse_existing_files(tmp_path, monkeypatch):
+    import os
+
+    from protocols._files import write_file
+
+    def no_links(*args, **kwargs):
+        raise PermissionError("this file system has no hard links")
+
+    monkeypatch.setattr(os, "link", no_links)
+    path = write_file(tmp_path / "x.txt", b"one")
+    assert path.read_bytes() == b"one"
+    with pytest.raises(ParameterError, match="refusing to overwrite"):
+        write_file(tmp_path / "x.txt", b"two")
+    assert write_file(tmp_path / "x.txt", b"two", overwrite=True).read_bytes() == b"two"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.txt"]  # no temporary left
