@@ -5,12 +5,15 @@ from finite_field import (DeadlineError, InputError, IntegrityError, OmniFCError
 
 from ._config import (ClusteringRequest, ConfigParameters, Deadlines, PartyEntry,
                       SessionConfig, TLSFiles, TLSSettings, dump_session_config,
-                      load_session_config, new_session_id, validate_party_name)
+                      load_session_config, new_session_id, session_fingerprint,
+                      validate_party_name)
+from ._cards import Card, generate_keys, load_card, new_session_config
 from ._identity import (generate_identity, identity_fingerprint, load_identity,
                         public_key_bytes, public_key_hex, save_identity, sign, verify)
 from ._tls import (MAX_MESSAGE_BYTES, CertificateSet, PartyFiles, authenticated_party,
                    certificate_sha256, channel_credentials, coordinator_credentials,
-                   generate_certificates, make_channel, make_server, party_credentials,
+                   check_own_keys, generate_certificates, make_channel, make_server,
+                   party_credentials,
                    peer_certificate_sha256, peer_common_name, server_credentials)
 from ._coordinator import PHASES, Coordinator, Outcome
 from ._crypto import PROTOCOL_VERSION
@@ -26,6 +29,9 @@ __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "Peer
            "SessionConfig", "ConfigParameters", "ClusteringRequest", "Deadlines",
            "TLSSettings", "TLSFiles", "PartyEntry", "load_session_config",
            "dump_session_config", "new_session_id", "validate_party_name",
+           "session_fingerprint",
+           # the key ceremony (_cards)
+           "Card", "generate_keys", "load_card", "new_session_config",
            # identity keys (_identity)
            "generate_identity", "save_identity", "load_identity", "public_key_bytes",
            "public_key_hex", "identity_fingerprint", "sign", "verify",
@@ -34,6 +40,7 @@ __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "Peer
            "server_credentials", "channel_credentials", "coordinator_credentials",
            "party_credentials", "make_server", "make_channel", "peer_common_name",
            "peer_certificate_sha256", "authenticated_party", "MAX_MESSAGE_BYTES",
+           "check_own_keys",
            # the share-exchange protocol (sans-IO core and in-memory transport)
            "PROTOCOL_VERSION", "SessionParameters", "Party", "Coordinator", "Outcome",
            "PHASES", "run_memory_session", "Transcript", "ReceivedMessage",

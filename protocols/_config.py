@@ -43,11 +43,14 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10 (setup.cfg install
 from finite_field import ParameterError, min_parties
 
 from ._crypto import PROTOCOL_VERSION  # the wire-protocol version: one source of truth
+from ._fingerprint import card_fingerprint, readable_fingerprint
 
 __all__ = ["SessionConfig", "ConfigParameters", "ClusteringRequest", "Deadlines",
            "TLSSettings", "PartyEntry", "TLSFiles", "load_session_config",
            "dump_session_config", "format_session_config", "new_session_id",
-           "validate_party_name", "split_address", "PROTOCOL_VERSION", "MODES"]
+           "validate_party_name", "split_address", "PROTOCOL_VERSION", "MODES",
+           "session_fingerprint", "canonical_session", "MAX_DIM", "MAX_ROWS",
+           "MAX_DEADLINE_SECONDS"]
 
 logger = logging.getLogger("omnifc.config")
 
@@ -55,6 +58,13 @@ logger = logging.getLogger("omnifc.config")
 #: coordinator learns only D) and "transparent" (opt-in; the coordinator sees every
 #: per-party evaluation, i.e. per-segment distances).
 MODES = ("masked", "transparent")
+
+#: Largest d a session config accepts (2^20 features; an image of 224 x 224 x 3 has 150528).
+MAX_DIM = 2**20
+#: Largest row cap a session config accepts (D alone would have 10^14 entries).
+MAX_ROWS = 10_000_000
+#: Longest deadline a session config accepts, in seconds (7 days).
+MAX_DEADLINE_SECONDS = 7 * 24 * 3600
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _METHOD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
@@ -175,6 +185,15 @@ class ConfigParameters:
         All features in [0, R] (a fourfold smaller no-wrap bound).
     primes : tuple of int
         Explicit moduli; empty to choose them automatically.
+    max_rows_per_party, max_rows_total : int
+        Public row caps: the coordinator and every party refuse a hello announcing more
+        rows than ``max_rows_per_party``, or a roster with more than ``max_rows_total``
+        rows in all, before allocating anything for them.
+
+    The quantizer and the no-wrap bound are checked here, at load: ``bound * 2^scale_bits``
+    must be below 2^53 (exact quantization) and the largest squared distance of d
+    quantized features (4·d·M², M = round(2^q·R); d·M² when nonnegative) must fit in 63
+    bits (with ``dim = 0``, at least d = 1 must fit). d is capped at :data:`MAX_DIM`.
     """
 
     dim: int = 0
@@ -184,11 +203,19 @@ class ConfigParameters:
     bound: float = 8.0
     nonnegative: bool = False
     primes: tuple = ()
+    max_rows_per_party: int = 1_000_000
+    max_rows_total: int = 2_000_000
 
     def __post_init__(self):
-        from finite_field import validate_prime
+        from finite_field import Quantizer, choose_primes, validate_prime
 
-        _int(self.dim, "[parameters] dim", 0)
+        _int(self.dim, "[parameters] dim", 0, MAX_DIM)
+        _int(self.max_rows_per_party, "[parameters] max_rows_per_party", 1, MAX_ROWS)
+        _int(self.max_rows_total, "[parameters] max_rows_total", 1, MAX_ROWS)
+        if self.max_rows_per_party > self.max_rows_total:
+            raise ParameterError(
+                f"[parameters] max_rows_per_party ({self.max_rows_per_party}) must be <= "
+                f"max_rows_total ({self.max_rows_total})")
         _int(self.segments, "[parameters] segments", 1)
         _int(self.noise_segments, "[parameters] noise_segments", 1)
         _int(self.scale_bits, "[parameters] scale_bits", 0, 30)
@@ -207,6 +234,14 @@ class ConfigParameters:
         if len(set(primes)) != len(primes):
             raise ParameterError(f"[parameters] primes must be distinct, got {list(primes)}")
         object.__setattr__(self, "primes", primes)
+        try:
+            quantizer = Quantizer(scale_bits=self.scale_bits, bound=self.bound,
+                                  nonnegative=self.nonnegative)
+            # Raises when even the largest distance of d (or 1) features cannot be exact.
+            choose_primes(quantizer.distance_bound(self.dim or 1) + 1, primes or None)
+        except ParameterError as error:
+            raise ParameterError(f"[parameters] bound = {self.bound!r}, scale_bits = "
+                                 f"{self.scale_bits}, dim = {self.dim}: {error}") from None
 
     def make_plan(self, parties: int, dim: int | None = None):
         """The :class:`finite_field.CodingPlan` of these parameters for ``parties`` parties.
@@ -259,8 +294,11 @@ class Deadlines:
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
-            object.__setattr__(self, f.name, _positive_number(
-                getattr(self, f.name), f"[deadlines] {f.name} (seconds)"))
+            value = _positive_number(getattr(self, f.name), f"[deadlines] {f.name} (seconds)")
+            if value > MAX_DEADLINE_SECONDS:
+                raise ParameterError(f"[deadlines] {f.name} must be <= "
+                                     f"{MAX_DEADLINE_SECONDS} seconds (7 days), got {value!r}")
+            object.__setattr__(self, f.name, value)
 
 
 class TLSFiles(NamedTuple):
@@ -274,23 +312,94 @@ class TLSFiles(NamedTuple):
     ca: Path
 
 
+def _certificate(value, where: str, expected_name: Optional[str] = None):
+    """Parse an embedded PEM certificate; returns (normalized PEM text, DER, common name)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.x509.oid import NameOID
+
+    if not isinstance(value, str) or "-----BEGIN CERTIFICATE-----" not in value:
+        raise ParameterError(f"{where} must be a PEM certificate (text starting with "
+                             f"-----BEGIN CERTIFICATE-----), got {_show(value)}")
+    if value.count("-----BEGIN") != 1:
+        raise ParameterError(f"{where} must hold exactly one PEM certificate")
+    try:
+        cert = x509.load_pem_x509_certificate(value.encode("ascii"))
+    except (ValueError, UnicodeEncodeError):
+        raise ParameterError(f"{where} is not a valid PEM X.509 certificate") from None
+    names = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    if len(names) != 1:
+        raise ParameterError(f"{where}: the certificate must have one common name, "
+                             f"has {names}")
+    if expected_name is not None and names[0] != expected_name:
+        raise ParameterError(f"{where}: the certificate names {names[0]!r}, expected "
+                             f"{expected_name!r}")
+    pem = cert.public_bytes(serialization.Encoding.PEM).decode("ascii")
+    return pem, cert.public_bytes(serialization.Encoding.DER), names[0]
+
+
+def _check_fingerprint(value, computed: str, where: str) -> Optional[str]:
+    if value is None:
+        return computed
+    if value != computed:
+        raise ParameterError(f"{where} fingerprint is {_show(value)} but the certificate and "
+                             f"keys written with it give {computed!r}: the entry was edited "
+                             "or mixed up")
+    return computed
+
+
 @dataclass(frozen=True)
 class TLSSettings:
-    """The ``[tls]`` table. ``enabled=False`` is allowed but logged as a warning on load."""
+    """The ``[tls]`` table. ``enabled=False`` is allowed but logged as a warning on load.
+
+    Attributes
+    ----------
+    enabled : bool
+    coordinator_certificate : str or None
+        The coordinator's self-signed certificate (PEM), from its card: the one
+        certificate parties trust. Written by ``omnifc session new`` / ``omnifc certs``.
+    coordinator_fingerprint : str or None
+        The coordinator's card fingerprint (checked against the certificate at load).
+    ca, coordinator_cert, coordinator_key : Path or None
+        Files: a CA certificate (older configs, instead of embedded certificates), the
+        coordinator's certificate file (older configs) and private key (only the
+        coordinator needs it; ``serve --keys DIR`` supplies it otherwise).
+    """
 
     enabled: bool = True
     ca: Optional[Path] = None
     coordinator_cert: Optional[Path] = None
     coordinator_key: Optional[Path] = None
+    coordinator_certificate: Optional[str] = None
+    coordinator_fingerprint: Optional[str] = None
 
     def __post_init__(self):
         _bool(self.enabled, "[tls] enabled")
         for name in ("ca", "coordinator_cert", "coordinator_key"):
-            value = _path(getattr(self, name), f"[tls] {name}")
-            if value is None and self.enabled:
-                raise ParameterError(f"[tls] {name} is required when TLS is enabled "
-                                     "(set enabled = false to run without TLS, insecurely)")
-            object.__setattr__(self, name, value)
+            object.__setattr__(self, name, _path(getattr(self, name), f"[tls] {name}"))
+        if self.coordinator_certificate is not None:
+            pem, der, cn = _certificate(self.coordinator_certificate,
+                                        "[tls] coordinator_certificate")
+            object.__setattr__(self, "coordinator_certificate", pem)
+            object.__setattr__(self, "coordinator_fingerprint", _check_fingerprint(
+                self.coordinator_fingerprint, card_fingerprint("coordinator", cn, None, der),
+                "[tls] coordinator"))
+        elif self.coordinator_fingerprint is not None:
+            raise ParameterError("[tls] coordinator_fingerprint needs coordinator_certificate")
+        if self.enabled and self.coordinator_certificate is None:
+            for name in ("ca", "coordinator_cert"):
+                if getattr(self, name) is None:
+                    raise ParameterError(
+                        f"[tls] {name} is required when TLS is enabled and no "
+                        "coordinator_certificate is given (build the config with 'omnifc "
+                        "session new', or set enabled = false to run without TLS, insecurely)")
+
+    @property
+    def coordinator_name(self) -> Optional[str]:
+        """The common name of the embedded coordinator certificate (None without one)."""
+        if self.coordinator_certificate is None:
+            return None
+        return _certificate(self.coordinator_certificate, "[tls] coordinator_certificate")[2]
 
 
 @dataclass(frozen=True)
@@ -306,7 +415,13 @@ class PartyEntry:
     certificate_sha256 : bytes or None
         SHA-256 of the DER of the party's TLS certificate (pinned; None: CA trust only).
     cert, key, identity_key : Path or None
-        The party's own files; only the party itself needs them.
+        The party's own files; only the party itself needs them (``join --keys DIR``
+        supplies the keys otherwise).
+    certificate : str or None
+        The party's self-signed TLS certificate (PEM) from its card; the coordinator
+        trusts exactly these. Its SHA-256 must equal ``certificate_sha256``.
+    fingerprint : str or None
+        The party's card fingerprint (checked against the key and certificate at load).
     """
 
     name: str
@@ -315,8 +430,12 @@ class PartyEntry:
     cert: Optional[Path] = None
     key: Optional[Path] = None
     identity_key: Optional[Path] = None
+    certificate: Optional[str] = None
+    fingerprint: Optional[str] = None
 
     def __post_init__(self):
+        import hashlib
+
         validate_party_name(self.name, what="[[parties]] name")
         where = f"[[parties]] {self.name!r}:"
         object.__setattr__(self, "identity_public_key", _hex_bytes(
@@ -326,6 +445,20 @@ class PartyEntry:
                 self.certificate_sha256, f"{where} certificate_sha256", 32))
         for name in ("cert", "key", "identity_key"):
             object.__setattr__(self, name, _path(getattr(self, name), f"{where} {name}"))
+        if self.certificate is not None:
+            pem, der, _ = _certificate(self.certificate, f"{where} certificate", self.name)
+            object.__setattr__(self, "certificate", pem)
+            digest = hashlib.sha256(der).digest()
+            if self.certificate_sha256 is None:
+                object.__setattr__(self, "certificate_sha256", digest)
+            elif self.certificate_sha256 != digest:
+                raise ParameterError(f"{where} certificate_sha256 does not match the SHA-256 "
+                                     "of the embedded certificate")
+            object.__setattr__(self, "fingerprint", _check_fingerprint(
+                self.fingerprint, card_fingerprint("party", self.name,
+                                                   self.identity_public_key, der), where))
+        elif self.fingerprint is not None:
+            raise ParameterError(f"{where} fingerprint needs the embedded certificate")
 
 
 @dataclass(frozen=True)
@@ -374,6 +507,20 @@ class SessionConfig:
         if not all(isinstance(p, PartyEntry) for p in parties):
             raise ParameterError("parties must be PartyEntry objects")
         self._check_roster(parties)
+        if self.tls.enabled and self.tls.ca is None:
+            missing = [p.name for p in parties if p.certificate is None]
+            if missing:
+                raise ParameterError(
+                    f"[[parties]] {', '.join(repr(n) for n in missing)}: no certificate "
+                    "(from the party's card) and no [tls] ca to trust instead")
+        if self.tls.coordinator_name is not None and \
+                self.tls.coordinator_name in self.party_names:
+            raise ParameterError(f"the coordinator's certificate names "
+                                 f"{self.tls.coordinator_name!r}, which is also a party")
+        try:  # every parameter that can be checked before the data is seen, at load
+            self.parameters.make_plan(len(parties), self.parameters.dim or 1)
+        except ParameterError as error:
+            raise ParameterError(f"[parameters]: {error}") from None
         if self.path is not None:
             object.__setattr__(self, "path", Path(self.path))
 
@@ -418,23 +565,85 @@ class SessionConfig:
                              f"{', '.join(repr(n) for n in self.party_names)}")
 
     def coordinator_tls(self) -> TLSFiles:
-        """The coordinator's (cert, key, ca) paths."""
+        """The coordinator's (cert, key, trusted client certificates) for
+        :func:`protocols.server_credentials`.
+
+        With certificates from cards, ``cert`` is the embedded PEM (bytes) and ``ca`` the
+        parties' pinned certificates concatenated (bytes): the coordinator trusts exactly
+        those. Older configs give paths (and a CA file).
+        """
         self._require_tls()
-        return TLSFiles(self.tls.coordinator_cert, self.tls.coordinator_key, self.tls.ca)
+        cert = (self.tls.coordinator_certificate.encode("ascii")
+                if self.tls.coordinator_certificate is not None else self.tls.coordinator_cert)
+        if self.tls.coordinator_key is None:
+            raise ParameterError(
+                "the session config gives no private key file for the coordinator: pass "
+                "--keys DIR (the folder 'omnifc keygen --coordinator' wrote) or set [tls] "
+                "coordinator_key")
+        if all(p.certificate is not None for p in self.parties):
+            trusted = "".join(p.certificate for p in self.parties).encode("ascii")
+        else:
+            trusted = self.tls.ca
+        return TLSFiles(cert, self.tls.coordinator_key, trusted)
 
     def party_tls(self, name: str) -> TLSFiles:
-        """Party ``name``'s (cert, key, ca) paths."""
+        """Party ``name``'s (cert, key, trusted coordinator certificate) for
+        :func:`protocols.channel_credentials`; PEM bytes where the config embeds them."""
         self._require_tls()
         entry = self.party(name)
-        if entry.cert is None or entry.key is None:
-            raise ParameterError(f"[[parties]] {name!r}: cert and key are required to "
-                                 "connect with TLS")
-        return TLSFiles(entry.cert, entry.key, self.tls.ca)
+        cert = entry.certificate.encode("ascii") if entry.certificate is not None \
+            else entry.cert
+        if cert is None or entry.key is None:
+            raise ParameterError(
+                f"the session config gives no {'TLS certificate' if cert is None else 'private key'} "
+                f"file for party {name!r}: pass --keys DIR (the folder 'omnifc keygen "
+                f"--party {name}' wrote)")
+        trusted = (self.tls.coordinator_certificate.encode("ascii")
+                   if self.tls.coordinator_certificate is not None else self.tls.ca)
+        return TLSFiles(cert, entry.key, trusted)
 
     def _require_tls(self):
         if not self.tls.enabled:
             raise ParameterError("TLS is disabled in this session config ([tls] enabled = "
                                  "false); there are no TLS files")
+
+    def with_keys(self, name: str, folder) -> "SessionConfig":
+        """A copy that takes ``name``'s private key files from ``folder`` (what ``serve
+        --keys`` and ``join --keys`` do).
+
+        ``folder`` is what ``omnifc keygen`` wrote: ``<name>.key`` (TLS) and, for a party,
+        ``<name>.identity.pem``. ``name`` is a party, or the coordinator (the common name
+        of its certificate).
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from protocols import PartyEntry, SessionConfig, TLSSettings
+        >>> parties = tuple(PartyEntry(n, bytes([i]) * 32) for i, n in enumerate("abc"))
+        >>> c = SessionConfig("ab" * 16, "127.0.0.1:0", parties, tls=TLSSettings(enabled=False))
+        >>> keys = tempfile.mkdtemp()
+        >>> c.with_keys("b", keys).party("b").identity_key == Path(keys) / "b.identity.pem"
+        True
+        """
+        folder = Path(os.path.normpath(Path(folder).absolute()))
+        if not folder.is_dir():
+            raise ParameterError(f"the keys folder {str(folder)!r} does not exist")
+        if name in self.party_names:
+            parties = tuple(dataclasses.replace(p, key=folder / f"{name}.key",
+                                                identity_key=folder / f"{name}.identity.pem")
+                            if p.name == name else p for p in self.parties)
+            return self.with_(parties=parties)
+        coordinator = self.tls.coordinator_name
+        if coordinator is not None and name == coordinator:
+            return self.with_(tls=dataclasses.replace(self.tls,
+                                                      coordinator_key=folder / f"{name}.key"))
+        raise ParameterError(
+            f"{name!r} is neither a party of this session ({', '.join(self.party_names)}) nor "
+            f"its coordinator ({coordinator!r})")
+
+    @property
+    def fingerprint(self) -> str:
+        """The session fingerprint: :func:`session_fingerprint` of this config."""
+        return session_fingerprint(self)
 
     def with_(self, **changes) -> "SessionConfig":
         """A copy with some fields replaced (validated again).
@@ -446,6 +655,86 @@ class SessionConfig:
         '127.0.0.1:4242'
         """
         return dataclasses.replace(self, **changes)
+
+
+# --- the session fingerprint ------------------------------------------------------------
+
+def canonical_session(config: SessionConfig) -> dict:
+    """The meaning of a session config as plain data: what :func:`session_fingerprint`
+    hashes.
+
+    Everything every participant must agree on is in it: session id, protocol version,
+    coordinator address, mode, every parameter (row caps included), the clustering
+    request, every deadline, whether TLS is on, the SHA-256 of every pinned certificate
+    (the coordinator's, or the CA and coordinator certificate files in older configs) and
+    every party in roster order with its identity key and certificate pin. Local file
+    paths (where each organization keeps its own private keys) are not: they differ
+    between copies and do not change what the session does.
+    """
+    import hashlib
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    def der_sha256(data: bytes) -> str:
+        try:
+            cert = x509.load_pem_x509_certificate(data) if b"-----BEGIN" in data \
+                else x509.load_der_x509_certificate(data)
+        except ValueError:
+            raise ParameterError("not a PEM or DER certificate") from None
+        return hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
+
+    p, t = config.parameters, config.tls
+    tls: dict = {"enabled": t.enabled}
+    if t.coordinator_certificate is not None:
+        tls["coordinator_certificate_sha256"] = der_sha256(
+            t.coordinator_certificate.encode("ascii"))
+    elif t.enabled:  # older configs: the trust anchors are files
+        for key in ("ca", "coordinator_cert"):
+            try:
+                tls[f"{key}_sha256"] = der_sha256(Path(getattr(t, key)).read_bytes())
+            except (OSError, ParameterError):
+                raise ParameterError(
+                    f"the session fingerprint covers the [tls] {key} certificate, which "
+                    f"cannot be read from {str(getattr(t, key))!r}") from None
+    return {
+        "format": "omnifc-session-config-v1",
+        "session": {"id": config.session_id, "protocol_version": config.protocol_version,
+                    "coordinator": config.coordinator, "mode": config.mode},
+        "parameters": {f.name: list(getattr(p, f.name)) if f.name == "primes"
+                       else getattr(p, f.name) for f in dataclasses.fields(p)},
+        "clustering": {"method": config.clustering.method,
+                       "n_clusters": config.clustering.n_clusters},
+        "deadlines": dataclasses.asdict(config.deadlines),
+        "tls": tls,
+        "parties": [{"name": e.name, "identity_public_key": e.identity_public_key.hex(),
+                     "certificate_sha256": None if e.certificate_sha256 is None
+                     else e.certificate_sha256.hex()} for e in config.parties],
+    }
+
+
+def session_fingerprint(config: SessionConfig) -> str:
+    """A fingerprint of the whole session config that people read aloud and compare.
+
+    SHA-256 of the canonical JSON (sorted keys, no spaces, UTF-8) of
+    :func:`canonical_session`, in the readable format of :mod:`protocols._fingerprint`
+    (five groups of five base32 characters). Two configs have the same fingerprint exactly
+    when they describe the same session, whatever their comments, key order, number
+    formatting or local key paths.
+
+    >>> from protocols import PartyEntry, SessionConfig, TLSSettings, session_fingerprint
+    >>> parties = tuple(PartyEntry(n, bytes([i]) * 32) for i, n in enumerate("abc"))
+    >>> c = SessionConfig("ab" * 16, "127.0.0.1:50051", parties, tls=TLSSettings(enabled=False))
+    >>> session_fingerprint(c) == session_fingerprint(c.with_keys("a", "/"))
+    True
+    >>> session_fingerprint(c) == session_fingerprint(c.with_(coordinator="127.0.0.1:50052"))
+    False
+    """
+    import json
+
+    text = json.dumps(canonical_session(config), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False, allow_nan=False)
+    return readable_fingerprint(text.encode("utf-8"), domain="session")
 
 
 # --- reading ---------------------------------------------------------------------------
@@ -546,10 +835,19 @@ def session_config_from_dict(data: dict, base_dir, *, path=None) -> SessionConfi
         parties=tuple(parties), path=path)
 
 
-def load_session_config(path) -> SessionConfig:
+def load_session_config(path, *, validate=None) -> SessionConfig:
     """Read and validate a session config; relative paths are taken from its folder.
 
-    Logs a WARNING when TLS is disabled.
+    Logs a WARNING when TLS is disabled and when the mode is transparent.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    validate : callable, optional
+        ``validate(config)`` runs after the built-in checks and raises
+        :class:`ParameterError` on what it rejects. This is the hook through which a layer
+        above (the omnifc CLI) checks what protocols cannot know, e.g. the clustering
+        method against omnifc's registry; its message is prefixed with the file name.
 
     Raises
     ------
@@ -575,6 +873,8 @@ def load_session_config(path) -> SessionConfig:
             from None
     try:
         config = session_config_from_dict(data, path.parent, path=path)
+        if validate is not None:
+            validate(config)
     except ParameterError as error:
         raise ParameterError(f"session config {str(path)!r}: {error}") from None
     except TypeError as error:  # pragma: no cover - defensive: wrong shapes reaching a class
@@ -582,6 +882,11 @@ def load_session_config(path) -> SessionConfig:
     if config.insecure:
         logger.warning("session config %s disables TLS: traffic between the parties and the "
                        "coordinator is neither authenticated nor encrypted", path)
+    if config.mode == "transparent":
+        logger.warning("session config %s uses mode = \"transparent\": the coordinator sees "
+                       "every party's evaluation, i.e. every per-segment distance matrix "
+                       "(with segments = dim: every coordinate up to shift and reflection), "
+                       "not only D", path)
     return config
 
 
@@ -658,6 +963,8 @@ def format_session_config(config: SessionConfig, base_dir) -> str:
         line("bound", p.bound, "R: public clip bound"),
         line("nonnegative", p.nonnegative, "all features in [0, R]"),
         line("primes", list(p.primes), "empty: chosen automatically"),
+        line("max_rows_per_party", p.max_rows_per_party, "public row cap per party"),
+        line("max_rows_total", p.max_rows_total, "public row cap, all parties"),
         "",
         "[clustering]",
         line("method", c.method),
@@ -669,34 +976,50 @@ def format_session_config(config: SessionConfig, base_dir) -> str:
     lines += ["", "[tls]", line("enabled", t.enabled,
                                 None if t.enabled else "INSECURE: no authentication, no "
                                 "encryption")]
+    if t.coordinator_certificate is not None:
+        lines += [line("coordinator_fingerprint", t.coordinator_fingerprint,
+                       f"card of {t.coordinator_name!r}"),
+                  _pem_line("coordinator_certificate", t.coordinator_certificate)]
     for key in ("ca", "coordinator_cert", "coordinator_key"):
         if getattr(t, key) is not None:
             lines.append(line(key, _relative(getattr(t, key), base)))
     for party in config.parties:
-        lines += ["", "[[parties]]", line("name", party.name),
-                  line("identity_public_key", party.identity_public_key.hex(),
-                       "pinned Ed25519 key")]
+        lines += ["", "[[parties]]", line("name", party.name)]
+        if party.fingerprint is not None:
+            lines.append(line("fingerprint", party.fingerprint, "card fingerprint"))
+        lines.append(line("identity_public_key", party.identity_public_key.hex(),
+                          "pinned Ed25519 key"))
         if party.certificate_sha256 is not None:
             lines.append(line("certificate_sha256", party.certificate_sha256.hex(),
                               "pinned SHA-256 of the DER certificate"))
+        if party.certificate is not None:
+            lines.append(_pem_line("certificate", party.certificate))
         for key in ("cert", "key", "identity_key"):
             if getattr(party, key) is not None:
                 lines.append(line(key, _relative(getattr(party, key), base)))
     return "\n".join(lines) + "\n"
 
 
-def dump_session_config(config: SessionConfig, path) -> Path:
+def _pem_line(key: str, pem: str) -> str:
+    """A PEM block as a TOML multi-line literal string (PEM never holds three quotes)."""
+    quotes = "'" * 3
+    if quotes in pem or not pem.endswith("\n"):  # pragma: no cover - PEM from cryptography
+        raise ParameterError(f"{key}: not a PEM block")
+    return f"{key} = {quotes}\n{pem}{quotes}"
+
+
+def dump_session_config(config: SessionConfig, path, *, overwrite: bool = True) -> Path:
     """Write ``config`` as TOML to ``path``; returns the path.
 
     Paths inside the file's folder are written relative to it (the folder can be moved as
     a whole), others as absolute paths.
 
-    The file is replaced atomically. :func:`load_session_config` reads back an equal
-    config.
+    The file is written through :func:`protocols._files.write_file`: atomically, never
+    through a symbolic link; ``overwrite=False`` refuses an existing file.
+    :func:`load_session_config` reads back an equal config.
     """
+    from ._files import write_file
+
     path = Path(path).absolute()
     text = format_session_config(config, path.parent)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_file(path, text.encode("utf-8"), overwrite=overwrite)

@@ -203,10 +203,11 @@ def main(argv=None) -> int:
 def join_from_config(config_path, name: str, data_path, *, target=None, fault=None,
                      on_message=None, kind: str = "distance", rows: int = 1) -> Party:
     """Load config and data, then :func:`run_party` (what ``omnifc join`` does)."""
-    from ._config import load_session_config
+    from ._config import SessionConfig, load_session_config
     from ._grpc_coordinator import parameters_from_config
 
-    config = load_session_config(config_path)
+    config = config_path if isinstance(config_path, SessionConfig) \
+        else load_session_config(config_path)
     parameters = parameters_from_config(config, kind=kind, rows=rows) if kind == "sum" \
         else None
     party = party_from_config(config, name, load_party_data(data_path),

@@ -4,8 +4,9 @@ Each party holds one Ed25519 identity key. Its raw 32-byte public key is pinned 
 session config every party shares, so the coordinator cannot substitute the ephemeral
 X25519 keys the parties sign with it (DESIGN.md section 4, phase 1).
 
-Private keys are written as unencrypted PKCS#8 PEM with file mode 0600; the folder that
-holds them is the thing to protect. Verification failures raise the opaque
+Private keys are written as unencrypted PKCS#8 PEM with file mode 0600 (through
+:mod:`protocols._files`: never through a symbolic link), and a key file that group or
+others may read is refused when loading; the folder that holds them is the thing to protect. Verification failures raise the opaque
 :class:`~finite_field.IntegrityError` (nothing says which check failed).
 
 Examples
@@ -20,10 +21,8 @@ Examples
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import stat
 from pathlib import Path
 from typing import Union
 
@@ -33,6 +32,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (Ed25519PrivateKey
                                                                Ed25519PublicKey)
 
 from finite_field import IntegrityError, ParameterError
+
+from ._files import check_private_key_file, write_private_file
+from ._fingerprint import readable_fingerprint
 
 __all__ = ["generate_identity", "save_identity", "load_identity", "public_key_bytes",
            "public_key_hex", "identity_fingerprint", "sign", "verify",
@@ -57,28 +59,6 @@ def generate_identity() -> Ed25519PrivateKey:
     True
     """
     return Ed25519PrivateKey.generate()
-
-
-def write_private_file(path: PathLike, data: bytes, *, overwrite: bool = False) -> Path:
-    """Write ``data`` to ``path`` with mode 0600, created atomically with that mode.
-
-    Refuses to replace an existing file unless ``overwrite``. (Shared with :mod:`._tls`.)
-    """
-    path = Path(path)
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
-    try:
-        fd = os.open(path, flags, 0o600)
-    except FileExistsError:
-        raise ParameterError(f"refusing to overwrite existing key file {str(path)!r}") from None
-    try:
-        os.fchmod(fd, 0o600)  # also when an existing file had a wider mode
-        with os.fdopen(fd, "wb") as handle:
-            fd = -1
-            handle.write(data)
-    finally:
-        if fd != -1:
-            os.close(fd)
-    return path
 
 
 def save_identity(private_key: Ed25519PrivateKey, path: PathLike, *,
@@ -118,22 +98,15 @@ def save_identity(private_key: Ed25519PrivateKey, path: PathLike, *,
 def load_identity(path: PathLike) -> Ed25519PrivateKey:
     """Read an identity key written by :func:`save_identity`.
 
-    Logs a WARNING when the file is readable by group or others.
-
     Raises
     ------
     ParameterError
-        When the file is missing or does not hold an unencrypted Ed25519 private key.
+        When the file is missing, may be read or changed by group or others (any 0077
+        mode bit; see :func:`protocols._files.check_private_key_file`), or does not hold
+        an unencrypted Ed25519 private key.
     """
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise ParameterError(f"identity key file not found: {str(path)!r}") from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        logger.warning("identity key file %s has mode %s; expected 0600 (readable by the "
-                       "owner only)", path, oct(mode & 0o777))
+    path = check_private_key_file(path, "identity key")
+    data = path.read_bytes()
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError):
@@ -170,18 +143,18 @@ def public_key_hex(key) -> str:
 
 
 def identity_fingerprint(key) -> str:
-    """A short human-comparable fingerprint: the first 16 bytes of SHA-256(raw public key).
+    """The fingerprint of an identity public key, in the one readable format omnifc uses
+    everywhere (:mod:`protocols._fingerprint`: five groups of five base32 characters).
 
-    Printed in colon-separated hex groups, for reading out over the phone; the config pins
-    the full key, not this.
+    The config pins the full key; this is for reading out. Cards and session configs
+    carry the *card* fingerprint, which covers this key and the TLS certificate together.
 
     >>> from protocols import generate_identity, identity_fingerprint
-    >>> len(identity_fingerprint(generate_identity()).split(":"))
-    16
+    >>> len(identity_fingerprint(generate_identity()).split("-"))
+    5
     """
     raw = key if isinstance(key, (bytes, bytearray)) else public_key_bytes(key)
-    digest = hashlib.sha256(bytes(raw)).digest()[:16]
-    return ":".join(f"{b:02x}" for b in digest)
+    return readable_fingerprint(bytes(raw), domain="identity-key")
 
 
 def sign(private_key: Ed25519PrivateKey, message: bytes) -> bytes:

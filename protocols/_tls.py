@@ -1,16 +1,24 @@
 """Certificates for a session and the gRPC plumbing that uses them (mutual TLS by default).
 
-:func:`generate_certificates` writes a throwaway CA, an ECDSA P-256 certificate for the
-coordinator and for each party, each party's Ed25519 identity key and a ready-to-use
-session config that pins every party's identity key and certificate fingerprint. The CA's
-private key is never written: once the certificates are signed it is discarded, so nobody
-can issue another certificate for the session.
+The real key ceremony is in :mod:`protocols._cards` (``omnifc keygen`` on each
+organization's machine, ``omnifc session new`` from the public cards).
+:func:`generate_certificates` is the one-machine shortcut for demos and tests (``omnifc
+certs``): it runs that ceremony for every participant into one folder, so **whoever runs it
+holds every party's private keys and can impersonate every party**. Never use it for a
+real deployment.
+
+Trust is by pinning, with no certificate authority: every certificate is self-signed; the
+coordinator's TLS server trusts exactly the parties' certificates embedded in the session
+config (client authentication required) and every party trusts exactly the coordinator's.
+Configs written by older versions (a session CA file) still work.
 
 :func:`make_server` and :func:`make_channel` are the one place where gRPC servers and
 channels are made: TLS with client authentication required, unless ``insecure=True`` is
 asked for explicitly (which logs a WARNING). :func:`peer_common_name` and
 :func:`authenticated_party` let a servicer check that the TLS identity of a caller is the
-party it claims to be.
+party it claims to be. TLS private key files are refused when group or others may read
+them (:func:`protocols._files.check_private_key_file`), and checked against the
+certificate pinned for their owner before any connection is made.
 
 Examples
 --------
@@ -23,9 +31,7 @@ Examples
 
 from __future__ import annotations
 
-import datetime
 import hashlib
-import ipaddress
 import logging
 import os
 from concurrent import futures
@@ -35,23 +41,23 @@ from typing import Optional, Sequence
 
 import grpc
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import NameOID
 
 from finite_field import ParameterError, PeerError
 
-from ._config import (ClusteringRequest, Deadlines, PartyEntry, SessionConfig,
-                      ConfigParameters, TLSSettings, dump_session_config, new_session_id,
-                      split_address, validate_party_name)
-from ._identity import (generate_identity, public_key_bytes, save_identity,
-                        write_private_file)
+from ._cards import LOOPBACK_HOSTS, generate_keys, key_file_names, load_card, \
+    new_session_config
+from ._config import (ClusteringRequest, Deadlines, SessionConfig, ConfigParameters,
+                      dump_session_config, split_address, validate_party_name)
+from ._files import check_private_key_file, prepare_output_folder
+from ._identity import load_identity, public_key_bytes
 
 __all__ = ["CertificateSet", "PartyFiles", "generate_certificates", "certificate_sha256",
            "server_credentials", "channel_credentials", "coordinator_credentials",
            "party_credentials", "make_server", "make_channel", "peer_common_name",
-           "peer_certificate_sha256", "authenticated_party", "MAX_MESSAGE_BYTES",
-           "LOOPBACK_HOSTS"]
+           "peer_certificate_sha256", "authenticated_party", "check_own_keys",
+           "MAX_MESSAGE_BYTES", "LOOPBACK_HOSTS", "IMPERSONATION_WARNING"]
 
 logger = logging.getLogger("omnifc.tls")
 
@@ -59,13 +65,16 @@ logger = logging.getLogger("omnifc.tls")
 #: below gRPC's default 4 MB; 8 MB leaves room for framing without inviting huge messages.
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 
-#: Subject alternative names every certificate carries, so loopback needs no name override.
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+#: What ``omnifc certs`` (and :func:`generate_certificates`) says about itself.
+IMPERSONATION_WARNING = (
+    "DEMO ONLY: this made every party's private keys on this machine, so whoever ran it (or "
+    "can read this folder) can impersonate every party, read their shares and still finish "
+    "the session with a correct result. For a real deployment each organization runs "
+    "'omnifc keygen' on its own machine and the config is built with 'omnifc session new' "
+    "(docs/deployment.md).")
 
-_CLOCK_SKEW = datetime.timedelta(minutes=5)
 
-
-# --- certificate generation ------------------------------------------------------------
+# --- the one-machine shortcut ------------------------------------------------------------
 
 @dataclass(frozen=True)
 class PartyFiles:
@@ -77,6 +86,8 @@ class PartyFiles:
     identity_key: Path
     identity_public_key: bytes
     certificate_sha256: bytes
+    card: Path
+    fingerprint: str
 
 
 @dataclass(frozen=True)
@@ -84,13 +95,15 @@ class CertificateSet:
     """Paths written by :func:`generate_certificates` (no key material in memory)."""
 
     directory: Path
-    ca_cert: Path
     coordinator: str
     coordinator_cert: Path
     coordinator_key: Path
+    coordinator_card: Path
+    coordinator_fingerprint: str
     parties: tuple
     config: Path
     session_id: str
+    fingerprint: str
 
     def party(self, name: str) -> PartyFiles:
         for files in self.parties:
@@ -101,10 +114,10 @@ class CertificateSet:
 
     @property
     def files(self) -> list:
-        """Every file written, CA and coordinator first, the session config last."""
-        out = [self.ca_cert, self.coordinator_cert, self.coordinator_key]
+        """Every file written, the coordinator's first, the session config last."""
+        out = [self.coordinator_key, self.coordinator_cert, self.coordinator_card]
         for p in self.parties:
-            out += [p.cert, p.key, p.identity_key]
+            out += [p.key, p.identity_key, p.cert, p.card]
         return out + [self.config]
 
     @property
@@ -112,98 +125,6 @@ class CertificateSet:
         """The files holding private keys (mode 0600)."""
         return [self.coordinator_key] + [f for p in self.parties for f in (p.key,
                                                                            p.identity_key)]
-
-
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "omnifc session"),
-                      x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
-def _general_name(host: str) -> x509.GeneralName:
-    try:
-        return x509.IPAddress(ipaddress.ip_address(host))
-    except ValueError:
-        pass
-    if not host or any(c.isspace() for c in host) or "/" in host:
-        raise ParameterError(f"host names for certificates must be DNS names or IP "
-                             f"addresses, got {host!r}")
-    try:
-        host.encode("ascii")
-    except UnicodeEncodeError:
-        raise ParameterError(f"host names for certificates must be ASCII (use the "
-                             f"punycode form), got {host!r}") from None
-    return x509.DNSName(host)
-
-
-def _issue(common_name: str, public_key, ca_key, ca_name: x509.Name, *, now, days: int,
-           hosts: Sequence[str], server: bool) -> x509.Certificate:
-    # Only the coordinator serves; party certificates are client-only, so a party's
-    # certificate can never pass as the coordinator's, even on one machine.
-    usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
-    if server:
-        usages.insert(0, ExtendedKeyUsageOID.SERVER_AUTH)
-    names = []
-    for host in hosts:
-        general = _general_name(host)
-        if general not in names:
-            names.append(general)
-    ca_public = ca_key.public_key()
-    return (x509.CertificateBuilder()
-            .subject_name(_name(common_name))
-            .issuer_name(ca_name)
-            .public_key(public_key)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - _CLOCK_SKEW)
-            .not_valid_after(now + datetime.timedelta(days=days))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
-                                         key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, key_cert_sign=False,
-                                         crl_sign=False, encipher_only=False,
-                                         decipher_only=False), critical=True)
-            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-            .add_extension(x509.SubjectAlternativeName(names), critical=False)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key),
-                           critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_public),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
-
-
-def _make_ca(session_id: str, *, now, days: int):
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = _name(f"omnifc session CA {session_id[:16]}")
-    cert = (x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - _CLOCK_SKEW)
-            .not_valid_after(now + datetime.timedelta(days=days))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,
-                                         key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, key_cert_sign=True,
-                                         crl_sign=True, encipher_only=False,
-                                         decipher_only=False), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
-                           critical=False)
-            .sign(key, hashes.SHA256()))
-    return key, name, cert
-
-
-def _key_pem(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
-
-
-def _write_public(path: Path, data: bytes, *, overwrite: bool) -> None:
-    try:
-        with open(path, "wb" if overwrite else "xb") as handle:
-            os.fchmod(handle.fileno(), 0o644)  # public, but never writable by others
-            handle.write(data)
-    except FileExistsError:
-        raise ParameterError(f"refusing to overwrite existing file {str(path)!r}") from None
 
 
 def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "coordinator",
@@ -214,21 +135,21 @@ def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "c
                           deadlines: Optional[Deadlines] = None,
                           config_name: str = "session.toml",
                           overwrite: bool = False) -> CertificateSet:
-    """Write a throwaway CA, TLS certificates, identity keys and a session config.
+    """The one-machine shortcut: everyone's keys, cards and a session config in one folder.
 
-    Files written into ``out_dir`` (created with mode 0700 if missing):
+    **Demo and test use only**: whoever runs this holds every party's private keys and can
+    impersonate every party (:data:`IMPERSONATION_WARNING`). It runs the real ceremony
+    (:func:`protocols._cards.generate_keys` for the coordinator and each party, then
+    :func:`protocols._cards.new_session_config` from their cards) in one folder, and the
+    config also records where each private key lies, so ``serve`` / ``join`` need no
+    ``--keys``.
 
-    - ``ca.pem``: the session CA certificate (its private key is discarded);
-    - ``<coordinator>.pem`` / ``<coordinator>.key``: the coordinator's certificate and key;
-    - ``<party>.pem`` / ``<party>.key`` / ``<party>.identity.pem`` for each party: TLS
-      certificate and key, and the Ed25519 identity key;
-    - ``config_name``: the session config pinning every party's identity public key and
-      certificate SHA-256.
-
-    TLS keys are ECDSA P-256; every certificate has CN = its name, extended key usage
-    serverAuth + clientAuth, and SANs localhost, 127.0.0.1 and ::1 (the coordinator's also
-    the host of ``coordinator_address`` and ``coordinator_hosts``). Private keys are
-    written with mode 0600.
+    Files written into ``out_dir`` (created with mode 0700 if missing): for the coordinator
+    and every party ``<name>.key`` (TLS key, 0600), ``<name>.pem`` (self-signed
+    certificate) and ``<name>.card.toml``; for every party ``<name>.identity.pem``
+    (Ed25519 identity key, 0600); and ``config_name``. Nothing is written when any
+    argument is invalid or, without ``overwrite``, when any target exists; symbolic links
+    are refused always.
 
     Parameters
     ----------
@@ -242,34 +163,28 @@ def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "c
     coordinator_address : str
         ``host:port`` written to the config.
     coordinator_hosts : sequence of str
-        Extra DNS names / IP addresses for the coordinator certificate (for deployments
-        beyond loopback).
+        Extra DNS names / IP addresses for the coordinator certificate.
     mode, parameters, clustering, deadlines
         Written to the config (defaults: masked, :class:`ConfigParameters`, ...).
     config_name : str
         File name of the session config.
     overwrite : bool
-        Replace existing files; by default any existing target file is refused before
-        anything is written.
+        Replace existing files (never symbolic links).
 
     Returns
     -------
     CertificateSet
-
-    Raises
-    ------
-    ParameterError
-        Invalid names, days or session parameters (checked before anything is written),
-        or existing files without ``overwrite``.
 
     Examples
     --------
     >>> import tempfile
     >>> from protocols import generate_certificates
     >>> certs = generate_certificates(tempfile.mkdtemp(), ["a", "b", "c"])
-    >>> [p.cert.name for p in certs.parties]
-    ['a.pem', 'b.pem', 'c.pem']
+    >>> [p.key.name for p in certs.parties]
+    ['a.key', 'b.key', 'c.key']
     """
+    from ._config import PartyEntry, TLSSettings, new_session_id
+
     if isinstance(parties, str) or not hasattr(parties, "__iter__"):
         raise ParameterError(f"parties must be a list of names, got {parties!r}")
     parties = [validate_party_name(p) for p in parties]
@@ -279,85 +194,69 @@ def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "c
         raise ParameterError(f"party names must be unique; repeated: {', '.join(duplicates)}")
     if coordinator in parties:
         raise ParameterError(f"the coordinator name {coordinator!r} is also a party name")
-    if "ca" in parties + [coordinator]:
-        raise ParameterError("'ca' is reserved (ca.pem is the CA certificate); choose "
-                             "another name")
     if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 3650:
         raise ParameterError(f"days must be an integer in [1, 3650], got {days!r}")
     if not isinstance(config_name, str) or not config_name or os.sep in config_name \
             or config_name in (".", ".."):
         raise ParameterError(f"config_name must be a plain file name, got {config_name!r}")
     host, _ = split_address(coordinator_address)
+    hosts = [h for h in [host, *coordinator_hosts] if h not in ("0.0.0.0", "::", "")]
 
     directory = Path(out_dir).absolute()
-    ca_path = directory / "ca.pem"
-    coord_cert, coord_key = directory / f"{coordinator}.pem", directory / f"{coordinator}.key"
-    party_paths = {p: (directory / f"{p}.pem", directory / f"{p}.key",
-                       directory / f"{p}.identity.pem") for p in parties}
     config_path = directory / config_name
-    targets = [ca_path, coord_cert, coord_key, config_path]
-    targets += [f for files in party_paths.values() for f in files]
-    if len(set(targets)) != len(targets):
-        raise ParameterError(f"config_name {config_name!r} collides with a certificate or "
-                             "key file name")
+    targets = [directory / f for f in key_file_names(coordinator, "coordinator").values()]
+    for name in parties:
+        targets += [directory / f for f in key_file_names(name).values()]
+    if config_path in targets:
+        raise ParameterError(f"config_name {config_name!r} collides with a key or card "
+                             "file name")
+    targets.append(config_path)
 
-    # Validate every session setting before writing anything (placeholder identity keys).
-    session_id = new_session_id()
-    tls = TLSSettings(enabled=True, ca=ca_path, coordinator_cert=coord_cert,
-                      coordinator_key=coord_key)
-    draft = SessionConfig(
-        session_id=session_id, coordinator=coordinator_address, mode=mode,
-        parameters=parameters if parameters is not None else ConfigParameters(),
-        clustering=clustering if clustering is not None else ClusteringRequest(),
-        deadlines=deadlines if deadlines is not None else Deadlines(), tls=tls,
-        parties=tuple(PartyEntry(p, i.to_bytes(32, "big")) for i, p in enumerate(parties)))
-    server_hosts = list(LOOPBACK_HOSTS) + [h for h in [host, *coordinator_hosts]
-                                           if h not in ("0.0.0.0", "::", "")]
-    for h in server_hosts:
-        _general_name(h)
-
+    # Validate every session setting before writing anything (placeholder keys, no TLS).
+    SessionConfig(session_id=new_session_id(), coordinator=coordinator_address, mode=mode,
+                  parameters=parameters if parameters is not None else ConfigParameters(),
+                  clustering=clustering if clustering is not None else ClusteringRequest(),
+                  deadlines=deadlines if deadlines is not None else Deadlines(),
+                  tls=TLSSettings(enabled=False),
+                  parties=tuple(PartyEntry(p, i.to_bytes(32, "big"))
+                                for i, p in enumerate(parties)))
+    from ._cards import general_name
+    for h in hosts:
+        general_name(h)
+    links = [str(t) for t in targets if t.is_symlink()]
+    if links:
+        raise ParameterError(f"refusing to write through symbolic links: {', '.join(links)}")
     if not overwrite:
         existing = [str(t) for t in targets if t.exists()]
         if existing:
             raise ParameterError(f"refusing to overwrite existing files: {', '.join(existing)} "
                                  "(pass overwrite=True / --force to replace them)")
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    prepare_output_folder(directory)
 
-    now = datetime.datetime.now(datetime.timezone.utc)
-    ca_key, ca_name, ca_cert = _make_ca(session_id, now=now, days=days)
-
-    def issue(name: str, cert_path: Path, key_path: Path, hosts, server: bool) -> bytes:
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = _issue(name, key.public_key(), ca_key, ca_name, now=now, days=days,
-                      hosts=hosts, server=server)
-        write_private_file(key_path, _key_pem(key), overwrite=overwrite)
-        _write_public(cert_path, cert.public_bytes(serialization.Encoding.PEM),
-                      overwrite=overwrite)
-        return hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).digest()
-
-    _write_public(ca_path, ca_cert.public_bytes(serialization.Encoding.PEM),
-                  overwrite=overwrite)
-    issue(coordinator, coord_cert, coord_key, server_hosts, server=True)
-    written, entries = [], []
+    hub = generate_keys(directory, coordinator, role="coordinator", hosts=hosts, days=days,
+                        overwrite=overwrite)
+    written = [generate_keys(directory, name, days=days, overwrite=overwrite)
+               for name in parties]
+    cards = [load_card(files.card) for files in written]
+    config = new_session_config(cards, load_card(hub.card), coordinator_address, mode=mode,
+                                parameters=parameters, clustering=clustering,
+                                deadlines=deadlines)
+    config = config.with_keys(coordinator, directory)
     for name in parties:
-        cert_path, key_path, identity_path = party_paths[name]
-        digest = issue(name, cert_path, key_path, LOOPBACK_HOSTS, server=False)
-        identity = generate_identity()
-        save_identity(identity, identity_path, overwrite=overwrite)
-        raw = public_key_bytes(identity)
-        written.append(PartyFiles(name, cert_path, key_path, identity_path, raw, digest))
-        entries.append(PartyEntry(name, raw, digest, cert_path, key_path, identity_path))
-    del ca_key  # the CA key is never written: no further certificate can be issued
-
-    config = draft.with_(parties=tuple(entries))
-    if not overwrite and config_path.exists():  # pragma: no cover - raced by another writer
-        raise ParameterError(f"refusing to overwrite existing file {str(config_path)!r}")
-    dump_session_config(config, config_path)
-    logger.info("wrote a session CA, certificates for %s and %d parties, and %s",
-                coordinator, len(parties), config_path)
-    return CertificateSet(directory=directory, ca_cert=ca_path, coordinator=coordinator,
-                          coordinator_cert=coord_cert, coordinator_key=coord_key,
-                          parties=tuple(written), config=config_path, session_id=session_id)
+        config = config.with_keys(name, directory)
+    dump_session_config(config, config_path, overwrite=overwrite)
+    logger.info("%s", IMPERSONATION_WARNING)
+    party_files = tuple(
+        PartyFiles(name=f.name, cert=f.certificate, key=f.tls_key,
+                   identity_key=f.identity_key, identity_public_key=c.identity_public_key,
+                   certificate_sha256=c.certificate_sha256, card=f.card,
+                   fingerprint=f.fingerprint)
+        for f, c in zip(written, cards))
+    return CertificateSet(directory=directory, coordinator=coordinator,
+                          coordinator_cert=hub.certificate, coordinator_key=hub.tls_key,
+                          coordinator_card=hub.card, coordinator_fingerprint=hub.fingerprint,
+                          parties=party_files, config=config_path,
+                          session_id=config.session_id, fingerprint=config.fingerprint)
 
 
 # --- reading certificates and credentials ------------------------------------------------
@@ -374,6 +273,15 @@ def _read(value, what: str) -> bytes:
     except IsADirectoryError:
         raise ParameterError(f"{what} must be a file, got the folder {str(value)!r}") \
             from None
+
+
+def _read_key(value, what: str = "TLS private key") -> bytes:
+    """A private key's bytes; a file must pass :func:`check_private_key_file`."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if value is None:
+        raise ParameterError(f"{what} is required")
+    return check_private_key_file(value, what).read_bytes()
 
 
 def _load_certificate(value, what: str = "certificate") -> x509.Certificate:
@@ -403,48 +311,108 @@ def certificate_sha256(cert) -> bytes:
 
 
 def server_credentials(cert, key, ca) -> grpc.ServerCredentials:
-    """Mutual-TLS server credentials: the server's cert and key, clients must present a
-    certificate signed by ``ca`` (client authentication REQUIRED).
+    """Mutual-TLS server credentials: the server's cert and key; clients must present a
+    certificate that chains to ``ca`` (client authentication REQUIRED).
 
-    Each argument is a path or PEM bytes.
+    ``ca`` is the trusted certificates: the parties' pinned self-signed certificates
+    concatenated, or a CA certificate. Each argument is a path or PEM bytes; a key file
+    that group or others may read is refused.
     """
     return grpc.ssl_server_credentials(
-        [(_read(key, "TLS private key"), _read(cert, "TLS certificate"))],
-        root_certificates=_read(ca, "CA certificate"), require_client_auth=True)
+        [(_read_key(key), _read(cert, "TLS certificate"))],
+        root_certificates=_read(ca, "trusted certificates"), require_client_auth=True)
 
 
 def channel_credentials(cert, key, ca) -> grpc.ChannelCredentials:
-    """Mutual-TLS channel credentials: trust ``ca`` and present ``cert`` / ``key``.
+    """Mutual-TLS channel credentials: trust ``ca`` (the coordinator's pinned certificate,
+    or a CA) and present ``cert`` / ``key``.
 
-    Each argument is a path or PEM bytes.
+    Each argument is a path or PEM bytes; a key file that group or others may read is
+    refused.
     """
     return grpc.ssl_channel_credentials(
-        root_certificates=_read(ca, "CA certificate"),
-        private_key=_read(key, "TLS private key"),
+        root_certificates=_read(ca, "trusted certificate"),
+        private_key=_read_key(key),
         certificate_chain=_read(cert, "TLS certificate"))
 
 
+def _key_matches(key_bytes: bytes, cert: x509.Certificate, where: str, owner: str) -> None:
+    try:
+        key = serialization.load_pem_private_key(key_bytes, password=None)
+    except (ValueError, TypeError):
+        raise ParameterError(f"{where} does not hold an unencrypted PEM private key") \
+            from None
+    raw = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(*raw) != cert.public_key().public_bytes(*raw):
+        raise ParameterError(
+            f"{where} is not the key of the TLS certificate pinned for {owner} in the session "
+            "config: the config was assembled from another card than the one made with this "
+            "key (or --keys points at the wrong folder); compare the card fingerprints")
+
+
+def check_own_keys(config: SessionConfig, name: str) -> None:
+    """Check that ``name``'s private key files belong to what the config pins for it.
+
+    For a party: its TLS key must match its pinned certificate and its identity key the
+    pinned identity public key; for the coordinator: its TLS key must match its
+    certificate. Key files that group or others may read are refused.
+
+    Raises
+    ------
+    ParameterError
+        Naming the participant, the file and what does not match.
+    """
+    if name in config.party_names:
+        files = config.party_tls(name)
+        cert = _load_certificate(files.cert, f"TLS certificate of party {name!r}")
+        _key_matches(_read_key(files.key), cert, f"the TLS key file {str(files.key)!r}",
+                     f"party {name!r}")
+        entry = config.party(name)
+        if entry.identity_key is None:
+            raise ParameterError(f"the session config gives no identity key file for party "
+                                 f"{name!r}: pass --keys DIR")
+        if public_key_bytes(load_identity(entry.identity_key)) != entry.identity_public_key:
+            raise ParameterError(
+                f"the identity key file {str(entry.identity_key)!r} does not match the "
+                f"identity_public_key pinned for party {name!r} in the session config: the "
+                "config was assembled from another card (or --keys points at the wrong "
+                "folder); compare the card fingerprints")
+        return
+    files = config.coordinator_tls()
+    cert = _load_certificate(files.cert, "the coordinator's TLS certificate")
+    _key_matches(_read_key(files.key), cert, f"the TLS key file {str(files.key)!r}",
+                 "the coordinator")
+
+
 def coordinator_credentials(config: SessionConfig) -> grpc.ServerCredentials:
-    """Server credentials of the coordinator from a session config (TLS must be on)."""
+    """Server credentials of the coordinator from a session config (TLS must be on).
+
+    Trusts exactly the parties' pinned certificates (or the CA of an older config);
+    checks first that the coordinator's key matches its certificate.
+    """
+    check_own_keys(config, config.tls.coordinator_name or "")
     return server_credentials(*config.coordinator_tls())
 
 
 def party_credentials(config: SessionConfig, name: str) -> grpc.ChannelCredentials:
     """Channel credentials of party ``name`` from a session config.
 
-    Checks that the party's certificate names it and matches the pinned fingerprint, so a
-    mix-up of files fails here rather than as a refused connection.
+    Checks that the party's certificate names it and matches the pinned fingerprint, and
+    that its TLS and identity keys are the ones pinned for it (:func:`check_own_keys`), so
+    a mix-up of files or cards fails here, naming the party, rather than as a refused
+    connection.
     """
     files = config.party_tls(name)
     cert = _load_certificate(files.cert, f"TLS certificate of party {name!r}")
     names = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
     if names != [name]:
-        raise ParameterError(f"the TLS certificate {str(files.cert)!r} names {names}, "
+        raise ParameterError(f"the TLS certificate of party {name!r} names {names}, "
                              f"expected [{name!r}]")
     pinned = config.party(name).certificate_sha256
     if pinned is not None and certificate_sha256(cert) != pinned:
         raise ParameterError(f"the TLS certificate {str(files.cert)!r} does not match the "
                              f"certificate_sha256 pinned for party {name!r}")
+    check_own_keys(config, name)
     return channel_credentials(*files)
 
 

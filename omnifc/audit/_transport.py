@@ -66,11 +66,13 @@ def read_session_config(path) -> tuple[dict, dict]:
         "tls_enabled": bool(tls.get("enabled", True)),
         "ca": resolve(tls.get("ca")), "coordinator_cert": resolve(tls.get("coordinator_cert")),
         "coordinator_key": resolve(tls.get("coordinator_key")),
+        "coordinator_certificate": tls.get("coordinator_certificate"),
         "protocol_version": session.get("protocol_version"),
         "parties": [{"name": str(p.get("name")),
                      "identity_public_key": p.get("identity_public_key"),
                      "certificate_sha256": p.get("certificate_sha256"),
-                     "cert": resolve(p.get("cert")), "key": resolve(p.get("key")),
+                     "cert": resolve(p.get("cert")) or p.get("certificate"),
+                     "key": resolve(p.get("key")),
                      "identity_key": resolve(p.get("identity_key"))} for p in parties],
     }
     return values, transport
@@ -126,13 +128,17 @@ def aead_self_test() -> dict:
 
 
 def _certificate_status(path) -> tuple[str | None, bytes | None]:
-    """(problem or None, sha256 of the DER) of a PEM certificate file."""
+    """(problem or None, sha256 of the DER) of a PEM certificate file (or PEM text
+    embedded in the config)."""
     from cryptography import x509
 
     from protocols import certificate_sha256
 
     try:
-        cert = x509.load_pem_x509_certificate(Path(path).read_bytes())
+        embedded = isinstance(path, str) and "-----BEGIN" in path
+        cert = x509.load_pem_x509_certificate(path.encode() if embedded
+                                              else Path(path).read_bytes())
+        path = "embedded in the config" if embedded else path
     except FileNotFoundError:
         return f"certificate file {path} does not exist", None
     except ValueError:
@@ -217,7 +223,11 @@ def check_transport(params) -> Check:
     item("TLS", "on" if tls_on else "OFF ([tls] enabled = false)", how, tls_on,
          "TLS is disabled: traffic between the parties and the coordinator is neither "
          "authenticated nor encrypted, and a network attacker can impersonate the coordinator")
-    if tls_on:
+    if tls_on and transport.get("coordinator_certificate"):  # built from cards: pinned
+        problem, _ = _certificate_status(transport["coordinator_certificate"])
+        item("coordinator certificate", problem or "pinned in the config, valid now", how,
+             problem is None, problem)
+    elif tls_on:
         for key in ("ca", "coordinator_cert", "coordinator_key"):
             value = transport.get(key)
             exists = bool(value) and Path(value).exists()
@@ -230,7 +240,8 @@ def check_transport(params) -> Check:
     parties = transport.get("parties", [])
     pinned_certs = [p for p in parties if p.get("certificate_sha256")]
     item("client authentication",
-         "mutual TLS (the coordinator requires a client certificate from the session CA)"
+         "mutual TLS (the coordinator requires a client certificate it trusts: pinned, or "
+         "from the session CA of an older config)"
          + (f"; {len(pinned_certs)} of {len(parties)} certificates pinned by SHA-256"
             if tls_on else ""),
          how + " (requirement from the protocol code)",
@@ -245,7 +256,7 @@ def check_transport(params) -> Check:
             pinned = str(p["certificate_sha256"]).lower()
             ok = problem is None and digest is not None and digest.hex() == pinned
             item(f"party {p['name']!r} certificate", "matches pin" if ok else (problem or
-                 "does NOT match certificate_sha256"), how + ", file on disk", ok,
+                 "does NOT match certificate_sha256"), how, ok,
                  f"party {p['name']!r}: " + (problem or "the certificate on disk does not match "
                                                "the pinned certificate_sha256"))
     keys = [p.get("identity_public_key") for p in parties]

@@ -72,6 +72,8 @@ def parameters_from_args(args) -> AuditParameters:
               "rows": args.rows, "primes": _ints(args.primes, "--primes"),
               "alphas": _ints(args.alphas, "--alphas"), "betas": _ints(args.betas, "--betas")}
     if args.config:
+        from .cmd_session import load_config
+        load_config(args.config)  # validated completely at load, clustering request included
         return AuditParameters.from_config(args.config, **values)
     given = {k: v for k, v in values.items() if v is not None}
     source = "defaults (the demo's session)" if not given else "command-line flags"

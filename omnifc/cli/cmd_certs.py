@@ -1,56 +1,50 @@
-"""``omnifc certs``: a throwaway CA, TLS certificates, identity keys and a session config."""
+"""``omnifc certs``: the one-machine demo shortcut (everyone's keys in one folder).
+
+Whoever runs it holds every party's private keys; real deployments use ``omnifc keygen``
+on each organization's machine and ``omnifc session new`` (docs/deployment.md).
+"""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from finite_field import ParameterError
+
+from .cmd_session import add_session_parameters, session_settings, validate_clustering
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "certs", help="write TLS certificates, identity keys and a session config",
-        description="Write a throwaway session CA (its private key is discarded), an ECDSA "
-                    "P-256 TLS certificate for the coordinator and for every party, each "
-                    "party's Ed25519 identity key, and a session config (TOML) that pins "
-                    "every party's identity key and certificate fingerprint. Private keys "
-                    "are written with mode 0600; no key material is printed.")
+        "certs", help="DEMO shortcut: every participant's keys and a session config in one "
+                      "folder (whoever runs it can impersonate every party)",
+        description="Demo and test shortcut: runs the key ceremony for the coordinator and "
+                    "every party on this one machine (self-signed ECDSA P-256 TLS "
+                    "certificates, Ed25519 identity keys, public cards) and writes a session "
+                    "config pinning them all. WHOEVER RUNS THIS CAN IMPERSONATE EVERY PARTY: "
+                    "it holds all their private keys. For a real deployment each "
+                    "organization runs 'omnifc keygen' itself and one person runs 'omnifc "
+                    "session new' on the cards. Private keys are written with mode 0600; no "
+                    "key material is printed.")
     parser.add_argument("--out", required=True, metavar="DIR",
                         help="output folder (created with mode 0700 if missing)")
     parser.add_argument("--parties", required=True, metavar="A,B,C",
                         help="comma-separated party names ([A-Za-z0-9_.-], unique)")
     parser.add_argument("--coordinator", default="coordinator", metavar="NAME",
                         help="the coordinator's certificate name (default: coordinator)")
-    parser.add_argument("--days", type=int, default=30, help="certificate validity (days)")
+    parser.add_argument("--days", type=int, default=30,
+                        help="certificate validity in days (default: 30)")
     parser.add_argument("--coordinator-address", default="127.0.0.1:50051",
                         metavar="HOST:PORT", help="where parties connect (default: "
                         "127.0.0.1:50051); HOST is added to the coordinator certificate")
     parser.add_argument("--coordinator-host", action="append", default=[], metavar="HOST",
                         help="extra DNS name or IP for the coordinator certificate "
                              "(repeatable; loopback names are always included)")
-    session = parser.add_argument_group("session parameters (written to the config)")
-    session.add_argument("--dim", type=int, default=0,
-                         help="d; 0 (default) = taken from the data at join, must match")
-    session.add_argument("--bound", type=float, default=8.0, help="R: public clip bound")
-    session.add_argument("--scale-bits", type=int, default=16,
-                         help="q: quantization step 2^-q")
-    session.add_argument("--segments", type=int, default=1, help="l: data segments per row")
-    session.add_argument("--noise-segments", type=int, default=1,
-                         help="t: random segments; any t parties learn nothing")
-    session.add_argument("--nonnegative", action="store_true",
-                         help="all features lie in [0, R]")
-    session.add_argument("--primes", default="", metavar="P1,P2",
-                         help="explicit moduli (default: chosen automatically)")
-    session.add_argument("--mode", choices=("masked", "transparent"), default="masked",
-                         help="masked (default): the coordinator learns only D; transparent "
-                              "leaks per-segment distances when l > 1")
-    session.add_argument("--method", default="kmeans", help="clustering method (kmeans)")
-    session.add_argument("--n-clusters", type=int, default=3, help="number of clusters")
-    session.add_argument("--deadline", action="append", default=[], metavar="PHASE=SECONDS",
-                         help="deadline of a phase (join, shares, evaluation, result); "
-                              "repeatable")
+    add_session_parameters(parser)
     parser.add_argument("--config-name", default="session.toml",
                         help="file name of the session config (default: session.toml)")
     parser.add_argument("--force", action="store_true",
-                        help="overwrite existing key, certificate and config files")
+                        help="overwrite existing key, card and config files (never "
+                             "symbolic links)")
     parser.set_defaults(handler=run)
 
 
@@ -62,64 +56,28 @@ def _parties(text: str) -> list:
     return names
 
 
-def _primes(text: str) -> tuple:
-    if not text.strip():
-        return ()
-    try:
-        return tuple(int(p) for p in text.split(","))
-    except ValueError:
-        raise ParameterError(f"--primes must be comma-separated integers, got {text!r}") \
-            from None
-
-
-def _deadlines(items):
-    from protocols import Deadlines
-
-    values = {}
-    for item in items:
-        phase, sep, seconds = item.partition("=")
-        try:
-            values[phase.strip()] = float(seconds)
-        except ValueError:
-            sep = ""
-        if not sep:
-            raise ParameterError(f"--deadline must look like PHASE=SECONDS, got {item!r}")
-    try:
-        return Deadlines(**values)
-    except TypeError:
-        raise ParameterError(f"--deadline phases are join, shares, evaluation and result; "
-                             f"got {', '.join(sorted(values))}") from None
-
-
 def run(args) -> int:
-    from protocols import (ClusteringRequest, ConfigParameters, generate_certificates,
-                           identity_fingerprint)
+    from protocols import generate_certificates
+    from protocols._tls import IMPERSONATION_WARNING
 
-    parameters = ConfigParameters(dim=args.dim, segments=args.segments,
-                                  noise_segments=args.noise_segments,
-                                  scale_bits=args.scale_bits, bound=args.bound,
-                                  nonnegative=args.nonnegative, primes=_primes(args.primes))
+    settings = session_settings(args)
+    # the clustering request is checked against omnifc's registry before anything is written
+    validate_clustering(SimpleNamespace(**settings))
     certs = generate_certificates(
         args.out, _parties(args.parties), coordinator=args.coordinator, days=args.days,
         coordinator_address=args.coordinator_address,
-        coordinator_hosts=args.coordinator_host, mode=args.mode, parameters=parameters,
-        clustering=ClusteringRequest(method=args.method, n_clusters=args.n_clusters),
-        deadlines=_deadlines(args.deadline), config_name=args.config_name,
-        overwrite=args.force)
+        coordinator_hosts=args.coordinator_host, config_name=args.config_name,
+        overwrite=args.force, **settings)
     private = set(certs.private_files)
     print(f"wrote session {certs.session_id} to {certs.directory}")
     for path in certs.files:
         kind = "private key, mode 0600" if path in private else "public"
         print(f"  {path.name:<32} {kind}")
-    print("identity key fingerprints (compare out of band):")
+    print("card fingerprints (the same values as in the cards and in "
+          f"{certs.config.name}):")
+    print(f"  coordinator {certs.coordinator:<20} {certs.coordinator_fingerprint}")
     for party in certs.parties:
-        print(f"  {party.name:<16} {identity_fingerprint(party.identity_public_key)}")
-    shared = f"{certs.ca_cert.name}, {certs.config.name}"
-    print("distribute (the CA private key was discarded; never copy one party's keys "
-          "to another):")
-    print(f"  coordinator {certs.coordinator!r}: {shared}, {certs.coordinator_cert.name}, "
-          f"{certs.coordinator_key.name}")
-    for party in certs.parties:
-        print(f"  party {party.name!r}: {shared}, {party.cert.name}, {party.key.name}, "
-              f"{party.identity_key.name}")
+        print(f"  party       {party.name:<20} {party.fingerprint}")
+    print(f"session fingerprint: {certs.fingerprint}")
+    print(f"WARNING: {IMPERSONATION_WARNING}")
     return 0

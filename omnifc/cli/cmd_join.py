@@ -14,6 +14,9 @@ def register(subparsers) -> None:
                     "this process in the clear.")
     parser.add_argument("--config", required=True, help="session config (TOML)")
     parser.add_argument("--party", required=True, help="your party name in the config")
+    parser.add_argument("--keys", metavar="DIR",
+                        help="your keys folder from 'omnifc keygen --party NAME' (default: "
+                             "the key files named in the config)")
     parser.add_argument("--data", required=True, help="your rows: .npy or .csv (no header)")
     parser.add_argument("--target", help="coordinator host:port (default: from the config)")
     parser.add_argument("--labels-out", help="save the received labels (.npy)")
@@ -25,12 +28,15 @@ def run(args) -> int:
     from protocols._grpc_party import join_from_config
 
     from .cmd_serve import phase_progress
+    from .cmd_session import announce_session, load_config
 
+    config = load_config(args.config, keys=args.keys, who=args.party)
+    announce_session(config, f"party {args.party!r}")
     phases = {"roster": "shares", "share": "shares", "round_start": "evaluation",
               "result": "result"}
     bar, on_phase = phase_progress(disable=args.no_progress)
     try:
-        party = join_from_config(args.config, args.party, args.data, target=args.target,
+        party = join_from_config(config, args.party, args.data, target=args.target,
                                  on_message=lambda kind: on_phase(phases.get(kind, "join"), 0))
     finally:
         bar.close()

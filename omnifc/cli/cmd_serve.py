@@ -13,6 +13,9 @@ def register(subparsers) -> None:
                     "squared-distance matrix, run the requested clustering and send each "
                     "party the labels of its own rows.")
     parser.add_argument("--config", required=True, help="session config (TOML)")
+    parser.add_argument("--keys", metavar="DIR",
+                        help="your keys folder from 'omnifc keygen --coordinator' (default: "
+                             "the key file named in the config)")
     parser.add_argument("--address", help="host:port to listen on (default: the config's "
                                           "coordinator address; port 0 = any free port)")
     parser.add_argument("--port-file", help="write the port actually bound to this file")
@@ -53,11 +56,13 @@ def format_stats(stats) -> str:
 
 
 def run(args) -> int:
-    from protocols import load_session_config
     from protocols._grpc_coordinator import CoordinatorServer, coordinator_from_config
     from protocols._tls import coordinator_credentials
 
-    config = load_session_config(args.config)
+    from .cmd_session import announce_session, load_config
+
+    config = load_config(args.config, keys=args.keys, who="coordinator")
+    announce_session(config, "the coordinator")
     cluster = None if args.no_cluster else clustering_callback(config)
     coordinator = coordinator_from_config(config, cluster=cluster)
     server = CoordinatorServer(

@@ -209,6 +209,19 @@ INVALID = [
     ("enabled = true", 'enabled = "yes"', r"\[tls\] enabled must be true or false"),
     ("[[parties]]", "[[partys]]", r"unknown key partys"),
     ("coordinator_key =", "coordinator_key = =", None),  # invalid TOML
+    # the quantizer and the no-wrap bound are checked at load, not at run time
+    ("bound = 8.0", "bound = 1.0e12", r"bound \* 2\^scale_bits must be below 2\^53"),
+    ("scale_bits = 16", "scale_bits = 30", r"needed 70.0 bits, at most 63"),
+    ("primes = []", "primes = [2147483647]", r"product of the primes \(31.0 bits\) must "
+                                             r"exceed the largest squared distance"),
+    ("dim = 4", "dim = 2000000", r"dim must be <= 1048576, got 2000000"),
+    ("join = 60", "join = 1e9", r"\[deadlines\] join must be <= 604800 seconds"),
+    ("primes = []", "primes = []\nmax_rows_per_party = 0",
+     r"max_rows_per_party must be >= 1, got 0"),
+    ("primes = []", "primes = []\nmax_rows_total = 1.5", r"max_rows_total must be an integer"),
+    ("primes = []", "primes = []\nmax_rows_per_party = 10\nmax_rows_total = 9",
+     r"max_rows_per_party \(10\) must be <= max_rows_total \(9\)"),
+    ("primes = []", "primes = []\nmax_rows_total = 20000000", r"max_rows_total must be <= "),
 ]
 
 
@@ -261,7 +274,8 @@ def test_with_revalidates_and_lookups_are_clear(tmp_path):
         config.with_(parties=config.parties[:2])
     with pytest.raises(ParameterError, match=r"unknown party 'zed'; .*'a', 'b', 'c'"):
         config.party("zed")
-    with pytest.raises(ParameterError, match=r"'b'.*cert and key are required"):
+    with pytest.raises(ParameterError, match=r"no TLS certificate file for party 'b': pass "
+                                             r"--keys DIR"):
         config.party_tls("b")
 
 
@@ -325,10 +339,21 @@ def test_certs_cli_writes_a_loadable_session_config(tmp_path, capsys):
     assert (config.mode, config.coordinator) == ("transparent", "127.0.0.1:6001")
     assert config.clustering == ClusteringRequest("kmeans", 4)
     assert config.deadlines == Deadlines(join=15, evaluation=90)
-    assert config.coordinator_tls().cert == out / "hub.pem"
+    assert config.tls.coordinator_name == "hub"
+    assert config.coordinator_tls().cert == (out / "hub.pem").read_bytes()
+    assert config.coordinator_tls().key == out / "hub.key"
     for party in config.parties:
         assert public_key_bytes(load_identity(party.identity_key)) == party.identity_public_key
         assert stat.S_IMODE(party.key.stat().st_mode) == 0o600
+    # it says plainly that it is a demo shortcut: its operator can impersonate everyone
+    assert "WARNING: DEMO ONLY" in printed and "impersonate every party" in printed
+    # the fingerprints it prints are the ones the config and the cards hold, one format
+    from protocols._cards import load_card
+    for party in config.parties:
+        assert re.search(rf"party\s+{party.name}\s+{party.fingerprint}", printed)
+        assert load_card(out / f"{party.name}.card.toml").fingerprint == party.fingerprint
+    assert re.search(rf"coordinator\s+hub\s+{config.tls.coordinator_fingerprint}", printed)
+    assert f"session fingerprint: {config.fingerprint}" in printed
     # it says what it wrote, and prints no key material
     assert "session.toml" in printed and "north.identity.pem" in printed
     for path in out.iterdir():
@@ -360,3 +385,201 @@ def test_certs_cli_errors(tmp_path, capsys, extra, message):
     assert main(["certs", "--out", str(tmp_path / "o")] + extra) == 1
     assert re.search(message, capsys.readouterr().err)
     assert not (tmp_path / "o").exists()
+
+
+# --- row caps, warnings and the validation hook -----------------------------------------------
+
+def test_row_caps_have_documented_defaults_and_round_trip(tmp_path):
+    assert (ConfigParameters().max_rows_per_party, ConfigParameters().max_rows_total) == \
+        (1_000_000, 2_000_000)
+    config = load_session_config(_write(tmp_path, BASE))
+    assert config.parameters.max_rows_per_party == 1_000_000
+    capped = config.with_(parameters=ConfigParameters(dim=4, max_rows_per_party=500,
+                                                      max_rows_total=1200))
+    path = dump_session_config(capped, tmp_path / "capped.toml")
+    data = tomllib.loads(path.read_text())
+    assert (data["parameters"]["max_rows_per_party"], data["parameters"]["max_rows_total"]) \
+        == (500, 1200)
+    assert load_session_config(path).parameters == capped.parameters
+
+
+def test_transparent_mode_loads_with_a_warning(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="omnifc"):
+        config = load_session_config(_write(tmp_path, BASE.replace('"masked"',
+                                                                    '"transparent"')))
+    assert config.mode == "transparent"
+    warnings = [r for r in caplog.records if "transparent" in r.getMessage()]
+    assert warnings and all(r.levelname == "WARNING" for r in warnings)
+    assert "per-segment distance" in warnings[0].getMessage()
+
+
+def test_the_validation_hook_runs_at_load_and_its_error_names_the_file(tmp_path):
+    seen = []
+
+    def refuse_spectral(config):
+        seen.append(config.session_id)
+        if config.clustering.method == "spectral":
+            raise ParameterError("[clustering] spectral is not allowed here")
+
+    path = _write(tmp_path, BASE)
+    load_session_config(path, validate=refuse_spectral)
+    assert seen == ["1f" * 16]
+    path = _write(tmp_path, BASE.replace('"kmeans"', '"spectral"'))
+    with pytest.raises(ParameterError, match=re.escape(str(path)) + ".*spectral is not "):
+        load_session_config(path, validate=refuse_spectral)
+
+
+@pytest.mark.parametrize("change, match", [
+    ('method = "kmenas"', r"method 'kmenas' is not a clustering method of omnifc; valid "
+                          r"methods: kmeans, kmeans-rows, spectral, .*dbscan"),
+    ('method = "hierarchical"\n', r"method 'hierarchical' needs n_clusters"),
+])
+def test_the_omnifc_cli_validates_the_clustering_request_at_load(tmp_path, capsys, change,
+                                                                 match):
+    from omnifc.cli.cmd_session import load_config
+
+    text = BASE.replace('method = "kmeans"\nn_clusters = 3\n', change)
+    path = _write(tmp_path, text)
+    load_session_config(path)  # protocols alone cannot know omnifc's methods
+    with pytest.raises(ParameterError, match=match):
+        load_config(path)
+    # serve, join, audit and `session fingerprint` refuse it before doing anything
+    for argv in (["serve", "--config", str(path), "--address", "127.0.0.1:0"],
+                 ["join", "--config", str(path), "--party", "a", "--data", "none.npy"],
+                 ["audit", "--config", str(path), "--dim", "4"],
+                 ["session", "fingerprint", str(path)]):
+        assert main(argv) == 1, argv
+        captured = capsys.readouterr()
+        assert re.search(match, captured.err), (argv, captured.err)
+        assert "listening" not in captured.out
+    # a method that chooses its own number of clusters needs none
+    text = BASE.replace('method = "kmeans"\nn_clusters = 3\n', 'method = "dbscan"\n')
+    assert load_config(_write(tmp_path, text)).clustering == ClusteringRequest("dbscan", None)
+
+
+def test_certs_refuses_an_unknown_clustering_method_before_writing(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["certs", "--out", str(out), "--parties", "a,b,c", "--method", "kmenas"]) == 1
+    assert "valid methods: kmeans" in capsys.readouterr().err
+    assert not out.exists()
+
+
+# --- the session fingerprint --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ceremony(tmp_path_factory):
+    from protocols import generate_certificates
+
+    folder = tmp_path_factory.mktemp("fp")
+    certs = generate_certificates(folder, ["a", "b", "c", "d", "e"])
+    other = generate_certificates(tmp_path_factory.mktemp("fp-other"), ["a", "b", "c", "d", "e"])
+    return certs, other
+
+
+def test_fingerprint_is_stable_across_copies_formatting_and_local_paths(ceremony, tmp_path):
+    from protocols import session_fingerprint
+
+    certs, _ = ceremony
+    text = certs.config.read_text()
+    config = load_session_config(certs.config)
+    fingerprint = config.fingerprint
+    assert re.fullmatch(r"[A-Z2-7]{5}(-[A-Z2-7]{5}){4}", fingerprint)
+    assert session_fingerprint(load_session_config(certs.config)) == fingerprint
+    # a copy elsewhere, with other comments, number formatting and key paths
+    edited = re.sub(r" +#[^\n]*", "", text).replace("join = 60.0", "join = 60")
+    edited = edited.replace('coordinator_key = "coordinator.key"',
+                            'coordinator_key = "/elsewhere/keys/coordinator.key"')
+    edited = edited.replace('mode = "masked"', "").replace(
+        "[session]\n", '[session]\nmode = "masked"\n')  # another key order
+    assert edited != text
+    copy = _write(tmp_path, edited)
+    assert load_session_config(copy).fingerprint == fingerprint
+    assert config.with_keys("b", tmp_path).fingerprint == fingerprint
+    # a dump of the loaded config (relative paths rewritten) keeps it too
+    moved = dump_session_config(config, tmp_path / "moved.toml")
+    assert load_session_config(moved).fingerprint == fingerprint
+
+
+TEXT_CHANGES = [
+    (r'id = "[0-9a-f]{32}"', 'id = "' + "ab" * 16 + '"'),
+    ('coordinator = "127.0.0.1:50051"', 'coordinator = "127.0.0.1:50052"'),
+    ('mode = "masked"', 'mode = "transparent"'),
+    ("dim = 0", "dim = 4"),
+    ("noise_segments = 1", "noise_segments = 2"),
+    ("scale_bits = 16", "scale_bits = 15"),
+    ("bound = 8.0", "bound = 8.5"),
+    ("nonnegative = false", "nonnegative = true"),
+    ("primes = []", "primes = [2147483647, 2147483629]"),
+    ("max_rows_per_party = 1000000", "max_rows_per_party = 999999"),
+    ("max_rows_total = 2000000", "max_rows_total = 2000001"),
+    ('method = "kmeans"', 'method = "spectral"'),
+    ("n_clusters = 3", "n_clusters = 4"),
+    ("join = 60.0", "join = 61.0"),
+    ("shares = 120.0", "shares = 120.5"),
+    ("evaluation = 300.0", "evaluation = 299.0"),
+    ("result = 60.0", "result = 1.0"),
+    ("enabled = true", "enabled = false"),
+]
+
+
+@pytest.mark.parametrize("old, new", TEXT_CHANGES, ids=[n for _, n in TEXT_CHANGES])
+def test_fingerprint_changes_with_every_setting_of_meaning(ceremony, tmp_path, old, new):
+    certs, _ = ceremony
+    text = certs.config.read_text()
+    pattern = old if old.startswith("id") else re.escape(old)  # the id is a regex
+    assert re.search(pattern, text), old
+    changed = load_session_config(_write(tmp_path, re.sub(pattern, new, text, count=1)))
+    assert changed.fingerprint != load_session_config(certs.config).fingerprint
+
+
+def test_fingerprint_changes_with_every_pinned_key_certificate_and_the_roster_order(ceremony):
+    import dataclasses
+
+    certs, other = ceremony
+    config, foreign = load_session_config(certs.config), load_session_config(other.config)
+    fingerprints = {config.fingerprint}
+    variants = [
+        config.with_(parties=config.parties[::-1]),                        # roster order
+        config.with_(parties=(foreign.parties[0],) + config.parties[1:]),  # a's whole card
+        config.with_(parties=tuple(                                        # b's identity key
+            dataclasses.replace(p, identity_public_key=foreign.party("b").identity_public_key,
+                                certificate=None, fingerprint=None) if p.name == "b" else p
+            for p in config.parties), tls=dataclasses.replace(config.tls, ca=certs.config)),
+        config.with_(tls=dataclasses.replace(config.tls, coordinator_fingerprint=None,  # hub
+                                             coordinator_certificate=foreign.tls
+                                             .coordinator_certificate)),
+    ]
+    for variant in variants:
+        fingerprints.add(variant.fingerprint)
+    assert len(fingerprints) == len(variants) + 1
+
+
+def test_dump_refuses_to_write_through_a_symbolic_link(ceremony, tmp_path):
+    import os
+
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    link = tmp_path / "session.toml"
+    os.symlink(target, link)
+    config = load_session_config(ceremony[0].config)
+    for overwrite in (False, True):
+        with pytest.raises(ParameterError, match="symbolic link"):
+            dump_session_config(config, link, overwrite=overwrite)
+    assert target.read_text() == "keep me" and link.is_symlink()
+
+
+def test_safe_writes_without_hard_links_still_refuse_existing_files(tmp_path, monkeypatch):
+    import os
+
+    from protocols._files import write_file
+
+    def no_links(*args, **kwargs):
+        raise PermissionError("this file system has no hard links")
+
+    monkeypatch.setattr(os, "link", no_links)
+    path = write_file(tmp_path / "x.txt", b"one")
+    assert path.read_bytes() == b"one"
+    with pytest.raises(ParameterError, match="refusing to overwrite"):
+        write_file(tmp_path / "x.txt", b"two")
+    assert write_file(tmp_path / "x.txt", b"two", overwrite=True).read_bytes() == b"two"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.txt"]  # no temporary left

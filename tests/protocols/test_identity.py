@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import stat
 
 import pytest
@@ -96,15 +97,14 @@ def test_save_refuses_to_overwrite_unless_asked(tmp_path):
     assert public_key_bytes(load_identity(path)) == public_key_bytes(key)
 
 
-def test_load_warns_about_a_readable_key_file(tmp_path, caplog):
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o620, 0o602])
+def test_load_refuses_a_key_file_group_or_others_may_read_or_change(tmp_path, mode):
     path = save_identity(generate_identity(), tmp_path / "id.pem")
-    with caplog.at_level("WARNING", logger="omnifc"):
+    load_identity(path)  # 0600 as written: accepted
+    path.chmod(mode)
+    with pytest.raises(ParameterError, match=f"identity key file .*id.pem.* mode {oct(mode)}"
+                                             r".*chmod 600"):
         load_identity(path)
-    assert not caplog.records
-    path.chmod(0o644)
-    with caplog.at_level("WARNING", logger="omnifc"):
-        load_identity(path)
-    assert any("0o644" in r.getMessage() for r in caplog.records)
 
 
 def test_load_refuses_missing_garbage_and_non_ed25519_files(tmp_path):
@@ -131,10 +131,16 @@ def test_wrong_key_types_are_parameter_errors():
         public_key_bytes("not a key")
 
 
-def test_fingerprint_is_sha256_prefix_of_the_raw_key():
+def test_fingerprint_is_readable_base32_of_a_domain_separated_sha256():
+    import base64
     import hashlib
 
     key = generate_identity()
-    expected = hashlib.sha256(public_key_bytes(key)).hexdigest()[:32]
-    assert identity_fingerprint(key).replace(":", "") == expected
-    assert identity_fingerprint(public_key_bytes(key)) == identity_fingerprint(key)
+    raw = public_key_bytes(key)
+    digest = hashlib.sha256(b"omnifc-fingerprint-v1\0identity-key\0" + raw).digest()
+    text = base64.b32encode(digest).decode()[:25]
+    expected = "-".join(text[i:i + 5] for i in range(0, 25, 5))
+    assert identity_fingerprint(key) == expected
+    assert identity_fingerprint(raw) == identity_fingerprint(key)
+    assert re.fullmatch(r"[A-Z2-7]{5}(-[A-Z2-7]{5}){4}", expected)
+    assert identity_fingerprint(generate_identity()) != expected

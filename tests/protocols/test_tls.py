@@ -1,5 +1,8 @@
 """Certificates for a session and mutual TLS over real gRPC on loopback (127.0.0.1:0).
 
+Trust is by pinning self-signed certificates: the server trusts exactly the parties'
+certificates, every party exactly the coordinator's; there is no CA.
+
 Every call has a 5 s deadline and ``wait_for_ready=False``, so a refused handshake fails
 fast with UNAVAILABLE instead of waiting. Servers are stopped in ``finally`` blocks.
 """
@@ -7,6 +10,7 @@ fast with UNAVAILABLE instead of waiting. Servers are stopped in ``finally`` blo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import ipaddress
 import os
@@ -26,6 +30,8 @@ from protocols import (MAX_MESSAGE_BYTES, authenticated_party, certificate_sha25
                        load_identity, load_session_config, make_channel, make_server,
                        party_credentials, peer_certificate_sha256, peer_common_name,
                        public_key_bytes, server_credentials)
+from protocols._cards import generate_keys
+from protocols._tls import IMPERSONATION_WARNING, check_own_keys
 
 METHOD = "/omnifc.test.Echo/Call"
 TIMEOUT = 5.0
@@ -39,7 +45,7 @@ def certs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def other_certs(tmp_path_factory):
-    """Certificates from a different, unrelated CA."""
+    """Another session's certificates: the same names, other keys."""
     return generate_certificates(tmp_path_factory.mktemp("other"), PARTIES)
 
 
@@ -50,9 +56,10 @@ def _load(path) -> x509.Certificate:
 # --- generated files ---------------------------------------------------------------------
 
 def test_files_written_and_private_keys_are_0600(certs):
-    expected = {"ca.pem", "coordinator.pem", "coordinator.key", "session.toml"}
-    expected |= {f"{p}{suffix}" for p in PARTIES for suffix in (".pem", ".key", ".identity.pem")}
-    assert set(os.listdir(certs.directory)) == expected  # the CA private key is not written
+    expected = {"coordinator.pem", "coordinator.key", "coordinator.card.toml", "session.toml"}
+    expected |= {f"{p}{suffix}" for p in PARTIES
+                 for suffix in (".pem", ".key", ".identity.pem", ".card.toml")}
+    assert set(os.listdir(certs.directory)) == expected  # no CA, no CA key
     assert stat.S_IMODE(certs.directory.stat().st_mode) == 0o700
     private = {certs.coordinator_key} | {f for p in certs.parties for f in (p.key, p.identity_key)}
     assert set(certs.private_files) == private
@@ -67,24 +74,21 @@ def test_files_written_and_private_keys_are_0600(certs):
 
 
 def test_certificates_parse_with_names_sans_and_key_usages(certs):
-    ca = _load(certs.ca_cert)
-    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is True
     loopback = {x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
                 x509.IPAddress(ipaddress.ip_address("::1"))}
     pairs = [("coordinator", certs.coordinator_cert, certs.coordinator_key)]
     pairs += [(p.name, p.cert, p.key) for p in certs.parties]
     for name, cert_path, key_path in pairs:
         cert = _load(cert_path)
-        cert.verify_directly_issued_by(ca)  # raises if not signed by the session CA
+        cert.verify_directly_issued_by(cert)  # raises unless validly self-signed
         assert [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)] \
             == [name]
         sans = set(cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value)
         assert loopback <= sans
         eku = set(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
-        expected = {ExtendedKeyUsageOID.CLIENT_AUTH}
-        if name == "coordinator":
-            expected.add(ExtendedKeyUsageOID.SERVER_AUTH)
-        assert eku == expected
+        # the coordinator only serves, parties only connect: neither can pass as the other
+        assert eku == ({ExtendedKeyUsageOID.SERVER_AUTH} if name == "coordinator"
+                       else {ExtendedKeyUsageOID.CLIENT_AUTH})
         assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
         assert isinstance(cert.public_key(), ec.EllipticCurvePublicKey)
         assert cert.public_key().curve.name == "secp256r1"
@@ -106,9 +110,15 @@ def test_session_toml_pins_der_fingerprints_and_identity_keys(certs):
         assert files.certificate_sha256 == hashlib.sha256(der).digest()
     assert data["session"]["id"] == certs.session_id and len(certs.session_id) == 32
     assert data["tls"]["enabled"] is True
+    assert data["tls"]["coordinator_certificate"] == certs.coordinator_cert.read_text()
+    for files in certs.parties:
+        assert pinned[files.name]["certificate"] == files.cert.read_text()
     config = load_session_config(certs.config)
-    assert config.coordinator_tls() == (certs.coordinator_cert, certs.coordinator_key,
-                                        certs.ca_cert)
+    # the coordinator trusts exactly the parties' certificates, each party the coordinator's
+    assert config.coordinator_tls() == (certs.coordinator_cert.read_bytes(),
+                                        certs.coordinator_key, _party_roots(certs))
+    assert config.party_tls("b") == (certs.party("b").cert.read_bytes(), certs.party("b").key,
+                                     certs.coordinator_cert.read_bytes())
 
 
 def test_coordinator_address_host_and_extra_hosts_go_into_its_certificate(tmp_path):
@@ -132,7 +142,7 @@ def test_coordinator_address_host_and_extra_hosts_go_into_its_certificate(tmp_pa
     (["a", "b", "c d"], {}, "'c d'"),
     (["a", "b", "../x"], {}, "'../x'"),
     (["a", "b", "coordinator"], {}, "also a party name"),
-    (["a", "b", "ca"], {}, "reserved"),
+    (PARTIES, {"coordinator_hosts": ["bad host"]}, "DNS names or IP"),
     ("abc", {}, "list of names"),
     (PARTIES, {"days": 0}, "days"),
     (PARTIES, {"coordinator_address": "nohost"}, "host:port"),
@@ -185,13 +195,20 @@ def _call(port, credentials=None, *, insecure=False, payload=b"ping", host="127.
         return stub(payload, timeout=TIMEOUT, wait_for_ready=False)
 
 
-def _server_creds(certs):
-    return server_credentials(certs.coordinator_cert, certs.coordinator_key, certs.ca_cert)
+def _party_roots(certs, *extra) -> bytes:
+    """What the coordinator trusts: the parties' pinned certificates, concatenated."""
+    return b"".join(p.cert.read_bytes() for p in certs.parties) + \
+        b"".join(path.read_bytes() for path in extra)
 
 
-def _client_creds(certs, name="a", ca=None):
+def _server_creds(certs, *extra):
+    return server_credentials(certs.coordinator_cert, certs.coordinator_key,
+                              _party_roots(certs, *extra))
+
+
+def _client_creds(certs, name="a", trusted=None):
     files = certs.party(name)
-    return channel_credentials(files.cert, files.key, ca or certs.ca_cert)
+    return channel_credentials(files.cert, files.key, trusted or certs.coordinator_cert)
 
 
 @pytest.mark.network
@@ -223,12 +240,19 @@ def test_credentials_from_the_session_config(certs):
     config = load_session_config(certs.config)
     with _serve(coordinator_credentials(config)) as port:
         assert _call(port, party_credentials(config, "c")).startswith(b"c|")
-    # a party whose files do not match its pinned fingerprint fails before connecting
+    # a party whose key files do not match what is pinned for it fails before connecting,
+    # with an error naming it
     swapped = config.with_(parties=tuple(
-        p if p.name != "a" else type(p)(p.name, p.identity_public_key, p.certificate_sha256,
-                                        config.party("b").cert, config.party("b").key)
+        p if p.name != "a" else dataclasses.replace(p, key=config.party("b").key)
         for p in config.parties))
-    with pytest.raises(ParameterError, match="names \\['b'\\]"):
+    with pytest.raises(ParameterError, match="not the key of the TLS certificate pinned for "
+                                             "party 'a'"):
+        party_credentials(swapped, "a")
+    swapped = config.with_(parties=tuple(
+        p if p.name != "a" else dataclasses.replace(p, identity_key=config.party("b").identity_key)
+        for p in config.parties))
+    with pytest.raises(ParameterError, match="does not match the identity_public_key pinned "
+                                             "for party 'a'"):
         party_credentials(swapped, "a")
 
 
@@ -239,11 +263,11 @@ def _assert_refused(call):
 
 
 @pytest.mark.network
-def test_client_certificate_from_another_ca_is_refused(certs, other_certs):
+def test_client_certificate_that_is_not_pinned_is_refused(certs, other_certs):
     with _serve(_server_creds(certs)) as port:
-        # trusts the right CA, but presents a certificate the server's CA did not sign
+        # the same name 'a', trusts the right coordinator, but its certificate is not pinned
         foreign = channel_credentials(other_certs.party("a").cert, other_certs.party("a").key,
-                                      certs.ca_cert)
+                                      certs.coordinator_cert)
         _assert_refused(lambda: _call(port, foreign))
         # the same call with a genuine certificate works (the refusal is about the cert)
         assert _call(port, _client_creds(certs, "a")).startswith(b"a|")
@@ -252,33 +276,40 @@ def test_client_certificate_from_another_ca_is_refused(certs, other_certs):
 @pytest.mark.network
 def test_client_without_certificate_is_refused(certs):
     with _serve(_server_creds(certs)) as port:
-        anonymous = grpc.ssl_channel_credentials(root_certificates=certs.ca_cert.read_bytes())
+        anonymous = grpc.ssl_channel_credentials(
+            root_certificates=certs.coordinator_cert.read_bytes())
         _assert_refused(lambda: _call(port, anonymous))
 
 
 @pytest.mark.network
 def test_a_party_certificate_cannot_serve_as_the_coordinator(certs):
-    # Party certificates are clientAuth-only: a party (or anyone holding its key) that
-    # poses as the coordinator on the same host is refused by the other parties.
+    # A party (or anyone holding its key) that poses as the coordinator is refused by the
+    # other parties: they trust the coordinator's pinned certificate only. (Party
+    # certificates are also clientAuth-only, but BoringSSL does not check the extended key
+    # usage of a certificate that is itself the trust anchor: the pin is what protects.)
     files = certs.party("b")
-    with _serve(server_credentials(files.cert, files.key, certs.ca_cert)) as port:
+    with _serve(server_credentials(files.cert, files.key, _party_roots(certs))) as port:
         _assert_refused(lambda: _call(port, _client_creds(certs, "a")))
     with _serve(_server_creds(certs)) as port:  # the coordinator's own certificate works
         assert _call(port, _client_creds(certs, "a")).startswith(b"a|")
 
 
 @pytest.mark.network
-def test_server_from_another_ca_is_refused_by_the_client(certs, other_certs):
+def test_server_that_is_not_the_pinned_coordinator_is_refused(certs, other_certs):
     with _serve(_server_creds(other_certs)) as port:
         _assert_refused(lambda: _call(port, _client_creds(certs, "a")))
 
 
 @pytest.mark.network
-def test_authenticated_party_checks_claim_membership_and_pin(certs):
+def test_authenticated_party_checks_claim_membership_and_pin(certs, tmp_path):
     config = load_session_config(certs.config)
-    repinned = config.with_(parties=tuple(
-        p if p.name != "b" else type(p)(p.name, p.identity_public_key, b"\x00" * 32)
-        for p in config.parties))
+    stranger = generate_keys(tmp_path, "zed")  # a server that (wrongly) trusts it too
+    # b pinned by a wrong SHA-256 only (no embedded certificate; a CA file stands in)
+    repinned = config.with_(
+        tls=dataclasses.replace(config.tls, ca=certs.coordinator_cert),
+        parties=tuple(p if p.name != "b" else type(p)(p.name, p.identity_public_key,
+                                                      b"\x00" * 32)
+                      for p in config.parties))
 
     def handler(request, context):
         claimed, which = request.decode().split(",")
@@ -289,14 +320,14 @@ def test_authenticated_party_checks_claim_membership_and_pin(certs):
             return f"refused: {error}".encode()
         return f"ok: {name}".encode()
 
-    with _serve(_server_creds(certs), handler=handler) as port:
+    with _serve(_server_creds(certs, stranger.certificate), handler=handler) as port:
         assert _call(port, _client_creds(certs, "a"), payload=b"a,config") == b"ok: a"
         assert _call(port, _client_creds(certs, "a"), payload=b",config") == b"ok: a"
         reply = _call(port, _client_creds(certs, "a"), payload=b"b,config").decode()
         assert reply.startswith("refused") and "claims to be 'b'" in reply
-        coordinator_as_client = channel_credentials(certs.coordinator_cert,
-                                                    certs.coordinator_key, certs.ca_cert)
-        reply = _call(port, coordinator_as_client, payload=b"a,config").decode()
+        outsider = channel_credentials(stranger.certificate, stranger.tls_key,
+                                       certs.coordinator_cert)
+        reply = _call(port, outsider, payload=b"a,config").decode()
         assert "not a party of this session" in reply
         reply = _call(port, _client_creds(certs, "b"), payload=b"b,repinned").decode()
         assert "does not match the certificate_sha256 pinned" in reply
@@ -357,9 +388,43 @@ def test_a_busy_port_is_a_clear_error(certs):
 
 def test_missing_tls_files_are_parameter_errors(certs, tmp_path):
     with pytest.raises(ParameterError, match="not found"):
-        server_credentials(tmp_path / "missing.pem", certs.coordinator_key, certs.ca_cert)
+        server_credentials(tmp_path / "missing.pem", certs.coordinator_key, _party_roots(certs))
     with pytest.raises(ParameterError, match="not found"):
         channel_credentials(certs.party("a").cert, certs.party("a").key, tmp_path / "ca.pem")
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
+def test_tls_key_files_readable_by_group_or_others_are_refused(certs, tmp_path, mode):
+    for key in (certs.coordinator_key, certs.party("a").key):
+        loose = tmp_path / key.name
+        loose.write_bytes(key.read_bytes())
+        os.chmod(loose, mode)
+        with pytest.raises(ParameterError, match=f"mode {oct(mode)}.*chmod 600"):
+            server_credentials(certs.coordinator_cert, loose, _party_roots(certs))
+        with pytest.raises(ParameterError, match=f"mode {oct(mode)}.*chmod 600"):
+            channel_credentials(certs.party("a").cert, loose, certs.coordinator_cert)
+    os.chmod(loose, 0o600)  # the same file, once private, is accepted
+    channel_credentials(certs.party("a").cert, loose, certs.coordinator_cert)
+
+
+def test_config_tls_key_with_wide_mode_is_refused_before_connecting(certs, tmp_path):
+    config = load_session_config(certs.config)
+    loose = tmp_path / "c.key"
+    loose.write_bytes(certs.party("c").key.read_bytes())
+    os.chmod(loose, 0o644)
+    config = config.with_(parties=tuple(
+        p if p.name != "c" else dataclasses.replace(p, key=loose) for p in config.parties))
+    with pytest.raises(ParameterError, match="TLS private key file .*c.key.* mode 0o644"):
+        party_credentials(config, "c")
+    with pytest.raises(ParameterError, match="TLS private key file .*c.key.* mode 0o644"):
+        check_own_keys(config, "c")
+
+
+def test_generate_certificates_says_it_is_a_demo_shortcut(tmp_path, caplog):
+    with caplog.at_level("INFO", logger="omnifc"):
+        generate_certificates(tmp_path, PARTIES)
+    assert "impersonate every party" in IMPERSONATION_WARNING
+    assert any(IMPERSONATION_WARNING in r.getMessage() for r in caplog.records)
 
 
 def test_certificate_sha256_of_path_pem_and_der(certs):

@@ -1,0 +1,264 @@
+"""``omnifc session``: assemble a session config from public cards, show its fingerprint.
+
+Also the helpers every command that reads a session config shares: :func:`load_config`
+(the config validated completely at load, including the clustering request against
+omnifc's clustering registry, with ``--keys`` applied) and :func:`announce_session` (the
+session fingerprint and the transparent-mode notice printed before the first round).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from finite_field import ParameterError
+
+logger = logging.getLogger("omnifc.cli")
+
+#: Methods of :func:`omnifc.cluster` that choose the number of clusters themselves
+#: (``fit_method`` requires n_clusters of every other method).
+_CHOOSE_THEIR_OWN_K = ("dbscan",)
+
+
+# --- shared by serve, join, audit, certs -----------------------------------------------
+
+def validate_clustering(config) -> None:
+    """The validation hook omnifc gives :func:`protocols.load_session_config`: the
+    ``[clustering]`` request must name a method of omnifc's registry, with the parameters
+    that method needs.
+
+    >>> from protocols import PartyEntry, SessionConfig, TLSSettings, ClusteringRequest
+    >>> from omnifc.cli.cmd_session import validate_clustering
+    >>> parties = tuple(PartyEntry(n, bytes([i]) * 32) for i, n in enumerate("abc"))
+    >>> config = SessionConfig("ab" * 16, "127.0.0.1:0", parties,
+    ...                        tls=TLSSettings(enabled=False),
+    ...                        clustering=ClusteringRequest("kmenas", 3))
+    >>> validate_clustering(config)
+    Traceback (most recent call last):
+    ...
+    finite_field._errors.ParameterError: [clustering] method 'kmenas' is not a clustering method of omnifc; valid methods: kmeans, ...
+    """
+    from .._clustering import METHODS
+
+    request = config.clustering
+    if request.method not in METHODS:
+        raise ParameterError(f"[clustering] method {request.method!r} is not a clustering "
+                             f"method of omnifc; valid methods: {', '.join(METHODS)}")
+    if request.n_clusters is None and request.method not in _CHOOSE_THEIR_OWN_K:
+        raise ParameterError(f"[clustering] method {request.method!r} needs n_clusters")
+    cap = config.parameters.max_rows_total
+    if request.n_clusters is not None and request.n_clusters > cap:
+        raise ParameterError(f"[clustering] n_clusters = {request.n_clusters} exceeds "
+                             f"[parameters] max_rows_total = {cap}")
+
+
+def load_config(path, *, keys=None, who=None):
+    """Load a session config as every omnifc command does: validated completely (the
+    clustering request included).
+
+    ``who`` is a party name or ``"coordinator"`` (the config's coordinator, whatever its
+    name): with ``keys`` its private key files are taken from that folder
+    (:meth:`protocols.SessionConfig.with_keys`), and with TLS on they are checked against
+    what the config pins for it (:func:`protocols.check_own_keys`), so a wrong folder or a
+    config built from another card fails here, naming the participant.
+    """
+    from protocols import load_session_config
+    from protocols._tls import check_own_keys
+
+    config = load_session_config(path, validate=validate_clustering)
+    if who is None:
+        if keys is not None:
+            raise ParameterError("--keys needs to know whose keys they are")
+        return config
+    coordinator = who == "coordinator" and who not in config.party_names
+    name = (config.tls.coordinator_name or "coordinator") if coordinator else who
+    if not coordinator:
+        config.party(name)  # a clear error for a name the config does not list
+    if keys is not None:
+        if coordinator and config.tls.coordinator_name is None:
+            raise ParameterError("--keys needs a session config built from cards ('omnifc "
+                                 "session new' or 'omnifc certs'); this one names its key "
+                                 "files in [tls]")
+        config = config.with_keys(name, keys)
+    if not config.insecure:
+        check_own_keys(config, name)
+    return config
+
+
+def announce_session(config, role: str) -> None:
+    """Print the session fingerprint (to compare out of band before the first round) and,
+    in transparent mode, what that mode reveals. ``role`` is 'coordinator' or a party."""
+    print(f"session {config.session_id}: fingerprint {config.fingerprint}", flush=True)
+    print("  every participant must see this same fingerprint; compare it out of band "
+          "(phone, video call) before going on", flush=True)
+    if config.mode == "transparent":
+        print("NOTICE: transparent mode: the coordinator sees every party's evaluation, i.e. "
+              "every per-segment distance matrix (with segments = dim: every coordinate up "
+              "to shift and reflection), not only the distance matrix D. Use mode = "
+              "\"masked\" unless every party accepts that.", flush=True)
+    if config.insecure:
+        print(f"NOTICE: TLS is disabled in this session config: {role}'s traffic is "
+              "neither authenticated nor encrypted.", flush=True)
+
+
+def add_session_parameters(parser) -> None:
+    """The session options of ``session new`` and ``certs`` (written to the config)."""
+    from protocols import Deadlines
+
+    defaults = Deadlines()
+    session = parser.add_argument_group("session parameters (written to the config)")
+    session.add_argument("--dim", type=int, default=0,
+                         help="d; 0 = taken from the data at join, must match (default: 0)")
+    session.add_argument("--bound", type=float, default=8.0,
+                         help="R: public clip bound (default: 8.0)")
+    session.add_argument("--scale-bits", type=int, default=16,
+                         help="q: quantization step 2^-q (default: 16)")
+    session.add_argument("--segments", type=int, default=1,
+                         help="l: data segments per row (default: 1)")
+    session.add_argument("--noise-segments", type=int, default=1,
+                         help="t: random segments; any t parties learn nothing (default: 1)")
+    session.add_argument("--nonnegative", action="store_true",
+                         help="all features lie in [0, R]")
+    session.add_argument("--primes", default="", metavar="P1,P2",
+                         help="explicit moduli (default: chosen automatically)")
+    session.add_argument("--max-rows-per-party", type=int, default=1_000_000,
+                         help="public row cap per party (default: 1000000)")
+    session.add_argument("--max-rows-total", type=int, default=2_000_000,
+                         help="public row cap over all parties (default: 2000000)")
+    session.add_argument("--mode", choices=("masked", "transparent"), default="masked",
+                         help="masked (default): the coordinator learns only D; transparent "
+                              "leaks per-segment distances")
+    session.add_argument("--method", default="kmeans",
+                         help="clustering method the coordinator runs (default: kmeans)")
+    session.add_argument("--n-clusters", type=int, default=3,
+                         help="number of clusters (default: 3)")
+    session.add_argument("--deadline", action="append", default=[], metavar="PHASE=SECONDS",
+                         help="deadline of a phase, repeatable (defaults: " + ", ".join(
+                             f"{k}={v:g}" for k, v in vars(defaults).items()) + ")")
+
+
+def _primes(text: str) -> tuple:
+    if not text.strip():
+        return ()
+    try:
+        return tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise ParameterError(f"--primes must be comma-separated integers, got {text!r}") \
+            from None
+
+
+def _deadlines(items):
+    from protocols import Deadlines
+
+    values = {}
+    for item in items:
+        phase, sep, seconds = item.partition("=")
+        try:
+            values[phase.strip()] = float(seconds)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ParameterError(f"--deadline must look like PHASE=SECONDS, got {item!r}")
+    try:
+        return Deadlines(**values)
+    except TypeError:
+        raise ParameterError(f"--deadline phases are join, shares, evaluation and result; "
+                             f"got {', '.join(sorted(values))}") from None
+
+
+def session_settings(args) -> dict:
+    """mode, parameters, clustering and deadlines from :func:`add_session_parameters`."""
+    from protocols import ClusteringRequest, ConfigParameters
+
+    parameters = ConfigParameters(
+        dim=args.dim, segments=args.segments, noise_segments=args.noise_segments,
+        scale_bits=args.scale_bits, bound=args.bound, nonnegative=args.nonnegative,
+        primes=_primes(args.primes), max_rows_per_party=args.max_rows_per_party,
+        max_rows_total=args.max_rows_total)
+    return {"mode": args.mode, "parameters": parameters,
+            "clustering": ClusteringRequest(method=args.method, n_clusters=args.n_clusters),
+            "deadlines": _deadlines(args.deadline)}
+
+
+# --- the command ------------------------------------------------------------------------
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "session", help="assemble a session config from public cards; show its fingerprint",
+        description="Build the session config every participant shares from the public "
+                    "cards 'omnifc keygen' wrote (no private key is needed or read), or "
+                    "show the fingerprint of an existing one.")
+    commands = parser.add_subparsers(dest="session_command", metavar="SUBCOMMAND")
+    new = commands.add_parser(
+        "new", help="assemble a session config from cards",
+        description="Assemble a session config from the parties' and the coordinator's "
+                    "public cards: it embeds and pins every certificate and identity key. "
+                    "Prints the session fingerprint every participant compares before "
+                    "joining. The parties' roster order is the order of --card.")
+    new.add_argument("--card", action="append", required=True, metavar="FILE",
+                     help="a party's card (NAME.card.toml); repeat for every party, in "
+                          "roster order")
+    new.add_argument("--coordinator-card", required=True, metavar="FILE",
+                     help="the coordinator's card")
+    new.add_argument("--address", required=True, metavar="HOST:PORT",
+                     help="where the parties dial the coordinator; HOST must be in the "
+                          "coordinator's certificate (keygen --coordinator --host)")
+    new.add_argument("--out", required=True, metavar="FILE",
+                     help="the session config to write (e.g. session.toml)")
+    new.add_argument("--force", action="store_true",
+                     help="overwrite an existing --out file (never a symbolic link)")
+    add_session_parameters(new)
+    new.set_defaults(handler=run_new)
+    show = commands.add_parser(
+        "fingerprint", help="show the fingerprint of a session config",
+        description="Validate a session config and print its session fingerprint and the "
+                    "card fingerprint of every participant.")
+    show.add_argument("config", help="session config (TOML)")
+    show.set_defaults(handler=run_fingerprint)
+    parser.set_defaults(handler=lambda args: _usage(parser))
+
+
+def _usage(parser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _print_cards(config) -> None:
+    tls = config.tls
+    if tls.coordinator_fingerprint is not None:
+        print(f"  coordinator {tls.coordinator_name:<20} card {tls.coordinator_fingerprint}")
+    for party in config.parties:
+        shown = party.fingerprint or "(no card: certificate pinned by SHA-256 only)"
+        print(f"  party       {party.name:<20} card {shown}")
+
+
+def run_new(args) -> int:
+    from pathlib import Path
+
+    from protocols import dump_session_config
+    from protocols._cards import load_card, new_session_config
+    from protocols._files import prepare_output_folder
+
+    cards = [load_card(path) for path in args.card]
+    hub = load_card(args.coordinator_card)
+    config = new_session_config(cards, hub, args.address, **session_settings(args))
+    validate_clustering(config)
+    out = Path(args.out)
+    prepare_output_folder(out.absolute().parent)
+    dump_session_config(config, out, overwrite=args.force)
+    print(f"wrote {out}: session {config.session_id} for {', '.join(config.party_names)} "
+          f"(coordinator {config.tls.coordinator_name!r} at {config.coordinator})")
+    print("cards (check each against what its owner read out to you):")
+    _print_cards(config)
+    print(f"session fingerprint: {config.fingerprint}")
+    print(f"send {out.name} to every participant; each checks the fingerprint with "
+          "'omnifc session fingerprint', and serve/join print it again")
+    return 0
+
+
+def run_fingerprint(args) -> int:
+    config = load_config(args.config)
+    print(f"session {config.session_id}: {', '.join(config.party_names)}; coordinator at "
+          f"{config.coordinator}; mode {config.mode}")
+    _print_cards(config)
+    print(f"session fingerprint: {config.fingerprint}")
+    return 0
