@@ -122,7 +122,7 @@ def make_federated(name: str = "digits", *, shift: str = "feature", n_groups: in
                    train_samples: int = 150, test_samples: int = 100, seed: int = 0,
                    feature_transform: str | None = None, group_alpha: float = 0.5,
                    client_concentration: float = 50.0, feature_noise: float = 0.3,
-                   conditional_scale: float = 0.3) -> FederatedDataset:
+                   conditional_scale: float = 0.3, label_floor: float = 0.0) -> FederatedDataset:
     """Build a federated data set with ``n_groups`` planted groups differing by ``shift``.
 
     Parameters
@@ -145,6 +145,9 @@ def make_federated(name: str = "digits", *, shift: str = "feature", n_groups: in
         *(our choice: 50)* how tightly a client's prior follows its group's (label shift).
     feature_noise, conditional_scale : float
         *(our choice: 0.3)* scale of the fixed per-group (per-class) input patterns.
+    label_floor : float
+        Label shift: every class keeps at least this probability in each group prior
+        (``p_g = floor + (1 - floor * C) * Dirichlet``); 0 = pure Dirichlet.
 
     Returns
     -------
@@ -181,6 +184,7 @@ def make_federated(name: str = "digits", *, shift: str = "feature", n_groups: in
     priors = np.full((n_groups, n_classes), 1.0 / n_classes)
     if shift == "label":
         priors = rng.dirichlet(np.full(n_classes, group_alpha), size=n_groups)
+        priors = label_floor + (1.0 - label_floor * n_classes) * priors
     feature_perms = [np.arange(d)] + [rng.permutation(d) for _ in range(n_groups - 1)]
     label_perms = [np.arange(n_classes)]
     while len(label_perms) < n_groups:
@@ -223,7 +227,8 @@ def make_federated(name: str = "digits", *, shift: str = "feature", n_groups: in
     info = dict(name=name, seed=seed, train_samples=train_samples, test_samples=test_samples,
                 feature_transform=feature_transform if shift == "feature" else None,
                 group_alpha=group_alpha, client_concentration=client_concentration,
-                feature_noise=feature_noise, conditional_scale=conditional_scale)
+                feature_noise=feature_noise, conditional_scale=conditional_scale,
+                label_floor=label_floor)
     return FederatedDataset(clients=clients, new_clients=new_clients, groups=groups,
                             new_groups=new_groups, n_features=d, n_classes=n_classes,
                             shift=shift, n_groups=n_groups, info=info)
