@@ -112,7 +112,8 @@ __all__ = ["COORDINATOR_LEARNS", "signature", "round_weights", "thermometer_rows
            "k_window", "choose_clusters", "FmclResult", "fmcl_server", "thermometer_error_bound",
            "secure_thermometer_distances", "synthetic_domains", "DEFAULT_RESOLUTION",
            "exact_resolution", "geodesic_fill", "RULES", "MAX_CLUSTERS", "SHIFTS",
-           "kmeans_on_mean_embeddings", "fmcl_from_anchored", "quantized_fmcl_distances"]
+           "kmeans_on_mean_embeddings", "fmcl_from_anchored", "quantized_fmcl_distances",
+           "fixed_encoder", "run_federated_fmcl"]
 
 logger = logging.getLogger("omnifc.adapters.fmcl")
 
@@ -573,3 +574,69 @@ def synthetic_domains(*, n_domains: int = 3, clients_per_domain: int = 30, n_cla
             clients.append((x, y))
             domains.append(k)
     return clients, np.array(domains)
+
+
+# ----------------------------------------------------------------------------- end to end
+
+def fixed_encoder(n_features: int, dim: int = 16, *, seed: int = 0):
+    """A frozen, data-independent encoder ``phi(x) = relu(x W + b)`` (omnifc's stand-in).
+
+    FMCL uses a frozen foundation model (CHIEF, USFM, ViT-Tiny); offline we use a random
+    ReLU feature map with a public seed: the same for every client, never trained, so it
+    plays the same role (a fixed embedding in which class-conditional means are compared).
+    """
+    rng = np.random.Generator(np.random.PCG64(seed))
+    w = rng.standard_normal((int(n_features), int(dim))) / math.sqrt(n_features)
+    b = 0.1 * rng.standard_normal(int(dim))
+
+    def encode(x):
+        return np.maximum(np.asarray(x, dtype=np.float64) @ w + b, 0.0)
+    return encode
+
+
+def run_federated_fmcl(data, *, rounds: int = 10, encoder_dim: int = 16, secure: bool = True,
+                       parties=None, model=None, trainer=None, rule: str = "silhouette",
+                       seed: int = 0, **protect_options) -> dict:
+    """FMCL end to end: signatures from a fixed encoder -> auto-K -> per-cluster FedAvg.
+
+    Parameters
+    ----------
+    data : omnifc.fl.FederatedDataset
+    rounds : int
+        FedAvg rounds per cluster (all clusters train in the same loop).
+    secure : bool
+        Distances through the protocol (True) or the plaintext path of the same quantized
+        signatures (False); the two give bit-identical distances, hence identical clusters
+        and identical models.
+    parties : sequence, optional
+        Party label per client (organizations); default three organizations (i mod 3).
+    model, trainer
+        Default: :class:`omnifc.fl.SoftmaxRegression` and ``sgd_trainer(epochs=2,
+        batch_size=20, learning_rate=0.5)`` (omnifc's choice).
+
+    Returns
+    -------
+    dict with ``labels`` (cluster per client), ``n_clusters``, ``distances``, ``resolution``,
+    ``run`` (the :class:`omnifc.fl.FederatedRun`) and ``accuracy`` (final pooled test
+    accuracy of each client's cluster model).
+    """
+    from .. import fl
+
+    encode = fixed_encoder(data.n_features, encoder_dim, seed=seed)
+    sig = [signature(encode(c.x_train), c.y_train, data.n_classes) for c in data.clients]
+    means = np.stack([s[0] for s in sig])
+    weights = np.stack([s[1] for s in sig])
+    q = exact_resolution([c.n_train for c in data.clients])
+    owners = np.arange(len(data.clients)) % 3 if parties is None else parties
+    d = secure_thermometer_distances(means, weights, resolution=q, secure=secure,
+                                     parties=owners, **protect_options)
+    server = fmcl_server(d, rule=rule)
+    model = model or fl.SoftmaxRegression(data.n_features, data.n_classes)
+    trainer = trainer or fl.sgd_trainer(model, epochs=2, batch_size=20, learning_rate=0.5)
+    start = [model.init(seed) for _ in range(server.n_clusters)]
+    run = fl.run_federated(data.clients, start, rounds=rounds, local_train=trainer,
+                           assign=fl.fixed_assign(server.labels),
+                           evaluate=fl.accuracy_evaluator(model), seed=seed)
+    return {"labels": server.labels, "n_clusters": server.n_clusters, "distances": d,
+            "resolution": q, "run": run, "accuracy": run.history[-1].metrics["accuracy"],
+            "server": server}

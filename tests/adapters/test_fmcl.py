@@ -200,3 +200,26 @@ def test_secure_fmcl_is_lossless_on_the_quantized_signature(n_domains, seed):
     b = fmcl.fmcl_server(fmcl.fmcl_distances(means, weights))
     assert a.n_clusters == b.n_clusters == n_domains
     assert np.array_equal(a.labels, b.labels)
+
+
+@pytest.mark.parametrize("shift,n_groups", [("feature", 3), ("concept", 2)])
+def test_fmcl_end_to_end_federated_secure_equals_plaintext(shift, n_groups):
+    from omnifc import fl
+
+    data = fl.make_federated("digits", shift=shift, n_groups=n_groups, clients_per_group=4,
+                             train_samples=150, test_samples=100, seed=0)
+    secure = fmcl.run_federated_fmcl(data, rounds=8, secure=True)
+    plain = fmcl.run_federated_fmcl(data, rounds=8, secure=False)
+    assert secure["resolution"] == 150                      # exact class weights
+    assert np.array_equal(secure["distances"], plain["distances"])
+    assert np.array_equal(secure["labels"], plain["labels"])
+    assert all(np.array_equal(a, b) for a, b in zip(secure["run"].models, plain["run"].models))
+    assert secure["n_clusters"] == n_groups
+    assert adjusted_rand_score(data.groups, secure["labels"]) == 1.0
+    model = fl.SoftmaxRegression(data.n_features, data.n_classes)
+    fedavg = fl.run_federated(data.clients, [model.init(0)], rounds=8,
+                              local_train=fl.sgd_trainer(model, epochs=2, batch_size=20,
+                                                         learning_rate=0.5),
+                              evaluate=fl.accuracy_evaluator(model), seed=0)
+    # measured (seed 0): feature 0.93 vs 0.68, concept 0.94 vs 0.40
+    assert secure["accuracy"] > fedavg.history[-1].metrics["accuracy"] + 0.1
