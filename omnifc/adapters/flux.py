@@ -11,9 +11,11 @@ with sigma the per-dimension population standard deviation (``np.std``, ddof 0) 
 classes with fewer than 2 samples filled with -1: all class means first, then all class
 stds; 2(U+1) blocks of l entries.
 
-Server side: per-block scaling, adaptive DBSCAN (eps = the Kneedle knee, convex/increasing,
-of the sorted distances of each client to its nearest other client; ``min_samples = 2``;
-every noise point becomes its own cluster), centroids, and label-free test-time assignment
+Server side: per-block scaling, adaptive DBSCAN (``min_samples = 2``; every noise point
+becomes its own cluster) with eps from omnifc's gap rule by default (:func:`gap_eps`: the
+widest relative gap of the MST edge lengths) or the paper's knee (``eps_rule="knee"``: the
+Kneedle knee, convex/increasing, of the sorted distances of each client to its nearest other
+client, times ``eps_scaling``), centroids, and label-free test-time assignment
 of a new client to the nearest centroid using only the ``[mu_x, sigma_x]`` prefix, from
 distances: ``||x - c_A||^2 = mean_{j in A} D_xj - sum_{j,k in A} D_jk / (2 |A|^2)``. The new
 client's descriptor is protected too: it joins a reconstruction of the prefix blocks.
@@ -85,7 +87,8 @@ logger = logging.getLogger("omnifc.adapters.flux")
 COORDINATOR_LEARNS = (
     "default (block_diameter): the 2(U+1) per-block squared-distance matrices; option "
     "'ranges': every client's per-block min and max; option 'none': D only. At test time: "
-    "the prefix-block distances between the new client and the training clients")
+    "the prefix-block distances between the new client and the training clients; run_flux "
+    "also reveals M, the largest latent activation over all clients (the paper's rule)")
 
 NORMALIZATIONS = ("block_diameter", "ranges", "none")
 
@@ -215,7 +218,7 @@ EPS_RULES = ("gap", "knee")
 #: (each planted cluster has >= 2 clients, so at least half of the edges are within-cluster).
 GAP_SEARCH_FROM = 0.5
 #: (our choice) below this ratio of consecutive MST edge lengths there is no structure: one
-#: cluster. Measured on digits/MLP descriptors: iid clients <= 1.08, planted groups >= 1.2.
+#: cluster. Measured on digits/MLP descriptors of iid clients: <= 1.08 (docs/adapters.md).
 MIN_GAP = 1.15
 
 
