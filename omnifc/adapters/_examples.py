@@ -156,7 +156,7 @@ def _fmcl(seed: int):
                                               random_state=seed)
     return [
         "claim (FMCL)     the overlap-aware class-wise distance recovers the domains under "
-        "Dirichlet(0.1) label skew (CV window contains K = 3); k-means on mean embeddings "
+        "Dirichlet(0.1) label skew (auto-K finds K = 3); k-means on mean embeddings "
         "does not",
         f"plaintext        direct FMCL: window {direct.window}, K = {direct.n_clusters}, "
         f"ARI {_ari(domains, direct.labels):.3f}; k-means on mean embeddings ARI "
