@@ -44,10 +44,12 @@ Deviations from the paper (named)
   :func:`run_ifca`).
 - Stability uses the intended rule (last 3 assignments equal); the released code's loop
   only checks ``h[-3] == h[-1]`` (``stability="literal"`` reproduces it).
-- Newcomers after the freeze (the code's centroid-index quirk) and partial participation
-  are not implemented: every client takes part in every round.
-- The FINCH option for K and the "random" round-0 assignment are not implemented; round 0
-  is ``evaluation_based`` (the LINEAR runs' setting).
+- :func:`run_clove` (linear regression) has every client in every round and round 0
+  ``evaluation_based`` (the LINEAR runs' setting); :func:`run_clove_fl` (classifiers in the
+  :mod:`omnifc.fl` loop) adds the random round 0, partial participation and newcomers after
+  the freeze (nearest centroid of the clients holding each model: the code's
+  centroid-index quirk is not reproduced), and auto-K by :func:`choose_k_gap` by default.
+- The FINCH option for K is not implemented.
 
 Examples
 --------

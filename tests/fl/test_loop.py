@@ -85,7 +85,7 @@ def test_local_training_uses_the_client_round_generator():
     start = model.init(seed=0)
     run = fl.run_federated(data.clients, [start], rounds=1, local_train=train, seed=7)
     updates = [fl.sgd(model, start, c.x_train, c.y_train, epochs=1, batch_size=10,
-                      learning_rate=0.5, rng=fl.client_rng(7, 0, i))
+                      learning_rate=0.5, rng=np.random.default_rng([7, 0, i]))
                for i, c in enumerate(data.clients)]
     assert np.array_equal(run.models[0], fl.fedavg(updates, [40, 40, 40]))
 
