@@ -173,6 +173,8 @@ def make_federated(name: str = "digits", *, shift: str = "feature", n_groups: in
 
     x, y = load_pool(name)
     n_classes = int(y.max()) + 1
+    if not 0.0 <= label_floor <= 1.0 / n_classes:
+        raise ParameterError(f"label_floor must lie in [0, 1/{n_classes}], got {label_floor}")
     d = x.shape[1]
     rng = np.random.default_rng(seed)
     order = rng.permutation(y.size)

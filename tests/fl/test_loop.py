@@ -56,6 +56,13 @@ def test_data_sets_are_seeded_and_planted():
         fl.make_federated("iris", shift="feature", feature_transform="rotate")
     with pytest.raises(ParameterError):
         fl.make_federated(shift="covariate")
+    with pytest.raises(ParameterError):
+        fl.make_federated(shift="label", label_floor=0.2)       # 10 classes x 0.2 > 1
+    floored = fl.make_federated(shift="label", n_groups=2, clients_per_group=1,
+                                client_concentration=1e9, train_samples=2000, seed=0,
+                                label_floor=0.05)
+    for c in floored.clients:
+        assert np.bincount(c.y_train, minlength=10).min() >= 0.05 * 2000 * 0.6
 
 
 def test_feature_rotation_group_zero_is_untouched_and_others_rotated():
