@@ -21,6 +21,22 @@ two cosines), and the similarity of client i to a set C is the mean of ``s(i, j)
 ``tau = 1.0``, ``lambda_1 = 1.0``, ``gamma = 0.9``. Weights ``a, b`` must be positive
 (pre-scaling); a subtracted label part would need two reconstructions and is not offered.
 
+Index network and federated loop (omnifc's reading of the paper's summary)
+--------------------------------------------------------------------------
+:func:`fit_index_network` trains a linear DSA-IGN (``u^f = e A``, ``z = e B``, decoder W) with
+the paper's four equally weighted losses (InfoNCE divergence on ``u^f`` with noise views,
+``z`` aligned with the label embedding, per-sample ``u^f`` orthogonal to ``z``,
+reconstruction) on a public proxy set; :func:`run_federated_client2vec` runs the three uses
+in an FL loop: similarity-driven sampling, MWU aggregation weights, and the local
+regularizer (:func:`regularized_trainer`: ``||v_i^T W||_1`` plus distillation). Choices that
+are ours, with the reason: S = cos_f + cos_l and mean pairwise set similarity (D gives it
+from one reconstruction); tau = 1, lambda_1 = 1 (S lies in [-2, 2], so one unit of S is one
+e-fold of weight), gamma = 0.9 (a memory of about ten rounds); lambda_orth = 0.05 and
+lambda_kd = 1 (the regularizer must stay below the cross-entropy's scale); the index is
+centred by the federation's mean embedding from a masked secure sum (without centring,
+every client's mean of nonnegative encoder features points the same way and all cosines
+are near 1).
+
 Public bound: every entry of a unit vector lies in [-1, 1], so the clip bound is
 ``sqrt(max(a, b))`` (1 for the default) and nothing is ever clipped.
 
@@ -45,6 +61,8 @@ Examples
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from finite_field import InputError, ParameterError
@@ -55,11 +73,15 @@ from ._common import kmeans_from_distances
 __all__ = ["COORDINATOR_LEARNS", "client_index", "protected_vector", "protection_bound",
            "pair_similarity", "set_similarity", "sampling_probabilities", "mwu_weights",
            "sample_clients", "cluster_indices", "direct_pair_similarity",
-           "synthetic_domains", "DEFAULT_TAU", "DEFAULT_LAMBDA", "DEFAULT_GAMMA"]
+           "synthetic_domains", "DEFAULT_TAU", "DEFAULT_LAMBDA", "DEFAULT_GAMMA",
+           "label_embeddings", "IndexNetwork", "fit_index_network", "network_index",
+           "regularized_trainer", "run_federated_client2vec", "DEFAULT_LAMBDA_ORTH",
+           "DEFAULT_LAMBDA_KD"]
 
 COORDINATOR_LEARNS = ("nothing beyond D (sum of feature and label cosines per pair); the "
                       "data-size weights q_i used by MWU are reported metadata")
 
+#: omnifc's choices (the paper's values are not in its summary; reasons in the docstring).
 DEFAULT_TAU = 1.0
 DEFAULT_LAMBDA = 1.0
 DEFAULT_GAMMA = 0.9
@@ -215,3 +237,291 @@ def synthetic_domains(*, n_domains: int = 4, clients_per_domain: int = 5, n_clas
             clients.append((f, lab))
             domains.append(k)
     return clients, np.array(domains)
+
+
+# ----------------------------------------------------------------------------- index network
+
+def label_embeddings(n_classes: int, dim: int = 16, *, seed: int = 0) -> np.ndarray:
+    """Fixed unit class vectors: omnifc's stand-in for CLIP's text embedding of each label."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    v = rng.standard_normal((int(n_classes), int(dim)))
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+@dataclass
+class IndexNetwork:
+    """A linear DSA-IGN: ``u^f = e A`` (label-free), ``z = e B`` (label-related), decoder W.
+
+    The paper's DSA-IGN is a 3-layer Transformer encoder on CLIP image embeddings; this is
+    the smallest network with the same four losses that numpy trains in a second (omnifc's
+    choice). ``losses`` holds the training curve ``(total, div, sim, orth, recon)``.
+    """
+
+    a: np.ndarray
+    b: np.ndarray
+    w: np.ndarray
+    losses: list
+    center: np.ndarray
+
+    def encode(self, embeddings, center=None):
+        """Per-sample ``(u^f, z)`` for embeddings ``(N, d_e)``, centred by ``center``.
+
+        ``center`` defaults to the proxy set's mean; the federated loop passes the
+        federation's mean embedding (a secure sum of the clients' means).
+        """
+        c = self.center if center is None else np.asarray(center, dtype=np.float64)
+        e = np.asarray(embeddings, dtype=np.float64) - c
+        return e @ self.a, e @ self.b
+
+    def feature_direction(self, feature_index) -> np.ndarray:
+        """The embedding-space direction a feature index decodes to (``u^f W_u``), unit norm."""
+        k = self.a.shape[1]
+        v = np.asarray(feature_index, dtype=np.float64) @ self.w[:k]
+        norm = np.linalg.norm(v)
+        return v / norm if norm > 0 else v
+
+
+def _index_losses(params, e, y, label_vectors, noise, temperature):
+    """The four equally weighted DSA-IGN losses and their gradients (linear network)."""
+    a, b, w = params
+    n = e.shape[0]
+    k = a.shape[1]
+    u, z = e @ a, e @ b
+    target = label_vectors[y]
+    # L_sim: z aligned with the label embedding (mean squared error)
+    rz = z - target
+    l_sim = float((rz ** 2).sum(axis=1).mean())
+    g_z = 2.0 * rz / n
+    # L_orth: u^f orthogonal to z, per sample
+    dot = (u * z).sum(axis=1)
+    l_orth = float((dot ** 2).mean())
+    g_u = 2.0 * dot[:, None] * z / n
+    g_z = g_z + 2.0 * dot[:, None] * u / n
+    # L_recon: [u^f; z] W reconstructs the embedding
+    h = np.concatenate([u, z], axis=1)
+    rr = h @ w - e
+    l_recon = float((rr ** 2).sum(axis=1).mean())
+    g_w = h.T @ (2.0 * rr / n)
+    g_h = (2.0 * rr / n) @ w.T
+    g_u = g_u + g_h[:, :k]
+    g_z = g_z + g_h[:, k:]
+    g_a = e.T @ g_u
+    g_b = e.T @ g_z
+    # L_div: SimCLR-style InfoNCE on normalized u^f of two noisy views (other samples are
+    # the negatives)
+    views = [e + noise[0], e + noise[1]]
+    us = [v @ a for v in views]
+    norms = [np.linalg.norm(x, axis=1, keepdims=True) + 1e-12 for x in us]
+    unit = [x / m for x, m in zip(us, norms)]
+    logits = unit[0] @ unit[1].T / temperature
+    logits -= logits.max(axis=1, keepdims=True)
+    p = np.exp(logits)
+    p /= p.sum(axis=1, keepdims=True)
+    l_div = float(-np.log(p[np.arange(n), np.arange(n)] + 1e-300).mean())
+    d_s = (p - np.eye(n)) / n / temperature
+    g_unit = [d_s @ unit[1], d_s.T @ unit[0]]
+    for view, un, nm, gn in zip(views, unit, norms, g_unit):
+        g_raw = (gn - un * (un * gn).sum(axis=1, keepdims=True)) / nm
+        g_a = g_a + view.T @ g_raw
+    total = l_div + l_sim + l_orth + l_recon
+    return (total, l_div, l_sim, l_orth, l_recon), (g_a, g_b, g_w)
+
+
+def fit_index_network(embeddings, labels, label_vectors, *, feature_dim: int | None = None,
+                      steps: int = 300, batch_size: int = 128, learning_rate: float = 0.01,
+                      noise: float = 0.1, temperature: float = 0.5,
+                      seed: int = 0) -> IndexNetwork:
+    """Train the index network with Adam on ``L_div + L_sim + L_orth + L_recon``.
+
+    Where DSA-IGN is trained is not in the paper's summary; omnifc trains it once on a
+    public labelled proxy set and ships it frozen to the clients. ``feature_dim`` defaults
+    to the label embedding's width (per-sample orthogonality needs equal widths).
+    Augmentations for ``L_div`` are Gaussian noise of scale ``noise`` on the embedding
+    (omnifc's choice; the paper augments images). Embeddings are centred by the proxy set's
+    mean (a public statistic; omnifc's choice: without it the mean of the nonnegative
+    encoder features dominates every client's index and all cosines are near 1).
+    """
+    e = np.asarray(embeddings, dtype=np.float64)
+    center = e.mean(axis=0)
+    e = e - center
+    y = np.asarray(labels, dtype=np.int64)
+    lv = np.asarray(label_vectors, dtype=np.float64)
+    k = lv.shape[1] if feature_dim is None else int(feature_dim)
+    if k != lv.shape[1]:
+        raise ParameterError(f"feature_dim must equal the label embedding width {lv.shape[1]}"
+                             f" (u^f and z are compared per sample), got {k}")
+    rng = np.random.Generator(np.random.PCG64(seed))
+    d = e.shape[1]
+    params = [rng.standard_normal((d, k)) / np.sqrt(d), rng.standard_normal((d, k)) / np.sqrt(d),
+              rng.standard_normal((2 * k, d)) / np.sqrt(2 * k)]
+    moments = [[np.zeros_like(p), np.zeros_like(p)] for p in params]
+    beta1, beta2 = 0.9, 0.999
+    history = []
+    for step in range(1, int(steps) + 1):
+        idx = rng.choice(e.shape[0], size=min(int(batch_size), e.shape[0]), replace=False)
+        batch = e[idx]
+        views = noise * rng.standard_normal((2,) + batch.shape)
+        values, grads = _index_losses(params, batch, y[idx], lv, views, temperature)
+        history.append(values)
+        for p, g, m in zip(params, grads, moments):
+            m[0] = beta1 * m[0] + (1 - beta1) * g
+            m[1] = beta2 * m[1] + (1 - beta2) * g * g
+            p -= learning_rate * (m[0] / (1 - beta1 ** step)) / (
+                np.sqrt(m[1] / (1 - beta2 ** step)) + 1e-8)
+    return IndexNetwork(a=params[0], b=params[1], w=params[2], losses=history, center=center)
+
+
+def network_index(network: IndexNetwork, embeddings, labels, label_vectors, center=None):
+    """Client side: ``beta_i = mean over samples of [u^f; u^l]`` with ``u^l`` the label vector."""
+    u, _ = network.encode(embeddings, center)
+    return client_index(u, np.asarray(label_vectors)[np.asarray(labels, dtype=np.int64)])
+
+
+# ----------------------------------------------------------------------------- federated loop
+
+#: Local regularizer weights (omnifc's choice, see :func:`regularized_trainer`).
+DEFAULT_LAMBDA_ORTH = 0.05
+DEFAULT_LAMBDA_KD = 1.0
+
+
+def regularized_trainer(model, directions, *, lambda_orth: float = DEFAULT_LAMBDA_ORTH,
+                        lambda_kd: float = DEFAULT_LAMBDA_KD, epochs: int = 2,
+                        batch_size: int = 20, learning_rate: float = 0.5):
+    """Client2Vec's local training for a softmax regression on frozen embeddings.
+
+    Loss = cross-entropy + ``lambda_orth ||v_i^T W||_1`` + ``lambda_kd KL(p_global || p)``,
+    where ``v_i`` is the client's feature index decoded to the embedding space
+    (:meth:`IndexNetwork.feature_direction`) and ``W`` the model's weights: the paper's
+    orthogonality loss ``||z_P B^f||_1`` (the model's features kept orthogonal to the
+    client's label-free domain index) plus distillation from the round's global model.
+    The paper's form of the projection and its weights are not in the summary; this
+    reading and the weights are omnifc's choice. ``directions`` maps ``id(client)`` to
+    ``v_i``. Plain minibatch SGD otherwise (same batches as :func:`omnifc.fl.sgd`).
+    """
+    from ..fl import SoftmaxRegression
+
+    if not isinstance(model, SoftmaxRegression):
+        raise ParameterError("the Client2Vec regularizer is implemented for "
+                             "omnifc.fl.SoftmaxRegression")
+    f, c = model.n_features, model.n_classes
+
+    def local_train(params, client, rng):
+        w = np.array(params, dtype=np.float64, copy=True)
+        start = w.copy()
+        v = np.asarray(directions[id(client)], dtype=np.float64)
+        x, y = client.x_train, client.y_train
+        n = y.size
+        for _ in range(int(epochs)):
+            order = rng.permutation(n)
+            for s in range(0, n, int(batch_size)):
+                idx = order[s:s + int(batch_size)]
+                _, grad = model.loss_and_gradient(w, x[idx], y[idx])
+                if lambda_kd:
+                    teacher = _softmax_rows(model.logits(start, x[idx]))
+                    student = _softmax_rows(model.logits(w, x[idx]))
+                    delta = lambda_kd * (student - teacher) / idx.size
+                    grad = grad + np.concatenate([(x[idx].T @ delta).ravel(), delta.sum(0)])
+                if lambda_orth:
+                    weights = w[:f * c].reshape(f, c)
+                    g_w = lambda_orth * np.outer(v, np.sign(v @ weights))
+                    grad = grad + np.concatenate([g_w.ravel(), np.zeros(c)])
+                w -= learning_rate * grad
+        return w
+    return local_train
+
+
+def _softmax_rows(logits):
+    z = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def run_federated_client2vec(clients, *, n_features: int, n_classes: int, rounds: int = 20,
+                             per_round: int = 4, sampling: bool = True, mwu: bool = True,
+                             regularizer: bool = True, secure: bool = True, parties=None,
+                             tau: float = DEFAULT_TAU, lambda_1: float = DEFAULT_LAMBDA,
+                             gamma: float = DEFAULT_GAMMA, encoder_dim: int = 32,
+                             index_dim: int = 16, proxy_rows: int = 500,
+                             learning_rate: float = 0.5, seed: int = 0) -> dict:
+    """Client2Vec end to end against FedAvg: index network -> protected indices -> FL.
+
+    Pipeline: a frozen encoder (:func:`omnifc.adapters.fmcl.fixed_encoder`) embeds every
+    input; the index network is trained on a public proxy set (``proxy_rows`` unshifted
+    digits drawn with the seed); each client computes ``beta_i`` and protects
+    :func:`protected_vector`; the server gets D (secure or the plaintext path of the same
+    quantized rows: bit-identical) and ``s(i, j)``. Each round ``per_round`` clients are
+    sampled (similarity-driven if ``sampling``, else uniformly), train locally (with the
+    Client2Vec regularizer if ``regularizer``) a softmax regression on the embeddings, and
+    the server aggregates with MWU weights (``mwu``) or the data-size weights (FedAvg). All
+    three off is FedAvg with partial participation.
+
+    Returns a dict with ``run`` (:class:`omnifc.fl.FederatedRun`), ``accuracy`` (final
+    pooled test accuracy of the global model over all clients), ``similarity``,
+    ``distances``, ``network`` and ``sampled`` (the sets per round).
+    """
+    from .. import fl
+    from .fmcl import fixed_encoder
+
+    encode = fixed_encoder(n_features, encoder_dim, seed=seed)
+    proxy_x, proxy_y = fl.load_pool("digits")
+    pick = np.random.Generator(np.random.PCG64(seed + 1)).choice(proxy_y.size, proxy_rows,
+                                                                 replace=False)
+    label_vectors = label_embeddings(n_classes, index_dim, seed=seed)
+    network = fit_index_network(encode(proxy_x[pick]), proxy_y[pick], label_vectors, seed=seed)
+    embedded = [fl.Client(x_train=encode(c.x_train), y_train=c.y_train,
+                          x_test=encode(c.x_test), y_test=c.y_test, group=c.group)
+                for c in clients]
+    from ._common import plaintext_distances, protect, quantize_rows, secure_group_sums
+
+    # The federation's mean embedding centres the index (omnifc's choice): a masked secure
+    # sum of the clients' mean embeddings (encoder outputs lie in [0, encoder_bound]).
+    n = len(clients)
+    owners = np.arange(n) % 3 if parties is None else parties
+    client_means = np.stack([c.x_train.mean(axis=0) for c in embedded])
+    bound = float(max(1.0, np.ceil(np.abs(client_means).max())))
+    if secure:
+        total = secure_group_sums(client_means, np.zeros(n, dtype=np.int64), bound=bound,
+                                  nonnegative=True, parties=owners).totals[0]
+    else:
+        total = quantize_rows(client_means, bound=bound, nonnegative=True).sum(axis=0)
+    center = total / n
+    indices = [network_index(network, c.x_train, c.y_train, label_vectors, center)
+               for c in embedded]
+    rows = np.stack([protected_vector(i) for i in indices])
+    if secure:
+        distances = protect(rows, bound=protection_bound(), parties=owners).distances
+    else:
+        distances = plaintext_distances(quantize_rows(rows, bound=protection_bound()))
+    similarity = pair_similarity(distances)
+    sizes = np.array([c.n_train for c in clients], dtype=np.float64)
+    sampled: list = []
+
+    def participation(round_index, rng):
+        if sampling and sampled:
+            p = sampling_probabilities(similarity, sampled[-1], tau=tau)
+        else:
+            p = np.full(n, 1.0 / n)
+        chosen = sample_clients(p, per_round, rng)
+        sampled.append(chosen)
+        return chosen
+
+    def aggregate(params_list, weights):
+        if not mwu:
+            return fl.fedavg(params_list, weights)
+        members = sampled[-1]     # one global model: every participant, in index order
+        w = mwu_weights(similarity, sampled, data_weights=sizes, among=members,
+                        lambda_1=lambda_1, gamma=gamma)[members]
+        return fl.fedavg(params_list, w)
+
+    model = fl.SoftmaxRegression(encoder_dim, n_classes)
+    if regularizer:
+        directions = {id(c): network.feature_direction(i[0]) for c, i in zip(embedded, indices)}
+        train = regularized_trainer(model, directions, learning_rate=learning_rate)
+    else:
+        train = fl.sgd_trainer(model, epochs=2, batch_size=20, learning_rate=learning_rate)
+    run = fl.run_federated(embedded, [model.init(seed)], rounds=rounds, local_train=train,
+                           aggregate=aggregate, participation=participation,
+                           evaluate=fl.accuracy_evaluator(model), seed=seed)
+    return {"run": run, "accuracy": run.history[-1].metrics["accuracy"],
+            "similarity": similarity, "distances": distances, "network": network,
+            "sampled": sampled, "curve": [r.metrics["accuracy"] for r in run.history]}

@@ -44,10 +44,12 @@ Deviations from the paper (named)
   :func:`run_ifca`).
 - Stability uses the intended rule (last 3 assignments equal); the released code's loop
   only checks ``h[-3] == h[-1]`` (``stability="literal"`` reproduces it).
-- Newcomers after the freeze (the code's centroid-index quirk) and partial participation
-  are not implemented: every client takes part in every round.
-- The FINCH option for K and the "random" round-0 assignment are not implemented; round 0
-  is ``evaluation_based`` (the LINEAR runs' setting).
+- :func:`run_clove` (linear regression) has every client in every round and round 0
+  ``evaluation_based`` (the LINEAR runs' setting); :func:`run_clove_fl` (classifiers in the
+  :mod:`omnifc.fl` loop) adds the random round 0, partial participation and newcomers after
+  the freeze (nearest centroid of the clients holding each model: the code's
+  centroid-index quirk is not reproduced), and auto-K by :func:`choose_k_gap` by default.
+- The FINCH option for K is not implemented.
 
 Examples
 --------
@@ -70,7 +72,7 @@ from scipy.optimize import linear_sum_assignment
 
 from finite_field import InputError, ParameterError
 
-from .._geometry import check_distance_matrix
+from .._geometry import centroid_sq_distances, check_distance_matrix
 from ._common import (kmeans_from_distances, plaintext_distances, protect, quantize_rows,
                       secure_group_sums, silhouette_from_distances, ward_from_distances)
 
@@ -78,7 +80,8 @@ __all__ = ["COORDINATOR_LEARNS", "mse_loss", "loss_vector", "choose_k", "cluster
            "sort_clusters", "cluster_cost", "match_clusters", "fedavg", "local_update",
            "adam_trainer",
            "is_stable", "CloveRun", "run_clove", "run_ifca", "linear_mixture",
-           "random_unit_models", "DEFAULT_MAX_LOSS", "DEFAULT_SCALE_BITS"]
+           "random_unit_models", "DEFAULT_MAX_LOSS", "DEFAULT_SCALE_BITS", "CloveFLRun",
+           "run_clove_fl", "CLASSIFIER_MAX_LOSS"]
 
 logger = logging.getLogger("omnifc.adapters.clove")
 
@@ -234,6 +237,44 @@ def choose_k(distances, *, k_upper: int = 15, tolerance: float = 0.10,
             best_score, best_k = score, k
     if best_k is None:
         raise InputError("no valid clustering found for K in 2..%d" % upper)
+    return best_k
+
+
+def choose_k_gap(distances, *, k_upper: int = 15) -> int:
+    """omnifc's K rule: the widest relative gap in the ward merge heights (K >= 2).
+
+    Ward's merge heights ``h_1 <= ... <= h_{n-1}`` (scipy, from D); cutting between
+    ``h_{n-k}`` and ``h_{n-k+1}`` gives k clusters. K = the k in ``2..min(k_upper, n/2)``
+    with the largest ratio ``h_{n-k+1} / h_{n-k}`` (the partition that persists over the
+    widest relative range of cut heights). Unlike the silhouette, a ratio does not favour
+    the coarsest split when one group lies far from the others (measured on CLoVE's
+    classifier loss vectors: see docs/adapters.md). K = 2 at least, as in the paper's search.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.array([[0.0], [0.1], [5.0], [5.1], [100.0], [100.1]])
+    >>> choose_k_gap((x - x.T) ** 2)     # the silhouette rule says 2 here
+    3
+    """
+    from scipy.cluster.hierarchy import linkage
+    from scipy.spatial.distance import squareform
+
+    from .._geometry import to_euclidean
+
+    d = check_distance_matrix(distances)
+    n = d.shape[0]
+    upper = min(int(k_upper), n // 2) if n >= 4 else n
+    if upper < 2:
+        raise ParameterError(f"choosing K needs at least 2 clients and k_upper >= 2; got "
+                             f"{n} clients, k_upper={k_upper}")
+    heights = np.sort(linkage(squareform(to_euclidean(d), checks=False), "ward")[:, 2])
+    best_k, best_ratio = 2, -1.0
+    for k in range(2, upper + 1):
+        low, high = heights[n - k - 1], heights[n - k]
+        ratio = high / low if low > 0 else (np.inf if high > 0 else 1.0)
+        if ratio > best_ratio:
+            best_k, best_ratio = k, ratio
     return best_k
 
 
@@ -435,6 +476,185 @@ def run_ifca(clients, initial_models, *, rounds: int = 5, local_steps: int | Non
         models = fedavg(models, assignment, updates, sizes)
     run.models = models
     return run
+
+
+# ----------------------------------------------------------------------------- classifiers
+
+#: (our choice) public clip bound of a cross-entropy loss value for the classifier runs
+#: (a fresh 10-class model scores ln 10 = 2.3; a model trained on permuted labels ~5-10).
+CLASSIFIER_MAX_LOSS = 16.0
+
+
+@dataclass
+class CloveFLRun:
+    """The outcome of :func:`run_clove_fl`.
+
+    ``assignments[r]``: model index per client in round r (-1: not seen yet);
+    ``n_clusters[r]``: the K used (None in the random round 0 or frozen rounds);
+    ``frozen_from``: first frozen round; ``newcomers``: ``{client: (round, model)}`` for
+    clients placed by the nearest-centroid rule after the freeze; ``accuracy``: pooled test
+    accuracy of every seen client with its final model; ``run``: the loop's own record.
+    """
+
+    assignments: list
+    n_clusters: list
+    distances: list
+    costs: list
+    frozen_from: int | None
+    newcomers: dict
+    models: list
+    accuracy: float
+    run: object
+
+
+def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = None,
+                 rounds: int = 10, local_train=None, participation=None, join_round=None,
+                 first_round: str = "random", k_upper: int = 15, seed: int = 0,
+                 secure: bool = True, max_loss: float = CLASSIFIER_MAX_LOSS,
+                 scale_bits: int = DEFAULT_SCALE_BITS, stability_rounds: int | None = 3,
+                 k_rule: str = "gap", k_tolerance: float = 0.10,
+                 random_rounds: int = 1,
+                 parties=None) -> CloveFLRun:
+    """CLoVE on a classifier in the :mod:`omnifc.fl` loop, with partial participation and
+    newcomers.
+
+    Each round, the participating clients evaluate every current model (mean cross-entropy
+    on their training rows: ``model.loss``) and protect the loss vector; the server
+    chooses K (``n_clusters`` or ward + silhouette, :func:`choose_k`), runs k-means on D,
+    learns the K x K_hat cluster loss totals by a secure sum, matches clusters to models
+    (Hungarian) and the participants train their matched model; per-model FedAvg
+    (:func:`omnifc.fl.run_federated`). Clients that do not take part keep their model.
+
+    - K unknown (``n_clusters=None``; K_hat = ``len(initial_models)``, the paper's default
+      upper bound is 15): ``k_rule="gap"`` (**default, omnifc's**, :func:`choose_k_gap`:
+      widest relative gap of the ward merge heights) or ``"silhouette"`` (the paper's,
+      :func:`choose_k` with ``k_tolerance`` = 0.10); measured side by side in
+      docs/adapters.md.
+    - ``first_round="random"`` (the paper's CNN runs): round 0 gives each participant a
+      random model, repaired so every model gets a client when there are enough (held for
+      ``random_rounds`` rounds, 1 = the paper; held rounds do not count towards stability);
+      ``"evaluation_based"`` clusters the round-0 loss vectors.
+    - ``participation``: as in :func:`omnifc.fl.run_federated` (fraction or chooser);
+      ``join_round[i]``: the first round client i is available (newcomers; default 0).
+    - Freeze (``stability_rounds``, the code's default 3): once every client that took part
+      in a round has kept its model for the last 3 of its rounds, assignments freeze and
+      no more loss vectors are computed. A client first seen after the freeze (newcomer)
+      is placed at the nearest cluster centroid in loss space (the paper's rule), from one
+      reconstruction of fresh loss vectors of the seen clients and the newcomers.
+      Deviation: the released code compares against stale k-means centroids and uses the
+      centroid index as the model index (ignoring the matching); here the centroids are
+      those of the clients holding each model, so the newcomer gets that model.
+
+    ``secure=False`` runs the plaintext reference on the same quantized vectors; the loop's
+    per-(round, client) seeding makes equal assignments give bit-identical models.
+    """
+    from .. import fl
+
+    n = len(clients)
+    n_models = len(initial_models)
+    if local_train is None:
+        local_train = fl.sgd_trainer(model, epochs=1, batch_size=20, learning_rate=0.3)
+    joins = np.zeros(n, dtype=np.int64) if join_round is None else np.asarray(join_round)
+    labels_of = None if parties is None else list(parties)
+    seen = np.zeros(n, dtype=bool)
+    history: list[list[int]] = [[] for _ in range(n)]
+    out = CloveFLRun([], [], [], [], None, {}, [], float("nan"), None)
+
+    def available(r):
+        return np.flatnonzero(joins <= r)
+
+    def chooser(r, rng):
+        pool = available(r)
+        if participation is None or (not callable(participation) and participation >= 1.0):
+            return pool
+        if callable(participation):
+            return np.intersect1d(participation(r, rng), pool)
+        count = max(1, int(np.ceil(participation * pool.size)))
+        return np.sort(rng.choice(pool, size=min(count, pool.size), replace=False))
+
+    def distances_of(vectors, idx):
+        sub = None if labels_of is None else [labels_of[i] for i in idx]
+        if secure:
+            return protect(vectors, bound=max_loss, scale_bits=scale_bits, nonnegative=True,
+                           parties=sub).distances
+        return plaintext_distances(quantize_rows(vectors, bound=max_loss,
+                                                 scale_bits=scale_bits, nonnegative=True))
+
+    def losses(models, idx):
+        vectors = np.array([[model.loss(m, clients[i].x_train, clients[i].y_train)
+                             for m in models] for i in idx])
+        clipped = int((vectors > max_loss).sum())
+        if clipped:
+            logger.info("%d loss values above the public bound %.3g were clipped", clipped,
+                        max_loss)
+        return vectors
+
+    def assign(state):
+        r = state.round
+        assignment = state.assignment.copy()
+        part = state.participants
+        k_used, d, cost = None, None, None
+        if out.frozen_from is None and r > 0 and stability_rounds is not None:
+            active = [i for i in part if seen[i]]
+            if active and all(is_stable(history[i], stability_rounds) for i in active):
+                out.frozen_from = r
+        if out.frozen_from is not None:
+            fresh = [int(i) for i in part if not seen[i]]
+            if fresh:
+                old = np.flatnonzero(seen)
+                idx = np.concatenate([old, fresh])
+                d = distances_of(losses(state.models, idx), idx)
+                held = sorted(set(assignment[old].tolist()))
+                groups = [np.flatnonzero(assignment[old] == m) for m in held]
+                near = centroid_sq_distances(d, groups, rows=np.arange(old.size, idx.size))
+                for row, i in enumerate(fresh):
+                    assignment[i] = held[int(np.argmin(near[row]))]
+                    out.newcomers[i] = (r, int(assignment[i]))
+        elif r < random_rounds and first_round == "random":
+            fresh = np.array([i for i in part if not seen[i]], dtype=np.int64)
+            picks = state.rng.integers(0, n_models, size=fresh.size)
+            if r == 0 and fresh.size >= n_models:   # repair: every model gets a client
+                picks[state.rng.permutation(fresh.size)[:n_models]] = np.arange(n_models)
+            assignment[fresh] = picks
+        else:
+            vectors = losses(state.models, part)
+            d = distances_of(vectors, part)
+            if n_clusters is not None:
+                k_used = n_clusters
+            elif k_rule == "gap":
+                k_used = choose_k_gap(d, k_upper=k_upper)
+            else:
+                k_used = choose_k(d, k_upper=k_upper, tolerance=k_tolerance)
+            labels = cluster_clients(d, k_used, random_state=seed)
+            if secure:
+                sub = None if labels_of is None else [labels_of[i] for i in part]
+                cost = secure_group_sums(vectors, labels, n_groups=k_used, bound=max_loss,
+                                         scale_bits=scale_bits, nonnegative=True,
+                                         parties=sub).totals
+            else:
+                cost = cluster_cost(quantize_rows(vectors, bound=max_loss,
+                                                  scale_bits=scale_bits, nonnegative=True),
+                                    labels, k_used)
+            assignment[part] = match_clusters(cost)[labels]
+        for i in part:
+            seen[i] = True
+            if first_round != "random" or r >= random_rounds - 1:
+                history[i].append(int(assignment[i]))   # held random rounds do not count
+        shown = np.where(seen, assignment, -1)
+        out.assignments.append(shown)
+        out.n_clusters.append(k_used)
+        out.distances.append(d)
+        out.costs.append(cost)
+        return assignment
+
+    record = fl.run_federated(clients, initial_models, rounds=rounds, local_train=local_train,
+                              assign=assign, participation=chooser, seed=seed)
+    out.models = record.models
+    out.run = record
+    mask = np.flatnonzero(seen)
+    out.accuracy = fl.mean_accuracy(model, record.models, record.assignment[mask],
+                                    [clients[i] for i in mask])
+    return out
 
 
 # ----------------------------------------------------------------------------- synthetic data

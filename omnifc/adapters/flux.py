@@ -11,9 +11,11 @@ with sigma the per-dimension population standard deviation (``np.std``, ddof 0) 
 classes with fewer than 2 samples filled with -1: all class means first, then all class
 stds; 2(U+1) blocks of l entries.
 
-Server side: per-block scaling, adaptive DBSCAN (eps = the Kneedle knee, convex/increasing,
-of the sorted distances of each client to its nearest other client; ``min_samples = 2``;
-every noise point becomes its own cluster), centroids, and label-free test-time assignment
+Server side: per-block scaling, adaptive DBSCAN (``min_samples = 2``; every noise point
+becomes its own cluster) with eps from omnifc's gap rule by default (:func:`gap_eps`: the
+widest relative gap of the MST edge lengths) or the paper's knee (``eps_rule="knee"``: the
+Kneedle knee, convex/increasing, of the sorted distances of each client to its nearest other
+client, times ``eps_scaling``), centroids, and label-free test-time assignment
 of a new client to the nearest centroid using only the ``[mu_x, sigma_x]`` prefix, from
 distances: ``||x - c_A||^2 = mean_{j in A} D_xj - sum_{j,k in A} D_jk / (2 |A|^2)``. The new
 client's descriptor is protected too: it joins a reconstruction of the prefix blocks.
@@ -76,15 +78,17 @@ from ._common import plaintext_distances, protect, quantize_rows
 
 __all__ = ["COORDINATOR_LEARNS", "shared_projection", "descriptor", "descriptor_bound",
            "block_slices", "block_ranges", "combine_blocks", "block_distances",
-           "DbscanResult", "adaptive_dbscan", "assign_new_clients", "prefix_distances",
-           "shift_scenario", "SHIFTS"]
+           "DbscanResult", "adaptive_dbscan", "gap_eps", "EPS_RULES", "MIN_GAP", "assign_new_clients", "prefix_distances",
+           "shift_scenario", "SHIFTS", "client_descriptors", "FluxRun", "run_flux",
+           "flux_baselines"]
 
 logger = logging.getLogger("omnifc.adapters.flux")
 
 COORDINATOR_LEARNS = (
     "default (block_diameter): the 2(U+1) per-block squared-distance matrices; option "
     "'ranges': every client's per-block min and max; option 'none': D only. At test time: "
-    "the prefix-block distances between the new client and the training clients")
+    "the prefix-block distances between the new client and the training clients; run_flux "
+    "also reveals M, the largest latent activation over all clients (the paper's rule)")
 
 NORMALIZATIONS = ("block_diameter", "ranges", "none")
 
@@ -195,50 +199,135 @@ def block_distances(descriptors, *, n_components: int, n_classes: int, bound: fl
 
 @dataclass
 class DbscanResult:
-    """Labels (noise points relabelled as their own clusters), eps, and whether a knee existed."""
+    """Labels (noise points relabelled as their own clusters), eps, and how eps was chosen.
+
+    ``knee_found`` is whether the rule found its landmark (the knee for ``"knee"``, a gap of
+    at least ``min_gap`` for ``"gap"``); ``gap`` is the gap rule's ratio (None for the knee).
+    """
 
     labels: np.ndarray
     eps: float
     knee_found: bool
     n_clusters: int
+    gap: float | None = None
 
 
-def adaptive_dbscan(distances, *, eps_scaling: float = 1.0, min_samples: int = 2) -> DbscanResult:
-    """FLUX's adaptive DBSCAN on squared distances (``CLIENT_CLUSTER_METHOD=4``).
+EPS_RULES = ("gap", "knee")
 
+#: (our choice) the gap rule looks for the widest gap among the upper half of the MST edges
+#: (each planted cluster has >= 2 clients, so at least half of the edges are within-cluster).
+GAP_SEARCH_FROM = 0.5
+#: (our choice) below this ratio of consecutive MST edge lengths there is no structure: one
+#: cluster. Measured on digits/MLP descriptors of iid clients: <= 1.08 (docs/adapters.md).
+MIN_GAP = 1.15
+
+
+def _mst_edges(e: np.ndarray) -> np.ndarray:
+    from scipy.sparse.csgraph import minimum_spanning_tree
+
+    n = e.shape[0]
+    tree = minimum_spanning_tree(np.where(e > 0, e, 0.0)).toarray()
+    edges = tree[tree > 0]
+    # zero-length edges (duplicate clients) are dropped by the sparse MST: add them back
+    return np.sort(np.concatenate([edges, np.zeros(n - 1 - edges.size)]))
+
+
+def gap_eps(distances, *, search_from: float = GAP_SEARCH_FROM,
+            min_gap: float = MIN_GAP) -> tuple[float, float, bool]:
+    """omnifc's data-driven eps: the widest relative gap in the MST edge lengths.
+
+    DBSCAN with ``min_samples = 2`` links two clients exactly when they are within eps, so
+    its clusters are the connected components of the eps-graph, which only change when eps
+    crosses a minimum-spanning-tree edge length. Sorting the n - 1 MST edges
+    ``e_1 <= ... <= e_{n-1}``, every eps in ``[e_j, e_{j+1})`` gives the same partition (into
+    n - j clusters). The rule picks the partition that persists over the widest relative
+    range of eps: ``j* = argmax e_{j+1} / e_j`` over the upper half of the edges, and
+    ``eps = sqrt(e_j* e_{j*+1})`` (the geometric middle of the gap). When the widest gap is
+    below ``min_gap`` there is no cluster structure and eps is the largest edge (one cluster).
+
+    The 1-NN curve the paper's knee reads holds only the within-cluster scale (every client
+    of a cluster of >= 2 has its nearest neighbour inside it); the MST also holds the
+    K - 1 edges that join clusters, which is where the gap is.
+
+    Returns ``(eps, gap ratio, found)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.array([[0.0], [1.0], [2.0], [10.0], [11.5]])
+    >>> eps, ratio, found = gap_eps((x - x.T) ** 2)
+    >>> round(eps, 3), round(ratio, 2), found    # edges 1, 1, 1.5 | 8: eps = sqrt(1.5 * 8)
+    (3.464, 5.33, True)
+    """
+    e = to_euclidean(check_distance_matrix(distances))
+    n = e.shape[0]
+    if n < 3:
+        return (float(e.max()) if n == 2 else 0.0), 1.0, False
+    edges = _mst_edges(e)
+    start = min(int(np.floor(search_from * (n - 1))), n - 2)
+    lower, upper = edges[start:-1], edges[start + 1:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(lower > 0, upper / np.where(lower > 0, lower, 1.0),
+                          np.where(upper > 0, np.inf, 1.0))
+    j = int(np.argmax(ratios))
+    ratio = float(ratios[j])
+    if not ratio >= min_gap:
+        return float(edges[-1]), ratio, False
+    low, high = float(lower[j]), float(upper[j])
+    eps = float(np.sqrt(low * high)) if low > 0 else high / 2.0
+    return eps, ratio, True
+
+
+def adaptive_dbscan(distances, *, eps_rule: str = "gap", eps_scaling: float = 1.0,
+                    min_samples: int = 2, min_gap: float = MIN_GAP) -> DbscanResult:
+    """FLUX's adaptive DBSCAN on squared distances, with omnifc's eps rule by default.
+
+    ``eps_rule="gap"`` (**default, omnifc's**): eps in the widest relative gap of the
+    minimum-spanning-tree edge lengths (:func:`gap_eps`; no knob: ``min_gap`` only decides
+    "one cluster or more"). ``eps_rule="knee"`` (the paper's, ``CLIENT_CLUSTER_METHOD=4``):
     eps = the knee (``kneed.KneeLocator(curve="convex", direction="increasing")``) of the
-    sorted distances of each client to its nearest other client, times ``eps_scaling``;
-    ``DBSCAN(eps, min_samples=2)`` on sqrt(D) with ``metric="precomputed"``; every noise
-    point becomes its own cluster. No knee: eps = the largest nearest-neighbour distance.
+    sorted distances of each client to its nearest other client, times ``eps_scaling``
+    (the paper's default 1.0); no knee: eps = the largest nearest-neighbour distance.
+    Then ``DBSCAN(eps, min_samples=2)`` on sqrt(D) with ``metric="precomputed"``; every
+    noise point becomes its own cluster.
 
-    With ``min_samples = 2`` a client is a core point exactly when its nearest other client
-    is within eps, and a client whose nearest other client is farther than eps cannot be a
-    border point either; so every client whose nearest-neighbour distance exceeds
-    ``sorted[knee] * eps_scaling`` ends up a singleton. At the paper's default
-    ``eps_scaling = 1.0`` that is every client above the knee, which Kneedle puts where the
-    sorted curve bends, below its top: groups of iid clients come back with their
+    Why the knee over-splits: with ``min_samples = 2`` a client is a core point exactly when
+    its nearest other client is within eps, and a client whose nearest other client is
+    farther than eps cannot be a border point either; so every client whose nearest-neighbour
+    distance exceeds ``sorted[knee] * eps_scaling`` ends up a singleton. At the paper's
+    default ``eps_scaling = 1.0`` that is every client above the knee, which Kneedle puts
+    where the sorted curve bends, below its top: groups of iid clients come back with their
     most isolated members split off (measured: exactly 2 clusters for 2 groups of 10 on 0 of
     20 seeds even at a between/within separation of 1000, independent of sample size, since
-    the knee is scale-free). The clusters are never mixed; ``eps_scaling`` > max 1-NN
-    distance / knee distance (1.15 at most on the FLUX scenario, in high dimension the 1-NN
-    distances concentrate) joins the singletons to their groups: the tests use 1.5.
+    the knee is scale-free). ``eps_scaling`` only moves eps relative to the within-cluster
+    scale and cannot see the between-cluster one; the gap rule reads both from the MST.
     """
-    from kneed import KneeLocator
-
+    if eps_rule not in EPS_RULES:
+        raise ParameterError(f"eps_rule must be one of {EPS_RULES}, got {eps_rule!r}")
     e = to_euclidean(check_distance_matrix(distances))
     n = e.shape[0]
     if n < 2:
         return DbscanResult(labels=np.zeros(n, dtype=np.int64), eps=0.0, knee_found=False,
                             n_clusters=n)
-    nearest = np.sort(np.where(np.eye(n, dtype=bool), np.inf, e).min(axis=1))
-    if nearest[-1] - nearest[0] <= 1e-9 * max(nearest[-1], 1e-300):
-        knee = None   # a flat curve has no knee (kneed would pick one from rounding noise)
+    gap = None
+    if eps_rule == "gap":
+        eps, gap, found = gap_eps(e * e, min_gap=min_gap)
+        eps *= eps_scaling
     else:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")   # kneed warns when it finds no knee
-            knee = KneeLocator(range(n), nearest, curve="convex", direction="increasing").knee
-    found = knee is not None
-    eps = float(nearest[int(knee)] if found else nearest[-1]) * eps_scaling
+        from kneed import KneeLocator
+
+        nearest = np.sort(np.where(np.eye(n, dtype=bool), np.inf, e).min(axis=1))
+        if nearest[-1] - nearest[0] <= 1e-9 * max(nearest[-1], 1e-300):
+            knee = None   # a flat curve has no knee (kneed would pick one from rounding noise)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")   # kneed warns when it finds no knee
+                knee = KneeLocator(range(n), nearest, curve="convex",
+                                   direction="increasing").knee
+        found = knee is not None
+        eps = float(nearest[int(knee)] if found else nearest[-1]) * eps_scaling
+        if not found:
+            logger.info("no knee in the nearest-neighbour distances; eps = largest (%.4g)", eps)
     if eps <= 0:
         eps = np.finfo(np.float64).tiny
     labels = DBSCAN(eps=eps, min_samples=min_samples, metric="precomputed").fit(e).labels_
@@ -247,10 +336,8 @@ def adaptive_dbscan(distances, *, eps_scaling: float = 1.0, min_samples: int = 2
     for i in np.flatnonzero(labels == -1):
         labels[i] = next_label
         next_label += 1
-    if not found:
-        logger.info("no knee in the nearest-neighbour distances; eps = largest (%.4g)", eps)
     return DbscanResult(labels=labels, eps=eps, knee_found=found,
-                        n_clusters=len(set(labels.tolist())))
+                        n_clusters=len(set(labels.tolist())), gap=gap)
 
 
 def prefix_distances(train_descriptors, new_descriptors, *, n_components: int, n_classes: int,
@@ -296,6 +383,163 @@ def assign_new_clients(prefix, labels) -> np.ndarray:
     groups = [np.flatnonzero(labels == c) for c in clusters]
     to_centroid = centroid_sq_distances(d, groups, rows=np.arange(n_train, d.shape[0]))
     return np.array(clusters)[np.argmin(to_centroid, axis=1)]
+
+
+# ----------------------------------------------------------------------------- end to end
+
+#: (our choice) FedAvg rounds before the descriptors are taken (the paper clusters once the
+#: round-to-round accuracy gain drops below 0.06, from round 3 on; fixed here for seeding).
+WARMUP_ROUNDS = 5
+#: (our choice) per-cluster FedAvg rounds after clustering.
+CLUSTER_ROUNDS = 10
+#: The paper's activation bound: M = 1.02 x the largest latent activation clients report.
+ACTIVATION_MARGIN = 1.02
+
+
+def client_descriptors(model, params, clients, projection: PCA, n_classes: int, *,
+                       split: str = "train") -> np.ndarray:
+    """Each client's descriptor from the encoder ``model.latents(params, x)`` (client side)."""
+    rows = []
+    for c in clients:
+        x, y = (c.x_train, c.y_train) if split == "train" else (c.x_test, c.y_test)
+        rows.append(descriptor(model.latents(params, x), y, projection, n_classes))
+    return np.stack(rows)
+
+
+@dataclass
+class FluxRun:
+    """The outcome of :func:`run_flux`.
+
+    ``labels``: cluster per training client; ``models``: one per cluster (after per-cluster
+    FedAvg); ``new_labels``: the cluster each unseen client was assigned to, label-free;
+    ``accuracy`` / ``new_accuracy``: pooled test accuracy of the training / unseen clients
+    with their cluster's model; ``distances``: the D the server clustered;
+    ``global_model``: the warm-up FedAvg model (the encoder).
+    """
+
+    labels: np.ndarray
+    n_clusters: int
+    eps: float
+    gap: float | None
+    models: list
+    new_labels: np.ndarray
+    accuracy: float
+    new_accuracy: float
+    distances: np.ndarray
+    prefix: np.ndarray
+    global_model: np.ndarray
+    max_activation: float
+
+
+def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
+             cluster_rounds: int = CLUSTER_ROUNDS, local_train=None, seed: int = 0,
+             secure: bool = True, normalization: str = "block_diameter",
+             eps_rule: str = "gap", eps_scaling: float = 1.0, n_components: int | None = None,
+             scale_bits: int = 16, parties=None, new_parties=None) -> FluxRun:
+    """FLUX end to end on an :func:`omnifc.fl.make_federated` data set.
+
+    1. FedAvg warm-up of ``model`` for ``warmup_rounds`` (the global model is the encoder);
+    2. clients compute descriptors of their training rows (latents of the global model,
+       the shared data-independent PCA with ``l = n_classes`` components, ``M`` = 1.02 x the
+       largest activation the clients report);
+    3. the server gets the (per-block) squared distances through the secure reconstruction
+       and runs :func:`adaptive_dbscan` (``eps_rule="gap"`` by default; the paper's
+       ``"knee"`` with ``eps_scaling`` as an option);
+    4. per-cluster FedAvg from the global model for ``cluster_rounds``;
+    5. test time: every unseen client (``data.new_clients``) computes its descriptor (no
+       labels are needed for the ``[mu_x, sigma_x]`` prefix), the prefix distances go through
+       a second reconstruction, and it takes the model of the nearest cluster centroid.
+
+    ``secure=False`` computes the same distances from the same quantized descriptors in
+    the clear; since the loop is seeded per (round, client), equal clusters give
+    bit-identical models. ``parties`` / ``new_parties`` group clients into protocol parties
+    (party label per training client / per training + unseen client for the prefix).
+    """
+    from .. import fl
+
+    if local_train is None:
+        local_train = fl.sgd_trainer(model, epochs=2, batch_size=20, learning_rate=0.3)
+    warm = fl.run_federated(data.clients, [model.init(seed)], rounds=warmup_rounds,
+                            local_train=local_train, seed=seed)
+    encoder = warm.models[0]
+    latent_dim = model.latents(encoder, data.clients[0].x_train[:1]).shape[1]
+    # M: the paper's 1.02 x the largest activation any client reports (the server learns it)
+    largest = max(float(model.latents(encoder, c.x_train).max(initial=0.0))
+                  for c in list(data.clients) + list(data.new_clients))
+    max_value = ACTIVATION_MARGIN * max(largest, 1e-12)
+    l = data.n_classes if n_components is None else int(n_components)
+    projection = shared_projection(latent_dim, l, max_value=max_value)
+    bound = descriptor_bound(projection, max_value)
+    desc = client_descriptors(model, encoder, data.clients, projection, data.n_classes)
+    d, _, scales = block_distances(desc, n_components=l, n_classes=data.n_classes,
+                                   bound=bound, normalization=normalization, secure=secure,
+                                   scale_bits=scale_bits, parties=parties)
+    found = adaptive_dbscan(d, eps_rule=eps_rule, eps_scaling=eps_scaling)
+    labels = found.labels
+    clustered = fl.run_federated(data.clients, [encoder] * found.n_clusters,
+                                 rounds=cluster_rounds, local_train=local_train,
+                                 assign=fl.fixed_assign(labels), seed=seed + 1)
+    accuracy = fl.mean_accuracy(model, clustered.models, labels, data.clients)
+    new_labels = np.zeros(0, dtype=np.int64)
+    new_accuracy = float("nan")
+    prefix = np.zeros((0, 0))
+    if len(data.new_clients):
+        # label-free: only the [mu_x, sigma_x] prefix is used (per-class blocks are ignored)
+        new_desc = client_descriptors(model, encoder, data.new_clients, projection,
+                                      data.n_classes)
+        prefix = prefix_distances(desc, new_desc, n_components=l, n_classes=data.n_classes,
+                                  bound=bound, scales=scales, normalization=normalization,
+                                  secure=secure, scale_bits=scale_bits, parties=new_parties)
+        new_labels = assign_new_clients(prefix, labels)
+        new_accuracy = fl.mean_accuracy(model, clustered.models, new_labels, data.new_clients)
+    return FluxRun(labels=labels, n_clusters=found.n_clusters, eps=found.eps, gap=found.gap,
+                   models=clustered.models, new_labels=new_labels, accuracy=accuracy,
+                   new_accuracy=new_accuracy, distances=d, prefix=prefix,
+                   global_model=encoder, max_activation=largest)
+
+
+def flux_baselines(data, model, flux_run: FluxRun, *, warmup_rounds: int = WARMUP_ROUNDS,
+                   cluster_rounds: int = CLUSTER_ROUNDS, local_train=None,
+                   seed: int = 0) -> dict:
+    """FedAvg, IFCA and random assignment on the same data and round budget as FLUX.
+
+    - ``fedavg``: one model, ``warmup_rounds + cluster_rounds`` rounds;
+    - ``ifca``: IFCA with the planted K (IFCA must be given K), models initialized from
+      seeds ``seed .. seed + K - 1``, same total rounds; unseen clients pick the model with
+      the lowest loss on their *labelled* training rows (an advantage FLUX does not have);
+    - ``random``: FLUX's cluster models, each unseen client assigned to a uniformly random
+      cluster (seeded).
+
+    Returns ``{name: (accuracy on training clients, accuracy on unseen clients)}``; FLUX's
+    own pair is under ``"flux"``.
+    """
+    from .. import fl
+
+    if local_train is None:
+        local_train = fl.sgd_trainer(model, epochs=2, batch_size=20, learning_rate=0.3)
+    rounds = warmup_rounds + cluster_rounds
+    plain = fl.run_federated(data.clients, [model.init(seed)], rounds=rounds,
+                             local_train=local_train, seed=seed)
+    zeros_new = np.zeros(len(data.new_clients), dtype=np.int64)
+    out = {"flux": (flux_run.accuracy, flux_run.new_accuracy),
+           "fedavg": (fl.mean_accuracy(model, plain.models, plain.assignment, data.clients),
+                      fl.mean_accuracy(model, plain.models, zeros_new, data.new_clients))}
+    k = data.n_groups
+    picker = fl.ifca_assign(model)
+    ifca = fl.run_federated(data.clients, [model.init(seed + j) for j in range(k)],
+                            rounds=rounds, local_train=local_train, assign=picker, seed=seed)
+    final = picker(fl.RoundState(rounds, ifca.models, data.clients, np.arange(len(data.clients)),
+                                 ifca.assignment, np.random.default_rng(0)))
+    new_pick = picker(fl.RoundState(rounds, ifca.models, data.new_clients,
+                                    np.arange(len(data.new_clients)), zeros_new,
+                                    np.random.default_rng(0)))
+    out["ifca"] = (fl.mean_accuracy(model, ifca.models, final, data.clients),
+                   fl.mean_accuracy(model, ifca.models, new_pick, data.new_clients))
+    rng = np.random.default_rng([seed, 7])
+    random_labels = rng.integers(0, flux_run.n_clusters, size=len(data.new_clients))
+    out["random"] = (flux_run.accuracy,
+                     fl.mean_accuracy(model, flux_run.models, random_labels, data.new_clients))
+    return out
 
 
 # ----------------------------------------------------------------------------- synthetic data

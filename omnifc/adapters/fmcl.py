@@ -17,13 +17,29 @@ Pairs with no shared class (Omega = 0) get ``D_big = min(2 P95, P99)`` of the fi
 off-diagonal distances; the diagonal is 0. The cosine's own ``+eps`` in the denominator is
 dropped (negligible for non-zero means).
 
-K selection (Algorithms 4-5): CV = std/mean of the off-diagonal distances picks the window
-(< 0.35: K in 1..3; < 0.70: 2..6; else 3..10), average-linkage agglomerative clustering on
-the precomputed matrix for each K, silhouette, the largest strict local maximum of the
-silhouette over the window (fallback: its argmax). Edge cases, omnifc's choices: K is capped
-at n - 1 (silhouette needs it); K = 1 scores 0 (a split must have a positive silhouette to
-win); fewer than 3 clients -> K = 1; no finite off-diagonal distance -> all off-diagonal
-entries set to 1 (D_big undefined); mean 0 -> CV = 0.
+K selection. Two rules, chosen with ``rule=``:
+
+- ``"silhouette"`` (**default, omnifc's rule**): pairs with no shared class are filled with
+  their graph geodesic (shortest path through clients that do share classes; ``D_big``
+  only where no such path exists), then average-linkage agglomerative clustering for every
+  K in ``2..min(max_clusters, n - 1)`` (``max_clusters = 10``, the top of the paper's
+  largest window) and the K with the largest silhouette. Why: with Dirichlet(0.1) labels
+  most clients hold 1-3 classes, so 10-25 % of same-domain pairs share no class; the
+  paper's ``D_big`` fill makes them look as far apart as the farthest domains, and average
+  linkage then splits domains (planted K found in 1 of 20 runs, against 18 of 20 with the
+  geodesic fill; see docs/adapters.md). The CV window is dropped because it excluded the
+  right K: planted K = 2 gives CV 0.88-0.94 (window 3..10 under the paper's thresholds).
+  This rule never returns K = 1 for n >= 3 (a single domain still has silhouette 0.6-0.8
+  splits from low-overlap clients; measured, see the docs).
+- ``"paper"`` (Algorithms 4-5 as the reference notes read them, [2nd], unverified): the
+  ``D_big`` fill, CV = std/mean of the off-diagonal distances picks the window (< 0.35: K in
+  1..3; < 0.70: 2..6; else 3..10; the thresholds 0.35 / 0.70 are the paper's fixed values
+  per the secondary reading, not tuned by us), average linkage per K, silhouette, the
+  largest strict local maximum over the window (fallback: its argmax). Edge cases, omnifc's
+  choices: K is capped at n - 1 (silhouette needs it); K = 1 scores 0 (a split must have a
+  positive silhouette to win); fewer than 3 clients -> K = 1 (both rules); no finite
+  off-diagonal distance -> all off-diagonal entries set to 1 (``D_big`` undefined); mean 0
+  -> CV = 0.
 
 Secure path (neither embeddings nor class weights are revealed)
 ----------------------------------------------------------------
@@ -44,6 +60,19 @@ the quantization of the unit means). Because D is increasing in N and decreasing
 f(N, Omega) - f(N - 2 Delta - e_q, Omega + Delta))`` with ``f(N, Omega) = N / (Omega + eps)
 g(Omega)``, valid when ``Omega > Delta``; :func:`thermometer_error_bound` evaluates it.
 A class whose weight rounds to 0 drops out (so a pair may lose its only shared class).
+
+**Exact weights.** The overlap ``sum_c min(w_ic, w_jc)`` is an inner product of thermometer
+codes, and the Gram matrix ``min(a, b)`` of q + 1 levels has rank q, so no exact encoding
+through squared distances uses fewer than q slots per class: the thermometer is the exact
+encoding of the overlap after the weights are put on a grid of 1/q. When ``q w_ic`` is an
+integer for every client and class, the weight rounding is the identity (Delta = 0) and the
+secure distance differs from the direct one only through the 2^-scale_bits quantization of
+the unit means (``|N_hat - N| <= e_q``, ``|Omega_hat - Omega| = 0``). Since
+``w_ic = n_ic / n_i``, :func:`exact_resolution` gives the least such q, the least common
+multiple of the clients' sample counts (metadata FedAvg already reports; a client that
+wants to hide its count uses a fixed public q and gets the bound above). Measured on the
+planted domains with equal sample counts (q = n): labels equal to the direct distance's on
+every seed tested, and ``|D_hat - D|`` within ``thermometer_error_bound`` on every pair.
 
 What the coordinator learns beyond the distances
 ------------------------------------------------
@@ -81,7 +110,10 @@ from ._common import kmeans_from_distances, plaintext_distances, protect, quanti
 __all__ = ["COORDINATOR_LEARNS", "signature", "round_weights", "thermometer_rows",
            "fmcl_distances", "fmcl_from_thermometer", "fill_missing", "coefficient_of_variation",
            "k_window", "choose_clusters", "FmclResult", "fmcl_server", "thermometer_error_bound",
-           "secure_thermometer_distances", "synthetic_domains", "DEFAULT_RESOLUTION"]
+           "secure_thermometer_distances", "synthetic_domains", "DEFAULT_RESOLUTION",
+           "exact_resolution", "geodesic_fill", "RULES", "MAX_CLUSTERS", "SHIFTS",
+           "kmeans_on_mean_embeddings", "fmcl_from_anchored", "quantized_fmcl_distances",
+           "fixed_encoder", "run_federated_fmcl"]
 
 logger = logging.getLogger("omnifc.adapters.fmcl")
 
@@ -89,9 +121,18 @@ COORDINATOR_LEARNS = ("the two squared-distance matrices D^z and D^t of the ther
                       "codes: per pair the rounded class overlap and the overlap-weighted "
                       "cosine sum; no weights, means or counts")
 
+#: alpha, beta (cap of the inverse-overlap factor) and eps: the paper's values as the
+#: reference notes read them ([2nd]; the form of g is omnifc's reading, unverified).
 ALPHA, BETA, EPS = 1.0, 100.0, 1e-3
-#: Thermometer resolution q: weights are rounded to multiples of 1/q.
+#: Thermometer resolution q when the clients do not agree on :func:`exact_resolution`
+#: (omnifc's choice; weights are rounded to multiples of 1/q).
 DEFAULT_RESOLUTION = 500
+#: K selection rules: "silhouette" (omnifc's default) and "paper" (CV window).
+RULES = ("silhouette", "paper")
+#: Largest K the default rule tries (omnifc's choice: the top of the paper's largest window).
+MAX_CLUSTERS = 10
+#: CV thresholds of the paper's window rule ([2nd]: fixed across data sets in the paper).
+CV_THRESHOLDS = (0.35, 0.70)
 
 
 # ----------------------------------------------------------------------------- client side
@@ -117,12 +158,40 @@ def round_weights(weights, resolution: int = DEFAULT_RESOLUTION) -> np.ndarray:
     if q < 1:
         raise ParameterError(f"resolution must be >= 1, got {resolution}")
     scaled = w / w.sum() * q
+    nearest = np.round(scaled)
+    if np.all(np.abs(scaled - nearest) < 1e-9 * max(q, 1)) and nearest.sum() == q:
+        return nearest.astype(np.int64)     # already on the grid: exact (Delta = 0)
     k = np.floor(scaled).astype(np.int64)
     remainder = q - int(k.sum())
     if remainder:
         order = np.argsort(-(scaled - k), kind="stable")
         k[order[:remainder]] += 1
     return k
+
+
+def exact_resolution(sample_counts, *, limit: int = 4096) -> int:
+    """The least q with ``q n_ic / n_i`` integral for every client: lcm of the sample counts.
+
+    With this q the thermometer encodes every class weight exactly (no rounding). Raises
+    :class:`ParameterError` above ``limit`` (the code has C q d entries per client); use a
+    fixed public q and :func:`thermometer_error_bound` then.
+
+    Examples
+    --------
+    >>> exact_resolution([200, 300, 300])
+    600
+    """
+    counts = [int(c) for c in np.asarray(sample_counts).ravel()]
+    if not counts or min(counts) < 1:
+        raise ParameterError(f"sample counts must be positive integers, got {sample_counts}")
+    q = 1
+    for c in counts:
+        q = q * c // math.gcd(q, c)
+        if q > limit:
+            raise ParameterError(f"the least common multiple of the sample counts exceeds "
+                                 f"limit={limit}; use a fixed resolution (weights rounded, "
+                                 "error bounded by thermometer_error_bound)")
+    return q
 
 
 def thermometer_rows(means, weights, resolution: int = DEFAULT_RESOLUTION):
@@ -162,8 +231,22 @@ def _combine(numerator, overlap) -> np.ndarray:
     return d
 
 
-def fmcl_distances(means, weights, *, fill: bool = True) -> np.ndarray:
-    """Direct (plaintext) FMCL distance matrix from signatures (Algorithm 3)."""
+def _fill(d, fill):
+    if fill is False or fill is None:
+        return d
+    if fill is True or fill == "geodesic":
+        return geodesic_fill(d)
+    if fill == "paper":
+        return fill_missing(d)
+    raise ParameterError(f"fill must be 'geodesic', 'paper' or False, got {fill!r}")
+
+
+def fmcl_distances(means, weights, *, fill="geodesic") -> np.ndarray:
+    """Direct (plaintext) FMCL distance matrix from signatures (Algorithm 3).
+
+    ``fill``: how pairs with no shared class are filled, ``"geodesic"`` (default,
+    :func:`geodesic_fill`), ``"paper"`` (:func:`fill_missing`, ``D_big``) or ``False`` (inf).
+    """
     means = np.asarray(means, dtype=np.float64)       # (n, C, d)
     weights = np.asarray(weights, dtype=np.float64)   # (n, C)
     norms = np.linalg.norm(means, axis=2)
@@ -172,10 +255,10 @@ def fmcl_distances(means, weights, *, fill: bool = True) -> np.ndarray:
     m = np.minimum(weights[:, None, :], weights[None, :, :])
     numerator = (m * (1.0 - cos)).sum(axis=2)
     d = _combine(numerator, m.sum(axis=2))
-    return fill_missing(d) if fill else d
+    return _fill(d, fill)
 
 
-def fmcl_from_thermometer(d_z, d_t, resolution: int, *, fill: bool = True) -> np.ndarray:
+def fmcl_from_thermometer(d_z, d_t, resolution: int, *, fill="geodesic") -> np.ndarray:
     """FMCL distances from the two protected squared-distance matrices (unnormalized codes)."""
     q = float(resolution)
     dz = np.asarray(d_z, dtype=np.float64) / q
@@ -184,11 +267,11 @@ def fmcl_from_thermometer(d_z, d_t, resolution: int, *, fill: bool = True) -> np
     overlap = np.clip(1.0 - dt / 2.0, 0.0, 1.0)
     overlap[np.isclose(overlap, 0.0, atol=0.5 / q)] = 0.0  # overlaps are multiples of 1/q
     d = _combine(numerator, overlap)
-    return fill_missing(d) if fill else d
+    return _fill(d, fill)
 
 
 def fill_missing(distances) -> np.ndarray:
-    """Replace inf (no shared class) by ``D_big = min(2 P95, P99)`` of finite off-diagonals."""
+    """The paper's fill: inf (no shared class) -> ``D_big = min(2 P95, P99)`` of finite off-diagonals."""
     d = np.array(distances, dtype=np.float64, copy=True)
     n = d.shape[0]
     off = ~np.eye(n, dtype=bool)
@@ -201,6 +284,34 @@ def fill_missing(distances) -> np.ndarray:
     return d
 
 
+def geodesic_fill(distances) -> np.ndarray:
+    """omnifc's fill: inf (no shared class) -> the shortest path through the finite pairs.
+
+    A missing pair is missing information, not a large distance: two clients of one domain
+    with disjoint classes are each close to a third client that shares classes with both.
+    Finite entries are kept; pairs with no path at all get the paper's ``D_big``.
+
+    Examples
+    --------
+    >>> d = np.array([[0, 1, np.inf], [1, 0, 2], [np.inf, 2, 0]])
+    >>> geodesic_fill(d).tolist()
+    [[0.0, 1.0, 3.0], [1.0, 0.0, 2.0], [3.0, 2.0, 0.0]]
+    """
+    from scipy.sparse.csgraph import shortest_path
+
+    d = np.array(distances, dtype=np.float64, copy=True)
+    missing = ~np.isfinite(d)
+    if not missing.any():
+        return d
+    graph = np.where(missing, 0.0, d)           # 0 = no edge for csgraph
+    # Zero-length finite edges would read as "no edge": give them the smallest positive length.
+    tiny = np.nextafter(0.0, 1.0)
+    graph = np.where(~missing & (d == 0.0) & ~np.eye(d.shape[0], dtype=bool), tiny, graph)
+    paths = shortest_path(graph, method="D", directed=False)
+    d[missing] = paths[missing]
+    return fill_missing(d)
+
+
 def coefficient_of_variation(distances) -> float:
     """CV = std / mean of the off-diagonal entries (0 when the mean is 0)."""
     d = np.asarray(distances, dtype=np.float64)
@@ -210,10 +321,11 @@ def coefficient_of_variation(distances) -> float:
 
 
 def k_window(cv: float) -> tuple[int, int]:
-    """CV < 0.35 -> (1, 3); CV < 0.70 -> (2, 6); else (3, 10)."""
-    if cv < 0.35:
+    """The paper's window: CV < 0.35 -> (1, 3); CV < 0.70 -> (2, 6); else (3, 10)."""
+    low, high = CV_THRESHOLDS
+    if cv < low:
         return 1, 3
-    if cv < 0.70:
+    if cv < high:
         return 2, 6
     return 3, 10
 
@@ -225,13 +337,37 @@ def _average_linkage(d, k):
     return model.fit_predict(d).astype(np.int64)
 
 
-def choose_clusters(distances):
-    """K from the CV window, average linkage and the largest silhouette local maximum.
+def _silhouettes(d, ks):
+    scores, labelings = {}, {}
+    for k in ks:
+        labels = _average_linkage(d, k)
+        labelings[k] = labels
+        scores[k] = (0.0 if len(set(labels.tolist())) < 2
+                     else float(silhouette_score(d, labels, metric="precomputed")))
+    return scores, labelings
+
+
+def choose_clusters(distances, *, rule: str = "silhouette", max_clusters: int = MAX_CLUSTERS):
+    """Choose K and cluster a filled FMCL distance matrix.
+
+    ``rule="silhouette"`` (default, omnifc's): K in ``2..min(max_clusters, n - 1)`` with the
+    largest average-linkage silhouette; ``window`` is reported as ``(2, top)``.
+    ``rule="paper"``: the CV window and the largest silhouette local maximum.
 
     Returns ``(labels, K, window, scores)`` with ``scores[K]`` the silhouette per K tried.
     """
+    if rule not in RULES:
+        raise ParameterError(f"rule must be one of {RULES}, got {rule!r}")
     d = np.asarray(distances, dtype=np.float64)
     n = d.shape[0]
+    if rule == "silhouette":
+        window = (2, max(2, min(int(max_clusters), n - 1)))
+        if n < 3:
+            return np.zeros(n, dtype=np.int64), 1, window, {1: 0.0}
+        ks = list(range(window[0], window[1] + 1))
+        scores, labelings = _silhouettes(d, ks)
+        k = max(ks, key=lambda key: (scores[key], -key))   # ties: the smaller K
+        return labelings[k], k, window, scores
     cv = coefficient_of_variation(d)
     window = k_window(cv)
     if n < 3:
@@ -239,12 +375,7 @@ def choose_clusters(distances):
     ks = [k for k in range(window[0], min(window[1], n - 1) + 1)]
     if not ks:
         ks = [1]
-    scores, labelings = {}, {}
-    for k in ks:
-        labels = _average_linkage(d, k)
-        labelings[k] = labels
-        scores[k] = (0.0 if len(set(labels.tolist())) < 2
-                     else float(silhouette_score(d, labels, metric="precomputed")))
+    scores, labelings = _silhouettes(d, ks)
     values = [scores[k] for k in ks]
     maxima = [i for i in range(len(ks))
               if (i == 0 or values[i] > values[i - 1])
@@ -257,7 +388,7 @@ def choose_clusters(distances):
 
 @dataclass
 class FmclResult:
-    """Server output: clusters, the chosen K, the CV window, silhouettes, and the distances."""
+    """Server output: clusters, the chosen K, the K window, silhouettes, and the distances."""
 
     labels: np.ndarray
     n_clusters: int
@@ -266,33 +397,94 @@ class FmclResult:
     distances: np.ndarray
 
 
-def fmcl_server(distances) -> FmclResult:
-    """Server side: cluster an FMCL distance matrix (filled) with the CV-driven K window."""
+def fmcl_server(distances, *, rule: str = "silhouette",
+                max_clusters: int = MAX_CLUSTERS) -> FmclResult:
+    """Server side: cluster a filled FMCL distance matrix, choosing K by ``rule``."""
     d = np.asarray(distances, dtype=np.float64)
-    labels, k, window, scores = choose_clusters(d)
+    labels, k, window, scores = choose_clusters(d, rule=rule, max_clusters=max_clusters)
     return FmclResult(labels=labels, n_clusters=k, window=window, silhouettes=scores,
                       distances=d)
 
 
+def _from_gram(gram_z, gram_t, resolution, fill):
+    """``Omega = G^t / q`` and ``N = (G^t - G^z) / q`` from the two Gram matrices."""
+    q = float(resolution)
+    overlap = np.asarray(gram_t, dtype=np.float64) / q
+    numerator = np.maximum((np.asarray(gram_t, dtype=np.float64)
+                            - np.asarray(gram_z, dtype=np.float64)) / q, 0.0)
+    return _fill(_combine(numerator, overlap), fill)
+
+
+def _gram_from_anchored(d):
+    """Gram matrix of n rows from the squared distances of ``[rows; 0]`` (last row = anchor)."""
+    d = np.asarray(d, dtype=np.float64)
+    n = d.shape[0] - 1
+    to_anchor = d[:n, n]
+    return (to_anchor[:, None] + to_anchor[None, :] - d[:n, :n]) / 2.0
+
+
+def fmcl_from_anchored(d_z, d_t, resolution: int, *, fill="geodesic") -> np.ndarray:
+    """FMCL distances from the reconstructions of ``[z; 0]`` and ``[t; 0]`` (anchor last).
+
+    The public all-zero anchor row turns squared distances into exact inner products
+    (``<a, b> = (|a - 0|^2 + |b - 0|^2 - |a - b|^2) / 2``), so the server gets
+    ``G^z_ij = sum_c min(k_ic, k_jc) <mu_q_ic, mu_q_jc>`` and ``G^t_ij = sum_c min(k_ic, k_jc)``
+    exactly, with no unit-norm assumption on the quantized means: the result equals
+    :func:`quantized_fmcl_distances` bit for bit.
+    """
+    return _from_gram(_gram_from_anchored(d_z), _gram_from_anchored(d_t), resolution, fill)
+
+
+def quantized_fmcl_distances(means, weights, *, resolution: int = DEFAULT_RESOLUTION,
+                             scale_bits: int = 16, fill="geodesic") -> np.ndarray:
+    """Direct FMCL distance of the quantized signature, computed in the clear from integers.
+
+    The signature the secure path encodes: weights on the 1/q grid (:func:`round_weights`,
+    exact with :func:`exact_resolution`), unit class means quantized to multiples of
+    ``2^-scale_bits``, ``cos_c = <mu_q_ic, mu_q_jc>``. The secure path equals this bit for
+    bit; it differs from :func:`fmcl_distances` by at most :func:`thermometer_error_bound`.
+    """
+    means = np.asarray(means, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    n, c, dim = means.shape
+    k = np.stack([round_weights(w, resolution) for w in weights])          # (n, C) int
+    norms = np.linalg.norm(means, axis=2)
+    unit = np.divide(means, norms[..., None], out=np.zeros_like(means), where=norms[..., None] > 0)
+    unit = np.where(k[..., None] > 0, unit, 0.0)
+    scale = 2.0 ** scale_bits
+    ints = np.rint(quantize_rows(unit.reshape(n * c, dim), bound=1.0, scale_bits=scale_bits)
+                   * scale).astype(np.int64).reshape(n, c, dim)
+    inner = np.einsum("icd,jcd->ijc", ints, ints)                          # exact int64
+    mins = np.minimum(k[:, None, :], k[None, :, :])
+    gram_z = (mins * inner).sum(axis=2).astype(np.float64) / (scale * scale)
+    gram_t = mins.sum(axis=2).astype(np.float64)
+    return _from_gram(gram_z, gram_t, resolution, fill)
+
+
 def secure_thermometer_distances(means, weights, *, resolution: int = DEFAULT_RESOLUTION,
                                  scale_bits: int = 16, secure: bool = True, parties=None,
-                                 **options) -> np.ndarray:
+                                 fill="geodesic", **options) -> np.ndarray:
     """Client rows -> the two protected reconstructions -> FMCL distances (filled).
 
-    ``secure=False`` computes the same from the same quantized rows in the clear.
+    A public all-zero anchor row is added to both reconstructions (held by the first
+    client's party; it carries no information) so that the server works with exact inner
+    products (:func:`fmcl_from_anchored`). ``secure=False`` computes the same from the same
+    quantized rows in the clear. Use ``resolution=exact_resolution(sample_counts)`` for
+    exact class weights.
     """
     rows = [thermometer_rows(m, w, resolution) for m, w in zip(means, weights)]
-    z = np.stack([r[0] for r in rows])
-    t = np.stack([r[1] for r in rows])
+    z = np.stack([r[0] for r in rows] + [np.zeros_like(rows[0][0])])
+    t = np.stack([r[1] for r in rows] + [np.zeros_like(rows[0][1])])
     if secure:
-        d_z = protect(z, bound=1.0, scale_bits=scale_bits, parties=parties, **options).distances
-        d_t = protect(t, bound=1.0, scale_bits=scale_bits, nonnegative=True, parties=parties,
+        owners = None if parties is None else list(parties) + [list(parties)[0]]
+        d_z = protect(z, bound=1.0, scale_bits=scale_bits, parties=owners, **options).distances
+        d_t = protect(t, bound=1.0, scale_bits=scale_bits, nonnegative=True, parties=owners,
                       **options).distances
     else:
         d_z = plaintext_distances(quantize_rows(z, bound=1.0, scale_bits=scale_bits))
         d_t = plaintext_distances(quantize_rows(t, bound=1.0, scale_bits=scale_bits,
                                                 nonnegative=True))
-    return fmcl_from_thermometer(d_z, d_t, resolution)
+    return fmcl_from_anchored(d_z, d_t, resolution, fill=fill)
 
 
 def thermometer_error_bound(means, weights, *, resolution: int = DEFAULT_RESOLUTION,
@@ -343,27 +535,108 @@ def _rotation(dim, angle_scale, rng):
     return expm(angle_scale * skew)
 
 
+#: Domain shifts of :func:`synthetic_domains`: a rotation plus offset of all class means
+#: (P(X|Y), the default), an independent offset per class (P(X|Y)), a permutation of the
+#: class means (P(Y|X) concept shift: domain k's class c looks like class pi_k(c)).
+SHIFTS = ("rotation", "offset", "permutation")
+
+
 def synthetic_domains(*, n_domains: int = 3, clients_per_domain: int = 30, n_classes: int = 10,
                       dim: int = 8, samples: int = 1000, alpha: float = 0.1,
-                      rotation: float = 3.0, seed: int = 0):
+                      rotation: float = 3.0, shift: str = "rotation", seed: int = 0):
     """Frozen-encoder embeddings of clients from several domains with Dirichlet labels.
 
-    Class means are shared across domains up to a per-domain rotation and offset (the
-    domain shift); client labels follow Dirichlet(alpha), so client *mean* embeddings are
-    dominated by the label mix. Returns ``(clients, domains)`` with clients a list of
-    ``(embeddings, labels)``.
+    Class means are shared across domains up to the domain ``shift`` (see :data:`SHIFTS`);
+    client labels follow Dirichlet(alpha), so client *mean* embeddings are dominated by the
+    label mix. Every client has ``samples`` samples. Returns ``(clients, domains)`` with
+    clients a list of ``(embeddings, labels)``.
     """
+    if shift not in SHIFTS:
+        raise ParameterError(f"shift must be one of {SHIFTS}, got {shift!r}")
     rng = np.random.Generator(np.random.PCG64(seed))
     class_means = 3.0 * rng.standard_normal((n_classes, dim))
-    rotations = [_rotation(dim, rotation, rng) for _ in range(n_domains)]
-    offsets = rng.standard_normal((n_domains, dim))
+    if shift == "rotation":
+        rotations = [_rotation(dim, rotation, rng) for _ in range(n_domains)]
+        offsets = rng.standard_normal((n_domains, dim))
+        domain_means = [(class_means + offsets[k]) @ rotations[k].T for k in range(n_domains)]
+    elif shift == "offset":
+        domain_means = [class_means + 3.0 * rng.standard_normal((n_classes, dim))
+                        for _ in range(n_domains)]
+    else:
+        domain_means = [class_means[rng.permutation(n_classes)] if k else class_means
+                        for k in range(n_domains)]
     clients, domains = [], []
     for k in range(n_domains):
-        means_k = (class_means + offsets[k]) @ rotations[k].T
         for _ in range(clients_per_domain):
             p = rng.dirichlet(alpha * np.ones(n_classes))
             y = rng.choice(n_classes, size=samples, p=p)
-            x = means_k[y] + rng.standard_normal((samples, dim))
+            x = domain_means[k][y] + rng.standard_normal((samples, dim))
             clients.append((x, y))
             domains.append(k)
     return clients, np.array(domains)
+
+
+# ----------------------------------------------------------------------------- end to end
+
+def fixed_encoder(n_features: int, dim: int = 16, *, seed: int = 0):
+    """A frozen, data-independent encoder ``phi(x) = relu(x W + b)`` (omnifc's stand-in).
+
+    FMCL uses a frozen foundation model (CHIEF, USFM, ViT-Tiny); offline we use a random
+    ReLU feature map with a public seed: the same for every client, never trained, so it
+    plays the same role (a fixed embedding in which class-conditional means are compared).
+    """
+    rng = np.random.Generator(np.random.PCG64(seed))
+    w = rng.standard_normal((int(n_features), int(dim))) / math.sqrt(n_features)
+    b = 0.1 * rng.standard_normal(int(dim))
+
+    def encode(x):
+        return np.maximum(np.asarray(x, dtype=np.float64) @ w + b, 0.0)
+    return encode
+
+
+def run_federated_fmcl(data, *, rounds: int = 10, encoder_dim: int = 16, secure: bool = True,
+                       parties=None, model=None, trainer=None, rule: str = "silhouette",
+                       seed: int = 0, **protect_options) -> dict:
+    """FMCL end to end: signatures from a fixed encoder -> auto-K -> per-cluster FedAvg.
+
+    Parameters
+    ----------
+    data : omnifc.fl.FederatedDataset
+    rounds : int
+        FedAvg rounds per cluster (all clusters train in the same loop).
+    secure : bool
+        Distances through the protocol (True) or the plaintext path of the same quantized
+        signatures (False); the two give bit-identical distances, hence identical clusters
+        and identical models.
+    parties : sequence, optional
+        Party label per client (organizations); default three organizations (i mod 3).
+    model, trainer
+        Default: :class:`omnifc.fl.SoftmaxRegression` and ``sgd_trainer(epochs=2,
+        batch_size=20, learning_rate=0.5)`` (omnifc's choice).
+
+    Returns
+    -------
+    dict with ``labels`` (cluster per client), ``n_clusters``, ``distances``, ``resolution``,
+    ``run`` (the :class:`omnifc.fl.FederatedRun`) and ``accuracy`` (final pooled test
+    accuracy of each client's cluster model).
+    """
+    from .. import fl
+
+    encode = fixed_encoder(data.n_features, encoder_dim, seed=seed)
+    sig = [signature(encode(c.x_train), c.y_train, data.n_classes) for c in data.clients]
+    means = np.stack([s[0] for s in sig])
+    weights = np.stack([s[1] for s in sig])
+    q = exact_resolution([c.n_train for c in data.clients])
+    owners = np.arange(len(data.clients)) % 3 if parties is None else parties
+    d = secure_thermometer_distances(means, weights, resolution=q, secure=secure,
+                                     parties=owners, **protect_options)
+    server = fmcl_server(d, rule=rule)
+    model = model or fl.SoftmaxRegression(data.n_features, data.n_classes)
+    trainer = trainer or fl.sgd_trainer(model, epochs=2, batch_size=20, learning_rate=0.5)
+    start = [model.init(seed) for _ in range(server.n_clusters)]
+    run = fl.run_federated(data.clients, start, rounds=rounds, local_train=trainer,
+                           assign=fl.fixed_assign(server.labels),
+                           evaluate=fl.accuracy_evaluator(model), seed=seed)
+    return {"labels": server.labels, "n_clusters": server.n_clusters, "distances": d,
+            "resolution": q, "run": run, "accuracy": run.history[-1].metrics["accuracy"],
+            "server": server}

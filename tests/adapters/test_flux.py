@@ -74,7 +74,7 @@ def test_adaptive_dbscan_on_distances_equals_the_papers_pipeline_on_vectors(proj
                              .reshape(desc.shape[0], -1)
                              for s in flux.block_slices(N_CLASSES, N_CLASSES)], axis=1)
     for eps_scaling in (1.0, 1.5):
-        ours = flux.adaptive_dbscan(d, eps_scaling=eps_scaling)
+        ours = flux.adaptive_dbscan(d, eps_rule="knee", eps_scaling=eps_scaling)
         labels, eps = _paper_dbscan(scaled, eps_scaling)
         assert ours.knee_found
         assert ours.eps == pytest.approx(eps, rel=1e-3)
@@ -93,8 +93,9 @@ def test_secure_block_distances_and_prefix_equal_plaintext():
         d_plain, _, scales_plain = flux.block_distances(desc, normalization=normalization,
                                                         secure=False, **common)
         assert np.array_equal(d_sec, d_plain)
-        assert np.array_equal(flux.adaptive_dbscan(d_sec).labels,
-                              flux.adaptive_dbscan(d_plain).labels)
+        for rule in flux.EPS_RULES:
+            assert np.array_equal(flux.adaptive_dbscan(d_sec, eps_rule=rule).labels,
+                                  flux.adaptive_dbscan(d_plain, eps_rule=rule).labels)
     p_sec = flux.prefix_distances(desc, new_desc, scales=scales, parties=np.arange(10) % 3,
                                   normalization="none", **common)
     p_plain = flux.prefix_distances(desc, new_desc, scales=scales, secure=False,
@@ -115,11 +116,14 @@ def test_dbscan_recovers_the_number_of_groups_without_k(projection, shift):
         (train, groups), _ = flux.shift_scenario(shift, seed=seed)
         d, _, _ = flux.block_distances(_descriptors(train, projection), n_components=N_CLASSES,
                                        n_classes=N_CLASSES, bound=bound, secure=False)
-        default = flux.adaptive_dbscan(d)
-        assert all(len(set(groups[default.labels == c])) == 1 for c in set(default.labels))
-        scaled = flux.adaptive_dbscan(d, eps_scaling=1.5)
+        paper = flux.adaptive_dbscan(d, eps_rule="knee")
+        assert all(len(set(groups[paper.labels == c])) == 1 for c in set(paper.labels))
+        scaled = flux.adaptive_dbscan(d, eps_rule="knee", eps_scaling=1.5)
         assert scaled.n_clusters == 2
         assert adjusted_rand_score(groups, scaled.labels) == 1.0
+        gap = flux.adaptive_dbscan(d)            # omnifc's default rule: no knob
+        assert gap.n_clusters == 2 and gap.knee_found
+        assert adjusted_rand_score(groups, gap.labels) == 1.0
 
 
 def test_default_eps_turns_every_client_beyond_the_knee_into_a_singleton(projection):
@@ -136,13 +140,14 @@ def test_default_eps_turns_every_client_beyond_the_knee_into_a_singleton(project
         x[groups == 1, 0] += 10.0
         d = ((x[:, None] - x[None]) ** 2).sum(-1)
         nearest = np.sqrt(np.where(np.eye(20, dtype=bool), np.inf, d).min(axis=1))
-        out = flux.adaptive_dbscan(d)
+        out = flux.adaptive_dbscan(d, eps_rule="knee")
         singletons = np.flatnonzero(np.bincount(out.labels)[out.labels] == 1)
         assert singletons.tolist() == np.flatnonzero(nearest > out.eps).tolist()
         assert all(len(set(groups[out.labels == c])) == 1 for c in set(out.labels.tolist()))
         exact_two += out.n_clusters == 2
-        scaled = flux.adaptive_dbscan(d, eps_scaling=1.5)
+        scaled = flux.adaptive_dbscan(d, eps_rule="knee", eps_scaling=1.5)
         assert adjusted_rand_score(groups, scaled.labels) == 1.0
+        assert adjusted_rand_score(groups, flux.adaptive_dbscan(d).labels) == 1.0   # gap
     assert exact_two <= 2
     # The same holds on the FLUX scenario's descriptors (paper pipeline, default scaling).
     bound = flux.descriptor_bound(projection, MAX_VALUE)
@@ -150,7 +155,7 @@ def test_default_eps_turns_every_client_beyond_the_knee_into_a_singleton(project
     d, _, _ = flux.block_distances(_descriptors(train, projection), n_components=N_CLASSES,
                                    n_classes=N_CLASSES, bound=bound, secure=False)
     nearest = np.sqrt(np.where(np.eye(20, dtype=bool), np.inf, d).min(axis=1))
-    out = flux.adaptive_dbscan(d)
+    out = flux.adaptive_dbscan(d, eps_rule="knee")
     singletons = np.flatnonzero(np.bincount(out.labels)[out.labels] == 1)
     assert singletons.size > 0
     assert singletons.tolist() == np.flatnonzero(nearest > out.eps).tolist()
@@ -165,7 +170,7 @@ def test_test_time_assignment(projection, shift, expect_correct):
         (train, groups), (new, new_groups) = flux.shift_scenario(shift, seed=seed, n_new=20)
         desc, new_desc = _descriptors(train, projection), _descriptors(new, projection)
         d, _, scales = flux.block_distances(desc, **common)
-        labels = flux.adaptive_dbscan(d, eps_scaling=1.5).labels
+        labels = flux.adaptive_dbscan(d).labels
         prefix = flux.prefix_distances(desc, new_desc, scales=scales, **common)
         assigned = flux.assign_new_clients(prefix, labels)
         cluster_group = {c: groups[labels == c][0] for c in set(labels.tolist())}
@@ -189,7 +194,9 @@ def test_test_time_assignment(projection, shift, expect_correct):
 
 def test_no_knee_falls_back_to_the_largest_nearest_neighbour_distance():
     x = np.arange(6, dtype=float)[:, None]
-    out = flux.adaptive_dbscan((x - x.T) ** 2)    # every 1-NN distance is 1: flat curve
+    out = flux.adaptive_dbscan((x - x.T) ** 2, eps_rule="knee")   # flat 1-NN curve
     assert not out.knee_found and out.eps == 1.0 and out.n_clusters == 1
+    gap = flux.adaptive_dbscan((x - x.T) ** 2)    # equal MST edges: no gap, one cluster
+    assert not gap.knee_found and gap.gap == 1.0 and gap.n_clusters == 1
     single = flux.adaptive_dbscan(np.zeros((1, 1)))
     assert single.n_clusters == 1

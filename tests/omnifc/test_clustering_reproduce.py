@@ -15,7 +15,7 @@ def test_small_reproduction_writes_table_and_plot(tmp_path):
     assert "| iris | KM (exact, MDS) |" in text and "| iris | HC (Ward) |" in text
     assert "k-FED (k'=floor(sqrt k))" in text and "## Choices the paper does not fix" in text
     records = outcome["records"]
-    assert len(records) == 2 * (2 * 2 + 2)          # p x (methods x pipelines + 2 k-FED)
+    assert len(records) == 2 * (2 * 2 + 4)   # p x (methods x pipelines + 2 k-FED + FFCM + FedSC)
     fed = [r for r in records if r["pipeline"] == "federated"]
     assert all(r["same_as_centralized"] for r in fed)
     assert all(-1.0 <= r["kappa"] <= 1.0 for r in records)
