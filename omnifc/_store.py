@@ -207,6 +207,53 @@ class DistanceStore:
                    memory_budget=memory_budget, tile_bytes=tile_bytes,
                    parameters=meta.get("parameters", {}))
 
+    @classmethod
+    def from_integer(cls, matrix, *, scale_bits: int, distance_bound: int | None = None,
+                     out=None, memory_budget=None, tile_bytes=None,
+                     parameters=None) -> "DistanceStore":
+        """Copy an exact integer distance matrix (e.g. a coordinator's in-memory result)
+        into a store, row block by row block (int32 when ``distance_bound`` < 2^31).
+
+        >>> import numpy as np
+        >>> store = DistanceStore.from_integer(np.array([[0, 4], [4, 0]]), scale_bits=1,
+        ...                                    distance_bound=8)
+        >>> store.integer.dtype.name, store.distances[0, 1]
+        ('int32', np.float64(1.0))
+        """
+        matrix = np.asarray(matrix)
+        if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or matrix.shape[0] < 1 \
+                or not np.issubdtype(matrix.dtype, np.integer):
+            raise InputError(f"an integer square matrix is needed, got {matrix.dtype} "
+                             f"{matrix.shape}")
+        n = matrix.shape[0]
+        dtype = storage_dtype(distance_bound, 1)
+        budget = _check_budget(memory_budget)
+        if out is not None and (Path(out).exists() or _sidecar(Path(out)).exists()):
+            raise ParameterError(f"out={str(out)!r} exists already; choose a new path")
+        array, path, tmpdir = _allocate((n, n), dtype, path=None if out is None else Path(out),
+                                        budget=budget, name="distances")
+        tile_bytes = _check_tile_bytes(tile_bytes)
+        rows = _rows_per_tile(n, n * 8, tile_bytes)
+        for a in range(0, n, rows):
+            block = matrix[a:a + rows]
+            if distance_bound is not None and block.size and (
+                    block.min() < 0 or block.max() > distance_bound):
+                _remove(tmpdir if tmpdir is not None else path)
+                raise InputError(f"distances must lie in [0, {distance_bound}]")
+            array[a:a + rows] = block
+        if isinstance(array, np.memmap):
+            array.flush()
+        if out is not None:
+            _sidecar(Path(out)).write_text(json.dumps({
+                "format": _FORMAT, "n": n, "dtype": str(dtype), "scale_bits": int(scale_bits),
+                "primes": [], "distance_bound": distance_bound,
+                "parameters": dict(parameters or {})}, default=str))
+        store = cls(array, scale_bits=scale_bits, path=path, memory_budget=budget,
+                    tile_bytes=tile_bytes, parameters=parameters)
+        if tmpdir is not None:
+            store._cleanup = weakref.finalize(store, _remove, tmpdir)
+        return store
+
     def rows_per_tile(self, bytes_per_entry: int = 16) -> int:
         """Rows of one working tile: ``tile_bytes`` over n entries of ``bytes_per_entry``
         (integer block plus its float copy by default)."""
@@ -405,7 +452,8 @@ class DistanceAccumulator:
             _sidecar(self.out).write_text(json.dumps({
                 "format": _FORMAT, "n": self.n, "dtype": str(self.dtype),
                 "scale_bits": self.scale_bits, "primes": list(self.primes),
-                "distance_bound": self.distance_bound, "parameters": self.parameters}))
+                "distance_bound": self.distance_bound, "parameters": self.parameters},
+                default=str))
         cleanup = None
         store = DistanceStore(result, scale_bits=self.scale_bits, path=self._path,
                               memory_budget=self.memory_budget, tile_bytes=self.tile_bytes,

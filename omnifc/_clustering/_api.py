@@ -76,10 +76,11 @@ def fit_method(distances, method: str, n_clusters=None, *, random_state=None,
             raise ParameterError(f"method {method!r} needs n_clusters")
         n_clusters = check_n_clusters(n_clusters, n)
     function = streamed_function(method) if streamed else _FUNCTIONS[method]
-    accepted = [p for p in inspect.signature(function).parameters
-                if p not in ("d", "view", "order", "n_clusters", "rng", "options")]
+    parameters = inspect.signature(function).parameters
+    accepted = [p for p in parameters if p not in ("d", "view", "order", "n_clusters", "rng")]
+    refuses = any(v.kind is inspect.Parameter.VAR_KEYWORD for v in parameters.values())
     unknown = sorted(set(options) - set(accepted))
-    if unknown:
+    if unknown and not refuses:  # (a method that refuses out of core takes anything)
         where = " out of core" if streamed else ""
         raise ParameterError(f"method {method!r} does not take option(s) {unknown}{where}; it "
                              f"takes {accepted}")
