@@ -161,10 +161,18 @@ def streamed_mds(view, n_components: int, rng: np.random.Generator, *,
     r = min(int(n_components), n)
     op = centered_gram_operator(view)
     if solver == "randomized":
+        from threadpoolctl import threadpool_limits
+
+        def orthonormal(y):
+            # a tall-skinny QR: one BLAS thread (multi-threaded LAPACK QR was 40x slower
+            # on a busy 2-core machine, measured)
+            with threadpool_limits(limits=1, user_api="blas"):
+                return qr(y, mode="economic", overwrite_a=True)[0]
+
         width = min(n, r + int(n_oversamples))
-        q, _ = qr(op.matmat(rng.standard_normal((n, width))), mode="economic")
+        q = orthonormal(op.matmat(rng.standard_normal((n, width))))
         for _ in range(int(n_iter)):
-            q, _ = qr(op.matmat(q), mode="economic")
+            q = orthonormal(op.matmat(q))
         small = q.T @ op.matmat(q)
         values, vectors = eigh((small + small.T) / 2)
         vectors = q @ vectors
