@@ -149,7 +149,8 @@ def streamed_mds(view, n_components: int, rng: np.random.Generator, *,
 
     ``solver="randomized"`` (Halko, Martinsson and Tropp 2011, algorithm 4.4): a Gaussian
     block of ``n_components + n_oversamples`` columns, ``n_iter`` power iterations with
-    re-orthonormalization, then the eigenproblem of Q^T B Q; ``n_iter + 2`` passes over D.
+    re-orthonormalization, then the eigenproblem of Q^T B Q; ``n_iter + 2`` passes over D
+    (plus one for trace(B)).
     ``solver="lanczos"``: ARPACK ``eigsh(which="LA")`` on the streamed operator, one pass
     per mat-vec (many passes; for D in RAM).
     """
