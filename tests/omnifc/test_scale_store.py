@@ -78,7 +78,9 @@ def test_accumulated_tiles_equal_in_memory_decode(dim, magnitude, primes, where,
 
     kwargs = {"ram": {}, "disk-budget": {"memory_budget": 0},
               "disk-out": {"out": tmp_path / "d.npy"}}[where]
-    acc = DistanceAccumulator(n, primes, scale_bits=3, distance_bound=bound, **kwargs)
+    # finalize in row blocks of about tile_rows rows too (16 bytes per entry and prime)
+    acc = DistanceAccumulator(n, primes, scale_bits=3, distance_bound=bound,
+                              tile_bytes=tile_rows * n * 16 * len(primes), **kwargs)
     # parties deliver in different orders and with a different tile schedule
     starts = list(range(0, n, tile_rows))
     for k in range(len(primes)):
