@@ -7,7 +7,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_bench_scale_quick_runs_and_reports(tmp_path):
     out = tmp_path / "scale.json"
     done = subprocess.run(
