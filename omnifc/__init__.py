@@ -16,6 +16,7 @@ from finite_field import (DeadlineError, InputError, IntegrityError, OmniFCError
                           ParameterError, PeerError, ProtocolError)
 
 from ._result import DistanceResult, PhaseStats
+from ._store import DistanceAccumulator, DistanceStore, TiledDistances, plaintext_distance_store
 from ._plaintext import plaintext_sq_distances
 from ._secure import secure_distance_matrix
 from ._secure_sum import SumResult, secure_sum
@@ -36,7 +37,7 @@ logging.getLogger("omnifc").addHandler(logging.NullHandler())
 __version__ = "0.1.0"
 
 __all__ = [
-    "secure_distance_matrix", "plaintext_sq_distances", "secure_sum", "SumResult", "DistanceResult", "PhaseStats", "split_non_iid", "classical_mds", "centroid_sq_distances", "check_distance_matrix",
+    "secure_distance_matrix", "plaintext_sq_distances", "secure_sum", "SumResult", "DistanceResult", "PhaseStats", "DistanceAccumulator", "DistanceStore", "TiledDistances", "plaintext_distance_store", "split_non_iid", "classical_mds", "centroid_sq_distances", "check_distance_matrix",
     "to_euclidean", "load_dataset", "Dataset", "DATASETS",
     "cluster", "METHODS", "canonical_order", "DistanceKMeans", "DistanceSpectral",
     "DistanceFuzzyCMeans", "DistanceNMF", "DistanceDBSCAN", "DistanceHierarchical",

@@ -51,6 +51,10 @@ class _DistanceClusterer(ClusterMixin, BaseEstimator):
         from sklearn.utils.validation import check_array, validate_data
 
         if self.metric == "precomputed":
+            from ._store import as_tiled
+
+            if as_tiled(X) is not None:  # out of core: omnifc.cluster streams it
+                return X
             # scikit-learn's refusals of sparse and complex input; the distance checks
             # (square, finite, symmetric, >= 0, zero diagonal) follow in omnifc.cluster
             return check_array(X, accept_sparse=False, dtype=None, ensure_all_finite=False,

@@ -23,9 +23,11 @@ class DistanceResult:
 
     Attributes
     ----------
-    distances : ndarray of float64, shape (n, n)
-        Squared Euclidean distances of the quantized rows in real units (D / 4^q).
-    integer_distances : ndarray of int64, shape (n, n)
+    distances : ndarray of float64 or TiledDistances, shape (n, n)
+        Squared Euclidean distances of the quantized rows in real units (D / 4^q). For a
+        result held in a :class:`~omnifc.DistanceStore` (:meth:`from_store`), a lazy
+        :class:`~omnifc.TiledDistances` view computed on access, never a second copy.
+    integer_distances : ndarray (or numpy.memmap) of int64 or int32, shape (n, n)
         The exact integer squared distances of the quantized rows.
     party_names : list of str
         Parties in the order their rows appear.
@@ -41,6 +43,9 @@ class DistanceResult:
     labels : ndarray of int, optional
         Cluster labels in global row order when the coordinator ran a clustering
         (``secure_distance_matrix(..., cluster=...)``); each party received its own rows'.
+    store : DistanceStore, optional
+        The one integer matrix (in RAM or memory-mapped) behind ``integer_distances`` and
+        ``distances`` when the result was built out of core.
     """
 
     distances: np.ndarray
@@ -51,6 +56,27 @@ class DistanceResult:
     stats: dict = field(default_factory=dict)
     clipped: dict = field(default_factory=dict)
     labels: np.ndarray | None = None
+    store: object = None
+
+    @classmethod
+    def from_store(cls, store, *, party_names=None, owners=None, parameters=None,
+                   **fields) -> "DistanceResult":
+        """A result over a :class:`~omnifc.DistanceStore`: ``distances`` is its lazy float
+        view and ``integer_distances`` its integer matrix (no copy).
+
+        >>> import numpy as np, omnifc
+        >>> store = omnifc.plaintext_distance_store(np.array([[0, 0], [0, 2]]), scale_bits=1)
+        >>> result = DistanceResult.from_store(store)
+        >>> float(result.distances[0, 1]), int(result.integer_distances[0, 1])
+        (1.0, 4)
+        """
+        n = store.n
+        names = list(party_names) if party_names is not None else ["party-0"]
+        owners = np.zeros(n, dtype=np.int64) if owners is None else np.asarray(owners)
+        return cls(distances=store.distances, integer_distances=store.integer,
+                   party_names=names, owners=owners,
+                   parameters=dict(store.parameters if parameters is None else parameters),
+                   store=store, **fields)
 
     def rows_of(self, party) -> np.ndarray:
         """Global row indices of one party (by name or index)."""

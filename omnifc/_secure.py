@@ -62,7 +62,8 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
                            clip: str = "clip", primes=None, responders=None,
                            mode: str = "masked", transport: str = "memory",
                            deadline: float = 60.0, cluster=None,
-                           insecure: bool = False) -> DistanceResult:
+                           insecure: bool = False, out=None,
+                           memory_budget=None) -> DistanceResult:
     """Exact pairwise squared distances of all parties' rows, computed on Lagrange shares.
 
     Each party quantizes its rows with the public ``bound`` and ``scale_bits``, encodes them
@@ -100,6 +101,12 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
         ``cluster(distances) -> labels`` run by the coordinator; labels in ``result.labels``.
     insecure : bool
         gRPC without TLS (logs a warning). Never needed on loopback.
+    out, memory_budget : optional
+        Keep the result in a :class:`~omnifc.DistanceStore`: in RAM below
+        ``memory_budget`` bytes, else (or with ``out``, a ``.npy`` path) memory-mapped on
+        disk; ``distances`` is then a lazy view and ``omnifc.cluster`` streams it when
+        needed. Today the coordinator still assembles D in memory first (the streamed
+        protocol is issue 11); the result object then holds one integer copy only.
 
     Returns
     -------
@@ -135,6 +142,15 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     result = DistanceResult(distances=outcome.values, integer_distances=outcome.integer,
                             party_names=names, owners=owners, parameters=described,
                             stats=_stats(outcome), clipped=clipped, labels=outcome.labels)
+    if out is not None or memory_budget is not None:
+        from ._store import DistanceStore
+
+        store = DistanceStore.from_integer(outcome.integer, scale_bits=scale_bits,
+                                           distance_bound=plan.distance_bound, out=out,
+                                           memory_budget=memory_budget, parameters=described)
+        result = DistanceResult.from_store(store, party_names=names, owners=owners,
+                                           parameters=described, stats=result.stats,
+                                           clipped=clipped, labels=outcome.labels)
     logger.info("reconstructed %d x %d distances from %d parties (%s, %s)",
                 *outcome.integer.shape, len(names), mode, transport)
     return result

@@ -15,6 +15,8 @@ from ._fcm import fuzzy_cmeans
 from ._hierarchical import hierarchical
 from ._kmeans import exact_kmeans, rows_kmeans
 from ._kmedoids import kmedoids
+from ._outofcore import streamed_function
+from .._store import as_tiled
 from ._spectral import nmf, spectral
 
 __all__ = ["cluster", "fit_method", "METHODS"]
@@ -42,7 +44,7 @@ _ROW_KEYS = ("memberships", "embedding", "weights")
 
 
 def fit_method(distances, method: str, n_clusters=None, *, random_state=None,
-               canonical: bool = True, **options) -> dict:
+               canonical: bool = True, out_of_core: bool | None = None, **options) -> dict:
     """Run one method and return its details (``labels`` plus method-specific entries).
 
     Row-indexed results are in the caller's row order. See :func:`cluster`.
@@ -50,7 +52,21 @@ def fit_method(distances, method: str, n_clusters=None, *, random_state=None,
     if method not in _FUNCTIONS:
         raise ParameterError(f"unknown clustering method {method!r}; choose one of "
                              f"{list(METHODS)}")
-    d = validate(distances)
+    tiled = as_tiled(distances)
+    if out_of_core not in (None, True, False):
+        raise ParameterError(f"out_of_core must be None, True or False, got {out_of_core!r}")
+    if tiled is None and out_of_core:
+        raise ParameterError("out_of_core=True needs a DistanceStore, TiledDistances or a "
+                             "DistanceResult holding one (omnifc.plaintext_distance_store, "
+                             "DistanceAccumulator)")
+    streamed = tiled is not None and (out_of_core if out_of_core is not None
+                                      else not tiled.fits_in_memory())
+    if tiled is not None and not streamed:
+        distances = np.asarray(tiled)  # fits the memory budget: the dense methods
+    if streamed:
+        d = tiled
+    else:
+        d = validate(distances)
     n = d.shape[0]
     if method == "dbscan":
         if n_clusters is not None:
@@ -59,16 +75,23 @@ def fit_method(distances, method: str, n_clusters=None, *, random_state=None,
         if n_clusters is None:
             raise ParameterError(f"method {method!r} needs n_clusters")
         n_clusters = check_n_clusters(n_clusters, n)
-    function = _FUNCTIONS[method]
-    accepted = [p for p in inspect.signature(function).parameters
-                if p not in ("d", "n_clusters", "rng")]
+    function = streamed_function(method) if streamed else _FUNCTIONS[method]
+    parameters = inspect.signature(function).parameters
+    accepted = [p for p in parameters if p not in ("d", "view", "order", "n_clusters", "rng")]
+    refuses = any(v.kind is inspect.Parameter.VAR_KEYWORD for v in parameters.values())
     unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise ParameterError(f"method {method!r} does not take option(s) {unknown}; it takes "
-                             f"{accepted}")
+    if unknown and not refuses:  # (a method that refuses out of core takes anything)
+        where = " out of core" if streamed else ""
+        raise ParameterError(f"method {method!r} does not take option(s) {unknown}{where}; it "
+                             f"takes {accepted}")
     order = canonical_order(d) if canonical else np.arange(n)
-    permuted = d[np.ix_(order, order)]
-    details = function(permuted, n_clusters, as_generator(random_state), **options)
+    if streamed:
+        logger.info("%s on %d rows out of core (D %s)", method, n,
+                    "on disk" if tiled.store.on_disk else "in memory")
+        details = function(d, order, n_clusters, as_generator(random_state), **options)
+    else:
+        permuted = d[np.ix_(order, order)]
+        details = function(permuted, n_clusters, as_generator(random_state), **options)
     inverse = np.empty(n, dtype=np.int64)
     inverse[order] = np.arange(n)
     raw = np.asarray(details["labels"])
@@ -83,6 +106,8 @@ def fit_method(distances, method: str, n_clusters=None, *, random_state=None,
             details[key] = np.asarray(details[key])[inverse]
     if "affinity" in details:
         details["affinity"] = details["affinity"][np.ix_(inverse, inverse)]
+    if "graph" in details:  # sparse
+        details["graph"] = details["graph"][inverse][:, inverse]
     details["order"] = order
     found = len(set(details["labels"].tolist()) - {-1})
     logger.debug("%s on %d rows: %d clusters", method, n, found)
@@ -115,14 +140,19 @@ def _renumber_per_cluster(details: dict, raw: np.ndarray, labels: np.ndarray) ->
 
 
 def cluster(distances, method: str = "kmeans", n_clusters=None, *, random_state=None,
-            canonical: bool = True, **options) -> np.ndarray:
+            canonical: bool = True, out_of_core: bool | None = None,
+            **options) -> np.ndarray:
     """Cluster the rows of a squared-distance matrix with any supported method.
 
     Parameters
     ----------
-    distances : array-like of shape (n, n)
+    distances : array-like of shape (n, n), TiledDistances, DistanceStore or DistanceResult
         Squared Euclidean distances, e.g. ``secure_distance_matrix(...).distances``.
-        Checked: square, finite, symmetric, non-negative, zero diagonal.
+        Checked: square, finite, symmetric, non-negative, zero diagonal. An out-of-core
+        result (:class:`~omnifc.DistanceStore`, its ``distances`` view, or a
+        :class:`~omnifc.DistanceResult` holding one; complete and symmetric by
+        construction) is clustered by the dense methods when four n x n float64 copies
+        fit its memory budget, and otherwise by the streamed ones (see ``out_of_core``).
     method : str
         ``"kmeans"`` exact k-means (classical MDS of D, then Lloyd from k-means++ seeds
         chosen on D; equals k-means on the plaintext rows with the same seed rows),
@@ -139,6 +169,18 @@ def cluster(distances, method: str = "kmeans", n_clusters=None, *, random_state=
     canonical : bool
         Cluster the rows in :func:`canonical_order` and map back (default), so the
         partition does not depend on the order of the rows.
+    out_of_core : bool, optional
+        For an out-of-core result: force (True) or forbid (False) the streamed methods;
+        by default they run when the dense ones would not fit the memory budget. They
+        read D one row block at a time (memory O(tile x n)): ``"kmeans"`` and ``"fcm"``
+        on a streamed classical MDS (top ``n_components`` = 64 directions by a randomized
+        eigensolver, ``solver="lanczos"`` for ARPACK; same labels as the dense method
+        when the data span at most that many dimensions), ``"spectral"`` on the sparse
+        ``n_neighbors``-nearest-neighbour graph (default 10) with Gaussian weights,
+        ``"dbscan"`` on the radius graph (same labels as the dense method),
+        ``"kmedoids"`` by CLARA (``sample_size``, ``n_draws``; PAM when the sample holds
+        every row). ``"hierarchical"``, ``"nmf"`` and ``"kmeans-rows"`` need D in memory
+        and raise :class:`ParameterError` naming the alternatives.
     **options
         Method options: ``n_init``, ``max_iter``, ``tol`` (kmeans); ``bandwidth``,
         ``bandwidth_scale``, ``n_init``, ``assign_labels`` (spectral); ``fuzzifier``,
@@ -163,4 +205,4 @@ def cluster(distances, method: str = "kmeans", n_clusters=None, *, random_state=
     [0, 0, 1, 1]
     """
     return fit_method(distances, method, n_clusters, random_state=random_state,
-                      canonical=canonical, **options)["labels"]
+                      canonical=canonical, out_of_core=out_of_core, **options)["labels"]

@@ -59,8 +59,16 @@ def canonical_order(distances) -> np.ndarray:
     invariant to a permutation of the rows (e.g. to how the rows were split across
     parties): the same random seed then picks the same points. Rows that tie exactly
     (identical sorted distance rows, e.g. duplicate points) are interchangeable.
-    Cost: one sort of each row, O(n^2 log n) time and n^2 floats of memory.
+    Cost: one sort of each row, O(n^2 log n) time and n^2 floats of memory (for an
+    out-of-core :class:`~omnifc.TiledDistances`, one row block at a time).
     """
+    from .._store import as_tiled
+
+    tiled = as_tiled(distances)
+    if tiled is not None:
+        from ._streamed import canonical_order_streamed
+
+        return canonical_order_streamed(tiled)
     d = np.asarray(distances, dtype=np.float64) + 0.0  # turns -0.0 into +0.0
     rows = np.sort(d, axis=1)
     sums = rows.sum(axis=1)
@@ -78,7 +86,8 @@ def kmeans_plusplus_indices(distances, n_clusters: int, rng: np.random.Generator
     quantity is an entry of D, so the seeds are data rows and the same indices can seed
     k-means on the plaintext vectors.
     """
-    d = np.asarray(distances, dtype=np.float64)
+    # a row provider (rows of an out-of-core D, read on demand) or a dense matrix
+    d = distances if hasattr(distances, "take_rows") else np.asarray(distances, dtype=np.float64)
     n = d.shape[0]
     if n_local_trials is None:
         n_local_trials = 2 + int(np.log(n_clusters))

@@ -18,7 +18,7 @@ import numpy as np
 
 from finite_field import ParameterError
 
-__all__ = ["dbscan", "auto_eps"]
+__all__ = ["dbscan", "auto_eps", "knee_eps"]
 
 
 def auto_eps(dist: np.ndarray, min_samples: int) -> float:
@@ -28,7 +28,17 @@ def auto_eps(dist: np.ndarray, min_samples: int) -> float:
         return 1.0
     k = min(max(int(min_samples) - 1, 1), n - 1)
     kdist = np.sort(np.partition(dist, k, axis=1)[:, k])
-    eps = None
+    eps = knee_eps(kdist)
+    values = np.unique(dist[np.triu_indices(n, 1)])
+    above = values[values > eps]
+    if above.size:
+        eps = (eps + float(above[0])) / 2.0
+    return eps if eps > 0 else float(above[0]) / 2.0 if above.size else 1.0
+
+
+def knee_eps(kdist: np.ndarray) -> float:
+    """The knee of the sorted k-distance curve ``kdist`` (or its 90th percentile)."""
+    n = kdist.shape[0]
     if n >= 3 and kdist[-1] > kdist[0]:
         from kneed import KneeLocator
 
@@ -36,14 +46,8 @@ def auto_eps(dist: np.ndarray, min_samples: int) -> float:
             warnings.simplefilter("ignore")
             knee = KneeLocator(np.arange(n), kdist, curve="convex", direction="increasing").knee
         if knee is not None:
-            eps = float(kdist[int(knee)])
-    if eps is None:
-        eps = float(np.percentile(kdist, 90, method="lower"))
-    values = np.unique(dist[np.triu_indices(n, 1)])
-    above = values[values > eps]
-    if above.size:
-        eps = (eps + float(above[0])) / 2.0
-    return eps if eps > 0 else float(above[0]) / 2.0 if above.size else 1.0
+            return float(kdist[int(knee)])
+    return float(np.percentile(kdist, 90, method="lower"))
 
 
 def dbscan(d: np.ndarray, n_clusters=None, rng=None, *, eps=None, min_samples: int = 5) -> dict:

@@ -14,7 +14,7 @@ from pathlib import Path
 from finite_field import ParameterError
 
 BENCHMARKS = {"kernels": "bench_kernels.py", "protocol": "bench_protocol.py",
-              "reproduce": "reproduce.py"}
+              "reproduce": "reproduce.py", "scale": "bench_scale.py"}
 
 
 def benchmarks_dir() -> Path:
@@ -23,7 +23,7 @@ def benchmarks_dir() -> Path:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "bench", help="run a benchmark (kernels, protocol, reproduce)",
+        "bench", help="run a benchmark (kernels, protocol, reproduce, scale)",
         description="Run one of the benchmark scripts of a source checkout; extra arguments "
                     "are passed through (e.g. omnifc bench kernels --quick).")
     parser.add_argument("name", choices=sorted(BENCHMARKS))
