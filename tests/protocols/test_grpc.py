@@ -89,12 +89,16 @@ def test_flipped_byte_in_a_relayed_share_fails_cleanly():
             ciphertext = bytearray(env.share.ciphertext)
             ciphertext[-1] ^= 0x01
             env.share.ciphertext = bytes(ciphertext)
-            flipped.append(env.share.sender)
+            flipped.append((env.share.sender, dest))
         return env
 
-    with pytest.raises(IntegrityError) as info:
+    # the receiver's integrity check fails; the coordinator blames only the reporter
+    with pytest.raises(PeerError) as info:
         run_local_grpc_session(data, params, deadline=20, tamper=tamper)
-    assert (info.value.party, info.value.phase) == (flipped[0], "shares")
+    [(sender, receiver)] = flipped
+    assert (info.value.party, info.value.phase) == (receiver, "shares")
+    assert f"reported by {receiver!r} (its report names {sender!r}): integrity" \
+        in str(info.value)
 
 
 def test_secure_sum_over_grpc():
