@@ -86,7 +86,8 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
                        serialize: bool = True, drop: dict | None = None, tamper=None,
                        sources: dict | None = None,
                        coordinator_class=Coordinator,
-                       identities: dict | None = None) -> tuple[Outcome, Transcript]:
+                       identities: dict | None = None,
+                       observe: Transcript | None = None) -> tuple[Outcome, Transcript]:
     """Run one complete session in memory.
 
     Parameters
@@ -138,7 +139,9 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
                for name in names}
     coordinator = coordinator_class(session_id, parameters, names, pinned,
                                     responders=responders, cluster=cluster)
-    transcript = Transcript(parties=parties, session_id=session_id, coordinator=coordinator)
+    transcript = observe if observe is not None else Transcript()
+    transcript.parties, transcript.session_id = parties, session_id
+    transcript.coordinator = coordinator
     queue = collections.deque()  # (destination, sender, envelope)
 
     def wire(env):
