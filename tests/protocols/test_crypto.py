@@ -179,3 +179,21 @@ def test_mask_fast_path_equals_plain_rejection_sampling(p):
         expected = uniform_elements(p, (40, 50), KeyStream(key, bytes(16)))
         assert np.array_equal(ka.mask(p, (40, 50), view=VIEW, prime_index=0, tile_index=tile),
                               expected)
+
+
+def test_view_mask_key_is_hkdf_expand_of_the_view():
+    # Independent oracle: cryptography's HKDF-Expand over the documented info string.
+    import hashlib
+
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
+
+    from protocols._crypto import transcript
+
+    ka, _ = pair()
+    view_digest = hashlib.sha256(transcript("mask-view", VIEW.session_id, VIEW.round, ROSTER,
+                                            3, "alice", "bob", "carol")).digest()
+    info = transcript("mask-stream", view_digest, 2147483647, 7)
+    expected = HKDFExpand(algorithm=hashes.SHA256(), length=32, info=info).derive(ka.mask_key)
+    assert view_mask_key(ka.mask_key, VIEW, 2147483647, 7) == expected
+    assert view_mask_key(ka.mask_key, VIEW, 2147483647, 8) != expected
