@@ -37,7 +37,8 @@ from protocols._generated import omnifc_pb2 as pb
 from protocols._messages import envelope, row_tiles
 
 __all__ = ["EquivocatingCoordinator", "round_robin_matchings", "equivocation_views",
-           "recover_segments", "plaintext_segments", "solve_mod"]
+           "recover_segments", "plaintext_segments", "solve_mod", "run_equivocation",
+           "run_roster_attacks", "check_active_coordinator"]
 
 
 def round_robin_matchings(m: int) -> list[list[tuple[int, int]]]:
@@ -236,3 +237,205 @@ def plaintext_segments(quantized: np.ndarray, segments: int) -> list:
         out.append(np.array([[int(sum((u - v) ** 2 for u, v in zip(x, y))) for y in block]
                              for x in block], dtype=np.int64))
     return out
+
+
+# -- the audit check ------------------------------------------------------------------------
+
+def _session_parameters(params, mode: str = "masked"):
+    from protocols import SessionParameters
+
+    alphas, betas = params.raw_points()
+    return SessionParameters(dim=params.dim, bound=params.bound, scale_bits=params.scale_bits,
+                             segments=params.segments, noise_segments=params.noise_segments,
+                             nonnegative=params.nonnegative, primes=params.session_primes(),
+                             mode=mode, alphas=alphas, betas=betas)
+
+
+def _unmasked_functionals(coordinator, parties) -> list:
+    """Per equivocated round: does its upload sum equal sum_j c_j^{B_j} g(beta_j)?
+
+    Uses the parties' state (their shares) only to *verify* what the attacker obtained.
+    """
+    from finite_field import cross_sq_distances
+
+    code = coordinator.plan.codes[0]
+    p = code.prime
+    g = {name: cross_sq_distances(party.held[0], party.held[0], p)
+         for name, party in parties.items() if hasattr(party, "held")}
+    out = []
+    for r, (coefficients, sums) in enumerate(zip(coordinator.coefficients,
+                                                 coordinator.round_sums)):
+        if r == 0 or any(name not in g for name in coefficients[0]):
+            continue
+        expected = np.zeros_like(sums[0])
+        for name, c in coefficients[0].items():
+            expected = (expected + c * g[name]) % p
+        out.append(bool(np.array_equal(np.triu(sums[0]), np.triu(expected))))
+    return out
+
+
+def run_equivocation(params, *, rows_per_party: int = 2, seed: int = 0,
+                     schedule: str | None = None) -> dict:
+    """Run the equivocation attack with real in-memory parties; return what it obtained."""
+    from finite_field import OmniFCError
+    from protocols import run_memory_session
+    from protocols._memory import Transcript
+
+    m, l = params.parties, params.segments
+    names = [f"party-{j + 1}" for j in range(m)]
+    session = _session_parameters(params)
+    need = session.min_responders(m)
+    if m <= need:
+        return {"applicable": False, "reason": f"m = {m} parties and decoding needs "
+                f"2l+2t-1 = {need}: every round must include everyone, there is no set "
+                "to equivocate"}
+    if schedule is None:
+        shrinking = equivocation_views(names, need, "shrinking")
+        schedule = "shrinking" if len(shrinking) >= need + 1 else "pairings"
+    views = equivocation_views(names, need, schedule)
+    rng = np.random.default_rng(seed)
+    q = params.quantizer
+    data = {name: rng.uniform(q.lower, params.bound, (rows_per_party, params.dim))
+            for name in names}
+
+    def make(*args, **kwargs):
+        return EquivocatingCoordinator(*args, views=views, **kwargs)
+    seen = Transcript()
+    refused = None
+    try:
+        run_memory_session(data, session, coordinator_class=make, observe=seen)
+    except OmniFCError as error:
+        refused = str(error)
+    coordinator = seen.coordinator
+    result = {"applicable": True, "schedule": schedule, "rounds_planned": len(views),
+              "rounds_completed": len(coordinator.round_sums), "refused": refused,
+              "unmasked_rounds": sum(_unmasked_functionals(coordinator, seen.parties))}
+    recovered = recover_segments(coordinator) if coordinator.round_sums else None
+    truth = plaintext_segments(np.concatenate([seen.parties[n].quantized for n in names]), l)
+    result["segments_determined"] = recovered is not None
+    result["segments_recovered_exactly"] = 0 if recovered is None else sum(
+        bool(np.array_equal(np.triu(got), np.triu(want)))
+        for got, want in zip(recovered, truth))
+    return result
+
+
+def run_roster_attacks(params, *, seed: int = 0) -> dict:
+    """A reordered roster and a hello replayed from an earlier run, with real parties."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from finite_field import OmniFCError
+    from protocols import run_memory_session
+    from protocols._memory import Transcript
+
+    m = params.parties
+    names = [f"party-{j + 1}" for j in range(m)]
+    session = _session_parameters(params)
+    rng = np.random.default_rng(seed)
+    q = params.quantizer
+    data = {name: rng.uniform(q.lower, params.bound, (2, params.dim)) for name in names}
+    out = {}
+
+    def reordered(session_id, parameters, order, pinned, **kwargs):
+        return Coordinator(session_id, parameters, order[::-1], pinned, **kwargs)
+    seen = Transcript()
+    try:
+        run_memory_session(data, session, coordinator_class=reordered, observe=seen)
+        out["reordered_roster_refused"] = False
+    except OmniFCError:
+        out["reordered_roster_refused"] = all(p.phase == "failed" and not hasattr(p, "keys")
+                                              for p in seen.parties.values())
+
+    identities = {name: Ed25519PrivateKey.generate() for name in names}
+    _, first = run_memory_session(data, session, session_id="audit-replay", record=True,
+                                  identities=identities)
+    old = {msg.sender: msg.envelope().hello for msg in first.of_kind("hello")}
+    victim, replayed = names[0], names[-1]
+
+    class Replaying(Coordinator):
+        def _send_roster(self):
+            result = []
+            for dest, env in super()._send_roster():
+                if dest == victim:
+                    env = pb.Envelope.FromString(env.SerializeToString())
+                    for entry in env.roster.parties:
+                        if entry.hello.party_id == replayed:
+                            entry.hello.CopyFrom(old[replayed])
+                result.append((dest, env))
+            return result
+    seen = Transcript()
+    try:
+        run_memory_session(data, session, session_id="audit-replay", identities=identities,
+                           coordinator_class=Replaying, observe=seen)
+        out["replayed_hello_refused"] = False
+    except OmniFCError:
+        # nobody may hold a result; the victim's peers must refuse its shares
+        out["replayed_hello_refused"] = all(p.result is None for p in seen.parties.values())
+    return out
+
+
+def check_active_coordinator(params, *, seed: int = 0):
+    """Check 8: an actively malicious coordinator against real parties (masked mode).
+
+    Runs the responder-set equivocation attack (:class:`EquivocatingCoordinator`), a
+    reordered roster and a hello replayed from an earlier run of the same session config
+    with real, unmodified in-memory parties and the session's parameters, and reports
+    whether the coordinator obtained anything beyond D. Passes when it did not.
+
+    Examples
+    --------
+    >>> from omnifc.audit import AuditParameters
+    >>> check = check_active_coordinator(AuditParameters(parties=6, segments=2, dim=4))
+    >>> check.verdict, check.evidence["equivocation"]["segments_recovered_exactly"]
+    ('pass', 0)
+    """
+    from omnifc.audit._model import FAIL, PASS, Check
+
+    check = Check("active_coordinator", 8, "An actively malicious coordinator (masked mode)",
+                  verdict=PASS)
+    check.reproduce = (f"omnifc audit {params.cli_arguments()} --checks 8\n\n"
+                       "from omnifc.audit import AuditParameters, check_active_coordinator\n"
+                       f"check_active_coordinator({params.python_arguments()})")
+    from finite_field import OmniFCError
+    try:
+        equivocation = run_equivocation(params, seed=seed)
+        roster = run_roster_attacks(params, seed=seed)
+    except (OmniFCError, ValueError) as error:
+        check.fail(f"not run: the protocol refuses these parameters ({error})")
+        check.finding = check.reasons[0]
+        return check
+    check.evidence = {"equivocation": equivocation, "roster": roster}
+    l = params.segments
+    if equivocation["applicable"]:
+        if equivocation["unmasked_rounds"]:
+            check.fail(f"{equivocation['unmasked_rounds']} equivocated rounds gave the "
+                       "coordinator an unmasked combination of per-party evaluations")
+        if equivocation["segments_recovered_exactly"] and l > 1:
+            check.fail(f"the coordinator recovered {equivocation['segments_recovered_exactly']}"
+                       f" of {l} per-segment distance matrices exactly")
+        check.details.append(
+            f"Equivocation ({equivocation['schedule']} schedule): the coordinator told each of "
+            f"the m = {params.parties} parties its own responding set in "
+            f"{equivocation['rounds_planned']} rounds; the parties took part in "
+            f"{equivocation['rounds_completed']} "
+            + (f"and then refused ({equivocation['refused']}). " if equivocation['refused']
+               else "(every set was acceptable to an honest party). ")
+            + f"Rounds whose upload sum was an unmasked functional: "
+            f"{equivocation['unmasked_rounds']}; per-segment matrices recovered exactly: "
+            f"{equivocation['segments_recovered_exactly']} of {l}.")
+    else:
+        check.details.append("Equivocation: not applicable: " + equivocation["reason"] + ".")
+    if not roster["reordered_roster_refused"]:
+        check.fail("a roster in another order than the session config's was accepted")
+    if not roster["replayed_hello_refused"]:
+        check.fail("a hello replayed from an earlier run was accepted")
+    check.details.append(
+        "Roster: a roster in reversed order was "
+        + ("refused by every party before any key was derived" if
+           roster["reordered_roster_refused"] else "ACCEPTED")
+        + "; a hello replayed from an earlier run of the same config was "
+        + ("never accepted (no party obtained a result)" if roster["replayed_hello_refused"]
+           else "ACCEPTED") + ".")
+    check.finding = ("nothing beyond D: equivocated views gave noise or refusals, the "
+                     "reordered roster and the replayed hello were refused"
+                     if check.verdict == PASS else check.reasons[0])
+    return check
