@@ -6,16 +6,30 @@ pairs to send. The transport also reports a lost connection (:meth:`party_lost`)
 passed phase deadline (:meth:`expire`); the coordinator never reads a clock to decide
 anything (it only times phases for the stats).
 
-Any violation raises (``ProtocolError``, ``PeerError`` naming the party and phase,
-``DeadlineError``, ``IntegrityError``) and leaves the coordinator failed; :meth:`abort` then
-returns the ErrorReports that tell every remaining party. Nothing partial is ever
-returned: :attr:`outcome` is set only when the whole matrix (or sum) is decoded.
+Fail closed: any exception, whatever its origin (a violation, a malformed or garbage upload,
+the decode, the clustering callback, a bug), leaves the coordinator failed with a
+:class:`ProtocolError` (``PeerError`` naming the party and phase, ``DeadlineError``,
+``IntegrityError``; anything else is wrapped, with only its type in the message);
+:meth:`abort` then returns the ErrorReports, naming the phase, that tell every remaining
+party. Nothing partial is ever returned: :attr:`outcome` is set only when the whole matrix
+(or sum) is decoded and clustered. A decoded value outside the no-wrap bound is an
+``IntegrityError`` that says which check failed. Blame goes only to the authenticated
+sender: an ErrorReport from party X is "reported by X", whatever party it names.
+
+Public row caps (``max_rows_per_party``, ``max_rows_total``) are checked on every hello
+before anything is allocated. The roster is the session config's order of parties; every
+party checks it (order, signatures, its own hello, parameters, caps) and binds its keys to
+its digest.
 
 Dropouts during evaluation: if a party of the responding set B disappears or misses the
 deadline before it delivered every tile, the round is abandoned without unmasking, and a
-new round with B' = every remaining party (|B'| >= 2l+2t-1, all parties for a sum) starts
-with fresh masks (the round number is part of the mask PRG nonce). Tiles of an abandoned
-round that are still in flight are ignored.
+new round with B' = the remaining parties of B (a strict subset: parties accept nothing
+else, so there are at most m - (2l+2t-1) + 1 rounds; |B'| >= 2l+2t-1, all parties for a
+sum) starts with fresh masks: masks are bound to the exact view (session, round, roster
+digest, B, prime, tile). Tiles of an abandoned round that are still in flight are ignored.
+A coordinator that deviates from all this (shows parties different sets B or rosters,
+replays hellos, runs extra rounds) gets noise or aborted parties, never more than D:
+see docs/protocol.md and ``tests/protocols/test_malicious_coordinator.py``.
 """
 
 from __future__ import annotations
@@ -30,12 +44,12 @@ from finite_field import (DeadlineError, IntegrityError, ParameterError, PeerErr
                           ProtocolError, add_upload, crt_combine, decode_sum, masked_upload,
                           symmetrize_mod)
 
-from ._crypto import PROTOCOL_VERSION
+from ._crypto import PROTOCOL_VERSION, RUN_NONCE_BYTES
 from ._identity import verify
 from ._generated import omnifc_pb2 as pb
-from ._messages import (SessionParameters, SumPlan, body_of, chunk_rows, envelope, phase_of,
-                        packed_view, row_tiles, vector_tiles)
-from ._party import hello_transcript
+from ._messages import (SessionParameters, SumPlan, body_of, check_row_caps, chunk_rows,
+                        envelope, phase_of, packed_view, row_tiles, vector_tiles)
+from ._party import as_protocol_error, hello_transcript
 
 __all__ = ["Coordinator", "Outcome", "PHASES"]
 
@@ -94,7 +108,8 @@ class Coordinator:
     session_id : str
     parameters : SessionParameters
     parties : sequence of str
-        Every party of the session, in roster order (row order and mask order).
+        Every party of the session, in the session config's order: the roster order (row
+        order and mask order) every party checks.
     identities : dict of str to bytes
         Pinned raw Ed25519 public keys (from the session config); hellos must verify.
     responders : sequence of str, optional
@@ -142,8 +157,12 @@ class Coordinator:
         self.responders: list[str] = []
         self._aborted_rounds: set[int] = set()
         self._relayed: set[tuple] = set()
+        self.failed_in: str | None = None
         self.stats = {phase: [0.0, 0] for phase in PHASES}
         self._phase_started = time.perf_counter()
+        if self.parameters.mode == "transparent":
+            logger.warning("session %r runs in TRANSPARENT mode: the coordinator learns every "
+                           "per-segment distance matrix, not only D", self.session_id)
 
     # -- bookkeeping --------------------------------------------------------------------
     def _enter(self, phase: str) -> None:
@@ -180,23 +199,28 @@ class Coordinator:
         return []
 
     def _fail(self, error: Exception) -> Exception:
+        """Record the first failure (wrapped into a ProtocolError) and return it."""
         if self.error is None:
-            self.error = error
+            self.failed_in = self.phase
+            self.error = as_protocol_error(error, "the coordinator", self.phase)
             self._enter("failed")
-            logger.warning("session %r failed: %s", self.session_id, error)
-        return error
+            logger.warning("session %r failed in phase %r: %s", self.session_id,
+                           self.failed_in, self.error)
+        return self.error
 
     def abort(self) -> list:
-        """ErrorReports telling every connected party that the session failed."""
+        """ErrorReports telling every connected party that the session failed (and in which
+        phase)."""
         error = self.error or ProtocolError("session aborted")
         kind = ("integrity" if isinstance(error, IntegrityError) else
                 "deadline" if isinstance(error, DeadlineError) else
                 "peer" if isinstance(error, PeerError) else "protocol")
         culprit = getattr(error, "party", None)
+        phase = getattr(error, "phase", None) or self.failed_in or self.phase
         return self._broadcast(lambda name: envelope(error=pb.ErrorReport(
             session_id=self.session_id, reporter="coordinator",
             party="" if culprit is None else str(culprit),
-            phase=getattr(error, "phase", None) or "", kind=kind, message=str(error))))
+            phase=phase, kind=kind, message=str(error))))
 
     # -- entry points -------------------------------------------------------------------
     def receive(self, sender: str, env: pb.Envelope) -> list:
@@ -272,9 +296,11 @@ class Coordinator:
             raise PeerError(f"protocol version {hello.protocol_version}, expected "
                             f"{PROTOCOL_VERSION}", party=sender, phase="join")
         verify(self.identities[sender], hello_transcript(hello), hello.signature,
-                          party=sender, phase="join")
-        if len(hello.ephemeral_public_key) != 32:
-            raise PeerError("ephemeral key must be 32 bytes", party=sender, phase="join")
+               party=sender, phase="join")
+        if len(hello.ephemeral_public_key) != 32 or len(hello.run_nonce) != RUN_NONCE_BYTES:
+            raise PeerError(f"hello carries a {len(hello.ephemeral_public_key)}-byte ephemeral "
+                            f"key and a {len(hello.run_nonce)}-byte run nonce, expected 32 and "
+                            f"{RUN_NONCE_BYTES}", party=sender, phase="join")
         expected_dim = self.parameters.dim or next(
             (h.dim for h in self.hellos.values()), hello.dim)
         if hello.dim != expected_dim or hello.dim == 0:
@@ -287,6 +313,9 @@ class Coordinator:
             raise PeerError(f"sent n_rows={hello.n_rows}, expected "
                             f"{expected_rows if expected_rows else 'at least 1'}",
                             party=sender, phase="join")
+        # before anything is allocated: the public row caps
+        check_row_caps(self.parameters, {h.party_id: h.n_rows for h in self.hellos.values()}
+                       | {sender: hello.n_rows}, blame=lambda _: sender)
         self.hellos[sender] = hello
         if len(self.hellos) < len(self.names):
             return []
@@ -379,7 +408,8 @@ class Coordinator:
         return len(self.delivered.get(name, ())) == len(self.plan.primes) * len(self.tiles)
 
     def _retry(self, missing: list[str], reason: str, error_type) -> list:
-        remaining = [p for p in self.names if p not in self.lost]
+        # a strict subset of the current B: honest parties accept nothing else
+        remaining = [p for p in self.responders if p not in self.lost]
         if len(remaining) < self.min_responders:
             raise error_type(f"{reason}; only {len(remaining)} parties remain "
                              f"({remaining}) and decoding needs {self.min_responders}",
@@ -440,19 +470,31 @@ class Coordinator:
             residues = [(s % p + offset) % p for s, p in zip(self.sums, self.plan.primes)]
             integer = crt_combine(residues, self.plan.primes) - offset
             if integer.size and int(np.abs(integer).max()) > offset:
-                raise ProtocolError("decoded sum exceeds the largest possible value: a "
-                                    "contribution was corrupted")
+                raise _decode_failure(f"every decoded sum must lie in [-{offset}, {offset}] "
+                                      "(m times the largest quantized value); some do not: a "
+                                      "contribution was corrupted")
             integer = integer.reshape(self.parameters.rows, self.parameters.dim)
             values = integer / self.plan.quantizer.scale
         else:
             # tiles filled the upper triangle; D is symmetric with a zero diagonal
             full = [symmetrize_mod(s, p) for s, p in zip(self.sums, self.plan.primes)]
-            integer = decode_sum(self.plan, full)
+            try:
+                integer = decode_sum(self.plan, full)
+            except ParameterError:
+                raise _decode_failure(
+                    f"every decoded squared distance must lie in [0, "
+                    f"{self.plan.distance_bound}] (the no-wrap bound of the public parameters)"
+                    f"; some do not: an uploaded evaluation of {self.responders} was corrupted"
+                ) from None
             values = self.plan.quantizer.dequantize_distances(integer)
         self.sums = None
         labels = None
         if self.cluster is not None:
-            labels = np.asarray(self.cluster(values), dtype=np.int64).reshape(-1)
+            try:
+                labels = np.asarray(self.cluster(values), dtype=np.int64).reshape(-1)
+            except Exception as error:  # noqa: BLE001 - fail closed, say where
+                raise ProtocolError(f"the coordinator's clustering failed in phase 'decode': "
+                                    f"{type(error).__name__}: {error}") from error
             if labels.size != values.shape[0]:
                 raise ProtocolError(f"clustering returned {labels.size} labels for "
                                     f"{values.shape[0]} rows")
@@ -479,8 +521,18 @@ class Coordinator:
         return out
 
     def _on_error(self, sender: str, report: pb.ErrorReport) -> list:
+        # Blame only the authenticated sender: whatever party the report names, the
+        # coordinator cannot verify it, so it says who reported and passes the claim on.
         phase = report.phase or self.phase
-        culprit = report.party or sender
-        if report.kind == "integrity":
-            raise IntegrityError(culprit, phase)
-        raise PeerError(f"reported by {sender!r}: {report.message}", party=culprit, phase=phase)
+        claim = f" (its report names {report.party!r})" if report.party and \
+            report.party != sender else ""
+        raise PeerError(f"reported by {sender!r}{claim}: {report.kind or 'error'}: "
+                        f"{report.message[:500]}", party=sender, phase=phase)
+
+
+def _decode_failure(checked: str) -> IntegrityError:
+    """An IntegrityError of the decode phase that says which check failed."""
+    error = IntegrityError(None, "decode")
+    error.args = (f"the decoded result failed its integrity check in phase 'decode': "
+                  f"{checked}",)
+    return error

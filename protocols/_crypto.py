@@ -1,40 +1,59 @@
 """Cryptographic primitives of the share-exchange protocol.
 
 - **Ephemeral keys**: one X25519 key pair per party and session; the public half travels in
-  the hello, signed by the party's long-term Ed25519 identity key (pinned in the session
-  config), so the coordinator cannot substitute keys.
+  the hello with a fresh 32-byte run nonce, signed by the party's long-term Ed25519 identity
+  key (pinned in the session config), so the coordinator cannot substitute keys.
+- **Roster digest**: SHA-256 over every signed hello in roster order
+  (:func:`roster_digest`). It binds the whole join transcript (every party's ephemeral key
+  and run nonce): two parties derive the same keys only if they saw the same roster, so
+  nothing of an earlier run of the same session config, and no roster shown to only some
+  parties, is ever accepted.
 - **Pairwise keys**: HKDF-SHA256 over the X25519 secret. ``info`` binds the protocol
-  version, the session id, both party ids in canonical (sorted) order, both ephemeral public
-  keys and a purpose (``share-encryption`` or ``mask``), so keys of different purposes,
-  sessions or pairs are independent.
+  version, the session id, the roster digest, both party ids in canonical (sorted) order,
+  both ephemeral public keys and a purpose (``share-encryption`` or ``mask``), so keys of
+  different purposes, runs, sessions or pairs are independent.
 - **Share encryption**: AES-256-GCM. The 96-bit nonce is derived from (direction, round,
-  prime index, chunk index) and is never reused under one key (keys are fresh per session);
-  the associated data binds protocol version, session, round, sender, receiver, prime index
-  and chunk index. Any failure raises the opaque :class:`~finite_field.IntegrityError`.
-- **Masks**: a ChaCha20 keystream keyed from the mask key, with a nonce from (round, prime
-  index, tile index), turned into uniform field elements by rejection sampling
-  (:func:`finite_field.uniform_elements`). Party j adds ``+PRG(s_jk)`` for every responding
-  k after it in roster order and ``-PRG(s_jk)`` for every k before it, so the masks cancel
-  in the sum over the responding set.
+  prime index, chunk index) and is never reused under one key (keys are fresh per run);
+  the associated data binds protocol version, session, roster digest, round, sender,
+  receiver, prime index and chunk index. Any failure raises the opaque
+  :class:`~finite_field.IntegrityError`.
+- **Masks bound to the exact view**: :func:`view_mask_key` derives the key of one mask
+  stream with HKDF-Expand from the pair's mask key and the view: (session, round, roster
+  digest, the exact responding set B in order, prime, tile). The stream is ChaCha20 under
+  that key, turned into uniform field elements by rejection sampling
+  (:func:`finite_field.uniform_elements`). Party j adds ``+PRG`` for every responding k
+  after it in roster order and ``-PRG`` for every k before it, so the masks cancel in the
+  sum over B when every party of B was shown the same view, and are independent
+  pseudorandom streams otherwise: a coordinator that shows different parties different
+  sets B (or rosters) gets only noise.
 
 Examples
 --------
 >>> import numpy as np
 >>> a, b = EphemeralKey.generate(), EphemeralKey.generate()
->>> ka = PairKeys.derive(a, b.public_bytes, session_id="s", me="a", peer="b")
->>> kb = PairKeys.derive(b, a.public_bytes, session_id="s", me="b", peer="a")
+>>> roster = roster_digest("s", [(b"hello of a", b"sig"), (b"hello of b", b"sig")])
+>>> ka = PairKeys.derive(a, b.public_bytes, session_id="s", me="a", peer="b",
+...                      roster_digest=roster)
+>>> kb = PairKeys.derive(b, a.public_bytes, session_id="s", me="b", peer="a",
+...                      roster_digest=roster)
 >>> box = ka.encrypt(b"share", round_=0, prime_index=0, chunk_index=0)
 >>> kb.decrypt(box, sender="a", round_=0, prime_index=0, chunk_index=0)
 b'share'
->>> m = ka.mask(13, (2, 3), round_=1, prime_index=0, tile_index=0)
->>> bool((m == kb.mask(13, (2, 3), round_=1, prime_index=0, tile_index=0)).all())
+>>> view = MaskView("s", 1, roster, ("a", "b", "c"))
+>>> m = ka.mask(13, (2, 3), view=view, prime_index=0, tile_index=0)
+>>> bool((m == kb.mask(13, (2, 3), view=view, prime_index=0, tile_index=0)).all())
 True
+>>> other = MaskView("s", 1, roster, ("a", "b"))   # another responding set
+>>> bool((m == kb.mask(13, (2, 3), view=other, prime_index=0, tile_index=0)).all())
+False
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
@@ -46,10 +65,16 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from finite_field import IntegrityError, ParameterError, uniform_elements
 
-__all__ = ["PROTOCOL_VERSION", "EphemeralKey", "PairKeys", "KeyStream", "transcript"]
+__all__ = ["PROTOCOL_VERSION", "EphemeralKey", "PairKeys", "KeyStream", "MaskView",
+           "transcript", "roster_digest", "view_mask_key", "new_run_nonce", "RUN_NONCE_BYTES"]
 
-#: Version of the wire protocol; bound into every key, signature and AAD.
+#: Version of the wire protocol; bound into every key, signature and AAD. (The run nonce,
+#: roster digest and view-bound masks changed the wire format before any release; a peer of
+#: the older format fails signature verification of its hello.)
 PROTOCOL_VERSION = 1
+
+#: Bytes of fresh randomness every party adds to its signed hello.
+RUN_NONCE_BYTES = 32
 
 _NONCE_BYTES = 12
 
@@ -66,6 +91,64 @@ def _field(value) -> bytes:
 def transcript(label: str, *fields) -> bytes:
     """Canonical bytes of a labelled tuple of fields (what gets signed or bound as AAD)."""
     return b"omnifc" + _field(PROTOCOL_VERSION) + _field(label) + b"".join(map(_field, fields))
+
+
+def new_run_nonce(source=None) -> bytes:
+    """Fresh randomness for a hello (OS CSPRNG; ``source`` for reproducible tests only)."""
+    if source is None:
+        import os
+        return os.urandom(RUN_NONCE_BYTES)
+    return bytes(source.bytes(RUN_NONCE_BYTES))
+
+
+def roster_digest(session_id: str, signed_hellos) -> bytes:
+    """SHA-256 of the ordered roster: ``signed_hellos`` is a sequence of (signed transcript,
+    signature) pairs, one per party in roster order."""
+    fields = []
+    for signed, signature in signed_hellos:
+        fields += [bytes(signed), bytes(signature)]
+    return hashlib.sha256(transcript("roster", session_id, len(fields) // 2,
+                                     *fields)).digest()
+
+
+@dataclass(frozen=True)
+class MaskView:
+    """What one party was shown for one evaluation round (public).
+
+    Attributes
+    ----------
+    session_id : str
+    round : int
+    roster_digest : bytes
+        :func:`roster_digest` of the roster the party accepted.
+    responders : tuple of str
+        The exact responding set B, in roster order.
+    """
+
+    session_id: str
+    round: int
+    roster_digest: bytes
+    responders: tuple
+    digest: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "responders", tuple(str(r) for r in self.responders))
+        object.__setattr__(self, "digest", hashlib.sha256(transcript(
+            "mask-view", self.session_id, self.round, bytes(self.roster_digest),
+            len(self.responders), *self.responders)).digest())
+
+
+def view_mask_key(mask_key: bytes, view: MaskView, prime: int, tile_index: int) -> bytes:
+    """The ChaCha20 key of one mask stream: HKDF-Expand(mask key, view, prime, tile).
+
+    The one place masks are bound to the view (session, round, roster digest, the ordered
+    responding set B, prime, tile): streams of two different views are independent.
+    """
+    info = transcript("mask-stream", view.digest, int(prime), int(tile_index))
+    # HKDF-Expand (RFC 5869) with L = 32 is one HMAC: T(1) = HMAC-SHA256(PRK, info | 0x01);
+    # computed directly, it costs a few microseconds per tile (the tests check it against
+    # cryptography's HKDFExpand).
+    return hmac.new(bytes(mask_key), info + b"\x01", hashlib.sha256).digest()
 
 
 class EphemeralKey:
@@ -125,6 +208,7 @@ class PairKeys:
     peer: str
     encryption_key: bytes
     mask_key: bytes
+    roster_digest: bytes = b""
 
     def __repr__(self) -> str:
         return f"PairKeys(session={self.session_id!r}, {self.me!r}<->{self.peer!r}, <secret>)"
@@ -134,20 +218,23 @@ class PairKeys:
 
     @classmethod
     def derive(cls, mine: EphemeralKey, peer_public: bytes, *, session_id: str, me: str,
-               peer: str) -> "PairKeys":
-        """HKDF-SHA256 over the X25519 secret, one key per purpose."""
+               peer: str, roster_digest: bytes) -> "PairKeys":
+        """HKDF-SHA256 over the X25519 secret, one key per purpose, bound to the roster."""
         if me == peer:
             raise ParameterError("a party has no pair key with itself")
+        roster_digest = bytes(roster_digest)
+        if len(roster_digest) != 32:
+            raise ParameterError(f"the roster digest must be 32 bytes, got {len(roster_digest)}")
         secret = mine.exchange(peer_public)
         (first, first_key), (second, second_key) = sorted(
             [(me, mine.public_bytes), (peer, bytes(peer_public))])
 
         def hkdf(purpose: str) -> bytes:
-            info = transcript("pair-key", session_id, first, second, first_key, second_key,
-                              purpose)
+            info = transcript("pair-key", session_id, roster_digest, first, second, first_key,
+                              second_key, purpose)
             return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
 
-        return cls(session_id, me, peer, hkdf("share-encryption"), hkdf("mask"))
+        return cls(session_id, me, peer, hkdf("share-encryption"), hkdf("mask"), roster_digest)
 
     # -- share encryption -------------------------------------------------------------
     def nonce(self, sender: str, round_: int, prime_index: int, chunk_index: int) -> bytes:
@@ -156,8 +243,8 @@ class PairKeys:
         return struct.pack(">BBHQ", direction, 0, prime_index, (round_ << 40) | chunk_index)
 
     def _aad(self, sender, receiver, round_, prime_index, chunk_index) -> bytes:
-        return transcript("share", self.session_id, round_, sender, receiver, prime_index,
-                          chunk_index)
+        return transcript("share", self.session_id, self.roster_digest, round_, sender,
+                          receiver, prime_index, chunk_index)
 
     def encrypt(self, plaintext: bytes, *, round_: int, prime_index: int,
                 chunk_index: int) -> bytes:
@@ -181,24 +268,28 @@ class PairKeys:
             raise IntegrityError(sender, phase) from None
 
     # -- masks ------------------------------------------------------------------------
-    def mask(self, prime: int, shape, *, round_: int, prime_index: int,
+    def mask(self, prime: int, shape, *, view: MaskView, prime_index: int,
              tile_index: int, dtype=np.int64) -> np.ndarray:
-        """The pairwise PRG mask both ends derive identically (uniform in GF(p))."""
-        nonce = struct.pack("<IIII", 0, round_, prime_index, tile_index)
+        """The pairwise PRG mask both ends derive identically for the same view.
+
+        Uniform in GF(p); ``prime_index`` only checks the call (the prime itself is bound).
+        """
+        del prime_index
+        key = view_mask_key(self.mask_key, view, prime, tile_index)
+        nonce = bytes(16)  # the key is unique per stream
         shape = (shape,) if np.isscalar(shape) else tuple(shape)
         total = int(np.prod(shape, dtype=np.int64))
         # Fast path, same values as the general one: rejection sampling keeps the first
         # ``total`` words unchanged when none of them is rejected (the usual case for
         # primes just below 2^31); otherwise redo it in full from the start of the stream.
-        words = np.frombuffer(KeyStream(self.mask_key, nonce).bytes(4 * total), dtype="<u4")
+        words = np.frombuffer(KeyStream(key, nonce).bytes(4 * total), dtype="<u4")
         words = words & np.uint32((1 << int(prime - 1).bit_length()) - 1)
         if total and int(words.max()) < prime:
             return words.astype(dtype, copy=False).reshape(shape)
-        return uniform_elements(prime, shape, KeyStream(self.mask_key, nonce)).astype(dtype)
+        return uniform_elements(prime, shape, KeyStream(key, nonce)).astype(dtype)
 
-    def signed_mask(self, prime: int, shape, *, my_index: int, peer_index: int, round_: int,
-                    prime_index: int, tile_index: int) -> np.ndarray:
+    def signed_mask(self, prime: int, shape, *, my_index: int, peer_index: int,
+                    view: MaskView, prime_index: int, tile_index: int) -> np.ndarray:
         """+mask if the peer comes after me in roster order, -mask (mod p) otherwise."""
-        m = self.mask(prime, shape, round_=round_, prime_index=prime_index,
-                      tile_index=tile_index)
+        m = self.mask(prime, shape, view=view, prime_index=prime_index, tile_index=tile_index)
         return m if peer_index > my_index else (prime - m) % prime

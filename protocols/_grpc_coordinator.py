@@ -6,6 +6,11 @@ config, fingerprint included), feeds every received envelope to the state machin
 lock, and routes what comes out to the parties' response streams. :meth:`CoordinatorServer.run`
 keeps the clock: each phase has a deadline (a new evaluation round gets a fresh one), and
 a party whose stream ends early is reported as lost.
+
+Fail closed: any exception while handling a message (in the state machine, a reader thread,
+decoding, the clustering callback) aborts the session: every party gets an ErrorReport
+naming the phase, the streams close, and :meth:`CoordinatorServer.run` raises the error
+(so ``omnifc serve`` exits non-zero) instead of waiting.
 """
 
 from __future__ import annotations
@@ -165,9 +170,20 @@ class CoordinatorServer:
                     return
         except grpc.RpcError:
             pass
-        except Exception:  # noqa: BLE001 - any failure of one stream is that party's loss
+        except Exception as error:  # noqa: BLE001 - fail closed: abort the whole session
             logger.exception("reading from %r failed", who[0])
+            self.fail(error)
+            return
         self.lost(who[0])
+
+    def fail(self, error: Exception) -> None:
+        """Abort the session because of ``error`` (raised outside the state machine)."""
+        with self.lock:
+            if self.closed.is_set():
+                return
+            self.coordinator._fail(error)
+            self._route(self.coordinator.abort())
+            self._finish()
 
     def lost(self, name: str, reason: str = "its stream ended") -> None:
         """A party's stream ended (closed, cancelled, process gone)."""
@@ -180,7 +196,9 @@ class CoordinatorServer:
                 return
             try:
                 out = call(*args)
-            except ProtocolError:
+            except Exception as error:  # noqa: BLE001 - fail closed, whatever it was
+                if self.coordinator.error is None:
+                    self.coordinator._fail(error)
                 out = self.coordinator.abort()
                 self._route(out)
                 self._finish()

@@ -83,7 +83,9 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         Seconds to establish the (mutually authenticated) connection.
     fault : str, optional
         Test hook: ``"exit-in-evaluation"`` ends the process abruptly when the evaluation
-        starts (as a crash would); ``"stall-in-evaluation"`` stops answering then.
+        starts (as a crash would); ``"stall-in-evaluation"`` stops answering then;
+        ``"garbage-tiles"`` uploads uniformly random in-range evaluation tiles;
+        ``"oversized-hello"`` announces 2^44 rows in a (validly signed) hello.
     on_message : callable, optional
         ``on_message(kind)`` after each received message (progress display).
 
@@ -114,11 +116,12 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
                             f"{connect_timeout:g} s (coordinator down, or the TLS handshake "
                             "was refused)", party=COORDINATOR, phase="join") from None
         for env in party.start():
-            outgoing.put(env)
+            outgoing.put(_corrupt(party, env, fault))
         stub = pb_grpc.CoordinatorStub(channel)
         responses = stub.Session(requests(), timeout=timeout)
 
         def send(env) -> None:  # bounded queue: memory stays bounded by a few tiles
+            env = _corrupt(party, env, fault)
             while True:
                 try:
                     outgoing.put(env, timeout=0.5)
@@ -131,7 +134,8 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         try:
             for env in responses:
                 kind = env.WhichOneof("body")
-                if fault and kind == "round_start":
+                if fault in ("exit-in-evaluation", "stall-in-evaluation") and \
+                        kind == "round_start":
                     _inject(fault)
                 try:
                     for out in party.receive(env):
@@ -161,6 +165,21 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         except queue.Full:
             pass
         channel.close()
+
+
+def _corrupt(party: Party, env, fault: str | None):
+    """The misbehaving party of a test hook (see :func:`run_party`)."""
+    if fault == "garbage-tiles" and env.HasField("tile"):
+        p = party.plan.primes[env.tile.prime_index]
+        values = np.frombuffer(os.urandom(len(env.tile.values)), dtype="<u4") % np.uint32(p)
+        env.tile.values = values.astype("<u4").tobytes()
+    elif fault == "oversized-hello" and env.HasField("hello"):
+        from ._identity import sign
+        from ._party import hello_transcript
+
+        env.hello.n_rows = 1 << 44
+        env.hello.signature = sign(party._identity, hello_transcript(env.hello))
+    return env
 
 
 def _inject(fault: str) -> None:

@@ -75,6 +75,7 @@ class Transcript:
     messages: list = field(default_factory=list)
     parties: dict = field(default_factory=dict)
     session_id: str = ""
+    coordinator: object = None
 
     def of_kind(self, kind: str) -> list:
         return [m for m in self.messages if m.kind == kind]
@@ -83,7 +84,10 @@ class Transcript:
 def run_memory_session(party_data: dict, parameters: SessionParameters, *, session_id=None,
                        responders=None, cluster=None, record: bool = False,
                        serialize: bool = True, drop: dict | None = None, tamper=None,
-                       sources: dict | None = None) -> tuple[Outcome, Transcript]:
+                       sources: dict | None = None,
+                       coordinator_class=Coordinator,
+                       identities: dict | None = None,
+                       observe: Transcript | None = None) -> tuple[Outcome, Transcript]:
     """Run one complete session in memory.
 
     Parameters
@@ -108,6 +112,11 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
         coordinator sends (a malicious relay, for tests).
     sources : dict of str to ByteSource, optional
         Per-party noise sources (reproducible tests only; the OS CSPRNG otherwise).
+    coordinator_class : callable, optional
+        Builds the coordinator from ``(session_id, parameters, names, pinned,
+        responders=..., cluster=...)``; a :class:`Coordinator` subclass that deviates
+        from the protocol (an audit of the malicious-coordinator threat) by default the
+        honest one. The parties are always the real, unmodified ones.
 
     Returns
     -------
@@ -121,15 +130,18 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
     session_id = session_id or f"session-{secrets.token_hex(8)}"
     names = [str(k) for k in party_data]
     drop = dict(drop or {})
-    identities = {name: Ed25519PrivateKey.generate() for name in names}
+    identities = dict(identities or {})
+    identities = {name: identities.get(name) or Ed25519PrivateKey.generate() for name in names}
     pinned = {name: public_key_bytes(key) for name, key in identities.items()}
     parties = {name: Party(name, party_data[name], session_id=session_id,
                            parameters=parameters, identity_key=identities[name],
                            pinned=pinned, source=(sources or {}).get(name))
                for name in names}
-    coordinator = Coordinator(session_id, parameters, names, pinned, responders=responders,
-                              cluster=cluster)
-    transcript = Transcript(parties=parties, session_id=session_id)
+    coordinator = coordinator_class(session_id, parameters, names, pinned,
+                                    responders=responders, cluster=cluster)
+    transcript = observe if observe is not None else Transcript()
+    transcript.parties, transcript.session_id = parties, session_id
+    transcript.coordinator = coordinator
     queue = collections.deque()  # (destination, sender, envelope)
 
     def wire(env):

@@ -17,10 +17,14 @@ from ._generated import omnifc_pb2 as pb
 
 __all__ = ["SessionParameters", "SumPlan", "pack", "unpack", "row_tiles", "vector_tiles",
            "chunk_rows", "envelope", "body_of", "phase_of", "parse_envelope",
-           "DEFAULT_CHUNK_BYTES", "MODES", "KINDS"]
+           "DEFAULT_CHUNK_BYTES", "DEFAULT_MAX_ROWS_PER_PARTY", "DEFAULT_MAX_ROWS_TOTAL",
+           "MODES", "KINDS", "check_row_caps"]
 
 #: Payload bytes per share chunk or evaluation tile (well under gRPC's 4 MB default).
 DEFAULT_CHUNK_BYTES = 1 << 20
+#: Public row caps (per party and in total) of a session unless its config says otherwise.
+DEFAULT_MAX_ROWS_PER_PARTY = 1_000_000
+DEFAULT_MAX_ROWS_TOTAL = 2_000_000
 MODES = ("masked", "transparent")
 KINDS = ("distance", "sum")
 
@@ -76,6 +80,9 @@ class SessionParameters:
         Sum sessions: rows of every contribution (shape (rows, dim)).
     chunk_bytes : int
         Payload bytes per chunk/tile.
+    max_rows_per_party, max_rows_total : int
+        Public row caps: the coordinator refuses a hello, and every party a roster, whose
+        row counts exceed them, before allocating anything.
     """
 
     dim: int
@@ -89,6 +96,8 @@ class SessionParameters:
     kind: str = "distance"
     rows: int = 1
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    max_rows_per_party: int = DEFAULT_MAX_ROWS_PER_PARTY
+    max_rows_total: int = DEFAULT_MAX_ROWS_TOTAL
     alphas: tuple | None = field(default=None)
     betas: tuple | None = field(default=None)
 
@@ -102,6 +111,12 @@ class SessionParameters:
                                  "distance sessions only")
         if not 4096 <= int(self.chunk_bytes) <= 3 << 20:
             raise ParameterError(f"chunk_bytes must be in [4096, 3 MiB], got {self.chunk_bytes}")
+        for name in ("max_rows_per_party", "max_rows_total"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+                    or not 1 <= int(value) < 1 << 40:
+                raise ParameterError(f"{name} must be an integer in [1, 2^40), got {value!r}")
+            object.__setattr__(self, name, int(value))
         if self.primes is not None:
             object.__setattr__(self, "primes", tuple(int(p) for p in self.primes))
         if self.dim == 0 and self.kind == "sum":
@@ -133,7 +148,9 @@ class SessionParameters:
                             segments=self.segments, noise_segments=self.noise_segments,
                             scale_bits=self.scale_bits, bound=self.bound,
                             nonnegative=self.nonnegative, primes=plan.primes,
-                            rows=self.rows, chunk_bytes=self.chunk_bytes)
+                            rows=self.rows, chunk_bytes=self.chunk_bytes,
+                            max_rows_per_party=self.max_rows_per_party,
+                            max_rows_total=self.max_rows_total)
         if isinstance(plan, CodingPlan):
             msg.alphas.extend(plan.codes[0].alphas)
             msg.betas.extend(plan.codes[0].betas)
@@ -145,6 +162,8 @@ class SessionParameters:
                    segments=msg.segments, noise_segments=msg.noise_segments,
                    nonnegative=msg.nonnegative, primes=tuple(msg.primes) or None,
                    mode=msg.mode, kind=msg.kind, rows=msg.rows, chunk_bytes=msg.chunk_bytes,
+                   max_rows_per_party=msg.max_rows_per_party or DEFAULT_MAX_ROWS_PER_PARTY,
+                   max_rows_total=msg.max_rows_total or DEFAULT_MAX_ROWS_TOTAL,
                    alphas=tuple(msg.alphas) or None, betas=tuple(msg.betas) or None)
 
     def with_plan(self, plan) -> "SessionParameters":
@@ -153,6 +172,24 @@ class SessionParameters:
         if isinstance(plan, CodingPlan):
             extra = {"alphas": plan.codes[0].alphas, "betas": plan.codes[0].betas}
         return replace(self, primes=tuple(plan.primes), **extra)
+
+
+def check_row_caps(parameters: SessionParameters, rows: dict, *, blame, phase: str = "join"):
+    """PeerError unless every party's row count and the total respect the public caps.
+
+    ``rows`` maps party -> n_rows; ``blame(party)`` names who is at fault (the sender of a
+    hello at the coordinator, the coordinator at a party).
+    """
+    for name, n in rows.items():
+        if int(n) > parameters.max_rows_per_party:
+            raise PeerError(f"{name!r} announces {int(n)} rows, more than the session's "
+                            f"max_rows_per_party = {parameters.max_rows_per_party}",
+                            party=blame(name), phase=phase)
+    total = sum(int(n) for n in rows.values())
+    if total > parameters.max_rows_total:
+        raise PeerError(f"the parties announce {total} rows in total, more than the "
+                        f"session's max_rows_total = {parameters.max_rows_total}",
+                        party=blame(None), phase=phase)
 
 
 def pack(values: np.ndarray) -> bytes:

@@ -10,6 +10,28 @@ raises (``ProtocolError``/``PeerError``/``IntegrityError``) and leaves the party
 Phases: ``join`` (hello sent) -> ``shares`` (roster verified, encrypted shares sent, waiting
 for everyone else's) -> ``ready`` -> ``evaluation`` (uploaded for the current round; a new
 ``RoundStart`` restarts) -> ``done`` (result received) or ``failed``.
+
+Rules that hold whatever the coordinator sends (it may be actively malicious):
+
+- **Fresh run.** The hello carries a fresh 32-byte run nonce and a fresh ephemeral key,
+  signed with the pinned identity key. The roster digest (every signed hello, in roster
+  order) goes into every pair key, AAD and mask, so a hello of an earlier run, or a roster
+  that differs between two parties, never yields keys that work.
+- **Roster.** Accepted only in the session config's order (the order of ``pinned``), with
+  every party exactly once, every hello verified against its pinned key, this party's own
+  hello unchanged, the public parameters equal to this party's own, and every row count
+  within the public caps (checked before anything is allocated).
+- **Rounds.** Round numbers strictly increase (a replayed ``RoundStart`` is refused); the
+  first round's responding set B has at least 2l+2t-1 parties (all for a sum) and every
+  later one is a *strict subset* of the previous round's B, so a session has at most
+  m - (2l+2t-1) + 1 rounds.
+- **Masks bound to the view.** The masks of a round are derived from (session, round,
+  roster digest, the exact B in roster order, prime, tile)
+  (:func:`protocols._crypto.view_mask_key`): uploads made for different views never
+  cancel, so a coordinator that tells different parties different sets gets noise.
+- **Fail closed.** Any exception, expected or not, leaves the party failed with a
+  :class:`ProtocolError` (non-protocol exceptions are wrapped, with only their type in the
+  message); :meth:`Party.error_report` turns it into the ErrorReport for the coordinator.
 """
 
 from __future__ import annotations
@@ -23,13 +45,14 @@ import numpy as np
 from finite_field import (InputError, IntegrityError, OmniFCError, PeerError, ProtocolError,
                           Quantizer, cross_sq_distances, encode_rows, masked_upload)
 
-from ._crypto import PROTOCOL_VERSION, EphemeralKey, PairKeys, transcript
+from ._crypto import (PROTOCOL_VERSION, RUN_NONCE_BYTES, EphemeralKey, MaskView, PairKeys,
+                      new_run_nonce, roster_digest, transcript)
 from ._identity import public_key_bytes, sign, verify
 from ._generated import omnifc_pb2 as pb
-from ._messages import (SessionParameters, SumPlan, body_of, chunk_rows, envelope, pack,
-                        row_tiles, unpack, vector_tiles)
+from ._messages import (SessionParameters, SumPlan, body_of, check_row_caps, chunk_rows,
+                        envelope, pack, row_tiles, unpack, vector_tiles)
 
-__all__ = ["Party", "hello_transcript", "COORDINATOR"]
+__all__ = ["Party", "hello_transcript", "roster_digest_of", "COORDINATOR"]
 
 logger = logging.getLogger("omnifc.protocols")
 
@@ -55,7 +78,26 @@ def _block_stop(tiles, first: int, n: int) -> int:
 def hello_transcript(hello: pb.Hello) -> bytes:
     """The canonical bytes a party signs in its hello (every field but the signature)."""
     return transcript("hello", hello.session_id, hello.protocol_version, hello.party_id,
-                      hello.n_rows, hello.dim, hello.ephemeral_public_key)
+                      hello.n_rows, hello.dim, hello.ephemeral_public_key, hello.run_nonce)
+
+
+def roster_digest_of(session_id: str, hellos) -> bytes:
+    """The roster digest of signed hellos in roster order (see :mod:`protocols._crypto`)."""
+    return roster_digest(session_id, [(hello_transcript(h), h.signature) for h in hellos])
+
+
+def as_protocol_error(error: Exception, who: str, phase: str) -> Exception:
+    """``error`` if it is a ProtocolError, else a ProtocolError naming its type (fail closed:
+    an unexpected exception ends the session like any protocol violation)."""
+    if isinstance(error, ProtocolError):
+        return error
+    if isinstance(error, OmniFCError):
+        wrapped = ProtocolError(f"{who} failed in phase {phase!r}: {error}")
+    else:
+        wrapped = ProtocolError(f"{who} failed in phase {phase!r}: unexpected "
+                                f"{type(error).__name__}")
+    wrapped.__cause__ = error
+    return wrapped
 
 
 class Party:
@@ -74,7 +116,8 @@ class Party:
     identity_key : Ed25519PrivateKey
         The long-term key whose public half is pinned for ``party_id``.
     pinned : dict of str to bytes
-        Raw Ed25519 public keys of every party of the session (from the session config).
+        Raw Ed25519 public keys of every party of the session, **in the session config's
+        order**: the only roster order this party accepts (row order and mask order).
     source : ByteSource, optional
         Randomness for the Lagrange noise and the ephemeral X25519 key (hence the masks);
         the OS CSPRNG when omitted. A seeded source is for reproducible tests only.
@@ -101,8 +144,17 @@ class Party:
         self.error: Exception | None = None
         self.labels: np.ndarray | None = None
         self.result: pb.Result | None = None
+        if self.n_rows > parameters.max_rows_per_party:
+            raise InputError(f"holds {self.n_rows} rows, more than the session's "
+                             f"max_rows_per_party = {parameters.max_rows_per_party}",
+                             party=self.party_id)
+        if parameters.mode == "transparent":
+            logger.warning("party %r: TRANSPARENT mode: the coordinator will learn every "
+                           "per-segment distance matrix, not only D", self.party_id)
         self._ephemeral = EphemeralKey.generate(source)
+        self._run_nonce = new_run_nonce(source)
         self._hello: pb.Hello | None = None
+        self._responders: list | None = None
 
     # -- input checks (before any share leaves) -----------------------------------------
     def _check_data(self, data):
@@ -168,7 +220,8 @@ class Party:
             raise ProtocolError(f"party {self.party_id!r} already started (phase {self.phase!r})")
         hello = pb.Hello(session_id=self.session_id, protocol_version=PROTOCOL_VERSION,
                          party_id=self.party_id, n_rows=self.n_rows, dim=self.parameters.dim,
-                         ephemeral_public_key=self._ephemeral.public_bytes)
+                         ephemeral_public_key=self._ephemeral.public_bytes,
+                         run_nonce=self._run_nonce)
         hello.signature = sign(self._identity, hello_transcript(hello))
         self._hello = hello
         self.phase = "join"
@@ -189,14 +242,14 @@ class Party:
                                 party=COORDINATOR, phase=self.phase)
             out = handler(body)
         except Exception as error:
-            raise self._fail(error)
+            raise self._fail(as_protocol_error(error, f"party {self.party_id!r}", self.phase))
         return self._guard(out)
 
     def _guard(self, out) -> Iterator[pb.Envelope]:
         try:
             yield from out
         except Exception as error:
-            raise self._fail(error)
+            raise self._fail(as_protocol_error(error, f"party {self.party_id!r}", self.phase))
 
     def _require_phase(self, kind: str, *allowed: str) -> None:
         if self.phase not in allowed:
@@ -208,23 +261,41 @@ class Party:
         self._require_phase("roster", "join")
         self._expect_session(roster.session_id, "join")
         names = [e.hello.party_id for e in roster.parties]
-        if sorted(names) != sorted(self.pinned) or len(set(names)) != len(names):
+        order = list(self.pinned)
+        if names != order:
             raise PeerError(f"roster lists parties {names}, the session config pins "
-                            f"{sorted(self.pinned)}", party=COORDINATOR, phase="join")
+                            f"{order} in this order (the only order accepted)",
+                            party=COORDINATOR, phase="join")
         offset = 0
         for entry in roster.parties:
             hello = entry.hello
             verify(self.pinned[hello.party_id], hello_transcript(hello),
-                              hello.signature, party=hello.party_id, phase="join")
-            if hello.session_id != self.session_id or hello.dim != self.parameters.dim:
+                   hello.signature, party=hello.party_id, phase="join")
+            if hello.session_id != self.session_id or hello.dim != self.parameters.dim \
+                    or hello.protocol_version != PROTOCOL_VERSION:
                 raise PeerError(f"roster entry of {hello.party_id!r} has session "
-                                f"{hello.session_id!r} and d={hello.dim}, expected "
-                                f"{self.session_id!r} and d={self.parameters.dim}",
+                                f"{hello.session_id!r}, d={hello.dim} and protocol version "
+                                f"{hello.protocol_version}, expected {self.session_id!r}, "
+                                f"d={self.parameters.dim} and {PROTOCOL_VERSION}",
                                 party=COORDINATOR, phase="join")
+            if len(hello.run_nonce) != RUN_NONCE_BYTES or len(hello.ephemeral_public_key) != 32:
+                raise PeerError(f"roster entry of {hello.party_id!r} carries a "
+                                f"{len(hello.run_nonce)}-byte run nonce and a "
+                                f"{len(hello.ephemeral_public_key)}-byte ephemeral key, "
+                                f"expected {RUN_NONCE_BYTES} and 32", party=COORDINATOR,
+                                phase="join")
             if entry.row_offset != offset:
                 raise PeerError(f"row offset of {hello.party_id!r} is {entry.row_offset}, "
                                 f"expected {offset}", party=COORDINATOR, phase="join")
             offset += hello.n_rows
+        # Before anything is allocated: the row counts must respect the public caps.
+        check_row_caps(self.parameters, {e.hello.party_id: e.hello.n_rows
+                                         for e in roster.parties},
+                       blame=lambda _: COORDINATOR)
+        if len({e.hello.run_nonce for e in roster.parties}) != len(names) or \
+                len({e.hello.ephemeral_public_key for e in roster.parties}) != len(names):
+            raise PeerError("two roster entries share a run nonce or an ephemeral key",
+                            party=COORDINATOR, phase="join")
         mine = roster.parties[names.index(self.party_id)].hello
         if mine.SerializeToString() != self._hello.SerializeToString():
             raise PeerError("the roster does not carry this party's own hello",
@@ -241,9 +312,11 @@ class Party:
         self.index = names.index(self.party_id)
         self.rows_of = {e.hello.party_id: int(e.hello.n_rows) for e in roster.parties}
         self.n_total = offset
+        self.roster_digest = roster_digest_of(self.session_id,
+                                              [e.hello for e in roster.parties])
         self.keys = {e.hello.party_id: PairKeys.derive(
             self._ephemeral, e.hello.ephemeral_public_key, session_id=self.session_id,
-            me=self.party_id, peer=e.hello.party_id)
+            me=self.party_id, peer=e.hello.party_id, roster_digest=self.roster_digest)
             for e in roster.parties if e.hello.party_id != self.party_id}
         self._round = 0
         self.phase = "shares"
@@ -339,17 +412,24 @@ class Party:
                 or len(responders) < need):
             raise PeerError(f"responding set {responders} must hold at least {need} distinct "
                             f"parties of {self.names}", party=COORDINATOR, phase="evaluation")
+        if self._responders is not None and not set(responders) < set(self._responders):
+            raise PeerError(f"round {start.round} responding set {responders} is not a strict "
+                            f"subset of the previous round's {self._responders} (a session "
+                            f"has at most m - (2l+2t-1) + 1 = {len(self.names) - need + 1} "
+                            "rounds)", party=COORDINATOR, phase="evaluation")
+        order = sorted(responders, key=self.names.index)
         self._round = start.round
+        self._responders = order
         self.phase = "evaluation"
         if self.party_id not in responders:
             return iter(())
-        order = sorted(responders, key=self.names.index)
         return self._tiles(start.round, order)
 
     def _tiles(self, round_: int, responders: list[str]):
         plan, params = self.plan, self.parameters
         masked = params.mode == "masked"
         others = [(self.names.index(r), self.keys[r]) for r in responders if r != self.party_id]
+        view = MaskView(self.session_id, round_, self.roster_digest, tuple(responders))
         if isinstance(plan, SumPlan):
             flat = self.quantized.reshape(-1)
             tiles = vector_tiles(plan.length, params.chunk_bytes)
@@ -373,7 +453,7 @@ class Party:
                 if masked:  # c_j * g(beta_j) + PRG for later peers - PRG for earlier ones
                     adds, subs = [], []
                     for peer_index, keys in others:
-                        mask = keys.mask(p, values.size, round_=round_, prime_index=k,
+                        mask = keys.mask(p, values.size, view=view, prime_index=k,
                                          tile_index=tile_index, dtype=np.uint32)
                         (adds if peer_index > self.index else subs).append(mask)
                     values = masked_upload(values, 1 if weights is None else weights[k],

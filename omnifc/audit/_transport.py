@@ -97,8 +97,11 @@ def aead_self_test() -> dict:
     from protocols._crypto import EphemeralKey, PairKeys
 
     a, b = EphemeralKey.generate(), EphemeralKey.generate()
-    ka = PairKeys.derive(a, b.public_bytes, session_id="audit", me="a", peer="b")
-    kb = PairKeys.derive(b, a.public_bytes, session_id="audit", me="b", peer="a")
+    roster = bytes(32)
+    ka = PairKeys.derive(a, b.public_bytes, session_id="audit", me="a", peer="b",
+                         roster_digest=roster)
+    kb = PairKeys.derive(b, a.public_bytes, session_id="audit", me="b", peer="a",
+                         roster_digest=roster)
     plaintext = bytes(range(64))
     box = ka.encrypt(plaintext, round_=1, prime_index=0, chunk_index=0)
     out = {"cipher": "AES-256-GCM", "key_bytes": len(ka.encryption_key),

@@ -1,6 +1,6 @@
 """``omnifc audit``: check the privacy guarantee on a session's actual parameters.
 
-Runs the seven checks of :mod:`omnifc.audit` and writes report.md, report.json and PNG
+Runs the eight checks of :mod:`omnifc.audit` and writes report.md, report.json and PNG
 figures with ``--out``. Exits 1 when any check fails, 0 otherwise.
 """
 
@@ -49,7 +49,7 @@ def register(subparsers) -> None:
     session.add_argument("--rows", type=int,
                          help=f"n, total rows, for the advice (default {DEMO_DEFAULTS['rows']})")
     parser.add_argument("--checks", metavar="1,2,...",
-                        help="run only these checks (numbers 1-7 or names); all by default")
+                        help="run only these checks (numbers 1-8 or names); all by default")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the synthetic data sets (share noise always comes from "
                              "the OS CSPRNG)")

@@ -89,12 +89,16 @@ def test_flipped_byte_in_a_relayed_share_fails_cleanly():
             ciphertext = bytearray(env.share.ciphertext)
             ciphertext[-1] ^= 0x01
             env.share.ciphertext = bytes(ciphertext)
-            flipped.append(env.share.sender)
+            flipped.append((env.share.sender, dest))
         return env
 
-    with pytest.raises(IntegrityError) as info:
+    # the receiver's integrity check fails; the coordinator blames only the reporter
+    with pytest.raises(PeerError) as info:
         run_local_grpc_session(data, params, deadline=20, tamper=tamper)
-    assert (info.value.party, info.value.phase) == (flipped[0], "shares")
+    [(sender, receiver)] = flipped
+    assert (info.value.party, info.value.phase) == (receiver, "shares")
+    assert f"reported by {receiver!r} (its report names {sender!r}): integrity" \
+        in str(info.value)
 
 
 def test_secure_sum_over_grpc():
@@ -146,3 +150,102 @@ def test_party_process_refusing_its_input_fails_the_join_fast():
         run_local_grpc_session(data, params, deadline=20)
     assert (info.value.party, info.value.phase) == ("party-1", "join")
     assert time.monotonic() - start < 60  # not the 120 s join deadline
+
+
+def _run_with_faults(data, params, faults, error_type):
+    """Serve with party processes (some misbehaving); return the error, exit codes, logs."""
+    with LocalSession(data, params, deadline=20) as local:
+        server = local.server().start()
+        try:
+            # honest parties first: they are connected when the faulty one speaks (a party
+            # that never reached the server would keep trying until its join deadline)
+            for name in local.names:
+                if name not in faults:
+                    local.start_party(name, server.port)
+            end = time.monotonic() + 120
+            while len(server.coordinator.hellos) < len(local.names) - len(faults) and \
+                    time.monotonic() < end:
+                time.sleep(0.1)
+            for name, fault in faults.items():
+                local.start_party(name, server.port, fault=fault)
+            with pytest.raises(error_type) as info:
+                server.run(poll=lambda: local.watch(server))
+        finally:
+            server.stop()
+        codes = {n: p.wait(timeout=60) for n, p in local.processes.items()}
+        logs = {n: local.party_log(n) for n in local.names}
+        labels = {n: local.received_labels(n) for n in local.names}
+    return info.value, codes, logs, labels
+
+
+@pytest.mark.timeout(300)
+def test_garbage_tiles_end_the_session_everywhere_and_every_process_exits_non_zero():
+    data = random_data([3, 2, 3], 3, seed=31)
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8)
+    error, codes, logs, labels = _run_with_faults(
+        data, params, {"party-1": "garbage-tiles"}, IntegrityError)
+    assert error.phase == "decode" and "no-wrap bound" in str(error)
+    assert set(codes.values()) == {1}
+    for name, log in logs.items():  # each party says why, naming the phase
+        assert "no-wrap bound" in log and "'decode'" in log, (name, log)
+    assert all(v is None for v in labels.values())  # nothing written
+
+
+@pytest.mark.timeout(300)
+def test_an_oversized_hello_ends_the_session_everywhere_and_every_process_exits_non_zero():
+    data = random_data([3, 2, 3], 3, seed=32)
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8)
+    error, codes, logs, labels = _run_with_faults(
+        data, params, {"party-2": "oversized-hello"}, PeerError)
+    assert (error.party, error.phase) == ("party-2", "join")
+    assert "max_rows_per_party" in str(error)
+    assert set(codes.values()) == {1}
+    assert not any("MemoryError" in log for log in logs.values())
+    assert all(v is None for v in labels.values())
+
+
+@pytest.mark.timeout(300)
+def test_omnifc_serve_exits_non_zero_on_garbage_tiles_and_writes_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    names = ["a", "b", "c"]
+    subprocess.run([sys.executable, "-m", "omnifc.cli", "certs", "--out", str(tmp_path / "s"),
+                    "--parties", ",".join(names), "--coordinator-address", "127.0.0.1:0",
+                    "--bound", "1", "--scale-bits", "8", "--deadline", "join=60",
+                    "--deadline", "shares=20", "--deadline", "evaluation=20"],
+                   check=True, capture_output=True, timeout=120)
+    config = tmp_path / "s" / "session.toml"
+    for i, name in enumerate(names):
+        np.save(tmp_path / f"{name}.npy", np.random.default_rng(i).uniform(-1, 1, (3, 3)))
+    port_file, out_file = tmp_path / "port", tmp_path / "D.npy"
+    serve = subprocess.Popen([sys.executable, "-m", "omnifc.cli", "serve", "--config",
+                              str(config), "--port-file", str(port_file), "--no-progress",
+                              "--data-out", str(out_file)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    parties = []
+    try:
+        end = time.monotonic() + 60
+        while not (port_file.exists() and port_file.read_text().strip()):
+            assert time.monotonic() < end and serve.poll() is None
+            time.sleep(0.1)
+        port = port_file.read_text().strip()
+        for name in names:
+            command = [sys.executable, "-m", "protocols._grpc_party", "--config", str(config),
+                       "--party", name, "--data", str(tmp_path / f"{name}.npy"),
+                       "--target", f"127.0.0.1:{port}"]
+            if name == "b":
+                command += ["--fault", "garbage-tiles"]
+            parties.append(subprocess.Popen(command, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, text=True))
+        _, err = serve.communicate(timeout=120)
+        assert serve.returncode == 1 and "no-wrap bound" in err, err
+        for party in parties:
+            _, perr = party.communicate(timeout=60)
+            assert party.returncode == 1 and "'decode'" in perr, perr
+    finally:
+        for process in [serve, *parties]:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert not out_file.exists()

@@ -76,13 +76,19 @@ def test_flipped_byte_in_a_relayed_share_fails_the_run_with_an_integrity_error()
             data_ = bytearray(env.share.ciphertext)
             data_[0] ^= 0x80
             env.share.ciphertext = bytes(data_)
-            flipped.append(env.share.sender)
+            flipped.append((env.share.sender, dest))
         return env
 
-    with pytest.raises(IntegrityError) as info:
+    # The receiver's integrity check fails and it reports the sender; the coordinator
+    # cannot verify that claim, so it blames only the authenticated reporter and passes
+    # the claim on.
+    with pytest.raises(PeerError) as info:
         run_memory_session(data, SessionParameters(dim=3, bound=1.0, scale_bits=8),
                            tamper=tamper)
-    assert (info.value.party, info.value.phase) == (flipped[0], "shares")
+    [(sender, receiver)] = flipped
+    assert (info.value.party, info.value.phase) == (receiver, "shares")
+    assert f"reported by {receiver!r} (its report names {sender!r}): integrity" \
+        in str(info.value)
 
 
 def test_clustering_callback_returns_each_party_its_own_labels():
@@ -187,7 +193,10 @@ def test_masked_upload_minus_the_masks_is_the_weighted_evaluation():
     party = transcript.parties["party-0"]
     [tile] = [m.envelope().tile for m in transcript.of_kind("tile") if m.sender == "party-0"]
     upload = np.frombuffer(tile.values, "<u4").astype(np.int64).reshape(n, n)
-    masks = sum(party.keys[peer].signed_mask(p, (n, n), my_index=0, peer_index=i, round_=1,
+    from protocols._crypto import MaskView
+
+    view = MaskView(transcript.session_id, 1, party.roster_digest, names)
+    masks = sum(party.keys[peer].signed_mask(p, (n, n), my_index=0, peer_index=i, view=view,
                                              prime_index=0, tile_index=0)
                 for i, peer in enumerate(names) if i)
     c0 = lagrange_weights(outcome.parameters["betas"], outcome.parameters["alphas"][0], p)[0]
@@ -219,16 +228,18 @@ def test_a_seeded_source_makes_the_whole_session_reproducible():
     # default path draws everything from the OS CSPRNG and never repeats.
     from protocols import SessionParameters, run_memory_session
 
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     data = {name: np.arange(6.0).reshape(3, 2) + i for i, name in enumerate("abc")}
     params = SessionParameters(dim=2, bound=8.0, scale_bits=4)
+    identities = {name: Ed25519PrivateKey.generate() for name in data}
 
     def transcript(seed):
         sources = None if seed is None else {
             name: np.random.Generator(np.random.PCG64([seed, i])) for i, name in enumerate(data)}
         _, recorded = run_memory_session(data, params, session_id="s" * 32, record=True,
-                                         sources=sources)
-        # hellos differ anyway: the in-memory runner makes fresh identity keys per session
-        return [m.data for m in recorded.messages if m.kind in ("share", "tile")]
+                                         sources=sources, identities=identities)
+        return [m.data for m in recorded.messages]
 
     assert transcript(1) == transcript(1)
     assert transcript(1) != transcript(2)

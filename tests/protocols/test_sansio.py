@@ -159,8 +159,10 @@ def test_tampered_share_fails_authentication_at_the_receiver(session):
         list(party.receive(relayed))
     assert (info.value.party, info.value.phase) == (sender, "shares")
     report = party.error_report(info.value)
-    with pytest.raises(IntegrityError):
+    assert (report.error.party, report.error.kind) == (sender, "integrity")
+    with pytest.raises(PeerError) as blamed:  # only the authenticated reporter is blamed
         session.coordinator.receive(receiver, report)
+    assert blamed.value.party == receiver and f"names {sender!r}" in str(blamed.value)
 
 
 def test_share_chunk_of_wrong_size_is_rejected_by_the_relay(session):
