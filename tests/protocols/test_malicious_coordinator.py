@@ -420,3 +420,23 @@ def test_transparent_mode_warns_at_coordinator_and_parties(caplog):
                                                    mode="transparent"))
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert sum("TRANSPARENT" in w for w in warnings) == 4  # coordinator + 3 parties
+
+
+def test_an_unexpected_exception_in_a_party_becomes_an_error_report_naming_the_phase(
+        monkeypatch):
+    # A bug (here: the distance kernel raising) must not escape as a bare exception: the
+    # party fails with a ProtocolError naming its phase and reports it.
+    import protocols._party as party_module
+
+    def broken(*args, **kwargs):
+        raise MemoryError("simulated")
+    monkeypatch.setattr(party_module, "cross_sq_distances", broken)
+    data = random_data([2, 3, 2], 3, seed=19)
+    seen = Transcript()
+    with pytest.raises(PeerError, match="unexpected MemoryError") as info:
+        run_memory_session(data, SessionParameters(dim=3, bound=1.0, scale_bits=8),
+                           observe=seen)
+    assert info.value.phase == "evaluation"
+    for party in seen.parties.values():
+        assert party.phase == "failed" and isinstance(party.error, ProtocolError)
+        assert party.result is None
