@@ -440,3 +440,21 @@ def test_an_unexpected_exception_in_a_party_becomes_an_error_report_naming_the_p
     for party in seen.parties.values():
         assert party.phase == "failed" and isinstance(party.error, ProtocolError)
         assert party.result is None
+
+
+def test_garbage_in_a_secure_sum_is_an_integrity_error_naming_the_check():
+    rng = np.random.default_rng(20)
+    data = {f"party-{i}": rng.uniform(-1, 1, (1, 4)) for i in range(3)}
+    params = SessionParameters(dim=4, bound=1.0, scale_bits=8, kind="sum")
+
+    class Garbage(Coordinator):
+        def _on_tile(self, sender, tile):
+            if sender == "party-2":
+                p = self.plan.primes[tile.prime_index]
+                tile.values = np.full(len(tile.values) // 4, p // 2, dtype="<u4").tobytes()
+            return super()._on_tile(sender, tile)
+    seen = Transcript()
+    with pytest.raises(IntegrityError, match="every decoded sum must lie in") as info:
+        run_memory_session(data, params, coordinator_class=Garbage, observe=seen)
+    assert info.value.phase == "decode" and seen.coordinator.outcome is None
+    assert all(p.phase == "failed" and p.result is None for p in seen.parties.values())
