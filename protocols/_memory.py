@@ -70,6 +70,8 @@ class Transcript:
     masked evaluation tiles. ``parties`` are the parties' state machines after the run;
     they hold the pairwise keys and are returned for simulations and tests only (an audit
     that wants to show what the coordinator *cannot* do must not use them).
+    ``coordinator`` is the coordinator's state machine after the run (tests, and the
+    audit of a deviating coordinator).
     """
 
     messages: list = field(default_factory=list)

@@ -97,6 +97,7 @@ def as_protocol_error(error: Exception, who: str, phase: str) -> Exception:
         wrapped = ProtocolError(f"{who} failed in phase {phase!r}: unexpected "
                                 f"{type(error).__name__}")
     wrapped.__cause__ = error
+    wrapped.phase = phase
     return wrapped
 
 
@@ -192,6 +193,8 @@ class Party:
 
     # -- helpers ------------------------------------------------------------------------
     def _fail(self, error: Exception):
+        if self.phase != "failed":
+            self.failed_in = self.phase
         self.error = error
         self.phase = "failed"
         return error
@@ -210,7 +213,8 @@ class Party:
         return envelope(error=pb.ErrorReport(
             session_id=self.session_id, reporter=self.party_id,
             party="" if culprit is None else str(culprit),
-            phase=getattr(error, "phase", None) or self.phase, kind=kind,
+            phase=getattr(error, "phase", None) or getattr(self, "failed_in", self.phase),
+            kind=kind,
             message=str(error) if isinstance(error, OmniFCError) else type(error).__name__))
 
     # -- phases -------------------------------------------------------------------------

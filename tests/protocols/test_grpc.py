@@ -152,10 +152,10 @@ def test_party_process_refusing_its_input_fails_the_join_fast():
     assert time.monotonic() - start < 60  # not the 120 s join deadline
 
 
-def _run_with_faults(data, params, faults, error_type):
+def _run_with_faults(data, params, faults, error_type, cluster=None):
     """Serve with party processes (some misbehaving); return the error, exit codes, logs."""
     with LocalSession(data, params, deadline=20) as local:
-        server = local.server().start()
+        server = local.server(cluster=cluster).start()
         try:
             # honest parties first: they are connected when the faulty one speaks (a party
             # that never reached the server would keep trying until its join deadline)
@@ -201,6 +201,20 @@ def test_an_oversized_hello_ends_the_session_everywhere_and_every_process_exits_
     assert "max_rows_per_party" in str(error)
     assert set(codes.values()) == {1}
     assert not any("MemoryError" in log for log in logs.values())
+    assert all(v is None for v in labels.values())
+
+
+@pytest.mark.timeout(300)
+def test_an_exception_in_the_clustering_callback_ends_the_session_everywhere():
+    from finite_field import ProtocolError
+
+    data = random_data([3, 2, 3], 3, seed=33)
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8)
+    error, codes, logs, labels = _run_with_faults(data, params, {}, ProtocolError,
+                                                  cluster=lambda d: 1 / 0)
+    assert "clustering failed" in str(error) and "ZeroDivisionError" in str(error)
+    assert set(codes.values()) == {1}
+    assert all("clustering failed" in log and "'decode'" in log for log in logs.values())
     assert all(v is None for v in labels.values())
 
 

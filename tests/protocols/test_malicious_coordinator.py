@@ -420,3 +420,41 @@ def test_transparent_mode_warns_at_coordinator_and_parties(caplog):
                                                    mode="transparent"))
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert sum("TRANSPARENT" in w for w in warnings) == 4  # coordinator + 3 parties
+
+
+def test_an_unexpected_exception_in_a_party_becomes_an_error_report_naming_the_phase(
+        monkeypatch):
+    # A bug (here: the distance kernel raising) must not escape as a bare exception: the
+    # party fails with a ProtocolError naming its phase and reports it.
+    import protocols._party as party_module
+
+    def broken(*args, **kwargs):
+        raise MemoryError("simulated")
+    monkeypatch.setattr(party_module, "cross_sq_distances", broken)
+    data = random_data([2, 3, 2], 3, seed=19)
+    seen = Transcript()
+    with pytest.raises(PeerError, match="unexpected MemoryError") as info:
+        run_memory_session(data, SessionParameters(dim=3, bound=1.0, scale_bits=8),
+                           observe=seen)
+    assert info.value.phase == "evaluation"
+    for party in seen.parties.values():
+        assert party.phase == "failed" and isinstance(party.error, ProtocolError)
+        assert party.result is None
+
+
+def test_garbage_in_a_secure_sum_is_an_integrity_error_naming_the_check():
+    rng = np.random.default_rng(20)
+    data = {f"party-{i}": rng.uniform(-1, 1, (1, 4)) for i in range(3)}
+    params = SessionParameters(dim=4, bound=1.0, scale_bits=8, kind="sum")
+
+    class Garbage(Coordinator):
+        def _on_tile(self, sender, tile):
+            if sender == "party-2":
+                p = self.plan.primes[tile.prime_index]
+                tile.values = np.full(len(tile.values) // 4, p // 2, dtype="<u4").tobytes()
+            return super()._on_tile(sender, tile)
+    seen = Transcript()
+    with pytest.raises(IntegrityError, match="every decoded sum must lie in") as info:
+        run_memory_session(data, params, coordinator_class=Garbage, observe=seen)
+    assert info.value.phase == "decode" and seen.coordinator.outcome is None
+    assert all(p.phase == "failed" and p.result is None for p in seen.parties.values())
