@@ -6,23 +6,97 @@
 ...            np.array([[9.0, 8.0], [1.0, 0.0]])]
 >>> model = FederatedClustering(method="kmeans", n_clusters=2, bound=16.0,
 ...                             random_state=0).fit(parties)
->>> [labels.tolist() for labels in model.labels_]
+>>> model.labels_.tolist()
+[0, 1, 0, 1, 0]
+>>> [labels.tolist() for labels in model.party_labels_]
 [[0, 1], [0], [1, 0]]
 """
 
 from __future__ import annotations
 
-from sklearn.base import BaseEstimator
+import numpy as np
+from sklearn.base import BaseEstimator, ClusterMixin
 
-from finite_field import ParameterError
+from finite_field import InputError, ParameterError
 
+from ._clipping import MAX_CLIPPED
 from ._clustering import fit_method
 from ._secure import secure_distance_matrix
 
-__all__ = ["FederatedClustering"]
+__all__ = ["FederatedClustering", "split_parties"]
+
+_ONE_ARRAY = ("FederatedClustering.fit got one 2-D array of shape {shape}: pass the parties' "
+              "rows as a list (or dict name -> array) of per-party arrays, e.g. "
+              "fit([rows_a, rows_b, rows_c]); or say which party holds each row with "
+              "fit(X, owners=...) (or n_parties=... to split X into equal contiguous "
+              "parties, a simulation)")
 
 
-class FederatedClustering(BaseEstimator):
+def _is_per_party(X) -> bool:
+    """A dict, or a list/tuple whose every item is 2-D (one party's rows)."""
+    if hasattr(X, "toarray"):  # a sparse matrix (scipy's dok format is a dict)
+        return False
+    if isinstance(X, dict):
+        return True
+    return isinstance(X, (list, tuple)) and len(X) > 0 and all(
+        hasattr(x, "toarray") or np.ndim(x) == 2 for x in X)
+
+
+def split_parties(estimator, X, owners=None, n_parties=None):
+    """Validated per-party arrays and the global row order of ``X``.
+
+    Returns ``(names, arrays, order)``: ``order[k]`` is the row of ``X`` that becomes row k
+    of the concatenated parties (``None`` when ``X`` already was per-party arrays). Input is
+    validated with scikit-learn's :func:`~sklearn.utils.validation.validate_data` (dense,
+    real, finite, non-empty), which also sets ``n_features_in_``.
+    """
+    from sklearn.utils.validation import check_array, validate_data
+
+    if _is_per_party(X):
+        if owners is not None:
+            raise ParameterError("owners= is for one 2-D array X; X is already a collection "
+                                 "of per-party arrays")
+        named = X.items() if isinstance(X, dict) else (
+            (f"party-{i}", x) for i, x in enumerate(X))
+        names, arrays = [], []
+        for name, x in named:
+            names.append(str(name))
+            if np.shape(x)[:1] == (0,):
+                raise InputError("holds no rows (empty party)", party=str(name))
+            try:
+                arrays.append(check_array(x, dtype=np.float64))
+            except ValueError as error:
+                raise InputError(str(error), party=str(name)) from None
+        dims = {x.shape[1] for x in arrays}
+        if len(dims) > 1:
+            raise InputError(f"d must be equal for all parties, got {[x.shape for x in arrays]}")
+        estimator.n_features_in_ = arrays[0].shape[1]
+        return names, arrays, None
+    if owners is None and n_parties is None:
+        shape = getattr(X, "shape", None) or np.shape(X)
+        raise InputError(_ONE_ARRAY.format(shape=shape))
+    x = validate_data(estimator, X, dtype=np.float64)
+    n = x.shape[0]
+    if owners is not None:
+        owners = np.asarray(owners)
+        if owners.shape != (n,):
+            raise InputError(f"owners must name one party per row of X: expected shape "
+                             f"({n},), got {owners.shape}")
+        _, first = np.unique(owners, return_index=True)
+        keys = owners[np.sort(first)]
+        order = np.concatenate([np.flatnonzero(owners == key) for key in keys])
+        return ([str(k) for k in keys], [x[owners == key] for key in keys], order)
+    if isinstance(n_parties, bool) or not isinstance(n_parties, (int, np.integer)) \
+            or n_parties < 1:
+        raise ParameterError(f"n_parties must be a positive integer, got {n_parties!r}")
+    if n < n_parties:
+        raise InputError(f"n_samples={n} rows cannot be split into n_parties={n_parties} "
+                         "non-empty parties")
+    blocks = np.array_split(np.arange(n), n_parties)
+    return ([f"party-{i}" for i in range(n_parties)], [x[b] for b in blocks], np.arange(n))
+
+
+class FederatedClustering(ClusterMixin, BaseEstimator):
     """Cluster the rows of several parties without pooling them (OmniFC).
 
     ``fit`` reconstructs the exact squared-distance matrix of all parties' quantized rows
@@ -40,6 +114,15 @@ class FederatedClustering(BaseEstimator):
         Passed to :func:`omnifc.secure_distance_matrix` (l, t, q).
     bound : float
         Public clip bound R, agreed in advance (never computed from pooled data).
+    clip : {"clip", "error"}
+        Clip entries outside the bound (and count them), or refuse any.
+    max_clipped : float
+        Largest fraction of one party's entries that may be clipped before ``fit`` refuses
+        (default 0.01); 1.0 accepts any amount.
+    n_parties : int, optional
+        Simulation convenience: split a single 2-D ``X`` into this many contiguous,
+        near-equal parties. By default a single array is refused (pass per-party arrays,
+        or ``owners=`` to ``fit``).
     random_state : None, int or numpy Generator
         Seeds the clustering's random choices (never the shares' noise, which is CSPRNG).
     options : dict, optional
@@ -47,11 +130,17 @@ class FederatedClustering(BaseEstimator):
 
     Attributes
     ----------
-    labels_ : list of ndarray
+    labels_ : ndarray of int
+        Labels of all rows in global order: the parties concatenated in the order given
+        (or the row order of ``X`` with ``owners=`` / ``n_parties``).
+    party_labels_ : list of ndarray
         Labels of each party's rows, in the order the parties were given.
     labels_global_ : ndarray
-        The same labels in global row order (parties concatenated in the order given).
+        Same as ``labels_`` (kept for compatibility).
     party_names_ : list of str
+    n_features_in_ : int
+    clipped_ : dict of str to (int, float)
+        Per party: clipped entries and their fraction of the party's entries.
     distance_result_ : DistanceResult
         The reconstruction (distances, integer distances, owners, parameters, stats).
     details_ : dict
@@ -59,8 +148,8 @@ class FederatedClustering(BaseEstimator):
     """
 
     def __init__(self, method="kmeans", n_clusters=None, *, segments=1, noise_segments=1,
-                 scale_bits=16, bound=None, nonnegative=False, random_state=None,
-                 options=None):
+                 scale_bits=16, bound=None, nonnegative=False, clip="clip",
+                 max_clipped=MAX_CLIPPED, n_parties=None, random_state=None, options=None):
         self.method = method
         self.n_clusters = n_clusters
         self.segments = segments
@@ -68,28 +157,57 @@ class FederatedClustering(BaseEstimator):
         self.scale_bits = scale_bits
         self.bound = bound
         self.nonnegative = nonnegative
+        self.clip = clip
+        self.max_clipped = max_clipped
+        self.n_parties = n_parties
         self.random_state = random_state
         self.options = options
 
-    def fit(self, parties, y=None):
-        """Reconstruct D securely from ``parties`` (list or dict of arrays) and cluster it."""
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = bool(self.nonnegative)
+        return tags
+
+    def fit(self, X, y=None, *, owners=None):
+        """Reconstruct D securely and cluster it. Returns ``self``.
+
+        Parameters
+        ----------
+        X : list or dict of array-like (n_i, d), or array-like (n, d) with ``owners``
+            Each party's rows. A single 2-D array needs ``owners`` (or ``n_parties``).
+        y : ignored
+        owners : array-like (n,), optional
+            For a single array ``X``: the party (name or number) holding each row.
+        """
         if self.bound is None:
             raise ParameterError("bound (the public clip bound R) must be given; it is "
                                  "agreed in advance, never computed from pooled data")
-        result = secure_distance_matrix(parties, bound=self.bound, scale_bits=self.scale_bits,
-                                        segments=self.segments,
+        names, arrays, order = split_parties(self, X, owners, self.n_parties)
+        if self.nonnegative and any((x < 0).any() for x in arrays):
+            raise InputError("Negative values in data passed to FederatedClustering with "
+                             "nonnegative=True: features must lie in [0, bound]")
+        result = secure_distance_matrix(dict(zip(names, arrays)), bound=self.bound,
+                                        scale_bits=self.scale_bits, segments=self.segments,
                                         noise_segments=self.noise_segments,
-                                        nonnegative=self.nonnegative)
+                                        nonnegative=self.nonnegative, clip=self.clip,
+                                        max_clipped=self.max_clipped)
         details = fit_method(result.distances, self.method, self.n_clusters,
                              random_state=self.random_state, **dict(self.options or {}))
-        labels = details["labels"]
+        labels = np.asarray(details["labels"])
         self.distance_result_ = result
         self.details_ = details
         self.party_names_ = list(result.party_names)
+        self.party_labels_ = [labels[result.owners == i] for i in range(len(names))]
+        if order is not None:
+            in_x_order = np.empty_like(labels)
+            in_x_order[order] = labels
+            labels = in_x_order
+        self.labels_ = labels
         self.labels_global_ = labels
-        self.labels_ = [labels[result.owners == i] for i in range(len(result.party_names))]
+        self.clipped_ = {name: (result.clipped[name], result.clipped_fraction[name])
+                         for name in names}
         return self
 
-    def fit_predict(self, parties, y=None):
-        """``fit(parties).labels_``: one label array per party."""
-        return self.fit(parties).labels_
+    def fit_predict(self, X, y=None, *, owners=None):
+        """``fit(X).labels_``: all rows' labels in global row order."""
+        return self.fit(X, owners=owners).labels_
