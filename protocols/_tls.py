@@ -425,8 +425,26 @@ def channel_credentials(cert, key, ca) -> grpc.ChannelCredentials:
 
 
 def coordinator_credentials(config: SessionConfig) -> grpc.ServerCredentials:
-    """Server credentials of the coordinator from a session config (TLS must be on)."""
-    return server_credentials(*config.coordinator_tls())
+    """Server credentials of the coordinator from a session config (TLS must be on).
+
+    The certificate and key are parsed and matched first, so a damaged file is named here
+    instead of failing later as a port that cannot be bound.
+    """
+    files = config.coordinator_tls()
+    cert = _load_certificate(files.cert, f"the coordinator's TLS certificate "
+                                         f"{str(files.cert)!r}")
+    try:
+        key = serialization.load_pem_private_key(_read(files.key, "TLS private key"), None)
+    except (ValueError, TypeError):
+        raise ParameterError(f"the coordinator's TLS private key {str(files.key)!r} is not "
+                             "a readable unencrypted PEM private key (damaged?)") from None
+    if key.public_key().public_bytes(serialization.Encoding.DER,
+                                     serialization.PublicFormat.SubjectPublicKeyInfo) != \
+            cert.public_key().public_bytes(serialization.Encoding.DER,
+                                           serialization.PublicFormat.SubjectPublicKeyInfo):
+        raise ParameterError(f"the coordinator's TLS private key {str(files.key)!r} does not "
+                             f"belong to its certificate {str(files.cert)!r}")
+    return server_credentials(*files)
 
 
 def party_credentials(config: SessionConfig, name: str) -> grpc.ChannelCredentials:
