@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
+from sklearn.utils.metaestimators import available_if
 
 from finite_field import InputError, ParameterError
 
@@ -42,7 +43,7 @@ def _is_per_party(X) -> bool:
         hasattr(x, "toarray") or np.ndim(x) == 2 for x in X)
 
 
-def split_parties(estimator, X, owners=None, n_parties=None):
+def split_parties(estimator, X, owners=None, n_parties=None, reset=True):
     """Validated per-party arrays and the global row order of ``X``.
 
     Returns ``(names, arrays, order)``: ``order[k]`` is the row of ``X`` that becomes row k
@@ -70,12 +71,17 @@ def split_parties(estimator, X, owners=None, n_parties=None):
         dims = {x.shape[1] for x in arrays}
         if len(dims) > 1:
             raise InputError(f"d must be equal for all parties, got {[x.shape for x in arrays]}")
-        estimator.n_features_in_ = arrays[0].shape[1]
+        if reset:
+            estimator.n_features_in_ = arrays[0].shape[1]
+        elif arrays[0].shape[1] != estimator.n_features_in_:
+            raise InputError(f"X has {arrays[0].shape[1]} features, but "
+                             f"{type(estimator).__name__} is expecting "
+                             f"{estimator.n_features_in_} features as input")
         return names, arrays, None
     if owners is None and n_parties is None:
         shape = getattr(X, "shape", None) or np.shape(X)
         raise InputError(_ONE_ARRAY.format(shape=shape))
-    x = validate_data(estimator, X, dtype=np.float64)
+    x = validate_data(estimator, X, dtype=np.float64, reset=reset)
     n = x.shape[0]
     if owners is not None:
         owners = np.asarray(owners)
@@ -89,6 +95,8 @@ def split_parties(estimator, X, owners=None, n_parties=None):
     if isinstance(n_parties, bool) or not isinstance(n_parties, (int, np.integer)) \
             or n_parties < 1:
         raise ParameterError(f"n_parties must be a positive integer, got {n_parties!r}")
+    if n < n_parties and not reset:  # predict: a few new rows become fewer new parties
+        n_parties = n
     if n < n_parties:
         raise InputError(f"n_samples={n} rows cannot be split into n_parties={n_parties} "
                          "non-empty parties")
@@ -137,6 +145,12 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         Labels of each party's rows, in the order the parties were given.
     labels_global_ : ndarray
         Same as ``labels_`` (kept for compatibility).
+
+    ``predict`` exists for the methods that have one ("kmeans", "kmedoids"): it runs a new
+    secure session over the fitted parties' rows plus the new rows (as extra parties) and
+    assigns each new row to the nearest k-means centroid (computed exactly from D) or medoid.
+    The estimator therefore keeps the fitted parties' rows, as this in-process simulation
+    holds them anyway; a deployment runs ``serve``/``join`` instead.
     party_names_ : list of str
     n_features_in_ : int
     clipped_ : dict of str to (int, float)
@@ -206,7 +220,49 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.labels_global_ = labels
         self.clipped_ = {name: (result.clipped[name], result.clipped_fraction[name])
                          for name in names}
+        self._fitted_parties = dict(zip(names, arrays))
         return self
+
+    def _has_predict(self):
+        return self.method in ("kmeans", "kmedoids")
+
+    @available_if(_has_predict)
+    def predict(self, X, *, owners=None):
+        """Cluster of each new row: nearest k-means centroid or medoid, from exact distances.
+
+        ``X`` as in :meth:`fit` (per-party arrays, or one array with ``owners`` /
+        ``n_parties``); returns labels in the same global row order.
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "labels_")
+        names, arrays, order = split_parties(self, X, owners, self.n_parties, reset=False)
+        fitted = self._fitted_parties
+        new = {f"new:{name}": x for name, x in zip(names, arrays)}
+        result = secure_distance_matrix({**fitted, **new}, bound=self.bound,
+                                        scale_bits=self.scale_bits, segments=self.segments,
+                                        noise_segments=self.noise_segments,
+                                        nonnegative=self.nonnegative, clip=self.clip,
+                                        max_clipped=self.max_clipped)
+        n_fit = sum(x.shape[0] for x in fitted.values())
+        d = result.distances
+        cross, within = d[n_fit:, :n_fit], d[:n_fit, :n_fit]
+        train = np.concatenate([self.party_labels_[i] for i in range(len(fitted))])
+        if self.method == "kmedoids":
+            medoids = np.asarray(self.details_["medoid_indices"])
+            labels = train[medoids][np.argmin(cross[:, medoids], axis=1)]
+        else:
+            clusters = np.unique(train[train >= 0])
+            # ||x - c_k||^2 = mean_i D(x, i) - mean_{i,j} D(i, j) / 2 over the rows i, j of k
+            cost = np.stack([cross[:, train == k].mean(axis=1)
+                             - within[np.ix_(train == k, train == k)].mean() / 2
+                             for k in clusters], axis=1)
+            labels = clusters[np.argmin(cost, axis=1)]
+        if order is not None:
+            in_x_order = np.empty_like(labels)
+            in_x_order[order] = labels
+            labels = in_x_order
+        return labels
 
     def fit_predict(self, X, y=None, *, owners=None):
         """``fit(X).labels_``: all rows' labels in global row order."""

@@ -115,3 +115,25 @@ def test_scikit_learn_check_estimator(estimator):
     xfailed = {r["check_name"] for r in results if r["status"] == "xfail"}
     assert xfailed == set(expected)            # every declared failure really fails
     assert len(results) > 40
+
+
+def test_predict_where_the_method_has_one():
+    x, _ = three_blobs(n=30)
+    model = omnifc.FederatedClustering(n_clusters=3, bound=10.0, random_state=0,
+                                       scale_bits=12).fit([x[:10], x[10:20], x[20:]])
+    assert np.array_equal(model.predict([x[:10], x[10:20], x[20:]]), model.labels_)
+    new = np.random.Generator(np.random.PCG64(5)).uniform(-1, 6, (9, 4))
+    predicted = model.predict([new[:4], new[4:]])
+    # independent oracle: nearest centroid of the quantized training rows, in plaintext
+    q = np.round(x * 2**12) / 2**12
+    centres = np.array([q[model.labels_ == k].mean(axis=0) for k in range(3)])
+    qn = np.round(new * 2**12) / 2**12
+    expected = ((qn[:, None, :] - centres[None]) ** 2).sum(-1).argmin(axis=1)
+    assert predicted.tolist() == expected.tolist()
+    medoids = omnifc.FederatedClustering(method="kmedoids", n_clusters=3, bound=10.0,
+                                         scale_bits=12).fit([x[:10], x[10:20], x[20:]])
+    m = medoids.details_["medoid_indices"]
+    model_free = medoids.labels_[m][((qn[:, None] - q[m][None]) ** 2).sum(-1)
+                                                .argmin(axis=1)]
+    assert medoids.predict([new[:4], new[4:]]).tolist() == model_free.tolist()
+    assert not hasattr(omnifc.FederatedClustering(method="spectral"), "predict")
