@@ -235,7 +235,7 @@ def check_known_sample_attack(params: AuditParameters, *, rows: int | None = Non
     return check
 
 
-def _plot(path, errors, d, step, spread, exact_from=None) -> None:
+def _plot(path, errors, d, step, spread, exact_from=None) -> list:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -259,4 +259,7 @@ def _plot(path, errors, d, step, spread, exact_from=None) -> None:
     ax.legend(fontsize=7, loc="center right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    texts = [t for ax in fig.axes for t in [ax.get_title(), ax.get_xlabel()] + (
+        [x.get_text() for x in ax.get_legend().get_texts()] if ax.get_legend() else [])]
     plt.close(fig)
+    return texts  # what a reader sees (titles, axis labels, legend entries), for tests

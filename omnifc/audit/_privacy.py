@@ -528,7 +528,7 @@ def _tightness(params, base, bigger, matrix_small, small_prime, shares, data_a, 
 
 
 def _plot_views(path, shares, coalition, tight, values, p, t, p_left=None,
-                p_right=None, bins=20) -> None:
+                p_right=None, bins=20) -> list:
     """Two panels of binned frequencies (A, B and the uniform reference with its ±2σ band)."""
     import matplotlib
     matplotlib.use("Agg")
@@ -573,4 +573,7 @@ def _plot_views(path, shares, coalition, tight, values, p, t, p_left=None,
         axes[1].axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    texts = [t for ax in fig.axes for t in [ax.get_title(), ax.get_xlabel()] + (
+        [x.get_text() for x in ax.get_legend().get_texts()] if ax.get_legend() else [])]
     plt.close(fig)
+    return texts  # what a reader sees (titles, axis labels, legend entries), for tests

@@ -137,3 +137,34 @@ def test_predict_where_the_method_has_one():
                                                 .argmin(axis=1)]
     assert medoids.predict([new[:4], new[4:]]).tolist() == model_free.tolist()
     assert not hasattr(omnifc.FederatedClustering(method="spectral"), "predict")
+
+
+# -- item 9: plots and text a person can read ------------------------------------------
+def test_known_sample_text_and_plot_say_what_was_measured(tmp_path):
+    from omnifc.audit import AuditParameters, check_known_sample_attack
+
+    params = AuditParameters(rows=569, parties=3, nonnegative=True)
+    check = check_known_sample_attack(params, repeats=2)
+    text = " ".join(check.details)
+    assert "each party holds about 189 rows (569 rows over 3 parties" in text
+    assert "about 100 rows" not in text
+    exact_from = check.evidence["exact_from_k"]
+    assert exact_from is not None
+    (name, draw), = check.plots
+    texts = draw(tmp_path / name)
+    assert f"observed here: exact from k = {exact_from}" in texts
+    assert any(t.startswith("k = d + 1 = 5") for t in texts)
+
+
+def test_privacy_views_plot_has_the_uniform_reference_and_p_values(tmp_path):
+    from omnifc.audit import AuditParameters, check_empirical_privacy
+
+    check = check_empirical_privacy(AuditParameters(), noise_source=np.random.Generator(
+        np.random.PCG64(7)))
+    (name, draw), = check.plots
+    texts = draw(tmp_path / name)
+    assert "uniform" in texts and "uniform ± 2σ" in texts
+    titles = [t for t in texts if "A vs B: p = " in t]
+    assert len(titles) == 2                    # both panels state their test's p-value
+    assert any("in 20 equal bins" in t for t in texts)
+    assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
