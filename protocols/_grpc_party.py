@@ -209,7 +209,8 @@ def _wait_until_ready(channel, target: str, connect_timeout: float, tls_files) -
         waited = time.monotonic() - start
         if waited >= connect_timeout:
             ready.cancel()
-            raise PeerError(f"could not connect to {target} within {connect_timeout:g} s "
+            raise PeerError(f"could not establish a connection to {target} within "
+                            f"{connect_timeout:g} s "
                             f"({cause}); is `omnifc serve` running there?",
                             party=COORDINATOR, phase="join")
         logger.warning("waiting for the coordinator at %s (%s): %.0f of %g s", target, cause,

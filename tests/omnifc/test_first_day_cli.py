@@ -209,7 +209,8 @@ def test_coordinator_not_running_logs_while_waiting_then_stops(tmp_path):
     result = omnifc("join", "--config", config, "--party", "a", "--data", "a.npy",
                     "--target", f"127.0.0.1:{port}", cwd=tmp_path)
     one_clear_line(result, r"waiting for the coordinator at 127\.0\.0\.1:\d+ \(connection "
-                           r"refused", r"could not connect to 127\.0\.0\.1:\d+ within 7 s",
+                           r"refused",
+                   r"could not establish a connection to 127\.0\.0\.1:\d+ within 7 s",
                    r"omnifc serve")
     again = omnifc("join", "--config", config, "--party", "a", "--data", "a.npy",
                    "--target", f"127.0.0.1:{port}", cwd=tmp_path)
