@@ -26,7 +26,8 @@ from finite_field import InputError, ParameterError
 
 from ._clustering import fit_method
 
-__all__ = ["expected_failed_checks", "DistanceKMeans", "DistanceSpectral", "DistanceFuzzyCMeans", "DistanceNMF",
+__all__ = ["expected_failed_checks", "DistanceKMeans", "DistanceSpectral",
+           "DistanceFuzzyCMeans", "DistanceNMF",
            "DistanceDBSCAN", "DistanceHierarchical", "DistanceKMedoids"]
 
 

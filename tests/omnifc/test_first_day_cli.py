@@ -97,7 +97,8 @@ def test_serve_and_join_save_results_by_default_and_print_the_paths(tmp_path, se
         stop(serve, *joins)
     session_id = re.search(r"session (\w+) listening", out).group(1)
     folder = tmp_path / "omnifc-results" / session_id
-    assert f"saved the squared-distance matrix to {os.path.join('omnifc-results', session_id, 'distances.npy')}" in out
+    saved = os.path.join("omnifc-results", session_id, "distances.npy")
+    assert f"saved the squared-distance matrix to {saved}" in out
     x = np.concatenate([data[n] for n in NAMES])
     q = np.floor(np.clip(x, -2, 2) * 256 + 0.5).astype(np.int64)
     expected = ((q[:, None, :] - q[None, :, :]) ** 2).sum(-1) / 256.0**2
