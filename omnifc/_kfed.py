@@ -19,8 +19,8 @@ clusters the exact global distances of all points instead.
 >>> model = KFed(n_clusters=2, local_clusters=1, random_state=0).fit(parties)
 >>> [labels.tolist() for labels in model.party_labels_][:2]
 [[0, 0], [1, 1]]
->>> model.labels_.tolist()
-[0, 0, 1, 1, 0, 1]
+>>> model.labels_.tolist()   # the third party's two rows share its one local centre
+[0, 0, 1, 1, 0, 0]
 """
 
 from __future__ import annotations
