@@ -6,23 +6,105 @@
 ...            np.array([[9.0, 8.0], [1.0, 0.0]])]
 >>> model = FederatedClustering(method="kmeans", n_clusters=2, bound=16.0,
 ...                             random_state=0).fit(parties)
->>> [labels.tolist() for labels in model.labels_]
+>>> model.labels_.tolist()
+[0, 1, 0, 1, 0]
+>>> [labels.tolist() for labels in model.party_labels_]
 [[0, 1], [0], [1, 0]]
 """
 
 from __future__ import annotations
 
-from sklearn.base import BaseEstimator
+import numpy as np
+from sklearn.base import BaseEstimator, ClusterMixin
+from sklearn.utils.metaestimators import available_if
 
-from finite_field import ParameterError
+from finite_field import InputError, ParameterError
 
+from ._clipping import MAX_CLIPPED
 from ._clustering import fit_method
 from ._secure import secure_distance_matrix
 
-__all__ = ["FederatedClustering"]
+__all__ = ["FederatedClustering", "split_parties"]
+
+_ONE_ARRAY = ("FederatedClustering.fit got one 2-D array of shape {shape}: pass the parties' "
+              "rows as a list (or dict name -> array) of per-party arrays, e.g. "
+              "fit([rows_a, rows_b, rows_c]); or say which party holds each row with "
+              "fit(X, owners=...) (or n_parties=... to split X into equal contiguous "
+              "parties, a simulation)")
 
 
-class FederatedClustering(BaseEstimator):
+def _is_per_party(X) -> bool:
+    """A dict, or a list/tuple whose every item is 2-D (one party's rows)."""
+    if hasattr(X, "toarray"):  # a sparse matrix (scipy's dok format is a dict)
+        return False
+    if isinstance(X, dict):
+        return True
+    return isinstance(X, (list, tuple)) and len(X) > 0 and all(
+        hasattr(x, "toarray") or np.ndim(x) == 2 for x in X)
+
+
+def split_parties(estimator, X, owners=None, n_parties=None, reset=True):
+    """Validated per-party arrays and the global row order of ``X``.
+
+    Returns ``(names, arrays, order)``: ``order[k]`` is the row of ``X`` that becomes row k
+    of the concatenated parties (``None`` when ``X`` already was per-party arrays). Input is
+    validated with scikit-learn's :func:`~sklearn.utils.validation.validate_data` (dense,
+    real, finite, non-empty), which also sets ``n_features_in_``.
+    """
+    from sklearn.utils.validation import check_array, validate_data
+
+    if _is_per_party(X):
+        if owners is not None:
+            raise ParameterError("owners= is for one 2-D array X; X is already a collection "
+                                 "of per-party arrays")
+        named = X.items() if isinstance(X, dict) else (
+            (f"party-{i}", x) for i, x in enumerate(X))
+        names, arrays = [], []
+        for name, x in named:
+            names.append(str(name))
+            if np.shape(x)[:1] == (0,):
+                raise InputError("holds no rows (empty party)", party=str(name))
+            try:
+                arrays.append(check_array(x, dtype=np.float64))
+            except ValueError as error:
+                raise InputError(str(error), party=str(name)) from None
+        dims = {x.shape[1] for x in arrays}
+        if len(dims) > 1:
+            raise InputError(f"d must be equal for all parties, got {[x.shape for x in arrays]}")
+        if reset:
+            estimator.n_features_in_ = arrays[0].shape[1]
+        elif arrays[0].shape[1] != estimator.n_features_in_:
+            raise InputError(f"X has {arrays[0].shape[1]} features, but "
+                             f"{type(estimator).__name__} is expecting "
+                             f"{estimator.n_features_in_} features as input")
+        return names, arrays, None
+    if owners is None and n_parties is None:
+        shape = getattr(X, "shape", None) or np.shape(X)
+        raise InputError(_ONE_ARRAY.format(shape=shape))
+    x = validate_data(estimator, X, dtype=np.float64, reset=reset)
+    n = x.shape[0]
+    if owners is not None:
+        owners = np.asarray(owners)
+        if owners.shape != (n,):
+            raise InputError(f"owners must name one party per row of X: expected shape "
+                             f"({n},), got {owners.shape}")
+        _, first = np.unique(owners, return_index=True)
+        keys = owners[np.sort(first)]
+        order = np.concatenate([np.flatnonzero(owners == key) for key in keys])
+        return ([str(k) for k in keys], [x[owners == key] for key in keys], order)
+    if isinstance(n_parties, bool) or not isinstance(n_parties, (int, np.integer)) \
+            or n_parties < 1:
+        raise ParameterError(f"n_parties must be a positive integer, got {n_parties!r}")
+    if n < n_parties and not reset:  # predict: a few new rows become fewer new parties
+        n_parties = n
+    if n < n_parties:
+        raise InputError(f"n_samples={n} rows cannot be split into n_parties={n_parties} "
+                         "non-empty parties")
+    blocks = np.array_split(np.arange(n), n_parties)
+    return ([f"party-{i}" for i in range(n_parties)], [x[b] for b in blocks], np.arange(n))
+
+
+class FederatedClustering(ClusterMixin, BaseEstimator):
     """Cluster the rows of several parties without pooling them (OmniFC).
 
     ``fit`` reconstructs the exact squared-distance matrix of all parties' quantized rows
@@ -40,6 +122,15 @@ class FederatedClustering(BaseEstimator):
         Passed to :func:`omnifc.secure_distance_matrix` (l, t, q).
     bound : float
         Public clip bound R, agreed in advance (never computed from pooled data).
+    clip : {"clip", "error"}
+        Clip entries outside the bound (and count them), or refuse any.
+    max_clipped : float
+        Largest fraction of one party's entries that may be clipped before ``fit`` refuses
+        (default 0.01); 1.0 accepts any amount.
+    n_parties : int, optional
+        Simulation convenience: split a single 2-D ``X`` into this many contiguous,
+        near-equal parties. By default a single array is refused (pass per-party arrays,
+        or ``owners=`` to ``fit``).
     random_state : None, int or numpy Generator
         Seeds the clustering's random choices (never the shares' noise, which is CSPRNG).
     options : dict, optional
@@ -47,11 +138,23 @@ class FederatedClustering(BaseEstimator):
 
     Attributes
     ----------
-    labels_ : list of ndarray
+    labels_ : ndarray of int
+        Labels of all rows in global order: the parties concatenated in the order given
+        (or the row order of ``X`` with ``owners=`` / ``n_parties``).
+    party_labels_ : list of ndarray
         Labels of each party's rows, in the order the parties were given.
     labels_global_ : ndarray
-        The same labels in global row order (parties concatenated in the order given).
+        Same as ``labels_`` (kept for compatibility).
+
+    ``predict`` exists for the methods that have one ("kmeans", "kmedoids"): it runs a new
+    secure session over the fitted parties' rows plus the new rows (as extra parties) and
+    assigns each new row to the nearest k-means centroid (computed exactly from D) or medoid.
+    The estimator therefore keeps the fitted parties' rows, as this in-process simulation
+    holds them anyway; a deployment runs ``serve``/``join`` instead.
     party_names_ : list of str
+    n_features_in_ : int
+    clipped_ : dict of str to (int, float)
+        Per party: clipped entries and their fraction of the party's entries.
     distance_result_ : DistanceResult
         The reconstruction (distances, integer distances, owners, parameters, stats).
     details_ : dict
@@ -59,8 +162,8 @@ class FederatedClustering(BaseEstimator):
     """
 
     def __init__(self, method="kmeans", n_clusters=None, *, segments=1, noise_segments=1,
-                 scale_bits=16, bound=None, nonnegative=False, random_state=None,
-                 options=None):
+                 scale_bits=16, bound=None, nonnegative=False, clip="clip",
+                 max_clipped=MAX_CLIPPED, n_parties=None, random_state=None, options=None):
         self.method = method
         self.n_clusters = n_clusters
         self.segments = segments
@@ -68,28 +171,99 @@ class FederatedClustering(BaseEstimator):
         self.scale_bits = scale_bits
         self.bound = bound
         self.nonnegative = nonnegative
+        self.clip = clip
+        self.max_clipped = max_clipped
+        self.n_parties = n_parties
         self.random_state = random_state
         self.options = options
 
-    def fit(self, parties, y=None):
-        """Reconstruct D securely from ``parties`` (list or dict of arrays) and cluster it."""
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = bool(self.nonnegative)
+        return tags
+
+    def fit(self, X, y=None, *, owners=None):
+        """Reconstruct D securely and cluster it. Returns ``self``.
+
+        Parameters
+        ----------
+        X : list or dict of array-like (n_i, d), or array-like (n, d) with ``owners``
+            Each party's rows. A single 2-D array needs ``owners`` (or ``n_parties``).
+        y : ignored
+        owners : array-like (n,), optional
+            For a single array ``X``: the party (name or number) holding each row.
+        """
         if self.bound is None:
             raise ParameterError("bound (the public clip bound R) must be given; it is "
                                  "agreed in advance, never computed from pooled data")
-        result = secure_distance_matrix(parties, bound=self.bound, scale_bits=self.scale_bits,
-                                        segments=self.segments,
+        names, arrays, order = split_parties(self, X, owners, self.n_parties)
+        if self.nonnegative and any((x < 0).any() for x in arrays):
+            raise InputError("Negative values in data passed to FederatedClustering with "
+                             "nonnegative=True: features must lie in [0, bound]")
+        result = secure_distance_matrix(dict(zip(names, arrays)), bound=self.bound,
+                                        scale_bits=self.scale_bits, segments=self.segments,
                                         noise_segments=self.noise_segments,
-                                        nonnegative=self.nonnegative)
+                                        nonnegative=self.nonnegative, clip=self.clip,
+                                        max_clipped=self.max_clipped)
         details = fit_method(result.distances, self.method, self.n_clusters,
                              random_state=self.random_state, **dict(self.options or {}))
-        labels = details["labels"]
+        labels = np.asarray(details["labels"])
         self.distance_result_ = result
         self.details_ = details
         self.party_names_ = list(result.party_names)
+        self.party_labels_ = [labels[result.owners == i] for i in range(len(names))]
+        if order is not None:
+            in_x_order = np.empty_like(labels)
+            in_x_order[order] = labels
+            labels = in_x_order
+        self.labels_ = labels
         self.labels_global_ = labels
-        self.labels_ = [labels[result.owners == i] for i in range(len(result.party_names))]
+        self.clipped_ = {name: (result.clipped[name], result.clipped_fraction[name])
+                         for name in names}
+        self._fitted_parties = dict(zip(names, arrays))
         return self
 
-    def fit_predict(self, parties, y=None):
-        """``fit(parties).labels_``: one label array per party."""
-        return self.fit(parties).labels_
+    def _has_predict(self):
+        return self.method in ("kmeans", "kmedoids")
+
+    @available_if(_has_predict)
+    def predict(self, X, *, owners=None):
+        """Cluster of each new row: nearest k-means centroid or medoid, from exact distances.
+
+        ``X`` as in :meth:`fit` (per-party arrays, or one array with ``owners`` /
+        ``n_parties``); returns labels in the same global row order.
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "labels_")
+        names, arrays, order = split_parties(self, X, owners, self.n_parties, reset=False)
+        fitted = self._fitted_parties
+        new = {f"new:{name}": x for name, x in zip(names, arrays)}
+        result = secure_distance_matrix({**fitted, **new}, bound=self.bound,
+                                        scale_bits=self.scale_bits, segments=self.segments,
+                                        noise_segments=self.noise_segments,
+                                        nonnegative=self.nonnegative, clip=self.clip,
+                                        max_clipped=self.max_clipped)
+        n_fit = sum(x.shape[0] for x in fitted.values())
+        d = result.distances
+        cross, within = d[n_fit:, :n_fit], d[:n_fit, :n_fit]
+        train = np.concatenate([self.party_labels_[i] for i in range(len(fitted))])
+        if self.method == "kmedoids":
+            medoids = np.asarray(self.details_["medoid_indices"])
+            labels = train[medoids][np.argmin(cross[:, medoids], axis=1)]
+        else:
+            clusters = np.unique(train[train >= 0])
+            # ||x - c_k||^2 = mean_i D(x, i) - mean_{i,j} D(i, j) / 2 over the rows i, j of k
+            cost = np.stack([cross[:, train == k].mean(axis=1)
+                             - within[np.ix_(train == k, train == k)].mean() / 2
+                             for k in clusters], axis=1)
+            labels = clusters[np.argmin(cost, axis=1)]
+        if order is not None:
+            in_x_order = np.empty_like(labels)
+            in_x_order[order] = labels
+            labels = in_x_order
+        return labels
+
+    def fit_predict(self, X, y=None, *, owners=None):
+        """``fit(X).labels_``: all rows' labels in global row order."""
+        return self.fit(X, owners=owners).labels_

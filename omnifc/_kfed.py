@@ -17,8 +17,10 @@ clusters the exact global distances of all points instead.
 >>> parties = [np.array([[0.0, 0.0], [0.0, 1.0]]), np.array([[9.0, 9.0], [9.0, 8.0]]),
 ...            np.array([[0.0, 0.5], [9.0, 8.5]])]
 >>> model = KFed(n_clusters=2, local_clusters=1, random_state=0).fit(parties)
->>> [labels.tolist() for labels in model.labels_][:2]
+>>> [labels.tolist() for labels in model.party_labels_][:2]
 [[0, 0], [1, 1]]
+>>> model.labels_.tolist()   # the third party's two rows share its one local centre
+[0, 0, 1, 1, 0, 0]
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ import math
 import numbers
 
 import numpy as np
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, ClusterMixin
 
 from finite_field import ParameterError
 
 from ._clustering._common import as_generator, seed_from
-from ._secure import normalize_parties
+from ._federated import split_parties
 
 __all__ = ["KFed"]
 
@@ -41,7 +43,7 @@ def _sq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return ((a[:, None, :] - b[None, :, :]) ** 2).sum(axis=-1)
 
 
-class KFed(BaseEstimator):
+class KFed(ClusterMixin, BaseEstimator):
     """k-FED baseline over a list (or dict) of party arrays.
 
     Parameters
@@ -53,28 +55,37 @@ class KFed(BaseEstimator):
         at least 1 and at most the party's row count.
     n_init : int
         Restarts of each local k-means.
+    n_parties : int, optional
+        Simulation convenience: split a single 2-D ``X`` into this many contiguous parties
+        (by default a single array is refused; pass per-party arrays or ``owners=``).
     random_state : None, int or numpy Generator
 
     Attributes
     ----------
-    labels_ : list of ndarray
-        Per-party labels. ``labels_global_`` concatenates them in party order.
+    labels_ : ndarray of int
+        Labels of all rows in global order (parties concatenated in the order given, or
+        the row order of ``X`` with ``owners=`` / ``n_parties``); also ``labels_global_``.
+    party_labels_ : list of ndarray
+        Per-party labels.
     local_centers_ : list of ndarray
         What each party uploaded.
     cluster_centers_ : ndarray (k, d)
         Server centres after the Lloyd step.
     """
 
-    def __init__(self, n_clusters=2, *, local_clusters=None, n_init=10, random_state=None):
+    def __init__(self, n_clusters=2, *, local_clusters=None, n_init=10, n_parties=None,
+                 random_state=None):
         self.n_clusters = n_clusters
         self.local_clusters = local_clusters
         self.n_init = n_init
+        self.n_parties = n_parties
         self.random_state = random_state
 
-    def fit(self, parties, y=None):
+    def fit(self, X, y=None, *, owners=None):
+        """Run k-FED on per-party arrays (or one array with ``owners``). Returns ``self``."""
         from sklearn.cluster import KMeans
 
-        names, arrays = normalize_parties(parties)
+        names, arrays, order = split_parties(self, X, owners, self.n_parties)
         k = self.n_clusters
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
             raise ParameterError(f"n_clusters must be a positive integer, got {k!r}")
@@ -109,12 +120,17 @@ class KFed(BaseEstimator):
                             else seeds[j] for j in range(k)])  # Lloyd step: update
         center_labels = _sq(pooled, updated).argmin(axis=1)
         offsets = np.cumsum([0] + [len(c) for c in centers])
-        self.labels_ = [center_labels[offsets[i] + local_labels[i]] for i in range(len(arrays))]
-        self.labels_global_ = np.concatenate(self.labels_)
+        self.party_labels_ = [center_labels[offsets[i] + local_labels[i]]
+                              for i in range(len(arrays))]
+        labels = np.concatenate(self.party_labels_)
+        if order is not None:
+            labels = labels[np.argsort(order)]
+        self.labels_ = self.labels_global_ = labels
         self.local_centers_ = centers
         self.cluster_centers_ = updated
         self.party_names_ = names
         return self
 
-    def fit_predict(self, parties, y=None):
-        return self.fit(parties).labels_
+    def fit_predict(self, X, y=None, *, owners=None):
+        """``fit(X).labels_``: all rows' labels in global row order."""
+        return self.fit(X, owners=owners).labels_

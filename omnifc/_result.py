@@ -40,6 +40,8 @@ class DistanceResult:
         Per-phase seconds and bytes sent.
     clipped : dict of str to int
         Per party, how many entries were clipped to the public bound.
+    clipped_fraction : dict of str to float
+        Per party, the clipped entries as a fraction of the party's entries.
     labels : ndarray of int, optional
         Cluster labels in global row order when the coordinator ran a clustering
         (``secure_distance_matrix(..., cluster=...)``); each party received its own rows'.
@@ -56,6 +58,7 @@ class DistanceResult:
     stats: dict = field(default_factory=dict)
     clipped: dict = field(default_factory=dict)
     labels: np.ndarray | None = None
+    clipped_fraction: dict = field(default_factory=dict)
     store: object = None
 
     @classmethod

@@ -13,6 +13,7 @@ import numpy as np
 
 from finite_field import InputError, ParameterError, make_plan
 
+from ._clipping import MAX_CLIPPED, check_clipping, clip_report
 from ._result import DistanceResult, PhaseStats
 
 __all__ = ["secure_distance_matrix", "normalize_parties"]
@@ -26,6 +27,11 @@ def normalize_parties(parties) -> tuple[list[str], list[np.ndarray]]:
     Returns the party names and their float64 (n_i, d) arrays. Every party must hold at
     least one row, and all parties the same number of features.
     """
+    if getattr(parties, "ndim", 3) <= 2 or hasattr(parties, "toarray"):  # one array/matrix
+        raise InputError(
+            f"got one array of shape {getattr(parties, 'shape', None)}: pass the parties' "
+            "rows as a list (or dict name -> array) of per-party 2-D arrays, e.g. "
+            "[rows_a, rows_b, rows_c]; one array would make every row its own party")
     if isinstance(parties, dict):
         names = [str(k) for k in parties]
         arrays = list(parties.values())
@@ -59,7 +65,8 @@ def normalize_parties(parties) -> tuple[list[str], list[np.ndarray]]:
 
 def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segments: int = 1,
                            noise_segments: int = 1, nonnegative: bool = False,
-                           clip: str = "clip", primes=None, responders=None,
+                           clip: str = "clip", max_clipped: float = MAX_CLIPPED,
+                           primes=None, responders=None,
                            mode: str = "masked", transport: str = "memory",
                            deadline: float = 60.0, cluster=None,
                            insecure: bool = False, out=None,
@@ -85,6 +92,11 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
         l and t; at least 2l + 2t - 1 parties are needed.
     nonnegative, clip, primes
         See :func:`finite_field.make_plan`.
+    max_clipped : float
+        Largest fraction of a party's entries that may lie outside the bound (and be
+        clipped) before the call refuses with :class:`InputError`; 1.0 accepts any amount.
+        Per-party counts and fractions are in the result's ``clipped`` and
+        ``clipped_fraction``.
     responders : sequence of str or int, optional
         The parties whose results are combined (the set B, at least 2l + 2t - 1); all by
         default.
@@ -131,6 +143,9 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     responder_idx = _resolve_responders(responders, names)
     clipped = {name: plan.quantizer.quantize(x, party=name).clipped
                for name, x in zip(names, arrays)}
+    report = clip_report(dict(zip(names, arrays)), bound=bound, nonnegative=nonnegative)
+    check_clipping(report, bound=bound, nonnegative=nonnegative, max_clipped=max_clipped,
+                   clip=clip)
     parameters = SessionParameters(dim=plan.dim, bound=bound, scale_bits=scale_bits,
                                    segments=segments, noise_segments=noise_segments,
                                    nonnegative=nonnegative, primes=plan.primes, mode=mode)
@@ -139,9 +154,11 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
                    responders=chosen, cluster=cluster, deadline=deadline, insecure=insecure)
     owners = np.concatenate([np.full(x.shape[0], i) for i, x in enumerate(arrays)])
     described = outcome.parameters | {"party_names": names, "transport": transport}
+    clipped_fraction = {n: r[2] for n, r in report.items()}
     result = DistanceResult(distances=outcome.values, integer_distances=outcome.integer,
                             party_names=names, owners=owners, parameters=described,
-                            stats=_stats(outcome), clipped=clipped, labels=outcome.labels)
+                            stats=_stats(outcome), clipped=clipped, labels=outcome.labels,
+                            clipped_fraction=clipped_fraction)
     if out is not None or memory_budget is not None:
         from ._store import DistanceStore
 
@@ -150,7 +167,8 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
                                            memory_budget=memory_budget, parameters=described)
         result = DistanceResult.from_store(store, party_names=names, owners=owners,
                                            parameters=described, stats=result.stats,
-                                           clipped=clipped, labels=outcome.labels)
+                                           clipped=clipped, labels=outcome.labels,
+                                           clipped_fraction=clipped_fraction)
     logger.info("reconstructed %d x %d distances from %d parties (%s, %s)",
                 *outcome.integer.shape, len(names), mode, transport)
     return result

@@ -37,17 +37,37 @@ _END = object()
 
 
 def load_party_data(path) -> np.ndarray:
-    """Rows of a party from ``.npy`` or ``.csv`` (comma-separated numbers, no header)."""
+    """Rows of a party from ``.npy`` or ``.csv`` (comma-separated numbers, no header).
+
+    Every way a file can be unusable (missing, empty, not an array, not numeric) ends in
+    one :class:`InputError` naming the file.
+    """
     path = pathlib.Path(path)
+    if path.suffix not in (".npy", ".csv"):
+        raise InputError(f"data must be a .npy or .csv file, got {str(path)!r}")
+    if not path.is_file():
+        raise InputError(f"data file {str(path)!r} not found (working directory "
+                         f"{os.getcwd()})")
+    if path.stat().st_size == 0:
+        raise InputError(f"data file {str(path)!r} is empty (0 bytes)")
     if path.suffix == ".npy":
-        data = np.load(path, allow_pickle=False)
-    elif path.suffix == ".csv":
+        try:
+            data = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as error:
+            raise InputError(f"could not read {str(path)!r} as a NumPy .npy array: "
+                             f"{error}") from None
+        if not isinstance(data, np.ndarray) or not (
+                np.issubdtype(data.dtype, np.number) or data.dtype == np.bool_) \
+                or np.issubdtype(data.dtype, np.complexfloating):
+            raise InputError(f"{str(path)!r} holds a {getattr(data, 'dtype', type(data))} "
+                             "array; the rows must be real numbers (save them with "
+                             "np.save(path, rows.astype(float)))")
+    else:
         try:
             data = np.loadtxt(path, delimiter=",", dtype=np.float64, ndmin=2)
         except ValueError as error:
-            raise InputError(f"could not read {str(path)!r} as numeric CSV: {error}") from None
-    else:
-        raise InputError(f"data must be a .npy or .csv file, got {str(path)!r}")
+            raise InputError(f"could not read {str(path)!r} as numeric CSV (one row per "
+                             f"line, comma-separated numbers, no header): {error}") from None
     return np.asarray(data, dtype=np.float64)
 
 
@@ -56,18 +76,25 @@ def party_from_config(config, name: str, data, *, parameters=None) -> Party:
     from ._grpc_coordinator import parameters_from_config
     from ._identity import load_identity
 
+    from ._identity import public_key_bytes
+
     entry = config.party(name)
     if entry.identity_key is None:
         raise InputError(f"the session config gives no identity_key file for party {name!r}")
+    identity_key = load_identity(entry.identity_key)
+    if public_key_bytes(identity_key) != entry.identity_public_key:
+        raise InputError(f"the identity key {str(entry.identity_key)!r} does not match the "
+                         f"one pinned for {name!r} in the session config; use {name!r}'s own "
+                         "key file (or the config of the session it was made for)")
     return Party(name, data, session_id=config.session_id,
                  parameters=parameters or parameters_from_config(config),
-                 identity_key=load_identity(entry.identity_key),
+                 identity_key=identity_key,
                  pinned={e.name: e.identity_public_key for e in config.parties})
 
 
 def run_party(party: Party, target: str, *, credentials=None, insecure: bool = False,
               timeout: float = 600.0, connect_timeout: float = 30.0, fault: str | None = None,
-              on_message=None) -> Party:
+              on_message=None, tls_files=None) -> Party:
     """Take part in a session over gRPC until the result arrives.
 
     Parameters
@@ -88,6 +115,10 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         ``"oversized-hello"`` announces 2^44 rows in a (validly signed) hello.
     on_message : callable, optional
         ``on_message(kind)`` after each received message (progress display).
+    tls_files : TLSFiles, optional
+        This party's certificate, key and CA files: while the connection is not ready, a
+        direct TLS handshake diagnoses the cause (a certificate that does not verify ends
+        the wait at once with the reason; a closed port is logged every few seconds).
 
     Returns
     -------
@@ -109,12 +140,7 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
             yield item
 
     try:
-        try:
-            grpc.channel_ready_future(channel).result(timeout=connect_timeout)
-        except grpc.FutureTimeoutError:
-            raise PeerError(f"could not establish a connection to {target} within "
-                            f"{connect_timeout:g} s (coordinator down, or the TLS handshake "
-                            "was refused)", party=COORDINATOR, phase="join") from None
+        _wait_until_ready(channel, target, connect_timeout, tls_files)
         for env in party.start():
             outgoing.put(_corrupt(party, env, fault))
         stub = pb_grpc.CoordinatorStub(channel)
@@ -182,6 +208,94 @@ def _corrupt(party: Party, env, fault: str | None):
     return env
 
 
+def _wait_until_ready(channel, target: str, connect_timeout: float, tls_files) -> None:
+    """Wait (bounded) for the channel; log why not every few seconds; stop on TLS failure."""
+    ready = grpc.channel_ready_future(channel)
+    start = time.monotonic()
+    cause = "no answer"
+    while True:
+        remaining = connect_timeout - (time.monotonic() - start)
+        try:
+            ready.result(timeout=max(0.0, min(5.0, remaining)))
+            return
+        except grpc.FutureTimeoutError:
+            pass
+        fatal, cause = _diagnose(target, tls_files)
+        if fatal:
+            ready.cancel()
+            raise PeerError(f"TLS handshake with {target} failed: {cause}",
+                            party=COORDINATOR, phase="join")
+        waited = time.monotonic() - start
+        if waited >= connect_timeout:
+            ready.cancel()
+            raise PeerError(f"could not establish a connection to {target} within "
+                            f"{connect_timeout:g} s "
+                            f"({cause}); is `omnifc serve` running there?",
+                            party=COORDINATOR, phase="join")
+        logger.warning("waiting for the coordinator at %s (%s): %.0f of %g s", target, cause,
+                       waited, connect_timeout)
+
+
+def _tls_context(tls_files):
+    """An ``ssl`` client context with this party's certificate and key, trusting what the
+    config trusts; ``TLSFiles`` entries are paths, or PEM bytes where the config embeds
+    them (written to a private temporary folder for the ssl module, then removed)."""
+    import ssl
+    import tempfile
+
+    ca = tls_files.ca
+    context = ssl.create_default_context(
+        **({"cadata": bytes(ca).decode("ascii")} if isinstance(ca, (bytes, bytearray))
+           else {"cafile": str(ca)}))
+    cert = tls_files.cert
+    if isinstance(cert, (bytes, bytearray)):
+        with tempfile.TemporaryDirectory() as folder:  # created 0700
+            path = os.path.join(folder, "cert.pem")
+            with open(path, "wb") as handle:
+                handle.write(bytes(cert))
+            context.load_cert_chain(path, str(tls_files.key))
+    else:
+        context.load_cert_chain(str(cert), str(tls_files.key))
+    return context
+
+
+def _diagnose(target: str, tls_files) -> tuple:
+    """``(fatal, cause)`` of a channel that is not ready: TCP, then a direct TLS handshake."""
+    import socket
+    import ssl
+
+    host, _, port = target.rpartition(":")
+    host = host.strip("[]")
+    try:
+        sock = socket.create_connection((host, int(port)), timeout=2.0)
+    except (OSError, ValueError) as error:
+        return False, f"connection refused: {getattr(error, 'strerror', None) or error}"
+    if tls_files is None:
+        sock.close()
+        return False, "the port accepts connections but gRPC is not ready"
+    try:
+        context = _tls_context(tls_files)
+        context.set_alpn_protocols(["h2"])
+        with context.wrap_socket(sock, server_hostname=host) as tls:
+            tls.settimeout(2.0)
+            try:
+                tls.recv(1)  # TLS 1.3: a refused client certificate shows up here
+            except (TimeoutError, socket.timeout):
+                pass
+    except ssl.SSLCertVerificationError as error:
+        return True, (f"the coordinator's certificate does not verify against this config's "
+                      f"pinned coordinator certificate (CERTIFICATE_VERIFY_FAILED: "
+                      f"{error.verify_message}); is this config from another session?")
+    except ssl.SSLError as error:
+        return True, (f"the coordinator refused this party's certificate ({error.reason}); "
+                      "is the coordinator running another session's config?")
+    except OSError as error:
+        return False, f"connection closed during the TLS handshake ({error})"
+    finally:
+        sock.close()
+    return False, "TLS handshake succeeded but gRPC is not ready"
+
+
 def _inject(fault: str) -> None:
     if fault == "exit-in-evaluation":
         logging.shutdown()
@@ -221,7 +335,10 @@ def main(argv=None) -> int:
 
 def join_from_config(config_path, name: str, data_path, *, target=None, fault=None,
                      on_message=None, kind: str = "distance", rows: int = 1) -> Party:
-    """Load config and data, then :func:`run_party` (what ``omnifc join`` does)."""
+    """Load config and data, then :func:`run_party` (what ``omnifc join`` does).
+
+    ``data_path`` is a file (see :func:`load_party_data`) or the rows already loaded.
+    """
     from ._config import SessionConfig, load_session_config
     from ._grpc_coordinator import parameters_from_config
 
@@ -229,14 +346,15 @@ def join_from_config(config_path, name: str, data_path, *, target=None, fault=No
         else load_session_config(config_path)
     parameters = parameters_from_config(config, kind=kind, rows=rows) if kind == "sum" \
         else None
-    party = party_from_config(config, name, load_party_data(data_path),
-                              parameters=parameters)
+    data = data_path if isinstance(data_path, np.ndarray) else load_party_data(data_path)
+    party = party_from_config(config, name, data, parameters=parameters)
     d = config.deadlines
     total = d.join + d.shares + d.evaluation * 4 + d.result
     return run_party(party, target or config.coordinator,
                      credentials=None if config.insecure else party_credentials(config, name),
                      insecure=config.insecure, timeout=total, connect_timeout=d.join,
-                     fault=fault, on_message=on_message)
+                     fault=fault, on_message=on_message,
+                     tls_files=None if config.insecure else config.party_tls(name))
 
 
 if __name__ == "__main__":

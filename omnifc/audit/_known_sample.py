@@ -170,7 +170,7 @@ def check_known_sample_attack(params: AuditParameters, *, rows: int | None = Non
                        if e["draws_all_exact"] == e["draws"] and all(
                            f["draws_all_exact"] == f["draws"] for f in errors if f["k"] > e["k"])),
                       None)
-    rows_per_party = n // params.parties
+    rows_per_party = params.rows // params.parties  # the session's, not the sample's
     check.evidence.update(
         rows=n, dim=d, D_from=source, repeats=repeats, quantization_level=step,
         data_spread_rms=spread, errors=errors, exact_from_k=exact_from,
@@ -195,7 +195,8 @@ def check_known_sample_attack(params: AuditParameters, *, rows: int | None = Non
         "& Kargupta, arXiv:0911.2942, estimate 16-dimensional records within 7% from 4 known "
         "ones). OmniFC's guarantee protects the rows from the parties, not D from the "
         "coordinator. " + (
-            f"Here each party holds about {rows_per_party} rows, "
+            f"Here each party holds about {rows_per_party} rows ({params.rows} rows over "
+            f"{params.parties} parties; the attack above ran on {n} synthetic rows), "
             + ("more than d + 1: the coordinator colluding with any one party reconstructs "
                "every row." if rows_per_party >= d + 1 else
                "fewer than d + 1, so one colluding party alone does not pin the motion down; "
@@ -211,7 +212,7 @@ def check_known_sample_attack(params: AuditParameters, *, rows: int | None = Non
           f"{100 * e['rows_exact_on_grid']:.0f}%", f"{e['draws_all_exact']} of {e['draws']}"]
          for e in errors]))
     check.plots.append(("known_sample_attack.png",
-                        lambda path: _plot(path, errors, d, step, spread)))
+                        lambda path: _plot(path, errors, d, step, spread, exact_from)))
     check.figures.append("known_sample_attack.png")
     if exact_from is not None:
         check.finding = (f"with k ≥ {exact_from} known records (d + 1 = {d + 1}) an attacker "
@@ -234,7 +235,7 @@ def check_known_sample_attack(params: AuditParameters, *, rows: int | None = Non
     return check
 
 
-def _plot(path, errors, d, step, spread) -> None:
+def _plot(path, errors, d, step, spread, exact_from=None) -> list:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -246,12 +247,19 @@ def _plot(path, errors, d, step, spread) -> None:
     ax.axhline(step / 2, color="gray", lw=0.8, ls=":",
                label="rounding bound: half a step in every coordinate")
     ax.axhline(spread, color="tab:red", lw=0.8, ls=":", label="data spread (RMS)")
-    ax.axvline(d + 1, color="black", lw=0.8, ls="-.", label=f"k = d + 1 = {d + 1}")
+    ax.axvline(d + 1, color="black", lw=0.8, ls="-.",
+               label=f"k = d + 1 = {d + 1}: enough for any data in general position")
+    if exact_from is not None:
+        ax.axvline(exact_from, color="tab:green", lw=1.2, ls="--",
+                   label=f"observed here: exact from k = {exact_from}")
     ax.set_yscale("log")
     ax.set_xlabel("known records k")
     ax.set_ylabel("distance of estimate to the real record")
     ax.set_title("Known-sample attack on D: classical MDS + Procrustes")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="center right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    texts = [t for ax in fig.axes for t in [ax.get_title(), ax.get_xlabel()] + (
+        [x.get_text() for x in ax.get_legend().get_texts()] if ax.get_legend() else [])]
     plt.close(fig)
+    return texts  # what a reader sees (titles, axis labels, legend entries), for tests

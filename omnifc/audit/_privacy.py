@@ -432,8 +432,12 @@ def check_empirical_privacy(params: AuditParameters, *, rows_per_set: int = 2_00
     combination_values = tight.pop("combination_values", None)
     check.evidence["tightness"] = tight
     check.plots.append(("privacy_views.png",
-                        lambda path: _plot_views(path, shares, base, tight, combination_values,
-                                                 small_prime, t)))
+                        lambda path: _plot_views(
+                            path, shares, base, tight, combination_values, small_prime, t,
+                            p_left=min((x["p_value"] for x in tests
+                                        if x["coalition"] == [j + 1 for j in base]
+                                        and x["field"] == f"GF({small_prime})"), default=None),
+                            p_right=tight.get("noise_free_combination", {}).get("p_value"))))
     check.figures.append("privacy_views.png")
     if check.verdict == PASS:
         check.finding = (f"no t-coalition ({len(coalitions)} tested, t = {t}) tells the two data "
@@ -523,30 +527,53 @@ def _tightness(params, base, bigger, matrix_small, small_prime, shares, data_a, 
     return out
 
 
-def _plot_views(path, shares, coalition, tight, values, p, t) -> None:
+def _plot_views(path, shares, coalition, tight, values, p, t, p_left=None,
+                p_right=None, bins=20) -> list:
+    """Two panels of binned frequencies (A, B and the uniform reference with its ±2σ band)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    edges = np.linspace(0, p, bins + 1)
+
+    def panel(ax, samples, title, p_value, legend):
+        total = None
+        for name, color, marker in (("A", "tab:blue", "o"), ("B", "tab:orange", "s")):
+            x = np.asarray(samples[name]).ravel()
+            counts, _ = np.histogram(x, bins=edges)
+            total = x.size
+            ax.plot((edges[:-1] + edges[1:]) / 2, counts / x.size, marker=marker, ms=4, lw=1,
+                    color=color, label=f"data set {name}")
+        width = np.diff(edges) / p                      # uniform probability of each bin
+        sigma = np.sqrt(width * (1 - width) / total)
+        low, high = width - 2 * sigma, width + 2 * sigma
+        ax.fill_between(edges, np.append(low, low[-1]),
+                        np.append(high, high[-1]), step="post", color="gray", alpha=0.25,
+                        label="uniform ± 2σ")
+        ax.step(edges, np.append(width, width[-1]), where="post", color="black",
+                lw=0.8, label="uniform")
+        ax.set_xlabel(f"field element of GF({p}), in {bins} equal bins")
+        ax.set_ylabel("fraction of values")
+        verdict = "" if p_value is None else (
+            f"\nA vs B: p = {p_value:.3g} " + ("(no difference found)" if p_value >= 1e-3
+                                              else "(told apart)"))
+        ax.set_title(title + verdict, fontsize=10)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8, loc=legend, ncol=2)
+
     member = coalition[0]
-    for name, color in (("A", "tab:blue"), ("B", "tab:orange")):
-        counts = np.bincount(shares[("small", name)][member].ravel(), minlength=p)
-        axes[0].step(np.arange(p), counts, where="mid", color=color, lw=0.8,
-                     label=f"data set {name}")
-    axes[0].set_title(f"party {member + 1}'s shares (t = {t} coalition member), GF({p})")
-    axes[0].set_xlabel("field element")
-    axes[0].set_ylabel("count")
-    axes[0].legend()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    panel(axes[0], {name: shares[("small", name)][member] for name in ("A", "B")},
+          f"party {member + 1}'s shares (a t = {t} coalition)", p_left,
+          "lower center")
     if values is not None:
-        for name, color in (("A", "tab:blue"), ("B", "tab:orange")):
-            counts = np.bincount(values[name].ravel(), minlength=p)
-            axes[1].step(np.arange(p), counts, where="mid", color=color, lw=0.8,
-                         label=f"data set {name}")
-        axes[1].set_yscale("symlog")
-        axes[1].legend()
-    axes[1].set_title(f"noise-free combination of t+1 parties {tight['plus_one']}")
-    axes[1].set_xlabel("field element")
+        panel(axes[1], values, f"noise-free combination of t+1 parties {tight['plus_one']}",
+              p_right, "center right")
+    else:
+        axes[1].axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    texts = [t for ax in fig.axes for t in [ax.get_title(), ax.get_xlabel()] + (
+        [x.get_text() for x in ax.get_legend().get_texts()] if ax.get_legend() else [])]
     plt.close(fig)
+    return texts  # what a reader sees (titles, axis labels, legend entries), for tests

@@ -169,6 +169,13 @@ def check_transport(params) -> Check:
                        "check_transport(AuditParameters.from_config('session.toml'))")
     rows = []  # item, setting, status (checked/assumed), verdict
 
+    absent = []  # another organization's files, not on this machine
+
+    def not_here(name, path, owner):
+        absent.append(path)
+        rows.append([name, f"{path} not on this machine ({owner}'s file)", "not checked",
+                     "skip"])
+
     def item(name, setting, how, ok, reason=None, warn=False):
         rows.append([name, setting, how, "ok" if ok else ("warn" if warn else "FAIL")])
         if not ok and reason:
@@ -234,6 +241,9 @@ def check_transport(params) -> Check:
         for key in ("ca", "coordinator_cert", "coordinator_key"):
             value = transport.get(key)
             exists = bool(value) and Path(value).exists()
+            if value and not exists and key != "ca":  # every participant holds the CA cert
+                not_here(f"[tls] {key}", value, "the coordinator")
+                continue
             item(f"[tls] {key}", value or "missing", how + ", file on disk", exists,
                  f"[tls] {key} {'is missing' if not value else 'does not exist: ' + value}")
         if transport.get("coordinator_cert") and Path(transport["coordinator_cert"]).exists():
@@ -254,7 +264,9 @@ def check_transport(params) -> Check:
          f"{[p['name'] for p in parties if not p.get('certificate_sha256')]} (CA trust only)",
          warn=tls_on)
     for p in pinned_certs:
-        if p.get("cert"):
+        if p.get("cert") and not Path(p["cert"]).exists():
+            not_here(f"party {p['name']!r} certificate", p["cert"], f"party {p['name']!r}")
+        elif p.get("cert"):
             problem, digest = _certificate_status(p["cert"])
             pinned = str(p["certificate_sha256"]).lower()
             ok = problem is None and digest is not None and digest.hex() == pinned
@@ -271,7 +283,10 @@ def check_transport(params) -> Check:
          "identity pinning incomplete: every party must pin its own Ed25519 identity key "
          "(otherwise the coordinator can substitute ephemeral keys and read every share)")
     for p in parties:
-        if p.get("identity_key") and Path(p["identity_key"]).exists():
+        if p.get("identity_key") and not Path(p["identity_key"]).exists():
+            not_here(f"party {p['name']!r} identity key", p["identity_key"],
+                     f"party {p['name']!r}")
+        elif p.get("identity_key") and Path(p["identity_key"]).exists():
             try:
                 from protocols import load_identity, public_key_bytes
 
@@ -296,6 +311,12 @@ def check_transport(params) -> Check:
         "from substituting parties or keys. Shares travel end-to-end encrypted under "
         "pairwise X25519 + HKDF-SHA256 keys with AES-256-GCM; the self-test above exercises "
         "that code.")
+    if absent:
+        check.details.append(
+            f"{len(absent)} file(s) named by the config are not on this machine and were not "
+            "checked: they are other organizations' files (each participant holds the public "
+            "config, the CA certificate and its own files). Run the audit on each machine to "
+            "check each organization's files.")
     if check.failed:
         check.finding = check.reasons[0]
     elif check.reasons:
@@ -303,5 +324,8 @@ def check_transport(params) -> Check:
         check.finding = check.reasons[0]
     else:
         check.finding = ("TLS on with mutual authentication, every certificate and identity key "
-                         "pinned and matching the files, AES-256-GCM verified, masked mode")
+                         "pinned" + (" and matching the files" if not absent else
+                                     f", those on this machine matching ({len(absent)} other "
+                                     "organizations' files not here)")
+                         + ", AES-256-GCM verified, masked mode")
     return check

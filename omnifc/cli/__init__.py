@@ -2,12 +2,14 @@
 
 Each subcommand lives in its own module ``omnifc/cli/cmd_<name>.py`` that defines
 ``register(subparsers)``; :func:`main` discovers them, so commands stay independent.
-Only the CLI configures logging handlers and shows progress bars.
+Only the CLI configures logging handlers and shows progress bars. Every ``--help`` shows
+the options' defaults (:class:`HelpFormatter`).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import logging
 import pkgutil
@@ -15,16 +17,32 @@ import sys
 
 from finite_field import OmniFCError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "HelpFormatter"]
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows ``(default: X)`` after an option's help unless the help already names its
+    default or there is none to show (None, False, an empty list)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, [], "", argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     parser = argparse.ArgumentParser(
-        prog="omnifc",
+        prog="omnifc", formatter_class=HelpFormatter,
         description="Secure federated clustering: exact pairwise distances on Lagrange shares.")
+    parser.add_argument("--version", action="version", version=f"omnifc {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="more log output (-v info, -vv debug)")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND",
+        parser_class=functools.partial(argparse.ArgumentParser, formatter_class=HelpFormatter))
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
         if info.name.startswith("cmd_"):
             importlib.import_module(f"{__name__}.{info.name}").register(subparsers)

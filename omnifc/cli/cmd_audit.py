@@ -27,7 +27,8 @@ def register(subparsers) -> None:
                              "override its values")
     parser.add_argument("--out", metavar="DIR",
                         help="write report.md, report.json and PNG figures here")
-    session = parser.add_argument_group("session parameters (defaults: the demo's session)")
+    session = parser.add_argument_group(
+        "session parameters (defaults: the demo's session, signed)")
     session.add_argument("--dim", type=int, help=f"d (default {DEMO_DEFAULTS['dim']})")
     session.add_argument("--bound", type=float,
                          help=f"R, the public clip bound (default {DEMO_DEFAULTS['bound']:g})")
@@ -40,9 +41,11 @@ def register(subparsers) -> None:
                          help="masked (default) or transparent")
     sign = session.add_mutually_exclusive_group()
     sign.add_argument("--nonnegative", dest="nonnegative", action="store_true", default=None,
-                      help="features lie in [0, R] (default, as in the demo)")
+                      help="features lie in [0, R] (the demo's iris data: add it to audit "
+                           "exactly the demo's session)")
     sign.add_argument("--signed", dest="nonnegative", action="store_false",
-                      help="features lie in [-R, R]")
+                      help="features lie in [-R, R] (default without --config, as in "
+                           "`omnifc certs` and the Python API)")
     session.add_argument("--primes", metavar="P1,P2", help="explicit moduli")
     session.add_argument("--alphas", metavar="A1,A2", help="interpolation points (l+t)")
     session.add_argument("--betas", metavar="B1,B2", help="party points (m)")
@@ -76,7 +79,8 @@ def parameters_from_args(args) -> AuditParameters:
         load_config(args.config)  # validated completely at load, clustering request included
         return AuditParameters.from_config(args.config, **values)
     given = {k: v for k, v in values.items() if v is not None}
-    source = "defaults (the demo's session)" if not given else "command-line flags"
+    source = "defaults (the demo's session, signed)" if not given else "command-line flags"
+    given.setdefault("nonnegative", False)  # signed: the default of `omnifc certs` and the API
     return AuditParameters(**given, source=source)
 
 

@@ -13,6 +13,7 @@ drop out during evaluation), q = 16, masked mode, exact k-means with 3 clusters.
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import numpy as np
@@ -25,11 +26,16 @@ def register(subparsers) -> None:
         "demo", help="run a whole secure session over gRPC+TLS on this machine",
         description=__doc__.split("\n\n")[1])
     add_session_arguments(parser, parties=4)
-    parser.add_argument("--mode", choices=("masked", "transparent"), default="masked")
-    parser.add_argument("--method", default="kmeans", help="clustering on D (default kmeans)")
-    parser.add_argument("--clusters", type=int, help="number of clusters (default: classes)")
-    parser.add_argument("--deadline", type=float, default=60.0,
-                        help="seconds per phase before a party counts as dropped (60)")
+    from .. import METHODS
+
+    parser.add_argument("--mode", choices=("masked", "transparent"), default="masked",
+                        help="masked: the coordinator learns only D; transparent: more")
+    parser.add_argument("--method", choices=METHODS, default="kmeans", help="clustering on D")
+    parser.add_argument("--n-clusters", type=int, dest="n_clusters",
+                        help="number of clusters (default: the data set's classes)")
+    parser.add_argument("--clusters", type=int, dest="n_clusters", help=argparse.SUPPRESS)
+    parser.add_argument("--deadline", type=float, default=60.0, metavar="SECONDS",
+                        help="seconds per phase before a party counts as dropped")
     parser.add_argument("--insecure", action="store_true",
                         help="no TLS (not recommended; logs a warning)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -46,7 +52,8 @@ def run(args) -> int:
     from finite_field import Quantizer
 
     from .. import cluster, load_dataset, plaintext_sq_distances, split_non_iid
-    from .cmd_serve import format_stats, phase_progress
+    from ._session_io import phase_progress
+    from .cmd_serve import format_stats
 
     data = load_dataset(args.dataset)
     parts = split_non_iid(data.labels, args.parties, args.non_iid)
@@ -54,7 +61,7 @@ def run(args) -> int:
     party_data = {name: data.features[idx] for name, idx in zip(names, parts)}
     features = np.concatenate([data.features[idx] for idx in parts])
     truth = np.concatenate([data.labels[idx] for idx in parts])
-    k = args.clusters or data.n_classes
+    k = args.n_clusters or data.n_classes
     parameters = SessionParameters(dim=data.features.shape[1], bound=data.bound,
                                    scale_bits=args.scale_bits, segments=args.segments,
                                    noise_segments=args.noise_segments,

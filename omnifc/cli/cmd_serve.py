@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._session_io import (add_output_arguments, add_tls_refusal, output_dir,
+                          phase_progress,
+                          refuse_insecure_flag, warn_if_reused)
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -11,7 +15,8 @@ def register(subparsers) -> None:
         description="Serve one session: wait for every party of the session config, relay "
                     "their encrypted shares, sum their masked evaluations into the exact "
                     "squared-distance matrix, run the requested clustering and send each "
-                    "party the labels of its own rows.")
+                    "party the labels of its own rows. The distance matrix and the labels "
+                    "are saved (distances.npy, labels.npy) and their paths printed.")
     parser.add_argument("--config", required=True, help="session config (TOML)")
     parser.add_argument("--keys", metavar="DIR",
                         help="your keys folder from 'omnifc keygen --coordinator' (default: "
@@ -19,11 +24,15 @@ def register(subparsers) -> None:
     parser.add_argument("--address", help="host:port to listen on (default: the config's "
                                           "coordinator address; port 0 = any free port)")
     parser.add_argument("--port-file", help="write the port actually bound to this file")
-    parser.add_argument("--data-out", help="save the squared-distance matrix (.npy)")
-    parser.add_argument("--labels-out", help="save the cluster labels of all rows (.npy)")
+    add_output_arguments(parser, what="distances.npy and labels.npy")
+    parser.add_argument("--data-out", help="save the squared-distance matrix here instead "
+                                           "(.npy)")
+    parser.add_argument("--labels-out", help="save the cluster labels of all rows here "
+                                             "instead (.npy)")
     parser.add_argument("--no-cluster", action="store_true",
                         help="do not cluster; parties receive no labels")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true", help="no progress display")
+    add_tls_refusal(parser)
     parser.set_defaults(handler=run)
 
 
@@ -33,21 +42,6 @@ def clustering_callback(config):
 
     method, n_clusters = config.clustering.method, config.clustering.n_clusters
     return lambda distances: cluster(distances, method, n_clusters, random_state=0)
-
-
-def phase_progress(total_phases: int = 5, disable: bool = False):
-    """A tqdm bar over the protocol phases, as an ``on_phase`` callback."""
-    from tqdm import tqdm
-
-    bar = tqdm(total=total_phases, desc="join", unit="phase", disable=disable, leave=False)
-    order = ["join", "shares", "evaluation", "decode", "result"]
-
-    def on_phase(phase, round_):
-        if phase in order:
-            bar.n = order.index(phase)
-            bar.set_description(phase if round_ <= 1 else f"{phase} (round {round_})")
-            bar.refresh()
-    return bar, on_phase
 
 
 def format_stats(stats) -> str:
@@ -61,37 +55,42 @@ def run(args) -> int:
 
     from .cmd_session import announce_session, load_config
 
+    refuse_insecure_flag(args)
     config = load_config(args.config, keys=args.keys, who="coordinator")
     announce_session(config, "the coordinator")
     cluster = None if args.no_cluster else clustering_callback(config)
     coordinator = coordinator_from_config(config, cluster=cluster)
+    credentials = None if config.insecure else coordinator_credentials(config)
+    folder = output_dir(args, config)
     server = CoordinatorServer(
         coordinator, config.deadlines, address=args.address or config.coordinator,
-        credentials=None if config.insecure else coordinator_credentials(config),
-        insecure=config.insecure, config=config).start()
+        credentials=credentials, insecure=config.insecure, config=config).start()
     if args.port_file:
         with open(args.port_file, "w") as handle:
             handle.write(f"{server.port}\n")
+    warn_if_reused(config, "serve")
     print(f"coordinator of session {config.session_id} listening on port {server.port} "
           f"({'INSECURE, no TLS' if config.insecure else 'mutual TLS'}); waiting for "
           f"{', '.join(config.party_names)}", flush=True)
-    bar, on_phase = phase_progress(disable=args.no_progress)
+    bar, on_phase = phase_progress(disable=args.no_progress, desc="serve")
     try:
         outcome = server.run(on_phase=on_phase)
     finally:
         bar.close()
         server.stop()
-    if args.data_out:
-        np.save(args.data_out, outcome.values)
-    if args.labels_out and outcome.labels is not None:
-        np.save(args.labels_out, outcome.labels)
     n = outcome.integer.shape[0]
     print(f"reconstructed the {n} x {n} squared-distance matrix of "
           f"{len(outcome.party_names)} parties (round {outcome.round}, responders "
           f"{', '.join(outcome.responders)}; lost: {', '.join(outcome.lost) or 'none'})")
+    distances_path = args.data_out or folder / "distances.npy"
+    np.save(distances_path, outcome.values)
+    print(f"saved the squared-distance matrix to {distances_path}")
     if outcome.labels is not None:
         sizes = np.bincount(outcome.labels[outcome.labels >= 0])
         print(f"clustering {config.clustering.method}: cluster sizes {sizes.tolist()}")
+        labels_path = args.labels_out or folder / "labels.npy"
+        np.save(labels_path, outcome.labels)
+        print(f"saved the labels of all {n} rows (global row order) to {labels_path}")
     print("per phase (seconds, bytes sent and received by the coordinator):")
     print(format_stats(outcome.stats))
     return 0

@@ -41,15 +41,15 @@ def run_adapter(args) -> int:
 
 def add_session_arguments(parser: argparse.ArgumentParser, *, parties: int = 3) -> None:
     """Options shared by the commands that run a session on a built-in data set."""
-    parser.add_argument("--dataset", choices=DATASETS, default="iris")
-    parser.add_argument("--parties", type=int, default=parties,
-                        help=f"number of parties m ({parties})")
+    parser.add_argument("--dataset", choices=DATASETS, default="iris",
+                        help="built-in data set")
+    parser.add_argument("--parties", type=int, default=parties, help="number of parties m")
     parser.add_argument("--segments", type=int, default=1, help="l: data segments per row")
     parser.add_argument("--noise-segments", type=int, default=1,
                         help="t: random segments; any t parties learn nothing")
     parser.add_argument("--scale-bits", type=int, default=16, help="q: quantization step 2^-q")
     parser.add_argument("--non-iid", type=float, default=0.5, metavar="P",
-                        help="non-IID level p in [0, 1] of the split (default 0.5)")
+                        help="non-IID level p in [0, 1] of the split")
 
 
 def run(args) -> int:

@@ -41,7 +41,8 @@ steps = decode_sum(plan, totals)
 # The public entry point, with a responding subset.
 parties = {"a": x[:2], "b": x[2:3], "c": x[3:], "d": x[:1] * 0.5, "e": -x[:1]}
 result = omnifc.secure_distance_matrix(parties, bound=2.0, scale_bits=20, segments=2,
-                                       noise_segments=1, responders=["a", "c", "d", "e", "b"])
+                                       noise_segments=1, responders=["a", "c", "d", "e", "b"],
+                                       max_clipped=1.0)  # the data exercise clipping
 print(json.dumps({
     "disable_jit": bool(numba.config.DISABLE_JIT),
     "compiled": compiled,

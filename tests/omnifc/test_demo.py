@@ -50,7 +50,7 @@ def test_serve_and_join_as_separate_commands(tmp_path):
     serve = subprocess.Popen([sys.executable, "-m", "omnifc.cli", "serve", "--config", str(config),
                               "--port-file", str(port_file), "--no-progress", "--data-out",
                               str(tmp_path / "D.npy")], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     joins = []
     try:
         deadline = time.monotonic() + 60
@@ -63,7 +63,7 @@ def test_serve_and_join_as_separate_commands(tmp_path):
                 [sys.executable, "-m", "omnifc.cli", "join", "--config", str(config), "--party",
                  name, "--no-progress", "--target", f"127.0.0.1:{port}", "--data",
                  str(tmp_path / f"{name}.{'csv' if i == 0 else 'npy'}")], stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True))
+                stderr=subprocess.PIPE, text=True, cwd=tmp_path))
         out, err = serve.communicate(timeout=120)
         assert serve.returncode == 0, err
         assert "reconstructed the 15 x 15 squared-distance matrix of 3 parties" in out

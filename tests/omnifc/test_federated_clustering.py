@@ -25,7 +25,9 @@ def test_labels_per_party_and_global(iris_parties):
     parties = {f"org-{i}": data.features[p] for i, p in enumerate(parts)}
     model = omnifc.FederatedClustering(method="hierarchical", n_clusters=3, bound=data.bound,
                                        nonnegative=True, options={"linkage": "average"})
-    per_party = model.fit_predict(parties)
+    global_labels = model.fit_predict(parties)
+    per_party = model.party_labels_
+    assert np.array_equal(global_labels, model.labels_)
     assert model.party_names_ == ["org-0", "org-1", "org-2"]
     assert [len(labels) for labels in per_party] == [len(p) for p in parts]
     assert np.array_equal(np.concatenate(per_party), model.labels_global_)

@@ -42,7 +42,7 @@ def test_mixed_parties_defeat_proxy_aggregation():
     order = np.random.Generator(np.random.PCG64(2)).permutation(len(x))
     parties = np.array_split(x[order], 4)
     model = omnifc.KFed(n_clusters=4, local_clusters=1, random_state=0).fit(parties)
-    for labels in model.labels_:
+    for labels in model.party_labels_:
         assert len(set(labels.tolist())) == 1
     assert omnifc.adjusted_rand(y[order], model.labels_global_) < 0.2
     exact = omnifc.FederatedClustering(method="kmeans", n_clusters=4, bound=16.0,

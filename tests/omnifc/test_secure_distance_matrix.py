@@ -56,7 +56,8 @@ def test_exact_through_the_public_api(l, t, m, oracle):
     # Responders by name or by index, in any order.
     responders = [names[j] if j % 2 else j for j in rng.permutation(chosen).tolist()]
     result = secure_distance_matrix(parties, bound=bound, scale_bits=q, segments=l,
-                                    noise_segments=t, responders=responders)
+                                    noise_segments=t, responders=responders,
+                                    max_clipped=1.0)  # the data exercise clipping
     expected = oracle.sq_distances(oracle.quantize(stacked(parties), q, bound))
     assert result.integer_distances.dtype == np.int64
     assert result.integer_distances.tolist() == expected
@@ -81,7 +82,7 @@ def test_property_public_api_is_exact(l, t, extra, d, q, bound, nonnegative, dat
     segments = min(l, d)
     result = secure_distance_matrix(parties, bound=bound, scale_bits=q, segments=segments,
                                     noise_segments=t, nonnegative=nonnegative,
-                                    responders=responders)
+                                    responders=responders, max_clipped=1.0)
     rows = oracle.quantize(stacked(parties), q, bound, nonnegative)
     assert result.integer_distances.tolist() == oracle.sq_distances(rows)
 
@@ -111,11 +112,13 @@ def test_exact_with_several_rns_primes(scale_bits, bound, n_primes, oracle):
 
 def test_exact_nonnegative_with_clipping(oracle):
     parties = {"x": [[0.0, 3.9, -1.0]], "y": [[2.5, 5.0, 1.0]], "z": [[4.0, 0.0, 0.3]]}
-    result = secure_distance_matrix(parties, bound=4.0, scale_bits=10, nonnegative=True)
+    result = secure_distance_matrix(parties, bound=4.0, scale_bits=10, nonnegative=True,
+                                    max_clipped=1.0)
     rows = oracle.quantize(stacked({k: np.array(v) for k, v in parties.items()}), 10, 4.0,
                            nonnegative=True)
     assert result.integer_distances.tolist() == oracle.sq_distances(rows)
     assert result.clipped == {"x": 1, "y": 1, "z": 0}
+    assert result.clipped_fraction == {"x": 1 / 3, "y": 1 / 3, "z": 0.0}
     assert result.parameters["nonnegative"] is True
 
 
@@ -143,7 +146,8 @@ def test_default_noise_comes_from_the_os_csprng(monkeypatch):
     real = os.urandom
     monkeypatch.setattr(SYSTEM_RANDOM, "bytes", lambda n: calls.append(n) or real(n))
     parties = make_parties(5, 6, seed=2)  # 6 rows of 6 features
-    result = secure_distance_matrix(parties, bound=2.0, scale_bits=20, noise_segments=2)
+    result = secure_distance_matrix(parties, bound=2.0, scale_bits=20, noise_segments=2,
+                                    max_clipped=1.0)
     n_primes = len(result.parameters["primes"])
     assert n_primes == 2
     assert sum(calls) >= 4 * 6 * 2 * 6 * n_primes

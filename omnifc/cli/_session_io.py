@@ -1,0 +1,92 @@
+"""What ``serve`` and ``join`` share: where results go, progress display, reuse warnings."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import pathlib
+import sys
+
+logger = logging.getLogger("omnifc.cli")
+
+#: Results are saved under ``./omnifc-results/<session id>/`` unless told otherwise.
+RESULTS_DIR = "omnifc-results"
+
+
+def add_output_arguments(parser, *, what: str) -> None:
+    parser.add_argument("--out", metavar="DIR",
+                        help=f"folder for {what} (default: ./{RESULTS_DIR}/<session id>)")
+
+
+def add_tls_refusal(parser) -> None:
+    """``--insecure`` is not a serve/join flag: say where TLS is switched off instead."""
+    import argparse
+
+    parser.add_argument("--insecure", action="store_true", help=argparse.SUPPRESS)
+
+
+def refuse_insecure_flag(args) -> None:
+    from finite_field import ParameterError
+
+    if getattr(args, "insecure", False):
+        raise ParameterError("--insecure is not a command-line switch for serve/join: every "
+                             "participant must agree, so TLS is switched off in the session "
+                             "config ([tls] enabled = false, logged as a warning)")
+
+
+def output_dir(args, config) -> pathlib.Path:
+    folder = pathlib.Path(args.out) if args.out else pathlib.Path(RESULTS_DIR) / \
+        config.session_id
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def warn_if_reused(config, role: str) -> None:
+    """Record this run next to the config; warn when the same session already ran."""
+    if config.path is None:
+        return
+    marker = pathlib.Path(str(config.path) + ".runs")
+    try:
+        previous = marker.read_text().splitlines() if marker.exists() else []
+        mine = [line for line in previous if f" {role} " in f" {line} "]
+        if mine:
+            logger.warning("session %s was already run with this config (%s; see %s): reusing "
+                           "a session's keys and config for another run is discouraged, make "
+                           "a fresh session with `omnifc certs`", config.session_id,
+                           mine[-1], marker)
+        with marker.open("a") as handle:
+            handle.write(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}"
+                         f" {role}\n")
+    except OSError:  # a read-only config folder: no record, no warning
+        pass
+
+
+ORDER = ["join", "shares", "evaluation", "decode", "result"]
+
+
+def phase_progress(total_phases: int = 5, disable: bool = False, desc: str = "join"):
+    """A progress display over the protocol phases, as an ``on_phase`` callback.
+
+    A tqdm bar on a terminal; one plain line per phase change otherwise (a log file or a
+    pipe gets no repeated bar redraws); nothing with ``disable``.
+    """
+    from tqdm import tqdm
+
+    tty = sys.stderr.isatty()
+    bar = tqdm(total=total_phases, desc=desc, unit="phase", disable=disable or not tty,
+               leave=False)
+    seen = set()
+
+    def on_phase(phase, round_):
+        if phase not in ORDER:
+            return
+        label = phase if round_ <= 1 else f"{phase} (round {round_})"
+        if tty and not disable:
+            bar.n = ORDER.index(phase)
+            bar.set_description(label)
+            bar.refresh()
+        elif not disable and label not in seen:
+            seen.add(label)
+            print(f"[{ORDER.index(phase) + 1}/{total_phases}] {label}", file=sys.stderr,
+                  flush=True)
+    return bar, on_phase
