@@ -11,7 +11,6 @@ side of the search decides which row is picked.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 from sklearn.cluster._kmeans import _kmeans_plusplus
