@@ -53,10 +53,10 @@ def test_edges_that_are_allowed():
 
 def test_distance_plan_carries_every_chosen_parameter():
     params = SessionParameters(dim=4, bound=1.0, scale_bits=4, noise_segments=2,
-                               nonnegative=True, primes=(65521,), alphas=(1, 2, 3),
+                               nonnegative=True, primes=(65521,), alphas=(2, 5, 7),
                                betas=(10, 11, 12, 13, 14))
     plan = params.plan(5)
-    assert plan.codes[0].alphas == (1, 2, 3) and plan.codes[0].betas == (10, 11, 12, 13, 14)
+    assert plan.codes[0].alphas == (2, 5, 7) and plan.codes[0].betas == (10, 11, 12, 13, 14)
     assert plan.primes == (65521,)
     assert plan.quantizer.nonnegative is True
     # noise_segments = 2 with l = 1: three interpolation points, and at least 2l+2t-1 = 5
@@ -121,6 +121,7 @@ def test_vector_tiles_hold_chunk_bytes_over_4_elements():
     assert vector_tiles(3, 4) == [(0, 1), (1, 2), (2, 3)]       # one element per tile
     assert vector_tiles(1, 4096) == [(0, 1)]
     assert vector_tiles(0, 4096) == [(0, 0)]                    # one (empty) tile
+    assert vector_tiles(0, 4) == [(0, 0)]
 
 
 def test_chunk_rows_hold_at_most_chunk_bytes():
@@ -135,6 +136,7 @@ def test_row_tiles_follow_the_upper_triangle_budget():
     # a=0: 8 // 6 = 1 row; a=1: 8 // 5 = 1; a=2: 8 // 4 = 2 rows (2, 3); a=4: 8 // 2 = 4
     assert row_tiles(6, 32) == [(0, 1), (1, 2), (2, 4), (4, 6)]
     assert row_tiles(3, 4) == [(0, 1), (1, 2), (2, 3)]          # budget 1: one row each
+    assert row_tiles(2, 4) == [(0, 1), (1, 2)]
     assert row_tiles(4, 4096) == [(0, 4)]
 
 
