@@ -10,11 +10,17 @@ gRPC figure is given twice: the protocol phases after every party joined (shares
 evaluation, decode, result), and the wall time including process start-up and join.
 
     python benchmarks/bench_protocol.py [--n 2000] [--dim 16] [--parties 3] [--repeats 5]
+
+``--quick`` is a smoke run in seconds (n = 200, one run each; its ratios say little);
+``--json PATH`` saves the figures (benchmarks/write_figures.py uses it); ``--check`` exits
+1 when a target is missed (otherwise the exit status is 0: the verdicts are informational).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
 import statistics
 import sys
@@ -39,7 +45,16 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="in-memory runs (and pdist)")
     parser.add_argument("--grpc-repeats", type=int, default=3)
     parser.add_argument("--skip-grpc", action="store_true")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: n = 200, one run of each (seconds)")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when a target is missed")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.n, args.repeats, args.grpc_repeats = min(args.n, 200), 1, 1
+    load_before = os.getloadavg()
+    now = datetime.datetime.now(datetime.timezone.utc)
 
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (args.n, args.dim))
@@ -98,6 +113,16 @@ def main(argv=None) -> int:
     print(f"in-memory protocol (end to end)  median {mem * 1e3:9.2f} ms  ratio "
           f"{mem / pd:7.1f}x pdist (target <= 10x: {'met' if mem / pd <= 10 else 'NOT met'})")
     phase_table(memory_stats)
+    figures = {"date": f"{now:%Y-%m-%d %H:%M} UTC", "quick": bool(args.quick), "n": args.n,
+               "dim": args.dim, "parties": args.parties, "scale_bits": args.scale_bits,
+               "cpu_count": os.cpu_count(), "load_before": list(load_before),
+               "pdist_seconds": pd, "pdist_runs": len(base), "party_kernel_seconds": kern,
+               "memory_seconds": mem, "memory_runs": len(memory),
+               "memory_ratio": mem / pd, "memory_target_met": mem / pd <= 10,
+               "memory_phases": {ph: [statistics.median(s[ph][0] for s in memory_stats),
+                                      statistics.median(s[ph][1] for s in memory_stats)]
+                                 for ph in PHASES}}
+    missed = [] if mem / pd <= 10 else ["in-memory <= 10x pdist"]
     if grpc_wall:
         proto = statistics.median(grpc_protocol)
         wall = statistics.median(grpc_wall)
@@ -107,6 +132,19 @@ def main(argv=None) -> int:
         print(f"gRPC+TLS, wall incl. start-up    median {wall * 1e3:9.2f} ms  ratio "
               f"{wall / pd:7.1f}x pdist")
         phase_table(grpc_stats)
+        figures.update(grpc_protocol_seconds=proto, grpc_wall_seconds=wall,
+                       grpc_runs=len(grpc_wall), grpc_ratio=proto / pd,
+                       grpc_wall_ratio=wall / pd, grpc_target_met=proto / pd <= 30)
+        if proto / pd > 30:
+            missed.append("gRPC after join <= 30x pdist")
+    figures["load_after"] = list(os.getloadavg())
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(figures, fh, indent=2)
+    if missed:
+        print(f"target(s) missed: {', '.join(missed)}", file=sys.stderr)
+    if args.check and missed:
+        return 1
     return 0
 
 

@@ -77,3 +77,16 @@ class Oracle:
 def oracle():
     """Exact reference computations (see :class:`Oracle`)."""
     return Oracle
+
+
+#: Default ceiling (seconds) of a test marked ``network`` that sets no timeout of its own.
+#: The slowest loopback session of the suite takes well under a minute alone on 2 cores;
+#: this leaves room for a loaded machine while a hung session still fails fast.
+NETWORK_TIMEOUT = 150
+
+
+def pytest_collection_modifyitems(config, items):
+    """Give every network test a tighter timeout than the global one (setup.cfg)."""
+    for item in items:
+        if item.get_closest_marker("network") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(NETWORK_TIMEOUT))

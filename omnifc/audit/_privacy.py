@@ -306,10 +306,15 @@ def check_empirical_privacy(params: AuditParameters, *, rows_per_set: int = 2_00
 
     Examples
     --------
+    >>> import numpy as np
     >>> from omnifc.audit import AuditParameters, check_empirical_privacy
-    >>> check = check_empirical_privacy(AuditParameters(), rows_per_set=500)
-    >>> check.evidence["tightness"]["rows_recovered_exactly"]   # by t+1 colluding parties
-    500
+    >>> noise = np.random.default_rng(0)   # seeded noise: a reproducible verdict (docs only)
+    >>> check = check_empirical_privacy(AuditParameters(), rows_per_set=500,
+    ...                                 noise_source=noise)
+    >>> check.verdict, check.evidence["tightness"]["rows_recovered_exactly"]   # t+1 recover
+    ('pass', 500)
+    >>> round(check.evidence["min_p_value"], 4)   # the smallest p-value over coalitions
+    0.2447
     """
     l, t, m = params.segments, params.noise_segments, params.parties
     check = Check("empirical_privacy", 2, "Empirical t-privacy and its tightness (t+1 parties)",

@@ -7,6 +7,7 @@ inside the installed package.
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -24,10 +25,12 @@ def benchmarks_dir() -> Path:
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "bench", help="run a benchmark (kernels, protocol, reproduce, scale)",
-        description="Run one of the benchmark scripts of a source checkout; extra arguments "
-                    "are passed through (e.g. omnifc bench kernels --quick).")
+        description="Run one of the benchmark scripts of a source checkout; every argument "
+                    "after the name goes to the script, so `omnifc bench kernels --help` "
+                    "shows the benchmark's own options (e.g. --quick, --check, --json).")
     parser.add_argument("name", choices=sorted(BENCHMARKS))
-    parser.add_argument("args", nargs="*", help="arguments for the script (after --)")
+    parser.add_argument("args", nargs=argparse.REMAINDER,
+                        help="arguments for the script (see omnifc bench NAME --help)")
     parser.set_defaults(handler=run)
 
 
@@ -36,4 +39,5 @@ def run(args) -> int:
     if not script.is_file():
         raise ParameterError(f"benchmark script not found at {script}: benchmarks ship with "
                              "the source checkout (git clone, then pip install -e .)")
+    # The script's exit status is the command's: 1 from --check when a target is missed.
     return subprocess.call([sys.executable, str(script), *args.args])

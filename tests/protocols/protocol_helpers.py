@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -23,15 +25,20 @@ def plaintext_sq_distances(x, bound, scale_bits, nonnegative=False):
 
 
 def lagrange_weights(points, x, p):
-    """[L_j(x)] on ``points`` over GF(p), with Python integers (independent of the code)."""
+    """[L_j(x) mod p] for the Lagrange basis on ``points``.
+
+    Independent of the library's modular algorithm: each L_j(x) is evaluated exactly over
+    the rationals (``fractions.Fraction``) and only then mapped to GF(p), which is valid
+    because the points are distinct modulo p (no denominator vanishes mod p).
+    tests/protocols/test_helper_oracle.py checks this against galois.
+    """
     out = []
     for j, xj in enumerate(points):
-        num = den = 1
+        value = Fraction(1)
         for k, xk in enumerate(points):
             if k != j:
-                num = num * (x - xk) % p
-                den = den * (xj - xk) % p
-        out.append(num * pow(den, -1, p) % p)
+                value *= Fraction(int(x) - int(xk), int(xj) - int(xk))
+        out.append(value.numerator % p * pow(value.denominator % p, -1, p) % p)
     return out
 
 

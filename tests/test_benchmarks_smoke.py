@@ -1,0 +1,107 @@
+"""Every benchmark code path runs in the suite: ``--quick`` smoke runs (no timing asserted).
+
+The figures of a smoke run mean nothing (tiny shapes, a loaded machine); what is checked
+is that each script runs to the end, writes what it promises, and that ``--check`` turns
+a missed target into exit status 1 (compared with the script's own verdicts, whatever
+they are on this machine).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+
+pytestmark = pytest.mark.slow
+
+
+def run(*args, timeout=600):
+    return subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.timeout(600)
+def test_bench_kernels_quick_reports_progress_and_check_follows_its_verdicts(tmp_path):
+    out = tmp_path / "kernels.json"
+    done = run(BENCH / "bench_kernels.py", "--quick", "--check", "--no-galois", "--json", out)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    verdicts = [row["passed"] for row in figures["rows"]]
+    assert {row["kernel"] for row in figures["rows"]} >= {
+        "gram_matrix", "sq_distances", "cross_sq_distances", "weighted_sum"}
+    assert done.returncode == (1 if False in verdicts else 0)
+    assert ("FAIL" in done.stdout) == (False in verdicts)
+    # Progress: one numbered line per phase on stderr, the last one [n/n].
+    steps = [line for line in done.stderr.splitlines() if line.startswith("[")]
+    assert len(steps) == 5 and steps[-1].startswith("[5/5]")
+
+
+@pytest.mark.network
+@pytest.mark.timeout(600)
+def test_bench_protocol_quick_writes_consistent_figures(tmp_path):
+    out = tmp_path / "protocol.json"
+    done = run(BENCH / "bench_protocol.py", "--quick", "--check", "--json", out)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    assert figures["n"] == 200 and figures["memory_runs"] == 1 and figures["grpc_runs"] == 1
+    assert figures["memory_ratio"] == pytest.approx(
+        figures["memory_seconds"] / figures["pdist_seconds"])
+    missed = not (figures["memory_target_met"] and figures["grpc_target_met"])
+    assert done.returncode == (1 if missed else 0)
+    assert set(figures["memory_phases"]) == {"join", "shares", "evaluation", "decode",
+                                             "result"}
+    assert figures["memory_phases"]["evaluation"][1] > 0  # bytes of the uploaded tiles
+
+
+def test_omnifc_bench_passes_help_and_arguments_to_the_script():
+    for name, script in (("kernels", "bench_kernels.py"), ("protocol", "bench_protocol.py")):
+        done = run("-m", "omnifc.cli", "bench", name, "--help", timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert f"usage: {script}" in done.stdout and "--quick" in done.stdout
+        assert "--check" in done.stdout
+    done = run("-m", "omnifc.cli", "bench", "kernels", "--no-such-option", timeout=120)
+    assert done.returncode == 2 and "bench_kernels.py: error" in done.stderr
+    done = run(BENCH / "reproduce.py", "--help", timeout=120)
+    assert done.returncode == 0 and "--quick" in done.stdout
+
+
+@pytest.mark.network
+@pytest.mark.timeout(900)
+def test_write_figures_replaces_only_the_marked_sections(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("benchmarks.md", "audit.md"):
+        shutil.copy(ROOT / "docs" / name, docs / name)
+    before = {name: (docs / name).read_text() for name in ("benchmarks.md", "audit.md")}
+    done = run(BENCH / "write_figures.py", "--quick", "--reruns", "1", "--docs", docs,
+               timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name, sections in (("benchmarks.md", ("protocol", "kernels")), ("audit.md", ("audit",))):
+        text = (docs / name).read_text()
+        outside = before[name]
+        for section in sections:
+            start, end = f"<!-- figures:{section}:start -->", f"<!-- figures:{section}:end -->"
+            body = text.split(start)[1].split(end)[0]
+            assert "Written by `python benchmarks/write_figures.py" in body
+            assert "| --- |" not in body and "|---|" in body  # a table
+            assert "smoke run" in body  # a --quick run says so in its stamp
+            # Everything outside the markers is untouched.
+            text = text.replace(body, "")
+            outside = outside.replace(outside.split(start)[1].split(end)[0], "")
+        assert text == outside
+    audit = (docs / "audit.md").read_text()
+    assert "| 2 | Empirical t-privacy" in audit and "min p = " in audit
+
+
+def test_write_figures_refuses_a_doc_without_markers(tmp_path):
+    (tmp_path / "audit.md").write_text("# no markers here\n")
+    done = run(BENCH / "write_figures.py", "--only", "audit", "--quick", "--docs", tmp_path,
+               timeout=300)
+    assert done.returncode != 0 and "markers" in done.stderr

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Plant one known bug, run the tests that must catch it, restore the file.
+
+Usage: ``python tools/plant.py [NAME ...]`` (all by default; ``--list`` shows them).
+Exit status 0 when every planted bug made its tests fail, 1 otherwise. Each bug is one
+textual edit of a library file; the file is restored from its own bytes afterwards (even
+on Ctrl-C), so the tree is left as it was. docs/testing.md explains each entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: name -> (file, old text, new text, tests that must fail)
+BUGS = {
+    "aad-none": ("protocols/_crypto.py",
+                 [("encrypt(nonce, plaintext, aad)", "encrypt(nonce, plaintext, None)"),
+                  ("decrypt(expected, bytes(ciphertext), aad)",
+                   "decrypt(expected, bytes(ciphertext), None)")],
+                 "tests/protocols/test_wire_bites.py"),
+    "aad-without-prime": ("protocols/_crypto.py",
+                          [("round_, sender, receiver, prime_index,\n",
+                            "round_, sender, receiver,\n")],
+                          "tests/protocols/test_wire_bites.py"),
+    "unpack-accepts-p": ("protocols/_messages.py",
+                         [("int(values.max()) >= prime", "int(values.max()) > prime")],
+                         "tests/protocols/test_wire_bites.py"),
+    "unpack-no-range-check": ("protocols/_messages.py",
+                              [("if values.size and int(values.max()) >= prime:",
+                                "if False:")],
+                              "tests/protocols/test_wire_bites.py"),
+    "roster-duplicate": ("protocols/_party.py",
+                         [("if sorted(names) != sorted(self.pinned) or len(set(names)) != "
+                           "len(names):", "if set(names) != set(self.pinned):")],
+                         "tests/protocols/test_wire_bites.py"),
+    "fixed-ephemeral-key": ("protocols/_crypto.py",
+                            [("return cls(X25519PrivateKey.generate())",
+                              "return cls(X25519PrivateKey.from_private_bytes(bytes(range(32))))")],
+                            "tests/protocols/test_wire_bites.py"),
+    "round-start-replay": ("protocols/_party.py",
+                           [("if start.round <= self._round:", "if start.round < self._round:")],
+                           "tests/protocols/test_wire_bites.py"),
+    "second-grpc-stream": ("protocols/_grpc_coordinator.py",
+                           [("if name in self.outboxes:", "if False:")],
+                           "tests/protocols/test_grpc_bites.py"),
+    "kmeanspp-side": ("omnifc/_clustering/_common.py",
+                      [("np.searchsorted(np.cumsum(closest), draws)",
+                        "np.searchsorted(np.cumsum(closest), draws, side='right')")],
+                      "tests/omnifc/test_kmeanspp_seeding.py"),
+    "raw-plaintext-d": ("omnifc/adapters/raw.py",
+                        [("    if secure:\n        d = secure_distance_matrix",
+                          "    if False:\n        d = secure_distance_matrix")],
+                        "tests/adapters/test_protocol_really_runs.py"),
+    "fmcl-plaintext-d": ("omnifc/adapters/fmcl.py",
+                         [("    if secure:\n        d_z = protect", "    if False:\n        d_z = protect")],
+                         "tests/adapters/test_protocol_really_runs.py"),
+    "clove-plaintext-d": ("omnifc/adapters/clove.py",
+                          [("            if secure:\n                d = protect",
+                            "            if False:\n                d = protect")],
+                          "tests/adapters/test_protocol_really_runs.py"),
+    "clove-plaintext-costs": ("omnifc/adapters/clove.py",
+                              [("            if secure:\n                cost = secure_group_sums",
+                                "            if False:\n                cost = secure_group_sums")],
+                              "tests/adapters/test_protocol_really_runs.py"),
+    "sum-unmasked": ("protocols/_party.py",
+                     [('masked = params.mode == "masked"', "masked = False")],
+                     "tests/adapters/test_protocol_really_runs.py"),
+    "kappa-unmatched": ("omnifc/_metrics.py",
+                        [("return float(cohen_kappa_score(truth, aligned))",
+                          "return float(cohen_kappa_score(truth, _dense(predicted, 'p')))")],
+                        "tests/omnifc/test_clustering_reproduce.py"),
+}
+
+
+def plant(name: str) -> bool:
+    """True when the tests failed on the planted bug (and passed before it)."""
+    path, edits, tests = BUGS[name]
+    file = ROOT / path
+    original = file.read_bytes()
+    text = original.decode()
+    for old, new in edits:
+        if text.count(old) != 1:
+            print(f"{name}: the text to replace is not in {path} exactly once; update BUGS")
+            return False
+        text = text.replace(old, new)
+    try:
+        file.write_text(text)
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p",
+                              "no:cacheprovider", "--no-header", "-o", "addopts=", tests],
+                             cwd=ROOT, capture_output=True, text=True, timeout=900)
+    finally:
+        file.write_bytes(original)
+    lines = [l for l in run.stdout.splitlines() if l.strip()]
+    caught = run.returncode == 1
+    print(f"{name:24s} {'CAUGHT' if caught else 'MISSED'}  ({lines[-1] if lines else run.stderr[-200:]})")
+    return caught
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="bugs to plant (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the bugs and exit")
+    args = parser.parse_args(argv)
+    if args.list:
+        for name, (path, _, tests) in BUGS.items():
+            print(f"{name:24s} {path:34s} {tests}")
+        return 0
+    names = args.names or list(BUGS)
+    unknown = sorted(set(names) - set(BUGS))
+    if unknown:
+        parser.error(f"unknown bug(s) {unknown}; --list shows them")
+    return 0 if all([plant(n) for n in names]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
