@@ -154,6 +154,25 @@ def _certificate_status(path) -> tuple[str | None, bytes | None]:
     return None, certificate_sha256(cert)
 
 
+def _key_problem(key_path, certificate) -> str | None:
+    """None when the PEM private key file belongs to the certificate (PEM text or a path),
+    else what is wrong with it."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
+    except (ValueError, TypeError):
+        return f"TLS key file {key_path} is not an unencrypted PEM private key (damaged?)"
+    pem = certificate.encode() if "-----BEGIN" in str(certificate) \
+        else Path(certificate).read_bytes()
+    raw = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(*raw) != \
+            x509.load_pem_x509_certificate(pem).public_key().public_bytes(*raw):
+        return f"TLS key file {key_path} does not belong to the pinned certificate"
+    return None
+
+
 def check_transport(params) -> Check:
     """Check 5: TLS, client authentication, identity pinning, AEAD and mode.
 
@@ -237,6 +256,13 @@ def check_transport(params) -> Check:
         problem, _ = _certificate_status(transport["coordinator_certificate"])
         item("coordinator certificate", problem or "pinned in the config, valid now", how,
              problem is None, problem)
+        key = transport.get("coordinator_key")
+        if key and Path(key).exists():
+            problem = _key_problem(key, transport["coordinator_certificate"])
+            item("coordinator TLS key", problem or "matches the pinned certificate",
+                 how + ", file on disk", problem is None, f"the coordinator's {problem}")
+        elif key:
+            not_here("coordinator TLS key", key, "the coordinator")
     elif tls_on:
         for key in ("ca", "coordinator_cert", "coordinator_key"):
             value = transport.get(key)
@@ -264,7 +290,8 @@ def check_transport(params) -> Check:
          f"{[p['name'] for p in parties if not p.get('certificate_sha256')]} (CA trust only)",
          warn=tls_on)
     for p in pinned_certs:
-        if p.get("cert") and not Path(p["cert"]).exists():
+        embedded = "-----BEGIN" in str(p.get("cert") or "")  # a config built from cards
+        if p.get("cert") and not embedded and not Path(p["cert"]).exists():
             not_here(f"party {p['name']!r} certificate", p["cert"], f"party {p['name']!r}")
         elif p.get("cert"):
             problem, digest = _certificate_status(p["cert"])

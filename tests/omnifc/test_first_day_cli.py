@@ -158,10 +158,15 @@ def test_unusable_data_files_end_in_one_line(tmp_path, session, content, pattern
 
 
 def test_damaged_coordinator_certificate_is_named(tmp_path, session):
+    # the config pins (embeds) the coordinator's certificate: damage it there
     config, _ = session
-    (config.parent / "coordinator.pem").write_text("-----BEGIN CERTIFICATE-----\ngarbage\n")
+    text = config.read_text()
+    damaged = re.sub(r"(coordinator_certificate = '''\n-----BEGIN CERTIFICATE-----\n)[^\n]*\n",
+                     r"\1garbage\n", text, count=1)
+    assert damaged != text
+    config.write_text(damaged)
     result = omnifc("serve", "--config", config, cwd=tmp_path)
-    one_clear_line(result, r"coordinator's TLS certificate '.*coordinator\.pem' is not a PEM")
+    one_clear_line(result, r"coordinator_certificate is not a valid PEM X\.509 certificate")
     assert "port free" not in result.stderr
 
 
@@ -170,7 +175,8 @@ def test_damaged_coordinator_key_is_named(tmp_path, session):
     key = config.parent / "coordinator.key"
     key.write_bytes(key.read_bytes()[:60])
     result = omnifc("serve", "--config", config, cwd=tmp_path)
-    one_clear_line(result, r"coordinator's TLS private key '.*coordinator\.key' is not")
+    one_clear_line(result, r"TLS key file '.*coordinator\.key' does not hold an unencrypted PEM "
+                           r"private key")
 
 
 def test_wrong_identity_key_names_the_pinned_party(tmp_path, session):
@@ -180,8 +186,8 @@ def test_wrong_identity_key_names_the_pinned_party(tmp_path, session):
     config.write_text(text)
     result = omnifc("join", "--config", config, "--party", "a", "--data", "a.csv",
                     "--target", "127.0.0.1:1", cwd=tmp_path)
-    one_clear_line(result, r"the identity key '.*b\.identity\.pem' does not match the one "
-                           r"pinned for 'a'")
+    one_clear_line(result, r"the identity key file '.*b\.identity\.pem' does not match the "
+                           r"identity_public_key pinned for party 'a'")
 
 
 def test_other_sessions_config_fails_on_the_certificate_not_after_the_deadline(tmp_path,
@@ -285,7 +291,7 @@ def test_audit_config_on_one_organizations_files(tmp_path, keep):
     report = (tmp_path / "report" / "report.md").read_text()
     assert "not on this machine" in report
     # the files that are here are still checked: a damaged own file fails the audit
-    damaged = folder / ("a.identity.pem" if keep == "a" else "coordinator.pem")
+    damaged = folder / ("a.identity.pem" if keep == "a" else "coordinator.key")
     damaged.write_text("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
     result = omnifc("audit", "--config", config, "--checks", "5", cwd=tmp_path)
     assert result.returncode == 1, result.stdout
