@@ -194,6 +194,11 @@ class EquivocatingCoordinator(Coordinator):
                                round=self.round, parameters={})
         return out
 
+    def _on_group_seed(self, sender, msg) -> list:
+        # Integrity mode: relay every group seed where it is addressed, unchecked (the
+        # attacker's best move: it cannot read or forge them, they are bound to the view).
+        return [self._send(msg.receiver, envelope(group_seed=msg))]
+
     def _on_error(self, sender, report) -> list:
         self.rejected_by[sender] = report.message
         return super()._on_error(sender, report)
