@@ -44,6 +44,8 @@ class FederatedClustering(BaseEstimator):
         Seeds the clustering's random choices (never the shares' noise, which is CSPRNG).
     options : dict, optional
         Method options for :func:`omnifc.cluster` (e.g. ``{"linkage": "average"}``).
+    integrity : {"detect", "correct", "off"}
+        Passed to :func:`omnifc.secure_distance_matrix`.
 
     Attributes
     ----------
@@ -60,7 +62,7 @@ class FederatedClustering(BaseEstimator):
 
     def __init__(self, method="kmeans", n_clusters=None, *, segments=1, noise_segments=1,
                  scale_bits=16, bound=None, nonnegative=False, random_state=None,
-                 options=None):
+                 options=None, integrity="detect"):
         self.method = method
         self.n_clusters = n_clusters
         self.segments = segments
@@ -70,6 +72,7 @@ class FederatedClustering(BaseEstimator):
         self.nonnegative = nonnegative
         self.random_state = random_state
         self.options = options
+        self.integrity = integrity
 
     def fit(self, parties, y=None):
         """Reconstruct D securely from ``parties`` (list or dict of arrays) and cluster it."""
@@ -79,7 +82,8 @@ class FederatedClustering(BaseEstimator):
         result = secure_distance_matrix(parties, bound=self.bound, scale_bits=self.scale_bits,
                                         segments=self.segments,
                                         noise_segments=self.noise_segments,
-                                        nonnegative=self.nonnegative)
+                                        nonnegative=self.nonnegative,
+                                        integrity=self.integrity)
         details = fit_method(result.distances, self.method, self.n_clusters,
                              random_state=self.random_state, **dict(self.options or {}))
         labels = details["labels"]

@@ -63,7 +63,7 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
                            mode: str = "masked", transport: str = "memory",
                            deadline: float = 60.0, cluster=None,
                            insecure: bool = False, out=None,
-                           memory_budget=None) -> DistanceResult:
+                           memory_budget=None, integrity: str = "detect") -> DistanceResult:
     """Exact pairwise squared distances of all parties' rows, computed on Lagrange shares.
 
     Each party quantizes its rows with the public ``bound`` and ``scale_bits``, encodes them
@@ -108,6 +108,14 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
         needed. Today the coordinator still assembles D in memory first (the streamed
         protocol is issue 11); the result object then holds one integer copy only.
 
+    integrity : {"detect", "correct", "off"}
+        Reed-Solomon checks on the uploads D is decoded from, whenever there are
+        r = |B| - (2l+2t-1) >= 1 redundant responders (docs/protocol.md, "Integrity"):
+        ``"detect"`` (default) excludes the parties found deviating and reruns, or raises
+        :class:`~omnifc.DeviationError` naming them; ``"correct"`` corrects located errors
+        and names the parties in ``result.parameters["deviations"]``; ``"off"`` skips
+        the checks. With r = 0 nothing can be checked (a WARNING says so).
+
     Returns
     -------
     DistanceResult
@@ -133,12 +141,15 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
                for name, x in zip(names, arrays)}
     parameters = SessionParameters(dim=plan.dim, bound=bound, scale_bits=scale_bits,
                                    segments=segments, noise_segments=noise_segments,
-                                   nonnegative=nonnegative, primes=plan.primes, mode=mode)
+                                   nonnegative=nonnegative, primes=plan.primes, mode=mode,
+                                   integrity=integrity)
     chosen = None if responders is None else [names[j] for j in responder_idx]
     outcome = _run(dict(zip(names, arrays)), parameters, transport=transport,
                    responders=chosen, cluster=cluster, deadline=deadline, insecure=insecure)
     owners = np.concatenate([np.full(x.shape[0], i) for i, x in enumerate(arrays)])
-    described = outcome.parameters | {"party_names": names, "transport": transport}
+    described = outcome.parameters | {"party_names": names, "transport": transport,
+                                      "integrity_status": outcome.integrity,
+                                      "deviations": list(outcome.deviations)}
     result = DistanceResult(distances=outcome.values, integer_distances=outcome.integer,
                             party_names=names, owners=owners, parameters=described,
                             stats=_stats(outcome), clipped=clipped, labels=outcome.labels)

@@ -56,20 +56,17 @@ class LocalSession:
             certs = generate_certificates(self.directory / "certs", self.names,
                                           coordinator_address="127.0.0.1:0",
                                           mode=parameters.mode, parameters=config_parameters,
+                                          integrity=parameters.integrity,
                                           deadlines=deadlines)
             from ._config import load_session_config
 
             self.config = load_session_config(certs.config)
-            self.config_path = certs.config
-            changes = {}
             if insecure:
-                changes["tls"] = TLSSettings(enabled=False)
-            if parameters.integrity != self.config.integrity:
-                changes["integrity"] = parameters.integrity
-            if changes:
-                self.config = self.config.with_(**changes)
-                self.config_path = self.directory / "session-local.toml"
-                dump_session_config(self.config, self.config_path)
+                self.config = self.config.with_(tls=TLSSettings(enabled=False))
+                dump_session_config(self.config, self.directory / "insecure.toml")
+                self.config_path = self.directory / "insecure.toml"
+            else:
+                self.config_path = certs.config
             self.data_paths = {}
             for i, name in enumerate(self.names):
                 path = self.directory / f"data-{i}.npy"

@@ -396,3 +396,46 @@ def test_a_result_is_never_half_returned_when_a_rerun_is_impossible():
     for party in seen.parties.values():
         assert party.labels is None and party.result is None
         assert party.error.phase == "decode"
+
+
+def test_the_session_config_carries_integrity_validated_and_fingerprinted(tmp_path, caplog):
+    from finite_field import ParameterError
+    from protocols import generate_certificates, load_session_config, dump_session_config
+    from protocols._grpc_coordinator import parameters_from_config
+
+    certs = generate_certificates(tmp_path / "s", ["a", "b", "c", "d"],
+                                  coordinator_address="127.0.0.1:0", integrity="correct")
+    config = load_session_config(certs.config)
+    assert config.integrity == "correct"
+    assert 'integrity = "correct"' in certs.config.read_text()
+    assert parameters_from_config(config).integrity == "correct"
+    off = config.with_(integrity="off")
+    assert off.fingerprint != config.fingerprint  # every participant agrees on it
+    with pytest.raises(ParameterError, match="integrity must be one of"):
+        config.with_(integrity="sometimes")
+    text = certs.config.read_text().replace('integrity = "correct"', 'integrity = "never"')
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text)
+    with pytest.raises(ParameterError, match=r"\[session\] integrity must be one of"):
+        load_session_config(bad)
+    # an old config without the key means the default
+    old = tmp_path / "old.toml"
+    old.write_text("\n".join(line for line in certs.config.read_text().splitlines()
+                             if not line.startswith("integrity")))
+    assert load_session_config(old).integrity == "detect"
+
+
+def test_serve_and_join_print_a_notice_when_nothing_can_be_checked(tmp_path, capsys):
+    from omnifc.cli.cmd_session import announce_session
+    from protocols import generate_certificates, load_session_config
+
+    three = load_session_config(generate_certificates(
+        tmp_path / "k", ["a", "b", "c"], coordinator_address="127.0.0.1:0").config)
+    announce_session(three, "coordinator")
+    assert "no integrity check is possible: 3 parties" in capsys.readouterr().out
+    four = load_session_config(generate_certificates(
+        tmp_path / "r", ["a", "b", "c", "d"], coordinator_address="127.0.0.1:0").config)
+    announce_session(four, "a")
+    assert "integrity" not in capsys.readouterr().out
+    announce_session(four.with_(integrity="off"), "a")
+    assert 'integrity = "off"' in capsys.readouterr().out
