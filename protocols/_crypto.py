@@ -66,7 +66,8 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from finite_field import IntegrityError, ParameterError, uniform_elements
 
 __all__ = ["PROTOCOL_VERSION", "EphemeralKey", "PairKeys", "KeyStream", "MaskView",
-           "transcript", "roster_digest", "view_mask_key", "group_mask_key", "stream_elements", "new_run_nonce", "RUN_NONCE_BYTES"]
+           "transcript", "roster_digest", "view_mask_key", "group_mask_key", "stream_elements",
+           "new_run_nonce", "RUN_NONCE_BYTES"]
 
 #: Version of the wire protocol; bound into every key, signature and AAD. (The run nonce,
 #: roster digest and view-bound masks changed the wire format before any release; a peer of

@@ -37,6 +37,7 @@ Rules that hold whatever the coordinator sends (it may be actively malicious):
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import replace
 from typing import Iterator
 
@@ -455,7 +456,7 @@ class Party:
                 self._seed_wait.add(members)
                 continue
             seed = bytes(self._source.bytes(32)) if self._source is not None \
-                else __import__("os").urandom(32)
+                else os.urandom(32)  # CSPRNG; a seeded source only in tests
             self._seeds[members] = seed
             for receiver in members[1:]:
                 yield envelope(group_seed=pb.GroupSeed(

@@ -439,3 +439,26 @@ def test_serve_and_join_print_a_notice_when_nothing_can_be_checked(tmp_path, cap
     assert "integrity" not in capsys.readouterr().out
     announce_session(four.with_(integrity="off"), "a")
     assert 'integrity = "off"' in capsys.readouterr().out
+
+
+def test_the_coordinator_keeps_running_sums_not_every_upload():
+    # m = 7, s = 4: at most s + 1 = 5 int64 arrays per open tile and prime, fewer than
+    # |B| = 7 uploads, and nothing left once every tile is decoded
+    data = random_data([30] * 7, 3, seed=12)
+    peak = []
+
+    class Watching(Coordinator):
+        def _accumulate(self, sender, k, index, values):
+            super()._accumulate(sender, k, index, values)
+            peak.append(sum(acc.sums.nbytes for acc in self._accumulators.values()))
+
+    session = replace(params(), chunk_bytes=4096)  # many tiles
+    outcome, transcript = run_memory_session(data, session, coordinator_class=Watching)
+    assert exact(outcome, data)
+    n = transcript.coordinator.n_total
+    tiles = transcript.coordinator.tiles
+    entries = sum((b - a) * (n - a) for a, b in tiles)
+    assert len(tiles) > 10 and max(peak) <= 5 * entries * 8
+    assert max(peak) < 7 * entries * 8 and transcript.coordinator._accumulators == {}
+    # the memory transport delivers one party's tiles after another: all tiles open at once
+    assert max(peak) == 5 * entries * 8
