@@ -462,3 +462,41 @@ def test_the_coordinator_keeps_running_sums_not_every_upload():
     assert max(peak) < 7 * entries * 8 and transcript.coordinator._accumulators == {}
     # the memory transport delivers one party's tiles after another: all tiles open at once
     assert max(peak) == 5 * entries * 8
+
+
+def test_every_fault_is_detected_over_many_seeds():
+    # never an unflagged result, never an innocent named alone, D exact when returned
+    cases = [(5, {"party-2": "corrupt-upload"}, {"party-2"}),
+             (6, {"party-0": "bad-share:party-4"}, {"party-0", "party-4"}),
+             (7, {"party-2": "collude:party-6", "party-6": "collude:party-2"},
+              {"party-2", "party-6"})]
+    for seed in range(6):
+        for m, faults, culprits in cases:
+            for integrity in ("detect", "correct"):
+                data, outcome, error, _ = _run(m, faults, integrity, seed=seed)
+                if outcome is None:
+                    assert isinstance(error, DeviationError)
+                    assert set(error.named) <= culprits
+                    continue
+                assert exact(outcome, data) and outcome.deviations, (seed, faults)
+                for deviation in outcome.deviations:
+                    assert set(deviation["named"]) <= culprits
+                    assert all(set(s) & culprits for s in deviation["suspects"])
+
+
+def test_the_public_api_passes_integrity_through():
+    import omnifc
+
+    data = random_data([3, 2, 4, 3, 2], 3, seed=13)
+    result = omnifc.secure_distance_matrix(data, bound=BOUND, scale_bits=SCALE,
+                                           integrity="correct")
+    assert np.array_equal(result.integer_distances,
+                          plaintext_sq_distances(rows(data), BOUND, SCALE))
+    assert result.parameters["integrity"] == "correct"
+    assert result.parameters["integrity_status"].startswith("checked: s = 2 ")
+    assert result.parameters["deviations"] == []
+    off = omnifc.secure_distance_matrix(data, bound=BOUND, scale_bits=SCALE, integrity="off")
+    assert off.parameters["integrity_status"] == "off"
+    model = omnifc.FederatedClustering("kmeans", 2, bound=BOUND, scale_bits=SCALE,
+                                       integrity="off").fit(data)
+    assert model.distance_result_.parameters["integrity"] == "off"
