@@ -19,6 +19,7 @@ __all__ = [
     "PeerError",
     "DeadlineError",
     "IntegrityError",
+    "DeviationError",
 ]
 
 
@@ -88,4 +89,31 @@ class IntegrityError(ProtocolError):
             where += f" in phase {phase!r}"
         super().__init__(f"message failed authentication{where}")
         self.party = party
+        self.phase = phase
+
+
+class DeviationError(IntegrityError):
+    """The Reed-Solomon checks detected parties that computed or shared wrongly.
+
+    Raised when a detected deviation can be neither corrected nor excluded (too few
+    parties left for a checked rerun, more deviating parties than the checks can place):
+    the session returns nothing. Unlike the opaque AEAD failure of the parent class, it
+    says what the checks found.
+
+    Attributes
+    ----------
+    named : tuple of str
+        Parties certainly at fault (in every explanation of the located errors).
+    suspects : tuple of tuple of str
+        The minimal sets of parties that explain the errors; one of them deviated (a
+        suspect pair, for instance, when a sender's off-polynomial share and a wrong
+        evaluation by its recipient cannot be told apart).
+    phase : str
+    """
+
+    def __init__(self, message: str, *, named=(), suspects=(), phase: str = "decode") -> None:
+        OmniFCError.__init__(self, message)
+        self.named = tuple(str(x) for x in named)
+        self.suspects = tuple(tuple(str(x) for x in s) for s in suspects)
+        self.party = self.named[0] if len(self.named) == 1 else None
         self.phase = phase

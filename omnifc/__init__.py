@@ -12,7 +12,8 @@ clustering on it.
 
 import logging
 
-from finite_field import (DeadlineError, InputError, IntegrityError, OmniFCError,
+from finite_field import (DeadlineError, DeviationError, InputError, IntegrityError,
+                          OmniFCError,
                           ParameterError, PeerError, ProtocolError)
 
 from ._result import DistanceResult, PhaseStats
@@ -44,5 +45,5 @@ __all__ = [
     "DistanceKMedoids", "FederatedClustering", "KFed", "kappa", "nmi", "adjusted_rand",
     "clustering_scores", "audit", "adapters",
     "OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
-    "DeadlineError", "IntegrityError",
+    "DeadlineError", "IntegrityError", "DeviationError",
 ]

@@ -135,6 +135,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         Seeds the clustering's random choices (never the shares' noise, which is CSPRNG).
     options : dict, optional
         Method options for :func:`omnifc.cluster` (e.g. ``{"linkage": "average"}``).
+    integrity : {"detect", "correct", "off"}
+        Passed to :func:`omnifc.secure_distance_matrix`.
 
     Attributes
     ----------
@@ -163,7 +165,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
 
     def __init__(self, method="kmeans", n_clusters=None, *, segments=1, noise_segments=1,
                  scale_bits=16, bound=None, nonnegative=False, clip="clip",
-                 max_clipped=MAX_CLIPPED, n_parties=None, random_state=None, options=None):
+                 max_clipped=MAX_CLIPPED, n_parties=None, random_state=None, options=None,
+                 integrity="detect"):
         self.method = method
         self.n_clusters = n_clusters
         self.segments = segments
@@ -176,6 +179,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.n_parties = n_parties
         self.random_state = random_state
         self.options = options
+        self.integrity = integrity
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -204,7 +208,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                                         scale_bits=self.scale_bits, segments=self.segments,
                                         noise_segments=self.noise_segments,
                                         nonnegative=self.nonnegative, clip=self.clip,
-                                        max_clipped=self.max_clipped)
+                                        max_clipped=self.max_clipped,
+                                        integrity=self.integrity)
         details = fit_method(result.distances, self.method, self.n_clusters,
                              random_state=self.random_state, **dict(self.options or {}))
         labels = np.asarray(details["labels"])
@@ -243,7 +248,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                                         scale_bits=self.scale_bits, segments=self.segments,
                                         noise_segments=self.noise_segments,
                                         nonnegative=self.nonnegative, clip=self.clip,
-                                        max_clipped=self.max_clipped)
+                                        max_clipped=self.max_clipped,
+                                        integrity=self.integrity)
         n_fit = sum(x.shape[0] for x in fitted.values())
         d = result.distances
         cross, within = d[n_fit:, :n_fit], d[:n_fit, :n_fit]

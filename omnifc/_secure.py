@@ -70,7 +70,7 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
                            mode: str = "masked", transport: str = "memory",
                            deadline: float = 60.0, cluster=None,
                            insecure: bool = False, out=None,
-                           memory_budget=None) -> DistanceResult:
+                           memory_budget=None, integrity: str = "detect") -> DistanceResult:
     """Exact pairwise squared distances of all parties' rows, computed on Lagrange shares.
 
     Each party quantizes its rows with the public ``bound`` and ``scale_bits``, encodes them
@@ -120,6 +120,14 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
         needed. Today the coordinator still assembles D in memory first (the streamed
         protocol is issue 11); the result object then holds one integer copy only.
 
+    integrity : {"detect", "correct", "off"}
+        Reed-Solomon checks on the uploads D is decoded from, whenever there are
+        r = |B| - (2l+2t-1) >= 1 redundant responders (docs/protocol.md, "Integrity"):
+        ``"detect"`` (default) excludes the parties found deviating and reruns, or raises
+        :class:`~omnifc.DeviationError` naming them; ``"correct"`` corrects located errors
+        and names the parties in ``result.parameters["deviations"]``; ``"off"`` skips
+        the checks. With r = 0 nothing can be checked (a WARNING says so).
+
     Returns
     -------
     DistanceResult
@@ -148,12 +156,15 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
                    clip=clip)
     parameters = SessionParameters(dim=plan.dim, bound=bound, scale_bits=scale_bits,
                                    segments=segments, noise_segments=noise_segments,
-                                   nonnegative=nonnegative, primes=plan.primes, mode=mode)
+                                   nonnegative=nonnegative, primes=plan.primes, mode=mode,
+                                   integrity=integrity)
     chosen = None if responders is None else [names[j] for j in responder_idx]
     outcome = _run(dict(zip(names, arrays)), parameters, transport=transport,
                    responders=chosen, cluster=cluster, deadline=deadline, insecure=insecure)
     owners = np.concatenate([np.full(x.shape[0], i) for i, x in enumerate(arrays)])
-    described = outcome.parameters | {"party_names": names, "transport": transport}
+    described = outcome.parameters | {"party_names": names, "transport": transport,
+                                      "integrity_status": outcome.integrity,
+                                      "deviations": list(outcome.deviations)}
     clipped_fraction = {n: r[2] for n, r in report.items()}
     result = DistanceResult(distances=outcome.values, integer_distances=outcome.integer,
                             party_names=names, owners=owners, parameters=described,

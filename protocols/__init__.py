@@ -1,6 +1,7 @@
 """The share-exchange protocol: sans-IO state machines, cryptography and transports."""
 
-from finite_field import (DeadlineError, InputError, IntegrityError, OmniFCError,
+from finite_field import (DeadlineError, DeviationError, InputError, IntegrityError,
+                          OmniFCError,
                           ParameterError, PeerError, ProtocolError)
 
 from ._config import (ClusteringRequest, ConfigParameters, Deadlines, PartyEntry,
@@ -24,7 +25,7 @@ from ._grpc_coordinator import CoordinatorServer, parameters_from_config
 from ._grpc_local import LocalSession, run_local_grpc_session
 
 __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
-           "DeadlineError", "IntegrityError",
+           "DeadlineError", "IntegrityError", "DeviationError",
            # session config (_config)
            "SessionConfig", "ConfigParameters", "ClusteringRequest", "Deadlines",
            "TLSSettings", "TLSFiles", "PartyEntry", "load_session_config",

@@ -48,7 +48,7 @@ from ._fingerprint import card_fingerprint, readable_fingerprint
 __all__ = ["SessionConfig", "ConfigParameters", "ClusteringRequest", "Deadlines",
            "TLSSettings", "PartyEntry", "TLSFiles", "load_session_config",
            "dump_session_config", "format_session_config", "new_session_id",
-           "validate_party_name", "split_address", "PROTOCOL_VERSION", "MODES",
+           "validate_party_name", "split_address", "PROTOCOL_VERSION", "MODES", "INTEGRITY",
            "session_fingerprint", "canonical_session", "MAX_DIM", "MAX_ROWS",
            "MAX_DEADLINE_SECONDS"]
 
@@ -58,6 +58,12 @@ logger = logging.getLogger("omnifc.config")
 #: coordinator learns only D) and "transparent" (opt-in; the coordinator sees every
 #: per-party evaluation, i.e. per-segment distances).
 MODES = ("masked", "transparent")
+
+#: Integrity policies (the same as protocols._messages.INTEGRITY): Reed-Solomon checks on
+#: the uploads when there are redundant responders; "detect" (default) excludes the
+#: parties at fault and reruns or aborts, "correct" corrects and names them, "off" skips
+#: the checks.
+INTEGRITY = ("detect", "correct", "off")
 
 #: Largest d a session config accepts (2^20 features; an image of 224 x 224 x 3 has 150528).
 MAX_DIM = 2**20
@@ -475,6 +481,7 @@ class SessionConfig:
     parties: tuple
     mode: str = "masked"
     protocol_version: int = PROTOCOL_VERSION
+    integrity: str = "detect"
     parameters: ConfigParameters = field(default_factory=ConfigParameters)
     clustering: ClusteringRequest = field(default_factory=ClusteringRequest)
     deadlines: Deadlines = field(default_factory=Deadlines)
@@ -490,6 +497,9 @@ class SessionConfig:
         if self.mode not in MODES:
             raise ParameterError(f"[session] mode must be one of {list(MODES)}, "
                                  f"got {_show(self.mode)}")
+        if self.integrity not in INTEGRITY:
+            raise ParameterError(f"[session] integrity must be one of {list(INTEGRITY)}, "
+                                 f"got {_show(self.integrity)}")
         _int(self.protocol_version, "[session] protocol_version")
         if self.protocol_version != PROTOCOL_VERSION:
             raise ParameterError(f"[session] protocol_version {self.protocol_version} is not "
@@ -700,7 +710,8 @@ def canonical_session(config: SessionConfig) -> dict:
     return {
         "format": "omnifc-session-config-v1",
         "session": {"id": config.session_id, "protocol_version": config.protocol_version,
-                    "coordinator": config.coordinator, "mode": config.mode},
+                    "coordinator": config.coordinator, "mode": config.mode,
+                    "integrity": config.integrity},
         "parameters": {f.name: list(getattr(p, f.name)) if f.name == "primes"
                        else getattr(p, f.name) for f in dataclasses.fields(p)},
         "clustering": {"method": config.clustering.method,
@@ -777,7 +788,8 @@ def session_config_from_dict(data: dict, base_dir, *, path=None) -> SessionConfi
     base = Path(base_dir)
     _known(data, "top level", _TABLES)
     session = _table(data, "session", True)
-    _known(session, "[session]", ("id", "protocol_version", "coordinator", "mode"))
+    _known(session, "[session]", ("id", "protocol_version", "coordinator", "mode",
+                                  "integrity"))
     for key in ("id", "coordinator"):
         if key not in session:
             raise ParameterError(f"[session] {key} is missing")
@@ -826,7 +838,7 @@ def session_config_from_dict(data: dict, base_dir, *, path=None) -> SessionConfi
         parameters = {**parameters, "primes": tuple(parameters["primes"])}
     return SessionConfig(
         session_id=session["id"], coordinator=session["coordinator"],
-        mode=session.get("mode", "masked"),
+        mode=session.get("mode", "masked"), integrity=session.get("integrity", "detect"),
         protocol_version=session.get("protocol_version", PROTOCOL_VERSION),
         parameters=ConfigParameters(**parameters),
         clustering=ClusteringRequest(**{"n_clusters": None, **clustering})
@@ -954,6 +966,8 @@ def format_session_config(config: SessionConfig, base_dir) -> str:
         line("coordinator", config.coordinator, "host:port the parties connect to"),
         line("mode", config.mode,
              "'masked' (default) or 'transparent' (leaks per-segment distances when l > 1)"),
+        line("integrity", config.integrity,
+             "'detect' (default), 'correct' or 'off': Reed-Solomon checks on the uploads"),
         "",
         "[parameters]",
         line("dim", p.dim, "d; 0 = taken from the data at join (must match)"),

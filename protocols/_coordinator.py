@@ -40,12 +40,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from finite_field import (DeadlineError, IntegrityError, ParameterError, PeerError,
-                          ProtocolError, add_upload, crt_combine, decode_sum, masked_upload,
-                          symmetrize_mod)
+from finite_field import (DeadlineError, DeviationError, IntegrityError, ParameterError,
+                          PeerError, ProtocolError, add_upload, crt_combine, decode_sum,
+                          masked_upload, symmetrize_mod)
 
 from ._crypto import PROTOCOL_VERSION, RUN_NONCE_BYTES
 from ._identity import verify
+from ._integrity import Findings, TileAccumulator, round_checks, verdict
 from ._generated import omnifc_pb2 as pb
 from ._messages import (SessionParameters, SumPlan, body_of, check_row_caps, chunk_rows,
                         envelope, phase_of, packed_view, row_tiles, vector_tiles)
@@ -79,7 +80,13 @@ class Outcome:
     responders : list of str
         The responding set B of the successful round.
     round : int
-        The successful round (1 when nobody dropped).
+        The successful round (1 when nobody dropped, no deviation was excluded).
+    integrity : str
+        What the checks covered in the successful round ("checked: s = ..." , "unchecked:
+        r = 0" or "off").
+    deviations : list of dict
+        Every deviation the checks detected (round, named parties, suspect sets, action
+        "corrected" or "excluded", description); empty when every syndrome was zero.
     parameters : dict
         Public parameters, primes and points included.
     stats : dict of str to [seconds, bytes]
@@ -98,6 +105,8 @@ class Outcome:
     parameters: dict
     stats: dict = field(default_factory=dict)
     lost: list = field(default_factory=list)
+    integrity: str = "off"
+    deviations: list = field(default_factory=list)
 
 
 class Coordinator:
@@ -157,6 +166,9 @@ class Coordinator:
         self.responders: list[str] = []
         self._aborted_rounds: set[int] = set()
         self._relayed: set[tuple] = set()
+        self.checks = None
+        self.deviations: list = []
+        self._warned_unchecked = False
         self.failed_in: str | None = None
         self.stats = {phase: [0.0, 0] for phase in PHASES}
         self._phase_started = time.perf_counter()
@@ -236,7 +248,7 @@ class Coordinator:
             kind, body = body_of(env)
             handler = {"hello": self._on_hello, "share": self._on_share,
                        "ready": self._on_ready, "tile": self._on_tile,
-                       "error": self._on_error}.get(kind)
+                       "group_seed": self._on_group_seed, "error": self._on_error}.get(kind)
             if handler is None:
                 raise PeerError(f"unexpected message {kind!r} (the coordinator never receives "
                                 "it)", party=sender, phase=self.phase)
@@ -397,6 +409,21 @@ class Coordinator:
                             for i, r in enumerate(responders)}
         self.sums = [np.zeros(shape, dtype=np.int64) for _ in self.plan.primes]
         self.delivered = {r: set() for r in responders}
+        self.checks = None
+        if not isinstance(self.plan, SumPlan):
+            self.checks = round_checks(self.plan, self.parameters, self.names, responders)
+            if self.checks is None and self.parameters.integrity != "off" and \
+                    not self._warned_unchecked:
+                self._warned_unchecked = True
+                logger.warning(
+                    "session %r: NO INTEGRITY CHECK in round %d: %d responders leave r = 0 "
+                    "redundant evaluations (decoding needs %d), so a party that computes or "
+                    "shares wrongly would go undetected", self.session_id, self.round,
+                    len(responders), self.plan.min_responders)
+        self._accumulators: dict = {}
+        self._tile_count: dict = {}
+        self._seeds_relayed: set = set()
+        self.findings = Findings()
         if self.phase != "evaluation":
             self._enter("evaluation")
         logger.info("session %r: round %d with responders %s", self.session_id, self.round,
@@ -451,20 +478,125 @@ class Coordinator:
                                  phase="evaluation").reshape(b - a, n - a)
             target = self.sums[k][a:b, a:]
         try:
-            if self.parameters.mode == "transparent":  # the coordinator applies c_j itself
-                values = masked_upload(values, self.weights[sender][k], (), (), p)
-            add_upload(target, values, p)  # each value < 2^31: reduced once, in _finish
+            if self.checks is not None:  # running sums of c.U and mu_k.U, tile by tile
+                self._accumulate(sender, k, index, values)
+            else:
+                if self.parameters.mode == "transparent":  # the coordinator applies c_j
+                    values = masked_upload(values, self.weights[sender][k], (), (), p)
+                add_upload(target, values, p)  # each value < 2^31: reduced in _finish
         except ParameterError:
             raise PeerError(f"evaluation tile holds a value >= p = {p}", party=sender,
                             phase="evaluation") from None
         self.delivered[sender].add((k, index))
+        if self.checks is not None:
+            self._tile_count[(k, index)] = self._tile_count.get((k, index), 0) + 1
+            if self._tile_count[(k, index)] == len(self.responders):
+                self._check_tile(k, index)
         if all(self._complete(r) for r in self.responders):
             return self._finish()
         return []
 
+    # -- integrity ----------------------------------------------------------------------
+    def _on_group_seed(self, sender: str, msg: pb.GroupSeed) -> list:
+        # Relayed unread (AES-GCM under the pair's key); checked against the public groups.
+        if msg.round in self._aborted_rounds and self.phase == "evaluation":
+            return []  # in flight when its round was abandoned
+        members = tuple(msg.members)
+        sets = () if self.checks is None else self.checks.member_sets
+        if self.phase != "evaluation" or msg.sender != sender or msg.round != self.round \
+                or members not in sets or members[0] != sender or \
+                msg.receiver not in members[1:] or len(msg.ciphertext) != 32 + _AEAD_TAG:
+            raise PeerError(f"group seed (round {msg.round}, group {list(members)}, to "
+                            f"{msg.receiver!r}, {len(msg.ciphertext)} bytes) does not fit "
+                            f"round {self.round}'s groups", party=sender, phase="evaluation")
+        key = (members, msg.receiver)
+        if key in self._seeds_relayed:
+            raise PeerError(f"duplicate group seed for {list(members)} to {msg.receiver!r}",
+                            party=sender, phase="evaluation")
+        self._seeds_relayed.add(key)
+        if msg.receiver in self.lost:
+            return []
+        return [self._send(msg.receiver, envelope(group_seed=msg))]
+
+    def _accumulate(self, sender: str, k: int, index: int, values) -> None:
+        acc = self._accumulators.get((k, index))
+        if acc is None:
+            acc = self._accumulators[(k, index)] = TileAccumulator(
+                self.checks.checks + 1, self.plan.primes[k], values.shape)
+        acc.add(self.checks.rows[k][:, self.checks.index(sender)], values)
+
+    def _check_tile(self, k: int, index: int) -> None:
+        """All uploads of a tile are in: D's tile, its syndromes decoded, findings kept."""
+        sums = self._accumulators.pop((k, index)).finish()
+        a, b = self.tiles[index]
+        decoding = self.checks.codes[k].decode(sums[1:], max_errors=self.checks.radius)
+        values = sums[0]
+        if not decoding.clean:
+            self.findings.add(decoding, a, a, self._owner_starts, self.checks.responders)
+            if decoding.ok:
+                values = decoding.correct_combination(self.checks.rows[k][0], values)
+        self.sums[k][a:b, a:] = values
+
+    @property
+    def _owner_starts(self) -> np.ndarray:
+        return np.asarray(self.row_offsets, dtype=np.int64)
+
+    def _integrity_status(self) -> str:
+        if self.checks is not None:
+            return (f"checked: s = {self.checks.checks} parity check(s) over "
+                    f"{len(self.responders)} responders, radius {self.checks.radius}")
+        if self.parameters.integrity == "off" or isinstance(self.plan, SumPlan):
+            return "off"
+        return "unchecked: r = 0 redundant responders"
+
+    def _on_deviation(self):
+        """Some syndrome was nonzero: correct, exclude and rerun, or raise DeviationError.
+
+        Returns None when the round's (corrected) sums may be decoded, else the messages
+        of the rerun.
+        """
+        found, checks = self.findings, self.checks
+        attribution = verdict(found, self.names, checks.radius) if found.triples else None
+        explained = attribution is not None and attribution.explained
+        named = tuple(attribution.named) if explained else ()
+        suspects = tuple(attribution.suspects) if explained else ()
+        located = explained and found.uncorrectable == 0
+        what = (f"{found.flagged} entries failed the parity checks in round {self.round} "
+                f"({found.uncorrectable} could not be located within radius "
+                f"{checks.radius} of s = {checks.checks} checks)")
+        who = (attribution.describe() if explained else
+               "more parties deviate than the checks can place" if attribution is not None
+               else "no error could be located")
+        record = {"round": self.round, "named": list(named),
+                  "suspects": [list(x) for x in suspects], "description": f"{what}: {who}"}
+        logger.warning("session %r: integrity: %s: %s", self.session_id, what, who)
+        if self.parameters.integrity == "correct" and located:
+            self.deviations.append(record | {"action": "corrected"})
+            return None
+        exclude = set(named) or {x for group in suspects for x in group}
+        remaining = [p for p in self.responders if p not in exclude and p not in self.lost]
+        needed = self.plan.min_responders + 1  # a rerun must itself be checked
+        if exclude and len(remaining) >= needed:
+            self.deviations.append(record | {"action": "excluded"})
+            logger.warning("round %d rejected by the integrity checks; rerunning without %s "
+                           "with %s", self.round, sorted(exclude), remaining)
+            self._aborted_rounds.add(self.round)
+            self._enter("evaluation")
+            return self._start_round(remaining)
+        reason = ("nobody can be excluded" if not exclude else
+                  f"excluding {sorted(exclude)} leaves {len(remaining)} responders, a checked "
+                  f"rerun needs {needed}")
+        raise DeviationError(f"integrity check failed in phase 'decode': {what}: {who}; "
+                             f"{reason}, so the session returns nothing",
+                             named=named, suspects=suspects)
+
     # -- decode and result --------------------------------------------------------------
     def _finish(self) -> list:
         self._enter("decode")
+        if self.checks is not None and not self.findings.clean:
+            rerun = self._on_deviation()
+            if rerun is not None:
+                return rerun
         if isinstance(self.plan, SumPlan):
             offset = self.plan.offset
             residues = [(s % p + offset) % p for s, p in zip(self.sums, self.plan.primes)]
@@ -507,7 +639,9 @@ class Coordinator:
                                                    self.row_offsets[i] + self.rows[i]]
             out.append(self._send(name, envelope(result=pb.Result(
                 session_id=self.session_id, party_id=name, labels=[int(v) for v in own],
-                round=self.round, responders=self.responders))))
+                round=self.round, responders=self.responders,
+                integrity=self._integrity_status(),
+                deviations=[_deviation_message(d) for d in self.deviations]))))
         self._enter("done")
         description = self.plan.describe()
         self.outcome = Outcome(
@@ -516,8 +650,10 @@ class Coordinator:
             responders=list(self.responders), round=self.round,
             parameters=description | {"mode": self.parameters.mode,
                                       "responders": list(self.responders),
-                                      "round": self.round},
-            stats={k: tuple(v) for k, v in self.stats.items()}, lost=sorted(self.lost))
+                                      "round": self.round,
+                                      "integrity": self.parameters.integrity},
+            stats={k: tuple(v) for k, v in self.stats.items()}, lost=sorted(self.lost),
+            integrity=self._integrity_status(), deviations=list(self.deviations))
         return out
 
     def _on_error(self, sender: str, report: pb.ErrorReport) -> list:
@@ -536,3 +672,9 @@ def _decode_failure(checked: str) -> IntegrityError:
     error.args = (f"the decoded result failed its integrity check in phase 'decode': "
                   f"{checked}",)
     return error
+
+
+def _deviation_message(record: dict) -> pb.Deviation:
+    return pb.Deviation(round=record["round"], named=record["named"],
+                        suspects=[pb.Suspects(parties=x) for x in record["suspects"]],
+                        action=record["action"], description=record["description"])

@@ -66,7 +66,8 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from finite_field import IntegrityError, ParameterError, uniform_elements
 
 __all__ = ["PROTOCOL_VERSION", "EphemeralKey", "PairKeys", "KeyStream", "MaskView",
-           "transcript", "roster_digest", "view_mask_key", "new_run_nonce", "RUN_NONCE_BYTES"]
+           "transcript", "roster_digest", "view_mask_key", "group_mask_key", "stream_elements",
+           "new_run_nonce", "RUN_NONCE_BYTES"]
 
 #: Version of the wire protocol; bound into every key, signature and AAD. (The run nonce,
 #: roster digest and view-bound masks changed the wire format before any release; a peer of
@@ -149,6 +150,36 @@ def view_mask_key(mask_key: bytes, view: MaskView, prime: int, tile_index: int) 
     # computed directly, it costs a few microseconds per tile (the tests check it against
     # cryptography's HKDFExpand).
     return hmac.new(bytes(mask_key), info + b"\x01", hashlib.sha256).digest()
+
+
+def stream_elements(key: bytes, prime: int, shape, dtype=np.int64) -> np.ndarray:
+    """Uniform field elements from the ChaCha20 stream of a 32-byte ``key`` (zero nonce:
+    every key is unique per stream), by rejection sampling."""
+    nonce = bytes(16)
+    shape = (shape,) if np.isscalar(shape) else tuple(shape)
+    total = int(np.prod(shape, dtype=np.int64))
+    # Fast path, same values as the general one: rejection sampling keeps the first
+    # ``total`` words unchanged when none of them is rejected (the usual case for
+    # primes just below 2^31); otherwise redo it in full from the start of the stream.
+    words = np.frombuffer(KeyStream(key, nonce).bytes(4 * total), dtype="<u4")
+    words = words & np.uint32((1 << int(prime - 1).bit_length()) - 1)
+    if total and int(words.max()) < prime:
+        return words.astype(dtype, copy=False).reshape(shape)
+    return uniform_elements(prime, shape, KeyStream(key, nonce)).astype(dtype)
+
+
+def group_mask_key(seed: bytes, view: "MaskView", members, vector_index: int, prime: int,
+                   tile_index: int) -> bytes:
+    """The ChaCha20 key of one integrity-mask coefficient stream rho_G.
+
+    HKDF-Expand (one HMAC, as in :func:`view_mask_key`) of the group's per-round seed over
+    the view (session, round, roster digest, ordered B), the group's members, which null
+    vector of the group (``vector_index``), the prime and the tile.
+    """
+    members = tuple(str(m) for m in members)
+    info = transcript("group-mask-stream", view.digest, len(members), *members,
+                      int(vector_index), int(prime), int(tile_index))
+    return hmac.new(bytes(seed), info + b"\x01", hashlib.sha256).digest()
 
 
 class EphemeralKey:
@@ -267,6 +298,35 @@ class PairKeys:
         except (InvalidTag, ValueError):
             raise IntegrityError(sender, phase) from None
 
+    # -- integrity group seeds -----------------------------------------------------------
+    def _seed_nonce(self, sender: str, round_: int, group_index: int) -> bytes:
+        # Second byte 1: disjoint from every share nonce (second byte 0) under this key.
+        direction = 0 if sender == min(self.me, self.peer) else 1
+        return struct.pack(">BBHQ", direction, 1, group_index, round_)
+
+    def _seed_aad(self, sender, receiver, view: "MaskView", members) -> bytes:
+        return transcript("group-seed", self.session_id, self.roster_digest, view.round,
+                          view.digest, sender, receiver, len(members), *members)
+
+    def encrypt_seed(self, seed: bytes, *, view: "MaskView", group_index: int,
+                     members) -> bytes:
+        """AES-256-GCM of a mask group's seed for ``peer``, bound to the view and group."""
+        members = tuple(str(m) for m in members)
+        return AESGCM(self.encryption_key).encrypt(
+            self._seed_nonce(self.me, view.round, group_index), bytes(seed),
+            self._seed_aad(self.me, self.peer, view, members))
+
+    def decrypt_seed(self, ciphertext: bytes, *, view: "MaskView", group_index: int,
+                     members) -> bytes:
+        """Open a seed ``peer`` sent for this view and group; IntegrityError otherwise."""
+        members = tuple(str(m) for m in members)
+        try:
+            return AESGCM(self.encryption_key).decrypt(
+                self._seed_nonce(self.peer, view.round, group_index), bytes(ciphertext),
+                self._seed_aad(self.peer, self.me, view, members))
+        except (InvalidTag, ValueError):
+            raise IntegrityError(self.peer, "evaluation") from None
+
     # -- masks ------------------------------------------------------------------------
     def mask(self, prime: int, shape, *, view: MaskView, prime_index: int,
              tile_index: int, dtype=np.int64) -> np.ndarray:
@@ -276,17 +336,7 @@ class PairKeys:
         """
         del prime_index
         key = view_mask_key(self.mask_key, view, prime, tile_index)
-        nonce = bytes(16)  # the key is unique per stream
-        shape = (shape,) if np.isscalar(shape) else tuple(shape)
-        total = int(np.prod(shape, dtype=np.int64))
-        # Fast path, same values as the general one: rejection sampling keeps the first
-        # ``total`` words unchanged when none of them is rejected (the usual case for
-        # primes just below 2^31); otherwise redo it in full from the start of the stream.
-        words = np.frombuffer(KeyStream(key, nonce).bytes(4 * total), dtype="<u4")
-        words = words & np.uint32((1 << int(prime - 1).bit_length()) - 1)
-        if total and int(words.max()) < prime:
-            return words.astype(dtype, copy=False).reshape(shape)
-        return uniform_elements(prime, shape, KeyStream(key, nonce)).astype(dtype)
+        return stream_elements(key, prime, shape, dtype)
 
     def signed_mask(self, prime: int, shape, *, my_index: int, peer_index: int,
                     view: MaskView, prime_index: int, tile_index: int) -> np.ndarray:

@@ -56,6 +56,7 @@ class LocalSession:
             certs = generate_certificates(self.directory / "certs", self.names,
                                           coordinator_address="127.0.0.1:0",
                                           mode=parameters.mode, parameters=config_parameters,
+                                          integrity=parameters.integrity,
                                           deadlines=deadlines)
             from ._config import load_session_config
 

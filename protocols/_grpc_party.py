@@ -112,7 +112,9 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         Test hook: ``"exit-in-evaluation"`` ends the process abruptly when the evaluation
         starts (as a crash would); ``"stall-in-evaluation"`` stops answering then;
         ``"garbage-tiles"`` uploads uniformly random in-range evaluation tiles;
-        ``"oversized-hello"`` announces 2^44 rows in a (validly signed) hello.
+        ``"oversized-hello"`` announces 2^44 rows in a (validly signed) hello;
+        ``"corrupt-upload"``, ``"bad-share:RECEIVER"``, ``"collude:PEER"`` deviate in
+        ways the integrity checks must catch (see :func:`_corrupt`).
     on_message : callable, optional
         ``on_message(kind)`` after each received message (progress display).
     tls_files : TLSFiles, optional
@@ -193,8 +195,23 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         channel.close()
 
 
+#: Every ``STRIDE``-th element of a corrupted evaluation tile is changed (test faults).
+FAULT_STRIDE = 5
+
+
 def _corrupt(party: Party, env, fault: str | None):
-    """The misbehaving party of a test hook (see :func:`run_party`)."""
+    """The misbehaving party of a test hook (see :func:`run_party`).
+
+    Integrity faults (docs/protocol.md, "Integrity"): ``corrupt-upload`` adds a nonzero
+    error to every FAULT_STRIDE-th element of every uploaded tile (a party that computes
+    wrongly); ``bad-share:RECEIVER`` sends RECEIVER a share off this party's polynomial
+    (one value of its first share chunk changed, re-encrypted under the pair key);
+    ``collude:PEER`` adds errors e at the same elements as PEER (run with
+    ``collude:THIS``), chosen so that v_j e_j + v_PEER e_PEER = 0: they cancel in the
+    first parity check and only a second check sees them.
+    """
+    if not fault:
+        return env
     if fault == "garbage-tiles" and env.HasField("tile"):
         p = party.plan.primes[env.tile.prime_index]
         values = np.frombuffer(os.urandom(len(env.tile.values)), dtype="<u4") % np.uint32(p)
@@ -205,6 +222,34 @@ def _corrupt(party: Party, env, fault: str | None):
 
         env.hello.n_rows = 1 << 44
         env.hello.signature = sign(party._identity, hello_transcript(env.hello))
+    elif fault == "corrupt-upload" and env.HasField("tile"):
+        _add_error(party, env, np.int64(1 + 7919 * (env.tile.tile_index + 1)))
+    elif fault.startswith("collude:") and env.HasField("tile"):
+        peer = fault.split(":", 1)[1]
+        order = party._responders
+        if peer in order:
+            p = party.plan.primes[env.tile.prime_index]
+            from finite_field import dual_multipliers
+
+            betas = party.plan.codes[env.tile.prime_index].betas
+            v = dual_multipliers([betas[party.names.index(r)] for r in order], p)
+            mine, theirs = order.index(party.party_id), order.index(peer)
+            delta = 123457 % p
+            sign = 1 if mine < theirs else p - 1
+            _add_error(party, env, np.int64(delta * sign % p * pow(v[mine], -1, p) % p))
+    elif fault.startswith("bad-share:") and env.HasField("share"):
+        chunk = env.share
+        if chunk.receiver == fault.split(":", 1)[1] and chunk.prime_index == 0 and \
+                chunk.chunk_index == 0:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+            keys = party.keys[chunk.receiver]
+            aad = keys._aad(party.party_id, chunk.receiver, 0, 0, 0)
+            box = AESGCM(keys.encryption_key)
+            plain = bytearray(box.decrypt(bytes(chunk.nonce), bytes(chunk.ciphertext), aad))
+            values = np.frombuffer(bytes(plain), dtype="<u4").copy()
+            values[0] = (int(values[0]) + 1) % party.plan.primes[0]  # off the polynomial
+            chunk.ciphertext = box.encrypt(bytes(chunk.nonce), values.tobytes(), aad)
     return env
 
 
@@ -294,6 +339,13 @@ def _diagnose(target: str, tls_files) -> tuple:
     finally:
         sock.close()
     return False, "TLS handshake succeeded but gRPC is not ready"
+
+
+def _add_error(party: Party, env, error) -> None:
+    p = party.plan.primes[env.tile.prime_index]
+    values = np.frombuffer(env.tile.values, dtype="<u4").astype(np.int64)
+    values[::FAULT_STRIDE] = (values[::FAULT_STRIDE] + int(error)) % p
+    env.tile.values = values.astype("<u4").tobytes()
 
 
 def _inject(fault: str) -> None:

@@ -89,7 +89,8 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
                        sources: dict | None = None,
                        coordinator_class=Coordinator,
                        identities: dict | None = None,
-                       observe: Transcript | None = None) -> tuple[Outcome, Transcript]:
+                       observe: Transcript | None = None,
+                       faults: dict | None = None) -> tuple[Outcome, Transcript]:
     """Run one complete session in memory.
 
     Parameters
@@ -119,6 +120,9 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
         responders=..., cluster=...)``; a :class:`Coordinator` subclass that deviates
         from the protocol (an audit of the malicious-coordinator threat) by default the
         honest one. The parties are always the real, unmodified ones.
+    faults : dict of str to str, optional
+        ``{"party-2": "corrupt-upload"}``: that party deviates exactly as the gRPC party
+        process's test fault of the same name (``protocols._grpc_party._corrupt``).
 
     Returns
     -------
@@ -145,6 +149,9 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
     transcript.parties, transcript.session_id = parties, session_id
     transcript.coordinator = coordinator
     queue = collections.deque()  # (destination, sender, envelope)
+    faults = dict(faults or {})
+    if faults:
+        from ._grpc_party import _corrupt
 
     def wire(env):
         return pb.Envelope.FromString(env.SerializeToString()) if serialize else env
@@ -197,6 +204,8 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
             continue
         try:
             for out in party.receive(env):
+                if dest in faults:
+                    out = _corrupt(party, wire(out), faults[dest])
                 queue.append((COORDINATOR, dest, out))
         except ProtocolError as error:
             if kind == "error":

@@ -18,7 +18,7 @@ from ._generated import omnifc_pb2 as pb
 __all__ = ["SessionParameters", "SumPlan", "pack", "unpack", "row_tiles", "vector_tiles",
            "chunk_rows", "envelope", "body_of", "phase_of", "parse_envelope",
            "DEFAULT_CHUNK_BYTES", "DEFAULT_MAX_ROWS_PER_PARTY", "DEFAULT_MAX_ROWS_TOTAL",
-           "MODES", "KINDS", "check_row_caps"]
+           "MODES", "KINDS", "INTEGRITY", "check_row_caps"]
 
 #: Payload bytes per share chunk or evaluation tile (well under gRPC's 4 MB default).
 DEFAULT_CHUNK_BYTES = 1 << 20
@@ -27,10 +27,16 @@ DEFAULT_MAX_ROWS_PER_PARTY = 1_000_000
 DEFAULT_MAX_ROWS_TOTAL = 2_000_000
 MODES = ("masked", "transparent")
 KINDS = ("distance", "sum")
+#: Integrity policies (docs/protocol.md): Reed-Solomon checks on the uploads, and what a
+#: detected deviation does: "detect" excludes the parties at fault and reruns (or aborts),
+#: "correct" corrects located errors and names the parties, "off" is the unchecked
+#: weighted-pairwise-mask upload.
+INTEGRITY = ("detect", "correct", "off")
 
 #: The phase a message belongs to (for stats and error messages).
 _PHASE_OF = {"hello": "join", "roster": "join", "share": "shares", "ready": "shares",
-             "round_start": "evaluation", "tile": "evaluation", "result": "result",
+             "round_start": "evaluation", "tile": "evaluation", "group_seed": "evaluation",
+             "result": "result",
              "error": "error"}
 
 
@@ -83,6 +89,12 @@ class SessionParameters:
     max_rows_per_party, max_rows_total : int
         Public row caps: the coordinator refuses a hello, and every party a roster, whose
         row counts exceed them, before allocating anything.
+    integrity : {"detect", "correct", "off"}
+        Reed-Solomon checks on the evaluations D is decoded from (distance sessions with
+        r = |B| - (2l+2t-1) >= 1 redundant responders; see docs/protocol.md). "detect"
+        (default): a detected deviation excludes the parties at fault and reruns, or
+        aborts with :class:`~finite_field.DeviationError`; "correct": located errors are
+        corrected and the parties named in the result; "off": unchecked uploads.
     """
 
     dim: int
@@ -98,12 +110,16 @@ class SessionParameters:
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     max_rows_per_party: int = DEFAULT_MAX_ROWS_PER_PARTY
     max_rows_total: int = DEFAULT_MAX_ROWS_TOTAL
+    integrity: str = "detect"
     alphas: tuple | None = field(default=None)
     betas: tuple | None = field(default=None)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ParameterError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.integrity not in INTEGRITY:
+            raise ParameterError(f"integrity must be one of {INTEGRITY}, got "
+                                 f"{self.integrity!r}")
         if self.kind not in KINDS:
             raise ParameterError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if self.kind == "sum" and self.mode != "masked":
@@ -150,7 +166,7 @@ class SessionParameters:
                             nonnegative=self.nonnegative, primes=plan.primes,
                             rows=self.rows, chunk_bytes=self.chunk_bytes,
                             max_rows_per_party=self.max_rows_per_party,
-                            max_rows_total=self.max_rows_total)
+                            max_rows_total=self.max_rows_total, integrity=self.integrity)
         if isinstance(plan, CodingPlan):
             msg.alphas.extend(plan.codes[0].alphas)
             msg.betas.extend(plan.codes[0].betas)
@@ -164,6 +180,7 @@ class SessionParameters:
                    mode=msg.mode, kind=msg.kind, rows=msg.rows, chunk_bytes=msg.chunk_bytes,
                    max_rows_per_party=msg.max_rows_per_party or DEFAULT_MAX_ROWS_PER_PARTY,
                    max_rows_total=msg.max_rows_total or DEFAULT_MAX_ROWS_TOTAL,
+                   integrity=msg.integrity or "detect",
                    alphas=tuple(msg.alphas) or None, betas=tuple(msg.betas) or None)
 
     def with_plan(self, plan) -> "SessionParameters":

@@ -37,17 +37,20 @@ Rules that hold whatever the coordinator sends (it may be actively malicious):
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import replace
 from typing import Iterator
 
 import numpy as np
 
 from finite_field import (InputError, IntegrityError, OmniFCError, PeerError, ProtocolError,
-                          Quantizer, cross_sq_distances, encode_rows, masked_upload)
+                          Quantizer, cross_sq_distances, encode_rows, integrity_upload,
+                          masked_upload)
 
 from ._crypto import (PROTOCOL_VERSION, RUN_NONCE_BYTES, EphemeralKey, MaskView, PairKeys,
                       new_run_nonce, roster_digest, transcript)
 from ._identity import public_key_bytes, sign, verify
+from ._integrity import group_coefficients, round_checks
 from ._generated import omnifc_pb2 as pb
 from ._messages import (SessionParameters, SumPlan, body_of, check_row_caps, chunk_rows,
                         envelope, pack, row_tiles, unpack, vector_tiles)
@@ -156,6 +159,10 @@ class Party:
         self._run_nonce = new_run_nonce(source)
         self._hello: pb.Hello | None = None
         self._responders: list | None = None
+        self._checks = None          # the round's integrity structure (None: unchecked)
+        self._seeds: dict = {}       # member set -> 32-byte seed of this round
+        self._seed_wait: set = set()  # member sets whose seed has not arrived yet
+        self._warned_unchecked = False
 
     # -- input checks (before any share leaves) -----------------------------------------
     def _check_data(self, data):
@@ -240,7 +247,7 @@ class Party:
         try:
             handler = {"roster": self._on_roster, "share": self._on_share,
                        "round_start": self._on_round_start, "result": self._on_result,
-                       "error": self._on_error}.get(kind)
+                       "group_seed": self._on_group_seed, "error": self._on_error}.get(kind)
             if handler is None:
                 raise PeerError(f"unexpected message {kind!r} (a party never receives it)",
                                 party=COORDINATOR, phase=self.phase)
@@ -425,15 +432,72 @@ class Party:
         self._round = start.round
         self._responders = order
         self.phase = "evaluation"
+        self._checks, self._seeds, self._seed_wait = None, {}, set()
         if self.party_id not in responders:
             return iter(())
+        if not isinstance(self.plan, SumPlan):
+            self._checks = round_checks(self.plan, self.parameters, self.names, order)
+            if self._checks is None and self.parameters.integrity != "off" and \
+                    not self._warned_unchecked:
+                self._warned_unchecked = True
+                logger.warning(
+                    "party %r: NO INTEGRITY CHECK in round %d: |B| = %d responders leave "
+                    "r = 0 redundant evaluations (decoding needs %d), so a party that "
+                    "computes or shares wrongly goes undetected", self.party_id,
+                    start.round, len(order), self.plan.min_responders)
+        if self._checks is not None and self.parameters.mode == "masked":
+            return self._send_seeds(start.round, order)
         return self._tiles(start.round, order)
+
+    def _view(self, round_: int, responders) -> MaskView:
+        return MaskView(self.session_id, round_, self.roster_digest, tuple(responders))
+
+    def _send_seeds(self, round_: int, responders: list[str]):
+        """Draw the seed of every group this party leads; send it to the other members."""
+        view = self._view(round_, responders)
+        for index, members in self._checks.my_sets(self.party_id):
+            if members[0] != self.party_id:
+                self._seed_wait.add(members)
+                continue
+            seed = bytes(self._source.bytes(32)) if self._source is not None \
+                else os.urandom(32)  # CSPRNG; a seeded source only in tests
+            self._seeds[members] = seed
+            for receiver in members[1:]:
+                yield envelope(group_seed=pb.GroupSeed(
+                    session_id=self.session_id, round=round_, sender=self.party_id,
+                    receiver=receiver, members=members,
+                    ciphertext=self.keys[receiver].encrypt_seed(
+                        seed, view=view, group_index=index, members=members)))
+        if not self._seed_wait:
+            yield from self._tiles(round_, responders)
+
+    def _on_group_seed(self, msg: pb.GroupSeed):
+        self._require_phase("group_seed", "evaluation")
+        self._expect_session(msg.session_id, "evaluation")
+        if msg.round < self._round:
+            return iter(())  # sent for a round the coordinator abandoned
+        members = tuple(msg.members)
+        if msg.round != self._round or msg.receiver != self.party_id or \
+                members not in self._seed_wait or msg.sender != members[0]:
+            raise PeerError(f"group seed from {msg.sender!r} for round {msg.round} and group "
+                            f"{list(members)} does not fit this round (round {self._round}, "
+                            f"waiting for {sorted(self._seed_wait)})", party=COORDINATOR,
+                            phase="evaluation")
+        index = self._checks.member_sets.index(members)
+        self._seeds[members] = self.keys[msg.sender].decrypt_seed(
+            msg.ciphertext, view=self._view(self._round, self._responders),
+            group_index=index, members=members)
+        self._seed_wait.discard(members)
+        if self._seed_wait:
+            return iter(())
+        return self._tiles(self._round, self._responders)
 
     def _tiles(self, round_: int, responders: list[str]):
         plan, params = self.plan, self.parameters
         masked = params.mode == "masked"
         others = [(self.names.index(r), self.keys[r]) for r in responders if r != self.party_id]
-        view = MaskView(self.session_id, round_, self.roster_digest, tuple(responders))
+        view = self._view(round_, responders)
+        checks = self._checks
         if isinstance(plan, SumPlan):
             flat = self.quantized.reshape(-1)
             tiles = vector_tiles(plan.length, params.chunk_bytes)
@@ -454,7 +518,12 @@ class Party:
                         block = (a, stop, self._evaluate(k, a, stop))
                     start = block[0]
                     values = block[2][a - start:b - start, a - start:]
-                if masked:  # c_j * g(beta_j) + PRG for later peers - PRG for earlier ones
+                if masked and checks is not None:  # U_j = g(beta_j) + M_j (unweighted)
+                    coefficients = group_coefficients(checks, k, self.party_id, self._seeds,
+                                                      view, tile_index, values.size)
+                    values = integrity_upload(values, checks.groups[k],
+                                              checks.index(self.party_id), coefficients, p)
+                elif masked:  # c_j * g(beta_j) + PRG for later peers - PRG for earlier ones
                     adds, subs = [], []
                     for peer_index, keys in others:
                         mask = keys.mask(p, values.size, view=view, prime_index=k,
@@ -483,6 +552,10 @@ class Party:
                             f"{self.n_rows} (one per own row) or none", party=COORDINATOR,
                             phase="result")
         self.result = result
+        for deviation in result.deviations:
+            logger.warning("party %r: the integrity checks of round %d found a deviation "
+                           "(%s): %s", self.party_id, deviation.round, deviation.action,
+                           deviation.description)
         self.labels = np.array(result.labels, dtype=np.int64) if result.labels else None
         self.phase = "done"
         return iter(())

@@ -1,7 +1,7 @@
 """Privacy audit: make every row of the threat model checkable on actual parameters.
 
 ``run_audit`` takes a session's public parameters (d, R, q, l, t, m, primes, points, mode;
-from arguments or from the session config ``serve``/``join`` use) and runs eight checks,
+from arguments or from the session config ``serve``/``join`` use) and runs nine checks,
 each with a verdict (pass / fail / warn / info), its evidence and how to reproduce it:
 
 1. algebraic t-privacy (exact ranks of every t-coalition's noise block over GF(p));
@@ -14,6 +14,8 @@ each with a verdict (pass / fail / warn / info), its evidence and how to reprodu
 7. parameter advice (admissible l with cost and leakage per mode);
 8. an actively malicious coordinator (responder-set equivocation, reordered roster,
    replayed hello) against real parties: anything beyond D recovered?
+9. integrity: how many wrong parties the session detects and corrects (r = m - (2l+2t-1)
+   checks), shown with a real party that corrupts its upload.
 
 ``omnifc audit`` is the command-line front end; it writes report.md, report.json and
 PNG figures, and exits non-zero when a check fails.
@@ -36,6 +38,7 @@ import time
 
 from ._active import check_active_coordinator
 from ._advice import advice_rows, check_parameter_advice
+from ._integrity import check_integrity
 from ._known_sample import attack_errors, check_known_sample_attack, known_sample_attack
 from ._leakage import (check_coordinator_view, coordinator_matrices, interpolate_segments,
                        recover_coordinates, run_recorded_session)
@@ -52,7 +55,7 @@ __all__ = [
     "PASS", "FAIL", "WARN", "INFO",
     "check_algebraic_privacy", "check_empirical_privacy", "check_coordinator_view",
     "check_known_sample_attack", "check_transport", "check_numerics", "check_parameter_advice",
-    "check_active_coordinator",
+    "check_active_coordinator", "check_integrity",
     "encoding_matrix", "audit_plan", "point_problems", "noise_block_ranks", "reconstruct_rows",
     "run_recorded_session", "coordinator_matrices", "interpolate_segments",
     "recover_coordinates", "known_sample_attack", "attack_errors", "aead_self_test",
@@ -71,6 +74,7 @@ CHECKS = {
     6: ("numerics", check_numerics),
     7: ("parameter_advice", check_parameter_advice),
     8: ("active_coordinator", check_active_coordinator),
+    9: ("integrity", check_integrity),
 }
 
 
@@ -84,7 +88,7 @@ def run_audit(parameters: AuditParameters | None = None, *, checks=None, out=Non
         The session under audit; the demo's session by default. Use
         ``AuditParameters.from_config(path)`` for a session config.
     checks : iterable of int or str, optional
-        Which checks to run (numbers 1-8 or keys); all by default.
+        Which checks to run (numbers 1-9 or keys); all by default.
     out : path, optional
         Write report.md, report.json and the figures into this folder.
     seed : int
@@ -128,7 +132,7 @@ def _run_checks(params, wanted, results, seed, noise_source, progress) -> None:
         logger.info("audit check %d (%s)", number, key)
         if number in (2, 3):
             results.append(function(params, seed=seed, noise_source=noise_source))
-        elif number in (4, 6, 8):
+        elif number in (4, 6, 8, 9):
             results.append(function(params, seed=seed))
         else:
             results.append(function(params))
@@ -145,10 +149,10 @@ def _select(checks) -> list:
         if isinstance(c, str):
             if c not in keys:
                 from finite_field import ParameterError
-                raise ParameterError(f"unknown check {c!r}; choose from {sorted(keys)} or 1-8")
+                raise ParameterError(f"unknown check {c!r}; choose from {sorted(keys)} or 1-9")
             c = keys[c]
         if c not in CHECKS:
             from finite_field import ParameterError
-            raise ParameterError(f"check numbers are 1-8, got {c}")
+            raise ParameterError(f"check numbers are 1-9, got {c}")
         out.append(int(c))
     return sorted(set(out))

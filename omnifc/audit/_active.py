@@ -194,6 +194,11 @@ class EquivocatingCoordinator(Coordinator):
                                round=self.round, parameters={})
         return out
 
+    def _on_group_seed(self, sender, msg) -> list:
+        # Integrity mode: relay every group seed where it is addressed, unchecked (the
+        # attacker's best move: it cannot read or forge them, they are bound to the view).
+        return [self._send(msg.receiver, envelope(group_seed=msg))]
+
     def _on_error(self, sender, report) -> list:
         self.rejected_by[sender] = report.message
         return super()._on_error(sender, report)
@@ -248,7 +253,8 @@ def _session_parameters(params, mode: str = "masked"):
     return SessionParameters(dim=params.dim, bound=params.bound, scale_bits=params.scale_bits,
                              segments=params.segments, noise_segments=params.noise_segments,
                              nonnegative=params.nonnegative, primes=params.session_primes(),
-                             mode=mode, alphas=alphas, betas=betas)
+                             mode=mode, alphas=alphas, betas=betas,
+                             integrity=getattr(params, "integrity", "detect"))
 
 
 def _unmasked_functionals(coordinator, parties) -> list:
@@ -275,15 +281,22 @@ def _unmasked_functionals(coordinator, parties) -> list:
 
 
 def run_equivocation(params, *, rows_per_party: int = 2, seed: int = 0,
-                     schedule: str | None = None) -> dict:
-    """Run the equivocation attack with real in-memory parties; return what it obtained."""
+                     schedule: str | None = None, integrity: str = "off") -> dict:
+    """Run the equivocation attack with real in-memory parties; return what it obtained.
+
+    ``integrity="off"`` attacks the weighted pairwise masks (what every round with
+    r = 0 uses, and a coordinator can always shrink B to 2l+2t-1 parties); another policy
+    attacks the integrity masks (group seeds bound to the view).
+    """
+    from dataclasses import replace
+
     from finite_field import OmniFCError
     from protocols import run_memory_session
     from protocols._memory import Transcript
 
     m, l = params.parties, params.segments
     names = [f"party-{j + 1}" for j in range(m)]
-    session = _session_parameters(params)
+    session = replace(_session_parameters(params), integrity=integrity)
     need = session.min_responders(m)
     if m <= need:
         return {"applicable": False, "reason": f"m = {m} parties and decoding needs "
@@ -398,6 +411,9 @@ def check_active_coordinator(params, *, seed: int = 0):
     from finite_field import OmniFCError
     try:
         equivocation = run_equivocation(params, seed=seed)
+        checked = None
+        if getattr(params, "integrity", "off") != "off":
+            checked = run_equivocation(params, seed=seed, integrity=params.integrity)
         roster = run_roster_attacks(params, seed=seed)
     except (OmniFCError, ValueError) as error:
         check.fail(f"not run: the protocol refuses these parameters ({error})")
@@ -405,6 +421,20 @@ def check_active_coordinator(params, *, seed: int = 0):
         return check
     check.evidence = {"equivocation": equivocation, "roster": roster}
     l = params.segments
+    if checked is not None:
+        check.evidence["equivocation_integrity"] = checked
+        if checked["applicable"] and (checked["unmasked_rounds"] or
+                                      (checked["segments_recovered_exactly"] and l > 1)):
+            check.fail("equivocated views against the integrity masks gave the coordinator "
+                       "more than D")
+        if checked["applicable"]:
+            check.details.append(
+                f"Equivocation against the integrity masks (integrity = "
+                f"\"{params.integrity}\"): the parties took part in "
+                f"{checked['rounds_completed']} of {checked['rounds_planned']} rounds"
+                + (f" and then refused ({checked['refused']})" if checked["refused"] else "")
+                + f"; per-segment matrices recovered exactly: "
+                f"{checked['segments_recovered_exactly']} of {l}.")
     if equivocation["applicable"]:
         if equivocation["unmasked_rounds"]:
             check.fail(f"{equivocation['unmasked_rounds']} equivocated rounds gave the "

@@ -46,7 +46,8 @@ def run_recorded_session(params: AuditParameters, party_data: dict, mode: str, *
     session = SessionParameters(dim=params.dim, bound=params.bound, scale_bits=params.scale_bits,
                                 segments=params.segments, noise_segments=params.noise_segments,
                                 nonnegative=params.nonnegative, primes=params.session_primes(),
-                                mode=mode, alphas=alphas, betas=betas)
+                                mode=mode, alphas=alphas, betas=betas,
+                                integrity=getattr(params, "integrity", "detect"))
     return run_memory_session(party_data, session, record=True, sources=sources)
 
 
@@ -250,7 +251,11 @@ def check_coordinator_view(params: AuditParameters, *, rows: int = 90, seed: int
     outcome_b, transcript_b, mats_b = views["B"]
     _, _, mats_a = views["A"]
     responders = list(outcome_b.responders)
-    tests = transcript_tests(params, mats_a, mats_b, names, responders, primes[0], bins)
+    # With integrity checks the masked uploads are unweighted, U_j = g(beta_j) + M_j, and
+    # D = sum_j c_j U_j; without them they are c_j g(beta_j) + pairwise masks, D = sum_j U_j.
+    checked = str(getattr(outcome_b, "integrity", "off")).startswith("checked")
+    tests = transcript_tests(params, mats_a, mats_b, names, responders, primes[0], bins,
+                             weighted=not checked)
     share_bytes = _bytes_uniformity(transcript_b)
     tests.append({"test": "share-chunk ciphertext bytes uniform", **share_bytes})
     threshold = FAMILY_ALPHA / len(tests)
@@ -276,14 +281,17 @@ def check_coordinator_view(params: AuditParameters, *, rows: int = 90, seed: int
     truth = per_segment_distances(q.quantize(data_b).values, l)
     match_fraction = []
     p = primes[0]
-    guesses = _functionals(params, mats_b, names, use, p, list(alphas[:l]))
+    guesses = _functionals(params, mats_b, names, use, p, list(alphas[:l]),
+                           weighted=not checked)
     for o in range(l):
         match_fraction.append(float(np.mean(guesses[o][upper] == truth[o][upper] % p)))
     sums = []
     for k, p_k in enumerate(primes):
         acc = np.zeros((n, n), dtype=np.int64)
-        for name in responders:
-            acc = (acc + mats_b[(name, k)]) % p_k
+        weights = (_decoding_weights(params, [names.index(r) for r in responders], p_k)
+                   if checked else [1] * len(responders))
+        for name, w in zip(responders, weights):
+            acc = (acc + int(w) * mats_b[(name, k)] % p_k) % p_k
         sums.append(acc)
     total = crt_combine(sums, primes)
     truth_total = sum(truth)
@@ -313,7 +321,9 @@ def check_coordinator_view(params: AuditParameters, *, rows: int = 90, seed: int
         "matrices in " + ", ".join(f"{100 * f:.2f}%" for f in match_fraction) + " of entries"
         + (" — with l = 1 the single segment is D, which masked mode reveals by design."
            if l == 1 else " (chance level is 1/p).")
-        + f" The sum of the uploads is D exactly: {'yes' if total_exact else 'NO'}."
+        + (" The decoding combination c.U of the (unweighted, integrity-masked) uploads"
+           if checked else " The sum of the uploads")
+        + f" is D exactly: {'yes' if total_exact else 'NO'}."
         + ("" if control_flagged is None else
            " Control: the same tests on transparent transcripts of the same data "
            + (f"flag {len(control_flagged)} statistic(s) ({', '.join(control_flagged[:3])}), "

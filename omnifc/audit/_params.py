@@ -40,6 +40,8 @@ class AuditParameters:
         l, t and m.
     mode : {"masked", "transparent"}
         What the parties upload to the coordinator.
+    integrity : {"detect", "correct", "off"}
+        The session's integrity policy (Reed-Solomon checks on the uploads).
     primes : tuple of int, optional
         The session's moduli; chosen from the no-wrap bound like a session would by default.
     alphas, betas : tuple of int, optional
@@ -61,6 +63,7 @@ class AuditParameters:
     parties: int = DEMO_DEFAULTS["parties"]
     nonnegative: bool = DEMO_DEFAULTS["nonnegative"]
     mode: str = DEMO_DEFAULTS["mode"]
+    integrity: str = "detect"
     primes: tuple = None
     alphas: tuple = None
     betas: tuple = None
@@ -78,6 +81,9 @@ class AuditParameters:
                 raise ParameterError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.mode not in MODES:
             raise ParameterError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.integrity not in ("detect", "correct", "off"):
+            raise ParameterError(f"integrity must be one of ('detect', 'correct', 'off'), "
+                                 f"got {self.integrity!r}")
         for name in ("primes", "alphas", "betas"):
             value = getattr(self, name)
             if value is not None:
@@ -123,6 +129,8 @@ class AuditParameters:
         parts = [f"--dim {self.dim}", f"--bound {self.bound:g}", f"--scale-bits {self.scale_bits}",
                  f"--segments {self.segments}", f"--noise-segments {self.noise_segments}",
                  f"--parties {self.parties}", f"--mode {self.mode}", f"--rows {self.rows}"]
+        if self.integrity != "detect":
+            parts.append(f"--integrity {self.integrity}")
         if not self.nonnegative:
             parts.append("--signed")
         if self.primes is not None:
@@ -136,7 +144,7 @@ class AuditParameters:
     def python_arguments(self) -> str:
         """The ``AuditParameters(...)`` call that reproduces these parameters."""
         fields = ["dim", "bound", "scale_bits", "segments", "noise_segments", "parties",
-                  "nonnegative", "mode", "rows", "primes", "alphas", "betas"]
+                  "nonnegative", "mode", "integrity", "rows", "primes", "alphas", "betas"]
         parts = [f"{name}={getattr(self, name)!r}" for name in fields
                  if getattr(self, name) != getattr(AuditParameters, name, None)]
         return f"AuditParameters({', '.join(parts)})"

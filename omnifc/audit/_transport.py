@@ -51,6 +51,7 @@ def read_session_config(path) -> tuple[dict, dict]:
         "nonnegative": parameters.get("nonnegative", False),
         "primes": tuple(parameters.get("primes", ())) or None,
         "parties": max(len(parties), 1), "mode": session.get("mode", "masked"),
+        "integrity": session.get("integrity", "detect"),
     }
     tls = raw.get("tls", {}) if isinstance(raw.get("tls"), dict) else {}
     base = path.absolute().parent

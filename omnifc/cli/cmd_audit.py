@@ -39,6 +39,8 @@ def register(subparsers) -> None:
     session.add_argument("--parties", type=int, help=f"m (default {DEMO_DEFAULTS['parties']})")
     session.add_argument("--mode", choices=("masked", "transparent"),
                          help="masked (default) or transparent")
+    session.add_argument("--integrity", choices=("detect", "correct", "off"),
+                         help="integrity policy (default detect)")
     sign = session.add_mutually_exclusive_group()
     sign.add_argument("--nonnegative", dest="nonnegative", action="store_true", default=None,
                       help="features lie in [0, R] (the demo's iris data: add it to audit "
@@ -52,7 +54,7 @@ def register(subparsers) -> None:
     session.add_argument("--rows", type=int,
                          help=f"n, total rows, for the advice (default {DEMO_DEFAULTS['rows']})")
     parser.add_argument("--checks", metavar="1,2,...",
-                        help="run only these checks (numbers 1-8 or names); all by default")
+                        help="run only these checks (numbers 1-9 or names); all by default")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the synthetic data sets (share noise always comes from "
                              "the OS CSPRNG)")
@@ -72,6 +74,7 @@ def parameters_from_args(args) -> AuditParameters:
     values = {"dim": args.dim, "bound": args.bound, "scale_bits": args.scale_bits,
               "segments": args.segments, "noise_segments": args.noise_segments,
               "parties": args.parties, "mode": args.mode, "nonnegative": args.nonnegative,
+              "integrity": args.integrity,
               "rows": args.rows, "primes": _ints(args.primes, "--primes"),
               "alphas": _ints(args.alphas, "--alphas"), "betas": _ints(args.betas, "--betas")}
     if args.config:

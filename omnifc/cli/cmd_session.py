@@ -95,6 +95,16 @@ def announce_session(config, role: str) -> None:
               "every per-segment distance matrix (with segments = dim: every coordinate up "
               "to shift and reflection), not only the distance matrix D. Use mode = "
               "\"masked\" unless every party accepts that.", flush=True)
+    parties = len(config.parties)
+    needed = 2 * config.parameters.segments + 2 * config.parameters.noise_segments - 1
+    if config.integrity == "off":
+        print("NOTICE: integrity = \"off\": the uploads are not checked; a party that "
+              "computes or shares wrongly silently corrupts D.", flush=True)
+    elif parties <= needed:
+        print(f"NOTICE: no integrity check is possible: {parties} parties and decoding needs "
+              f"2l+2t-1 = {needed}, so r = 0 redundant evaluations; a party that computes "
+              "or shares wrongly would silently corrupt D (add parties to detect it).",
+              flush=True)
     if config.insecure:
         print(f"NOTICE: TLS is disabled in this session config: {role}'s traffic is "
               "neither authenticated nor encrypted.", flush=True)
@@ -127,6 +137,10 @@ def add_session_parameters(parser) -> None:
     session.add_argument("--mode", choices=("masked", "transparent"), default="masked",
                          help="masked (default): the coordinator learns only D; transparent "
                               "leaks per-segment distances")
+    session.add_argument("--integrity", choices=("detect", "correct", "off"),
+                         default="detect",
+                         help="Reed-Solomon checks on the uploads: detect (default: exclude "
+                              "and rerun, or abort), correct (correct and name), off")
     session.add_argument("--method", default="kmeans",
                          help="clustering method the coordinator runs (default: kmeans)")
     session.add_argument("--n-clusters", type=int, default=3,
@@ -174,7 +188,7 @@ def session_settings(args) -> dict:
         scale_bits=args.scale_bits, bound=args.bound, nonnegative=args.nonnegative,
         primes=_primes(args.primes), max_rows_per_party=args.max_rows_per_party,
         max_rows_total=args.max_rows_total)
-    return {"mode": args.mode, "parameters": parameters,
+    return {"mode": args.mode, "integrity": args.integrity, "parameters": parameters,
             "clustering": ClusteringRequest(method=args.method, n_clusters=args.n_clusters),
             "deadlines": _deadlines(args.deadline)}
 

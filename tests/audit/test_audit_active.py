@@ -54,3 +54,13 @@ def test_small_sessions(parties, applicable):
     check = check_active_coordinator(params)
     assert check.verdict == "pass"
     assert check.evidence["equivocation"]["applicable"] is applicable
+
+
+def test_the_check_also_attacks_the_integrity_masks():
+    check = check_active_coordinator(SESSION)  # integrity = "detect" by default
+    checked = check.evidence["equivocation_integrity"]
+    # the group seeds are bound to the view: the first equivocated round is refused
+    assert checked["rounds_completed"] == 1 and checked["refused"]
+    assert checked["segments_recovered_exactly"] == 0 and checked["unmasked_rounds"] == 0
+    off = check_active_coordinator(AuditParameters(**{**SESSION.__dict__, "integrity": "off"}))
+    assert "equivocation_integrity" not in off.evidence and off.verdict == "pass"

@@ -21,9 +21,9 @@ def test_defaults_pass_and_write_the_report(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "overall: PASS" in out
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["passed"] and len(report["checks"]) == 8
+    assert report["passed"] and len(report["checks"]) == 9
     assert [c["verdict"] for c in report["summary"]] == [
-        "pass", "pass", "pass", "info", "info", "pass", "pass", "pass"]
+        "pass", "pass", "pass", "info", "info", "pass", "pass", "pass", "pass"]
     markdown = (tmp_path / "report.md").read_text()
     assert markdown.index("## Summary") < markdown.index("## 1. Algebraic")
     pngs = sorted(p.name for p in tmp_path.glob("*.png"))

@@ -8,6 +8,8 @@ lives in :mod:`omnifc.audit._active` (the audit runs the same attack).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -29,6 +31,9 @@ from protocol_helpers import Session, plaintext_sq_distances, quantize, random_d
 M, DIM, BOUND, SCALE = 10, 4, 1.0, 6
 PARAMS = SessionParameters(dim=DIM, bound=BOUND, scale_bits=SCALE, segments=2,
                            noise_segments=1)
+# The equivocation attack targets the weighted pairwise masks (integrity="off"); with the
+# integrity checks on, the masks come from group seeds bound to the view (tests below).
+PAIRWISE = replace(PARAMS, integrity="off")
 
 
 def equivocation_data(seed=3):
@@ -42,7 +47,7 @@ def truth(data):
 
 def attacker(schedule):
     names = [f"party-{i}" for i in range(M)]
-    views = equivocation_views(names, PARAMS.min_responders(M), schedule)
+    views = equivocation_views(names, PAIRWISE.min_responders(M), schedule)
 
     def make(*args, **kwargs):
         return EquivocatingCoordinator(*args, views=views, **kwargs)
@@ -66,7 +71,7 @@ def test_the_attack_schedule_respects_the_honest_checks():
 def test_equivocated_responding_sets_reveal_nothing_beyond_d_in_memory():
     data = equivocation_data()
     make, views = attacker("shrinking")
-    outcome, transcript = run_memory_session(data, PARAMS, coordinator_class=make)
+    outcome, transcript = run_memory_session(data, PAIRWISE, coordinator_class=make)
     coordinator = transcript.coordinator
     assert len(coordinator.round_sums) == len(views) == 6  # the parties took part
     recovered = recover_segments(coordinator)
@@ -90,9 +95,9 @@ def test_equivocated_responding_sets_reveal_nothing_beyond_d_over_grpc():
 
     data = equivocation_data(seed=4)
     make, views = attacker("shrinking")
-    with LocalSession(data, PARAMS, deadline=60) as local:
+    with LocalSession(data, PAIRWISE, deadline=60) as local:
         config = local.config
-        coordinator = make(config.session_id, PARAMS, config.party_names,
+        coordinator = make(config.session_id, PAIRWISE, config.party_names,
                            {e.name: e.identity_public_key for e in config.parties})
         server = CoordinatorServer(coordinator, config.deadlines,
                                    credentials=coordinator_credentials(config),
@@ -123,7 +128,7 @@ def test_rounds_beyond_the_strict_subset_rule_abort_every_party():
     assert len(views) == 6
     seen = Transcript()
     with pytest.raises(PeerError) as info:
-        run_memory_session(data, PARAMS, coordinator_class=make, observe=seen)
+        run_memory_session(data, PAIRWISE, coordinator_class=make, observe=seen)
     assert "not a strict subset" in str(info.value) and info.value.phase == "evaluation"
     assert len(seen.coordinator.round_sums) <= 2
     assert recover_segments(seen.coordinator) is None

@@ -1,0 +1,191 @@
+"""Integrity of a round: Reed-Solomon checks on the uploads, mask groups, the verdict.
+
+Every party of the responding set B and the coordinator derive the same public structure
+from (the plan, the ordered roster, B, the session parameters) with :func:`round_checks`:
+
+* s = r = |B| - K checks (K = 2l+2t-1), the rows W = [c; mu_1..mu_s] per prime
+  (:func:`finite_field.integrity_rows`);
+* masked mode: the mask groups per prime (:func:`finite_field.choose_mask_groups` with
+  t colluders), and the distinct member sets, each with a *leader* (its first member in
+  roster order) who draws the group's seed for the round.
+
+A party uploads U_j = g(beta_j) + M_j (:func:`finite_field.integrity_upload`, the rho_G
+from :func:`group_coefficients`), the raw g(beta_j) in transparent mode. The coordinator
+adds every upload into running accumulators w.U for w in W, tile by tile
+(:class:`TileAccumulator`), and decodes each finished tile's syndromes; the verdict over
+the whole round is :func:`verdict`. No checks (``integrity="off"``, a sum, or r = 0):
+:func:`round_checks` returns None and the round runs the weighted pairwise masks.
+See docs/protocol.md ("Integrity") and docs/integrity.md for the math.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from finite_field import (ReedSolomonCheck, attribute, choose_mask_groups, integrity_rows,
+                          weighted_sums)
+
+from ._crypto import MaskView, group_mask_key, stream_elements
+
+__all__ = ["RoundChecks", "round_checks", "group_coefficients", "TileAccumulator",
+           "Findings", "verdict"]
+
+logger = logging.getLogger("omnifc.protocols")
+
+
+@dataclass(frozen=True)
+class RoundChecks:
+    """The public integrity structure of one round.
+
+    Attributes
+    ----------
+    responders : tuple of str
+        B in roster order.
+    checks : int
+        s = |B| - K parity checks (all the redundancy).
+    radius : int
+        floor(s/2): errors per entry that are located (and, with "correct", corrected).
+    rows : list of ndarray
+        Per prime, W = [c; mu_1..mu_s], shape (s+1, |B|).
+    codes : list of ReedSolomonCheck
+        Per prime.
+    groups : list of list of MaskGroup
+        Per prime (masked mode; empty lists in transparent mode).
+    member_sets : tuple of tuple of str
+        Distinct groups (sorted by roster order), the order of the seed nonces.
+    """
+
+    responders: tuple
+    checks: int
+    radius: int
+    rows: list
+    codes: list
+    groups: list
+    member_sets: tuple
+
+    def index(self, name: str) -> int:
+        return self.responders.index(name)
+
+    def my_sets(self, name: str) -> list[tuple[int, tuple]]:
+        """(seed index, members) of every group ``name`` belongs to."""
+        return [(i, m) for i, m in enumerate(self.member_sets) if name in m]
+
+
+def round_checks(plan, parameters, names, responders) -> RoundChecks | None:
+    """The integrity structure of the round with responding set ``responders`` (or None).
+
+    None when there is nothing to check: ``integrity="off"``, a secure sum, or
+    r = |B| - K = 0 (the caller says so, loudly).
+    """
+    if parameters.integrity == "off" or parameters.kind != "distance":
+        return None
+    order = tuple(sorted(responders, key=names.index))
+    position = [names.index(r) for r in order]
+    k = plan.min_responders
+    s = len(order) - k
+    if s < 1:
+        return None
+    rows, codes, groups, sets = [], [], [], set()
+    masked = parameters.mode == "masked"
+    for code in plan.codes:
+        check = ReedSolomonCheck.for_responders(code, position)
+        w = integrity_rows(code.decoding_weights(position), check.parity_rows(s), code.prime)
+        rows.append(w)
+        codes.append(check)
+        if masked:
+            chosen = choose_mask_groups(w, code.prime, colluders=parameters.noise_segments)
+            groups.append(chosen)
+            sets.update(tuple(order[j] for j in sorted(g.members)) for g in chosen)
+        else:
+            groups.append([])
+    member_sets = tuple(sorted(sets, key=lambda m: [names.index(x) for x in m]))
+    return RoundChecks(responders=order, checks=s, radius=s // 2, rows=rows, codes=codes,
+                       groups=groups, member_sets=member_sets)
+
+
+def group_coefficients(checks: RoundChecks, prime_index: int, me: str, seeds: dict,
+                       view: MaskView, tile_index: int, size: int) -> dict:
+    """{group index: rho_G} for every group of prime ``prime_index`` containing ``me``.
+
+    ``seeds`` maps a member set (tuple of names) to its 32-byte seed for this round.
+    """
+    j = checks.index(me)
+    prime = checks.codes[prime_index].prime
+    out, seen = {}, {}
+    for i, group in enumerate(checks.groups[prime_index]):
+        members = tuple(checks.responders[x] for x in sorted(group.members))
+        which = seen.get(members, 0)  # which null vector of that member set
+        seen[members] = which + 1
+        if j not in group.members:
+            continue
+        key = group_mask_key(seeds[members], view, members, which, prime, tile_index)
+        out[i] = stream_elements(key, prime, size)
+    return out
+
+
+class TileAccumulator:
+    """Running sums w.U (w in W) of one tile and one prime; memory (s+1) x the tile.
+
+    Each upload is added as it arrives (:func:`finite_field.weighted_sums` of its column
+    of W), so the coordinator never holds |B| uploads; values < p < 2^31 added as int64,
+    reduced once when the tile is complete.
+    """
+
+    __slots__ = ("sums", "prime")
+
+    def __init__(self, rows: int, prime: int, shape: tuple) -> None:
+        self.sums = np.zeros((rows,) + tuple(shape), dtype=np.int64)
+        self.prime = prime
+
+    def add(self, column, upload) -> None:
+        """Add ``column[q] * upload`` to every running sum q (``upload`` reduced)."""
+        contribution = weighted_sums(np.asarray(column, dtype=np.int64).reshape(-1, 1),
+                                     np.asarray(upload)[np.newaxis], self.prime)
+        self.sums += contribution
+
+    def finish(self) -> np.ndarray:
+        """The reduced sums (s+1, ...): D's tile, then the syndromes."""
+        return self.sums % self.prime
+
+
+@dataclass
+class Findings:
+    """What the checks found in one round, over every tile and prime."""
+
+    flagged: int = 0
+    uncorrectable: int = 0
+    triples: set = field(default_factory=set)   # (owner index, owner index, evaluator name)
+
+    def add(self, decoding, row_offset: int, col_offset: int, owners: np.ndarray,
+            responders) -> None:
+        """Record a tile's :class:`~finite_field.Decoding` (global rows via the offsets)."""
+        self.flagged += int(decoding.flagged.size)
+        self.uncorrectable += int(decoding.uncorrectable.size)
+        if not decoding.flagged.size:
+            return
+        rows_idx, slots = np.nonzero(decoding.positions >= 0)
+        if not rows_idx.size:
+            return
+        cols = decoding.shape[1]
+        flat = decoding.flagged[rows_idx]
+        a = row_offset + flat // cols
+        b = col_offset + flat % cols
+        evaluators = decoding.positions[rows_idx, slots]
+        owner_a = np.searchsorted(owners, a, side="right") - 1
+        owner_b = np.searchsorted(owners, b, side="right") - 1
+        lo, hi = np.minimum(owner_a, owner_b), np.maximum(owner_a, owner_b)
+        for x, y, e in np.unique(np.stack([lo, hi, evaluators]), axis=1).T.tolist():
+            self.triples.add((int(x), int(y), responders[int(e)]))
+
+    @property
+    def clean(self) -> bool:
+        return self.flagged == 0
+
+
+def verdict(findings: Findings, names, adversaries: int):
+    """The :class:`~finite_field.Attribution` of the located errors (party names)."""
+    return attribute(sorted(findings.triples, key=lambda t: (t[0], t[1], t[2])), list(names),
+                     adversaries=max(1, int(adversaries)))
