@@ -32,6 +32,8 @@ NOT_RUN = {
     ("omnifc", "reproduce"): "the whole evaluation: minutes (tests/omnifc/"
                              "test_clustering_reproduce.py runs a reduced grid)",
     ("omnifc", "bench"): "benchmarks: minutes, and timing is not a test",
+    ("python", "tools/mutation.py"): "mutation testing: tens of minutes per module (a "
+                                     "developer tool; docs/testing.md records its runs)",
     ("omnifc", "demo"): "one process per party over gRPC, tens of seconds; run end to end by "
                         "tests/omnifc/test_demo.py",
     ("omnifc", "serve"): "waits for parties on the network; run end to end (with join) by "
@@ -138,7 +140,9 @@ def _prepare(words, folder: pathlib.Path) -> None:
         subprocess.run([sys.executable, "-m", "omnifc.cli", *args], cwd=folder, check=True,
                        capture_output=True, timeout=300, env=_env())
 
-    for word in words:
+    for i, word in enumerate(words):
+        if i and words[i - 1] == "--out":
+            continue  # what the command writes, not what it reads
         if word.endswith(".card.toml") and not (folder / word).exists():
             name = pathlib.Path(word).name.removesuffix(".card.toml")
             out = str((folder / word).parent)
