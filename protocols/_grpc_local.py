@@ -40,7 +40,7 @@ class LocalSession:
     """
 
     def __init__(self, party_data: dict, parameters: SessionParameters, *,
-                 deadline: float = 60.0, insecure: bool = False) -> None:
+                 deadline=60.0, insecure: bool = False) -> None:
         self.names = [str(n) for n in party_data]
         self.parameters = parameters
         self.directory = Path(tempfile.mkdtemp(prefix="omnifc-session-"))
@@ -51,8 +51,11 @@ class LocalSession:
                 noise_segments=parameters.noise_segments, scale_bits=parameters.scale_bits,
                 bound=parameters.bound, nonnegative=parameters.nonnegative,
                 primes=tuple(parameters.primes or ()))
-            deadlines = Deadlines(join=max(deadline, 120.0), shares=deadline,
-                                  evaluation=deadline, result=min(deadline, 10.0))
+            # a number: seconds per phase (join at least 120 s, for process start-up);
+            # a Deadlines: exactly those
+            deadlines = deadline if isinstance(deadline, Deadlines) else Deadlines(
+                join=max(deadline, 120.0), shares=deadline, evaluation=deadline,
+                result=min(deadline, 10.0))
             certs = generate_certificates(self.directory / "certs", self.names,
                                           coordinator_address="127.0.0.1:0",
                                           mode=parameters.mode, parameters=config_parameters,

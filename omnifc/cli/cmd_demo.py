@@ -34,8 +34,10 @@ def register(subparsers) -> None:
     parser.add_argument("--n-clusters", type=int, dest="n_clusters",
                         help="number of clusters (default: the data set's classes)")
     parser.add_argument("--clusters", type=int, dest="n_clusters", help=argparse.SUPPRESS)
-    parser.add_argument("--deadline", type=float, default=60.0, metavar="SECONDS",
-                        help="seconds per phase before a party counts as dropped")
+    parser.add_argument("--deadline", action="append", default=[], metavar="[PHASE=]SECONDS",
+                        help="SECONDS for every phase, or PHASE=SECONDS for one phase (join, "
+                             "shares, evaluation, result), as in 'omnifc session new'; "
+                             "repeatable (default: 60 s per phase, join at least 120 s)")
     parser.add_argument("--insecure", action="store_true",
                         help="no TLS (not recommended; logs a warning)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -54,6 +56,15 @@ def run(args) -> int:
     from .. import cluster, load_dataset, plaintext_sq_distances, split_non_iid
     from ._session_io import phase_progress
     from .cmd_serve import format_stats
+    from .cmd_session import parse_deadlines
+
+    # one spelling with session new: SECONDS (every phase) or PHASE=SECONDS
+    deadline = 60.0
+    if args.deadline and not any("=" in item for item in args.deadline):
+        deadline = parse_deadlines(args.deadline).shares  # one number: join stays >= 120 s
+    elif args.deadline:
+        deadline = parse_deadlines(args.deadline, base=parse_deadlines(["60", "join=120",
+                                                                        "result=10"]))
 
     data = load_dataset(args.dataset)
     parts = split_non_iid(data.labels, args.parties, args.non_iid)
@@ -70,7 +81,7 @@ def run(args) -> int:
           f"features) split non-IID (p={args.non_iid}) across {args.parties} parties "
           f"({', '.join(str(len(i)) for i in parts)} rows)")
     start = time.perf_counter()
-    with LocalSession(party_data, parameters, deadline=args.deadline,
+    with LocalSession(party_data, parameters, deadline=deadline,
                       insecure=args.insecure) as local:
         print(f"certificates, identity keys and session config in {local.directory} "
               f"({'INSECURE: no TLS' if args.insecure else 'mutual TLS'})")

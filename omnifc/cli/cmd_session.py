@@ -145,8 +145,9 @@ def add_session_parameters(parser) -> None:
                          help="clustering method the coordinator runs (default: kmeans)")
     session.add_argument("--n-clusters", type=int, default=3,
                          help="number of clusters (default: 3)")
-    session.add_argument("--deadline", action="append", default=[], metavar="PHASE=SECONDS",
-                         help="deadline of a phase, repeatable (defaults: " + ", ".join(
+    session.add_argument("--deadline", action="append", default=[], metavar="[PHASE=]SECONDS",
+                         help="SECONDS for every phase, or PHASE=SECONDS for one phase "
+                              "(join, shares, evaluation, result); repeatable (defaults: " + ", ".join(
                              f"{k}={v:g}" for k, v in vars(defaults).items()) + ")")
 
 
@@ -160,18 +161,26 @@ def _primes(text: str) -> tuple:
             from None
 
 
-def _deadlines(items):
+def parse_deadlines(items, base=None):
+    """``--deadline`` values, the same spelling in every command: ``SECONDS`` sets every
+    phase, ``PHASE=SECONDS`` one phase (repeatable; later values win). Returns
+    :class:`protocols.Deadlines` built on ``base`` (a Deadlines, or its defaults)."""
+    import dataclasses
+
     from protocols import Deadlines
 
-    values = {}
+    values = dataclasses.asdict(base) if base is not None else {}
     for item in items:
-        phase, sep, seconds = item.partition("=")
+        phase, sep, seconds = str(item).rpartition("=")
         try:
-            values[phase.strip()] = float(seconds)
+            number = float(seconds)
         except ValueError:
-            sep = ""
-        if not sep:
-            raise ParameterError(f"--deadline must look like PHASE=SECONDS, got {item!r}")
+            raise ParameterError(f"--deadline must look like SECONDS or PHASE=SECONDS, got "
+                                 f"{item!r}") from None
+        if sep:
+            values[phase.strip()] = number
+        else:
+            values = {f.name: number for f in dataclasses.fields(Deadlines)}
     try:
         return Deadlines(**values)
     except TypeError:
@@ -190,7 +199,7 @@ def session_settings(args) -> dict:
         max_rows_total=args.max_rows_total)
     return {"mode": args.mode, "integrity": args.integrity, "parameters": parameters,
             "clustering": ClusteringRequest(method=args.method, n_clusters=args.n_clusters),
-            "deadlines": _deadlines(args.deadline)}
+            "deadlines": parse_deadlines(args.deadline)}
 
 
 # --- the command ------------------------------------------------------------------------
