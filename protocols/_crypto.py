@@ -69,10 +69,11 @@ __all__ = ["PROTOCOL_VERSION", "EphemeralKey", "PairKeys", "KeyStream", "MaskVie
            "transcript", "roster_digest", "view_mask_key", "group_mask_key", "stream_elements",
            "new_run_nonce", "RUN_NONCE_BYTES"]
 
-#: Version of the wire protocol; bound into every key, signature and AAD. (The run nonce,
-#: roster digest and view-bound masks changed the wire format before any release; a peer of
-#: the older format fails signature verification of its hello.)
-PROTOCOL_VERSION = 1
+#: Version of the wire protocol; bound into every key, signature and AAD. Version 2 added
+#: the run nonce, the roster digest, view-bound masks, row caps and the integrity checks
+#: (group seeds, unweighted masked uploads); a version-1 config or peer is refused by
+#: name instead of failing later on a signature.
+PROTOCOL_VERSION = 2
 
 #: Bytes of fresh randomness every party adds to its signed hello.
 RUN_NONCE_BYTES = 32

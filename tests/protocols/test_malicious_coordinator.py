@@ -18,7 +18,7 @@ from finite_field import InputError, IntegrityError, PeerError, ProtocolError
 from omnifc.audit._active import (EquivocatingCoordinator, equivocation_views,
                                   plaintext_segments, recover_segments)
 from protocols import Coordinator, SessionParameters, run_memory_session
-from protocols._crypto import EphemeralKey
+from protocols._crypto import PROTOCOL_VERSION, EphemeralKey
 from protocols._generated import omnifc_pb2 as pb
 from protocols._identity import sign
 from protocols._memory import Transcript
@@ -390,7 +390,7 @@ def test_an_oversized_roster_is_refused_by_every_party_before_allocating():
     big.CopyFrom(hellos["party-1"].hello)
     big.n_rows = 1 << 44
     big.signature = sign(session.keys["party-1"], hello_transcript(big))
-    roster = pb.Roster(session_id="test-session", protocol_version=1,
+    roster = pb.Roster(session_id="test-session", protocol_version=PROTOCOL_VERSION,
                        parameters=session.coordinator.parameters.to_proto(
                            session.coordinator.plan))
     offset = 0
