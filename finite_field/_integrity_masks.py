@@ -309,6 +309,18 @@ def _integrity_upload_kernel(values, weights, coefficients, p, out):
     return bad
 
 
+def _own_groups(groups, party: int, coefficients) -> list[int]:
+    """Indices of the groups containing ``party``; each must have its coefficients."""
+    mine = [i for i, g in enumerate(groups) if party in g.members]
+    if not mine:
+        raise ParameterError(f"party {party} is in no mask group")
+    missing = [i for i in mine if i not in coefficients]
+    if missing:
+        raise ParameterError(f"coefficients of groups {missing} (containing party {party}) "
+                             "are missing")
+    return mine
+
+
 def integrity_upload(values, groups, party: int, coefficients, p: int) -> np.ndarray:
     """What party j uploads: U_j = g(beta_j) + M_j mod p as uint32, in one pass.
 
@@ -323,13 +335,7 @@ def integrity_upload(values, groups, party: int, coefficients, p: int) -> np.nda
     """
     p = _check_modulus(p)
     values = np.asarray(values, dtype=np.int64)
-    mine = [i for i, g in enumerate(groups) if party in g.members]
-    if not mine:
-        raise ParameterError(f"party {party} is in no mask group")
-    missing = [i for i in mine if i not in coefficients]
-    if missing:
-        raise ParameterError(f"coefficients of groups {missing} (containing party {party}) "
-                             "are missing")
+    mine = _own_groups(groups, party, coefficients)
     weights = np.array([groups[i].coefficient(party) % p for i in mine], dtype=np.int64)
     stack = np.stack([np.asarray(coefficients[i], dtype=np.int64).reshape(-1) for i in mine])
     if stack.shape[1] != values.size:
@@ -350,13 +356,7 @@ def party_mask(groups, party: int, coefficients, p: int) -> np.ndarray:
     (per entry, reduced); only the groups containing ``party`` are read.
     """
     p = _check_modulus(p)
-    mine = [i for i, g in enumerate(groups) if party in g.members]
-    if not mine:
-        raise ParameterError(f"party {party} is in no mask group")
-    missing = [i for i in mine if i not in coefficients]
-    if missing:
-        raise ParameterError(f"coefficients of groups {missing} (containing party {party}) "
-                             "are missing")
+    mine = _own_groups(groups, party, coefficients)
     weights = [groups[i].coefficient(party) for i in mine]
     stack = np.stack([np.asarray(coefficients[i], dtype=np.int64) for i in mine])
     return weighted_sum(weights, stack, p)

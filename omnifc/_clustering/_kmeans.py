@@ -26,13 +26,21 @@ __all__ = ["exact_kmeans", "rows_kmeans"]
 def exact_kmeans(d: np.ndarray, n_clusters: int, rng: np.random.Generator, *, n_init: int = 10,
                  max_iter: int = 300, tol: float = 0.0) -> dict:
     """Lloyd's k-means on the classical-MDS embedding of D; best of ``n_init`` seedings."""
+    embedding = classical_mds(d)
+    seed_sets = [kmeans_plusplus_indices(d, n_clusters, rng) for _ in range(int(n_init))]
+    return best_lloyd(embedding, seed_sets, n_clusters, max_iter=max_iter, tol=tol)
+
+
+def best_lloyd(embedding: np.ndarray, seed_sets, n_clusters: int, *, max_iter: int = 300,
+               tol: float = 0.0) -> dict:
+    """Lloyd's algorithm on ``embedding`` from each set of seed rows; the run with the least
+    inertia (the first on ties). Shared by the dense and the out-of-core k-means, which
+    differ only in how they get the embedding and the seeds."""
     from sklearn.cluster import KMeans
     from sklearn.exceptions import ConvergenceWarning
 
-    embedding = classical_mds(d)
     best = None
-    for _ in range(int(n_init)):
-        seeds = kmeans_plusplus_indices(d, n_clusters, rng)
+    for seeds in seed_sets:
         model = KMeans(n_clusters=n_clusters, init=embedding[seeds], n_init=1,
                        max_iter=max_iter, tol=tol, algorithm="lloyd")
         with warnings.catch_warnings():

@@ -35,6 +35,7 @@ from finite_field import ParameterError
 from ._common import kmeans_plusplus_indices, seed_from
 from ._density import knee_eps
 from ._fcm import fcm_points
+from ._kmeans import best_lloyd
 from ._kmedoids import pam
 from ._streamed import (PermutedRows, knn_graph, mean_euclidean, min_above, radius_graph,
                         streamed_mds)
@@ -55,26 +56,12 @@ def _embedding(view, order, rng, n_components, solver, n_iter):
 def kmeans_streamed(view, order, n_clusters, rng, *, n_init: int = 10, max_iter: int = 300,
                     tol: float = 0.0, n_components: int = 64, solver: str = "randomized",
                     n_iter: int = 4) -> dict:
-    from sklearn.cluster import KMeans
-    from sklearn.exceptions import ConvergenceWarning
-
     # the seeds first, so that they use the generator exactly as the dense method does
     rows = PermutedRows(view, order)
     all_seeds = [kmeans_plusplus_indices(rows, n_clusters, rng) for _ in range(int(n_init))]
     embedding, values, explained = _embedding(view, order, rng, n_components, solver, n_iter)
-    best = None
-    for seeds in all_seeds:
-        model = KMeans(n_clusters=n_clusters, init=embedding[seeds], n_init=1,
-                       max_iter=max_iter, tol=tol, algorithm="lloyd")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            model.fit(embedding)
-        if best is None or model.inertia_ < best[0].inertia_:
-            best = (model, seeds)
-    model, seeds = best
-    return {"labels": model.labels_, "init_indices": seeds, "inertia": float(model.inertia_),
-            "cluster_centers": model.cluster_centers_, "embedding": embedding,
-            "n_iter": int(model.n_iter_), "eigenvalues": values, "explained": explained}
+    result = best_lloyd(embedding, all_seeds, n_clusters, max_iter=max_iter, tol=tol)
+    return result | {"eigenvalues": values, "explained": explained}
 
 
 def fcm_streamed(view, order, n_clusters, rng, *, fuzzifier: float = 2.0, max_iter: int = 300,
