@@ -4,10 +4,12 @@ The adapter tests compare secure results with the plaintext path, which a plaint
 shortcut also satisfies. Here a spy replaces the in-memory transport entry point
 (``protocols.run_memory_session``): it counts the sessions, runs each one for real with
 the coordinator's transcript recorded, and checks in that transcript that the coordinator
-received only ciphertext share chunks and masked tiles: no party's quantized row (or secure
-sum contribution) appears in anything it received. The adapter's result must be the
-session's result.
-"""
+received only ciphertext share chunks and group seeds and masked tiles: no party's
+quantized row, decrypted share or group seed appears in anything it received; no tile
+entry equals the party's evaluation g(beta_j), unweighted or weighted by c_j (with
+integrity checks a tile is U_j = g(beta_j) + M_j, without c_j g(beta_j) + mask_j), or its
+plaintext secure-sum contribution; and the uploads decode to the plaintext D mod p. The
+adapter's result must be the session's result."""
 
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ import protocols._memory
 from omnifc.adapters import clove, fmcl, raw
 from omnifc.adapters._common import secure_group_sums
 
-#: What the coordinator may receive from parties in masked mode.
-ALLOWED_KINDS = {"hello", "share", "ready", "tile"}
+#: What the coordinator may receive from parties in masked mode: signed hellos, AES-GCM
+#: share chunks, ready notes, AES-GCM group seeds (integrity checks) and masked tiles.
+ALLOWED_KINDS = {"hello", "share", "ready", "group_seed", "tile"}
 
 
 class Spy:
@@ -52,6 +55,19 @@ def _packed(values) -> bytes:
     return np.ascontiguousarray(values, dtype="<u4").tobytes()
 
 
+def _sq_distances(x, y, p):
+    """Squared distances of the rows of x and y mod p, with Python integers."""
+    x, y = np.asarray(x, dtype=object), np.asarray(y, dtype=object)
+    diff = x[:, None, :] - y[None, :, :]
+    return (diff * diff).sum(axis=2) % p
+
+
+def _checked(parameters, responders: int) -> bool:
+    """Whether the round uploads with integrity checks: r = |B| - (2l+2t-1) >= 1."""
+    need = 2 * parameters.segments + 2 * parameters.noise_segments - 1
+    return parameters.integrity != "off" and responders - need >= 1
+
+
 def assert_coordinator_saw_no_plaintext(session):
     parameters, party_data, outcome, transcript = session
     assert parameters.mode == "masked"
@@ -72,10 +88,13 @@ def assert_coordinator_saw_no_plaintext(session):
         for k, held in enumerate(getattr(party, "held", [])):
             for share in np.asarray(held)[:: max(1, len(held) // 8)]:
                 assert _packed(share) not in blob, f"a plaintext share reached {name}"
+        # Nor did the integrity group seeds (AES-GCM ciphertext only).
+        for seed in getattr(party, "_seeds", {}).values():
+            assert seed not in blob, f"a plaintext group seed of {name} was sent"
+    tiles = [m for m in received if m.kind == "tile"]
     if parameters.kind == "sum":  # every tile is masked: no entry equals the plaintext one
-        for m in received:
-            if m.kind != "tile":
-                continue
+        assert "group_seed" not in kinds
+        for m in tiles:
             tile = m.envelope().tile
             p = primes[tile.prime_index]
             plain = transcript.parties[m.sender].quantized.reshape(-1)[
@@ -84,6 +103,51 @@ def assert_coordinator_saw_no_plaintext(session):
             assert seen.shape == plain.shape
             assert np.count_nonzero(seen == plain) <= max(1, plain.size // 100), \
                 f"an unmasked sum tile from {m.sender}"
+        return
+    assert_distance_tiles_masked(parameters, transcript, tiles, primes)
+
+
+def assert_distance_tiles_masked(parameters, transcript, tiles, primes):
+    """Every distance tile is U_j = g(beta_j) + M_j (checks) or c_j g(beta_j) + mask_j: no
+    entry reveals the party's evaluation g(beta_j), weighted or not; yet the uploads are
+    what D is decoded from (sum_j c_j U_j, resp. sum_j U_j, is the plaintext D mod p)."""
+    names = list(transcript.parties)
+    any_party = transcript.parties[names[0]]
+    quantized = np.concatenate([np.asarray(transcript.parties[n].quantized, dtype=np.int64)
+                                .reshape(transcript.parties[n].quantized.shape[0], -1)
+                                for n in names])
+    rounds = {m.envelope().tile.round for m in tiles}
+    assert len(rounds) == 1, rounds  # an honest run: one round, no rerun
+    responders = [n for n in names if any(m.sender == n for m in tiles)]
+    checked = _checked(parameters, len(responders))
+    assert ("group_seed" in {m.kind for m in transcript.messages}) == checked
+    position = [names.index(r) for r in responders]
+    for k, p in enumerate(primes):
+        weights = dict(zip(responders, (int(c) for c in
+                                        any_party.plan.codes[k].decoding_weights(position))))
+        uploads, evaluations = {}, {}   # (a, b) -> running sums mod p
+        for m in tiles:
+            tile = m.envelope().tile
+            if tile.prime_index != k:
+                continue
+            a, b = tile.row_start, tile.row_stop
+            held = transcript.parties[m.sender].held[k]
+            g = _sq_distances(held[a:b], held[a:], p).astype(np.int64)
+            seen = np.frombuffer(tile.values, dtype="<u4").astype(np.int64).reshape(g.shape)
+            c = weights[m.sender]
+            for what, plain in [("unweighted g(beta_j)", g), ("c_j g(beta_j)", c * g % p)]:
+                assert np.count_nonzero(seen == plain) <= max(1, plain.size // 100), \
+                    f"an unmasked tile ({what}) from {m.sender}"
+            factor = c if checked else 1   # integrity uploads are unweighted
+            uploads[a, b] = (uploads.get((a, b), 0) + factor * seen.astype(object)) % p
+            evaluations[a, b] = (evaluations.get((a, b), 0) + c * g.astype(object)) % p
+        assert uploads, f"no tile for prime {p}"
+        for (a, b), total in uploads.items():
+            plain_d = _sq_distances(quantized[a:b], quantized[a:], p)
+            # The reference g(beta_j) is right: the weighted evaluations decode to D ...
+            assert np.array_equal(evaluations[a, b], plain_d)
+            # ... and so do the masked uploads the coordinator received.
+            assert np.array_equal(total, plain_d), f"the uploads do not decode to D mod {p}"
 
 
 def test_raw_adapter_runs_one_masked_session_and_returns_its_d(spy):
@@ -112,8 +176,18 @@ def test_fmcl_runs_two_masked_sessions_whose_results_it_combines(spy):
     means, weights = np.stack([s[0] for s in sig]), np.stack([s[1] for s in sig])
     secure = fmcl.secure_thermometer_distances(means, weights, resolution=8)
     assert spy.kinds() == ["distance", "distance"]
-    d_z, d_t = (session[2].values for session in spy.sessions)  # one party per client
-    assert np.array_equal(secure, fmcl.fmcl_from_thermometer(d_z, d_t, 8))
+    # One party per client plus the public all-zero anchor row (the last party).
+    for session, rows in zip(spy.sessions, (0, 1)):
+        data = session[1]
+        assert len(data) == len(clients) + 1
+        expected = [fmcl.thermometer_rows(m, w, 8)[rows] for m, w in zip(means, weights)]
+        for got, want in zip(list(data.values())[:-1], expected):
+            assert np.array_equal(np.asarray(got).reshape(-1), np.asarray(want).reshape(-1))
+        assert not np.asarray(list(data.values())[-1]).any()
+    d_z, d_t = (session[2].values for session in spy.sessions)
+    assert np.array_equal(secure, fmcl.fmcl_from_anchored(d_z, d_t, 8))
+    # and the combination is the direct FMCL distance of the quantized signature.
+    assert np.array_equal(secure, fmcl.quantized_fmcl_distances(means, weights, resolution=8))
     for session in spy.sessions:
         assert_coordinator_saw_no_plaintext(session)
 

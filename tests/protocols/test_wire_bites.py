@@ -6,6 +6,7 @@ docs/testing.md lists the planted bug each test was checked against.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import numpy as np
 import pytest
@@ -26,23 +27,31 @@ PARAMS = SessionParameters(dim=3, bound=1.0, scale_bits=8)
 #: A share chunk sent by "alice" to "bob" (round, prime index, chunk index).
 SENT = dict(round_=0, prime_index=1, chunk_index=2)
 
+#: The roster digest both ends accepted, and the one of another roster.
+ROSTER, OTHER_ROSTER = hashlib.sha256(b"roster 1").digest(), hashlib.sha256(b"roster 2").digest()
 
-def _pair(session="s1"):
+
+def _pair(session="s1", roster=ROSTER):
     a, b = EphemeralKey.generate(), EphemeralKey.generate()
-    return (PairKeys.derive(a, b.public_bytes, session_id=session, me="alice", peer="bob"),
-            PairKeys.derive(b, a.public_bytes, session_id=session, me="bob", peer="alice"))
+    return (PairKeys.derive(a, b.public_bytes, session_id=session, me="alice", peer="bob",
+                            roster_digest=roster),
+            PairKeys.derive(b, a.public_bytes, session_id=session, me="bob", peer="alice",
+                            roster_digest=roster))
 
 
-def _aad(keys, *, session=None, sender="alice", receiver="bob", round_=0, prime_index=1,
-         chunk_index=2):
+def _aad(keys, *, session=None, roster=None, sender="alice", receiver="bob", round_=0,
+         prime_index=1, chunk_index=2):
     """The AAD ``keys`` would bind for these fields (one changed at a time below)."""
     if session is not None:
         keys = dataclasses.replace(keys, session_id=session)
+    if roster is not None:
+        keys = dataclasses.replace(keys, roster_digest=roster)
     return keys._aad(sender, receiver, round_, prime_index, chunk_index)
 
 
 #: One field of the AAD changed; the nonce (direction, round, prime, chunk) is NOT changed.
-ALTERED = {"session": dict(session="s2"), "sender": dict(sender="mallory"),
+ALTERED = {"session": dict(session="s2"), "roster digest": dict(roster=OTHER_ROSTER),
+           "sender": dict(sender="mallory"),
            "receiver": dict(receiver="carol"), "swapped ends": dict(sender="bob",
                                                                      receiver="alice"),
            "round": dict(round_=1), "prime index": dict(prime_index=0),
