@@ -250,7 +250,7 @@ def test_every_help_shows_defaults_and_choices(capsys, command):
         assert "--method {kmeans,kmeans-rows,spectral,fcm,nmf,dbscan,hierarchical,kmedoids}" \
             in text
         assert "--n-clusters" in text and "--clusters " not in text
-        assert "(default: 60.0)" in text
+        assert "--deadline [PHASE=]SECONDS" in text and "(default: 60 s per phase" in text
     if command == "join":
         assert "--max-clipped FRACTION" in text and "(default: 0.01)" in text
         assert "comma-separated" in text and "no header" in text
