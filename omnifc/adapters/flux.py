@@ -19,12 +19,13 @@ little (see :func:`descriptor` and docs/adapters.md for the measured reason).
 
 Server side: optional per-block scaling (none by default), adaptive DBSCAN
 (``min_samples = 2``; every noise point becomes its own cluster) with eps from omnifc's gap
-rule by default (:func:`gap_eps`: the widest relative gap of the MST edge lengths) or the paper's knee (``eps_rule="knee"``: the
-Kneedle knee, convex/increasing, of the sorted distances of each client to its nearest other
-client, times ``eps_scaling``), centroids, and label-free test-time assignment
-of a new client to the nearest centroid using only the ``[mu_x, sigma_x]`` prefix, from
-distances: ``||x - c_A||^2 = mean_{j in A} D_xj - sum_{j,k in A} D_jk / (2 |A|^2)``. The new
-client's descriptor is protected too: it joins a reconstruction of the prefix blocks.
+rule by default (:func:`gap_eps`: the widest relative gap of the MST edge lengths) or the
+paper's knee (``eps_rule="knee"``: the Kneedle knee, convex/increasing, of the sorted
+distances of each client to its nearest other client, times ``eps_scaling``), centroids,
+and label-free test-time assignment of a new client to the nearest centroid using only the
+``[mu_x, sigma_x]`` prefix, from distances:
+``||x - c_A||^2 = mean_{j in A} D_xj - sum_{j,k in A} D_jk / (2 |A|^2)``. The new client's
+descriptor is protected too: it joins a reconstruction of the prefix blocks.
 
 Normalization: what each option reveals
 ---------------------------------------
@@ -37,10 +38,10 @@ distances cannot give ranges.
   nearest other client in that block (:func:`neighbour_scales`). Reveals the per-block
   matrices, like ``"block_diameter"``.
 - ``"block_diameter"`` (distance-only, the previous default): one reconstruction per block
-  gives ``D_b``; the combined distance is ``sum_b D_b / diam_b^2`` with ``diam_b^2 = max_ij D_b``
-  (the block's largest squared distance replaces its squared range). The coordinator learns
-  the 2(U+1) per-block squared-distance matrices (each block's geometry separately: more than
-  the total D, but no coordinate, range or offset).
+  gives ``D_b``; the combined distance is ``sum_b D_b / diam_b^2`` with
+  ``diam_b^2 = max_ij D_b`` (the block's largest squared distance replaces its squared
+  range). The coordinator learns the 2(U+1) per-block squared-distance matrices (each
+  block's geometry separately: more than the total D, but no coordinate, range or offset).
 - ``"ranges"`` (the paper's min-max scaling, exactly): each client reveals its per-block
   minimum and maximum; the coordinator broadcasts ``r_b = max_b - min_b``; clients divide
   block b by ``r_b`` (offsets cancel in distances) and one reconstruction gives the paper's
@@ -533,10 +534,12 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     1. FedAvg warm-up of ``model`` for ``warmup_rounds`` (the global model is the encoder);
     2. clients compute descriptors of their training rows (latents of the global model,
        the shared data-independent PCA with ``l = n_classes`` components, ``M`` = 1.02 x the
-       largest activation the clients report);
+       largest activation the clients report; ``descriptor_form="weighted"`` by default,
+       ``"paper"`` for the paper's descriptor);
     3. the server gets the (per-block) squared distances through the secure reconstruction
-       and runs :func:`adaptive_dbscan` (``eps_rule="gap"`` by default; the paper's
-       ``"knee"`` with ``eps_scaling`` as an option);
+       (``normalization="none"`` by default: D only) and runs :func:`adaptive_dbscan`
+       (``eps_rule="gap"`` by default; the paper's ``"knee"`` with ``eps_scaling`` as an
+       option);
     4. per-cluster FedAvg from the global model for ``cluster_rounds``;
     5. test time: every unseen client (``data.new_clients``) computes its descriptor (no
        labels are needed for the ``[mu_x, sigma_x]`` prefix), the prefix distances go through
