@@ -3,43 +3,55 @@
 Client side (official code, ``flux/``, ``public/models.py``): latents from the shared
 encoder (the global model; any encoder's output is accepted) are projected by a shared,
 data-independent PCA fitted on 200 points of Uniform[0, M]^D with seed 1 (a public
-constant), ``l`` components (``l`` = number of classes by default). The descriptor is
+constant), ``l`` components (``l`` = number of classes by default). The paper's descriptor
+(``form="paper"``) is
 
     [mu_x, sigma_x, mu_1, ..., mu_U, sigma_1, ..., sigma_U]
 
 with sigma the per-dimension population standard deviation (``np.std``, ddof 0) and
 classes with fewer than 2 samples filled with -1: all class means first, then all class
-stds; 2(U+1) blocks of l entries.
+stds; 2(U+1) blocks of l entries. omnifc's default (``form="weighted"``, *our choice*)
+keeps the layout and the prefix and weights each class block by the square root of the
+class's share of the client's rows, ``sqrt(f_c) (mu_c - mu_x)`` and ``sqrt(f_c) sigma_c``
+(zeros for classes with < 2 samples): the squared blocks decompose the client's variance, so
+the label mix (what label shift changes) enters every class block and rare classes weigh
+little (see :func:`descriptor` and docs/adapters.md for the measured reason).
 
-Server side: per-block scaling, adaptive DBSCAN (``min_samples = 2``; every noise point
-becomes its own cluster) with eps from omnifc's gap rule by default (:func:`gap_eps`: the
-widest relative gap of the MST edge lengths) or the paper's knee (``eps_rule="knee"``: the
-Kneedle knee, convex/increasing, of the sorted distances of each client to its nearest other
-client, times ``eps_scaling``), centroids, and label-free test-time assignment
-of a new client to the nearest centroid using only the ``[mu_x, sigma_x]`` prefix, from
-distances: ``||x - c_A||^2 = mean_{j in A} D_xj - sum_{j,k in A} D_jk / (2 |A|^2)``. The new
-client's descriptor is protected too: it joins a reconstruction of the prefix blocks.
+Server side: optional per-block scaling (none by default), adaptive DBSCAN
+(``min_samples = 2``; every noise point becomes its own cluster) with eps from omnifc's gap
+rule by default (:func:`gap_eps`: the widest relative gap of the MST edge lengths) or the
+paper's knee (``eps_rule="knee"``: the Kneedle knee, convex/increasing, of the sorted
+distances of each client to its nearest other client, times ``eps_scaling``), centroids,
+and label-free test-time assignment of a new client to the nearest centroid using only the
+``[mu_x, sigma_x]`` prefix, from distances:
+``||x - c_A||^2 = mean_{j in A} D_xj - sum_{j,k in A} D_jk / (2 |A|^2)``. The new client's
+descriptor is protected too: it joins a reconstruction of the prefix blocks.
 
 Normalization: what each option reveals
 ---------------------------------------
 The paper min-max scales each block with the range over all clients and coordinates;
 distances cannot give ranges.
 
-- ``"block_diameter"`` (**default**, distance-only): one reconstruction per block gives
-  ``D_b``; the combined distance is ``sum_b D_b / diam_b^2`` with ``diam_b^2 = max_ij D_b``
-  (the block's largest squared distance replaces its squared range). The coordinator learns
-  the 2(U+1) per-block squared-distance matrices (each block's geometry separately: more than
-  the total D, but no coordinate, range or offset).
+- ``"none"`` (**default**): one reconstruction of the unscaled descriptor; reveals D only.
+- ``"block_neighbour"`` (distance-only, *our choice*): one reconstruction per block; block b
+  is divided by its noise scale, the median over clients of the squared distance to the
+  nearest other client in that block (:func:`neighbour_scales`). Reveals the per-block
+  matrices, like ``"block_diameter"``.
+- ``"block_diameter"`` (distance-only, the previous default): one reconstruction per block
+  gives ``D_b``; the combined distance is ``sum_b D_b / diam_b^2`` with
+  ``diam_b^2 = max_ij D_b`` (the block's largest squared distance replaces its squared
+  range). The coordinator learns the 2(U+1) per-block squared-distance matrices (each
+  block's geometry separately: more than the total D, but no coordinate, range or offset).
 - ``"ranges"`` (the paper's min-max scaling, exactly): each client reveals its per-block
   minimum and maximum; the coordinator broadcasts ``r_b = max_b - min_b``; clients divide
   block b by ``r_b`` (offsets cancel in distances) and one reconstruction gives the paper's
   scaled D. The coordinator learns every client's per-block min and max (2 x 2(U+1) numbers
   per client; with a secure max/min only the global ranges would be revealed).
-- ``"none"``: one reconstruction of the unscaled descriptor; reveals D only.
 
 Public bound: latents lie in [0, M] (M public, the paper's 1.02 x max activation, start 2),
 so each projected coordinate lies within ``sum_k |w_k| M`` of the PCA mean; stds are at most
-half that range; the filler is -1. :func:`descriptor_bound` returns that public bound.
+half that range; the filler is -1; the weighted class blocks stay within it too.
+:func:`descriptor_bound` returns that public bound.
 
 Deviations from the paper (named)
 ---------------------------------
@@ -78,19 +90,24 @@ from ._common import plaintext_distances, protect, quantize_rows
 
 __all__ = ["COORDINATOR_LEARNS", "shared_projection", "descriptor", "descriptor_bound",
            "block_slices", "block_ranges", "combine_blocks", "block_distances",
-           "DbscanResult", "adaptive_dbscan", "gap_eps", "EPS_RULES", "MIN_GAP", "assign_new_clients", "prefix_distances",
+           "neighbour_scales", "DESCRIPTOR_FORMS", "NORMALIZATIONS",
+           "DbscanResult", "adaptive_dbscan", "gap_eps", "EPS_RULES", "MIN_GAP",
+           "assign_new_clients", "prefix_distances",
            "shift_scenario", "SHIFTS", "client_descriptors", "FluxRun", "run_flux",
            "flux_baselines"]
 
 logger = logging.getLogger("omnifc.adapters.flux")
 
 COORDINATOR_LEARNS = (
-    "default (block_diameter): the 2(U+1) per-block squared-distance matrices; option "
-    "'ranges': every client's per-block min and max; option 'none': D only. At test time: "
+    "default (normalization 'none'): D only; options 'block_neighbour' and "
+    "'block_diameter': the 2(U+1) per-block squared-distance matrices; option 'ranges': "
+    "every client's per-block min and max. At test time: "
     "the prefix-block distances between the new client and the training clients; run_flux "
     "also reveals M, the largest latent activation over all clients (the paper's rule)")
 
-NORMALIZATIONS = ("block_diameter", "ranges", "none")
+#: Server-side normalizations: ``"none"`` (default), ``"block_neighbour"`` (*our choice*),
+#: ``"block_diameter"`` (*our choice*, the previous default), ``"ranges"`` (the paper's).
+NORMALIZATIONS = ("none", "block_neighbour", "block_diameter", "ranges")
 
 
 # ----------------------------------------------------------------------------- client side
@@ -105,31 +122,75 @@ def shared_projection(latent_dim: int, n_components: int, *, max_value: float = 
     return PCA(n_components=n_components).fit(points)
 
 
-def descriptor(latents, labels, projection: PCA, n_classes: int) -> np.ndarray:
-    """Client side: ``[mu_x, sigma_x, mu_1..mu_U, sigma_1..sigma_U]`` of projected latents."""
+#: Descriptor forms: ``"weighted"`` (**default, omnifc's**) and ``"paper"`` (the paper's).
+DESCRIPTOR_FORMS = ("weighted", "paper")
+
+
+def descriptor(latents, labels, projection: PCA, n_classes: int, *,
+               form: str = "weighted") -> np.ndarray:
+    """Client side: the ``2(U+1)``-block descriptor of the projected latents.
+
+    ``form="paper"`` (the paper's): ``[mu_x, sigma_x, mu_1..mu_U, sigma_1..sigma_U]``;
+    classes with fewer than 2 samples are filled with -1.
+
+    ``form="weighted"`` (**default, omnifc's**): the same prefix ``[mu_x, sigma_x]``, and each
+    class block weighted by the square root of the class's share ``f_c = n_c / n`` of the
+    client's rows: ``sqrt(f_c) (mu_c - mu_x)``, then ``sqrt(f_c) sigma_c``; a class with fewer
+    than 2 samples gives zeros (its value at ``f_c = 0``, no filler). The squared norms
+    decompose the client's variance per coordinate, ``sigma_x^2 = sum_c f_c sigma_c^2 +
+    sum_c f_c (mu_c - mu_x)^2`` (up to the classes left out), so every class block weighs
+    what the class weighs in the client's data: the label mix (what label shift changes)
+    enters every class block, a rare class's noisy statistics enter with a small weight, and
+    a class a client happens to miss no longer jumps to a filler.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from omnifc.adapters import flux
+    >>> proj = flux.shared_projection(3, 1, max_value=2.0)
+    >>> x = np.array([[0.0, 0, 0], [0.2, 0, 0], [1, 1, 1], [1.2, 1, 1]])
+    >>> d = flux.descriptor(x, [0, 0, 1, 1], proj, 3)
+    >>> z = proj.transform(x)[:, 0]
+    >>> bool(np.allclose(d[2:4], np.sqrt(0.5) * (np.array([z[:2].mean(), z[2:].mean()])
+    ...                                          - z.mean()))), float(d[4])    # class 2 absent
+    (True, 0.0)
+    >>> bool(np.isclose(d[1] ** 2, (d[2:5] ** 2).sum() + (d[5:8] ** 2).sum()))  # variance
+    True
+    """
+    if form not in DESCRIPTOR_FORMS:
+        raise ParameterError(f"form must be one of {DESCRIPTOR_FORMS}, got {form!r}")
     z = projection.transform(np.asarray(latents, dtype=np.float64))
     labels = np.asarray(labels)
     if z.shape[0] != labels.shape[0] or z.shape[0] == 0:
         raise InputError(f"expected one label per latent row and at least one row, got "
                          f"{z.shape[0]} rows and {labels.shape[0]} labels")
     l = z.shape[1]
+    mu = z.mean(axis=0)
     means, stds = [], []
     for c in range(n_classes):
         zc = z[labels == c]
         if zc.shape[0] < 2:
-            means.append(-np.ones(l))
-            stds.append(-np.ones(l))
-        else:
+            filler = -1.0 if form == "paper" else 0.0
+            means.append(np.full(l, filler))
+            stds.append(np.full(l, filler))
+        elif form == "paper":
             means.append(zc.mean(axis=0))
             stds.append(zc.std(axis=0))
-    return np.concatenate([z.mean(axis=0), z.std(axis=0), *means, *stds])
+        else:
+            weight = np.sqrt(zc.shape[0] / z.shape[0])
+            means.append(weight * (zc.mean(axis=0) - mu))
+            stds.append(weight * zc.std(axis=0))
+    return np.concatenate([mu, z.std(axis=0), *means, *stds])
 
 
 def descriptor_bound(projection: PCA, max_value: float) -> float:
     """Public clip bound of every descriptor entry, from the projection and M alone.
 
     A latent in [0, M]^D projects to ``w_k . (x - mean)``, at most ``sum |w_k| M`` in
-    magnitude (the PCA mean lies in the box); stds are smaller; the filler is -1.
+    magnitude (the PCA mean lies in the box); stds are smaller; the filler is -1. The
+    weighted class means obey it too: ``sqrt(f) (mu_c - mu_x) = sqrt(f) (1 - f) (mu_c -
+    mu_rest)`` with ``|w_k . (a - b)| <= sum |w_k| M`` for a, b in the box and
+    ``sqrt(f) (1 - f) <= 0.39``.
     """
     reach = np.abs(projection.components_).sum(axis=1).max() * max_value
     return float(max(1.0, reach))
@@ -163,8 +224,35 @@ def combine_blocks(block_matrices, scales=None) -> np.ndarray:
     return total
 
 
+def neighbour_scales(block_matrices) -> np.ndarray:
+    """Per-block noise scale: sqrt of the median over clients of the squared distance to the
+    nearest other client in that block (``"block_neighbour"``, omnifc's default).
+
+    Falls back to the block diameter when that median is 0 (duplicate clients), and to 1
+    for a constant block.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from omnifc.adapters import flux
+    >>> x = np.array([[0.0], [1.0], [3.0], [5.0]])
+    >>> (flux.neighbour_scales([(x - x.T) ** 2]) ** 2).round(6).tolist()   # median(1, 1, 4, 4)
+    [2.5]
+    """
+    out = []
+    for d in block_matrices:
+        d = np.asarray(d, dtype=np.float64)
+        n = d.shape[0]
+        nearest = np.where(np.eye(n, dtype=bool), np.inf, d).min(axis=1) if n > 1 else d[0]
+        scale2 = float(np.median(nearest))
+        if not scale2 > 0:
+            scale2 = float(d.max())
+        out.append(np.sqrt(scale2) if scale2 > 0 else 1.0)
+    return np.array(out)
+
+
 def block_distances(descriptors, *, n_components: int, n_classes: int, bound: float,
-                    normalization: str = "block_diameter", secure: bool = True,
+                    normalization: str = "none", secure: bool = True,
                     scale_bits: int = 16, parties=None, blocks=None, **options):
     """The scaled squared-distance matrix the server clusters on (see module for leakage).
 
@@ -194,6 +282,9 @@ def block_distances(descriptors, *, n_components: int, n_classes: int, bound: fl
         rows = np.concatenate([x[:, slices[b]] for b in chosen], axis=1)
         return run(rows, bound), None, None
     matrices = [run(x[:, slices[b]], bound) for b in chosen]
+    if normalization == "block_neighbour":
+        scales = neighbour_scales(matrices)
+        return combine_blocks(matrices, scales=scales), matrices, scales
     return combine_blocks(matrices), matrices, np.sqrt([max(float(d.max()), 0.0) for d in matrices])
 
 
@@ -341,7 +432,7 @@ def adaptive_dbscan(distances, *, eps_rule: str = "gap", eps_scaling: float = 1.
 
 
 def prefix_distances(train_descriptors, new_descriptors, *, n_components: int, n_classes: int,
-                     bound: float, scales=None, normalization: str = "block_diameter",
+                     bound: float, scales=None, normalization: str = "none",
                      secure: bool = True, scale_bits: int = 16, parties=None,
                      **options) -> np.ndarray:
     """Squared distances on the ``[mu_x, sigma_x]`` prefix among training + new clients.
@@ -361,7 +452,7 @@ def prefix_distances(train_descriptors, new_descriptors, *, n_components: int, n
         return plaintext_distances(quantize_rows(block_rows, bound=row_bound,
                                                  scale_bits=scale_bits))
 
-    if normalization == "block_diameter":
+    if normalization in ("block_neighbour", "block_diameter"):
         return combine_blocks([run(rows[:, slices[b]], bound) for b in (0, 1)],
                               scales=[scales[0], scales[1]])
     scaled = np.concatenate([rows[:, slices[b]] / scales[b] for b in (0, 1)], axis=1)
@@ -397,12 +488,13 @@ ACTIVATION_MARGIN = 1.02
 
 
 def client_descriptors(model, params, clients, projection: PCA, n_classes: int, *,
-                       split: str = "train") -> np.ndarray:
+                       split: str = "train", form: str = "weighted") -> np.ndarray:
     """Each client's descriptor from the encoder ``model.latents(params, x)`` (client side)."""
     rows = []
     for c in clients:
         x, y = (c.x_train, c.y_train) if split == "train" else (c.x_test, c.y_test)
-        rows.append(descriptor(model.latents(params, x), y, projection, n_classes))
+        rows.append(descriptor(model.latents(params, x), y, projection, n_classes,
+                               form=form))
     return np.stack(rows)
 
 
@@ -433,18 +525,21 @@ class FluxRun:
 
 def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
              cluster_rounds: int = CLUSTER_ROUNDS, local_train=None, seed: int = 0,
-             secure: bool = True, normalization: str = "block_diameter",
+             secure: bool = True, normalization: str = "none",
              eps_rule: str = "gap", eps_scaling: float = 1.0, n_components: int | None = None,
+             descriptor_form: str = "weighted",
              scale_bits: int = 16, parties=None, new_parties=None) -> FluxRun:
     """FLUX end to end on an :func:`omnifc.fl.make_federated` data set.
 
     1. FedAvg warm-up of ``model`` for ``warmup_rounds`` (the global model is the encoder);
     2. clients compute descriptors of their training rows (latents of the global model,
        the shared data-independent PCA with ``l = n_classes`` components, ``M`` = 1.02 x the
-       largest activation the clients report);
+       largest activation the clients report; ``descriptor_form="weighted"`` by default,
+       ``"paper"`` for the paper's descriptor);
     3. the server gets the (per-block) squared distances through the secure reconstruction
-       and runs :func:`adaptive_dbscan` (``eps_rule="gap"`` by default; the paper's
-       ``"knee"`` with ``eps_scaling`` as an option);
+       (``normalization="none"`` by default: D only) and runs :func:`adaptive_dbscan`
+       (``eps_rule="gap"`` by default; the paper's ``"knee"`` with ``eps_scaling`` as an
+       option);
     4. per-cluster FedAvg from the global model for ``cluster_rounds``;
     5. test time: every unseen client (``data.new_clients``) computes its descriptor (no
        labels are needed for the ``[mu_x, sigma_x]`` prefix), the prefix distances go through
@@ -470,7 +565,8 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     l = data.n_classes if n_components is None else int(n_components)
     projection = shared_projection(latent_dim, l, max_value=max_value)
     bound = descriptor_bound(projection, max_value)
-    desc = client_descriptors(model, encoder, data.clients, projection, data.n_classes)
+    desc = client_descriptors(model, encoder, data.clients, projection, data.n_classes,
+                              form=descriptor_form)
     d, _, scales = block_distances(desc, n_components=l, n_classes=data.n_classes,
                                    bound=bound, normalization=normalization, secure=secure,
                                    scale_bits=scale_bits, parties=parties)
@@ -486,7 +582,7 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     if len(data.new_clients):
         # label-free: only the [mu_x, sigma_x] prefix is used (per-class blocks are ignored)
         new_desc = client_descriptors(model, encoder, data.new_clients, projection,
-                                      data.n_classes)
+                                      data.n_classes, form=descriptor_form)
         prefix = prefix_distances(desc, new_desc, n_components=l, n_classes=data.n_classes,
                                   bound=bound, scales=scales, normalization=normalization,
                                   secure=secure, scale_bits=scale_bits, parties=new_parties)

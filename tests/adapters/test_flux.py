@@ -22,8 +22,9 @@ def projection():
     return flux.shared_projection(DIM, N_CLASSES, max_value=MAX_VALUE)
 
 
-def _descriptors(clients, projection, n_classes=N_CLASSES):
-    return np.stack([flux.descriptor(x, y, projection, n_classes) for x, y in clients])
+def _descriptors(clients, projection, n_classes=N_CLASSES, form="weighted"):
+    return np.stack([flux.descriptor(x, y, projection, n_classes, form=form)
+                     for x, y in clients])
 
 
 def test_descriptor_layout_population_std_and_filler():
@@ -33,7 +34,7 @@ def test_descriptor_layout_population_std_and_filler():
     rng = np.random.Generator(np.random.PCG64(0))
     x = rng.uniform(0, 2, (7, 6))
     y = np.array([0, 0, 0, 1, 2, 2, 2])      # class 1 has a single sample, class 3 none
-    d = flux.descriptor(x, y, proj, 4)
+    d = flux.descriptor(x, y, proj, 4, form="paper")
     z = proj.transform(x)
     assert d.shape == (2 * 2 * (4 + 1),)
     blocks = [d[s] for s in flux.block_slices(2, 4)]
@@ -44,6 +45,29 @@ def test_descriptor_layout_population_std_and_filler():
     np.testing.assert_allclose(blocks[6], z[y == 0].std(0))            # ... then the stds
     np.testing.assert_allclose(blocks[8], z[y == 2].std(0))
     assert np.abs(d).max() <= flux.descriptor_bound(proj, 2.0)
+    # omnifc's default form: same prefix; class blocks weighted by sqrt(share), means centred
+    w = flux.descriptor(x, y, proj, 4)
+    wb = [w[s] for s in flux.block_slices(2, 4)]
+    np.testing.assert_array_equal(w[:4], d[:4])
+    np.testing.assert_allclose(wb[2], np.sqrt(3 / 7) * (z[y == 0].mean(0) - z.mean(0)))
+    np.testing.assert_allclose(wb[4], np.sqrt(3 / 7) * (z[y == 2].mean(0) - z.mean(0)))
+    np.testing.assert_allclose(wb[6], np.sqrt(3 / 7) * z[y == 0].std(0))
+    np.testing.assert_allclose(wb[8], np.sqrt(3 / 7) * z[y == 2].std(0))
+    for b in (3, 5, 7, 9):                    # < 2 samples: zeros (the value at share 0)
+        assert wb[b].tolist() == [0.0, 0.0]
+    # the squared blocks decompose the variance (class 1's single row is left out)
+    keep = y != 1
+    zk = z[keep]
+    within = sum((y[keep] == c).sum() / 7 * zk[y[keep] == c].var(0) for c in (0, 2))
+    between = sum((y[keep] == c).sum() / 7 * (zk[y[keep] == c].mean(0) - z.mean(0)) ** 2
+                  for c in (0, 2))
+    np.testing.assert_allclose(wb[6] ** 2 + wb[8] ** 2, within)
+    np.testing.assert_allclose(wb[2] ** 2 + wb[4] ** 2, between)
+    np.testing.assert_allclose(within + between + (z[y == 1][0] - z.mean(0)) ** 2 / 7,
+                               z.var(0))
+    assert np.abs(w).max() <= flux.descriptor_bound(proj, 2.0)
+    with pytest.raises(ValueError):
+        flux.descriptor(x, y, proj, 4, form="other")
 
 
 def _paper_dbscan(vectors, eps_scaling=1.0):
@@ -66,7 +90,7 @@ def _paper_dbscan(vectors, eps_scaling=1.0):
 @pytest.mark.parametrize("shift", ["P(X)", "P(X|Y)"])
 def test_adaptive_dbscan_on_distances_equals_the_papers_pipeline_on_vectors(projection, shift):
     (train, _), _ = flux.shift_scenario(shift, seed=1)
-    desc = _descriptors(train, projection)
+    desc = _descriptors(train, projection, form="paper")
     bound = flux.descriptor_bound(projection, MAX_VALUE)
     d, _, ranges = flux.block_distances(desc, n_components=N_CLASSES, n_classes=N_CLASSES,
                                         bound=bound, normalization="ranges", secure=False)
@@ -87,7 +111,7 @@ def test_secure_block_distances_and_prefix_equal_plaintext():
                                                dim=12, samples=60, seed=3)
     desc, new_desc = _descriptors(train, proj, 4), _descriptors(new, proj, 4)
     common = dict(n_components=4, n_classes=4, bound=flux.descriptor_bound(proj, MAX_VALUE))
-    for normalization in ("block_diameter", "ranges", "none"):
+    for normalization in flux.NORMALIZATIONS:
         d_sec, _, scales = flux.block_distances(desc, normalization=normalization,
                                                 parties=np.arange(8) % 3, **common)
         d_plain, _, scales_plain = flux.block_distances(desc, normalization=normalization,
@@ -112,10 +136,12 @@ def test_dbscan_recovers_the_number_of_groups_without_k(projection, shift):
     knob at 1.5 it finds exactly the 2 groups on every seed (here max 1-NN distance / knee
     distance <= 1.15 over seeds 0-7)."""
     bound = flux.descriptor_bound(projection, MAX_VALUE)
+    common = dict(n_components=N_CLASSES, n_classes=N_CLASSES, bound=bound, secure=False)
     for seed in range(3):
         (train, groups), _ = flux.shift_scenario(shift, seed=seed)
-        d, _, _ = flux.block_distances(_descriptors(train, projection), n_components=N_CLASSES,
-                                       n_classes=N_CLASSES, bound=bound, secure=False)
+        # the knee on the paper's descriptor (block-diameter scaling, as measured above)
+        d, _, _ = flux.block_distances(_descriptors(train, projection, form="paper"),
+                                       normalization="block_diameter", **common)
         paper = flux.adaptive_dbscan(d, eps_rule="knee")
         assert all(len(set(groups[paper.labels == c])) == 1 for c in set(paper.labels))
         scaled = flux.adaptive_dbscan(d, eps_rule="knee", eps_scaling=1.5)
@@ -124,6 +150,10 @@ def test_dbscan_recovers_the_number_of_groups_without_k(projection, shift):
         gap = flux.adaptive_dbscan(d)            # omnifc's default rule: no knob
         assert gap.n_clusters == 2 and gap.knee_found
         assert adjusted_rand_score(groups, gap.labels) == 1.0
+        # and with omnifc's defaults throughout (weighted descriptor, unscaled D)
+        d, _, _ = flux.block_distances(_descriptors(train, projection), **common)
+        default = flux.adaptive_dbscan(d)
+        assert default.n_clusters == 2 and adjusted_rand_score(groups, default.labels) == 1.0
 
 
 def test_default_eps_turns_every_client_beyond_the_knee_into_a_singleton(projection):
@@ -152,8 +182,9 @@ def test_default_eps_turns_every_client_beyond_the_knee_into_a_singleton(project
     # The same holds on the FLUX scenario's descriptors (paper pipeline, default scaling).
     bound = flux.descriptor_bound(projection, MAX_VALUE)
     (train, groups), _ = flux.shift_scenario("P(Y|X)", seed=0)
-    d, _, _ = flux.block_distances(_descriptors(train, projection), n_components=N_CLASSES,
-                                   n_classes=N_CLASSES, bound=bound, secure=False)
+    d, _, _ = flux.block_distances(_descriptors(train, projection, form="paper"),
+                                   n_components=N_CLASSES, n_classes=N_CLASSES, bound=bound,
+                                   normalization="block_diameter", secure=False)
     nearest = np.sqrt(np.where(np.eye(20, dtype=bool), np.inf, d).min(axis=1))
     out = flux.adaptive_dbscan(d, eps_rule="knee")
     singletons = np.flatnonzero(np.bincount(out.labels)[out.labels] == 1)
