@@ -19,8 +19,9 @@ import protocols._memory
 from omnifc.adapters import clove, fmcl, raw
 from omnifc.adapters._common import secure_group_sums
 
-#: What the coordinator may receive from parties in masked mode.
-ALLOWED_KINDS = {"hello", "share", "ready", "tile"}
+#: What the coordinator may receive from parties in masked mode (``group_seed``: the
+#: AES-GCM ciphertext of an integrity group seed, relayed to another party; docs/protocol.md).
+ALLOWED_KINDS = {"hello", "share", "ready", "tile", "group_seed"}
 
 
 class Spy:
@@ -112,8 +113,8 @@ def test_fmcl_runs_two_masked_sessions_whose_results_it_combines(spy):
     means, weights = np.stack([s[0] for s in sig]), np.stack([s[1] for s in sig])
     secure = fmcl.secure_thermometer_distances(means, weights, resolution=8)
     assert spy.kinds() == ["distance", "distance"]
-    d_z, d_t = (session[2].values for session in spy.sessions)  # one party per client
-    assert np.array_equal(secure, fmcl.fmcl_from_thermometer(d_z, d_t, 8))
+    d_z, d_t = (session[2].values for session in spy.sessions)  # a party per client + anchor
+    assert np.array_equal(secure, fmcl.fmcl_from_anchored(d_z, d_t, 8))
     for session in spy.sessions:
         assert_coordinator_saw_no_plaintext(session)
 

@@ -4,9 +4,10 @@ checks that mutation testing showed nothing else observed (docs/testing.md).
 The known answers are recomputed here from the documented construction with the
 primitives of pyca/cryptography and ``int.to_bytes``, not with the module's helpers:
 HKDF-SHA256 over the X25519 secret with ``info`` = the length-prefixed transcript
-("omnifc", version, "pair-key", session, both ids and both ephemeral keys in canonical
-order, purpose); the AES-GCM nonce (direction, 0, prime index, round << 40 | chunk);
-the AAD = the transcript ("share", session, round, sender, receiver, prime, chunk).
+("omnifc", version, "pair-key", session, roster digest, both ids and both ephemeral keys
+in canonical order, purpose); the AES-GCM nonce (direction, 0, prime index,
+round << 40 | chunk); the AAD = the transcript ("share", session, roster digest, round,
+sender, receiver, prime, chunk).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from finite_field import IntegrityError, ParameterError
-from protocols._crypto import PROTOCOL_VERSION, EphemeralKey, KeyStream, PairKeys
+from protocols._crypto import PROTOCOL_VERSION, EphemeralKey, KeyStream, MaskView, PairKeys
 
 PRIVATE = {"alice": bytes(range(32)), "bob": bytes(range(100, 132))}
+DIGEST = bytes(range(200, 232))  # the roster digest both ends agreed on (32 bytes)
 
 
 def _field(value) -> bytes:
@@ -45,15 +47,18 @@ def _expected_key(session, purpose) -> bytes:
         X25519PrivateKey.from_private_bytes(PRIVATE["bob"]).public_key())
     (first, first_key), (second, second_key) = sorted(
         [("alice", _public("alice")), ("bob", _public("bob"))])
-    info = _transcript("pair-key", session, first, second, first_key, second_key, purpose)
+    info = _transcript("pair-key", session, DIGEST, first, second, first_key, second_key,
+                       purpose)
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
 
 
 def _keys(session="kat-session"):
     a = EphemeralKey(X25519PrivateKey.from_private_bytes(PRIVATE["alice"]))
     b = EphemeralKey(X25519PrivateKey.from_private_bytes(PRIVATE["bob"]))
-    return (PairKeys.derive(a, b.public_bytes, session_id=session, me="alice", peer="bob"),
-            PairKeys.derive(b, a.public_bytes, session_id=session, me="bob", peer="alice"))
+    return (PairKeys.derive(a, b.public_bytes, session_id=session, me="alice", peer="bob",
+                            roster_digest=DIGEST),
+            PairKeys.derive(b, a.public_bytes, session_id=session, me="bob", peer="alice",
+                            roster_digest=DIGEST))
 
 
 def _nonce(sender, round_, prime_index, chunk_index) -> bytes:
@@ -80,7 +85,7 @@ def test_nonce_and_aad_are_the_documented_bytes(sender, round_, prime_index, chu
         sender, round_, prime_index, chunk_index)
     box = me.encrypt(b"known answer", round_=round_, prime_index=prime_index,
                      chunk_index=chunk_index)
-    aad = _transcript("share", "kat-session", round_, sender, receiver, prime_index,
+    aad = _transcript("share", "kat-session", DIGEST, round_, sender, receiver, prime_index,
                       chunk_index)
     key = _expected_key("kat-session", "share-encryption")
     assert AESGCM(key).decrypt(_nonce(sender, round_, prime_index, chunk_index), box,
@@ -111,7 +116,8 @@ def test_integrity_errors_name_the_sender_and_the_phase():
 def test_no_pair_key_with_oneself():
     a = EphemeralKey.generate()
     with pytest.raises(ParameterError, match="^a party has no pair key with itself$"):
-        PairKeys.derive(a, a.public_bytes, session_id="s", me="alice", peer="alice")
+        PairKeys.derive(a, a.public_bytes, session_id="s", me="alice", peer="alice",
+                        roster_digest=DIGEST)
 
 
 @pytest.mark.parametrize("key, nonce", [(32, 12), (16, 16), (31, 16), (32, 17)])
@@ -142,7 +148,8 @@ def test_mask_of_a_few_elements_is_the_prefix_of_a_long_one(p):
     ka, kb = _keys()
     seen = set()
     for tile in range(40):
-        where = dict(round_=1, prime_index=0, tile_index=tile)
+        where = dict(view=MaskView("kat-session", 1, DIGEST, ("alice", "bob")), prime_index=0,
+                     tile_index=tile)
         long = ka.mask(p, 4000, **where)
         assert long.min() >= 0 and long.max() < p
         assert np.array_equal(long, kb.mask(p, 4000, **where))

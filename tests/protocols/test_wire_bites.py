@@ -29,8 +29,11 @@ SENT = dict(round_=0, prime_index=1, chunk_index=2)
 
 def _pair(session="s1"):
     a, b = EphemeralKey.generate(), EphemeralKey.generate()
-    return (PairKeys.derive(a, b.public_bytes, session_id=session, me="alice", peer="bob"),
-            PairKeys.derive(b, a.public_bytes, session_id=session, me="bob", peer="alice"))
+    digest = bytes(range(32))  # any 32-byte roster digest, the same on both sides
+    return (PairKeys.derive(a, b.public_bytes, session_id=session, me="alice", peer="bob",
+                            roster_digest=digest),
+            PairKeys.derive(b, a.public_bytes, session_id=session, me="bob", peer="alice",
+                            roster_digest=digest))
 
 
 def _aad(keys, *, session=None, sender="alice", receiver="bob", round_=0, prime_index=1,
