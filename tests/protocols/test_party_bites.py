@@ -459,3 +459,13 @@ def test_shares_of_several_chunks_are_placed_where_they_belong():
     outcome, _ = run_memory_session(data, params)
     rows = np.concatenate(list(data.values()))
     assert np.array_equal(outcome.integer, plaintext_sq_distances(rows, 1.0, 8))
+
+
+def test_a_second_roster_is_refused_as_out_of_order():
+    _, party, _ = _sharing()
+    session = Session(random_data([2, 3, 2], 3, seed=3), PARAMS)
+    env = _roster_for(session, "party-0")
+    env.roster.session_id = "test-session"
+    _says(_refusal(party, env), "coordinator", "shares",
+          "out-of-order message 'roster': party 'party-0' is in phase 'shares', expected one "
+          "of ['join']")
