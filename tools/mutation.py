@@ -23,6 +23,7 @@ Exit status: 0 when no mutant survived, 1 otherwise, 2 when mutmut itself failed
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import re
 import shutil
@@ -38,8 +39,9 @@ SECTION = """
 [mutmut]
 paths_to_mutate = {module}
 tests_dir = {tests}
+timeout_multiplier = {timeout_multiplier}
 pytest_add_cli_args = -p
-    no:cacheprovider
+    no:cacheprovider{extra}
 also_copy = finite_field
     protocols
     omnifc
@@ -73,6 +75,16 @@ def main(argv=None) -> int:
     parser.add_argument("tests", nargs="+", help="the test files that cover it")
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it")
     parser.add_argument("--max-children", type=int, default=2)
+    parser.add_argument("--timeout-multiplier", type=float, default=15.0,
+                        help="mutmut's CPU-time limit is 2 x this x (the tests' time + 1 s); "
+                             "a lower one (3) stops mutants that make a test wait sooner")
+    parser.add_argument("--only", action="append", default=[], metavar="GLOB",
+                        help="run only the mutants whose mutmut name matches, e.g. "
+                             "'protocols._party.xǁPartyǁ_on_roster__mutmut_*' (repeatable); "
+                             "the score is then over those mutants")
+    parser.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
+                        help="one more pytest argument, e.g. --pytest-arg=-m "
+                             "--pytest-arg='not network and not slow' (repeatable)")
     args = parser.parse_args(argv)
     if shutil.which("mutmut") is None:
         parser.error("mutmut is not installed: pip install mutmut")
@@ -82,16 +94,22 @@ def main(argv=None) -> int:
         shutil.rmtree(tree)
     copy_tree(tree)
     with open(tree / "setup.cfg", "a") as cfg:
-        cfg.write(SECTION.format(module=args.module, tests="\n    ".join(args.tests)))
+        cfg.write(SECTION.format(module=args.module, tests="\n    ".join(args.tests),
+                                 extra="".join(f"\n    {a}" for a in args.pytest_arg),
+                                 timeout_multiplier=args.timeout_multiplier))
     start = time.monotonic()
     with open(work / "mutmut.log", "w") as log:  # progress spinners: kept out of the terminal
-        run = mutmut(tree, "run", "--max-children", str(args.max_children), log=log)
+        run = mutmut(tree, "run", "--max-children", str(args.max_children), *args.only,
+                     log=log)
     if run.returncode != 0:
         print(f"mutmut run failed (exit {run.returncode}); see {work / 'mutmut.log'}",
               file=sys.stderr)
         return 2
     results = mutmut(tree, "results", "--all", "true").stdout
     status = dict(re.findall(r"^\s+(\S+): (.+)$", results, flags=re.M))
+    if args.only:
+        status = {name: value for name, value in status.items()
+                  if any(fnmatch.fnmatch(name, glob) for glob in args.only)}
     counts: dict[str, int] = {}
     for value in status.values():
         counts[value] = counts.get(value, 0) + 1

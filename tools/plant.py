@@ -2,9 +2,10 @@
 """Plant one known bug, run the tests that must catch it, restore the file.
 
 Usage: ``python tools/plant.py [NAME ...]`` (all by default; ``--list`` shows them).
-Exit status 0 when every planted bug made its tests fail, 1 otherwise. Each bug is one
-textual edit of a library file; the file is restored from its own bytes afterwards (even
-on Ctrl-C), so the tree is left as it was. docs/testing.md explains each entry.
+Exit status 0 when every planted bug made its tests fail and they pass without it (a test
+file that already fails is reported BROKEN: it would "catch" any bug), 1 otherwise. Each
+bug is one textual edit of a library file; the file is restored from its own bytes
+afterwards (even on Ctrl-C), so the tree is left as it was. docs/testing.md explains each entry.
 """
 
 from __future__ import annotations
@@ -47,9 +48,8 @@ BUGS = {
                                 "if False:")],
                               "tests/protocols/test_wire_bites.py"),
     "roster-duplicate": ("protocols/_party.py",
-                         [("if sorted(names) != sorted(self.pinned) or len(set(names)) != "
-                           "len(names):", "if set(names) != set(self.pinned):")],
-                         "tests/protocols/test_wire_bites.py"),
+                         [("if names != order:", "if set(names) != set(order):")],
+                         "tests/protocols/test_party_bites.py"),
     "fixed-ephemeral-key": ("protocols/_crypto.py",
                             [("return cls(X25519PrivateKey.generate())",
                               "return cls(X25519PrivateKey.from_private_bytes(bytes(range(32))))")],
@@ -89,8 +89,19 @@ BUGS = {
 }
 
 
+def _pytest(tests: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                           "--no-header", "-o", "addopts=", tests],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+def _last_line(run: subprocess.CompletedProcess) -> str:
+    lines = [line for line in run.stdout.splitlines() if line.strip()]
+    return lines[-1] if lines else run.stderr[-200:]
+
+
 def plant(name: str) -> bool:
-    """True when the tests failed on the planted bug (and passed before it)."""
+    """True when the tests pass on the tree as it is and fail on the planted bug."""
     path, edits, tests = BUGS[name]
     file = ROOT / path
     original = file.read_bytes()
@@ -100,16 +111,17 @@ def plant(name: str) -> bool:
             print(f"{name}: the text to replace is not in {path} exactly once; update BUGS")
             return False
         text = text.replace(old, new)
+    clean = _pytest(tests)  # a test that already fails would "catch" every bug
+    if clean.returncode != 0:
+        print(f"{name:24s} BROKEN  (the tests fail without the bug: {_last_line(clean)})")
+        return False
     try:
         file.write_text(text)
-        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p",
-                              "no:cacheprovider", "--no-header", "-o", "addopts=", tests],
-                             cwd=ROOT, capture_output=True, text=True, timeout=900)
+        run = _pytest(tests)
     finally:
         file.write_bytes(original)
-    lines = [l for l in run.stdout.splitlines() if l.strip()]
     caught = run.returncode == 1
-    print(f"{name:24s} {'CAUGHT' if caught else 'MISSED'}  ({lines[-1] if lines else run.stderr[-200:]})")
+    print(f"{name:24s} {'CAUGHT' if caught else 'MISSED'}  ({_last_line(run)})")
     return caught
 
 

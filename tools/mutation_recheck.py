@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Re-run the survivors of a kept ``tools/mutation.py`` run against the tests as they are now.
+
+After ``python tools/mutation.py MODULE TESTS... --keep DIR`` and new tests written for its
+survivors, this copies the current test files into DIR's mutated tree and runs each
+surviving mutant again (mutmut's own ``MUTANT_UNDER_TEST`` switch, one forked pytest per
+mutant, the packages imported once), without re-running the mutants that were already
+killed. It prints the mutants that still survive and the updated score.
+
+Usage::
+
+    python tools/mutation_recheck.py DIR TEST_FILE... [--pytest-arg ARG ...]
+
+Give it the new test files only: a survivor already passed the old ones, so only the
+new tests can kill it (and the recheck is much faster).
+
+A developer tool like tools/mutation.py; docs/testing.md records its results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_one(name: str, args: list[str], timeout: float) -> str:
+    pid = os.fork()
+    if pid == 0:  # child: the mutant on, pytest quiet, exit status = pytest's
+        os.environ["MUTANT_UNDER_TEST"] = name
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        import pytest
+        os._exit(int(pytest.main(args)))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+            return "survived" if code == 0 else "killed"
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return "timeout"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dir", help="the --keep DIR of tools/mutation.py")
+    parser.add_argument("tests", nargs="+")
+    parser.add_argument("--pytest-arg", action="append", default=[])
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant")
+    args = parser.parse_args(argv)
+    mutants = Path(args.dir).resolve() / "tree" / "mutants"
+    metas = list(mutants.rglob("*.py.meta"))
+    status = {}
+    for meta in metas:
+        status.update(json.loads(meta.read_text())["exit_code_by_key"])
+    survivors = sorted(k for k, v in status.items() if v == 0)
+    tested = {k: v for k, v in status.items() if v is not None and v != 33}
+    for test in args.tests:  # the tests as they are now
+        target = mutants / test
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / test, target)
+    os.chdir(mutants)
+    sys.path.insert(0, str(mutants))
+    os.environ["PYTHONPATH"] = str(mutants)
+    import finite_field, protocols, omnifc  # noqa: F401,E401  (imported once, then forked)
+    pytest_args = ["-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                   *args.pytest_arg, *args.tests]
+    still = []
+    for name in survivors:
+        verdict = run_one(name, pytest_args, args.timeout)
+        if verdict == "survived":
+            still.append(name)
+        print(f"{verdict:9s} {name}", flush=True)
+    killed = len(tested) - len(still)
+    print(f"\n{len(tested)} mutants tested, {len(survivors)} survived before, {len(still)} "
+          f"survive now; score {100.0 * killed / len(tested):.1f}%")
+    return 0 if not still else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
