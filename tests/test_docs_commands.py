@@ -34,6 +34,8 @@ NOT_RUN = {
     ("omnifc", "bench"): "benchmarks: minutes, and timing is not a test",
     ("python", "tools/mutation.py"): "mutation testing: tens of minutes per module (a "
                                      "developer tool; docs/testing.md records its runs)",
+    ("python", "tools/mutation_recheck.py"): "re-runs a kept mutation run's survivors (needs "
+                                             "that run's folder; minutes)",
     ("omnifc", "demo"): "one process per party over gRPC, tens of seconds; run end to end by "
                         "tests/omnifc/test_demo.py",
     ("omnifc", "serve"): "waits for parties on the network; run end to end (with join) by "
