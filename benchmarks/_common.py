@@ -23,8 +23,8 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["Row", "time_round_robin", "SETTLE_SECONDS", "environment", "print_environment", "print_table",
-           "blas_threads", "format_seconds"]
+__all__ = ["Row", "time_round_robin", "SETTLE_SECONDS", "environment", "print_environment",
+           "print_grid", "print_table", "blas_threads", "format_seconds"]
 
 _ENV_PREFIXES = ("OPENBLAS_", "GOTO", "OMP_", "MKL_", "NUMBA_", "BLIS_", "VECLIB_",
                  "KMP_", "GOMP_")
@@ -162,6 +162,16 @@ def format_seconds(seconds: float | None) -> str:
     return f"{seconds * 1e6:.1f} us"
 
 
+def print_grid(header: list[str], lines: list[list[str]]) -> None:
+    """Print ``lines`` (lists of strings) as left-aligned columns under ``header``."""
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    print(fmt.format(*header))
+    print(fmt.format(*("-" * w for w in widths)))
+    for line in lines:
+        print(fmt.format(*line))
+
+
 def print_table(rows: list[Row]) -> None:
     header = ["kernel", "shape", "median", "baseline", "baseline median", "ratio", "rate",
               "target", "vs target"]
@@ -173,12 +183,7 @@ def print_table(rows: list[Row]) -> None:
                       format_seconds(row.baseline_seconds),
                       "-" if ratio is None else f"{ratio:.2f}x", row.rate or "-", row.target,
                       verdict])
-    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    print(fmt.format(*header))
-    print(fmt.format(*("-" * w for w in widths)))
-    for line in lines:
-        print(fmt.format(*line))
+    print_grid(header, lines)
     notes = [(row.kernel, row.note) for row in rows if row.note]
     for kernel, note in notes:
         print(f"  note [{kernel}]: {note}")

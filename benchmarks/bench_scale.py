@@ -257,6 +257,8 @@ def bench_size(n, args, workdir: Path) -> dict:
 
 
 def print_results(results) -> None:
+    from _common import print_grid  # benchmarks/ is on sys.path (see main)
+
     header = ["n", "D on disk", "build", "vs GEMM", "build peak anon/RSS", "k-means (order)",
               "vs 1 pass", "cluster peak anon/RSS", "MDS explained", "ARI"]
     lines = []
@@ -269,12 +271,7 @@ def print_results(results) -> None:
             f"{r['cluster_seconds'] / r['read_seconds']:.1f}x",
             f"{_gb(r['cluster_peak_anon'])} / {_gb(r['cluster_peak_rss'])}",
             f"{r['explained']:.3f} ({r['components']} dims)", f"{r['ari']:.3f}"])
-    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    print(fmt.format(*header))
-    print(fmt.format(*("-" * w for w in widths)))
-    for line in lines:
-        print(fmt.format(*line))
+    print_grid(header, lines)
     for r in results:
         print(f"  n = {r['n']:,}: GEMM baseline {r['gemm_seconds']:.2f} s, one streamed pass "
               f"{r['read_seconds']:.2f} s; D exact on {r['checked_entries']:,} sampled "
