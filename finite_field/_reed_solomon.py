@@ -61,9 +61,8 @@ import numba
 import numpy as np
 
 from ._errors import ParameterError
-from ._kernels._checks import _as_int64, _check_field_array, _check_modulus
-from ._kernels._exact import _mod_float, _split_coefficients
-from ._kernels._tasks import _BLOCK, _GRAIN, _run_tasks
+from ._kernels._checks import _check_field_array
+from ._kernels._encode import weighted_sums
 from ._lagrange import LagrangeCode
 from ._primes import validate_prime
 
@@ -72,123 +71,6 @@ __all__ = ["ReedSolomonCheck", "Decoding", "CheckedSum", "weighted_sums", "dual_
 
 
 # --------------------------------------------------------------------------- linear maps
-
-@numba.njit("int64(int64[:,::1], float64[:,::1], float64[:,::1], int64, int64, float64,"
-            " int64[:,::1], int64, int64)", cache=True, nogil=True)
-def _weighted_sums_kernel(rows, w_high, w_low, chunk, p, shift, out, task_lo, task_hi):
-    # out[q, e] = sum_r (w_high[q, r] * shift + w_low[q, r]) * rows[r, e] mod p for every q,
-    # reading each value of ``rows`` once (the multi-output form of weighted_sum's kernel;
-    # same exactness argument: one limb times a balanced element is < 2^45 and ``chunk``
-    # such products stay below 2^53 - 4p). Columns of tasks [task_lo, task_hi).
-    # Returns the number of tasks that met an element outside [0, p).
-    n_rows, width = rows.shape
-    n_out = w_high.shape[0]
-    pf = np.float64(p)
-    p_inv = 1.0 / pf
-    half = np.float64((p - 1) // 2)
-    bad = 0
-    acc_h = np.empty((n_out, _BLOCK), dtype=np.float64)
-    acc_l = np.empty((n_out, _BLOCK), dtype=np.float64)
-    x = np.empty(_BLOCK, dtype=np.float64)
-    for task in range(task_lo, task_hi):
-        e0 = task * _BLOCK
-        e1 = min(width, e0 + _BLOCK)
-        span = e1 - e0
-        for q in range(n_out):
-            ah = acc_h[q]
-            al = acc_l[q]
-            for e in range(span):
-                ah[e] = 0.0
-                al[e] = 0.0
-        lo = p
-        hi = np.int64(0)
-        for r in range(n_rows):
-            src = rows[r, e0:e1]
-            for e in range(span):
-                v = src[e]
-                lo = min(lo, v)
-                hi = max(hi, v)
-                f = np.float64(v)
-                x[e] = f - pf if f > half else f
-            for q in range(n_out):
-                wh = w_high[q, r]
-                wl = w_low[q, r]
-                ah = acc_h[q]
-                al = acc_l[q]
-                for e in range(span):
-                    ah[e] += wh * x[e]
-                    al[e] += wl * x[e]
-            if (r + 1) % chunk == 0 and r + 1 < n_rows:
-                for q in range(n_out):
-                    ah = acc_h[q]
-                    al = acc_l[q]
-                    for e in range(span):
-                        ah[e] = _mod_float(ah[e], pf, p_inv)
-                        al[e] = _mod_float(al[e], pf, p_inv)
-        if lo < 0 or hi >= p:
-            bad += 1
-        for q in range(n_out):
-            ah = acc_h[q]
-            al = acc_l[q]
-            dst = out[q, e0:e1]
-            for e in range(span):
-                h = _mod_float(ah[e], pf, p_inv) * shift
-                dst[e] = np.int64(_mod_float(h + _mod_float(al[e], pf, p_inv), pf, p_inv))
-    return bad
-
-
-def weighted_sums(weights, rows, p: int) -> np.ndarray:
-    """``out[q] = sum_r weights[q, r] * rows[r] mod p`` for several weight rows in one pass.
-
-    The multi-row form of :func:`weighted_sum`: with the rows of ``weights`` the decoding
-    vector c and the parity rows mu_1..mu_s, one pass over the N evaluations gives D and
-    every syndrome.
-
-    Parameters
-    ----------
-    weights : array_like of int, shape (q, N)
-        Reduced field elements.
-    rows : array_like of int, shape (N, ...)
-        Reduced field elements.
-    p : int
-        The prime (< 2^31).
-
-    Returns
-    -------
-    ndarray of int64, shape ``(q,) + rows.shape[1:]``
-
-    Examples
-    --------
-    >>> weighted_sums([[2, 3], [1, 1]], [[1, 1], [1, 2]], 5).tolist()
-    [[0, 3], [2, 3]]
-    """
-    p = _check_modulus(p)
-    weights = _check_field_array(weights, p, "weights")
-    if weights.ndim != 2:
-        raise ParameterError(f"weights must be 2-d (q, N), got shape {weights.shape}")
-    rows = _as_int64(rows, "rows")
-    if rows.ndim == 0 or rows.shape[0] != weights.shape[1]:
-        raise ParameterError(
-            f"one array per weight column expected: {weights.shape[1]} columns, "
-            f"rows of shape {rows.shape}")
-    shape = (weights.shape[0],) + rows.shape[1:]
-    out = np.empty(shape, dtype=np.int64)
-    if out.size == 0:
-        return out
-    if weights.shape[1] == 0:
-        out[...] = 0
-        return out
-    flat = rows.reshape(rows.shape[0], -1)
-    high, low, chunk, shift = _split_coefficients(weights, p)
-    n_tasks = -(-flat.shape[1] // _BLOCK)
-    grain = max(1, _GRAIN // (_BLOCK * flat.shape[0]))
-    bad = _run_tasks(_weighted_sums_kernel,
-                     (flat, np.ascontiguousarray(high), np.ascontiguousarray(low), chunk, p,
-                      shift, out.reshape(weights.shape[0], -1)), n_tasks, grain)
-    if bad:
-        raise ParameterError(f"rows must hold reduced field elements in [0, {p})")
-    return out
-
 
 def dual_multipliers(points, p: int) -> list[int]:
     """v_j = 1 / prod_{i != j} (beta_j - beta_i) mod p: the column multipliers of the dual code.

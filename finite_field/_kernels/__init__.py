@@ -9,7 +9,7 @@ Modules (private; the public names are re-exported here):
 
 * ``_exact``: how the float64 arithmetic stays exact (balanced residues, limbs, chunk
   plans, reduction without division);
-* ``_encode``: :func:`encode_blocks` and :func:`weighted_sum`;
+* ``_encode``: :func:`encode_blocks`, :func:`weighted_sums` and :func:`weighted_sum`;
 * ``_operands``, ``_pairwise``: GEMM operands, then Gram matrices and squared distances
   tile by tile (:func:`gram_matrix`, :func:`distances_from_gram`,
   :func:`cross_sq_distances`, :func:`sq_distances`, :class:`DistanceTiles`,
@@ -32,12 +32,12 @@ from __future__ import annotations
 
 # Private names below are re-exported for the tests (tests/finite_field/test_kernels.py).
 from ._blas_threads import _single_threaded_blas
-from ._encode import _encode_kernel, encode_blocks, weighted_sum
+from ._encode import _encode_kernel, encode_blocks, weighted_sum, weighted_sums
 from ._exact import _column_plan, _mod_float, _small_operand_plan
 from ._pairwise import (DistanceTiles, _panel_kernel, cross_sq_distances, distances_from_gram,
                         gram_matrix, sq_distances, sq_distances_tile)
 
 __all__ = [
-    "encode_blocks", "weighted_sum", "sq_distances", "cross_sq_distances",
+    "encode_blocks", "weighted_sum", "weighted_sums", "sq_distances", "cross_sq_distances",
     "sq_distances_tile", "DistanceTiles", "gram_matrix", "distances_from_gram",
 ]
