@@ -21,6 +21,7 @@ from finite_field import (LagrangeCode, ParameterError, ReedSolomonCheck, checke
                           decode_sum, encode_rows, evaluate_shares, make_plan, weighted_sum,
                           weighted_sums)
 from finite_field._reed_solomon import dual_multipliers
+from oracles import parity_rows
 
 PRIMES = [13, 251, 65521, 2147483629, 2147483647]  # as tests/conftest.py
 
@@ -118,14 +119,8 @@ def test_parity_rows_and_syndromes_match_python_ints(p):
     n = min(9, p - 1)
     points = _points(rng, n, p)
     check = ReedSolomonCheck(points=points, dimension=4, prime=p)
-    v = []
-    for j, xj in enumerate(points):
-        den = 1
-        for i, xi in enumerate(points):
-            if i != j:
-                den = den * (xj - xi) % p
-        v.append(pow(den, p - 2, p))      # Fermat, not the extended Euclid of the library
-    expected = [[v[j] * pow(points[j], k, p) % p for j in range(n)] for k in range(n - 4)]
+    expected = parity_rows(points, n - 4, p)
+    v = expected[0]  # the dual code's column multipliers
     assert check.parity_rows().tolist() == expected
     assert check.multipliers.tolist() == v
     values = rng.integers(0, p, size=(n, 5, 3))

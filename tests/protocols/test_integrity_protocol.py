@@ -20,6 +20,7 @@ from finite_field import DeviationError, IntegrityError, PeerError, ProtocolErro
 from protocols import Coordinator, SessionParameters, run_memory_session
 from protocols._grpc_party import FAULT_STRIDE
 from protocols._memory import Transcript
+from oracles import parity_rows
 from protocol_helpers import lagrange_weights, plaintext_sq_distances, random_data
 
 pytestmark = pytest.mark.timeout(600)
@@ -37,21 +38,6 @@ def params(**changes):
 
 def exact(outcome, data, scale=SCALE):
     return np.array_equal(outcome.integer, plaintext_sq_distances(rows(data), BOUND, scale))
-
-
-def parity_rows(points, checks, p):
-    """mu_{k,j} = v_j beta_j^(k-1) with Python ints (v_j = 1 / prod_{i != j} (b_j - b_i))."""
-    out = []
-    for k in range(checks):
-        row = []
-        for j, x in enumerate(points):
-            den = 1
-            for i, y in enumerate(points):
-                if i != j:
-                    den = den * (x - y) % p
-            row.append(pow(den, -1, p) * pow(x, k, p) % p)
-        out.append(row)
-    return out
 
 
 def uploads_by_tile(transcript, round_=None):
@@ -400,7 +386,7 @@ def test_a_result_is_never_half_returned_when_a_rerun_is_impossible():
 
 def test_the_session_config_carries_integrity_validated_and_fingerprinted(tmp_path, caplog):
     from finite_field import ParameterError
-    from protocols import generate_certificates, load_session_config, dump_session_config
+    from protocols import generate_certificates, load_session_config
     from protocols._grpc_coordinator import parameters_from_config
 
     certs = generate_certificates(tmp_path / "s", ["a", "b", "c", "d"],

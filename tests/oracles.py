@@ -1,0 +1,29 @@
+"""Independent Python-integer oracles shared by the test packages.
+
+Each function recomputes a quantity of the library from its textbook definition with
+Python integers, never with the library's own algorithm.
+"""
+
+from __future__ import annotations
+
+
+def parity_rows(points, checks, p):
+    """mu_{k,j} = v_j beta_j^k for k < ``checks``, with v_j = 1 / prod_{i != j} (b_j - b_i).
+
+    Row 0 is the column multipliers v of the dual code. The inverse is Fermat's
+    ``den^(p-2)``, not the extended Euclid of the library.
+
+    >>> parity_rows([1, 2, 3], 2, 7)
+    [[4, 6, 4], [4, 5, 5]]
+    """
+    out = []
+    for k in range(checks):
+        row = []
+        for j, x in enumerate(points):
+            den = 1
+            for i, y in enumerate(points):
+                if i != j:
+                    den = den * (x - y) % p
+            row.append(pow(den, p - 2, p) * pow(x, k, p) % p)
+        out.append(row)
+    return out
