@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -197,6 +198,8 @@ class Coordinator:
                                      f"parties, got {len(responders)}")
         self._first_responders = responders
         self.cluster = cluster
+        if out is not None and Path(out).exists():  # before any party is involved
+            raise ParameterError(f"out={str(out)!r} exists already; choose a new path")
         self.storage = {"out": out, "memory_budget": memory_budget, "tile_bytes": tile_bytes}
         self._acc: DistanceAccumulator | None = None
         self._store: DistanceStore | None = None
