@@ -240,11 +240,13 @@ def test_library_call_with_out_clusters_like_the_in_memory_result(tmp_path):
 def test_grpc_session_streams_into_the_file(tmp_path):
     from protocols import run_local_grpc_session
 
-    data = random_data([60, 45, 50, 40], 4, seed=11)
-    params = SessionParameters(dim=4, bound=1.0, scale_bits=24, chunk_bytes=4096)
+    # the session config fixes the default chunk (1 MiB): 800 rows still give several tiles
+    data = random_data([220, 200, 210, 170], 4, seed=11)
+    params = SessionParameters(dim=4, bound=1.0, scale_bits=24)
     out = tmp_path / "d.npy"
     outcome = run_local_grpc_session(data, params, out=out, deadline=60.0)
     assert outcome.store.on_disk and outcome.integrity.startswith("checked")
+    assert outcome.stats["evaluation"][1] > 4 * 2 * 4 * 800 * 801 // 2  # every tile came
     assert np.array_equal(np.load(out), plaintext_sq_distances(all_rows(data), 1.0, 24))
 
 
