@@ -114,11 +114,14 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     insecure : bool
         gRPC without TLS (logs a warning). Never needed on loopback.
     out, memory_budget : optional
-        Keep the result in a :class:`~omnifc.DistanceStore`: in RAM below
-        ``memory_budget`` bytes, else (or with ``out``, a ``.npy`` path) memory-mapped on
-        disk; ``distances`` is then a lazy view and ``omnifc.cluster`` streams it when
-        needed. Today the coordinator still assembles D in memory first (the streamed
-        protocol is issue 11); the result object then holds one integer copy only.
+        Where the coordinator accumulates the result, tile by tile as the uploads arrive:
+        one preallocated integer matrix (a :class:`~omnifc.DistanceStore`), in RAM below
+        ``memory_budget`` bytes (default 2 GiB), else (or with ``out``, a new ``.npy``
+        path) memory-mapped on disk. D is written once; ``result.store`` is that matrix,
+        ``distances`` a lazy float view and ``omnifc.cluster`` streams it when needed. A
+        failed session deletes the file. With neither given and a small result (four
+        dense float64 n x n copies fit 2 GiB, n <= 8,192), ``distances`` and
+        ``integer_distances`` are plain float64 and int64 arrays as before.
 
     integrity : {"detect", "correct", "off"}
         Reed-Solomon checks on the uploads D is decoded from, whenever there are
@@ -160,45 +163,47 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
                                    integrity=integrity)
     chosen = None if responders is None else [names[j] for j in responder_idx]
     outcome = _run(dict(zip(names, arrays)), parameters, transport=transport,
-                   responders=chosen, cluster=cluster, deadline=deadline, insecure=insecure)
+                   responders=chosen, cluster=cluster, deadline=deadline, insecure=insecure,
+                   out=out, memory_budget=memory_budget)
     owners = np.concatenate([np.full(x.shape[0], i) for i, x in enumerate(arrays)])
     described = outcome.parameters | {"party_names": names, "transport": transport,
                                       "integrity_status": outcome.integrity,
                                       "deviations": list(outcome.deviations)}
     clipped_fraction = {n: r[2] for n, r in report.items()}
-    result = DistanceResult(distances=outcome.values, integer_distances=outcome.integer,
-                            party_names=names, owners=owners, parameters=described,
-                            stats=_stats(outcome), clipped=clipped, labels=outcome.labels,
-                            clipped_fraction=clipped_fraction)
-    if out is not None or memory_budget is not None:
-        from ._store import DistanceStore
-
-        store = DistanceStore.from_integer(outcome.integer, scale_bits=scale_bits,
-                                           distance_bound=plan.distance_bound, out=out,
-                                           memory_budget=memory_budget, parameters=described)
+    store = outcome.store  # the coordinator wrote D once, here
+    store.parameters = described
+    extra = dict(stats=_stats(outcome), clipped=clipped, labels=outcome.labels,
+                 clipped_fraction=clipped_fraction)
+    if out is None and memory_budget is None and not store.on_disk and \
+            store.distances.fits_in_memory(copies=4):
+        # small and nothing asked for: plain arrays, as callers of this function expect
+        result = DistanceResult(distances=outcome.values, integer_distances=outcome.integer,
+                                party_names=names, owners=owners, parameters=described,
+                                **extra)
+    else:
         result = DistanceResult.from_store(store, party_names=names, owners=owners,
-                                           parameters=described, stats=result.stats,
-                                           clipped=clipped, labels=outcome.labels,
-                                           clipped_fraction=clipped_fraction)
+                                           parameters=described, **extra)
     logger.info("reconstructed %d x %d distances from %d parties (%s, %s)",
-                *outcome.integer.shape, len(names), mode, transport)
+                store.n, store.n, len(names), mode, transport)
     return result
 
 
 def _run(party_data: dict, parameters, *, transport: str, responders, cluster, deadline,
-         insecure: bool = False):
+         insecure: bool = False, out=None, memory_budget=None):
     """One protocol session over the chosen transport; returns the coordinator's Outcome."""
     if transport == "memory":
         from protocols import run_memory_session
 
         outcome, _ = run_memory_session(party_data, parameters, responders=responders,
-                                        cluster=cluster)
+                                        cluster=cluster, out=out,
+                                        memory_budget=memory_budget)
         return outcome
     if transport == "grpc":
         from protocols._grpc_local import run_local_grpc_session
 
         return run_local_grpc_session(party_data, parameters, responders=responders,
-                                      cluster=cluster, deadline=deadline, insecure=insecure)
+                                      cluster=cluster, deadline=deadline, insecure=insecure,
+                                      out=out, memory_budget=memory_budget)
     raise ParameterError(f"transport must be 'memory' or 'grpc', got {transport!r}")
 
 

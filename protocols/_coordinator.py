@@ -36,14 +36,15 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
 from finite_field import (DeadlineError, DeviationError, IntegrityError, ParameterError,
-                          PeerError, ProtocolError, add_upload, crt_combine, decode_sum,
-                          masked_upload, symmetrize_mod)
+                          PeerError, ProtocolError, add_upload, crt_combine, masked_upload)
 
+from ._accumulator import DistanceAccumulator, DistanceStore, discard_store
 from ._crypto import PROTOCOL_VERSION, RUN_NONCE_BYTES
 from ._identity import verify
 from ._integrity import Findings, TileAccumulator, round_checks, verdict
@@ -62,17 +63,23 @@ PHASES = ("join", "shares", "evaluation", "decode", "result")
 _AEAD_TAG = 16
 
 
-@dataclass
 class Outcome:
     """What a finished session produced at the coordinator.
 
     Attributes
     ----------
+    store : DistanceStore or None
+        Distance sessions: the one integer result matrix the coordinator accumulated every
+        tile into (in RAM below ``memory_budget``, else memory-mapped; at ``out`` when
+        given). None for sum sessions.
     integer : ndarray of int64
-        Distance sessions: the exact integer squared distances (n, n). Sum sessions: the
-        exact signed integer sum, shape (rows, k).
+        Distance sessions: the exact integer squared distances (n, n), **materialized on
+        access** from :attr:`store` (an int64 copy: fine for small results; use
+        ``store.integer`` for large ones). Sum sessions: the exact signed integer sum,
+        shape (rows, k).
     values : ndarray of float64
-        ``integer`` dequantized (distances / 4^q, or sum / 2^q).
+        ``integer`` dequantized (distances / 4^q, or sum / 2^q); for distance sessions
+        also materialized on access (``store.distances`` is the lazy, tile-wise view).
     labels : ndarray or None
         Cluster labels of every row, when a clustering callback was given.
     party_names, row_offsets, rows
@@ -94,19 +101,42 @@ class Outcome:
         coordinator received or sent.
     """
 
-    integer: np.ndarray
-    values: np.ndarray
-    labels: np.ndarray | None
-    party_names: list
-    row_offsets: list
-    rows: list
-    responders: list
-    round: int
-    parameters: dict
-    stats: dict = field(default_factory=dict)
-    lost: list = field(default_factory=list)
-    integrity: str = "off"
-    deviations: list = field(default_factory=list)
+    def __init__(self, integer=None, values=None, labels=None, party_names=(),
+                 row_offsets=(), rows=(), responders=(), round=0, parameters=None,
+                 stats=None, lost=None, integrity: str = "off", deviations=None,
+                 store: DistanceStore | None = None) -> None:
+        self._integer = integer
+        self._values = values
+        self.store = store
+        self.labels = labels
+        self.party_names = list(party_names)
+        self.row_offsets = list(row_offsets)
+        self.rows = list(rows)
+        self.responders = list(responders)
+        self.round = round
+        self.parameters = dict(parameters or {})
+        self.stats = dict(stats or {})
+        self.lost = list(lost or [])
+        self.integrity = integrity
+        self.deviations = list(deviations or [])
+
+    @property
+    def integer(self) -> np.ndarray:
+        if self._integer is None and self.store is not None:
+            return np.array(self.store.integer, dtype=np.int64)
+        return self._integer
+
+    @property
+    def values(self) -> np.ndarray:
+        if self._values is None and self.store is not None:
+            return np.asarray(self.store.distances)
+        return self._values
+
+    def __repr__(self) -> str:
+        what = self.store if self.store is not None else \
+            f"sum {getattr(self._integer, 'shape', None)}"
+        return (f"Outcome({what}, round={self.round}, responders={self.responders}, "
+                f"integrity={self.integrity!r})")
 
 
 class Coordinator:
@@ -126,11 +156,23 @@ class Coordinator:
     cluster : callable, optional
         ``cluster(distances) -> labels`` run on the decoded matrix (the omnifc layer passes
         its clustering; this package never imports scikit-learn). Each party then receives
-        the labels of its own rows.
+        the labels of its own rows. ``distances`` is a dense float64 array when four such
+        arrays fit ``memory_budget`` and the result is in RAM, else the lazy
+        :class:`~protocols._accumulator.TiledDistances` view of the store.
+    out : str or path, optional
+        Accumulate the result in this ``.npy`` file (memory-mapped; must not exist). A
+        JSON sidecar is written only when the result is complete; a failed session
+        deletes both.
+    memory_budget : int, optional
+        Bytes of n x n data kept in RAM (default 2 GiB); above it the result is
+        memory-mapped in a temporary directory removed with the store.
+    tile_bytes : int, optional
+        Working tile of the decode (and of the streamed algorithms on the store).
     """
 
     def __init__(self, session_id: str, parameters: SessionParameters, parties, identities: dict,
-                 *, responders=None, cluster=None) -> None:
+                 *, responders=None, cluster=None, out=None, memory_budget=None,
+                 tile_bytes=None) -> None:
         self.session_id = str(session_id)
         self.names = [str(p) for p in parties]
         if len(set(self.names)) != len(self.names):
@@ -156,6 +198,11 @@ class Coordinator:
                                      f"parties, got {len(responders)}")
         self._first_responders = responders
         self.cluster = cluster
+        if out is not None and Path(out).exists():  # before any party is involved
+            raise ParameterError(f"out={str(out)!r} exists already; choose a new path")
+        self.storage = {"out": out, "memory_budget": memory_budget, "tile_bytes": tile_bytes}
+        self._acc: DistanceAccumulator | None = None
+        self._store: DistanceStore | None = None
         self.phase = "join"
         self.error: Exception | None = None
         self.outcome: Outcome | None = None
@@ -215,10 +262,19 @@ class Coordinator:
         if self.error is None:
             self.failed_in = self.phase
             self.error = as_protocol_error(error, "the coordinator", self.phase)
+            self._discard()
             self._enter("failed")
             logger.warning("session %r failed in phase %r: %s", self.session_id,
                            self.failed_in, self.error)
         return self.error
+
+    def _discard(self) -> None:
+        """Fail closed: drop the accumulator and any finished store, files included."""
+        acc, self._acc = getattr(self, "_acc", None), None
+        if acc is not None:
+            acc.abort()
+        store, self._store = getattr(self, "_store", None), None
+        discard_store(store)
 
     def abort(self) -> list:
         """ErrorReports telling every connected party that the session failed (and in which
@@ -403,11 +459,20 @@ class Coordinator:
             shape = (self.plan.length,)
         else:
             self.tiles = row_tiles(self.n_total, self.parameters.chunk_bytes)
-            shape = (self.n_total, self.n_total)
             position = [self.names.index(r) for r in responders]
             self.weights = {r: [int(code.decoding_weights(position)[i]) for code in self.plan.codes]
                             for i, r in enumerate(responders)}
-        self.sums = [np.zeros(shape, dtype=np.int64) for _ in self.plan.primes]
+        self.sums = None
+        if isinstance(self.plan, SumPlan):
+            self.sums = [np.zeros(shape, dtype=np.int64) for _ in self.plan.primes]
+        else:
+            # every round starts from a clean accumulator: the previous one (and its
+            # files) is dropped first, so an aborted round leaves nothing behind
+            self._discard()
+            self._acc = DistanceAccumulator(
+                self.n_total, self.plan.primes, scale_bits=self.plan.quantizer.scale_bits,
+                distance_bound=self.plan.distance_bound, parameters=self._describe(),
+                **self.storage)
         self.delivered = {r: set() for r in responders}
         self.checks = None
         if not isinstance(self.plan, SumPlan):
@@ -471,19 +536,20 @@ class Coordinator:
         a, b = self.tiles[index]
         if isinstance(self.plan, SumPlan):
             values = packed_view(tile.values, b - a, party=sender, phase="evaluation")
-            target = self.sums[k][a:b]
         else:
             n = self.n_total
             values = packed_view(tile.values, (b - a) * (n - a), party=sender,
                                  phase="evaluation").reshape(b - a, n - a)
-            target = self.sums[k][a:b, a:]
         try:
-            if self.checks is not None:  # running sums of c.U and mu_k.U, tile by tile
+            if isinstance(self.plan, SumPlan):
+                add_upload(self.sums[k][a:b], values, p)  # each value < 2^31: reduced later
+            elif self.checks is not None:  # running sums of c.U and mu_k.U, tile by tile
                 self._accumulate(sender, k, index, values)
             else:
                 if self.parameters.mode == "transparent":  # the coordinator applies c_j
                     values = masked_upload(values, self.weights[sender][k], (), (), p)
-                add_upload(target, values, p)  # each value < 2^31: reduced in _finish
+                # straight into the one result matrix, reduced mod p on every add
+                self._acc.add_tile(k, a, b, values)
         except ParameterError:
             raise PeerError(f"evaluation tile holds a value >= p = {p}", party=sender,
                             phase="evaluation") from None
@@ -535,7 +601,7 @@ class Coordinator:
             self.findings.add(decoding, a, a, self._owner_starts, self.checks.responders)
             if decoding.ok:
                 values = decoding.correct_combination(self.checks.rows[k][0], values)
-        self.sums[k][a:b, a:] = values
+        self._acc.add_tile(k, a, b, np.asarray(values, dtype=np.int64) % self.plan.primes[k])
 
     @property
     def _owner_starts(self) -> np.ndarray:
@@ -607,29 +673,39 @@ class Coordinator:
                                       "contribution was corrupted")
             integer = integer.reshape(self.parameters.rows, self.parameters.dim)
             values = integer / self.plan.quantizer.scale
+            store = None
         else:
-            # tiles filled the upper triangle; D is symmetric with a zero diagonal
-            full = [symmetrize_mod(s, p) for s, p in zip(self.sums, self.plan.primes)]
+            # tiles filled the upper triangle; the accumulator decodes in row blocks in
+            # place (CRT, no-wrap bound, mirror, zero diagonal): no second n x n array
+            acc, self._acc = self._acc, None
             try:
-                integer = decode_sum(self.plan, full)
-            except ParameterError:
+                store = acc.finalize()
+            except (ProtocolError, ParameterError):
                 raise _decode_failure(
                     f"every decoded squared distance must lie in [0, "
                     f"{self.plan.distance_bound}] (the no-wrap bound of the public parameters)"
                     f"; some do not: an uploaded evaluation of {self.responders} was corrupted"
                 ) from None
-            values = self.plan.quantizer.dequantize_distances(integer)
+            self._store = store  # deleted by _fail if anything below fails
+            integer = values = None
         self.sums = None
         labels = None
         if self.cluster is not None:
+            view = values
+            if store is not None:
+                view = store.distances
+                if not store.on_disk and view.fits_in_memory(copies=4):
+                    view = np.asarray(view)  # small: the dense float matrix callers expect
+            rows = len(view)
             try:
-                labels = np.asarray(self.cluster(values), dtype=np.int64).reshape(-1)
+                labels = np.asarray(self.cluster(view), dtype=np.int64).reshape(-1)
             except Exception as error:  # noqa: BLE001 - fail closed, say where
                 raise ProtocolError(f"the coordinator's clustering failed in phase 'decode': "
                                     f"{type(error).__name__}: {error}") from error
-            if labels.size != values.shape[0]:
+            del view
+            if labels.size != rows:
                 raise ProtocolError(f"clustering returned {labels.size} labels for "
-                                    f"{values.shape[0]} rows")
+                                    f"{rows} rows")
         self._enter("result")
         out = []
         for i, name in enumerate(self.names):
@@ -643,18 +719,24 @@ class Coordinator:
                 integrity=self._integrity_status(),
                 deviations=[_deviation_message(d) for d in self.deviations]))))
         self._enter("done")
-        description = self.plan.describe()
+        self._store = None  # handed over to the outcome
+        if store is not None:
+            store.parameters = self._describe()
         self.outcome = Outcome(
             integer=integer, values=values, labels=labels, party_names=list(self.names),
             row_offsets=list(self.row_offsets), rows=list(self.rows),
             responders=list(self.responders), round=self.round,
-            parameters=description | {"mode": self.parameters.mode,
-                                      "responders": list(self.responders),
-                                      "round": self.round,
-                                      "integrity": self.parameters.integrity},
+            parameters=self._describe(),
             stats={k: tuple(v) for k, v in self.stats.items()}, lost=sorted(self.lost),
-            integrity=self._integrity_status(), deviations=list(self.deviations))
+            integrity=self._integrity_status(), deviations=list(self.deviations),
+            store=store)
         return out
+
+    def _describe(self) -> dict:
+        return self.plan.describe() | {"mode": self.parameters.mode,
+                                       "responders": list(self.responders),
+                                       "round": self.round,
+                                       "integrity": self.parameters.integrity}
 
     def _on_error(self, sender: str, report: pb.ErrorReport) -> list:
         # Blame only the authenticated sender: whatever party the report names, the

@@ -49,12 +49,15 @@ def parameters_from_config(config, *, kind: str = "distance", **overrides) -> Se
 
 
 def coordinator_from_config(config, *, cluster=None, responders=None,
-                            parameters: SessionParameters | None = None) -> Coordinator:
-    """A :class:`Coordinator` for the session a config describes."""
+                            parameters: SessionParameters | None = None, out=None,
+                            memory_budget=None) -> Coordinator:
+    """A :class:`Coordinator` for the session a config describes (``out`` /
+    ``memory_budget``: where it accumulates the result, see :class:`Coordinator`)."""
     return Coordinator(config.session_id, parameters or parameters_from_config(config),
                        config.party_names,
                        {e.name: e.identity_public_key for e in config.parties},
-                       cluster=cluster, responders=responders)
+                       cluster=cluster, responders=responders, out=out,
+                       memory_budget=memory_budget)
 
 
 class _Servicer(pb_grpc.CoordinatorServicer):

@@ -79,10 +79,12 @@ class LocalSession:
             self.close()
             raise
 
-    def server(self, *, responders=None, cluster=None, tamper=None) -> CoordinatorServer:
+    def server(self, *, responders=None, cluster=None, tamper=None, out=None,
+               memory_budget=None) -> CoordinatorServer:
         coordinator = coordinator_from_config(self.config, cluster=cluster,
                                               responders=responders,
-                                              parameters=self.parameters)
+                                              parameters=self.parameters, out=out,
+                                              memory_budget=memory_budget)
         insecure = self.config.insecure
         return CoordinatorServer(
             coordinator, self.config.deadlines,
@@ -151,7 +153,7 @@ def run_local_grpc_session(party_data: dict, parameters: SessionParameters, *,
                            responders=None, cluster=None, deadline: float = 60.0,
                            insecure: bool = False, faults: dict | None = None,
                            kill_on: dict | None = None, tamper=None,
-                           on_phase=None) -> Outcome:
+                           on_phase=None, out=None, memory_budget=None) -> Outcome:
     """One session over gRPC with every party in its own process on 127.0.0.1.
 
     Parameters
@@ -174,6 +176,8 @@ def run_local_grpc_session(party_data: dict, parameters: SessionParameters, *,
         Applied to every message the coordinator sends (tests: a malicious relay).
     on_phase : callable, optional
         ``on_phase(phase, round)`` on every phase change.
+    out, memory_budget : optional
+        Where the coordinator accumulates the result (see :class:`protocols.Coordinator`).
 
     Returns
     -------
@@ -183,7 +187,8 @@ def run_local_grpc_session(party_data: dict, parameters: SessionParameters, *,
         raise ParameterError("run_local_grpc_session needs an explicit dim")
     faults, kill_on = dict(faults or {}), dict(kill_on or {})
     with LocalSession(party_data, parameters, deadline=deadline, insecure=insecure) as local:
-        server = local.server(responders=responders, cluster=cluster, tamper=tamper).start()
+        server = local.server(responders=responders, cluster=cluster, tamper=tamper, out=out,
+                              memory_budget=memory_budget).start()
         try:
             for name in local.names:
                 local.start_party(name, server.port, fault=faults.get(name))

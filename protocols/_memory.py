@@ -5,6 +5,17 @@ bytes and parsed back on delivery, so the exact wire bytes are exercised. Deadli
 simulated: when no message is left in flight and the session is not finished, the current
 phase's deadline is taken to have passed (:meth:`Coordinator.expire`).
 
+Streaming: a party's evaluation is a lazy generator of tiles. The transport never
+materializes it: every party's pending output is an outbox of such generators, and when
+nothing else is in flight the loop pulls **one** message from the next party's outbox,
+round-robin, and delivers it before pulling another. A session's peak memory is then the
+coordinator's result (one preallocated matrix, see :class:`Coordinator` ``out`` /
+``memory_budget``) plus O(m tiles), not m uploads of n^2 values. Messages a generator
+yields before its first tile (group seeds) are delivered at once, so a party's seed
+bookkeeping is complete before others' seeds reach it; a new round (or the result, or an
+error report) reaching a party discards what is left of its outbox (the coordinator
+ignores tiles of an abandoned round anyway).
+
 Examples
 --------
 >>> import numpy as np
@@ -19,6 +30,7 @@ Examples
 from __future__ import annotations
 
 import collections
+import itertools
 import secrets
 from dataclasses import dataclass, field
 
@@ -90,7 +102,8 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
                        coordinator_class=Coordinator,
                        identities: dict | None = None,
                        observe: Transcript | None = None,
-                       faults: dict | None = None) -> tuple[Outcome, Transcript]:
+                       faults: dict | None = None, out=None, memory_budget=None,
+                       tile_bytes=None) -> tuple[Outcome, Transcript]:
     """Run one complete session in memory.
 
     Parameters
@@ -123,6 +136,9 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
     faults : dict of str to str, optional
         ``{"party-2": "corrupt-upload"}``: that party deviates exactly as the gRPC party
         process's test fault of the same name (``protocols._grpc_party._corrupt``).
+    out, memory_budget, tile_bytes : optional
+        Where the coordinator accumulates the result (see :class:`Coordinator`); passed
+        to ``coordinator_class`` only when given.
 
     Returns
     -------
@@ -143,12 +159,17 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
                            parameters=parameters, identity_key=identities[name],
                            pinned=pinned, source=(sources or {}).get(name))
                for name in names}
+    storage = {key: value for key, value in (("out", out), ("memory_budget", memory_budget),
+                                             ("tile_bytes", tile_bytes)) if value is not None}
     coordinator = coordinator_class(session_id, parameters, names, pinned,
-                                    responders=responders, cluster=cluster)
+                                    responders=responders, cluster=cluster, **storage)
     transcript = observe if observe is not None else Transcript()
     transcript.parties, transcript.session_id = parties, session_id
     transcript.coordinator = coordinator
     queue = collections.deque()  # (destination, sender, envelope)
+    # per party: lazy generators of what it still has to send (its evaluation tiles)
+    outboxes = {name: collections.deque() for name in names}
+    turn = collections.deque(names)  # round-robin order of the outboxes
     faults = dict(faults or {})
     if faults:
         from ._grpc_party import _corrupt
@@ -180,7 +201,51 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
         for env in parties[name].start():
             queue.append((COORDINATOR, name, env))
 
+    def post(name, env):
+        if name in faults:
+            env = _corrupt(parties[name], wire(env), faults[name])
+        queue.append((COORDINATOR, name, env))
+
+    def pull(name) -> bool:
+        """Move the next message of ``name``'s outbox into the queue; False if empty."""
+        box = outboxes[name]
+        while box:
+            try:
+                env = next(box[0])
+            except StopIteration:
+                box.popleft()
+                continue
+            except ProtocolError as error:
+                box.clear()
+                queue.append((COORDINATOR, name, parties[name].error_report(error)))
+                return True
+            post(name, env)
+            return True
+        return False
+
+    def emit(name, produced) -> None:
+        """Send what a party produced: eagerly up to its first tile, lazily after."""
+        iterator = iter(produced)
+        for env in iterator:
+            if env.WhichOneof("body") == "tile":
+                outboxes[name].append(itertools.chain((env,), iterator))
+                return
+            post(name, env)
+
+    def pull_next() -> bool:
+        for _ in range(len(turn)):
+            name = turn[0]
+            turn.rotate(-1)
+            if name in coordinator.lost or parties[name].phase in ("failed", "done"):
+                outboxes[name].clear()
+                continue
+            if pull(name):
+                return True
+        return False
+
     while coordinator.outcome is None:
+        if not queue and pull_next():
+            continue
         if not queue:
             coordinator_step(coordinator.expire)
             if not queue and coordinator.outcome is None:
@@ -200,14 +265,15 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
             continue
         kind, _ = body_of(env)
         if drop.get(dest) == phase_of(kind):
+            outboxes[dest].clear()
             coordinator_step(coordinator.party_lost, dest, "process crashed")
             continue
+        if kind in ("round_start", "result", "error"):
+            outboxes[dest].clear()  # a new round (or the end) supersedes unsent tiles
         try:
-            for out in party.receive(env):
-                if dest in faults:
-                    out = _corrupt(party, wire(out), faults[dest])
-                queue.append((COORDINATOR, dest, out))
+            emit(dest, party.receive(env))
         except ProtocolError as error:
+            outboxes[dest].clear()
             if kind == "error":
                 continue
             queue.append((COORDINATOR, dest, party.error_report(error)))

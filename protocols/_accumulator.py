@@ -1,0 +1,577 @@
+"""The distance result out of core: one integer matrix, in RAM or memory-mapped on disk.
+
+This module sits in the protocol layer because the coordinator accumulates every
+evaluation tile into it as the tile arrives (issue 11); :mod:`omnifc` re-exports the
+public names (``omnifc.DistanceAccumulator``, ``omnifc.DistanceStore``,
+``omnifc.TiledDistances``): one implementation.
+
+An n x n result at n = 70,000 is 19.6 GB as int32 and 39.2 GB as int64: it cannot be held
+twice (integer and float), and above a memory budget not even once. This module keeps it
+as **one preallocated integer matrix**:
+
+- below ``memory_budget`` bytes it is a numpy array in RAM;
+- above it (or whenever ``out=`` names a file) it is a memory-mapped ``.npy`` file, which
+  numpy (``np.load(path, mmap_mode="r")``) and Dask (``dask.array.from_array``) read
+  directly. A JSON sidecar ``<out>.json`` records the scale and primes and is written
+  only when the matrix is complete, so a half-written file is never taken for a result.
+
+The storage type is int32 when one prime is used and every distance fits (the usual
+case: d = 784, q = 8, R = 1 gives at most 5.1e7), int64 otherwise.
+
+:class:`DistanceAccumulator` is the tile writer the coordinator accumulates uploads into:
+``add_tile(prime_index, a, b, values)`` adds a row block ``[a, b) x [a, n)`` modulo the
+prime (reduced on every add, so any number of uploads fit); :meth:`~DistanceAccumulator.finalize`
+then works tile by tile: checks that every row received the same number of
+contributions, combines the primes by CRT (extra primes live in uint32 scratch matrices
+that follow the same budget and are deleted afterwards), checks the no-wrap bound,
+mirrors the upper triangle, zeroes the diagonal, and returns a :class:`DistanceStore`
+in the same memory (no second n x n array).
+
+:class:`TiledDistances` is the float view D / 4^q: dequantized on the fly, one row block
+at a time, never as a second n x n array (unless the caller asks for one with
+``np.asarray``). ``omnifc.cluster`` and the estimators accept it (or the store, or a
+``omnifc.DistanceResult`` holding one) and switch to streamed algorithms when the
+dense ones would not fit the memory budget.
+
+Examples
+--------
+>>> import numpy as np
+>>> from protocols._accumulator import DistanceAccumulator
+>>> d = np.array([[0, 5, 9], [5, 0, 4], [9, 4, 0]])      # exact integer distances
+>>> acc = DistanceAccumulator(3, primes=[7, 11], scale_bits=1)
+>>> for k, p in enumerate((7, 11)):
+...     acc.add_tile(k, 0, 2, d[0:2, 0:] % p)              # rows [0, 2) x columns [0, 3)
+...     acc.add_tile(k, 2, 3, d[2:3, 2:] % p)
+>>> store = acc.finalize()
+>>> store.integer.tolist()
+[[0, 5, 9], [5, 0, 4], [9, 4, 0]]
+>>> store.distances[0].tolist()                           # D / 4^q, computed on access
+[0.0, 1.25, 2.25]
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from finite_field import InputError, ParameterError, ProtocolError, crt_combine
+
+__all__ = ["DistanceAccumulator", "DistanceStore", "TiledDistances", "DEFAULT_MEMORY_BUDGET",
+           "DEFAULT_TILE_BYTES", "storage_dtype", "discard_store"]
+
+logger = logging.getLogger("omnifc.store")
+
+#: Bytes of n x n data kept in RAM before the result moves to a memory-mapped file (2 GiB).
+DEFAULT_MEMORY_BUDGET = 2 * 2**30
+#: Bytes of one working tile (row block) in streamed passes (64 MiB).
+DEFAULT_TILE_BYTES = 64 * 2**20
+_FORMAT = "omnifc-distances/1"
+
+
+# -- kernels --------------------------------------------------------------------------
+_READONLY_U32 = numba.types.Array(numba.types.uint32, 2, "A", readonly=True)
+
+
+def _mod_add_impl(target, upload, p):
+    # target <- (target + upload) mod p for target, upload in [0, p), p < 2^31: the sum is
+    # below 2^32, so it fits the uint32 view of an int32 matrix too. Returns how many
+    # uploaded values were >= p (counted, not branched on, so the loop vectorizes).
+    rows, cols = upload.shape
+    bad = 0
+    for r in range(rows):
+        for c in range(cols):
+            v = upload[r, c]
+            bad += v >= p
+            s = target[r, c] + v
+            target[r, c] = s - p if s >= p else s
+    return bad
+
+
+_mod_add_u32 = numba.njit(numba.types.int64(numba.types.uint32[:, :], _READONLY_U32,
+                                            numba.types.uint32),
+                          cache=True, nogil=True)(_mod_add_impl)
+_mod_add_i64 = numba.njit(numba.types.int64(numba.types.int64[:, :], _READONLY_U32,
+                                            numba.types.int64),
+                          cache=True, nogil=True)(_mod_add_impl)
+
+
+# -- storage helpers ------------------------------------------------------------------
+def _check_budget(memory_budget) -> int:
+    if memory_budget is None:
+        return DEFAULT_MEMORY_BUDGET
+    if isinstance(memory_budget, bool) or not isinstance(memory_budget, (int, np.integer)) \
+            or memory_budget < 0:
+        raise ParameterError(f"memory_budget must be a non-negative number of bytes, got "
+                             f"{memory_budget!r}")
+    return int(memory_budget)
+
+
+def _check_tile_bytes(tile_bytes) -> int:
+    if tile_bytes is None:
+        return DEFAULT_TILE_BYTES
+    if isinstance(tile_bytes, bool) or not isinstance(tile_bytes, (int, np.integer)) \
+            or tile_bytes < 1:
+        raise ParameterError(f"tile_bytes must be a positive number of bytes, got "
+                             f"{tile_bytes!r}")
+    return int(tile_bytes)
+
+
+def _rows_per_tile(n: int, bytes_per_row: int, tile_bytes: int) -> int:
+    return max(1, min(n, tile_bytes // max(1, bytes_per_row)))
+
+
+def storage_dtype(distance_bound: int | None, n_primes: int) -> np.dtype:
+    """int32 when one prime is used and every distance fits below 2^31, else int64."""
+    if n_primes == 1 and distance_bound is not None and distance_bound < 2**31:
+        return np.dtype(np.int32)
+    return np.dtype(np.int64)
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+class DistanceStore:
+    """A finished exact integer distance matrix, in RAM or memory-mapped, plus its scale.
+
+    Usually made by :meth:`DistanceAccumulator.finalize`, :func:`plaintext_distance_store`
+    or :meth:`open`.
+
+    Attributes
+    ----------
+    integer : ndarray (or numpy.memmap) of int32 or int64, shape (n, n)
+        The exact integer squared distances (symmetric, zero diagonal).
+    scale_bits : int
+        q: ``distances = integer / 4^q``.
+    path : pathlib.Path or None
+        The ``.npy`` file when on disk.
+    memory_budget, tile_bytes : int
+        Used by the streamed algorithms to decide dense vs streamed and tile sizes.
+    """
+
+    def __init__(self, integer, *, scale_bits: int, path=None, memory_budget=None,
+                 tile_bytes=None, parameters=None, _cleanup=None):
+        self.integer = integer
+        self.scale_bits = int(scale_bits)
+        self.path = None if path is None else Path(path)
+        self.memory_budget = _check_budget(memory_budget)
+        self.tile_bytes = _check_tile_bytes(tile_bytes)
+        self.parameters = dict(parameters or {})
+        self._cleanup = _cleanup  # removes a temporary directory when the store goes away
+
+    @property
+    def n(self) -> int:
+        return int(self.integer.shape[0])
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self.integer.shape)
+
+    @property
+    def on_disk(self) -> bool:
+        return isinstance(self.integer, np.memmap)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.integer.nbytes)
+
+    @property
+    def factor(self) -> float:
+        """1 / 4^q, exact in float64."""
+        return 1.0 / float(4 ** self.scale_bits)
+
+    @property
+    def distances(self) -> "TiledDistances":
+        """The dequantized float view (lazy)."""
+        return TiledDistances(self)
+
+    @classmethod
+    def open(cls, path, *, memory_budget=None, tile_bytes=None) -> "DistanceStore":
+        """Open a finished result file (read-only memory map); its JSON sidecar must exist."""
+        path = Path(path)
+        side = _sidecar(path)
+        if not side.is_file():
+            raise InputError(f"{path} is not a finished omnifc distance file: its sidecar "
+                             f"{side.name} is missing (written only when the result is "
+                             "complete)")
+        meta = json.loads(side.read_text())
+        if meta.get("format") != _FORMAT:
+            raise InputError(f"{side} has format {meta.get('format')!r}, expected {_FORMAT!r}")
+        integer = np.load(path, mmap_mode="r")
+        if integer.shape != (meta["n"], meta["n"]) or str(integer.dtype) != meta["dtype"]:
+            raise InputError(f"{path} holds {integer.dtype} {integer.shape}, the sidecar says "
+                             f"{meta['dtype']} ({meta['n']}, {meta['n']})")
+        return cls(integer, scale_bits=meta["scale_bits"], path=path,
+                   memory_budget=memory_budget, tile_bytes=tile_bytes,
+                   parameters=meta.get("parameters", {}))
+
+    @classmethod
+    def from_integer(cls, matrix, *, scale_bits: int, distance_bound: int | None = None,
+                     out=None, memory_budget=None, tile_bytes=None,
+                     parameters=None) -> "DistanceStore":
+        """Copy an exact integer distance matrix (e.g. a coordinator's in-memory result)
+        into a store, row block by row block (int32 when ``distance_bound`` < 2^31).
+
+        >>> import numpy as np
+        >>> store = DistanceStore.from_integer(np.array([[0, 4], [4, 0]]), scale_bits=1,
+        ...                                    distance_bound=8)
+        >>> store.integer.dtype.name, store.distances[0, 1]
+        ('int32', np.float64(1.0))
+        """
+        matrix = np.asarray(matrix)
+        if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or matrix.shape[0] < 1 \
+                or not np.issubdtype(matrix.dtype, np.integer):
+            raise InputError(f"an integer square matrix is needed, got {matrix.dtype} "
+                             f"{matrix.shape}")
+        n = matrix.shape[0]
+        dtype = storage_dtype(distance_bound, 1)
+        budget = _check_budget(memory_budget)
+        if out is not None and (Path(out).exists() or _sidecar(Path(out)).exists()):
+            raise ParameterError(f"out={str(out)!r} exists already; choose a new path")
+        array, path, tmpdir = _allocate((n, n), dtype, path=None if out is None else Path(out),
+                                        budget=budget, name="distances")
+        tile_bytes = _check_tile_bytes(tile_bytes)
+        rows = _rows_per_tile(n, n * 8, tile_bytes)
+        for a in range(0, n, rows):
+            block = matrix[a:a + rows]
+            if distance_bound is not None and block.size and (
+                    block.min() < 0 or block.max() > distance_bound):
+                _remove(tmpdir if tmpdir is not None else path)
+                raise InputError(f"distances must lie in [0, {distance_bound}]")
+            array[a:a + rows] = block
+        if isinstance(array, np.memmap):
+            array.flush()
+        if out is not None:
+            _sidecar(Path(out)).write_text(json.dumps({
+                "format": _FORMAT, "n": n, "dtype": str(dtype), "scale_bits": int(scale_bits),
+                "primes": [], "distance_bound": distance_bound,
+                "parameters": dict(parameters or {})}, default=str))
+        store = cls(array, scale_bits=scale_bits, path=path, memory_budget=budget,
+                    tile_bytes=tile_bytes, parameters=parameters)
+        if tmpdir is not None:
+            store._cleanup = weakref.finalize(store, _remove, tmpdir)
+        return store
+
+    def rows_per_tile(self, bytes_per_entry: int = 16) -> int:
+        """Rows of one working tile: ``tile_bytes`` over n entries of ``bytes_per_entry``
+        (integer block plus its float copy by default)."""
+        return _rows_per_tile(self.n, self.n * bytes_per_entry, self.tile_bytes)
+
+    def __repr__(self) -> str:
+        where = f"on disk at {self.path}" if self.on_disk else "in memory"
+        return (f"DistanceStore(n={self.n}, dtype={self.integer.dtype}, scale_bits="
+                f"{self.scale_bits}, {where})")
+
+
+def _allocate(shape, dtype, *, path: Path | None, budget: int, name: str):
+    """An array in RAM if it fits ``budget`` and no path is given, else a .npy memmap.
+
+    Returns (array, path or None, temporary directory or None).
+    """
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if path is None and nbytes <= budget:
+        return np.zeros(shape, dtype=dtype), None, None
+    tmpdir = None
+    if path is None:
+        tmpdir = tempfile.mkdtemp(prefix="omnifc-distances-")
+        path = Path(tmpdir) / f"{name}.npy"
+    array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+    logger.info("%s: %.2f GB memory-mapped at %s", name, nbytes / 1e9, path)
+    return array, path, tmpdir
+
+
+def _remove(*paths) -> None:
+    for p in paths:
+        if p is None:
+            continue
+        p = Path(p)
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
+
+
+def discard_store(store: "DistanceStore | None") -> None:
+    """Delete a finished store's files (its ``.npy``, sidecar, temporary directory).
+
+    Fail closed: a session that fails after :meth:`DistanceAccumulator.finalize` (e.g. in
+    its clustering callback) must not leave a result behind.
+    """
+    if store is None:
+        return
+    cleanup = store._cleanup
+    if cleanup is not None:
+        cleanup()
+    if store.path is not None:
+        _remove(store.path, _sidecar(store.path))
+    store.integer = None
+
+
+class DistanceAccumulator:
+    """Accumulate row-block uploads mod p into one preallocated result; finalize tile-wise.
+
+    Parameters
+    ----------
+    n : int
+        Number of rows (the result is n x n).
+    primes : sequence of int
+        The primes of the residue number system (each < 2^31).
+    scale_bits : int
+        q, for the float view D / 4^q.
+    distance_bound : int, optional
+        The largest possible distance (``CodingPlan.distance_bound``): chooses int32
+        storage when it fits and is checked at :meth:`finalize` (a larger value means a
+        corrupted contribution). Without it the storage is int64 and nothing is checked.
+    out : str or path, optional
+        Put the result in this ``.npy`` file (memory-mapped), whatever its size. Must
+        not exist.
+    memory_budget : int, optional
+        Bytes of n x n data to keep in RAM (default :data:`DEFAULT_MEMORY_BUDGET`); above
+        it, and without ``out``, the result goes to a memory-mapped file in a temporary
+        directory removed with the store.
+    tile_bytes : int, optional
+        Working tile size of :meth:`finalize` and of the streamed algorithms.
+
+    Notes
+    -----
+    Every upload must hold reduced values in [0, p); a larger value raises
+    :class:`ParameterError` and nothing is added. If the accumulator is dropped, or
+    :meth:`abort` is called, before :meth:`finalize`, its files are deleted: a partial
+    result is never left behind.
+    """
+
+    def __init__(self, n: int, primes, *, scale_bits: int, distance_bound: int | None = None,
+                 out=None, memory_budget=None, tile_bytes=None, parameters=None):
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ParameterError(f"n must be a positive integer, got {n!r}")
+        self.n = int(n)
+        self.primes = tuple(int(p) for p in primes)
+        if not self.primes or any(not 2 <= p < 2**31 for p in self.primes):
+            raise ParameterError(f"primes must be a non-empty list of moduli in [2, 2^31), got "
+                                 f"{list(self.primes)}")
+        self.scale_bits = int(scale_bits)
+        self.distance_bound = None if distance_bound is None else int(distance_bound)
+        self.memory_budget = _check_budget(memory_budget)
+        self.tile_bytes = _check_tile_bytes(tile_bytes)
+        self.parameters = dict(parameters or {})
+        self.out = None if out is None else Path(out)
+        if self.out is not None and (self.out.exists() or _sidecar(self.out).exists()):
+            raise ParameterError(f"out={str(self.out)!r} exists already; choose a new path")
+        self.dtype = storage_dtype(self.distance_bound, len(self.primes))
+        shape = (self.n, self.n)
+        # RAM use of everything n x n decides where all of it lives
+        total = self.n * self.n * (self.dtype.itemsize + 4 * (len(self.primes) - 1))
+        budget = self.memory_budget if total <= self.memory_budget else -1
+        self._result, self._path, self._tmpdir = _allocate(
+            shape, self.dtype, path=self.out, budget=budget, name="distances")
+        self._scratch = []  # residues of the primes after the first (uint32)
+        self._scratch_paths = []
+        for k in range(1, len(self.primes)):
+            scratch_path = None
+            if self._path is not None:
+                scratch_path = self._path.with_name(self._path.stem + f".residues-{k}.npy")
+            array, path, _ = _allocate(shape, np.uint32, path=scratch_path, budget=budget,
+                                       name=f"residues-{k}")
+            self._scratch.append(array)
+            self._scratch_paths.append(path)
+        self._contributions = np.zeros((len(self.primes), self.n), dtype=np.int64)
+        self._finished = False
+        self._finalizer = weakref.finalize(self, _remove, *self._owned_paths())
+
+    def _owned_paths(self) -> list:
+        paths = [p for p in self._scratch_paths if p is not None]
+        if self._tmpdir is not None:
+            paths.append(self._tmpdir)
+        elif self._path is not None:
+            paths.append(self._path)
+        return paths
+
+    def _target(self, k: int):
+        if k == 0:
+            return self._result.view(np.uint32) if self.dtype == np.int32 else self._result
+        return self._scratch[k - 1]
+
+    def add_tile(self, prime_index: int, row_start: int, row_stop: int, values) -> None:
+        """Add ``values`` (rows [row_start, row_stop) x columns [row_start, n)) mod p.
+
+        ``values`` has shape (row_stop - row_start, n - row_start) and holds reduced
+        residues in [0, p) (any integer dtype). Entries left of the diagonal inside the
+        block are ignored by :meth:`finalize`.
+        """
+        if self._finished:
+            raise ProtocolError("the accumulator is finalized (or aborted); no more tiles")
+        if isinstance(prime_index, bool) or not 0 <= int(prime_index) < len(self.primes):
+            raise ParameterError(f"prime_index must be in [0, {len(self.primes)}), got "
+                                 f"{prime_index!r}")
+        k, a, b = int(prime_index), int(row_start), int(row_stop)
+        if not 0 <= a < b <= self.n:
+            raise ParameterError(f"row block must satisfy 0 <= row_start < row_stop <= "
+                                 f"{self.n}, got [{a}, {b})")
+        values = np.asarray(values)
+        expected = (b - a, self.n - a)
+        if values.shape != expected:
+            raise ParameterError(f"tile rows [{a}, {b}) needs shape {expected}, got "
+                                 f"{values.shape}")
+        p = self.primes[k]
+        if values.dtype != np.uint32:
+            if values.size and (values.min() < 0 or values.max() >= p):
+                raise ParameterError(f"tile values must be reduced residues in [0, {p})")
+            values = values.astype(np.uint32)
+        elif values.size and values.max() >= p:  # checked first: nothing is added on error
+            raise ParameterError(f"tile values must be reduced residues in [0, {p})")
+        target = np.asarray(self._target(k)[a:b, a:])  # a view (memmap -> ndarray)
+        kernel = _mod_add_u32 if target.dtype == np.uint32 else _mod_add_i64
+        kernel(target, values, target.dtype.type(p))
+        self._contributions[k, a:b] += 1
+
+    def abort(self) -> None:
+        """Drop everything written so far (files included)."""
+        self._finished = True
+        self._result = None
+        self._scratch = []
+        self._finalizer()
+
+    def finalize(self) -> DistanceStore:
+        """Combine, check, mirror (tile by tile) and return the finished :class:`DistanceStore`.
+
+        Raises :class:`ProtocolError` (and deletes the files) if some row received a
+        different number of contributions than the others for some prime, or if a
+        combined distance exceeds ``distance_bound``.
+        """
+        if self._finished:
+            raise ProtocolError("the accumulator is finalized (or aborted) already")
+        counts = self._contributions
+        try:
+            if counts.min() < 1 or counts.max() != counts.min():
+                expected = max(1, int(counts.max()))
+                k, row = np.unravel_index(np.argmax(counts != expected), counts.shape)
+                raise ProtocolError(
+                    f"incomplete result: row {row} received {counts[k, row]} contributions "
+                    f"for prime {self.primes[k]}, expected {expected} like the others")
+            self._finalize_tiles()
+        except BaseException:
+            self.abort()
+            raise
+        self._finished = True
+        self._finalizer.detach()
+        result, scratch_paths = self._result, self._scratch_paths
+        self._scratch = []
+        _remove(*scratch_paths)
+        if isinstance(result, np.memmap):
+            result.flush()
+        if self.out is not None:
+            _sidecar(self.out).write_text(json.dumps({
+                "format": _FORMAT, "n": self.n, "dtype": str(self.dtype),
+                "scale_bits": self.scale_bits, "primes": list(self.primes),
+                "distance_bound": self.distance_bound, "parameters": self.parameters},
+                default=str))
+        cleanup = None
+        store = DistanceStore(result, scale_bits=self.scale_bits, path=self._path,
+                              memory_budget=self.memory_budget, tile_bytes=self.tile_bytes,
+                              parameters=self.parameters)
+        if self._tmpdir is not None:
+            cleanup = weakref.finalize(store, _remove, self._tmpdir)
+            store._cleanup = cleanup
+        return store
+
+    def _finalize_tiles(self) -> None:
+        n, result = self.n, self._result
+        # integer tile + residues + a float-free CRT: about 8 bytes per prime and entry, x2
+        rows = _rows_per_tile(n, n * 16 * len(self.primes), self.tile_bytes)
+        bound = self.distance_bound
+        for a in range(0, n, rows):
+            b = min(n, a + rows)
+            residues = [np.asarray(self._target(k)[a:b, a:], dtype=np.int64)
+                        for k in range(len(self.primes))]
+            tile = crt_combine(residues, self.primes) if len(self.primes) > 1 else residues[0]
+            square = tile[:, : b - a]
+            upper = np.triu(square, 1)
+            square[...] = upper + upper.T  # diagonal zero, lower part mirrored from above
+            if bound is not None and tile.size and int(tile.max()) > bound:
+                raise ProtocolError(
+                    f"combined distances exceed the largest possible value ({int(tile.max())} "
+                    f"> {bound}): a contribution was corrupted")
+            result[a:b, a:] = tile
+            if b < n:
+                result[b:, a:b] = tile[:, b - a:].T
+
+
+class TiledDistances:
+    """The float squared distances D / 4^q of a :class:`DistanceStore`, computed on access.
+
+    Supports ``shape``, ``len``, indexing (``view[i]``, ``view[a:b]``, ``view[i, j]``, any
+    numpy index of the integer matrix, returned as float64), :meth:`rows`,
+    :meth:`take_rows` and :meth:`tiles` for streamed passes. ``np.asarray(view)``
+    materializes the whole n x n float64 matrix: the one operation that makes a copy of
+    that size (it logs a warning when the store is on disk).
+    """
+
+    ndim = 2
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, store: DistanceStore):
+        self.store = store
+
+    @property
+    def shape(self) -> tuple:
+        return self.store.shape
+
+    @property
+    def n(self) -> int:
+        return self.store.n
+
+    @property
+    def size(self) -> int:
+        return self.n * self.n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _scale(self, integer):
+        return np.multiply(np.asarray(integer), self.store.factor, dtype=np.float64)
+
+    def __getitem__(self, key):
+        return self._scale(self.store.integer[key])
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows [start, stop) against all columns, float64."""
+        return self._scale(self.store.integer[start:stop])
+
+    def take_rows(self, indices) -> np.ndarray:
+        """The rows ``indices`` (any order, repeats allowed), float64 (len, n)."""
+        indices = np.asarray(indices, dtype=np.int64)
+        return self._scale(self.store.integer[indices])
+
+    def tiles(self, rows_per_tile: int | None = None, *, integer: bool = False):
+        """Yield ``(start, stop, block)`` over consecutive row blocks (float, or the raw
+        integer block with ``integer=True``)."""
+        rows = self.store.rows_per_tile() if rows_per_tile is None else int(rows_per_tile)
+        for a in range(0, self.n, rows):
+            b = min(self.n, a + rows)
+            block = self.store.integer[a:b]
+            yield a, b, (np.asarray(block) if integer else self._scale(block))
+
+    def fits_in_memory(self, copies: int = 4) -> bool:
+        """Whether ``copies`` dense float64 n x n arrays fit the store's memory budget."""
+        return copies * 8 * self.n * self.n <= self.store.memory_budget
+
+    def __array__(self, dtype=None, copy=None):
+        if self.store.on_disk:
+            logger.warning("materializing the on-disk %d x %d distance matrix in memory "
+                           "(%.2f GB)", self.n, self.n, 8 * self.size / 1e9)
+        out = self._scale(self.store.integer)
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __repr__(self) -> str:
+        return f"TiledDistances({self.store!r})"
