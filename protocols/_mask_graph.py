@@ -13,7 +13,7 @@ that separates G gives partial sums: the collusion threshold is exactly k - 1.
 The graph is the Harary graph H_{k,n} (n = |B|) on the positions of B in roster order:
 position i is joined to i +- 1, ..., i +- floor(k/2) (mod n); for odd k also to the
 "opposite" position (i + n/2 for even n; for odd n the edges {i, i + (n+1)/2} for
-i = 0..(n-1)/2, so one vertex has degree k + 1). H_{k,n} is k-vertex-connected with the
+i = 0..(n-1)/2, so one vertex has degree k + 1); H_{1,n} is the path 0-1-...-(n-1). H_{k,n} is k-vertex-connected with the
 fewest edges possible (Harary, 1962). ``degree`` 0, or any degree >= n - 1, gives the
 complete graph. It is a function of public, agreed values only (B as shown and the
 session's ``mask_degree``, which every party checks in the roster), so every honest
@@ -61,6 +61,8 @@ def _effective(n: int, degree: int) -> int:
 def mask_edges(n: int, degree: int) -> set:
     """Edges {(i, j), i < j} of H_{k,n} over positions 0..n-1 (complete if k >= n - 1)."""
     k = _effective(n, degree)
+    if k == 1:  # H_{1,n}: the path 0-1-...-(n-1), connected with the fewest edges
+        return {(i, i + 1) for i in range(n - 1)}
     edges = set()
     for i in range(n):
         for step in range(1, k // 2 + 1):
