@@ -37,7 +37,8 @@ import numpy as np
 
 from ._errors import ParameterError
 
-__all__ = ["masked_upload", "masked_upload_streams", "add_upload", "symmetrize_mod"]
+__all__ = ["masked_upload", "masked_upload_streams", "mask_words", "add_upload",
+           "symmetrize_mod"]
 
 
 @numba.njit("int64(int64, int64, float64)", cache=True, nogil=True)
@@ -92,6 +93,29 @@ def _weighted_start(values, weight, p, acc):
             bad += (v < 0) | (v >= p)
             acc[base + c] = v * weight
     return bad
+
+
+@numba.njit("int64(uint32[::1], uint32, int64)", cache=True, nogil=True)
+def _mask_words_kernel(words, bits, p):
+    rejected = 0
+    for i in range(words.shape[0]):
+        w = words[i] & bits
+        words[i] = w
+        rejected += np.int64(w) >= p
+    return rejected
+
+
+def mask_words(words: np.ndarray, bits: int, p: int) -> int:
+    """Mask keystream words to ``bits`` in place (one pass); how many are then >= p.
+
+    The first step of rejection sampling (:func:`finite_field.uniform_elements`): 0 means
+    every word is already a uniform element of GF(p).
+
+    >>> w = np.array([0xFFFF0003, 12, 13], dtype=np.uint32)
+    >>> mask_words(w, 0xF, 13), w.tolist()
+    (1, [3, 12, 13])
+    """
+    return int(_mask_words_kernel(words, np.uint32(bits), int(p)))
 
 
 @numba.njit("void(int64[::1], uint32[::1], int64, int64)", cache=True, nogil=True)

@@ -63,7 +63,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from finite_field import IntegrityError, ParameterError
+from finite_field import IntegrityError, ParameterError, mask_words
 
 __all__ = ["PROTOCOL_VERSION", "EphemeralKey", "PairKeys", "KeyStream", "MaskView",
            "transcript", "roster_digest", "view_mask_key", "group_mask_key", "stream_elements",
@@ -190,18 +190,18 @@ class ElementStream:
         self._mask = np.uint32((1 << (prime - 1).bit_length()) - 1)
         self._buffer = np.empty(0, dtype=np.uint32)
 
-    def _draw(self, out: np.ndarray) -> None:
-        # Raw masked words of the stream into ``out`` (contiguous uint32, <= MASK_CHUNK).
-        self._encryptor.update_into(_ZEROS[:4 * out.size], memoryview(out).cast("B"))
-        np.bitwise_and(out, self._mask, out=out)
+    def _draw(self, out: np.ndarray) -> int:
+        # Masked words of the stream into ``out`` (contiguous uint32, <= MASK_CHUNK); how
+        # many of them are >= p.
+        self._encryptor.update_into(_ZEROS[:4 * out.size], out.view(np.uint8))
+        return mask_words(out, self._mask, self._prime)
 
     def fill(self, out: np.ndarray) -> np.ndarray:
         """Write the next ``out.size`` elements into ``out`` (contiguous uint32, 1-D)."""
         p = self._prime
         for start in range(0, out.size, MASK_CHUNK):
             chunk = out[start:start + MASK_CHUNK]
-            self._draw(chunk)
-            if int(chunk.max()) < p:  # no word rejected: the usual case for p near 2^31
+            if not self._draw(chunk):  # no word rejected: the usual case for p near 2^31
                 continue
             kept = chunk[chunk < p]
             filled = kept.size
