@@ -69,11 +69,17 @@ _BLOCK_ELEMENTS = 1 << 22
 
 
 def _block_stop(tiles, first: int, n: int) -> int:
-    """End row of the block of consecutive tiles starting at ``tiles[first]``."""
+    """End row of the block of consecutive tiles starting at ``tiles[first]``.
+
+    A block of rows [start, stop) is computed against columns start..n-1, so its lower
+    triangle (about (stop - start)^2 / 2 entries) is computed and thrown away: blocks are
+    kept to at most 1/8 of the remaining columns (under 1/16 wasted), besides the
+    element budget, so a small matrix is not computed in full instead of its triangle.
+    """
     start = tiles[first][0]
     stop = tiles[first][1]
     for a, b in tiles[first + 1:]:
-        if (b - start) * (n - start) > _BLOCK_ELEMENTS:
+        if (b - start) * (n - start) > _BLOCK_ELEMENTS or 8 * (b - start) > n - start:
             break
         stop = b
     return stop
