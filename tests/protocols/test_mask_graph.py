@@ -271,3 +271,28 @@ def test_config_key_loads_validates_round_trips_and_reaches_the_parameters(tmp_p
         with pytest.raises(ParameterError, match=match):
             load_session_config(_write(tmp_path, BASE.replace(
                 "primes = []", f"primes = []\nmask_degree = {value}"), "bad.toml"))
+
+
+def test_the_audit_reports_the_collusion_threshold_of_the_mask_graph(tmp_path):
+    from test_config import BASE, _write
+
+    from omnifc.audit import AuditParameters
+    from omnifc.audit._transport import check_transport
+
+    def row(degree, t, m_extra=0):
+        text = BASE.replace("primes = []", f"primes = []\nmask_degree = {degree}") \
+            .replace("noise_segments = 1", f"noise_segments = {t}")
+        for i in range(m_extra):  # more parties, so that 2l + 2t - 1 <= m
+            text += f'\n[[parties]]\nname = "x{i}"\nidentity_public_key = "{i + 1:02x}{"d" * 62}"\n'
+        check = check_transport(AuditParameters.from_config(_write(tmp_path, text)))
+        [found] = [r for r in check.evidence["items"] if r[0] == "mask graph"]
+        return found, check
+
+    found, check = row(0, 1)
+    assert "every pair masks" in found[1] and "up to 1 parties" in found[1]  # m = 3: m - 2
+    assert found[3] == "ok" and check.evidence["mask_collusion_threshold"] == 1
+    found, check = row(2, 2, m_extra=3)  # m = 6, t = 2: degree 2 withstands 1 < t
+    assert found[3] == "FAIL" and "withstands only 1 colluding parties, fewer than t = 2" \
+        in " ".join(check.reasons)
+    found, _ = row(3, 2, m_extra=3)
+    assert found[3] == "ok" and "up to 2 parties" in found[1]
