@@ -127,6 +127,14 @@ def _accumulate_words(acc, words, p, negate):
         acc[i] += offset + sign * np.int64(words[i])
 
 
+@numba.njit("void(int64[::1], uint32[::1], int64, int64)", cache=True, nogil=True)
+def _accumulate_scaled(acc, words, p, coefficient):
+    # acc = (acc mod p) + coefficient * w: both terms < 2^31, so it stays below 2^63 - 3p.
+    p_inv = 1.0 / p
+    for i in range(acc.shape[0]):
+        acc[i] = _reduce(acc[i], p, p_inv) + coefficient * np.int64(words[i])
+
+
 @numba.njit("void(int64[::1], int64, uint32[:, ::1])", cache=True, nogil=True)
 def _reduce_into(acc, p, out):
     rows, cols = out.shape
@@ -221,21 +229,25 @@ STREAM_CHUNK = 1 << 15
 def masked_upload_streams(values, weight: int, streams, p: int) -> np.ndarray:
     """:func:`masked_upload` with the masks drawn from streams chunk by chunk.
 
-    ``(weight * values + sum(+stream) + sum(-stream)) mod p`` as uint32, computed in
+    ``(weight * values + sum(coefficient * stream)) mod p`` as uint32, computed in
     chunks of whole rows (about :data:`STREAM_CHUNK` elements): each stream fills a
     chunk that is added at once while it is in cache, so no mask array of the whole
-    upload ever exists and memory stays O(chunk) per stream.
+    upload ever exists and memory stays O(chunk) per stream. One mechanism for the
+    pairwise masks (coefficients +1 and -1) and the integrity group masks (rho_G times
+    the party's entry z_G[j] of the group's null vector).
 
     Parameters
     ----------
     values : ndarray of int64, 2-D (any strides) or 1-D
         Reduced field elements in [0, p); anything else raises ParameterError.
     weight : int
-        The party's decoding weight c_j (1 for a plain sum).
-    streams : sequence of (stream, negate)
+        The party's decoding weight c_j (1 for a plain sum or an unweighted upload).
+    streams : sequence of (stream, coefficient)
         ``stream.next(count)`` returns the stream's next ``count`` elements as a
         contiguous uint32 array of values in [0, p) (flattened in row-major order of
-        ``values``); ``negate`` subtracts it instead of adding it.
+        ``values``); ``coefficient`` is an int (taken mod p; ``True``/``False`` are
+        accepted as -1/+1 for "negate"). +1 and -1 are plain additions, any other
+        coefficient a multiply-and-reduce per element.
     p : int
         The prime (< 2^31).
     """
@@ -247,8 +259,13 @@ def masked_upload_streams(values, weight: int, streams, p: int) -> np.ndarray:
     grid = array.reshape(1, -1) if array.ndim == 1 else array
     if grid.ndim != 2:
         raise ParameterError(f"values must be 1-D or 2-D, got shape {shape}")
-    streams = [(stream, int(bool(negate))) for stream, negate in streams]
-    if len(streams) > 2**30:  # pragma: no cover - int64 headroom
+    plan = []
+    for stream, coefficient in streams:
+        if isinstance(coefficient, (bool, np.bool_)):
+            coefficient = -1 if coefficient else 1
+        coefficient = int(coefficient) % p
+        plan.append((stream, coefficient))
+    if len(plan) > 2**30:  # pragma: no cover - int64 headroom
         raise ParameterError("too many masks for one accumulator")
     rows, cols = grid.shape
     out = np.empty(grid.shape, dtype=np.uint32)
@@ -260,12 +277,17 @@ def masked_upload_streams(values, weight: int, streams, p: int) -> np.ndarray:
         chunk = acc[:(r1 - r0) * cols]
         if _weighted_start(grid[r0:r1], weight, p, chunk):
             raise ParameterError(f"values must be reduced field elements in [0, {p})")
-        for stream, negate in streams:
+        for stream, coefficient in plan:
             words = stream.next(chunk.size)
             if words.shape != chunk.shape or words.dtype != np.uint32:
                 raise ParameterError(f"a mask stream returned {words.shape} {words.dtype}, "
                                      f"expected ({chunk.size},) uint32")
-            _accumulate_words(chunk, words, p, negate)
+            if coefficient == 1:
+                _accumulate_words(chunk, words, p, 0)
+            elif coefficient == p - 1:
+                _accumulate_words(chunk, words, p, 1)
+            elif coefficient:
+                _accumulate_scaled(chunk, words, p, coefficient)
         _reduce_into(chunk, p, out[r0:r1])
     return out.reshape(shape)
 

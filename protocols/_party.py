@@ -44,13 +44,12 @@ from typing import Iterator
 import numpy as np
 
 from finite_field import (InputError, IntegrityError, OmniFCError, PeerError, ProtocolError,
-                          Quantizer, cross_sq_distances, encode_rows, integrity_upload,
-                          masked_upload_streams)
+                          Quantizer, cross_sq_distances, encode_rows, masked_upload_streams)
 
 from ._crypto import (PROTOCOL_VERSION, RUN_NONCE_BYTES, EphemeralKey, MaskView, PairKeys,
                       new_run_nonce, roster_digest, transcript)
 from ._identity import public_key_bytes, sign, verify
-from ._integrity import group_coefficients, round_checks
+from ._integrity import group_streams, round_checks
 from ._mask_graph import mask_neighbours
 from ._generated import omnifc_pb2 as pb
 from ._messages import (SessionParameters, SumPlan, body_of, check_row_caps, chunk_rows,
@@ -526,10 +525,9 @@ class Party:
                     start = block[0]
                     values = block[2][a - start:b - start, a - start:]
                 if masked and checks is not None:  # U_j = g(beta_j) + M_j (unweighted)
-                    coefficients = group_coefficients(checks, k, self.party_id, self._seeds,
-                                                      view, tile_index, values.size)
-                    values = integrity_upload(values, checks.groups[k],
-                                              checks.index(self.party_id), coefficients, p)
+                    streams = [(stream, z) for _, stream, z in group_streams(
+                        checks, k, self.party_id, self._seeds, view, tile_index)]
+                    values = masked_upload_streams(values, 1, streams, p)
                 elif masked:  # c_j * g(beta_j) + PRG for later peers - PRG for earlier ones
                     streams = [(keys.mask_stream(p, view=view, tile_index=tile_index),
                                 peer_index < self.index) for peer_index, keys in others]

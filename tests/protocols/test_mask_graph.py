@@ -296,3 +296,48 @@ def test_the_audit_reports_the_collusion_threshold_of_the_mask_graph(tmp_path):
         in " ".join(check.reasons)
     found, _ = row(3, 2, m_extra=3)
     assert found[3] == "ok" and "up to 2 parties" in found[1]
+
+
+@pytest.mark.parametrize("p", [257, 2**31 - 1, 1073741827])
+def test_streams_with_any_coefficient_equal_python_integers(p):
+    # The integrity group masks add rho_G * z_G[j]: coefficients other than +-1.
+    rng = np.random.default_rng(p % 97)
+    values = rng.integers(0, p, (40, 1500))
+    coefficients = [0, 1, p - 1, int(rng.integers(2, p - 1)), int(rng.integers(2, p - 1)),
+                    -3, p + 5]
+    keys = [bytes(rng.integers(0, 256, 32, dtype=np.uint8)) for _ in coefficients]
+    streams = [(ElementStream(key, p), c) for key, c in zip(keys, coefficients)]
+    got = masked_upload_streams(values, 7, streams, p)
+    expected = [7 * int(v) for v in values.reshape(-1)]
+    for key, c in zip(keys, coefficients):
+        mask = _reference_mask_raw(key, p, values.size)
+        expected = [e + c * m for e, m in zip(expected, mask)]
+    assert got.reshape(-1).tolist() == [e % p for e in expected]
+
+
+def test_a_partys_streamed_integrity_upload_equals_integrity_upload():
+    # One general mechanism: the party's tile equals finite_field.integrity_upload of the
+    # whole rho_G arrays (the construction before the streams).
+    from finite_field import integrity_upload
+    from protocols._integrity import group_coefficients
+
+    data = random_data([30, 25, 20, 30, 25], 3, seed=11)
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8, chunk_bytes=4096)
+    outcome, transcript = run_memory_session(data, params, record=True)
+    assert np.array_equal(outcome.integer, plaintext_sq_distances(all_rows(data), 1.0, 8))
+    name = "party-1"
+    party = transcript.parties[name]
+    checks = party._checks
+    assert checks is not None  # m = 5 > 2l + 2t - 1 = 3: integrity checks ran
+    view = party._view(party._round, party._responders)
+    tiles = [m.envelope().tile for m in transcript.of_kind("tile") if m.sender == name]
+    assert len(tiles) > 2
+    for tile in tiles:
+        p = party.plan.primes[tile.prime_index]
+        values = party._evaluate(tile.prime_index, tile.row_start, tile.row_stop)
+        rho = group_coefficients(checks, tile.prime_index, name, party._seeds, view,
+                                 tile.tile_index, values.size)
+        expected = integrity_upload(values, checks.groups[tile.prime_index],
+                                    checks.index(name), rho, p)
+        got = np.frombuffer(tile.values, "<u4").reshape(values.shape)
+        assert np.array_equal(got, expected)
