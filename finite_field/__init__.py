@@ -5,7 +5,8 @@ caller keeps noise and shares secret. It imports only numpy, numba and galois (t
 for setup-time primality); a test proves it never imports the layers above.
 """
 
-from ._aggregate import add_upload, masked_upload, symmetrize_mod
+from ._aggregate import (add_upload, mask_words, masked_upload, masked_upload_streams,
+                         symmetrize_mod)
 from ._attribution import Attribution, attribute, located_errors
 from ._crt import crt_combine
 from ._errors import (DeadlineError, DeviationError, InputError, IntegrityError, OmniFCError, ParameterError,
@@ -35,7 +36,8 @@ __all__ = [
     "CodingPlan", "make_plan", "parties_needed", "tolerance", "Tolerance",
     "encode_blocks", "weighted_sum", "sq_distances", "cross_sq_distances",
     "gram_matrix", "distances_from_gram", "sq_distances_tile", "DistanceTiles",
-    "crt_combine", "masked_upload", "add_upload", "symmetrize_mod",
+    "crt_combine", "masked_upload", "masked_upload_streams", "mask_words", "add_upload",
+    "symmetrize_mod",
     "encode_rows", "evaluate_shares", "weight_evaluation", "decode_sum",
     "ReedSolomonCheck", "Decoding", "CheckedSum", "checked_sum", "decode_evaluations", "weighted_sums",
     "dual_multipliers",

@@ -17,6 +17,17 @@ Examples
 >>> add_upload(acc, masked_upload(values, 3, adds, subs, 7), 7)
 >>> symmetrize_mod(np.array([[9, 8], [0, 5]]), 7).tolist()
 [[0, 1], [1, 0]]
+
+The same upload with the masks drawn chunk by chunk from streams (``next(count)``):
+
+>>> class Stream:
+...     def __init__(self, words): self.words, self.at = np.asarray(words, np.uint32), 0
+...     def next(self, count):
+...         self.at += count
+...         return self.words[self.at - count:self.at]
+>>> masked_upload_streams(values, 3, [(Stream([5, 6, 0, 0]), False),
+...                                    (Stream([1, 1, 1, 1]), True)], 7).tolist()
+[[0, 4], [1, 4]]
 """
 
 from __future__ import annotations
@@ -26,7 +37,8 @@ import numpy as np
 
 from ._errors import ParameterError
 
-__all__ = ["masked_upload", "add_upload", "symmetrize_mod"]
+__all__ = ["masked_upload", "masked_upload_streams", "mask_words", "add_upload",
+           "symmetrize_mod"]
 
 
 @numba.njit("int64(int64, int64, float64)", cache=True, nogil=True)
@@ -67,6 +79,70 @@ def _masked_upload_kernel(values, weight, adds, subs, p, out):
         for c in range(cols):
             out[r, c] = _reduce(acc[c], p, p_inv)
     return bad
+
+
+@numba.njit("int64(int64[:, :], int64, int64, int64[::1])", cache=True, nogil=True)
+def _weighted_start(values, weight, p, acc):
+    # acc (row-major) = weight * values; returns how many values are outside [0, p).
+    rows, cols = values.shape
+    bad = 0
+    for r in range(rows):
+        base = r * cols
+        for c in range(cols):
+            v = values[r, c]
+            bad += (v < 0) | (v >= p)
+            acc[base + c] = v * weight
+    return bad
+
+
+@numba.njit("int64(uint32[::1], uint32, int64)", cache=True, nogil=True)
+def _mask_words_kernel(words, bits, p):
+    rejected = 0
+    for i in range(words.shape[0]):
+        w = words[i] & bits
+        words[i] = w
+        rejected += np.int64(w) >= p
+    return rejected
+
+
+def mask_words(words: np.ndarray, bits: int, p: int) -> int:
+    """Mask keystream words to ``bits`` in place (one pass); how many are then >= p.
+
+    The first step of rejection sampling (:func:`finite_field.uniform_elements`): 0 means
+    every word is already a uniform element of GF(p).
+
+    >>> w = np.array([0xFFFF0003, 12, 13], dtype=np.uint32)
+    >>> mask_words(w, 0xF, 13), w.tolist()
+    (1, [3, 12, 13])
+    """
+    return int(_mask_words_kernel(words, np.uint32(bits), int(p)))
+
+
+@numba.njit("void(int64[::1], uint32[::1], int64, int64)", cache=True, nogil=True)
+def _accumulate_words(acc, words, p, negate):
+    # acc += w (negate = 0) or p - w (negate = 1), branch-free so that it vectorizes.
+    offset = p * negate
+    sign = 1 - 2 * negate
+    for i in range(acc.shape[0]):
+        acc[i] += offset + sign * np.int64(words[i])
+
+
+@numba.njit("void(int64[::1], uint32[::1], int64, int64)", cache=True, nogil=True)
+def _accumulate_scaled(acc, words, p, coefficient):
+    # acc = (acc mod p) + coefficient * w: both terms < 2^31, so it stays below 2^63 - 3p.
+    p_inv = 1.0 / p
+    for i in range(acc.shape[0]):
+        acc[i] = _reduce(acc[i], p, p_inv) + coefficient * np.int64(words[i])
+
+
+@numba.njit("void(int64[::1], int64, uint32[:, ::1])", cache=True, nogil=True)
+def _reduce_into(acc, p, out):
+    rows, cols = out.shape
+    p_inv = 1.0 / p
+    for r in range(rows):
+        base = r * cols
+        for c in range(cols):
+            out[r, c] = _reduce(acc[base + c], p, p_inv)
 
 
 # Uploads arrive as read-only views of the received bytes (no copy).
@@ -143,6 +219,76 @@ def masked_upload(values, weight: int, adds, subs, p: int) -> np.ndarray:
     out = np.empty(grid.shape, dtype=np.uint32)
     if _masked_upload_kernel(grid, int(weight) % p, adds, subs, p, out):
         raise ParameterError(f"values must be reduced field elements in [0, {p})")
+    return out.reshape(shape)
+
+
+#: Elements per chunk of :func:`masked_upload_streams` (whole rows, at least one).
+STREAM_CHUNK = 1 << 15
+
+
+def masked_upload_streams(values, weight: int, streams, p: int) -> np.ndarray:
+    """:func:`masked_upload` with the masks drawn from streams chunk by chunk.
+
+    ``(weight * values + sum(coefficient * stream)) mod p`` as uint32, computed in
+    chunks of whole rows (about :data:`STREAM_CHUNK` elements): each stream fills a
+    chunk that is added at once while it is in cache, so no mask array of the whole
+    upload ever exists and memory stays O(chunk) per stream. One mechanism for the
+    pairwise masks (coefficients +1 and -1) and the integrity group masks (rho_G times
+    the party's entry z_G[j] of the group's null vector).
+
+    Parameters
+    ----------
+    values : ndarray of int64, 2-D (any strides) or 1-D
+        Reduced field elements in [0, p); anything else raises ParameterError.
+    weight : int
+        The party's decoding weight c_j (1 for a plain sum or an unweighted upload).
+    streams : sequence of (stream, coefficient)
+        ``stream.next(count)`` returns the stream's next ``count`` elements as a
+        contiguous uint32 array of values in [0, p) (flattened in row-major order of
+        ``values``); ``coefficient`` is an int (taken mod p; ``True``/``False`` are
+        accepted as -1/+1 for "negate"). +1 and -1 are plain additions, any other
+        coefficient a multiply-and-reduce per element.
+    p : int
+        The prime (< 2^31).
+    """
+    p = int(p)
+    if not 2 <= p < 2**31:
+        raise ParameterError(f"modulus must be in [2, 2^31), got {p}")
+    array = np.asarray(values, dtype=np.int64)
+    shape = array.shape
+    grid = array.reshape(1, -1) if array.ndim == 1 else array
+    if grid.ndim != 2:
+        raise ParameterError(f"values must be 1-D or 2-D, got shape {shape}")
+    plan = []
+    for stream, coefficient in streams:
+        if isinstance(coefficient, (bool, np.bool_)):
+            coefficient = -1 if coefficient else 1
+        coefficient = int(coefficient) % p
+        plan.append((stream, coefficient))
+    if len(plan) > 2**30:  # pragma: no cover - int64 headroom
+        raise ParameterError("too many masks for one accumulator")
+    rows, cols = grid.shape
+    out = np.empty(grid.shape, dtype=np.uint32)
+    step = max(1, STREAM_CHUNK // max(cols, 1))
+    acc = np.empty(min(step, rows) * cols, dtype=np.int64)
+    weight = int(weight) % p
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        chunk = acc[:(r1 - r0) * cols]
+        if _weighted_start(grid[r0:r1], weight, p, chunk):
+            raise ParameterError(f"values must be reduced field elements in [0, {p})")
+        for stream, coefficient in plan:
+            words = stream.next(chunk.size)
+            if words.shape != chunk.shape or words.dtype != np.uint32:
+                raise ParameterError(f"a mask stream returned {words.shape} {words.dtype}, "
+                                     f"expected ({chunk.size},) uint32")
+            if coefficient == 1:
+                _accumulate_words(chunk, words, p, 0)
+            elif coefficient == p - 1:
+                _accumulate_words(chunk, words, p, 1)
+            elif coefficient:
+                _accumulate_scaled(chunk, words, p, coefficient)
+        _reduce_into(chunk, p, out[r0:r1])
     return out.reshape(shape)
 
 

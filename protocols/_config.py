@@ -195,6 +195,11 @@ class ConfigParameters:
         Public row caps: the coordinator and every party refuse a hello announcing more
         rows than ``max_rows_per_party``, or a roster with more than ``max_rows_total``
         rows in all, before allocating anything for them.
+    mask_degree : int
+        Pairwise-mask partners of each responder: 0 (default) every other responder; k
+        (1 <= k <= m - 1) its neighbours in a k-connected Harary graph over the responding
+        set, so the masks withstand the coordinator colluding with up to k - 1 parties
+        (docs/protocol.md, "Mask graph"). Choose k - 1 >= noise_segments.
 
     The quantizer and the no-wrap bound are checked here, at load: ``bound * 2^scale_bits``
     must be below 2^53 (exact quantization) and the largest squared distance of d
@@ -211,6 +216,7 @@ class ConfigParameters:
     primes: tuple = ()
     max_rows_per_party: int = 1_000_000
     max_rows_total: int = 2_000_000
+    mask_degree: int = 0
 
     def __post_init__(self):
         from finite_field import Quantizer, choose_primes, validate_prime
@@ -223,6 +229,7 @@ class ConfigParameters:
                 f"[parameters] max_rows_per_party ({self.max_rows_per_party}) must be <= "
                 f"max_rows_total ({self.max_rows_total})")
         _int(self.segments, "[parameters] segments", 1)
+        _int(self.mask_degree, "[parameters] mask_degree (0 = every pair masks)", 0, 1 << 20)
         _int(self.noise_segments, "[parameters] noise_segments", 1)
         _int(self.scale_bits, "[parameters] scale_bits", 0, 30)
         object.__setattr__(self, "bound", _positive_number(self.bound, "[parameters] bound"))
@@ -531,6 +538,10 @@ class SessionConfig:
             self.parameters.make_plan(len(parties), self.parameters.dim or 1)
         except ParameterError as error:
             raise ParameterError(f"[parameters]: {error}") from None
+        if self.parameters.mask_degree > len(parties) - 1:
+            raise ParameterError(f"[parameters] mask_degree must be at most m - 1 = "
+                                 f"{len(parties) - 1} (the other parties), got "
+                                 f"{self.parameters.mask_degree}")
         if self.path is not None:
             object.__setattr__(self, "path", Path(self.path))
 
@@ -712,8 +723,11 @@ def canonical_session(config: SessionConfig) -> dict:
         "session": {"id": config.session_id, "protocol_version": config.protocol_version,
                     "coordinator": config.coordinator, "mode": config.mode,
                     "integrity": config.integrity},
+        # mask_degree = 0 (every pair masks, as before the key existed) is left out, so the
+        # fingerprints of older configs do not change.
         "parameters": {f.name: list(getattr(p, f.name)) if f.name == "primes"
-                       else getattr(p, f.name) for f in dataclasses.fields(p)},
+                       else getattr(p, f.name) for f in dataclasses.fields(p)
+                       if not (f.name == "mask_degree" and p.mask_degree == 0)},
         "clustering": {"method": config.clustering.method,
                        "n_clusters": config.clustering.n_clusters},
         "deadlines": dataclasses.asdict(config.deadlines),
@@ -979,6 +993,8 @@ def format_session_config(config: SessionConfig, base_dir) -> str:
         line("primes", list(p.primes), "empty: chosen automatically"),
         line("max_rows_per_party", p.max_rows_per_party, "public row cap per party"),
         line("max_rows_total", p.max_rows_total, "public row cap, all parties"),
+        line("mask_degree", p.mask_degree,
+             "mask partners per party: 0 = all; k = withstands k-1 colluders"),
         "",
         "[clustering]",
         line("method", c.method),

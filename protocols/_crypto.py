@@ -63,10 +63,11 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from finite_field import IntegrityError, ParameterError, uniform_elements
+from finite_field import IntegrityError, ParameterError, mask_words
 
 __all__ = ["PROTOCOL_VERSION", "EphemeralKey", "PairKeys", "KeyStream", "MaskView",
            "transcript", "roster_digest", "view_mask_key", "group_mask_key", "stream_elements",
+           "ElementStream", "MASK_CHUNK",
            "new_run_nonce", "RUN_NONCE_BYTES"]
 
 #: Version of the wire protocol; bound into every key, signature and AAD. Version 2 added
@@ -153,20 +154,87 @@ def view_mask_key(mask_key: bytes, view: MaskView, prime: int, tile_index: int) 
     return hmac.new(bytes(mask_key), info + b"\x01", hashlib.sha256).digest()
 
 
+#: Elements per keystream chunk: 32 Ki words (128 KiB) and their int64 sums stay in L2.
+MASK_CHUNK = 1 << 15
+_ZEROS = memoryview(bytes(4 * MASK_CHUNK))
+_NONCE = bytes(16)
+
+
+class ElementStream:
+    """Uniform GF(p) elements from the ChaCha20 stream of a 32-byte ``key``, chunk by chunk.
+
+    The same values as :func:`stream_elements` (the ChaCha20 stream with a zero nonce,
+    every little-endian 32-bit word masked to the bit length of p - 1 and rejected when
+    >= p, as :func:`finite_field.uniform_elements` does), produced ``MASK_CHUNK`` words at
+    a time with ``update_into`` into a reused buffer: no keystream-sized allocation, and
+    the caller consumes each chunk while it is in cache.
+
+    Examples
+    --------
+    >>> s = ElementStream(bytes(32), 13)
+    >>> a = s.next(3).copy(); b = s.next(2).copy()
+    >>> bool((np.concatenate([a, b]) == stream_elements(bytes(32), 13, 5)).all())
+    True
+    """
+
+    __slots__ = ("_encryptor", "_prime", "_mask", "_buffer")
+
+    def __init__(self, key: bytes, prime: int) -> None:
+        prime = int(prime)
+        if not 2 <= prime < 2**31:
+            raise ParameterError(f"modulus must be in [2, 2^31), got {prime}")
+        if len(key) != 32:
+            raise ParameterError(f"ChaCha20 needs a 32-byte key, got {len(key)} bytes")
+        self._encryptor = Cipher(algorithms.ChaCha20(bytes(key), _NONCE), mode=None).encryptor()
+        self._prime = prime
+        self._mask = np.uint32((1 << (prime - 1).bit_length()) - 1)
+        self._buffer = np.empty(0, dtype=np.uint32)
+
+    def _draw(self, out: np.ndarray) -> int:
+        # Masked words of the stream into ``out`` (contiguous uint32, <= MASK_CHUNK); how
+        # many of them are >= p.
+        self._encryptor.update_into(_ZEROS[:4 * out.size], out.view(np.uint8))
+        return mask_words(out, self._mask, self._prime)
+
+    def fill(self, out: np.ndarray) -> np.ndarray:
+        """Write the next ``out.size`` elements into ``out`` (contiguous uint32, 1-D)."""
+        p = self._prime
+        for start in range(0, out.size, MASK_CHUNK):
+            chunk = out[start:start + MASK_CHUNK]
+            if not self._draw(chunk):  # no word rejected: the usual case for p near 2^31
+                continue
+            kept = chunk[chunk < p]
+            filled = kept.size
+            chunk[:filled] = kept
+            while filled < chunk.size:  # draw exactly what is missing: no accepted word lost
+                tail = chunk[filled:]
+                self._draw(tail)
+                kept = tail[tail < p]
+                tail[:kept.size] = kept
+                filled += kept.size
+        return out
+
+    def next(self, count: int) -> np.ndarray:
+        """The next ``count`` elements as uint32: a view of a reused buffer, valid until the
+        next call."""
+        if self._buffer.size < count:
+            self._buffer = np.empty(max(int(count), MASK_CHUNK), dtype=np.uint32)
+        return self.fill(self._buffer[:count])
+
+    def __repr__(self) -> str:
+        return "ElementStream(<secret>)"
+
+    def __reduce__(self):
+        raise TypeError("mask streams are not picklable")
+
+
 def stream_elements(key: bytes, prime: int, shape, dtype=np.int64) -> np.ndarray:
     """Uniform field elements from the ChaCha20 stream of a 32-byte ``key`` (zero nonce:
-    every key is unique per stream), by rejection sampling."""
-    nonce = bytes(16)
+    every key is unique per stream), by rejection sampling (see :class:`ElementStream`)."""
     shape = (shape,) if np.isscalar(shape) else tuple(shape)
     total = int(np.prod(shape, dtype=np.int64))
-    # Fast path, same values as the general one: rejection sampling keeps the first
-    # ``total`` words unchanged when none of them is rejected (the usual case for
-    # primes just below 2^31); otherwise redo it in full from the start of the stream.
-    words = np.frombuffer(KeyStream(key, nonce).bytes(4 * total), dtype="<u4")
-    words = words & np.uint32((1 << int(prime - 1).bit_length()) - 1)
-    if total and int(words.max()) < prime:
-        return words.astype(dtype, copy=False).reshape(shape)
-    return uniform_elements(prime, shape, KeyStream(key, nonce)).astype(dtype)
+    out = ElementStream(key, prime).fill(np.empty(total, dtype=np.uint32))
+    return out.astype(dtype, copy=False).reshape(shape)
 
 
 def group_mask_key(seed: bytes, view: "MaskView", members, vector_index: int, prime: int,
@@ -338,6 +406,10 @@ class PairKeys:
         del prime_index
         key = view_mask_key(self.mask_key, view, prime, tile_index)
         return stream_elements(key, prime, shape, dtype)
+
+    def mask_stream(self, prime: int, *, view: MaskView, tile_index: int) -> ElementStream:
+        """The same mask as :meth:`mask`, as a stream drawn chunk by chunk."""
+        return ElementStream(view_mask_key(self.mask_key, view, prime, tile_index), prime)
 
     def signed_mask(self, prime: int, shape, *, my_index: int, peer_index: int,
                     view: MaskView, prime_index: int, tile_index: int) -> np.ndarray:

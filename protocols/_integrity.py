@@ -9,8 +9,10 @@ from (the plan, the ordered roster, B, the session parameters) with :func:`round
   t colluders), and the distinct member sets, each with a *leader* (its first member in
   roster order) who draws the group's seed for the round.
 
-A party uploads U_j = g(beta_j) + M_j (:func:`finite_field.integrity_upload`, the rho_G
-from :func:`group_coefficients`), the raw g(beta_j) in transparent mode. The coordinator
+A party uploads U_j = g(beta_j) + M_j (:func:`finite_field.masked_upload_streams` over
+the rho_G streams of :func:`group_streams`, the same values as
+:func:`finite_field.integrity_upload` of :func:`group_coefficients`), the raw g(beta_j) in
+transparent mode. The coordinator
 adds every upload into running accumulators w.U for w in W, tile by tile
 (:class:`TileAccumulator`), and decodes each finished tile's syndromes; the verdict over
 the whole round is :func:`verdict`. No checks (``integrity="off"``, a sum, or r = 0):
@@ -28,9 +30,10 @@ import numpy as np
 from finite_field import (ReedSolomonCheck, attribute, choose_mask_groups, integrity_rows,
                           weighted_sums)
 
-from ._crypto import MaskView, group_mask_key, stream_elements
+from ._crypto import ElementStream, MaskView, group_mask_key
 
-__all__ = ["RoundChecks", "round_checks", "group_coefficients", "TileAccumulator",
+__all__ = ["RoundChecks", "round_checks", "group_coefficients", "group_streams",
+           "TileAccumulator",
            "Findings", "verdict"]
 
 logger = logging.getLogger("omnifc.protocols")
@@ -106,15 +109,17 @@ def round_checks(plan, parameters, names, responders) -> RoundChecks | None:
                        groups=groups, member_sets=member_sets)
 
 
-def group_coefficients(checks: RoundChecks, prime_index: int, me: str, seeds: dict,
-                       view: MaskView, tile_index: int, size: int) -> dict:
-    """{group index: rho_G} for every group of prime ``prime_index`` containing ``me``.
+def group_streams(checks: RoundChecks, prime_index: int, me: str, seeds: dict,
+                  view: MaskView, tile_index: int) -> list:
+    """[(group index, rho_G stream, z_G[me])] for every group of prime ``prime_index``
+    containing ``me``: the streams are drawn chunk by chunk
+    (:class:`protocols._crypto.ElementStream`, :func:`finite_field.masked_upload_streams`).
 
     ``seeds`` maps a member set (tuple of names) to its 32-byte seed for this round.
     """
     j = checks.index(me)
     prime = checks.codes[prime_index].prime
-    out, seen = {}, {}
+    out, seen = [], {}
     for i, group in enumerate(checks.groups[prime_index]):
         members = tuple(checks.responders[x] for x in sorted(group.members))
         which = seen.get(members, 0)  # which null vector of that member set
@@ -122,8 +127,17 @@ def group_coefficients(checks: RoundChecks, prime_index: int, me: str, seeds: di
         if j not in group.members:
             continue
         key = group_mask_key(seeds[members], view, members, which, prime, tile_index)
-        out[i] = stream_elements(key, prime, size)
+        out.append((i, ElementStream(key, prime), group.coefficient(j) % prime))
     return out
+
+
+def group_coefficients(checks: RoundChecks, prime_index: int, me: str, seeds: dict,
+                       view: MaskView, tile_index: int, size: int) -> dict:
+    """{group index: rho_G} for every group of prime ``prime_index`` containing ``me``
+    (the whole streams of :func:`group_streams`, as int64 arrays of ``size``)."""
+    return {i: stream.fill(np.empty(size, dtype=np.uint32)).astype(np.int64)
+            for i, stream, _ in group_streams(checks, prime_index, me, seeds, view,
+                                              tile_index)}
 
 
 class TileAccumulator:

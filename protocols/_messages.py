@@ -14,6 +14,7 @@ from finite_field import (CodingPlan, ParameterError, PeerError, Quantizer, choo
                           make_plan, min_parties)
 
 from ._generated import omnifc_pb2 as pb
+from ._mask_graph import check_mask_degree
 
 __all__ = ["SessionParameters", "SumPlan", "pack", "unpack", "row_tiles", "vector_tiles",
            "chunk_rows", "envelope", "body_of", "phase_of", "parse_envelope",
@@ -95,6 +96,12 @@ class SessionParameters:
         (default): a detected deviation excludes the parties at fault and reruns, or
         aborts with :class:`~finite_field.DeviationError`; "correct": located errors are
         corrected and the parties named in the result; "off": unchecked uploads.
+    mask_degree : int
+        0 (default): every pair of responders shares a pairwise mask. k >= 1: each
+        responder masks only with its neighbours in the Harary graph H_{k,|B|} over the
+        ordered responding set (:mod:`protocols._mask_graph`), so the masks withstand a
+        coordinator colluding with up to k - 1 parties (choose k - 1 >= t). At most
+        m - 1; a round with |B| - 1 <= k uses every pair.
     """
 
     dim: int
@@ -111,6 +118,7 @@ class SessionParameters:
     max_rows_per_party: int = DEFAULT_MAX_ROWS_PER_PARTY
     max_rows_total: int = DEFAULT_MAX_ROWS_TOTAL
     integrity: str = "detect"
+    mask_degree: int = 0
     alphas: tuple | None = field(default=None)
     betas: tuple | None = field(default=None)
 
@@ -135,11 +143,16 @@ class SessionParameters:
             object.__setattr__(self, name, int(value))
         if self.primes is not None:
             object.__setattr__(self, "primes", tuple(int(p) for p in self.primes))
+        object.__setattr__(self, "mask_degree", check_mask_degree(self.mask_degree))
         if self.dim == 0 and self.kind == "sum":
             raise ParameterError("a secure sum needs the vector length (dim > 0)")
 
     def plan(self, parties: int):
         """The :class:`CodingPlan` (distance) or :class:`SumPlan` (sum) for m parties."""
+        if self.mask_degree > parties - 1:
+            raise ParameterError(f"mask_degree must be at most m - 1 = {parties - 1} (each "
+                                 f"party has {parties - 1} possible mask partners), got "
+                                 f"{self.mask_degree}")
         if self.kind == "distance":
             return make_plan(self.dim, bound=self.bound, scale_bits=self.scale_bits,
                              segments=self.segments, noise_segments=self.noise_segments,
@@ -166,7 +179,8 @@ class SessionParameters:
                             nonnegative=self.nonnegative, primes=plan.primes,
                             rows=self.rows, chunk_bytes=self.chunk_bytes,
                             max_rows_per_party=self.max_rows_per_party,
-                            max_rows_total=self.max_rows_total, integrity=self.integrity)
+                            max_rows_total=self.max_rows_total, integrity=self.integrity,
+                            mask_degree=self.mask_degree)
         if isinstance(plan, CodingPlan):
             msg.alphas.extend(plan.codes[0].alphas)
             msg.betas.extend(plan.codes[0].betas)
@@ -180,7 +194,7 @@ class SessionParameters:
                    mode=msg.mode, kind=msg.kind, rows=msg.rows, chunk_bytes=msg.chunk_bytes,
                    max_rows_per_party=msg.max_rows_per_party or DEFAULT_MAX_ROWS_PER_PARTY,
                    max_rows_total=msg.max_rows_total or DEFAULT_MAX_ROWS_TOTAL,
-                   integrity=msg.integrity or "detect",
+                   integrity=msg.integrity or "detect", mask_degree=msg.mask_degree,
                    alphas=tuple(msg.alphas) or None, betas=tuple(msg.betas) or None)
 
     def with_plan(self, plan) -> "SessionParameters":

@@ -44,13 +44,13 @@ from typing import Iterator
 import numpy as np
 
 from finite_field import (InputError, IntegrityError, OmniFCError, PeerError, ProtocolError,
-                          Quantizer, cross_sq_distances, encode_rows, integrity_upload,
-                          masked_upload)
+                          Quantizer, cross_sq_distances, encode_rows, masked_upload_streams)
 
 from ._crypto import (PROTOCOL_VERSION, RUN_NONCE_BYTES, EphemeralKey, MaskView, PairKeys,
                       new_run_nonce, roster_digest, transcript)
 from ._identity import public_key_bytes, sign, verify
-from ._integrity import group_coefficients, round_checks
+from ._integrity import group_streams, round_checks
+from ._mask_graph import mask_neighbours
 from ._generated import omnifc_pb2 as pb
 from ._messages import (SessionParameters, SumPlan, body_of, check_row_caps, chunk_rows,
                         envelope, pack, row_tiles, unpack, vector_tiles)
@@ -68,11 +68,17 @@ _BLOCK_ELEMENTS = 1 << 22
 
 
 def _block_stop(tiles, first: int, n: int) -> int:
-    """End row of the block of consecutive tiles starting at ``tiles[first]``."""
+    """End row of the block of consecutive tiles starting at ``tiles[first]``.
+
+    A block of rows [start, stop) is computed against columns start..n-1, so its lower
+    triangle (about (stop - start)^2 / 2 entries) is computed and thrown away: blocks are
+    kept to at most 1/8 of the remaining columns (under 1/16 wasted), besides the
+    element budget, so a small matrix is not computed in full instead of its triangle.
+    """
     start = tiles[first][0]
     stop = tiles[first][1]
     for a, b in tiles[first + 1:]:
-        if (b - start) * (n - start) > _BLOCK_ELEMENTS:
+        if (b - start) * (n - start) > _BLOCK_ELEMENTS or 8 * (b - start) > n - start:
             break
         stop = b
     return stop
@@ -495,8 +501,8 @@ class Party:
     def _tiles(self, round_: int, responders: list[str]):
         plan, params = self.plan, self.parameters
         masked = params.mode == "masked"
-        others = [(self.names.index(r), self.keys[r]) for r in responders if r != self.party_id]
         view = self._view(round_, responders)
+        others = self._mask_partners(responders)
         checks = self._checks
         if isinstance(plan, SumPlan):
             flat = self.quantized.reshape(-1)
@@ -519,22 +525,31 @@ class Party:
                     start = block[0]
                     values = block[2][a - start:b - start, a - start:]
                 if masked and checks is not None:  # U_j = g(beta_j) + M_j (unweighted)
-                    coefficients = group_coefficients(checks, k, self.party_id, self._seeds,
-                                                      view, tile_index, values.size)
-                    values = integrity_upload(values, checks.groups[k],
-                                              checks.index(self.party_id), coefficients, p)
+                    streams = [(stream, z) for _, stream, z in group_streams(
+                        checks, k, self.party_id, self._seeds, view, tile_index)]
+                    values = masked_upload_streams(values, 1, streams, p)
                 elif masked:  # c_j * g(beta_j) + PRG for later peers - PRG for earlier ones
-                    adds, subs = [], []
-                    for peer_index, keys in others:
-                        mask = keys.mask(p, values.size, view=view, prime_index=k,
-                                         tile_index=tile_index, dtype=np.uint32)
-                        (adds if peer_index > self.index else subs).append(mask)
-                    values = masked_upload(values, 1 if weights is None else weights[k],
-                                           adds, subs, p)
-                yield envelope(tile=pb.EvaluationTile(
-                    session_id=self.session_id, round=round_, sender=self.party_id,
-                    prime_index=k, tile_index=tile_index, row_start=a, row_stop=b,
-                    values=pack(values)))
+                    streams = [(keys.mask_stream(p, view=view, tile_index=tile_index),
+                                peer_index < self.index) for peer_index, keys in others]
+                    values = masked_upload_streams(
+                        values, 1 if weights is None else weights[k], streams, p)
+                # Filled in place: pb.Envelope(tile=pb.EvaluationTile(values=...)) copies
+                # the payload twice more (about 10 ms per MB-sized tile).
+                env = pb.Envelope()
+                tile = env.tile
+                tile.session_id, tile.round, tile.sender = self.session_id, round_, self.party_id
+                tile.prime_index, tile.tile_index = k, tile_index
+                tile.row_start, tile.row_stop = a, b
+                tile.values = pack(values)
+                yield env
+
+    def _mask_partners(self, responders: list[str]) -> list:
+        """(roster index, pair keys) of this party's neighbours in the round's mask graph:
+        the Harary graph of degree ``mask_degree`` over the ordered responding set (every
+        other responder for degree 0; see :mod:`protocols._mask_graph`)."""
+        me = responders.index(self.party_id)
+        return [(self.names.index(responders[i]), self.keys[responders[i]])
+                for i in mask_neighbours(len(responders), me, self.parameters.mask_degree)]
 
     def _evaluate(self, k: int, a: int, b: int) -> np.ndarray:
         """g(beta_j) for rows [a, b) against columns a..n-1, modulo prime k."""

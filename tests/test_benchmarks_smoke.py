@@ -105,3 +105,19 @@ def test_write_figures_refuses_a_doc_without_markers(tmp_path):
     done = run(BENCH / "write_figures.py", "--only", "audit", "--quick", "--docs", tmp_path,
                timeout=300)
     assert done.returncode != 0 and "markers" in done.stderr
+
+
+@pytest.mark.timeout(600)
+def test_bench_masks_quick_reports_every_variant_against_the_kernel():
+    done = run(BENCH / "bench_masks.py", "--quick", "--degrees", "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {line[:32].strip(): line[32:].split() for line in done.stdout.splitlines()[2:]}
+    assert set(rows) == {"kernel", "transparent", "masked, degree 0 (every pair)",
+                         "masked, degree 2"}
+    assert rows["kernel"][1] == "1.00"  # ratios are to the kernel measured in the same run
+    for seconds, ratio, extrapolated, unit in rows.values():
+        assert float(seconds) > 0 and unit == "s"
+        kernel = float(rows["kernel"][0])  # both printed to 2 decimals: rounding slack
+        assert abs(float(ratio) * kernel - float(seconds)) <= \
+            0.005 * kernel + 0.005 * float(ratio) + 0.005 + 1e-9
+    assert "m=17, n=2000, d=784, l=8, t=1, q=8" in done.stdout

@@ -69,6 +69,7 @@ def read_session_config(path) -> tuple[dict, dict]:
         "coordinator_key": resolve(tls.get("coordinator_key")),
         "coordinator_certificate": tls.get("coordinator_certificate"),
         "protocol_version": session.get("protocol_version"),
+        "mask_degree": parameters.get("mask_degree", 0),
         "parties": [{"name": str(p.get("name")),
                      "identity_public_key": p.get("identity_public_key"),
                      "certificate_sha256": p.get("certificate_sha256"),
@@ -329,6 +330,22 @@ def check_transport(params) -> Check:
          "the AEAD self-test failed")
     item("mode", params.mode, how, mode_ok, mode_reason,
          warn=params.mode == "transparent" and l == 1)
+    degree = transport.get("mask_degree", 0)
+    if params.mode == "masked" and isinstance(degree, int) and not isinstance(degree, bool) \
+            and 0 <= degree <= params.parties - 1 and params.parties >= 2:
+        from protocols._mask_graph import collusion_threshold
+
+        t = params.noise_segments
+        threshold = collusion_threshold(params.parties, degree)
+        item("mask graph", ("every pair masks" if degree == 0 else
+                            f"mask_degree = {degree} (Harary graph)")
+             + f": the pairwise masks withstand the coordinator colluding with up to "
+             f"{threshold} parties (the shares: t = {t})", how, threshold >= t,
+             f"mask_degree = {degree} withstands only {threshold} colluding parties, fewer "
+             f"than t = {t}: {threshold + 1} colluders that separate the mask graph give the "
+             "coordinator partial sums of the other parties' evaluations (docs/protocol.md, "
+             "\"Mask graph\"); use mask_degree >= t + 1")
+        check.evidence["mask_collusion_threshold"] = threshold
     check.tables.append(("Transport settings", ["item", "setting", "how", "status"], rows))
     check.evidence["items"] = rows
     check.evidence["config"] = transport["config"]
