@@ -10,6 +10,7 @@ always stops every process it started and deletes the folder, also on errors and
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import subprocess
@@ -50,7 +51,9 @@ class LocalSession:
                 dim=parameters.dim, segments=parameters.segments,
                 noise_segments=parameters.noise_segments, scale_bits=parameters.scale_bits,
                 bound=parameters.bound, nonnegative=parameters.nonnegative,
-                primes=tuple(parameters.primes or ()))
+                primes=tuple(parameters.primes or ()), mask_degree=parameters.mask_degree,
+                max_rows_per_party=parameters.max_rows_per_party,
+                max_rows_total=parameters.max_rows_total)
             # a number: seconds per phase (join at least 120 s, for process start-up);
             # a Deadlines: exactly those
             deadlines = deadline if isinstance(deadline, Deadlines) else Deadlines(
@@ -95,7 +98,8 @@ class LocalSession:
         """Start party ``name`` as a process connecting to 127.0.0.1:``port``."""
         command = [sys.executable, "-m", "protocols._grpc_party", "--config",
                    str(self.config_path), "--party", name, "--data", str(self.data_paths[name]),
-                   "--target", f"127.0.0.1:{port}", "--labels-out", str(self.labels_path(name))]
+                   "--target", f"127.0.0.1:{port}", "--labels-out", str(self.labels_path(name)),
+                   "--stats-out", str(self.directory / f"stats-{self.names.index(name)}.json")]
         if self.parameters.kind == "sum":
             command += ["--kind", "sum", "--rows", str(self.parameters.rows)]
         if fault:
@@ -115,6 +119,12 @@ class LocalSession:
         """The labels party ``name`` received and saved (None if it got none)."""
         path = self.labels_path(name)
         return np.load(path) if path.exists() else None
+
+    def party_stats(self, name: str):
+        """Party ``name``'s evaluation figures (:attr:`protocols.Party.timings`), or None
+        if its process did not finish."""
+        path = self.directory / f"stats-{self.names.index(name)}.json"
+        return json.loads(path.read_text()) if path.exists() else None
 
     def watch(self, server: CoordinatorServer) -> None:
         """Report a party process that exited with an error before its stream ended."""

@@ -13,6 +13,7 @@ error, after logging it.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import pathlib
@@ -370,6 +371,8 @@ def main(argv=None) -> int:
     parser.add_argument("--kind", choices=("distance", "sum"), default="distance",
                         help="session kind (default distance)")
     parser.add_argument("--rows", type=int, default=1, help="sum sessions: rows per party")
+    parser.add_argument("--stats-out", help="write this party's evaluation figures here (JSON: "
+                        "seconds, seconds in the distance kernel, bytes uploaded)")
     parser.add_argument("--fault", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING,
@@ -379,6 +382,8 @@ def main(argv=None) -> int:
                                  fault=args.fault, kind=args.kind, rows=args.rows)
         if args.labels_out and party.labels is not None:
             np.save(args.labels_out, party.labels)
+        if args.stats_out:
+            pathlib.Path(args.stats_out).write_text(json.dumps(party.timings))
     except OmniFCError as error:
         logger.error("%s", error)
         return 1

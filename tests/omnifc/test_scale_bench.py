@@ -9,21 +9,34 @@ import sys
 
 import pytest
 
+from protocols import SessionParameters
+from protocols._messages import row_tiles
+
 
 @pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.timeout(600)
 def test_bench_scale_quick_runs_and_reports(tmp_path):
     out = tmp_path / "scale.json"
     done = subprocess.run(
         [sys.executable, "-m", "omnifc.cli", "bench", "scale", "--", "--quick", "--sizes",
          "600", "--repeats", "1", "--components", "16", "--n-init", "1", "--json", str(out),
-         "--dir", str(tmp_path)],
+         "--dir", str(tmp_path), "--plaintext-build", "--mask-degree", "1"],
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "4,352 s" in done.stdout
     (result,) = json.loads(out.read_text())["results"]
     assert result["n"] == 600 and result["dtype"] == "int32"
+    assert (result["parties"], result["segments"], result["mask_degree"]) == (3, 1, 1)
     assert result["file_bytes"] >= 600 * 600 * 4
     assert result["checked_entries"] == 4 * 48 * 48  # sampled blocks matched exactly
     assert result["ari"] == 1.0  # ten well separated prototypes
+    # every party uploaded each row strip [a, b) x [a, n) of the schedule once, as uint32
+    strips = row_tiles(600, SessionParameters(dim=1, bound=1.0).chunk_bytes)
+    assert result["party_bytes_uploaded"] == 4 * sum((b - a) * (600 - a) for a, b in strips)
+    assert 600 * 601 // 2 <= result["party_bytes_uploaded"] // 4 < 600 * 600
+    assert 0 < result["party_kernel_seconds"] <= result["party_evaluation_seconds"]
+    assert result["session_seconds"] >= result["evaluation_seconds"] > 0
+    assert result["coordinator_peak_anon"] > 0 and result["party_peak_anon"] > 0
     assert result["build_seconds"] > 0 and result["cluster_peak_anon"] > 0
     assert not [p for p in tmp_path.iterdir() if p.name != "scale.json"]  # files removed

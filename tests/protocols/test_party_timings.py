@@ -1,0 +1,59 @@
+"""A party's evaluation figures (``Party.timings``) and the loopback session carrying every
+public parameter of the config (mask degree, row caps) to its party processes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from protocols import SessionParameters, run_memory_session
+from protocols._messages import row_tiles
+from protocol_helpers import plaintext_sq_distances, random_data
+
+
+def _strip_bytes(n, chunk_bytes, primes):
+    """uint32 bytes of the schedule's row strips [a, b) x [a, n), once per prime."""
+    return 4 * primes * sum((b - a) * (n - a) for a, b in row_tiles(n, chunk_bytes))
+
+
+def test_timings_count_every_uploaded_byte_and_the_kernel_inside_the_evaluation():
+    data = random_data([60, 50, 70], 3, seed=2)
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=24, chunk_bytes=4096)
+    outcome, transcript = run_memory_session(data, params, record=True)
+    primes = len(outcome.parameters["primes"])
+    assert primes == 2  # 24 bits: two primes, so both loops are counted
+    for name, party in transcript.parties.items():
+        sent = sum(len(m.envelope().tile.values) for m in transcript.of_kind("tile")
+                   if m.sender == name)
+        assert party.timings["bytes_uploaded"] == sent == _strip_bytes(180, 4096, primes)
+        assert 0 < party.timings["kernel_seconds"] <= party.timings["evaluation_seconds"]
+
+
+@pytest.mark.network
+@pytest.mark.timeout(150)
+def test_local_grpc_session_carries_mask_degree_and_row_caps_to_the_parties():
+    from protocols._grpc_local import LocalSession
+
+    data = random_data([40, 30, 35, 25], 4, seed=5)
+    params = SessionParameters(dim=4, bound=1.0, scale_bits=12, mask_degree=1,
+                               max_rows_per_party=40, max_rows_total=130, integrity="off")
+    with LocalSession(data, params, deadline=60.0) as local:
+        assert local.config.parameters.mask_degree == 1
+        assert (local.config.parameters.max_rows_per_party,
+                local.config.parameters.max_rows_total) == (40, 130)
+        server = local.server().start()
+        try:
+            for name in local.names:
+                local.start_party(name, server.port)
+            outcome = server.run(poll=lambda: local.watch(server))
+        finally:
+            server.stop()
+        for process in local.processes.values():
+            assert process.wait(timeout=60) == 0
+        stats = {name: local.party_stats(name) for name in local.names}
+    rows = np.vstack([data[name] for name in data])
+    assert np.array_equal(outcome.integer, plaintext_sq_distances(rows, 1.0, 12))
+    primes = len(outcome.parameters["primes"])
+    for name in data:
+        assert stats[name]["bytes_uploaded"] == _strip_bytes(130, params.chunk_bytes, primes)
+        assert 0 < stats[name]["kernel_seconds"] <= stats[name]["evaluation_seconds"]
