@@ -70,7 +70,8 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
                            mode: str = "masked", transport: str = "memory",
                            deadline: float = 60.0, cluster=None,
                            insecure: bool = False, out=None,
-                           memory_budget=None, integrity: str = "detect") -> DistanceResult:
+                           memory_budget=None, integrity: str = "detect",
+                           mask_degree: int = 0) -> DistanceResult:
     """Exact pairwise squared distances of all parties' rows, computed on Lagrange shares.
 
     Each party quantizes its rows with the public ``bound`` and ``scale_bits``, encodes them
@@ -130,6 +131,11 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
         :class:`~omnifc.DeviationError` naming them; ``"correct"`` corrects located errors
         and names the parties in ``result.parameters["deviations"]``; ``"off"`` skips
         the checks. With r = 0 nothing can be checked (a WARNING says so).
+    mask_degree : int
+        Mask partners of each party: 0 (default) every other party; k >= 1 its neighbours
+        in a k-connected Harary graph, so the masks withstand a coordinator colluding
+        with up to k - 1 parties at a fraction of the keystream (docs/protocol.md, "Mask
+        graph"; choose k - 1 >= ``noise_segments``).
 
     Returns
     -------
@@ -160,7 +166,7 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     parameters = SessionParameters(dim=plan.dim, bound=bound, scale_bits=scale_bits,
                                    segments=segments, noise_segments=noise_segments,
                                    nonnegative=nonnegative, primes=plan.primes, mode=mode,
-                                   integrity=integrity)
+                                   integrity=integrity, mask_degree=mask_degree)
     chosen = None if responders is None else [names[j] for j in responder_idx]
     outcome = _run(dict(zip(names, arrays)), parameters, transport=transport,
                    responders=chosen, cluster=cluster, deadline=deadline, insecure=insecure,

@@ -736,7 +736,8 @@ class Coordinator:
         return self.plan.describe() | {"mode": self.parameters.mode,
                                        "responders": list(self.responders),
                                        "round": self.round,
-                                       "integrity": self.parameters.integrity}
+                                       "integrity": self.parameters.integrity,
+                                       "mask_degree": self.parameters.mask_degree}
 
     def _on_error(self, sender: str, report: pb.ErrorReport) -> list:
         # Blame only the authenticated sender: whatever party the report names, the

@@ -44,6 +44,30 @@ def clustering_callback(config):
     return lambda distances: cluster(distances, method, n_clusters, random_state=0)
 
 
+def save_distances(distances, path) -> None:
+    """Save squared distances as a float64 ``.npy``, one row block at a time when they are
+    a lazy view of the coordinator's store: never a second n x n array in memory.
+
+    >>> import tempfile, os, numpy as np
+    >>> from omnifc import DistanceStore
+    >>> store = DistanceStore.from_integer(np.array([[0, 4], [4, 0]]), scale_bits=1)
+    >>> path = os.path.join(tempfile.mkdtemp(), "d.npy")
+    >>> save_distances(store.distances, path); np.load(path).tolist()
+    [[0.0, 1.0], [1.0, 0.0]]
+    """
+    from .._store import as_tiled
+
+    tiled = as_tiled(distances)
+    if tiled is None:
+        np.save(path, np.asarray(distances, dtype=np.float64))
+        return
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64, shape=tiled.shape)
+    for start, stop, block in tiled.tiles():
+        out[start:stop] = block
+    out.flush()
+    del out
+
+
 def format_stats(stats) -> str:
     return "\n".join(f"  {phase:<11} {seconds:8.3f} s {nbytes / 1e6:10.3f} MB"
                      for phase, (seconds, nbytes) in stats.items())
@@ -78,12 +102,13 @@ def run(args) -> int:
     finally:
         bar.close()
         server.stop()
-    n = outcome.integer.shape[0]
+    distances = outcome.store.distances if outcome.store is not None else outcome.values
+    n = distances.shape[0]
     print(f"reconstructed the {n} x {n} squared-distance matrix of "
           f"{len(outcome.party_names)} parties (round {outcome.round}, responders "
           f"{', '.join(outcome.responders)}; lost: {', '.join(outcome.lost) or 'none'})")
     distances_path = args.data_out or folder / "distances.npy"
-    np.save(distances_path, outcome.values)
+    save_distances(distances, distances_path)
     print(f"saved the squared-distance matrix to {distances_path}")
     if outcome.labels is not None:
         sizes = np.bincount(outcome.labels[outcome.labels >= 0])

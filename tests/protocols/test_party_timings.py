@@ -57,3 +57,17 @@ def test_local_grpc_session_carries_mask_degree_and_row_caps_to_the_parties():
     for name in data:
         assert stats[name]["bytes_uploaded"] == _strip_bytes(130, params.chunk_bytes, primes)
         assert 0 < stats[name]["kernel_seconds"] <= stats[name]["evaluation_seconds"]
+
+
+def test_secure_distance_matrix_takes_the_mask_degree_and_reports_it():
+    import omnifc
+
+    data = random_data([12, 9, 11, 10, 8], 3, seed=9)
+    rows = np.vstack(list(data.values()))
+    for degree in (0, 1, 2):
+        result = omnifc.secure_distance_matrix(data, bound=1.0, scale_bits=10,
+                                               mask_degree=degree)
+        assert result.parameters["mask_degree"] == degree
+        assert np.array_equal(result.integer_distances, plaintext_sq_distances(rows, 1.0, 10))
+    with pytest.raises(omnifc.ParameterError, match="at most m - 1 = 4"):
+        omnifc.secure_distance_matrix(data, bound=1.0, mask_degree=5)
