@@ -36,6 +36,7 @@ def test_bench_scale_quick_runs_and_reports(tmp_path):
     assert result["party_bytes_uploaded"] == 4 * sum((b - a) * (600 - a) for a, b in strips)
     assert 600 * 601 // 2 <= result["party_bytes_uploaded"] // 4 < 600 * 600
     assert 0 < result["party_kernel_seconds"] <= result["party_evaluation_seconds"]
+    assert 0 < result["party_kernel_cpu_seconds"] <= result["party_evaluation_cpu_seconds"]
     assert result["session_seconds"] >= result["evaluation_seconds"] > 0
     assert result["coordinator_peak_anon"] > 0 and result["party_peak_anon"] > 0
     assert result["build_seconds"] > 0 and result["cluster_peak_anon"] > 0

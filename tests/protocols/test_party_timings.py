@@ -27,6 +27,8 @@ def test_timings_count_every_uploaded_byte_and_the_kernel_inside_the_evaluation(
                    if m.sender == name)
         assert party.timings["bytes_uploaded"] == sent == _strip_bytes(180, 4096, primes)
         assert 0 < party.timings["kernel_seconds"] <= party.timings["evaluation_seconds"]
+        assert 0 < party.timings["kernel_cpu_seconds"] <= \
+            party.timings["evaluation_cpu_seconds"]
 
 
 @pytest.mark.network
