@@ -112,3 +112,12 @@ def test_run_passes_protocol_options():
         raw.run(parties, bound=1.0, n_clusters=2)
     out = raw.run(parties, bound=1.0, n_clusters=2, protocol_options={"max_clipped": 1.0})
     assert out.distances[0, 1] == 0.25 + 0.25
+
+
+@pytest.mark.parametrize("secure", [True, False])
+def test_run_default_step_is_two_to_the_minus_16(secure):
+    parties = {"a": np.array([[1 / 3]]), "b": np.array([[0.0]]), "c": np.array([[0.5]])}
+    out = raw.run(parties, bound=1.0, n_clusters=2, secure=secure)
+    third = 21845 / 65536                       # round(2^16 / 3) / 2^16
+    assert out.distances[0, 1] == third ** 2
+    assert out.distances[0, 2] == (0.5 - third) ** 2
