@@ -73,9 +73,11 @@ def main(argv=None) -> int:
     for meta in metas:
         status.update(json.loads(meta.read_text())["exit_code_by_key"])
     timeouts = {36, -24, 24, 152, 255}   # mutmut's exit codes counted as "timeout"
+    # survivors and "no tests" (33: no selected test covered the function) are re-run, as
+    # tools/mutation.py counts both as not killed
     survivors = sorted(k for k, v in status.items()
-                       if v == 0 or (args.timeouts and v in timeouts))
-    tested = {k: v for k, v in status.items() if v is not None and v != 33}
+                       if v in (0, 33) or (args.timeouts and v in timeouts))
+    tested = {k: v for k, v in status.items() if v is not None}
     for test in args.tests:  # the tests as they are now
         target = mutants / test
         target.parent.mkdir(parents=True, exist_ok=True)
