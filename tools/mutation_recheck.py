@@ -26,6 +26,7 @@ A developer tool like tools/mutation.py; docs/testing.md records its results.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -64,6 +65,9 @@ def main(argv=None) -> int:
     parser.add_argument("tests", nargs="+")
     parser.add_argument("--pytest-arg", action="append", default=[])
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant")
+    parser.add_argument("--only", action="append", default=[], metavar="GLOB",
+                        help="re-run only these of the survivors (repeatable), e.g. the ones "
+                             "a previous recheck left; the others count as surviving")
     parser.add_argument("--timeouts", action="store_true",
                         help="re-run the mutants mutmut timed out too (give the old tests)")
     args = parser.parse_args(argv)
@@ -90,6 +94,9 @@ def main(argv=None) -> int:
                    *args.pytest_arg, *args.tests]
     still = []
     for name in survivors:
+        if args.only and not any(fnmatch.fnmatch(name, glob) for glob in args.only):
+            still.append(name)
+            continue
         verdict = run_one(name, pytest_args, args.timeout)
         if verdict == "survived":
             still.append(name)

@@ -83,7 +83,9 @@ def test_a_symbolic_link_is_never_written_through_or_replaced(tmp_path, overwrit
     text = str(info.value)
     assert text.startswith(f"refusing to write {str(link)!r}: it is a symbolic link (to "
                            f"{str(target)!r}); omnifc never writes through links")
-    assert f"check who else can write to {str(tmp_path)!r}" in text
+    assert text.endswith("omnifc never writes through links, --force included. Remove the link "
+                         f"if you put it there, and check who else can write to "
+                         f"{str(tmp_path)!r}")
     assert target.read_bytes() == b"keep" and os.readlink(link) == str(target)
     # a dangling link is refused too
     os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
@@ -153,7 +155,8 @@ def test_without_hard_links_the_write_falls_back_to_check_then_rename(tmp_path, 
         real_fsync(fd)
         other.write_bytes(b"theirs")
     monkeypatch.setattr(_files.os, "fsync", appear)
-    with pytest.raises(ParameterError, match="it appeared while writing"):
+    with pytest.raises(ParameterError, match=re.escape(
+            f"refusing to overwrite existing file {str(other)!r} (it appeared while writing)")):
         write_file(other, b"mine")
     assert other.read_bytes() == b"theirs"
     # ... a link that appeared meanwhile, too (dangling: exists() alone would miss it)
@@ -257,3 +260,31 @@ def test_a_missing_or_irregular_private_key_file_is_refused(tmp_path):
     with pytest.raises(ParameterError) as info:
         check_private_key_file(tmp_path, "identity key")
     assert str(info.value) == f"identity key {str(tmp_path)!r} is not a regular file"
+
+
+def test_write_private_file_refuses_an_existing_file_by_default(tmp_path):
+    path = tmp_path / "k.pem"
+    path.write_bytes(b"old key")
+    with pytest.raises(ParameterError, match="refusing to overwrite existing file"):
+        write_private_file(path, b"new key")
+    assert path.read_bytes() == b"old key"
+
+
+def test_a_failure_while_writing_closes_and_removes_the_temporary_file(tmp_path, monkeypatch):
+    opened = []
+    real_open = os.open
+
+    def spy(*args, **kwargs):
+        fd = real_open(*args, **kwargs)
+        opened.append(fd)
+        return fd
+
+    def refuse(fd, mode):
+        raise PermissionError("fchmod refused")
+    monkeypatch.setattr(_files.os, "open", spy)
+    monkeypatch.setattr(_files.os, "fchmod", refuse)
+    with pytest.raises(PermissionError, match="fchmod refused"):
+        write_file(tmp_path / "a", b"x")
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(OSError):   # the descriptor was closed
+        os.fstat(opened[0])
