@@ -36,7 +36,7 @@ def test_as_rows_shapes():
     with pytest.raises(InputError, match=re.escape(
             "client vectors must form a 2-D array (clients x features), got shape (2, 2, 2)")):
         _as_rows(np.zeros((2, 2, 2)))
-    with pytest.raises(InputError, match=re.escape("no client vectors given")):
+    with pytest.raises(InputError, match=r"^no client vectors given$"):
         _as_rows(np.zeros((0, 3)))
 
 
@@ -74,6 +74,19 @@ def test_plaintext_distances_object_path_beyond_int64():
     x = np.array([[2.0**39 + 1], [-(2.0**39)]])
     far = float((2**40 + 1) ** 2)
     assert plaintext_distances(x).tolist() == [[0.0, far], [far, 0.0]]
+
+
+def test_plaintext_distances_of_vectors_without_features():
+    assert plaintext_distances(np.zeros((3, 0))).tolist() == [[0.0] * 3] * 3
+
+
+def test_plaintext_distances_dyadic_rows_are_summed_exactly():
+    # halves at 2^26: each square needs 55 bits; summed one by one in float64 the three
+    # quarters are lost, the exact sum (Python integers) rounds up once
+    x = np.array([[2.0**26 + 0.5, 0.5, 0.5], [0.0, 0.0, 0.0]])
+    exact = float((2**27 + 1) ** 2 + 1 + 1) / 4        # in units of 2^-2
+    assert exact == 2.0**52 + 2.0**26 + 1
+    assert plaintext_distances(x).tolist() == [[0.0, exact], [exact, 0.0]]
 
 
 def test_plaintext_distances_fine_dyadic_and_non_dyadic_rows():
@@ -174,6 +187,10 @@ def test_kmeans_from_distances_seed_and_n_init_reach_sklearn():
             want.tolist()
     default = KMeans(6, random_state=0, n_init="auto").fit(coords).labels_
     assert kmeans_from_distances(d, 6).tolist() == default.tolist()
+    # n_init reaches KMeans: ten restarts give another partition than one on these data
+    ten = KMeans(6, random_state=0, n_init=10).fit(coords).labels_
+    assert ten.tolist() != default.tolist()
+    assert kmeans_from_distances(d, 6, n_init=10).tolist() == ten.tolist()
 
 
 def test_ward_of_one_row_and_int_cut():
