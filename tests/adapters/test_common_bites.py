@@ -70,6 +70,9 @@ def test_plaintext_distances_object_path_beyond_int64():
     assert plaintext_distances(x).tolist() == [[0.0, 2.0], [2.0, 0.0]]
     x = np.array([[2.0**39 + 3], [2.0**39]])
     assert plaintext_distances(x).tolist() == [[0.0, 9.0], [9.0, 0.0]]
+    # many features: 4 d largest^2 decides, not largest alone (int64 would wrap to 0)
+    x = np.array([[2.0**31] * 16, [-(2.0**31)] * 16])
+    assert plaintext_distances(x).tolist() == [[0.0, 2.0**68], [2.0**68, 0.0]]
     # a distance that itself is beyond int64 (wrapping arithmetic would give 0)
     x = np.array([[2.0**39 + 1], [-(2.0**39)]])
     far = float((2**40 + 1) ** 2)
