@@ -73,6 +73,7 @@ def test_plaintext_distances_object_path_beyond_int64():
     # many features: 4 d largest^2 decides, not largest alone (int64 would wrap to 0)
     x = np.array([[2.0**31] * 16, [-(2.0**31)] * 16])
     assert plaintext_distances(x).tolist() == [[0.0, 2.0**68], [2.0**68, 0.0]]
+    assert plaintext_distances(x).dtype == np.float64   # not Python objects
     # a distance that itself is beyond int64 (wrapping arithmetic would give 0)
     x = np.array([[2.0**39 + 1], [-(2.0**39)]])
     far = float((2**40 + 1) ** 2)
