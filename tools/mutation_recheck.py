@@ -14,12 +14,19 @@ Usage::
 Give it the new test files only: a survivor already passed the old ones, so only the
 new tests can kill it (and the recheck is much faster).
 
+``--timeouts`` also re-runs the mutants mutmut stopped at its CPU-time limit (counted as
+killed by mutmut and tools/mutation.py). On the shared machine that limit is easily
+reached by numba compiling in the forked worker or by BLAS threads, so a "timeout" may be
+a survivor: give the old test files as well then, and each such mutant is reported as
+killed, survived or timeout (again, here with a wall-clock limit of ``--timeout``).
+
 A developer tool like tools/mutation.py; docs/testing.md records its results.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -58,14 +65,23 @@ def main(argv=None) -> int:
     parser.add_argument("tests", nargs="+")
     parser.add_argument("--pytest-arg", action="append", default=[])
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant")
+    parser.add_argument("--only", action="append", default=[], metavar="GLOB",
+                        help="re-run only these of the survivors (repeatable), e.g. the ones "
+                             "a previous recheck left; the others count as surviving")
+    parser.add_argument("--timeouts", action="store_true",
+                        help="re-run the mutants mutmut timed out too (give the old tests)")
     args = parser.parse_args(argv)
     mutants = Path(args.dir).resolve() / "tree" / "mutants"
     metas = list(mutants.rglob("*.py.meta"))
     status = {}
     for meta in metas:
         status.update(json.loads(meta.read_text())["exit_code_by_key"])
-    survivors = sorted(k for k, v in status.items() if v == 0)
-    tested = {k: v for k, v in status.items() if v is not None and v != 33}
+    timeouts = {36, -24, 24, 152, 255}   # mutmut's exit codes counted as "timeout"
+    # survivors and "no tests" (33: no selected test covered the function) are re-run, as
+    # tools/mutation.py counts both as not killed
+    survivors = sorted(k for k, v in status.items()
+                       if v in (0, 33) or (args.timeouts and v in timeouts))
+    tested = {k: v for k, v in status.items() if v is not None}
     for test in args.tests:  # the tests as they are now
         target = mutants / test
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -78,12 +94,16 @@ def main(argv=None) -> int:
                    *args.pytest_arg, *args.tests]
     still = []
     for name in survivors:
+        if args.only and not any(fnmatch.fnmatch(name, glob) for glob in args.only):
+            still.append(name)
+            continue
         verdict = run_one(name, pytest_args, args.timeout)
         if verdict == "survived":
             still.append(name)
         print(f"{verdict:9s} {name}", flush=True)
     killed = len(tested) - len(still)
-    print(f"\n{len(tested)} mutants tested, {len(survivors)} survived before, {len(still)} "
+    what = "survived or timed out" if args.timeouts else "survived"
+    print(f"\n{len(tested)} mutants tested, {len(survivors)} {what} before, {len(still)} "
           f"survive now; score {100.0 * killed / len(tested):.1f}%")
     return 0 if not still else 1
 

@@ -1,0 +1,206 @@
+"""omnifc.adapters._common pinned against independent expectations (mutation testing, issue 14).
+
+The shared mechanism of every adapter: the shape rules for client vectors, the grouping of
+clients into parties, the exact plaintext reference distances (each of its integer paths,
+checked against Python integers where float64 would round), what protect() passes to the
+protocol, the group sums (checked against numpy sums of hand-quantized rows) and the
+clustering helpers (checked against scikit-learn and scipy on the vectors).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from finite_field import InputError, ParameterError
+from omnifc.adapters import (client_parties, kmeans_from_distances, plaintext_distances,
+                             protect, quantize_rows, secure_group_sums, ward_from_distances)
+from omnifc.adapters._common import _as_rows
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _exact(rows):
+    """Squared distances with Python integers/fractions (rows given as ints, and a scale)."""
+    rows = [[int(v) for v in r] for r in rows]
+    return [[sum((a - b) ** 2 for a, b in zip(x, y)) for y in rows] for x in rows]
+
+
+def test_as_rows_shapes():
+    assert _as_rows([np.array([[1, 2]]), [3, 4]]).tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    assert _as_rows((np.array([1, 2]), np.array([3, 4]))).dtype == np.float64
+    assert _as_rows(np.array([1, 2, 3])).tolist() == [[1.0], [2.0], [3.0]]
+    assert _as_rows(np.ones((2, 3), dtype=np.int8)).dtype == np.float64
+    with pytest.raises(InputError, match=re.escape(
+            "client vectors must form a 2-D array (clients x features), got shape (2, 2, 2)")):
+        _as_rows(np.zeros((2, 2, 2)))
+    with pytest.raises(InputError, match=r"^no client vectors given$"):
+        _as_rows(np.zeros((0, 3)))
+
+
+def test_client_parties_groups_in_order_of_first_occurrence():
+    groups = client_parties(6, [7, "x", 7, 3, "x", 7])
+    assert [name for name, _ in groups] == ["7", "x", "3"]
+    assert [idx.tolist() for _, idx in groups] == [[0, 2, 5], [1, 4], [3]]
+    assert [idx.tolist() for _, idx in client_parties(2)] == [[0], [1]]
+    with pytest.raises(ParameterError, match=re.escape(
+            "parties must give one label per client: expected 3, got 2")):
+        client_parties(3, ["a", "b"])
+    with pytest.raises(ParameterError, match="expected 1, got 2"):
+        client_parties(1, ["a", "b"])
+
+
+def test_plaintext_distances_small_dyadic_rows_are_exact():
+    x = np.array([[0.5, -0.25], [0.125, 1.0], [-1.0, 0.0]])
+    q = (x * 8).astype(int)
+    assert plaintext_distances(x).tolist() == [[v / 64 for v in r] for r in _exact(q)]
+
+
+def test_plaintext_distances_int64_path_is_exact_where_float_would_round():
+    # entries ~2^27: norms ~2^54 lose the last bits in float64, the difference does not
+    x = np.array([[2.0**27 + 1, 3.0], [2.0**27, 0.0], [5.0, 2.0**26 + 3]])
+    assert plaintext_distances(x).tolist() == [[float(v) for v in r] for r in _exact(x)]
+
+
+def test_plaintext_distances_object_path_beyond_int64():
+    # 4 d largest^2 >= 2^62: int64 would overflow; Python integers do not
+    x = np.array([[2.0**35 + 1, 1.0], [2.0**35, 0.0]])
+    assert plaintext_distances(x).tolist() == [[0.0, 2.0], [2.0, 0.0]]
+    x = np.array([[2.0**39 + 3], [2.0**39]])
+    assert plaintext_distances(x).tolist() == [[0.0, 9.0], [9.0, 0.0]]
+    # many features: 4 d largest^2 decides, not largest alone (int64 would wrap to 0)
+    x = np.array([[2.0**31] * 16, [-(2.0**31)] * 16])
+    assert plaintext_distances(x).tolist() == [[0.0, 2.0**68], [2.0**68, 0.0]]
+    assert plaintext_distances(x).dtype == np.float64   # not Python objects
+    # a distance that itself is beyond int64 (wrapping arithmetic would give 0)
+    x = np.array([[2.0**39 + 1], [-(2.0**39)]])
+    far = float((2**40 + 1) ** 2)
+    assert plaintext_distances(x).tolist() == [[0.0, far], [far, 0.0]]
+
+
+def test_plaintext_distances_of_vectors_without_features():
+    assert plaintext_distances(np.zeros((3, 0))).tolist() == [[0.0] * 3] * 3
+
+
+def test_plaintext_distances_dyadic_rows_are_summed_exactly():
+    # halves at 2^26: each square needs 55 bits; summed one by one in float64 the three
+    # quarters are lost, the exact sum (Python integers) rounds up once
+    x = np.array([[2.0**26 + 0.5, 0.5, 0.5], [0.0, 0.0, 0.0]])
+    exact = float((2**27 + 1) ** 2 + 1 + 1) / 4        # in units of 2^-2
+    assert exact == 2.0**52 + 2.0**26 + 1
+    assert plaintext_distances(x).tolist() == [[0.0, exact], [exact, 0.0]]
+
+
+def test_plaintext_distances_fine_dyadic_and_non_dyadic_rows():
+    # multiples of 2^-30 are still integers after scaling
+    x = np.array([[2.0**-30, 0.0], [0.0, 3 * 2.0**-30]])
+    assert plaintext_distances(x).tolist() == [[0.0, 10 * 2.0**-60], [10 * 2.0**-60, 0.0]]
+    # non-dyadic rows: the difference of the rows, squared (numpy on the plaintext)
+    y = np.array([[0.1, 0.7], [0.3, 0.2], [1 / 3, 0.0]])
+    diff = y[:, None, :] - y[None, :, :]
+    assert np.array_equal(plaintext_distances(y), (diff ** 2).sum(-1))
+
+
+def test_quantize_rows_is_round_clip():
+    x = np.array([[-3.0, 0.30, 0.74], [0.5 + 1 / 1024, 2.0, -0.26]])
+    assert quantize_rows(x, bound=1.0, scale_bits=2).tolist() == [[-1.0, 0.25, 0.75],
+                                                                  [0.5, 1.0, -0.25]]
+    assert quantize_rows(x, bound=0.5, scale_bits=3, nonnegative=True).tolist() == \
+        [[0.0, 0.25, 0.5], [0.5, 0.5, 0.0]]
+
+
+def test_protect_passes_its_parameters_and_keeps_them():
+    rows = np.array([[0.3, -2.0], [0.55, 0.9], [1.7, 0.1]])
+    out = protect(rows, bound=1.0, scale_bits=3, nonnegative=True, max_clipped=1.0)
+    q = np.round(np.clip(rows, 0, 1) * 8).astype(int)   # no ties in these values
+    assert out.integer_distances.tolist() == _exact(q)
+    assert out.distances.tolist() == [[v / 64 for v in r] for r in _exact(q)]
+    assert (out.bound, out.scale_bits, out.nonnegative) == (1.0, 3, True)
+    assert out.result.party_names == ["client-0", "client-1", "client-2"]
+    # segments and noise_segments reach the protocol: l=1, t=2 needs 2+4-1 = 5 parties
+    with pytest.raises(ParameterError):
+        protect(rows, bound=1.0, noise_segments=2, max_clipped=1.0)
+    five = np.arange(10.0).reshape(5, 2) / 10
+    wide = protect(five, bound=1.0, segments=2, noise_segments=1)
+    assert wide.distances.tolist() == protect(five, bound=1.0).distances.tolist()
+    assert wide.result.parameters["segments"] == 2
+
+
+def test_protect_refuses_clipping_by_default():
+    with pytest.raises(InputError, match="outside the public bound"):
+        protect(np.array([[0.3, -2.0], [0.5, 0.9], [1.7, 0.1]]), bound=1.0)
+
+
+def test_group_sums_more_groups_than_used_and_the_errors():
+    rows = np.array([[0.5, 0.25], [0.75, 0.5], [1.0, 1.0]])
+    out = secure_group_sums(rows, [2, 0, 2], n_groups=4, bound=1.0, scale_bits=4,
+                            nonnegative=True)
+    assert out.totals.tolist() == [[0.75, 0.5], [0.0, 0.0], [1.5, 1.25], [0.0, 0.0]]
+    default = secure_group_sums(rows, [2, 0, 2], bound=1.0, scale_bits=4, nonnegative=True)
+    assert default.totals.shape == (3, 2)
+    with pytest.raises(ParameterError, match=re.escape(
+            "groups must give one group per client: expected 3, got 2")):
+        secure_group_sums(rows, [0, 1], bound=1.0)
+    with pytest.raises(ParameterError, match=re.escape(
+            "group indices must lie in [0, 2), got [0, 2]")):
+        secure_group_sums(rows, [0, 1, 2], n_groups=2, bound=1.0)
+    with pytest.raises(ParameterError, match=re.escape(
+            "group indices must lie in [0, 3), got [-1, 2]")):
+        secure_group_sums(rows, [-1, 1, 2], bound=1.0)
+
+
+def test_group_sums_of_a_party_holding_several_clients_near_the_bound():
+    # one party holds three clients of one group, each at the bound: its contribution is
+    # 3 R, which the secure sum accepts because the bound is scaled by the largest count
+    rows = np.array([[1.0, 1.0], [1.0, 0.5], [1.0, 1.0], [0.25, 0.0], [0.5, 0.5]])
+    out = secure_group_sums(rows, [0, 0, 0, 1, 1], bound=1.0, scale_bits=4, nonnegative=True,
+                            parties=["a", "a", "a", "b", "c"])
+    assert out.totals.tolist() == [[3.0, 2.5], [0.75, 0.5]]
+    signed = secure_group_sums(-rows, [0, 0, 0, 1, 1], bound=1.0, scale_bits=4,
+                               parties=["a", "a", "a", "b", "c"])
+    assert signed.totals.tolist() == [[-3.0, -2.5], [-0.75, -0.5]]
+
+
+def test_kmeans_from_distances_checks_k_and_passes_options():
+    x = np.array([[0.0, 0.0], [0.0, 1.0], [9.0, 9.0], [9.0, 8.0], [20.0, 0.0]])
+    d = ((x[:, None] - x[None]) ** 2).sum(-1)
+    assert kmeans_from_distances(d, 1).tolist() == [0] * 5
+    labels = kmeans_from_distances(d, 5)
+    assert sorted(labels.tolist()) == [0, 1, 2, 3, 4] and labels.dtype == np.int64
+    for bad in (0, 6, -1):
+        with pytest.raises(ParameterError, match=re.escape(
+                f"n_clusters must be in [1, 5], got {bad}")):
+            kmeans_from_distances(d, bad)
+    three = kmeans_from_distances(d, 3.0)
+    assert len(set(three.tolist())) == 3
+
+
+def test_kmeans_from_distances_seed_and_n_init_reach_sklearn():
+    from omnifc._geometry import classical_mds
+    from sklearn.cluster import KMeans
+
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0, 1, (40, 2))
+    d = ((x[:, None] - x[None]) ** 2).sum(-1)
+    coords = classical_mds(d)
+    for seed in (0, 4):
+        want = KMeans(6, random_state=seed, n_init=1).fit(coords).labels_
+        assert kmeans_from_distances(d, 6, random_state=seed, n_init=1).tolist() == \
+            want.tolist()
+    default = KMeans(6, random_state=0, n_init="auto").fit(coords).labels_
+    assert kmeans_from_distances(d, 6).tolist() == default.tolist()
+    # n_init reaches KMeans: ten restarts give another partition than one on these data
+    ten = KMeans(6, random_state=0, n_init=10).fit(coords).labels_
+    assert ten.tolist() != default.tolist()
+    assert kmeans_from_distances(d, 6, n_init=10).tolist() == ten.tolist()
+
+
+def test_ward_of_one_row_and_int_cut():
+    assert ward_from_distances(np.zeros((1, 1)), 1).tolist() == [0]
+    assert ward_from_distances(np.zeros((1, 1)), 1).dtype == np.int64
+    x = np.array([[0.0], [1.0], [10.0], [11.0]])
+    d = (x - x.T) ** 2
+    labels = ward_from_distances(d, 2.0)
+    assert labels.dtype == np.int64 and labels.tolist() == [0, 0, 1, 1]
