@@ -1,0 +1,649 @@
+"""protocols/_coordinator.py pinned down: what a lying or confused party's message is
+refused with (error class, the party blamed, the phase, the exact text), that a refusal
+changes nothing but the failure, and the exact messages the coordinator sends back.
+Found by mutation testing (docs/testing.md, "protocols/_coordinator.py").
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from finite_field import DeadlineError, IntegrityError, PeerError, ProtocolError
+from protocols import Coordinator, SessionParameters, sign
+from protocols._crypto import PROTOCOL_VERSION, RUN_NONCE_BYTES
+from protocols._generated import omnifc_pb2 as pb
+from protocols._messages import chunk_rows
+from protocols._party import hello_transcript
+from protocol_helpers import Session, random_data
+
+pytestmark = pytest.mark.timeout(120)
+
+PARAMS = SessionParameters(dim=3, bound=1.0, scale_bits=8)
+SID = "test-session"
+
+
+def _session(sizes=(4, 3, 5), params=PARAMS, seed=0, dim=3):
+    return Session(random_data(list(sizes), dim, seed=seed), params)
+
+
+def _says(error, party, phase, text, kind=PeerError):
+    """``error`` is exactly a ``kind``, blames ``party`` in ``phase`` and says ``text``."""
+    assert type(error) is kind
+    assert (error.party, error.phase) == (party, phase)
+    assert str(error) == f"party {party!r} in phase {phase!r}: {text}"
+
+
+def _refused(coordinator, sender, env, kind=PeerError):
+    """The coordinator refuses ``env`` with a ``kind`` and is failed in the phase it was
+    in; returns the error."""
+    phase = coordinator.phase
+    with pytest.raises(ProtocolError) as info:
+        coordinator.receive(sender, env)
+    assert type(info.value) is kind
+    assert coordinator.error is info.value
+    assert (coordinator.phase, coordinator.failed_in) == ("failed", phase)
+    return info.value
+
+
+def _copy(env, **fields):
+    out = pb.Envelope()
+    out.CopyFrom(env)
+    kind = out.WhichOneof("body")
+    body = getattr(out, kind)
+    for name, value in fields.items():
+        if isinstance(value, list):
+            body.ClearField(name)
+            getattr(body, name).extend(value)
+        else:
+            setattr(body, name, value)
+    return out
+
+
+def _hello(session, hellos, name, **fields):
+    """``name``'s hello with ``fields`` changed, validly signed again with its key."""
+    env = _copy(hellos[name], **fields)
+    env.hello.signature = sign(session.keys[name], hello_transcript(env.hello))
+    return env
+
+
+def _envelope(**body):
+    env = pb.Envelope()
+    for name, value in body.items():
+        getattr(env, name).CopyFrom(value)
+    return env
+
+
+# -- join -------------------------------------------------------------------------------------
+
+def test_every_valid_hello_gives_the_roster_in_config_order_with_exact_offsets():
+    session = _session(sizes=(4, 3, 5))
+    hellos = session.hellos()
+    coordinator = session.coordinator
+    out = []
+    for name in ["party-2", "party-0", "party-1"]:  # arrival order is not roster order
+        assert out == []
+        out = coordinator.receive(name, hellos[name])
+        assert coordinator.phase == ("shares" if name == "party-1" else "join")
+    assert [d for d, _ in out] == ["party-0", "party-1", "party-2"]
+    roster = out[0][1].roster
+    assert all(e.roster == roster for _, e in out)
+    assert (roster.session_id, roster.protocol_version) == (SID, PROTOCOL_VERSION)
+    assert [e.hello for e in roster.parties] == [hellos[n].hello for n in session.names]
+    assert [e.row_offset for e in roster.parties] == [0, 4, 7]
+    assert roster.parameters == PARAMS.to_proto(PARAMS.plan(3))
+    assert (coordinator.row_offsets, coordinator.rows, coordinator.n_total) == \
+        ([0, 4, 7], [4, 3, 5], 12)
+    assert coordinator.waiting_for() == ["party-0", "party-1", "party-2"]  # their Ready
+
+
+def test_d_is_taken_from_the_hellos_when_the_config_leaves_it_open():
+    params = SessionParameters(dim=0, bound=1.0, scale_bits=8)
+    session = Session(random_data([2, 3, 2], 5, seed=1), params)
+    hellos = session.hellos()
+    out = []
+    for name in session.names:
+        out = session.coordinator.receive(name, hellos[name])
+    roster = out[0][1].roster
+    expected = SessionParameters(dim=5, bound=1.0, scale_bits=8)
+    assert roster.parameters == expected.to_proto(expected.plan(3))
+    assert session.coordinator.parameters.dim == 5 and session.coordinator.plan is not None
+
+
+def test_a_hello_after_the_roster_is_refused_as_out_of_order():
+    session = _session()
+    hellos = session.hellos()
+    for name in session.names:
+        session.coordinator.receive(name, hellos[name])
+    error = _refused(session.coordinator, "party-1", hellos["party-1"])
+    _says(error, "party-1", "shares", "out-of-order hello in phase 'shares'")
+
+
+def test_a_hello_claiming_another_party_is_refused_and_not_recorded():
+    session = _session()
+    hellos = session.hellos()
+    error = _refused(session.coordinator, "party-1", hellos["party-0"])
+    _says(error, "party-1", "join", "hello claims to be 'party-0'")
+    assert session.coordinator.hellos == {}
+
+
+def test_a_duplicate_hello_is_refused():
+    session = _session()
+    hellos = session.hellos()
+    session.coordinator.receive("party-0", hellos["party-0"])
+    error = _refused(session.coordinator, "party-0", hellos["party-0"])
+    _says(error, "party-0", "join", "duplicate hello (rejected)")
+    assert list(session.coordinator.hellos) == ["party-0"]
+
+
+def test_a_hello_of_another_protocol_version_is_refused():
+    session = _session()
+    hellos = session.hellos()
+    env = _hello(session, hellos, "party-0", protocol_version=PROTOCOL_VERSION + 1)
+    error = _refused(session.coordinator, "party-0", env)
+    _says(error, "party-0", "join",
+          f"protocol version {PROTOCOL_VERSION + 1}, expected {PROTOCOL_VERSION}")
+    assert session.coordinator.hellos == {}
+
+
+def test_a_hello_with_a_bad_signature_is_an_integrity_error_naming_sender_and_join():
+    session = _session()
+    hellos = session.hellos()
+    env = _copy(hellos["party-1"], n_rows=4)  # not signed again
+    error = _refused(session.coordinator, "party-1", env, kind=IntegrityError)
+    assert (error.party, error.phase) == ("party-1", "join")
+    assert session.coordinator.hellos == {}
+
+
+@pytest.mark.parametrize("key, nonce", [(31, RUN_NONCE_BYTES), (32, RUN_NONCE_BYTES - 1),
+                                        (33, RUN_NONCE_BYTES + 1)])
+def test_a_hello_with_a_wrong_key_or_nonce_length_is_refused(key, nonce):
+    session = _session()
+    hellos = session.hellos()
+    env = _hello(session, hellos, "party-2", ephemeral_public_key=bytes(range(key)),
+                 run_nonce=bytes(nonce))
+    error = _refused(session.coordinator, "party-2", env)
+    _says(error, "party-2", "join",
+          f"hello carries a {key}-byte ephemeral key and a {nonce}-byte run nonce, expected "
+          f"32 and {RUN_NONCE_BYTES}")
+    assert session.coordinator.hellos == {}
+
+
+def test_a_hello_with_another_d_than_the_config_is_refused():
+    session = _session()
+    hellos = session.hellos()
+    session.coordinator.receive("party-0", hellos["party-0"])
+    env = _hello(session, hellos, "party-1", dim=4)
+    error = _refused(session.coordinator, "party-1", env)
+    _says(error, "party-1", "join", "d must be equal for all parties; sent d=4, expected 3 "
+          "(from the session config)")
+    assert list(session.coordinator.hellos) == ["party-0"]
+
+
+def test_without_a_configured_d_the_first_hello_sets_it_for_the_others():
+    params = SessionParameters(dim=0, bound=1.0, scale_bits=8)
+    session = Session(random_data([2, 3, 2], 5, seed=1), params)
+    hellos = session.hellos()
+    session.coordinator.receive("party-1", hellos["party-1"])  # the first to arrive
+    session.coordinator.receive("party-2", hellos["party-2"])
+    env = _hello(session, hellos, "party-0", dim=6)
+    error = _refused(session.coordinator, "party-0", env)
+    _says(error, "party-0", "join", "d must be equal for all parties; sent d=6, expected 5 "
+          "(from party 'party-1')")
+
+
+def test_without_a_configured_d_a_first_hello_with_d_0_is_refused():
+    params = SessionParameters(dim=0, bound=1.0, scale_bits=8)
+    session = Session(random_data([2, 3, 2], 5, seed=1), params)
+    hellos = session.hellos()
+    env = _hello(session, hellos, "party-2", dim=0)
+    error = _refused(session.coordinator, "party-2", env)
+    _says(error, "party-2", "join", "d must be equal for all parties; sent d=0, expected 0 "
+          "(from party 'party-2')")
+    assert session.coordinator.hellos == {}
+
+
+def test_a_hello_with_zero_rows_is_refused():
+    session = _session()
+    hellos = session.hellos()
+    env = _hello(session, hellos, "party-0", n_rows=0)
+    error = _refused(session.coordinator, "party-0", env)
+    _says(error, "party-0", "join", "sent n_rows=0, expected at least 1")
+
+
+def _sum_session(rows=2, dim=3, n=3):
+    params = SessionParameters(dim=dim, bound=1.0, scale_bits=8, kind="sum", rows=rows)
+    return Session(random_data([rows] * n, dim, seed=2), params)
+
+
+@pytest.mark.parametrize("n_rows", [1, 3])
+def test_a_sum_hello_with_another_row_count_is_refused(n_rows):
+    session = _sum_session(rows=2)
+    hellos = session.hellos()
+    env = _hello(session, hellos, "party-1", n_rows=n_rows)
+    error = _refused(session.coordinator, "party-1", env)
+    _says(error, "party-1", "join", f"sent n_rows={n_rows}, expected 2")
+
+
+def test_a_sum_session_accepts_hellos_with_its_row_count():
+    session = _sum_session(rows=2)
+    hellos = session.hellos()
+    out = []
+    for name in session.names:
+        out = session.coordinator.receive(name, hellos[name])
+    assert [d for d, _ in out] == session.names and session.coordinator.phase == "shares"
+    assert session.coordinator.rows == [2, 2, 2]
+
+
+def test_a_hello_over_the_per_party_cap_is_refused_blaming_its_sender():
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8, max_rows_per_party=4)
+    session = _session(sizes=(4, 3, 4), params=params)
+    hellos = session.hellos()
+    session.coordinator.receive("party-0", hellos["party-0"])  # exactly the cap: accepted
+    env = _hello(session, hellos, "party-1", n_rows=5)
+    error = _refused(session.coordinator, "party-1", env)
+    _says(error, "party-1", "join", "'party-1' announces 5 rows, more than the session's "
+          "max_rows_per_party = 4")
+    assert list(session.coordinator.hellos) == ["party-0"]
+
+
+def test_the_hello_that_passes_the_total_cap_is_refused_blaming_its_sender():
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8, max_rows_total=11)
+    session = _session(sizes=(4, 3, 5), params=params)
+    hellos = session.hellos()
+    session.coordinator.receive("party-0", hellos["party-0"])
+    session.coordinator.receive("party-2", hellos["party-2"])
+    error = _refused(session.coordinator, "party-1", hellos["party-1"])
+    _says(error, "party-1", "join", "the parties announce 12 rows in total, more than the "
+          "session's max_rows_total = 11")
+    assert list(session.coordinator.hellos) == ["party-0", "party-2"]
+
+
+# -- entry points -----------------------------------------------------------------------------
+
+def test_a_message_from_an_unknown_sender_fails_the_session_as_a_protocol_error():
+    session = _session()
+    hellos = session.hellos()
+    error = _refused(session.coordinator, "mallory", hellos["party-0"], kind=ProtocolError)
+    assert str(error) == ("unknown party 'mallory'; the session's parties are "
+                          "['party-0', 'party-1', 'party-2']")
+    reports = session.coordinator.abort()
+    assert [d for d, _ in reports] == session.names
+    for _, env in reports:
+        assert env.error == pb.ErrorReport(session_id=SID, reporter="coordinator", party="",
+                                           phase="join", kind="protocol", message=str(error))
+
+
+def test_nothing_is_accepted_once_the_session_failed():
+    session = _session()
+    hellos = session.hellos()
+    _refused(session.coordinator, "party-0", _copy(hellos["party-0"], party_id="party-2"))
+    error = session.coordinator.error
+    with pytest.raises(ProtocolError) as info:
+        session.coordinator.receive("party-1", hellos["party-1"])
+    assert type(info.value) is ProtocolError
+    assert str(info.value) == "session 'test-session' is over; message from 'party-1' ignored"
+    assert session.coordinator.error is error and session.coordinator.hellos == {}
+    assert session.coordinator.failed_in == "join"
+    assert session.coordinator.party_lost("party-1") == []
+    assert session.coordinator.expire() == []
+
+
+def test_nothing_is_accepted_once_the_session_is_done():
+    session = _session()
+    session.run_until("done")
+    hellos = {n: session.parties[n] for n in session.names}
+    assert hellos and session.coordinator.outcome is not None
+    with pytest.raises(ProtocolError) as info:
+        session.coordinator.receive("party-0", _envelope(ready=pb.Ready(session_id=SID,
+                                                                        party_id="party-0")))
+    assert str(info.value) == "session 'test-session' is over; message from 'party-0' ignored"
+    assert session.coordinator.error is None and session.coordinator.phase == "done"
+    assert session.coordinator.party_lost("party-0") == [] and not session.coordinator.lost
+    assert session.coordinator.expire() == []
+
+
+def test_a_message_the_coordinator_never_receives_is_refused_naming_its_kind():
+    session = _session()
+    hellos = session.hellos()
+    session.coordinator.receive("party-0", hellos["party-0"])
+    env = _envelope(roster=pb.Roster(session_id=SID))
+    error = _refused(session.coordinator, "party-0", env)
+    _says(error, "party-0", "join", "unexpected message 'roster' (the coordinator never "
+          "receives it)")
+
+
+def test_a_message_before_the_hello_is_refused_as_out_of_order():
+    session = _session()
+    session.hellos()
+    env = _envelope(ready=pb.Ready(session_id=SID, party_id="party-0"))
+    error = _refused(session.coordinator, "party-0", env)
+    _says(error, "party-0", "join", "out-of-order message 'ready' before the hello")
+
+
+def test_an_error_report_before_the_hello_is_taken_as_a_report():
+    session = _session()
+    env = _envelope(error=pb.ErrorReport(session_id=SID, reporter="party-0", phase="join",
+                                         kind="input", message="bad rows"))
+    error = _refused(session.coordinator, "party-0", env)
+    _says(error, "party-0", "join", "reported by 'party-0': input: bad rows")
+
+
+def test_a_message_of_another_session_is_refused_in_the_phase_of_its_kind():
+    session = _session()
+    hellos = session.hellos()
+    session.coordinator.receive("party-0", hellos["party-0"])
+    env = _envelope(ready=pb.Ready(session_id="other", party_id="party-0"))
+    error = _refused(session.coordinator, "party-0", env)
+    _says(error, "party-0", "shares", "message for session 'other', expected 'test-session' "
+          "(replayed or misrouted)")
+
+
+def test_a_hello_of_another_session_is_refused_in_join():
+    session = _session()
+    hellos = session.hellos()
+    env = _hello(session, hellos, "party-0", session_id="other")
+    error = _refused(session.coordinator, "party-0", env)
+    _says(error, "party-0", "join", "message for session 'other', expected 'test-session' "
+          "(replayed or misrouted)")
+
+
+def test_an_empty_envelope_fails_the_session_naming_the_party():
+    session = _session()
+    error = _refused(session.coordinator, "party-0", pb.Envelope())
+    _says(error, "party-0", "join", "unexpected message None (the coordinator never "
+          "receives it)")
+
+
+# -- error reports ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("report, text, phase", [
+    (dict(phase="shares", kind="integrity", message="tag"), "integrity: tag", "shares"),
+    (dict(phase="", kind="", message="m"), "error: m", "join"),
+    (dict(phase="join", kind="peer", party="party-0", message="x"), "peer: x", "join"),
+    (dict(phase="join", kind="peer", party="party-2", message="y"),
+     "peer: y", "join"),
+])
+def test_an_error_report_blames_only_its_authenticated_sender(report, text, phase):
+    session = _session()
+    hellos = session.hellos()
+    session.coordinator.receive("party-0", hellos["party-0"])
+    env = _envelope(error=pb.ErrorReport(session_id=SID, reporter="party-0", **report))
+    error = _refused(session.coordinator, "party-0", env)
+    claim = "" if report.get("party", "party-0") == "party-0" else \
+        f" (its report names {report['party']!r})"
+    _says(error, "party-0", phase, f"reported by 'party-0'{claim}: {text}")
+
+
+def test_an_error_report_message_is_cut_at_500_characters():
+    session = _session()
+    env = _envelope(error=pb.ErrorReport(session_id=SID, phase="join", kind="peer",
+                                         message="a" * 500 + "b" * 100))
+    error = _refused(session.coordinator, "party-1", env)
+    _says(error, "party-1", "join", "reported by 'party-1': peer: " + "a" * 500)
+
+
+# -- abort ------------------------------------------------------------------------------------
+
+def test_abort_tells_every_connected_party_who_failed_in_which_phase():
+    session = _session()
+    hellos = session.hellos()
+    for name in session.names:
+        session.coordinator.receive(name, hellos[name])
+    error = _refused(session.coordinator, "party-2",
+                     _envelope(ready=pb.Ready(session_id=SID, party_id="party-0")))
+    reports = session.coordinator.abort()
+    assert [d for d, _ in reports] == session.names
+    for _, env in reports:
+        assert env.error == pb.ErrorReport(
+            session_id=SID, reporter="coordinator", party="party-2", phase="shares",
+            kind="peer", message=str(error))
+
+
+def test_abort_of_a_deadline_skips_the_lost_party_and_says_deadline():
+    session = _session()
+    hellos = session.hellos()
+    session.coordinator.receive("party-0", hellos["party-0"])
+    session.coordinator.receive("party-2", hellos["party-2"])
+    with pytest.raises(DeadlineError) as info:
+        session.coordinator.expire()
+    _says(info.value, "party-1", "join", "missed the deadline (still waiting for "
+          "['party-1'])", kind=DeadlineError)
+    reports = session.coordinator.abort()
+    assert [d for d, _ in reports] == session.names  # expire does not mark anyone lost
+    assert {(e.error.kind, e.error.party, e.error.phase) for _, e in reports} == \
+        {("deadline", "party-1", "join")}
+
+
+def test_abort_of_an_integrity_error_says_integrity():
+    session = _session()
+    hellos = session.hellos()
+    _refused(session.coordinator, "party-1", _copy(hellos["party-1"], n_rows=9),
+             kind=IntegrityError)
+    reports = session.coordinator.abort()
+    assert {(e.error.kind, e.error.party, e.error.phase) for _, e in reports} == \
+        {("integrity", "party-1", "join")}
+
+
+def test_abort_without_a_failure_says_the_session_was_aborted():
+    session = _session()
+    reports = session.coordinator.abort()
+    assert [d for d, _ in reports] == session.names
+    assert {(e.error.kind, e.error.party, e.error.phase, e.error.message)
+            for _, e in reports} == {("protocol", "", "join", "session aborted")}
+
+
+def test_a_party_lost_in_join_fails_the_session_and_is_not_told():
+    session = _session()
+    hellos = session.hellos()
+    session.coordinator.receive("party-0", hellos["party-0"])
+    with pytest.raises(PeerError) as info:
+        session.coordinator.party_lost("party-1", "stream closed")
+    _says(info.value, "party-1", "join", "stream closed")
+    assert session.coordinator.lost == {"party-1"}
+    assert session.coordinator.failed_in == "join" and session.coordinator.phase == "failed"
+    assert [d for d, _ in session.coordinator.abort()] == ["party-0", "party-2"]
+    assert session.coordinator.party_lost("party-0") == []  # over: nothing more happens
+    assert session.coordinator.lost == {"party-1"}
+
+
+def test_a_party_lost_in_shares_fails_the_session_with_the_default_reason():
+    session = _session()
+    session.run_until("shares")
+    with pytest.raises(PeerError) as info:
+        session.coordinator.party_lost("party-2")
+    _says(info.value, "party-2", "shares", "connection lost")
+
+
+# -- shares -----------------------------------------------------------------------------------
+
+def _in_shares(session):
+    """Hellos delivered; returns the share chunks the parties send (sender, envelope)."""
+    hellos = session.hellos()
+    out = []
+    for name in session.names:
+        out = session.coordinator.receive(name, hellos[name]) or out
+    return [(s, e) for s, e in session.deliver_all(out) if e.HasField("share")]
+
+
+def test_a_share_chunk_is_relayed_unchanged_to_its_receiver_only():
+    session = _session()
+    chunks = _in_shares(session)
+    sender, env = chunks[0]
+    out = session.coordinator.receive(sender, env)
+    assert out == [(env.share.receiver, env)]
+    assert env.share.receiver != sender
+
+
+def test_a_share_chunk_before_the_roster_is_refused_as_out_of_order():
+    session = _session()
+    hellos = session.hellos()
+    session.coordinator.receive("party-0", hellos["party-0"])
+    env = _envelope(share=pb.ShareChunk(session_id=SID, sender="party-0",
+                                        receiver="party-1"))
+    error = _refused(session.coordinator, "party-0", env)
+    _says(error, "party-0", "join", "out-of-order share chunk in phase 'join'")
+
+
+def test_a_share_chunk_in_a_sum_session_is_refused_as_out_of_order():
+    session = _sum_session()
+    hellos = session.hellos()
+    for name in session.names:
+        session.coordinator.receive(name, hellos[name])
+    assert session.coordinator.phase == "shares"
+    env = _envelope(share=pb.ShareChunk(session_id=SID, sender="party-0",
+                                        receiver="party-1"))
+    error = _refused(session.coordinator, "party-0", env)
+    _says(error, "party-0", "shares", "out-of-order share chunk in phase 'shares'")
+
+
+@pytest.mark.parametrize("field", ["sender", "receiver to itself", "receiver unknown"])
+def test_a_misaddressed_share_chunk_is_refused(field):
+    session = _session()
+    chunks = _in_shares(session)
+    sender, env = next((s, e) for s, e in chunks if s == "party-0")
+    changes = {"sender": {"sender": "party-2"},
+               "receiver to itself": {"receiver": "party-0"},
+               "receiver unknown": {"receiver": "mallory"}}[field]
+    bad = _copy(env, **changes)
+    error = _refused(session.coordinator, "party-0", bad)
+    _says(error, "party-0", "shares", f"share chunk from {bad.share.sender!r} to "
+          f"{bad.share.receiver!r} sent by 'party-0'")
+
+
+@pytest.mark.parametrize("field, value", [("round", 1), ("prime_index", None),
+                                          ("total_chunks", 2), ("chunk_index", 1)])
+def test_a_share_chunk_that_does_not_fit_the_schedule_is_refused(field, value):
+    session = _session()
+    chunks = _in_shares(session)
+    sender, env = next((s, e) for s, e in chunks if s == "party-1")
+    primes = len(session.coordinator.plan.primes)
+    assert env.share.total_chunks == 1 and env.share.round == 0
+    bad = _copy(env, **{field: primes if value is None else value})
+    s = bad.share
+    error = _refused(session.coordinator, "party-1", bad)
+    _says(error, "party-1", "shares", f"share chunk (round {s.round}, prime {s.prime_index}, "
+          f"chunk {s.chunk_index}/{s.total_chunks}) does not fit the schedule (round 0, 1 "
+          "chunks per prime)")
+
+
+def test_the_last_prime_and_chunk_of_the_schedule_are_relayed():
+    # several chunks per prime: a party with more rows than one chunk holds
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8, chunk_bytes=4096)
+    session = _session(sizes=(700, 3, 4), params=params)
+    chunks = _in_shares(session)
+    width = session.coordinator.plan.segment_length
+    expected = chunk_rows(700, width, 4096)
+    assert len(expected) > 1
+    mine = [e for s, e in chunks if s == "party-0" and e.share.receiver == "party-1"]
+    primes = len(session.coordinator.plan.primes)
+    assert sorted((e.share.prime_index, e.share.chunk_index) for e in mine) == \
+        [(k, c) for k in range(primes) for c in range(len(expected))]
+    for env in mine:
+        a, b = expected[env.share.chunk_index]
+        assert len(env.share.ciphertext) == 4 * (b - a) * width + 16
+        assert env.share.total_chunks == len(expected)
+        assert session.coordinator.receive("party-0", env) == [("party-1", env)]
+    last = _copy(mine[-1], chunk_index=len(expected))
+    error = _refused(session.coordinator, "party-0", last)
+    assert "does not fit the schedule" in str(error)
+
+
+@pytest.mark.parametrize("delta", [-1, 1])
+def test_a_share_chunk_of_the_wrong_size_is_refused_with_both_sizes(delta):
+    session = _session()
+    chunks = _in_shares(session)
+    sender, env = next((s, e) for s, e in chunks if s == "party-2")
+    width = session.coordinator.plan.segment_length
+    expected = 4 * 5 * width + 16
+    assert len(env.share.ciphertext) == expected
+    data = env.share.ciphertext
+    bad = _copy(env, ciphertext=data[:-1] if delta < 0 else data + b"\0")
+    error = _refused(session.coordinator, "party-2", bad)
+    _says(error, "party-2", "shares", f"share chunk holds {expected + delta} bytes, expected "
+          f"{expected}")
+
+
+def test_a_duplicate_share_chunk_is_refused():
+    session = _session()
+    chunks = _in_shares(session)
+    sender, env = chunks[0]
+    session.coordinator.receive(sender, env)
+    error = _refused(session.coordinator, sender, env)
+    _says(error, sender, "shares", f"duplicate share chunk {env.share.chunk_index} "
+          "(rejected)")
+
+
+def test_the_same_chunk_index_to_another_receiver_or_prime_is_not_a_duplicate():
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=16)  # two primes
+    session = _session(params=params)
+    chunks = _in_shares(session)
+    mine = [e for s, e in chunks if s == "party-0"]
+    keys = {(e.share.receiver, e.share.prime_index, e.share.chunk_index) for e in mine}
+    assert len(keys) == len(mine) == 4
+    assert {e.share.chunk_index for e in mine} == {0}
+    for env in mine:
+        assert session.coordinator.receive("party-0", env) == [(env.share.receiver, env)]
+
+
+# -- ready ------------------------------------------------------------------------------------
+
+def _ready(name, sender=None):
+    return _envelope(ready=pb.Ready(session_id=SID, party_id=name))
+
+
+def test_a_ready_in_join_is_refused_as_out_of_order():
+    session = _session()
+    hellos = session.hellos()
+    session.coordinator.receive("party-0", hellos["party-0"])
+    error = _refused(session.coordinator, "party-0", _ready("party-0"))
+    _says(error, "party-0", "join", "out-of-order ready in phase 'join'")
+
+
+def test_a_ready_for_another_party_is_refused():
+    session = _session()
+    _in_shares(session)
+    error = _refused(session.coordinator, "party-1", _ready("party-0"))
+    _says(error, "party-1", "shares", "out-of-order ready in phase 'shares'")
+    assert session.coordinator.ready == set()
+
+
+def test_a_duplicate_ready_is_refused():
+    session = _session()
+    _in_shares(session)
+    assert session.coordinator.receive("party-1", _ready("party-1")) == []
+    error = _refused(session.coordinator, "party-1", _ready("party-1"))
+    _says(error, "party-1", "shares", "duplicate ready (rejected)")
+    assert session.coordinator.ready == {"party-1"}
+
+
+def test_the_last_ready_starts_round_1_with_every_party_in_config_order():
+    session = _session()
+    _in_shares(session)
+    coordinator = session.coordinator
+    for name in ["party-2", "party-0"]:
+        assert coordinator.receive(name, _ready(name)) == []
+        assert coordinator.phase == "shares"
+    assert coordinator.waiting_for() == ["party-1"]
+    out = coordinator.receive("party-1", _ready("party-1"))
+    start = pb.RoundStart(session_id=SID, round=1, responders=session.names)
+    assert out == [(n, _envelope(round_start=start)) for n in session.names]
+    assert (coordinator.phase, coordinator.round, coordinator.responders) == \
+        ("evaluation", 1, session.names)
+
+
+def test_a_chosen_responding_set_is_announced_in_config_order():
+    data = random_data([2, 3, 2, 2], 3, seed=5)
+    session = Session(data, PARAMS)
+    session.coordinator = Coordinator(SID, PARAMS, session.names, session.pinned,
+                                      responders=["party-3", "party-0", "party-1"])
+    _in_shares(session)
+    out = []
+    for name in session.names:
+        out = session.coordinator.receive(name, _ready(name))
+    start = pb.RoundStart(session_id=SID, round=1,
+                          responders=["party-0", "party-1", "party-3"])
+    assert out == [(n, _envelope(round_start=start)) for n in session.names]
+    assert session.coordinator.waiting_for() == ["party-0", "party-1", "party-3"]
