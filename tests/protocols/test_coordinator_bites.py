@@ -647,3 +647,232 @@ def test_a_chosen_responding_set_is_announced_in_config_order():
                           responders=["party-0", "party-1", "party-3"])
     assert out == [(n, _envelope(round_start=start)) for n in session.names]
     assert session.coordinator.waiting_for() == ["party-0", "party-1", "party-3"]
+
+
+# -- evaluation: rounds, dropouts, deadlines, group seeds -------------------------------------
+
+FIVE = [f"party-{i}" for i in range(5)]
+
+
+def _evaluation(sizes=(3, 2, 4, 3, 2), seed=7, params=PARAMS):
+    """A session run by hand until round 1 started at the coordinator; returns it and the
+    queue of (destination, sender, envelope) still to deliver."""
+    session = Session(random_data(list(sizes), 3, seed=seed), params)
+    return session, session.run_until("evaluation")
+
+
+def _pump(session, queue, hold=lambda sender, env: False):
+    """Deliver the queue in FIFO order until it is empty. Messages to the coordinator for
+    which ``hold(sender, env)`` is true are kept back and returned; nothing is delivered to
+    a party the coordinator counts as lost."""
+    held = []
+    for _ in range(100_000):
+        if not queue:
+            return held
+        dest, sender, env = queue.pop(0)
+        if dest == "coordinator":
+            if hold(sender, env):
+                held.append((sender, env))
+                continue
+            queue += [(d, "coordinator", e) for d, e in session.coordinator.receive(sender, env)]
+        elif dest not in session.coordinator.lost:
+            queue += [("coordinator", dest, e) for e in session.parties[dest].receive(env)]
+    raise AssertionError("the session did not settle")
+
+
+def _tiles_of(name):
+    return lambda sender, env: sender == name and env.HasField("tile")
+
+
+def _exact(session, x=None):
+    from protocol_helpers import plaintext_sq_distances
+    data = np.vstack([session.parties[n].data if x is None else x[n] for n in session.names])
+    return plaintext_sq_distances(data, 1.0, 8)
+
+
+def _start(round_, responders):
+    return _envelope(round_start=pb.RoundStart(session_id=SID, round=round_,
+                                               responders=responders))
+
+
+@pytest.mark.parametrize("how", ["lost", "deadline"])
+def test_a_responder_missing_its_tiles_starts_round_2_without_it(how):
+    data = random_data([3, 2, 4, 3, 2], 3, seed=7)
+    session = Session(data, PARAMS)
+    queue = session.run_until("evaluation")
+    held = _pump(session, queue, hold=_tiles_of("party-4"))
+    coordinator = session.coordinator
+    assert held and coordinator.waiting_for() == ["party-4"] and coordinator.round == 1
+    out = coordinator.party_lost("party-4") if how == "lost" else coordinator.expire()
+    assert out == [(n, _start(2, FIVE[:4])) for n in FIVE[:4]]
+    assert (coordinator.round, coordinator.responders, coordinator.lost) == \
+        (2, FIVE[:4], {"party-4"})
+    assert coordinator.phase == "evaluation" and coordinator.error is None
+    assert coordinator.waiting_for() == FIVE[:4]
+    for sender, env in held:  # round 1's tiles still in flight: ignored
+        assert coordinator.receive(sender, env) == []
+    assert coordinator.waiting_for() == FIVE[:4] and coordinator.error is None
+    _pump(session, [(d, "coordinator", e) for d, e in out])
+    outcome = coordinator.outcome
+    assert (outcome.round, outcome.responders, outcome.lost) == (2, FIVE[:4], ["party-4"])
+    np.testing.assert_array_equal(outcome.integer, _exact(session, data))
+
+
+def test_a_responder_lost_after_its_last_tile_changes_nothing():
+    session, queue = _evaluation()
+    held = _pump(session, queue, hold=_tiles_of("party-3"))
+    coordinator = session.coordinator
+    assert coordinator.waiting_for() == ["party-3"]
+    assert coordinator.party_lost("party-4", "gone") == []  # it delivered everything
+    assert (coordinator.round, coordinator.lost, coordinator.error) == (1, {"party-4"}, None)
+    assert coordinator.party_lost("party-4", "again") == []
+    out = []
+    for sender, env in held:
+        out = coordinator.receive(sender, env)
+    assert [d for d, _ in out] == FIVE[:4]  # the results: not to the lost party
+    assert coordinator.outcome.round == 1 and coordinator.outcome.lost == ["party-4"]
+
+
+def test_a_party_outside_the_responding_set_lost_in_evaluation_changes_nothing():
+    data = random_data([2, 3, 2, 2, 3], 3, seed=5)
+    session = Session(data, PARAMS)
+    session.coordinator = Coordinator(SID, PARAMS, session.names, session.pinned,
+                                      responders=FIVE[:4])
+    session.run_until("evaluation")
+    coordinator = session.coordinator
+    assert coordinator.responders == FIVE[:4]
+    assert coordinator.party_lost("party-4") == []
+    assert (coordinator.round, coordinator.phase, coordinator.error) == (1, "evaluation", None)
+
+
+@pytest.mark.parametrize("reason, kind", [("connection lost", PeerError),
+                                          ("missed the deadline", DeadlineError),
+                                          ("stream reset", PeerError)])
+def test_a_dropout_that_leaves_too_few_responders_fails_with_its_kind(reason, kind):
+    session, queue = _evaluation(sizes=(3, 2, 4))
+    held = _pump(session, queue, hold=_tiles_of("party-1"))
+    coordinator = session.coordinator
+    assert held and coordinator.waiting_for() == ["party-1"]
+    with pytest.raises(PeerError) as info:
+        coordinator.party_lost("party-1", reason)
+    _says(info.value, "party-1", "evaluation", f"{reason}; only 2 parties remain "
+          "(['party-0', 'party-2']) and decoding needs 3", kind=kind)
+    assert coordinator.round == 1 and coordinator.failed_in == "evaluation"
+
+
+def test_a_deadline_in_evaluation_with_too_few_left_names_the_first_missing_party():
+    session, queue = _evaluation(sizes=(3, 2, 4, 2))
+    held = _pump(session, queue, hold=lambda s, e: s in ("party-1", "party-3")
+                 and e.HasField("tile"))
+    coordinator = session.coordinator
+    assert held and coordinator.waiting_for() == ["party-1", "party-3"]
+    with pytest.raises(DeadlineError) as info:
+        coordinator.expire()
+    _says(info.value, "party-1", "evaluation", "missed the deadline; only 2 parties remain "
+          "(['party-0', 'party-2']) and decoding needs 3", kind=DeadlineError)
+    assert coordinator.lost == {"party-1", "party-3"}
+
+
+def test_a_deadline_in_shares_names_the_first_party_without_ready():
+    session = _session()
+    _in_shares(session)
+    session.coordinator.receive("party-1", _ready("party-1"))
+    with pytest.raises(DeadlineError) as info:
+        session.coordinator.expire()
+    _says(info.value, "party-0", "shares", "missed the deadline (still waiting for "
+          "['party-0', 'party-2'])", kind=DeadlineError)
+
+
+def test_an_unchecked_round_is_announced_once_and_a_checked_one_not(caplog):
+    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+        session, _ = _evaluation(sizes=(3, 2, 4))
+    unchecked = [r for r in caplog.records if "NO INTEGRITY CHECK" in r.getMessage()]
+    assert len(unchecked) == 1
+    assert unchecked[0].getMessage() == (
+        "session 'test-session': NO INTEGRITY CHECK in round 1: 3 responders leave r = 0 "
+        "redundant evaluations (decoding needs 3), so a party that computes or shares "
+        "wrongly would go undetected")
+    assert session.coordinator.checks is None
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+        session, _ = _evaluation(sizes=(3, 2, 4, 3))
+        off = SessionParameters(dim=3, bound=1.0, scale_bits=8, integrity="off")
+        _evaluation(sizes=(3, 2, 4), params=off)
+    assert not [r for r in caplog.records if "NO INTEGRITY CHECK" in r.getMessage()]
+    assert session.coordinator.checks is not None
+
+
+def _seeding(seed=7):
+    """Round 1 of five parties started; returns the session and every group seed the
+    parties sent, as (sender, envelope), not yet delivered."""
+    session, queue = _evaluation(seed=seed)
+    held = _pump(session, queue, hold=lambda s, e: e.HasField("group_seed"))
+    assert held and all(e.HasField("group_seed") for _, e in held)
+    return session, held
+
+
+def test_every_group_seed_is_relayed_to_its_receiver_once():
+    session, seeds = _seeding()
+    coordinator = session.coordinator
+    sets = coordinator.checks.member_sets
+    for sender, env in seeds:
+        members = tuple(env.group_seed.members)
+        assert members in sets and members[0] == sender == env.group_seed.sender
+        assert coordinator.receive(sender, env) == [(env.group_seed.receiver, env)]
+    sender, env = seeds[-1]
+    members = list(env.group_seed.members)
+    error = _refused(coordinator, sender, env)
+    _says(error, sender, "evaluation", f"duplicate group seed for {members} to "
+          f"{env.group_seed.receiver!r}")
+
+
+def _misfit(session, sender, env):
+    msg = env.group_seed
+    error = _refused(session.coordinator, sender, env)
+    _says(error, sender, "evaluation", f"group seed (round {msg.round}, group "
+          f"{list(msg.members)}, to {msg.receiver!r}, {len(msg.ciphertext)} bytes) does not "
+          "fit round 1's groups")
+
+
+@pytest.mark.parametrize("change", ["claimed sender", "round", "unknown group",
+                                    "not the leader", "receiver is the leader",
+                                    "receiver outside the group", "short", "long"])
+def test_a_group_seed_that_does_not_fit_the_round_is_refused(change):
+    session, seeds = _seeding()
+    sender, env = seeds[0]
+    members = list(env.group_seed.members)
+    outsider = next(n for n in FIVE if n not in members)
+    box = env.group_seed.ciphertext
+    assert len(box) == 48
+    if change == "not the leader":  # a member resends it as its own, to a member
+        sender = members[1]
+        env = _copy(env, sender=sender, receiver=members[2])
+    else:
+        env = _copy(env, **{"claimed sender": {"sender": members[1]},
+                            "round": {"round": 2},
+                            "unknown group": {"members": members[:1] + [outsider]
+                                              + members[2:]},
+                            "receiver is the leader": {"receiver": members[0]},
+                            "receiver outside the group": {"receiver": outsider},
+                            "short": {"ciphertext": box[:-1]},
+                            "long": {"ciphertext": box + b"\0"}}[change])
+    _misfit(session, sender, env)
+
+
+def test_a_group_seed_of_an_abandoned_round_is_ignored():
+    session, seeds = _seeding()
+    coordinator = session.coordinator
+    sender, env = next((s, e) for s, e in seeds if s != "party-4")
+    out = coordinator.party_lost("party-4")
+    assert coordinator.round == 2 and [d for d, _ in out] == FIVE[:4]
+    assert coordinator.receive(sender, env) == []
+    assert coordinator.error is None and coordinator._seeds_relayed == set()
+
+
+def test_a_group_seed_of_a_round_not_yet_started_is_refused():
+    session, seeds = _seeding()
+    sender, env = seeds[0]
+    session.coordinator.party_lost("party-4")
+    _misfit_round = _copy(env, round=3)
+    error = _refused(session.coordinator, sender, _misfit_round)
+    assert "does not fit round 2's groups" in str(error)
