@@ -684,9 +684,9 @@ def _tiles_of(name):
     return lambda sender, env: sender == name and env.HasField("tile")
 
 
-def _exact(session, x=None):
+def _exact(session, x):
     from protocol_helpers import plaintext_sq_distances
-    data = np.vstack([session.parties[n].data if x is None else x[n] for n in session.names])
+    data = np.vstack([x[n] for n in session.names])
     return plaintext_sq_distances(data, 1.0, 8)
 
 
@@ -876,3 +876,93 @@ def test_a_group_seed_of_a_round_not_yet_started_is_refused():
     _misfit_round = _copy(env, round=3)
     error = _refused(session.coordinator, sender, _misfit_round)
     assert "does not fit round 2's groups" in str(error)
+
+
+# -- construction and bookkeeping -------------------------------------------------------------
+
+def _pins(names):
+    return {n: bytes([i + 1]) * 32 for i, n in enumerate(names)}
+
+
+def test_a_coordinator_starts_in_join_waiting_for_every_party():
+    names = ["c", "a", "b"]
+    pins = _pins(names) | {"extra": bytes(32)}
+    coordinator = Coordinator(7, PARAMS, iter(names), pins)
+    assert coordinator.session_id == "7" and coordinator.names == names
+    assert coordinator.identities == {n: bytes([i + 1]) * 32 for i, n in enumerate(names)}
+    assert (coordinator.phase, coordinator.round, coordinator.error, coordinator.outcome) == \
+        ("join", 0, None, None)
+    assert coordinator.waiting_for() == names and coordinator.alive == names
+    assert coordinator.min_responders == 3 and coordinator.plan == PARAMS.plan(3)
+    assert coordinator.parameters == PARAMS.with_plan(PARAMS.plan(3))
+    assert coordinator.stats == {p: [0.0, 0] for p in ("join", "shares", "evaluation",
+                                                       "decode", "result")}
+    open_d = Coordinator("s", SessionParameters(dim=0, bound=1.0), names, pins)
+    assert open_d.plan is None
+
+
+def test_a_coordinator_refuses_duplicate_names_and_unpinned_parties():
+    with pytest.raises(ValueError) as info:
+        Coordinator("s", PARAMS, ["a", "b", "a"], _pins(["a", "b"]))
+    assert str(info.value) == "party names must be unique, got ['a', 'b', 'a']"
+    with pytest.raises(ValueError) as info:
+        Coordinator("s", PARAMS, ["a", "b", "c", "d"], _pins(["a", "c"]))
+    assert str(info.value) == "no pinned identity key for parties ['b', 'd']"
+
+
+@pytest.mark.parametrize("responders, text", [
+    (["a", "x", "b"], "responders must be distinct parties of ['a', 'b', 'c', 'd'], got "
+                      "['a', 'x', 'b']"),
+    (["a", "b", "a"], "responders must be distinct parties of ['a', 'b', 'c', 'd'], got "
+                      "['a', 'b', 'a']"),
+    (["d", "a"], "the responding set needs at least 3 parties, got 2"),
+])
+def test_a_coordinator_refuses_a_responding_set_that_cannot_work(responders, text):
+    from finite_field import ParameterError
+    names = ["a", "b", "c", "d"]
+    with pytest.raises(ParameterError) as info:
+        Coordinator("s", PARAMS, names, _pins(names), responders=responders)
+    assert str(info.value) == text
+
+
+def test_the_smallest_responding_set_is_accepted():
+    names = ["a", "b", "c", "d"]
+    coordinator = Coordinator("s", PARAMS, names, _pins(names), responders=("d", "b", "a"))
+    assert coordinator._first_responders == ["d", "b", "a"]
+
+
+def test_transparent_mode_is_announced_loudly(caplog):
+    names = ["a", "b", "c"]
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8, mode="transparent")
+    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+        Coordinator("s", params, names, _pins(names))
+        Coordinator("s", PARAMS, names, _pins(names))
+    assert [r.getMessage() for r in caplog.records] == [
+        "session 's' runs in TRANSPARENT mode: the coordinator learns every per-segment "
+        "distance matrix, not only D"]
+
+
+_PHASE = {"hello": "join", "roster": "join", "share": "shares", "ready": "shares",
+          "round_start": "evaluation", "tile": "evaluation", "group_seed": "evaluation",
+          "result": "result"}
+
+
+def test_the_stats_count_every_byte_received_and_sent_in_its_phase():
+    session = Session(random_data([3, 2, 4, 3], 3, seed=7), PARAMS)
+    coordinator = session.coordinator
+    counted = {p: 0 for p in ("join", "shares", "evaluation", "decode", "result")}
+    queue = [("coordinator", n, e) for n, e in session.hellos().items()]
+    while queue:
+        dest, sender, env = queue.pop(0)
+        if dest == "coordinator":
+            counted[_PHASE[env.WhichOneof("body")]] += env.ByteSize()
+            for d, e in coordinator.receive(sender, env):
+                counted[_PHASE[e.WhichOneof("body")]] += e.ByteSize()
+                queue.append((d, "coordinator", e))
+        else:
+            queue += [("coordinator", dest, e) for e in session.parties[dest].receive(env)]
+    stats = coordinator.outcome.stats
+    assert {p: b for p, (_, b) in stats.items()} == counted
+    assert all(counted[p] > 0 for p in ("join", "shares", "evaluation", "result"))
+    assert all(seconds > 0 for p, (seconds, _) in stats.items())  # every phase was passed
+    assert coordinator.phase == "done"
