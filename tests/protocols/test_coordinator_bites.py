@@ -966,3 +966,123 @@ def test_the_stats_count_every_byte_received_and_sent_in_its_phase():
     assert all(counted[p] > 0 for p in ("join", "shares", "evaluation", "result"))
     assert all(seconds > 0 for p, (seconds, _) in stats.items())  # every phase was passed
     assert coordinator.phase == "done"
+
+
+# -- integrity: what a detected deviation does ------------------------------------------------
+
+def _plus_one(env, entries, n):
+    """``env`` (a tile of an n x n matrix) with the entries (i, j) one higher modulo p: an
+    in-range lie about those evaluations."""
+    a = env.tile.row_start
+    values = np.frombuffer(env.tile.values, dtype="<u4").copy().reshape(-1, n - a)
+    for i, j in entries:
+        assert a <= i < env.tile.row_stop and int(values[i - a, j - a]) + 1 < 2**31 - 1
+        values[i - a, j - a] += 1
+    return _copy(env, values=values.tobytes())
+
+
+# rows of the five parties of (3, 2, 4, 3, 2): 0-2, 3-4, 5-8, 9-11, 12-13; an evaluator
+# is named when its wrong entries have owners no single other party shares
+SPREAD = [(0, 5), (9, 12)]
+
+
+def _lying(sizes, liars, params=PARAMS, lose=None, seed=7):
+    """Round 1 with every tile of ``liars`` (party -> entry) held back, then delivered with
+    one entry of its first tile one higher; ``lose`` is lost first, after it delivered
+    everything. Returns the session, the messages the last tile produced (or the error
+    it raised) and every tile of round 1."""
+    data = random_data(list(sizes), 3, seed=seed)
+    session = Session(data, params)
+    queue = session.run_until("evaluation")
+    held = _pump(session, queue, hold=lambda s, e: s in liars and e.HasField("tile"))
+    if lose:
+        assert session.coordinator.party_lost(lose) == []
+    seen, lied = set(), []
+    for sender, env in held:
+        if sender not in seen:
+            seen.add(sender)
+            env = _plus_one(env, liars[sender], sum(sizes))
+        lied.append((sender, env))
+    out, error = None, None
+    try:
+        for sender, env in lied:
+            out = session.coordinator.receive(sender, env)
+    except ProtocolError as raised:
+        error = raised
+    return session, data, out, error, lied
+
+
+def test_a_located_lie_under_detect_is_excluded_and_the_rerun_is_exact(caplog):
+    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+        session, data, out, error, lied = _lying((3, 2, 4, 3, 2), {"party-1": SPREAD})
+    coordinator = session.coordinator
+    assert error is None
+    rest = ["party-0", "party-2", "party-3", "party-4"]
+    assert out == [(n, _start(2, rest)) for n in FIVE]
+    assert (coordinator.round, coordinator.phase, coordinator.responders) == \
+        (2, "evaluation", rest)
+    what = ("2 entries failed the parity checks in round 1 (0 could not be located within "
+            "radius 1 of s = 2 checks)")
+    who = "party 'party-1' deviated (evaluator)"
+    assert coordinator.deviations == [{"round": 1, "named": ["party-1"],
+                                       "suspects": [["party-1"]],
+                                       "description": f"{what}: {who}",
+                                       "action": "excluded"}]
+    messages = [r.getMessage() for r in caplog.records]
+    assert f"session 'test-session': integrity: {what}: {who}" in messages
+    assert ("round 1 rejected by the integrity checks; rerunning without ['party-1'] with "
+            f"{rest}") in messages
+    sender, env = lied[-1]  # a replay of the rejected round: ignored
+    assert coordinator.receive(sender, env) == [] and coordinator.error is None
+    _pump(session, [(d, "coordinator", e) for d, e in out])
+    outcome = coordinator.outcome
+    assert (outcome.round, outcome.responders) == (2, rest)
+    np.testing.assert_array_equal(outcome.integer, _exact(session, data))
+
+
+def test_a_located_lie_under_correct_is_corrected_in_round_1():
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8, integrity="correct")
+    session, data, out, error, _ = _lying((3, 2, 4, 3, 2), {"party-2": [(0, 3), (9, 12)]},
+                                              params=params)
+    outcome = session.coordinator.outcome
+    assert error is None and [d for d, _ in out] == FIVE
+    assert (outcome.round, outcome.responders) == (1, FIVE)
+    assert [d["action"] for d in outcome.deviations] == ["corrected"]
+    assert outcome.deviations[0]["named"] == ["party-2"]
+    np.testing.assert_array_equal(outcome.integer, _exact(session, data))
+
+
+def test_a_located_lie_that_leaves_too_few_for_a_checked_rerun_names_the_liar():
+    session, data, out, error, _ = _lying((3, 2, 4, 3, 2), {"party-1": SPREAD},
+                                             lose="party-4")
+    assert type(error).__name__ == "DeviationError" and session.coordinator.outcome is None
+    assert (error.named, error.suspects, error.party, error.phase) == \
+        (("party-1",), (("party-1",),), "party-1", "decode")
+    assert str(error) == (
+        "integrity check failed in phase 'decode': 2 entries failed the parity checks in "
+        "round 1 (0 could not be located within radius 1 of s = 2 checks): party 'party-1' "
+        "deviated (evaluator); excluding ['party-1'] leaves 3 responders, a checked rerun "
+        "needs 4, so the session returns nothing")
+    assert session.coordinator.failed_in == "decode"
+
+
+def test_a_lie_one_check_cannot_locate_excludes_nobody():
+    session, data, out, error, _ = _lying((3, 2, 4, 3), {"party-2": [(0, 0)]})
+    assert type(error).__name__ == "DeviationError"
+    assert (error.named, error.suspects, error.party) == ((), (), None)
+    assert str(error) == (
+        "integrity check failed in phase 'decode': 1 entries failed the parity checks in "
+        "round 1 (1 could not be located within radius 0 of s = 1 checks): no error could "
+        "be located; nobody can be excluded, so the session returns nothing")
+
+
+def test_more_liars_than_the_checks_can_place_excludes_nobody():
+    session, data, out, error, _ = _lying((3, 2, 4, 3, 2), {"party-1": SPREAD,
+                                                           "party-3": [(0, 6), (3, 12)]})
+    assert type(error).__name__ == "DeviationError"
+    assert (error.named, error.suspects) == ((), ())
+    assert str(error) == (
+        "integrity check failed in phase 'decode': 4 entries failed the parity checks in "
+        "round 1 (0 could not be located within radius 1 of s = 2 checks): more parties "
+        "deviate than the checks can place; nobody can be excluded, so the session returns "
+        "nothing")
