@@ -1086,3 +1086,37 @@ def test_more_liars_than_the_checks_can_place_excludes_nobody():
         "round 1 (0 could not be located within radius 1 of s = 2 checks): more parties "
         "deviate than the checks can place; nobody can be excluded, so the session returns "
         "nothing")
+
+
+def test_rounds_and_dropouts_are_logged_once_each(caplog):
+    session, queue = _evaluation()
+    held = _pump(session, queue, hold=_tiles_of("party-4"))
+    coordinator = session.coordinator
+    with caplog.at_level(logging.INFO, logger="omnifc.protocols"):
+        coordinator.party_lost("party-4", "stream closed")
+        assert coordinator.party_lost("party-4", "stream closed") == []  # known: no news
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "party 'party-4' lost in phase 'evaluation': stream closed"),
+        ("WARNING", "round 1 abandoned without unmasking (['party-4']: stream closed); "
+                    f"retrying with {FIVE[:4]}"),
+        ("INFO", f"session 'test-session': round 2 with responders {FIVE[:4]}")]
+
+
+@pytest.mark.parametrize("where", ["shares", "unchecked round"])
+def test_a_group_seed_without_groups_is_refused(where):
+    if where == "shares":
+        session = _session()
+        _in_shares(session)
+        phase, round_ = "shares", 0
+    else:
+        session, _ = _evaluation(sizes=(3, 2, 4))
+        assert session.coordinator.checks is None
+        phase, round_ = "evaluation", 1
+    env = _envelope(group_seed=pb.GroupSeed(session_id=SID, round=round_, sender="party-0",
+                                            receiver="party-1",
+                                            members=["party-0", "party-1", "party-2"],
+                                            ciphertext=bytes(48)))
+    error = _refused(session.coordinator, "party-0", env)
+    _says(error, "party-0", "evaluation", f"group seed (round {round_}, group ['party-0', "
+          f"'party-1', 'party-2'], to 'party-1', 48 bytes) does not fit round {round_}'s "
+          "groups")
