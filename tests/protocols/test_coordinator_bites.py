@@ -1120,3 +1120,35 @@ def test_a_group_seed_without_groups_is_refused(where):
     _says(error, "party-0", "evaluation", f"group seed (round {round_}, group ['party-0', "
           f"'party-1', 'party-2'], to 'party-1', 48 bytes) does not fit round {round_}'s "
           "groups")
+
+
+@pytest.mark.parametrize("sizes, params, status", [
+    ((3, 2, 4, 3, 2), PARAMS, "checked: s = 2 parity check(s) over 5 responders, radius 1"),
+    ((3, 2, 4, 3), PARAMS, "checked: s = 1 parity check(s) over 4 responders, radius 0"),
+    ((3, 2, 4), PARAMS, "unchecked: r = 0 redundant responders"),
+    ((3, 2, 4, 3, 2), SessionParameters(dim=3, bound=1.0, scale_bits=8, integrity="off"),
+     "off"),
+])
+def test_every_result_says_what_the_checks_covered(sizes, params, status):
+    session, queue = _evaluation(sizes=sizes, params=params)
+    _pump(session, queue)
+    assert session.coordinator.outcome.integrity == status
+    assert {p.result.integrity for p in session.parties.values()} == {status}
+
+
+def test_a_sum_result_says_integrity_off():
+    session = _sum_session()
+    session.run_until("done")
+    assert session.coordinator.outcome.integrity == "off"
+
+
+def test_every_party_is_told_the_exact_deviation_record():
+    session, data, out, error, lied = _lying((3, 2, 4, 3, 2), {"party-1": SPREAD})
+    _pump(session, [(d, "coordinator", e) for d, e in out])
+    [record] = session.coordinator.outcome.deviations
+    expected = pb.Deviation(round=1, named=["party-1"],
+                            suspects=[pb.Suspects(parties=["party-1"])], action="excluded",
+                            description=record["description"])
+    assert record["description"].endswith(": party 'party-1' deviated (evaluator)")
+    for name in FIVE:
+        assert list(session.parties[name].result.deviations) == [expected]
