@@ -1152,3 +1152,16 @@ def test_every_party_is_told_the_exact_deviation_record():
     assert record["description"].endswith(": party 'party-1' deviated (evaluator)")
     for name in FIVE:
         assert list(session.parties[name].result.deviations) == [expected]
+
+
+def test_more_liars_than_the_checks_can_place_are_not_corrected_either():
+    # every wrong entry alone is within the radius, but no one set of at most radius
+    # parties explains them all: fail closed, never a "corrected" result
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8, integrity="correct")
+    session, data, out, error, _ = _lying((3, 2, 4, 3, 2), {"party-1": SPREAD,
+                                                           "party-3": [(0, 6), (3, 12)]},
+                                          params=params)
+    assert type(error).__name__ == "DeviationError" and session.coordinator.outcome is None
+    assert "more parties deviate than the checks can place; nobody can be excluded" in \
+        str(error)
+    assert session.coordinator.deviations == []
