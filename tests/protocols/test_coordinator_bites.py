@@ -1165,3 +1165,92 @@ def test_more_liars_than_the_checks_can_place_are_not_corrected_either():
     assert "more parties deviate than the checks can place; nobody can be excluded" in \
         str(error)
     assert session.coordinator.deviations == []
+
+
+# -- failures that are not a party's protocol violation ---------------------------------------
+
+def test_a_failure_outside_the_protocol_is_wrapped_naming_the_coordinator_and_phase(caplog):
+    # d open in the config, every hello agrees on a d no prime plan can hold: the plan
+    # fails when the roster is built (a ParameterError, not a ProtocolError)
+    from finite_field import ParameterError
+    params = SessionParameters(dim=0, bound=1.0, scale_bits=16)
+    session = Session(random_data([2, 3, 2], 3, seed=1), params)
+    original = session.hellos()
+    signed = {n: _hello(session, original, n, dim=2**32 - 1) for n in session.names}
+    coordinator = session.coordinator
+    coordinator.receive("party-0", signed["party-0"])
+    coordinator.receive("party-1", signed["party-1"])
+    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+        with pytest.raises(ProtocolError) as info:
+            coordinator.receive("party-2", signed["party-2"])
+    error = info.value
+    assert type(error) is ProtocolError and isinstance(error.__cause__, ParameterError)
+    assert str(error) == f"the coordinator failed in phase 'join': {error.__cause__}"
+    assert error.phase == "join" and coordinator.failed_in == "join"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"session 'test-session' failed in phase 'join': {error}"]
+    assert {(e.error.kind, e.error.party, e.error.phase) for _, e in coordinator.abort()} == \
+        {("protocol", "", "join")}
+
+
+def test_abort_reports_the_phase_the_error_names():
+    # a Ready of another session refused in join names phase "shares" (its kind's phase)
+    session = _session()
+    hellos = session.hellos()
+    session.coordinator.receive("party-0", hellos["party-0"])
+    _refused(session.coordinator, "party-0",
+             _envelope(ready=pb.Ready(session_id="other", party_id="party-0")))
+    assert session.coordinator.failed_in == "join"
+    assert {(e.error.party, e.error.phase) for _, e in session.coordinator.abort()} == \
+        {("party-0", "shares")}
+
+
+def test_a_session_with_several_tiles_and_primes_waits_for_every_tile():
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=16, chunk_bytes=4096)
+    data = random_data([20, 15, 10], 3, seed=3)
+    session = Session(data, params)
+    queue = session.run_until("evaluation")
+    coordinator = session.coordinator
+    assert len(coordinator.tiles) > 1 and len(coordinator.plan.primes) == 2
+    held = _pump(session, queue, hold=_tiles_of("party-1"))
+    assert len(held) == 2 * len(coordinator.tiles)
+    for sender, env in held[:-1]:
+        assert coordinator.receive(sender, env) == []
+        assert coordinator.waiting_for() == ["party-1"]
+    out = coordinator.receive(*held[-1])
+    assert [d for d, _ in out] == session.names and coordinator.waiting_for() == []
+    from protocol_helpers import plaintext_sq_distances
+    np.testing.assert_array_equal(coordinator.outcome.integer, plaintext_sq_distances(
+        np.vstack([data[n] for n in session.names]), 1.0, 16))
+
+
+def test_a_later_share_chunk_of_the_wrong_size_says_its_own_expected_size():
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8, chunk_bytes=4096)
+    session = _session(sizes=(700, 3, 4), params=params)
+    chunks = _in_shares(session)
+    width = session.coordinator.plan.segment_length
+    a, b = chunk_rows(700, width, 4096)[1]
+    assert a > 0
+    env = next(e for s, e in chunks if s == "party-0" and e.share.chunk_index == 1)
+    expected = 4 * (b - a) * width + 16
+    bad = _copy(env, ciphertext=env.share.ciphertext + b"\0")
+    error = _refused(session.coordinator, "party-0", bad)
+    _says(error, "party-0", "shares", f"share chunk holds {expected + 1} bytes, expected "
+          f"{expected}")
+
+
+def test_a_corrupted_unchecked_upload_fails_the_decode_as_an_integrity_error():
+    # r = 0: nothing checks the uploads; a lie far off the polynomial decodes outside the
+    # no-wrap bound, and the decode refuses it (fail closed, nothing returned)
+    session, queue = _evaluation(sizes=(3, 2, 4))
+    held = _pump(session, queue, hold=_tiles_of("party-1"))
+    sender, env = held[0]
+    values = np.frombuffer(env.tile.values, dtype="<u4").copy()
+    values[1] = (int(values[1]) + (2**31 - 1) // 2) % (2**31 - 1)
+    with pytest.raises(IntegrityError) as info:
+        session.coordinator.receive(sender, _copy(env, values=values.tobytes()))
+    error = info.value
+    assert type(error) is IntegrityError and (error.party, error.phase) == (None, "decode")
+    assert str(error).startswith("the decoded result failed its integrity check in phase "
+                                 "'decode': every decoded squared distance must lie in [0, ")
+    assert session.coordinator.outcome is None and session.coordinator.failed_in == "decode"
