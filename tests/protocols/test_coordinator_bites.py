@@ -1254,3 +1254,37 @@ def test_a_corrupted_unchecked_upload_fails_the_decode_as_an_integrity_error():
     assert str(error).startswith("the decoded result failed its integrity check in phase "
                                  "'decode': every decoded squared distance must lie in [0, ")
     assert session.coordinator.outcome is None and session.coordinator.failed_in == "decode"
+
+
+def test_a_sum_session_needs_every_party_to_the_end():
+    session = _sum_session(rows=2)
+    queue = session.run_until("evaluation")
+    coordinator = session.coordinator
+    assert coordinator.min_responders == 3
+    held = _pump(session, queue, hold=_tiles_of("party-2"))
+    assert held and coordinator.waiting_for() == ["party-2"]
+    with pytest.raises(PeerError) as info:
+        coordinator.party_lost("party-2")
+    _says(info.value, "party-2", "evaluation", "connection lost; only 2 parties remain "
+          "(['party-0', 'party-1']) and decoding needs 3")
+
+
+def test_the_clustering_callback_labels_every_row_and_each_party_gets_its_own():
+    data = random_data([4, 3, 5], 3, seed=0)
+    session = Session(data, PARAMS)
+    seen = []
+
+    def cluster(values):
+        seen.append(values.copy())
+        return np.arange(values.shape[0]) % 3
+
+    session.coordinator = Coordinator(SID, PARAMS, session.names, session.pinned,
+                                      cluster=cluster)
+    _pump(session, session.run_until("evaluation"))
+    outcome = session.coordinator.outcome
+    [values] = seen
+    np.testing.assert_array_equal(values, _exact(session, data) / 4.0**8)
+    np.testing.assert_array_equal(outcome.labels, np.arange(12) % 3)
+    for name, rows in zip(session.names, [range(0, 4), range(4, 7), range(7, 12)]):
+        np.testing.assert_array_equal(session.parties[name].labels,
+                                      np.array(list(rows)) % 3)
