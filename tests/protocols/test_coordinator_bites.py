@@ -1288,3 +1288,26 @@ def test_the_clustering_callback_labels_every_row_and_each_party_gets_its_own():
     for name, rows in zip(session.names, [range(0, 4), range(4, 7), range(7, 12)]):
         np.testing.assert_array_equal(session.parties[name].labels,
                                       np.array(list(rows)) % 3)
+
+
+def test_each_phase_is_timed_over_every_stay_in_it(monkeypatch):
+    # a clock that advances one second per reading: every stay in a phase lasts exactly
+    # one second, and a phase entered twice (evaluation and decode around an exclusion
+    # rerun) is timed twice
+    import itertools
+    import protocols._coordinator as module
+
+    class Clock:
+        ticks = itertools.count(1000)
+
+        def perf_counter(self):
+            return float(next(self.ticks))
+
+    monkeypatch.setattr(module, "time", Clock())
+    session, data, out, error, _ = _lying((3, 2, 4, 3, 2), {"party-1": SPREAD})
+    assert error is None and session.coordinator.round == 2
+    _pump(session, [(d, "coordinator", e) for d, e in out])
+    stats = session.coordinator.outcome.stats
+    assert {p: s for p, (s, _) in stats.items()} == {"join": 1.0, "shares": 1.0,
+                                                      "evaluation": 2.0, "decode": 2.0,
+                                                      "result": 1.0}
