@@ -1089,7 +1089,7 @@ def test_more_liars_than_the_checks_can_place_excludes_nobody():
 
 def test_rounds_and_dropouts_are_logged_once_each(caplog):
     session, queue = _evaluation()
-    held = _pump(session, queue, hold=_tiles_of("party-4"))
+    assert _pump(session, queue, hold=_tiles_of("party-4"))
     coordinator = session.coordinator
     with caplog.at_level(logging.INFO, logger="omnifc.protocols"):
         coordinator.party_lost("party-4", "stream closed")
@@ -1106,11 +1106,11 @@ def test_a_group_seed_without_groups_is_refused(where):
     if where == "shares":
         session = _session()
         _in_shares(session)
-        phase, round_ = "shares", 0
+        round_ = 0
     else:
         session, _ = _evaluation(sizes=(3, 2, 4))
         assert session.coordinator.checks is None
-        phase, round_ = "evaluation", 1
+        round_ = 1
     env = _envelope(group_seed=pb.GroupSeed(session_id=SID, round=round_, sender="party-0",
                                             receiver="party-1",
                                             members=["party-0", "party-1", "party-2"],
