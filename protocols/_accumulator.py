@@ -103,6 +103,31 @@ _mod_add_i64 = numba.njit(numba.types.int64(numba.types.int64[:, :], _READONLY_U
                           cache=True, nogil=True)(_mod_add_impl)
 
 
+@numba.njit(cache=True, nogil=True)
+def _finish_rows_one_prime(result, a, b):
+    # One prime (D < p, so the residues are D itself): rows [a, b) hold the strip
+    # [a, b) x [a, n) of the uploads. Zero its diagonal and mirror its upper part into the
+    # lower triangle (the square block [a, b)^2 and, for every row j >= b, the segment
+    # [a, b) of row j), in place; returns the largest distance of the strip. The strip is
+    # mirrored 64 columns at a time: the reads stay in cache and every row j receives one
+    # contiguous segment.
+    n = result.shape[1]
+    top = 0
+    for i in range(a, b):
+        row = result[i]
+        for j in range(i + 1, n):
+            top = max(top, row[j])
+        row[i] = 0
+        for j in range(a, i):
+            row[j] = result[j, i]
+    for j0 in range(b, n, 64):
+        for j in range(j0, min(n, j0 + 64)):
+            target = result[j]
+            for i in range(a, b):
+                target[i] = result[i, j]
+    return top
+
+
 # -- storage helpers ------------------------------------------------------------------
 def _check_budget(memory_budget) -> int:
     if memory_budget is None:
@@ -487,6 +512,16 @@ class DistanceAccumulator:
 
     def _finalize_tiles(self) -> None:
         n, result = self.n, self._result
+        if len(self.primes) == 1:  # in place, no temporaries: blocks of 1,024 rows
+            bound = self.distance_bound
+            matrix = np.asarray(result)  # an ndarray view of a memmap: no copy
+            for a in range(0, n, 1024):
+                top = int(_finish_rows_one_prime(matrix, a, min(n, a + 1024)))
+                if bound is not None and top > bound:
+                    raise ProtocolError(
+                        f"combined distances exceed the largest possible value ({top} > "
+                        f"{bound}): a contribution was corrupted")
+            return
         # integer tile + residues + a float-free CRT: about 8 bytes per prime and entry, x2
         rows = _rows_per_tile(n, n * 16 * len(self.primes), self.tile_bytes)
         bound = self.distance_bound
