@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
-from finite_field import OmniFCError, PeerError, ProtocolError
-from protocols import Party, SessionParameters
+from finite_field import OmniFCError, ProtocolError
+from protocols import Party
+from protocols._crypto import MaskView
 from protocols._generated import omnifc_pb2 as pb
 from protocol_helpers import Session, random_data
-from test_party_bites import (NAMES, PARAMS, _envelope, _in_phase, _rebuilt, _refusal,
+from test_party_bites import (PARAMS, _envelope, _in_phase, _rebuilt, _refusal,
                               _result, _roster_for, _says, _signed)
 
 
@@ -157,3 +159,51 @@ def test_an_unchecked_round_is_warned_about_once_with_the_figures(caplog):
         f"party 'party-1': NO INTEGRITY CHECK in round 1: |B| = 3 responders leave r = 0 "
         f"redundant evaluations (decoding needs {need}), so a party that computes or shares "
         "wrongly goes undetected"]
+
+
+def test_the_round_view_lists_the_responders_in_roster_order_not_by_name():
+    # docs/protocol.md: masks and seeds are bound to "the exact B in roster order". With
+    # names whose alphabetical order is not the roster order, a RoundStart listing B
+    # shuffled must give the roster order (sorting by name would still agree among
+    # honest parties of this implementation, but not with the documented view).
+    rng = np.random.default_rng(12)
+    names = ["party-e", "party-c", "party-a", "party-d", "party-b"]
+    session = Session({n: rng.uniform(-1, 1, (2, 3)) for n in names}, PARAMS)
+    queue = session.run_until("evaluation")
+    start = next(env for dest, _, env in queue if dest == "party-c")
+    start.round_start.ClearField("responders")
+    start.round_start.responders.extend(["party-b", "party-a", "party-e", "party-d"])
+    party = session.parties["party-c"]
+    assert list(party.receive(start)) == []  # not a responder: sends nothing
+    assert party._view(1, party._responders) == MaskView(
+        "test-session", 1, party.roster_digest, ("party-e", "party-a", "party-d", "party-b"))
+
+
+# -- evaluation blocks: several tiles per kernel call, bounded memory ------------------------
+
+def _block_reference(tiles, first, n, limit):
+    """The furthest tile end b (tiles from ``tiles[first]`` on) whose block, rows [start, b)
+    against columns [start, n), holds at most ``limit`` elements; the first tile's end when
+    none does (a block holds at least one tile, whatever its size)."""
+    start = tiles[first][0]
+    fitting = [b for _, b in tiles[first + 1:] if (b - start) * (n - start) <= limit]
+    return max(fitting, default=tiles[first][1])
+
+
+@pytest.mark.parametrize("n, bounds", [
+    (4096, [0, 1000, 1024, 2000, 3000, 4096]),   # 1024 rows x 4096 = the limit exactly
+    (6000, [0, 10, 500, 699, 700, 701, 2000, 6000]),
+    (300, [0, 100, 200, 300]),                   # everything fits in one block
+    (9000, [0, 8000, 9000]),                     # a first tile above the limit alone
+])
+def test_a_block_ends_where_the_next_tile_would_pass_the_element_limit(n, bounds):
+    from protocols._party import _BLOCK_ELEMENTS, _block_stop
+    assert _BLOCK_ELEMENTS == 1 << 22  # 32 MB of int64 (documented next to it)
+    tiles = list(zip(bounds[:-1], bounds[1:]))
+    for first in range(len(tiles)):
+        expected = _block_reference(tiles, first, n, 1 << 22)
+        assert _block_stop(tiles, first, n) == expected, (first, expected)
+    # the exact boundary is included (<= the limit), one row more is not
+    if n == 4096:
+        assert _block_stop(tiles, 0, n) == 1024  # 1024 x 4096 = 2^22; 2000 x 4096 is more
+        assert _block_stop(tiles, 1, n) == 2000  # 1000 x 3096 fits, 2000 x 3096 does not
