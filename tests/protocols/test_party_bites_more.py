@@ -207,3 +207,41 @@ def test_a_block_ends_where_the_next_tile_would_pass_the_element_limit(n, bounds
     if n == 4096:
         assert _block_stop(tiles, 0, n) == 1024  # 1024 x 4096 = 2^22; 2000 x 4096 is more
         assert _block_stop(tiles, 1, n) == 2000  # 1000 x 3096 fits, 2000 x 3096 does not
+
+
+# -- fail closed inside the lazily produced messages ------------------------------------------
+
+def _roster_accepted(monkeypatch):
+    """party-0 accepts its roster; share encoding then raises an unexpected MemoryError
+    (fault injection: the out-of-memory a huge party could hit)."""
+    import protocols._party as party_module
+    session, env, _ = _three()
+    party = session.parties["party-0"]
+    shares = party.receive(env)  # lazy: nothing encoded yet
+    assert party.phase == "shares"
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("no room for 12345")
+    monkeypatch.setattr(party_module, "encode_rows", out_of_memory)
+    return party, shares
+
+
+def test_an_unexpected_error_while_sending_fails_closed_naming_party_and_phase(monkeypatch):
+    party, shares = _roster_accepted(monkeypatch)
+    with pytest.raises(ProtocolError) as info:
+        list(shares)
+    error = info.value
+    assert type(error) is ProtocolError and error.phase == "shares"
+    assert str(error) == "party 'party-0' failed in phase 'shares': unexpected MemoryError"
+    assert isinstance(error.__cause__, MemoryError)
+    assert party.phase == "failed" and party.failed_in == "shares" and party.error is error
+
+
+def test_a_second_failure_keeps_the_phase_of_the_first(monkeypatch):
+    party, shares = _roster_accepted(monkeypatch)
+    first = _refusal(party, _envelope(result=pb.Result(session_id="test-session",
+                                                       party_id="party-0")))
+    assert party.failed_in == "shares" and party.error is first
+    with pytest.raises(ProtocolError):
+        list(shares)  # the earlier output, iterated after the failure, fails again
+    assert party.phase == "failed" and party.failed_in == "shares"
