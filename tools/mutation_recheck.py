@@ -73,8 +73,10 @@ def main(argv=None) -> int:
     status = {}
     for meta in metas:
         status.update(json.loads(meta.read_text())["exit_code_by_key"])
-    survivors = sorted(k for k, v in status.items() if v == 0
-                       and (not args.only or any(fnmatch.fnmatch(k, g) for g in args.only)))
+    every = sorted(k for k, v in status.items() if v == 0)
+    survivors = [k for k in every
+                 if not args.only or any(fnmatch.fnmatch(k, g) for g in args.only)]
+    left = len(every) - len(survivors)  # not selected by --only: still survivors
     tested = {k: v for k, v in status.items() if v is not None and v != 33}
     for test in args.tests:  # the tests as they are now
         target = mutants / test
@@ -108,9 +110,10 @@ def main(argv=None) -> int:
         elif verdict == "timeout":
             slow.append(name)
         print(f"{verdict:9s} {name}", flush=True)
-    killed = len(tested) - len(still) - len(slow)
+    killed = len(tested) - len(still) - len(slow) - left
     print(f"\n{len(tested)} mutants tested, {len(survivors)} survivors re-run, {len(still)} "
-          f"survive now, {len(slow)} timed out; score {100.0 * killed / len(tested):.1f}%")
+          f"survive now, {len(slow)} timed out, {left} not re-run (--only); score "
+          f"{100.0 * killed / len(tested):.1f}%")
     return 0 if not still and not slow else 1
 
 
