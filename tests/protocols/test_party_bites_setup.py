@@ -52,6 +52,15 @@ def test_dimension_zero_takes_d_from_the_data(d):
     assert party.parameters.dim == d and party.start()[0].hello.dim == d
 
 
+def test_dimension_zero_and_scalar_data_is_an_input_error_of_this_party():
+    # no last axis to take d from: the usual input error, not a crash
+    with pytest.raises(InputError) as info:
+        _party(5.0, SessionParameters(dim=0, bound=1.0, scale_bits=8))
+    assert info.value.party == "party-0"
+    assert str(info.value) == ("party 'party-0': data must be a 2-D array (rows x features), "
+                               "got shape ()")
+
+
 def test_a_fresh_party_holds_no_error_result_or_labels():
     party = _party(np.zeros((2, 3)))
     assert (party.phase, party.error, party.result, party.labels) == ("init", None, None,
