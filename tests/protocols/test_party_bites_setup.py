@@ -52,13 +52,14 @@ def test_dimension_zero_takes_d_from_the_data(d):
     assert party.parameters.dim == d and party.start()[0].hello.dim == d
 
 
-def test_dimension_zero_and_scalar_data_is_an_input_error_of_this_party():
-    # no last axis to take d from: the usual input error, not a crash
+@pytest.mark.parametrize("data, shape", [(5.0, "()"), ([0.5, 0.25, 1.0], "(3,)")])
+def test_dimension_zero_and_data_that_is_not_2d_is_an_input_error_of_this_party(data, shape):
+    # d is taken from the last axis (none for a scalar): the usual input error, no crash
     with pytest.raises(InputError) as info:
-        _party(5.0, SessionParameters(dim=0, bound=1.0, scale_bits=8))
+        _party(data, SessionParameters(dim=0, bound=1.0, scale_bits=8))
     assert info.value.party == "party-0"
     assert str(info.value) == ("party 'party-0': data must be a 2-D array (rows x features), "
-                               "got shape ()")
+                               f"got shape {shape}")
 
 
 def test_a_fresh_party_holds_no_error_result_or_labels():
