@@ -183,15 +183,19 @@ def test_the_round_view_lists_the_responders_in_roster_order_not_by_name():
 
 def _block_reference(tiles, first, n, limit):
     """The furthest tile end b (tiles from ``tiles[first]`` on) whose block, rows [start, b)
-    against columns [start, n), holds at most ``limit`` elements; the first tile's end when
-    none does (a block holds at least one tile, whatever its size)."""
+    against columns [start, n), holds at most ``limit`` elements and at most 1/8 of the
+    remaining columns as rows (the wasted lower triangle stays under 1/16); the first
+    tile's end when none does (a block holds at least one tile, whatever its size)."""
     start = tiles[first][0]
-    fitting = [b for _, b in tiles[first + 1:] if (b - start) * (n - start) <= limit]
+    fitting = [b for _, b in tiles[first + 1:]
+               if (b - start) * (n - start) <= limit and 8 * (b - start) <= n - start]
     return max(fitting, default=tiles[first][1])
 
 
 @pytest.mark.parametrize("n, bounds", [
-    (4096, [0, 1000, 1024, 2000, 3000, 4096]),   # 1024 rows x 4096 = the limit exactly
+    (4096, [0, 1000, 1024, 2000, 3000, 4096]),   # 1/8 of the columns binds: one tile each
+    (4096, [0, 256, 512, 600, 4096]),            # 512 rows = 4096 / 8 exactly
+    (60000, [0, 40, 69, 70, 200, 60000]),        # 69 x 60000 <= 2^22 < 70 x 60000
     (6000, [0, 10, 500, 699, 700, 701, 2000, 6000]),
     (300, [0, 100, 200, 300]),                   # everything fits in one block
     (9000, [0, 8000, 9000]),                     # a first tile above the limit alone
@@ -203,10 +207,11 @@ def test_a_block_ends_where_the_next_tile_would_pass_the_element_limit(n, bounds
     for first in range(len(tiles)):
         expected = _block_reference(tiles, first, n, 1 << 22)
         assert _block_stop(tiles, first, n) == expected, (first, expected)
-    # the exact boundary is included (<= the limit), one row more is not
-    if n == 4096:
-        assert _block_stop(tiles, 0, n) == 1024  # 1024 x 4096 = 2^22; 2000 x 4096 is more
-        assert _block_stop(tiles, 1, n) == 2000  # 1000 x 3096 fits, 2000 x 3096 does not
+    # the exact boundaries are included (<=), one row more is not
+    if bounds == [0, 256, 512, 600, 4096]:
+        assert _block_stop(tiles, 0, n) == 512   # 8 x 512 = 4096; 8 x 600 is more
+    if n == 60000:
+        assert _block_stop(tiles, 0, n) == 69    # 69 x 60000 <= 2^22; 70 x 60000 is more
 
 
 # -- fail closed inside the lazily produced messages ------------------------------------------
