@@ -137,6 +137,13 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         Method options for :func:`omnifc.cluster` (e.g. ``{"linkage": "average"}``).
     integrity : {"detect", "correct", "off"}
         Passed to :func:`omnifc.secure_distance_matrix`.
+    mask_degree : int
+        Mask partners of each party (0: every other party); passed to
+        :func:`omnifc.secure_distance_matrix`.
+    memory_budget : int, optional
+        Bytes of n x n data kept in RAM (default 2 GiB); above it the coordinator
+        accumulates D in a temporary memory-mapped file, clustered out of core
+        (docs/scale.md).
 
     Attributes
     ----------
@@ -166,7 +173,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     def __init__(self, method="kmeans", n_clusters=None, *, segments=1, noise_segments=1,
                  scale_bits=16, bound=None, nonnegative=False, clip="clip",
                  max_clipped=MAX_CLIPPED, n_parties=None, random_state=None, options=None,
-                 integrity="detect"):
+                 integrity="detect", mask_degree=0, memory_budget=None):
         self.method = method
         self.n_clusters = n_clusters
         self.segments = segments
@@ -180,6 +187,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.random_state = random_state
         self.options = options
         self.integrity = integrity
+        self.mask_degree = mask_degree
+        self.memory_budget = memory_budget
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -204,12 +213,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         if self.nonnegative and any((x < 0).any() for x in arrays):
             raise InputError("Negative values in data passed to FederatedClustering with "
                              "nonnegative=True: features must lie in [0, bound]")
-        result = secure_distance_matrix(dict(zip(names, arrays)), bound=self.bound,
-                                        scale_bits=self.scale_bits, segments=self.segments,
-                                        noise_segments=self.noise_segments,
-                                        nonnegative=self.nonnegative, clip=self.clip,
-                                        max_clipped=self.max_clipped,
-                                        integrity=self.integrity)
+        result = self._secure(dict(zip(names, arrays)))
         details = fit_method(result.distances, self.method, self.n_clusters,
                              random_state=self.random_state, **dict(self.options or {}))
         labels = np.asarray(details["labels"])
@@ -228,6 +232,16 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self._fitted_parties = dict(zip(names, arrays))
         return self
 
+    def _secure(self, parties: dict):
+        """One secure reconstruction of D with this estimator's public parameters."""
+        return secure_distance_matrix(parties, bound=self.bound, scale_bits=self.scale_bits,
+                                      segments=self.segments,
+                                      noise_segments=self.noise_segments,
+                                      nonnegative=self.nonnegative, clip=self.clip,
+                                      max_clipped=self.max_clipped, integrity=self.integrity,
+                                      mask_degree=self.mask_degree,
+                                      memory_budget=self.memory_budget)
+
     def _has_predict(self):
         return self.method in ("kmeans", "kmedoids")
 
@@ -244,12 +258,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         names, arrays, order = split_parties(self, X, owners, self.n_parties, reset=False)
         fitted = self._fitted_parties
         new = {f"new:{name}": x for name, x in zip(names, arrays)}
-        result = secure_distance_matrix({**fitted, **new}, bound=self.bound,
-                                        scale_bits=self.scale_bits, segments=self.segments,
-                                        noise_segments=self.noise_segments,
-                                        nonnegative=self.nonnegative, clip=self.clip,
-                                        max_clipped=self.max_clipped,
-                                        integrity=self.integrity)
+        result = self._secure({**fitted, **new})
         n_fit = sum(x.shape[0] for x in fitted.values())
         d = result.distances
         cross, within = d[n_fit:, :n_fit], d[:n_fit, :n_fit]

@@ -1,5 +1,6 @@
-"""A party's evaluation figures (``Party.timings``) and the loopback session carrying every
-public parameter of the config (mask degree, row caps) to its party processes."""
+"""What the scale work passes along: a party's evaluation figures (``Party.timings``), the
+loopback session carrying every public parameter of the config (mask degree, row caps) to
+its party processes, and ``mask_degree`` / ``memory_budget`` through the public API."""
 
 from __future__ import annotations
 
@@ -73,3 +74,24 @@ def test_secure_distance_matrix_takes_the_mask_degree_and_reports_it():
         assert np.array_equal(result.integer_distances, plaintext_sq_distances(rows, 1.0, 10))
     with pytest.raises(omnifc.ParameterError, match="at most m - 1 = 4"):
         omnifc.secure_distance_matrix(data, bound=1.0, mask_degree=5)
+
+
+def test_federated_clustering_passes_mask_degree_and_memory_budget():
+    import omnifc
+
+    rng = np.random.default_rng(4)
+    centers = np.array([[0.1, 0.1, 0.1], [0.9, 0.9, 0.1], [0.1, 0.9, 0.9]])
+    parts = [centers[rng.integers(0, 3, 40)] + 0.03 * rng.standard_normal((40, 3))
+             for _ in range(4)]
+    dense = omnifc.FederatedClustering("kmeans", 3, bound=1.0, random_state=0).fit(parts)
+    disk = omnifc.FederatedClustering("kmeans", 3, bound=1.0, random_state=0,
+                                      mask_degree=1, memory_budget=0).fit(parts)
+    assert disk.distance_result_.parameters["mask_degree"] == 1
+    assert dense.distance_result_.parameters["mask_degree"] == 0
+    assert disk.distance_result_.store.on_disk and dense.distance_result_.store is None
+    assert np.array_equal(np.asarray(disk.distance_result_.integer_distances),
+                          np.asarray(dense.distance_result_.integer_distances))
+    truth = np.concatenate([np.argmin(((p[:, None] - centers) ** 2).sum(-1), 1) for p in parts])
+    from sklearn.metrics import adjusted_rand_score
+    assert adjusted_rand_score(truth, dense.labels_) == 1.0
+    assert adjusted_rand_score(truth, disk.labels_) == 1.0
