@@ -204,3 +204,121 @@ def test_ward_of_one_row_and_int_cut():
     d = (x - x.T) ** 2
     labels = ward_from_distances(d, 2.0)
     assert labels.dtype == np.int64 and labels.tolist() == [0, 0, 1, 1]
+
+
+# --- secure_group_sums: what reaches the secure sum, against hand-quantized Python integers ---
+
+def _q(value, q, bound, nonnegative=False):
+    """Independent quantizer: floor(2^q clip(x) + 1/2) with exact fractions (round half up)."""
+    from fractions import Fraction
+    from math import floor
+
+    x = Fraction(float(value))
+    x = min(max(x, Fraction(0) if nonnegative else -Fraction(bound)), Fraction(bound))
+    return floor(x * 2**q + Fraction(1, 2))
+
+
+def _group_totals(rows, groups, n_groups, q, bound, nonnegative=False):
+    totals = [[0] * len(rows[0]) for _ in range(n_groups)]
+    for row, g in zip(rows, groups):
+        for j, v in enumerate(row):
+            totals[g][j] += _q(v, q, bound, nonnegative)
+    return totals
+
+
+@pytest.fixture
+def sum_spy(monkeypatch):
+    """Record the arguments of every omnifc.secure_sum call, then run the real one."""
+    import omnifc._secure_sum as module
+
+    real, calls = module.secure_sum, []
+
+    def spy(contributions, **kwargs):
+        calls.append((dict(contributions), kwargs))
+        return real(contributions, **kwargs)
+
+    monkeypatch.setattr(module, "secure_sum", spy)
+    return calls
+
+
+def test_group_sums_signed_and_nonnegative_totals_are_the_hand_quantized_sums(sum_spy):
+    # party "a" holds a positive and a negative client of group 0: only nonnegative=True
+    # clips the negative one to 0 before the party adds them (0.40625 + 0, not 0.40625 - 0.3)
+    rows = [[0.4, -0.3], [-0.3, 0.7], [1.6, -2.5], [0.11, 0.9], [-0.05, 0.26]]
+    groups = [0, 0, 1, 1, 0]
+    parties = ["a", "a", "b", "c", "c"]
+    signed = secure_group_sums(np.array(rows), groups, bound=1.5, scale_bits=5,
+                               parties=parties)
+    want = _group_totals(rows, groups, 2, 5, 1.5)
+    assert signed.result.integer_total.tolist() == want
+    assert signed.totals.tolist() == [[v / 32 for v in r] for r in want]
+    assert signed.totals.dtype == np.float64
+    assert signed.result.parameters["nonnegative"] is False
+    nonneg = secure_group_sums(np.array(rows), groups, bound=1.5, scale_bits=5,
+                               nonnegative=True, parties=parties)
+    want_nonneg = _group_totals(rows, groups, 2, 5, 1.5, nonnegative=True)
+    assert nonneg.result.integer_total.tolist() == want_nonneg
+    assert nonneg.result.parameters["nonnegative"] is True
+    # the difference is exactly the negative entries (clipped to 0 only with nonnegative)
+    assert [[a - b for a, b in zip(x, y)] for x, y in zip(want_nonneg, want)] == \
+        [[10 + 2, 10], [0, 48]]   # -q(-0.3) - q(-0.05), -q(-0.3); -q(-2.5 clipped to -1.5)
+    assert [kw["nonnegative"] for _, kw in sum_spy] == [False, True]
+    assert [kw["scale_bits"] for _, kw in sum_spy] == [5, 5]
+
+
+def test_group_sums_options_reach_the_secure_sum(sum_spy):
+    rows = np.array([[0.5, 0.25], [0.75, -0.5], [0.125, 1.0]])
+    out = secure_group_sums(rows, [1, 0, 1], bound=1.0, scale_bits=3,
+                            primes=[2147483629], deadline=30.0)
+    assert out.result.parameters["primes"] == [2147483629]   # the default would be 2^31 - 1
+    assert out.totals.tolist() == [[0.75, -0.5], [0.625, 1.25]]
+    (_, kwargs), = sum_spy
+    assert kwargs == {"bound": 1.0, "scale_bits": 3, "nonnegative": False,
+                      "primes": [2147483629], "deadline": 30.0}
+    with pytest.raises(ParameterError):
+        secure_group_sums(rows, [1, 0, 1], bound=1.0, transport="carrier-pigeon")
+
+
+def test_group_sums_one_contribution_per_party_and_the_bound_per_party(sum_spy):
+    rows = [[0.5, -0.75], [1.0, 0.25], [-1.0, 1.0], [0.375, 0.5]]
+    out = secure_group_sums(np.array(rows), [0, 0, 1, 0], bound=1.0, scale_bits=3,
+                            parties=["a", "a", "b", "b"])
+    contributions, kwargs = sum_spy[0]
+    assert list(contributions) == ["a", "b"]                  # 2 contributions, not 4
+    assert out.result.parameters["parties"] == 2
+    assert out.result.parameters["party_names"] == ["a", "b"]
+    assert np.asarray(contributions["a"]).tolist() == [[1.5, -0.5], [0.0, 0.0]]
+    assert np.asarray(contributions["b"]).tolist() == [[0.375, 0.5], [-1.0, 1.0]]
+    assert out.result.integer_total.tolist() == _group_totals(rows, [0, 0, 1, 0], 2, 3, 1.0)
+    # party "a" holds two clients of group 0: the public bound is 2 R; "b" one per group
+    assert kwargs["bound"] == 2.0 and out.result.parameters["bound"] == 2.0
+    # one client per party (or a party's clients in distinct groups): the bound stays R
+    secure_group_sums(np.array(rows), [0, 1, 0, 1], bound=1.0, scale_bits=3,
+                      parties=["a", "a", "b", "b"])
+    secure_group_sums(np.array(rows), [0, 0, 1, 0], bound=1.0, scale_bits=3)
+    assert [kw["bound"] for _, kw in sum_spy[1:]] == [1.0, 1.0]
+    # three clients of one party in one group next to a party of one: 3 R (largest count)
+    secure_group_sums(np.array(rows), [1, 1, 1, 0], bound=1.0, scale_bits=3,
+                      parties=["a", "a", "a", "b"])
+    assert sum_spy[-1][1]["bound"] == 3.0
+
+
+def test_group_sums_labels_are_cast_to_integers():
+    rows = np.array([[0.5, 0.25], [0.75, 0.5], [0.125, 1.0]])
+    out = secure_group_sums(rows, np.array([[1.0], [0.0], [1.0]]), bound=1.0, scale_bits=3)
+    assert out.totals.tolist() == [[0.75, 0.5], [0.625, 1.25]]
+
+
+def test_default_scale_bits_is_16():
+    # 1 + 2^-17 is a tie at 16 bits (rounds up to 1 + 2^-16); exact at 17, 1.0 at 15
+    value = 1.0 + 2.0**-17
+    assert _q(value, 16, 2.0) == 2**16 + 1
+    want = (2**16 + 1) / 2**16
+    assert quantize_rows(np.array([[value]]), bound=2.0).tolist() == [[want]]
+    sums = secure_group_sums(np.array([[value], [0.0]]), [0, 0], bound=2.0)
+    assert sums.totals.tolist() == [[want]]
+    assert sums.result.parameters["scale_bits"] == 16
+    out = protect(np.array([[value], [0.0], [0.0]]), bound=2.0)
+    assert out.scale_bits == 16
+    assert out.integer_distances[0, 1] == (2**16 + 1) ** 2
+    assert out.distances[0, 1] == want**2
