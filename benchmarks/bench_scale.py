@@ -55,24 +55,17 @@ DIM, SCALE_BITS, CLUSTERS = 784, 8, 10
 
 
 # -- child side ------------------------------------------------------------------------
-class _MemoryWatch:
-    """Peak RssAnon sampled in a background thread; VmHWM read at the end."""
+class _Sampler:
+    """Calls ``_sample()`` every ``interval`` seconds in a background thread while entered,
+    and once more on exit."""
 
-    def __init__(self, interval=0.02):
-        self.interval, self.peak_anon, self._stop = interval, 0, threading.Event()
+    def __init__(self, interval):
+        self.interval, self._stop = interval, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-
-    @staticmethod
-    def _status(field):
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-        return 0
 
     def _run(self):
         while not self._stop.is_set():
-            self.peak_anon = max(self.peak_anon, self._status("RssAnon"))
+            self._sample()
             time.sleep(self.interval)
 
     def __enter__(self):
@@ -82,6 +75,25 @@ class _MemoryWatch:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
+        self._sample()
+
+
+class _MemoryWatch(_Sampler):
+    """Peak RssAnon sampled in a background thread; VmHWM read at the end."""
+
+    def __init__(self, interval=0.02):
+        super().__init__(interval)
+        self.peak_anon = self.peak_rss = 0
+
+    @staticmethod
+    def _status(field):
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def _sample(self):
         self.peak_anon = max(self.peak_anon, self._status("RssAnon"))
         self.peak_rss = self._status("VmHWM")
 
@@ -125,13 +137,12 @@ def child_build(n: int, path: str, tile_bytes: int) -> dict:
             "checked_entries": checked}
 
 
-class _ProcessWatch:
+class _ProcessWatch(_Sampler):
     """Peak RssAnon / VmHWM and CPU seconds of other processes, sampled every 0.2 s."""
 
     def __init__(self, interval=0.2):
-        self.interval, self.pids, self._stop = interval, {}, threading.Event()
-        self.peak_anon, self.peak_rss, self.cpu = {}, {}, {}
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__(interval)
+        self.pids, self.peak_anon, self.peak_rss, self.cpu = {}, {}, {}, {}
 
     def add(self, name, pid):
         self.pids[name] = pid
@@ -151,19 +162,6 @@ class _ProcessWatch:
             self.peak_anon[name] = max(self.peak_anon.get(name, 0), anon)
             self.peak_rss[name] = max(self.peak_rss.get(name, 0), hwm)
             self.cpu[name] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
-
-    def _run(self):
-        while not self._stop.is_set():
-            self._sample()
-            time.sleep(self.interval)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
 
 
 def child_protocol(n: int, path: str, parties: int, segments: int, mask_degree: int,
@@ -204,7 +202,6 @@ def child_protocol(n: int, path: str, parties: int, segments: int, mask_degree: 
                 server.stop()
             for process in local.processes.values():
                 process.wait(timeout=120)
-            others._sample()
         stats = {name: local.party_stats(name) for name in local.names}
     store = outcome.store
     checked = _spot_check(n, store)

@@ -189,6 +189,18 @@ def _masks(masks, size: int) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(masks, dtype=np.uint32).reshape(-1, size))
 
 
+def _upload_grid(values, p):
+    """(p, values as a 2-D int64 grid, their shape) with the checks every upload makes."""
+    p = int(p)
+    if not 2 <= p < 2**31:
+        raise ParameterError(f"modulus must be in [2, 2^31), got {p}")
+    array = np.asarray(values, dtype=np.int64)
+    grid = array.reshape(1, -1) if array.ndim == 1 else array
+    if grid.ndim != 2:
+        raise ParameterError(f"values must be 1-D or 2-D, got shape {array.shape}")
+    return p, grid, array.shape
+
+
 def masked_upload(values, weight: int, adds, subs, p: int) -> np.ndarray:
     """``(weight * values + sum(adds) - sum(subs)) mod p`` as uint32, in one pass.
 
@@ -204,14 +216,7 @@ def masked_upload(values, weight: int, adds, subs, p: int) -> np.ndarray:
     p : int
         The prime (< 2^31).
     """
-    p = int(p)
-    if not 2 <= p < 2**31:
-        raise ParameterError(f"modulus must be in [2, 2^31), got {p}")
-    array = np.asarray(values, dtype=np.int64)
-    shape = array.shape
-    grid = array.reshape(1, -1) if array.ndim == 1 else array
-    if grid.ndim != 2:
-        raise ParameterError(f"values must be 1-D or 2-D, got shape {shape}")
+    p, grid, shape = _upload_grid(values, p)
     adds = _masks(adds, grid.size)
     subs = _masks(subs, grid.size)
     if adds.shape[0] + subs.shape[0] > 2**30:  # pragma: no cover - int64 headroom
@@ -251,14 +256,7 @@ def masked_upload_streams(values, weight: int, streams, p: int) -> np.ndarray:
     p : int
         The prime (< 2^31).
     """
-    p = int(p)
-    if not 2 <= p < 2**31:
-        raise ParameterError(f"modulus must be in [2, 2^31), got {p}")
-    array = np.asarray(values, dtype=np.int64)
-    shape = array.shape
-    grid = array.reshape(1, -1) if array.ndim == 1 else array
-    if grid.ndim != 2:
-        raise ParameterError(f"values must be 1-D or 2-D, got shape {shape}")
+    p, grid, shape = _upload_grid(values, p)
     plan = []
     for stream, coefficient in streams:
         if isinstance(coefficient, (bool, np.bool_)):
