@@ -10,6 +10,7 @@ since the parties run in the same process). The shared machine is loaded: the sc
 prints the load average before and after; quote ranges over runs, not one figure.
 
     python benchmarks/bench_integrity_protocol.py [--sizes 2000,10000] [--repeats 3]
+    python benchmarks/bench_integrity_protocol.py --quick   # n = 300, one run: a smoke test
 """
 
 from __future__ import annotations
@@ -35,11 +36,15 @@ def one_run(data, params):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="2000,10000")
+    parser.add_argument("--sizes", default=None, help="comma-separated n (default 2000,10000)")
     parser.add_argument("--parties", type=int, default=7)
     parser.add_argument("--dim", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=None, help="runs per policy (default 3)")
+    parser.add_argument("--quick", action="store_true",
+                        help="n = 300 and one run per policy: seconds, figures meaningless")
     args = parser.parse_args(argv)
+    args.sizes = args.sizes or ("300" if args.quick else "2000,10000")
+    args.repeats = args.repeats or (1 if args.quick else 3)
     print(f"load average before: {os.getloadavg()}", flush=True)
     rng = np.random.default_rng(0)
     for n in [int(s) for s in args.sizes.split(",")]:

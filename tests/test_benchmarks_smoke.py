@@ -121,3 +121,64 @@ def test_bench_masks_quick_reports_every_variant_against_the_kernel():
         assert abs(float(ratio) * kernel - float(seconds)) <= \
             0.005 * kernel + 0.005 * float(ratio) + 0.005 + 1e-9
     assert "m=17, n=2000, d=784, l=8, t=1, q=8" in done.stdout
+
+
+def _seconds(text):
+    value, unit = text.split()
+    return float(value) * {"s": 1.0, "ms": 1e-3, "us": 1e-6}[unit]
+
+
+@pytest.mark.timeout(600)
+def test_bench_integrity_quick_reports_each_row_against_its_baseline():
+    done = run(BENCH / "bench_integrity.py", "--quick")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("kernel "))
+    rows = {}
+    for line in lines[header + 2:]:
+        if not line.strip() or line.startswith(("  note", "total")):
+            continue
+        cells = [cell.strip() for cell in line.split("  ") if cell.strip()]
+        rows[cells[0]] = cells
+    assert set(rows) == {"D + syndromes", "checked_sum honest", "checked_sum 1% bad",
+                         "decode (BM, 1 error)", "party mask + upload"}
+    for name, (_, shape, median, baseline, base_median, ratio, *rest) in rows.items():
+        assert shape.startswith("n=600")
+        subject, base = _seconds(median), _seconds(base_median)
+        assert subject > 0 and base > 0
+        # Printed to 2 decimals (ms): the ratio must be the subject over the baseline of
+        # the same run, up to that rounding.
+        assert float(ratio.rstrip("x")) == pytest.approx(subject / base, rel=0.02, abs=0.01)
+        target, verdict = rest[-2:]
+        if target != "-":
+            met = float(ratio.rstrip("x")) <= float(target.split()[1].rstrip("x"))
+            assert verdict == ("pass" if met else "FAIL"), (name, ratio, target, verdict)
+    assert rows["party mask + upload"][3] == "masked_upload, 6 masks"
+
+
+@pytest.mark.timeout(600)
+def test_bench_integrity_protocol_quick_runs_both_policies():
+    done = run(BENCH / "bench_integrity_protocol.py", "--quick")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert "n = 300, m = 7, l = t = 1, d = 16, masked, in memory, 1 runs each" in out
+    totals = {}
+    for policy in ("off", "detect"):
+        line = next(l for l in out.splitlines() if l.strip().startswith(f"integrity={policy}"))
+        totals[policy] = float(line.split("total")[1].split()[0])
+        assert totals[policy] > 0
+    assert "(off)" in out and "checked: s = 4 parity check(s) over 7 responders" in out
+    ratio = float(out.split("ratio detect/off: median ")[1].split("x")[0])
+    # Totals are printed to 2 decimals: the ratio is theirs up to that rounding.
+    low = (totals["detect"] - 0.005) / (totals["off"] + 0.005)
+    high = (totals["detect"] + 0.005) / max(totals["off"] - 0.005, 1e-9)
+    assert low - 0.01 <= ratio <= high + 0.01
+
+
+def test_omnifc_bench_knows_every_benchmark_script():
+    from omnifc.cli.cmd_bench import BENCHMARKS
+    scripts = {p.name for p in BENCH.glob("*.py") if not p.name.startswith("_")}
+    assert set(BENCHMARKS.values()) == scripts - {"write_figures.py"}
+    done = run("-m", "omnifc.cli", "bench", "integrity-protocol", "--help", timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "usage: bench_integrity_protocol.py" in done.stdout and "--quick" in done.stdout

@@ -15,7 +15,9 @@ from pathlib import Path
 from finite_field import ParameterError
 
 BENCHMARKS = {"kernels": "bench_kernels.py", "protocol": "bench_protocol.py",
-              "reproduce": "reproduce.py", "scale": "bench_scale.py"}
+              "reproduce": "reproduce.py", "scale": "bench_scale.py",
+              "masks": "bench_masks.py", "integrity": "bench_integrity.py",
+              "integrity-protocol": "bench_integrity_protocol.py"}
 
 
 def benchmarks_dir() -> Path:
@@ -24,7 +26,7 @@ def benchmarks_dir() -> Path:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "bench", help="run a benchmark (kernels, protocol, reproduce, scale)",
+        "bench", help="run a benchmark (" + ", ".join(BENCHMARKS) + ")",
         description="Run one of the benchmark scripts of a source checkout; every argument "
                     "after the name goes to the script, so `omnifc bench kernels --help` "
                     "shows the benchmark's own options (e.g. --quick, --check, --json).")
