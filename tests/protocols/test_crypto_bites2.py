@@ -332,3 +332,45 @@ def test_pair_mask_dtype_and_signed_mask_values(p):
     # the indices are roster positions, not names: a larger position comes later
     assert ka.signed_mask(p, 12, my_index=5, peer_index=2, **where).tolist() == minus.tolist()
     assert kb.signed_mask(p, 12, my_index=2, peer_index=9, **where).tolist() == plus.tolist()
+
+
+# -- ElementStream -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("prime", [2, 3, 2**31 - 1])
+def test_element_stream_accepts_every_modulus_in_2_to_2_to_the_31(prime):
+    key = bytes(range(32))
+    stream = _crypto.ElementStream(key, prime)
+    assert stream.next(40).tolist() == _stream(key, prime, 40)
+
+
+@pytest.mark.parametrize("prime", [0, 1, -5, 2**31, 2**31 + 11, 2**32, 2**32 + 15, 3**31])
+def test_element_stream_refuses_a_modulus_outside_2_to_2_to_the_31(prime):
+    with pytest.raises(_crypto.ParameterError,
+                       match=f"^modulus must be in \\[2, 2\\^31\\), got {prime}$"):
+        _crypto.ElementStream(bytes(32), prime)
+
+
+@pytest.mark.parametrize("size", [0, 16, 31, 33, 64])
+def test_element_stream_refuses_a_key_that_is_not_32_bytes(size):
+    with pytest.raises(_crypto.ParameterError,
+                       match=f"^ChaCha20 needs a 32-byte key, got {size} bytes$"):
+        _crypto.ElementStream(bytes(size), 13)
+
+
+def test_element_stream_next_gives_uint32_views_even_of_nothing():
+    stream = _crypto.ElementStream(bytes(32), 13)
+    empty = stream.next(0)
+    assert empty.dtype == np.uint32 and empty.shape == (0,)
+    assert stream.next(3).dtype == np.uint32
+    assert stream.next(0).dtype == np.uint32
+
+
+def test_a_stream_longer_than_one_chunk_fills_every_chunk_near_2_to_the_31():
+    # p = 2^31 - 1 almost never rejects a word, so the first chunk of MASK_CHUNK words
+    # is usually kept whole: the next chunks must still be drawn.
+    key = bytes(range(3, 35))
+    p = 2**31 - 1
+    count = 2 * _crypto.MASK_CHUNK + 100
+    assert stream_elements(key, p, count).tolist() == _stream(key, p, count)
+    stream = _crypto.ElementStream(key, p)
+    assert stream.next(count).tolist() == _stream(key, p, count)
