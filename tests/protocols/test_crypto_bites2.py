@@ -374,3 +374,12 @@ def test_a_stream_longer_than_one_chunk_fills_every_chunk_near_2_to_the_31():
     assert stream_elements(key, p, count).tolist() == _stream(key, p, count)
     stream = _crypto.ElementStream(key, p)
     assert stream.next(count).tolist() == _stream(key, p, count)
+
+
+def test_element_streams_are_never_shown_or_pickled():
+    import pickle
+
+    stream = _crypto.ElementStream(bytes(range(32)), 13)
+    assert repr(stream) == "ElementStream(<secret>)"
+    with pytest.raises(TypeError, match="^mask streams are not picklable$"):
+        pickle.dumps(stream)

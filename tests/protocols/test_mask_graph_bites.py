@@ -95,6 +95,11 @@ def test_collusion_threshold_is_the_effective_degree_minus_one():
     assert collusion_threshold(6, 9) == 4 and collusion_threshold(6, 4) == 3
     assert collusion_threshold(2, 0) == 0 and collusion_threshold(2, 1) == 0
     assert collusion_threshold(3, 1) == 0 and collusion_threshold(3, 2) == 1
+    # a degree of exactly n (or more) is the complete graph too
+    assert collusion_threshold(6, 6) == 4 and collusion_threshold(2, 2) == 0
+    for n in range(2, 9):
+        for k in range(0, n + 3):
+            assert collusion_threshold(n, k) == (n - 2 if k == 0 or k >= n - 1 else k - 1)
 
 
 @pytest.mark.parametrize("n", [1, 0, -3])
