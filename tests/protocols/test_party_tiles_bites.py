@@ -149,3 +149,198 @@ def test_every_pairwise_masked_tile_equals_the_documented_construction(
             total = [[sum(uploads[x, k, t][r][col] for x in order) % p
                       for col in range(n - a)] for r in range(b - a)]
             assert total == (d[a:b, a:] % p).tolist()
+
+
+# -- transparent mode: the raw, unweighted g(beta_j) -----------------------------------------
+
+@pytest.mark.parametrize("integrity", ["detect", "off"])
+def test_transparent_tiles_are_the_raw_unweighted_evaluations(integrity):
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=16, mode="transparent",
+                               integrity=integrity, chunk_bytes=4096)
+    sizes = (12, 9, 11, 10, 8)
+    session, _ = _ready(sizes, params, seed=21)
+    n = sum(sizes)
+    for name in session.names:
+        party = session.parties[name]
+        tiles = [e.tile for e in party.receive(_round_start(1, session.names))]
+        _check_metadata(tiles, name, 1, n, 4096, len(party.plan.primes))
+        for tile in tiles:
+            a, b, p = tile.row_start, tile.row_stop, party.plan.primes[tile.prime_index]
+            assert _values(tile, (b - a, n - a)) == _g(party.held[tile.prime_index], a, b, p)
+
+
+# -- secure sums: the quantized vector plus the pairwise masks ----------------------------------
+
+@pytest.mark.parametrize("degree", [0, 2])
+def test_every_sum_tile_is_the_quantized_vector_plus_the_pairwise_masks(degree):
+    rows, dim, m = 210, 5, 5                          # 1050 elements: two tiles of 1024
+    params = SessionParameters(dim=dim, rows=rows, kind="sum", bound=2.0, scale_bits=12,
+                               chunk_bytes=4096, mask_degree=degree)
+    session, data = _ready([rows] * m, params, seed=9, dim=dim)
+    names = session.names
+    graph = _harary(m, degree)
+    schedule = [(0, 1024), (1024, 1050)]
+    totals = {}
+    for j, name in enumerate(names):
+        party = session.parties[name]
+        tiles = [e.tile for e in party.receive(_round_start(1, names))]
+        primes = party.plan.primes
+        assert [(t.prime_index, t.tile_index, t.row_start, t.row_stop) for t in tiles] == \
+            [(k, i, a, b) for k in range(len(primes)) for i, (a, b) in enumerate(schedule)]
+        assert all((t.session_id, t.round, t.sender) == (SID, 1, name) for t in tiles)
+        flat = [int(v) for v in quantize(data[name], 2.0, 12).reshape(-1)]
+        digest = MaskView(SID, 1, party.roster_digest, tuple(names)).digest
+        for tile in tiles:
+            k, t, a, b = tile.prime_index, tile.tile_index, tile.row_start, tile.row_stop
+            p = primes[k]
+            want = flat[a:b]
+            for i in graph[j]:
+                mask = _reference_mask(party.keys[names[i]].mask_key, digest, p, t, b - a)
+                want = [w + (1 if i > j else -1) * x for w, x in zip(want, mask)]
+            assert np.frombuffer(tile.values, "<u4").tolist() == [w % p for w in want]
+            totals[k, t] = [x + y for x, y in zip(totals.get((k, t), [0] * (b - a)), want)]
+    exact = [int(v) for v in sum(quantize(data[x], 2.0, 12) for x in names).reshape(-1)]
+    for (k, t), total in totals.items():
+        a, b = schedule[t]
+        assert total == exact[a:b]  # the masks cancel exactly, before any reduction
+
+
+# -- integrity-checked masked rounds: seeds, then uploads the checks accept ---------------------
+
+def _drive(session):
+    """The whole session through a FIFO; every message a party sent, as (party, envelope)."""
+    queue = [("coordinator", n, env) for n, env in session.hellos().items()]
+    sent = []
+    while queue:
+        dest, sender, env = queue.pop(0)
+        if dest == "coordinator":
+            queue += [(d, "coordinator", e) for d, e in session.coordinator.receive(sender, env)]
+        else:
+            for e in session.parties[dest].receive(env):
+                sent.append((dest, e))
+                queue.append(("coordinator", dest, e))
+    return sent
+
+
+def _dual(betas, s, p):
+    """s parity checks of the evaluations g(beta_j) of a polynomial of degree < |B| - s:
+    mu_e[j] = beta_j^e / prod_{i != j} (beta_j - beta_i), e < s (the dual of a GRS code)."""
+    out = []
+    for e in range(s):
+        row = []
+        for j, bj in enumerate(betas):
+            den = 1
+            for i, bi in enumerate(betas):
+                if i != j:
+                    den = den * (bj - bi) % p
+            row.append(pow(bj, e, p) * pow(den, -1, p) % p)
+        out.append(row)
+    return out
+
+
+def test_checked_masked_uploads_pass_every_parity_check_and_sum_to_d():
+    sizes = (14, 10, 12, 9, 11, 8)                     # m = 6, K = 3: s = 3 checks
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=16, chunk_bytes=4096)
+    data = random_data(list(sizes), 3, seed=31)
+    session = Session(data, params)
+    sent = _drive(session)
+    names, n = session.names, sum(sizes)
+    d = plaintext_sq_distances(np.concatenate([data[x] for x in names]), 1.0, 16)
+    assert np.array_equal(session.coordinator.outcome.integer, d)
+    checks = session.parties[names[0]]._checks
+    assert checks is not None and checks.checks == 3 and checks.member_sets
+    # the seeds: every leader sends its group's seed to every other member, once
+    seeds = [(s, e.group_seed) for s, e in sent if e.HasField("group_seed")]
+    expected = sorted((members[0], r, members) for members in checks.member_sets
+                      for r in members[1:])
+    assert sorted((g.sender, g.receiver, tuple(g.members)) for _, g in seeds) == expected
+    for sender, g in seeds:
+        assert (sender, g.session_id, g.round) == (g.sender, SID, 1)
+        leader, receiver = session.parties[g.sender], session.parties[g.receiver]
+        members = tuple(g.members)
+        seed = leader._seeds[members]
+        assert len(seed) == 32 and receiver._seeds[members] == seed
+        view = MaskView(SID, 1, leader.roster_digest, tuple(names))
+        assert receiver.keys[g.sender].decrypt_seed(
+            g.ciphertext, view=view, group_index=checks.member_sets.index(members),
+            members=members) == seed
+    assert len({s for p in session.parties.values() for s in p._seeds.values()}) == \
+        len(checks.member_sets)                        # one fresh seed per member set
+    # every party's seeds went out before its tiles; its tiles follow its last seed
+    for name in names:
+        kinds = [e.WhichOneof("body") for s, e in sent if s == name]
+        evaluation = kinds[kinds.index("ready") + 1:]
+        assert set(evaluation) <= {"group_seed", "tile"}
+        assert "group_seed" not in evaluation[evaluation.index("tile"):]
+    tiles = {(s, e.tile.prime_index, e.tile.tile_index): e.tile for s, e in sent
+             if e.HasField("tile")}
+    schedule = _expected_tiles(n, 4096)
+    primes = session.parties[names[0]].plan.primes
+    assert len(tiles) == len(names) * len(primes) * len(schedule)
+    for k, p in enumerate(primes):
+        code = session.parties[names[0]].plan.codes[k]
+        mu = _dual([code.betas[i] for i in range(len(names))], 3, p)
+        c = [_weight(session.parties[x], names, k, x) for x in names]
+        for t, (a, b) in enumerate(schedule):
+            u = [_values(tiles[x, k, t], (b - a, n - a)) for x in names]
+            for j, x in enumerate(names):   # masked: not the raw evaluation
+                assert (tiles[x, k, t].row_start, tiles[x, k, t].row_stop) == (a, b)
+                assert u[j] != _g(session.parties[x].held[k], a, b, p)
+            for r in range(b - a):
+                for col in range(n - a):
+                    column = [u[j][r][col] for j in range(len(names))]
+                    assert sum(cj * v for cj, v in zip(c, column)) % p == \
+                        d[a + r, a + col] % p
+                    assert all(sum(w * v for w, v in zip(row, column)) % p == 0
+                               for row in mu)
+
+
+# -- Party.timings with a fake clock ------------------------------------------------------------
+
+class _Clock:
+    """perf_counter advances 10 per call, process_time 1 per call (no real time)."""
+
+    def __init__(self):
+        self.perf, self.cpu = 0.0, 0.0
+
+    def perf_counter(self):
+        self.perf += 10.0
+        return self.perf
+
+    def process_time(self):
+        self.cpu += 1.0
+        return self.cpu
+
+
+@pytest.mark.parametrize("mode", ["masked", "transparent"])
+def test_timings_add_up_every_tile_and_every_kernel_call(monkeypatch, mode):
+    import protocols._party as party_module
+
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=16, integrity="off", mode=mode,
+                               chunk_bytes=4096)
+    sizes = (60, 50, 40, 50, 40)
+    session, _ = _ready(sizes, params, seed=5)
+    party = session.parties["party-1"]
+    calls = []
+    kernel = party_module.cross_sq_distances
+    monkeypatch.setattr(party_module, "cross_sq_distances",
+                        lambda *args: calls.append(args[0].shape) or kernel(*args))
+    monkeypatch.setattr(party_module, "time", _Clock())
+    before = dict(party.timings)
+    assert before == {"evaluation_seconds": 0.0, "kernel_seconds": 0.0,
+                      "evaluation_cpu_seconds": 0.0, "kernel_cpu_seconds": 0.0,
+                      "bytes_uploaded": 0}
+    tiles = [e.tile for e in party.receive(_round_start(1, session.names))]
+    n, primes = sum(sizes), len(party.plan.primes)
+    blocks = len(calls)
+    assert primes == 2 and len(tiles) == primes * len(_expected_tiles(n, 4096))
+    assert len(tiles) > blocks > primes          # several tiles per block, several blocks
+    assert sum(rows for rows, _ in calls) == primes * n  # every row computed once per prime
+    # a tile without a kernel call spans 1 tick of each clock, one with a kernel call 3
+    # (the kernel's own 2 calls inside), of which the kernel takes 1
+    assert party.timings == {"evaluation_seconds": 10.0 * (len(tiles) + 2 * blocks),
+                             "kernel_seconds": 10.0 * blocks,
+                             "evaluation_cpu_seconds": 1.0 * (len(tiles) + 2 * blocks),
+                             "kernel_cpu_seconds": 1.0 * blocks,
+                             "bytes_uploaded": sum(4 * (t.row_stop - t.row_start) *
+                                                   (n - t.row_start) for t in tiles)}
