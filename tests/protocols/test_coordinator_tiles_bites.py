@@ -311,3 +311,91 @@ def test_a_corrupted_unchecked_upload_fails_the_decode_naming_the_bound_and_b():
         f"squared distance must lie in [0, {bound}] (the no-wrap bound of the public "
         f"parameters); some do not: an uploaded evaluation of {NAMES} was corrupted")
     assert coordinator.outcome is None and coordinator._acc is None
+
+
+# -- the clustering callback ------------------------------------------------------------------
+
+def _clustered(cluster, **storage):
+    data = random_data([3, 2, 4, 3, 2], 3, seed=7)
+    session = Session(data, PARAMS)
+    session.coordinator = Coordinator(SID, PARAMS, session.names, session.pinned,
+                                      cluster=cluster, **storage)
+    queue = session.run_until("evaluation")
+    held = _pump(session, queue, hold=lambda sender, env: env.HasField("tile"))
+    return session, data, held
+
+
+def test_each_party_gets_the_labels_of_its_own_rows():
+    seen = []
+
+    def cluster(view):
+        seen.append(type(view))
+        return (np.arange(view.shape[0]) * 7 % 5).tolist()   # a list: made an array
+
+    session, data, held = _clustered(cluster)
+    out = _deliver_all(session, held)
+    labels = [i * 7 % 5 for i in range(14)]
+    bounds = [0, 3, 5, 9, 12, 14]
+    assert seen == [np.ndarray]                  # small and in RAM: the dense matrix
+    for i, (dest, env) in enumerate(out):
+        assert dest == NAMES[i]
+        assert list(env.result.labels) == labels[bounds[i]:bounds[i + 1]]
+    outcome = session.coordinator.outcome
+    assert outcome.labels.dtype == np.int64 and outcome.labels.tolist() == labels
+
+
+def test_a_result_on_disk_is_clustered_through_the_tiled_view(tmp_path):
+    from protocols._accumulator import TiledDistances
+
+    seen = []
+
+    def cluster(view):
+        seen.append(view)
+        return np.zeros((view.shape[0], 1), dtype=np.int8)    # reshaped to one label a row
+
+    session, data, held = _clustered(cluster, out=tmp_path / "d.npy")
+    _deliver_all(session, held)
+    [view] = seen
+    assert type(view) is TiledDistances and view.store.on_disk
+    assert np.array_equal(np.asarray(view), _d(session, data) / 4.0 ** 8)
+    assert session.coordinator.outcome.labels.tolist() == [0] * 14
+
+
+def test_a_result_over_the_memory_budget_is_clustered_through_the_tiled_view():
+    from protocols._accumulator import TiledDistances
+
+    seen = []
+    # 14 x 14 int32 is 784 bytes: in RAM under 1000 bytes, but four float copies are not
+    session, data, held = _clustered(lambda view: seen.append(type(view)) or [0] * 14,
+                                     memory_budget=1000)
+    _deliver_all(session, held)
+    assert seen == [TiledDistances] and not session.coordinator.outcome.store.on_disk
+
+
+def test_a_failing_clustering_fails_the_session_in_decode_saying_why():
+    from finite_field import ProtocolError
+
+    def cluster(view):
+        raise ZeroDivisionError("no clusters")
+
+    session, _, held = _clustered(cluster)
+    coordinator = session.coordinator
+    with pytest.raises(ProtocolError) as info:
+        _deliver_all(session, held)
+    assert type(info.value) is ProtocolError
+    assert str(info.value) == ("the coordinator's clustering failed in phase 'decode': "
+                               "ZeroDivisionError: no clusters")
+    assert type(info.value.__cause__) is ZeroDivisionError
+    assert coordinator.failed_in == "decode" and coordinator.outcome is None
+
+
+@pytest.mark.parametrize("count", [13, 15])
+def test_a_clustering_with_another_label_count_fails_the_session(count):
+    from finite_field import ProtocolError
+
+    session, _, held = _clustered(lambda view: [0] * count)
+    with pytest.raises(ProtocolError) as info:
+        _deliver_all(session, held)
+    assert type(info.value) is ProtocolError
+    assert str(info.value) == f"clustering returned {count} labels for 14 rows"
+    assert session.coordinator.outcome is None
