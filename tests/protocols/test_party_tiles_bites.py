@@ -344,3 +344,48 @@ def test_timings_add_up_every_tile_and_every_kernel_call(monkeypatch, mode):
                              "kernel_cpu_seconds": 1.0 * blocks,
                              "bytes_uploaded": sum(4 * (t.row_stop - t.row_start) *
                                                    (n - t.row_start) for t in tiles)}
+
+
+# -- group seeds come from the party's byte source ----------------------------------------------
+
+class _Recorder:
+    """A seeded byte source that records every draw with the phase its party was in."""
+
+    def __init__(self, seed):
+        self.rng, self.party, self.draws = np.random.default_rng(seed), None, []
+
+    def bytes(self, n):
+        out = self.rng.bytes(n)
+        self.draws.append((self.party.phase if self.party else "init", n, out))
+        return out
+
+
+def test_a_leader_draws_each_group_seed_from_its_source_in_group_order():
+    from protocols import Party
+
+    sizes = (4, 3, 5, 3, 4, 2)
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8)
+    data = random_data(list(sizes), 3, seed=13)
+    session = Session(data, params)
+    sources = {}
+    for i, name in enumerate(session.names):
+        sources[name] = _Recorder(100 + i)
+        session.parties[name] = Party(name, data[name], session_id=SID, parameters=params,
+                                      identity_key=session.keys[name], pinned=session.pinned,
+                                      source=sources[name])
+        sources[name].party = session.parties[name]
+    _drive(session)
+    assert np.array_equal(session.coordinator.outcome.integer, plaintext_sq_distances(
+        np.concatenate([data[x] for x in session.names]), 1.0, 8))
+    checks = session.parties["party-0"]._checks
+    leaders = {m[0] for m in checks.member_sets}
+    assert leaders and leaders != set(session.names)   # some lead, some only receive
+    for name in session.names:
+        party = session.parties[name]
+        led = [m for m in checks.member_sets if m[0] == name]
+        drawn = [(n, out) for phase, n, out in sources[name].draws if phase == "evaluation"]
+        assert drawn == [(32, party._seeds[m]) for m in led]
+        for m in checks.member_sets:       # the others' seeds: what their leader drew
+            if name in m and m[0] != name:
+                assert party._seeds[m] == session.parties[m[0]]._seeds[m]
+        assert set(party._seeds) == {m for m in checks.member_sets if name in m}
