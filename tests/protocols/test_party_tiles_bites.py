@@ -389,3 +389,23 @@ def test_a_leader_draws_each_group_seed_from_its_source_in_group_order():
             if name in m and m[0] != name:
                 assert party._seeds[m] == session.parties[m[0]]._seeds[m]
         assert set(party._seeds) == {m for m in checks.member_sets if name in m}
+
+
+# -- evaluation blocks away from row 0 ----------------------------------------------------------
+
+@pytest.mark.parametrize("n, start, expected", [
+    (8192, 0, 512),          # 512 x 8192 = 2^22 exactly (and 8 x 512 <= 8192): included
+    (8292, 100, 612),        # the same block from row 100: n - start columns, not n
+    (70000, 10000, 10069),   # 69 x 60000 <= 2^22 < 70 x 60000
+    (70000, 0, 59),          # 59 x 70000 <= 2^22 < 60 x 70000
+])
+def test_a_block_of_single_row_tiles_holds_at_most_2_22_elements_of_its_columns(n, start,
+                                                                              expected):
+    from protocols._party import _block_stop
+
+    tiles = [(a, a + 1) for a in range(n)]
+    # independent of the loop: the largest b with (b - start)(n - start) <= 2^22 and
+    # 8 (b - start) <= n - start
+    rows = min((1 << 22) // (n - start), (n - start) // 8)
+    assert start + rows == expected
+    assert _block_stop(tiles, start, n) == expected
