@@ -399,3 +399,26 @@ def test_a_clustering_with_another_label_count_fails_the_session(count):
     assert type(info.value) is ProtocolError
     assert str(info.value) == f"clustering returned {count} labels for 14 rows"
     assert session.coordinator.outcome is None
+
+
+def test_a_failing_clustering_leaves_no_result_file_behind(tmp_path):
+    from finite_field import ProtocolError
+
+    target = tmp_path / "d.npy"
+
+    def cluster(view):
+        assert target.exists()          # the finished store is there while clustering
+        raise ValueError("bad")
+
+    session, _, held = _clustered(cluster, out=target)
+    with pytest.raises(ProtocolError):
+        _deliver_all(session, held)
+    assert list(tmp_path.iterdir()) == []   # neither the .npy nor its sidecar
+
+
+def test_a_finished_result_file_is_kept_with_its_sidecar(tmp_path):
+    target = tmp_path / "d.npy"
+    session, data, held = _clustered(lambda view: [0] * 14, out=target)
+    _deliver_all(session, held)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.npy", "d.npy.json"]
+    assert np.array_equal(np.load(target), _d(session, data))
