@@ -358,7 +358,21 @@ def test_a_result_on_disk_is_clustered_through_the_tiled_view(tmp_path):
     [view] = seen
     assert type(view) is TiledDistances and view.store.on_disk
     assert np.array_equal(np.asarray(view), _d(session, data) / 4.0 ** 8)
-    assert session.coordinator.outcome.labels.tolist() == [0] * 14
+    labels = session.coordinator.outcome.labels
+    assert labels.dtype == np.int64 and labels.tolist() == [0] * 14   # int8 (14, 1) given
+
+
+@pytest.mark.parametrize("budget, dense", [(4 * 8 * 14 * 14, True),
+                                           (4 * 8 * 14 * 14 - 1, False)])
+def test_the_dense_matrix_is_passed_only_when_four_float_copies_fit_the_budget(budget,
+                                                                               dense):
+    from protocols._accumulator import TiledDistances
+
+    seen = []
+    session, data, held = _clustered(lambda view: seen.append(type(view)) or [0] * 14,
+                                     memory_budget=budget)
+    _deliver_all(session, held)
+    assert seen == [np.ndarray if dense else TiledDistances]
 
 
 def test_a_result_over_the_memory_budget_is_clustered_through_the_tiled_view():
@@ -422,3 +436,44 @@ def test_a_finished_result_file_is_kept_with_its_sidecar(tmp_path):
     _deliver_all(session, held)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.npy", "d.npy.json"]
     assert np.array_equal(np.load(target), _d(session, data))
+
+
+def test_a_party_lost_after_its_tiles_gets_no_result_and_the_others_after_it_do():
+    session, data, held = _round1()
+    coordinator = session.coordinator
+    mine = [(s, e) for s, e in held if s == "party-1"]
+    rest = [(s, e) for s, e in held if s != "party-1"]
+    _deliver_all(session, mine)
+    assert coordinator.party_lost("party-1") == []       # everything of it is in
+    out = _deliver_all(session, rest)
+    assert [d for d, _ in out] == ["party-0", "party-2", "party-3", "party-4"]
+    outcome = coordinator.outcome
+    assert outcome.lost == ["party-1"] and outcome.responders == NAMES
+    assert np.array_equal(outcome.integer, _d(session, data))
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_a_sum_at_exactly_m_times_the_bound_is_decoded(sign):
+    params = SessionParameters(dim=2, rows=1, kind="sum", bound=1.0, scale_bits=8)
+    data = {f"party-{i}": np.full((1, 2), sign * 1.0) for i in range(3)}
+    session = Session(data, params)
+    _pump(session, session.run_until("evaluation"))
+    outcome = session.coordinator.outcome
+    offset = session.coordinator.plan.offset
+    assert offset == 3 * 256
+    assert outcome.integer.tolist() == [[sign * offset] * 2]     # |sum| = m M, not more
+    assert outcome.values.tolist() == [[sign * 3.0] * 2]
+
+
+def test_a_sum_session_clusters_the_dequantized_sums():
+    seen = []
+    params = SessionParameters(dim=3, rows=2, kind="sum", bound=1.0, scale_bits=8)
+    data = {f"party-{i}": np.random.default_rng(i).uniform(-1, 1, (2, 3)) for i in range(3)}
+    session = Session(data, params)
+    session.coordinator = Coordinator(SID, params, session.names, session.pinned,
+                                      cluster=lambda v: seen.append(v.copy()) or [4, 5])
+    _pump(session, session.run_until("evaluation"))
+    exact = sum(quantize(data[x], 1.0, 8).astype(object) for x in session.names)
+    [view] = seen
+    assert view.tolist() == [[v / 256 for v in row] for row in exact.tolist()]
+    assert session.coordinator.outcome.labels.tolist() == [4, 5]
