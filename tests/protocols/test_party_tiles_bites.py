@@ -398,6 +398,7 @@ def test_a_leader_draws_each_group_seed_from_its_source_in_group_order():
     (8292, 100, 612),        # the same block from row 100: n - start columns, not n
     (70000, 10000, 10069),   # 69 x 60000 <= 2^22 < 70 x 60000
     (70000, 0, 59),          # 59 x 70000 <= 2^22 < 60 x 70000
+    (4196, 100, 612),        # 1/8 of the 4096 columns from row 100 binds: 512 rows
 ])
 def test_a_block_of_single_row_tiles_holds_at_most_2_22_elements_of_its_columns(n, start,
                                                                               expected):
