@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import os
 import tempfile
 from pathlib import Path
 

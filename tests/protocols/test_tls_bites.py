@@ -14,7 +14,6 @@ import hashlib
 import logging
 import os
 import shutil
-import stat
 
 import grpc
 import pytest
@@ -28,8 +27,8 @@ from protocols import load_session_config
 from protocols._cards import generate_keys
 from protocols._config import ClusteringRequest, ConfigParameters, Deadlines
 from protocols._identity import load_identity, public_key_bytes
-from protocols._tls import (IMPERSONATION_WARNING, MAX_MESSAGE_BYTES, CertificateSet,
-                            PartyFiles, authenticated_party, certificate_sha256,
+from protocols._tls import (IMPERSONATION_WARNING, MAX_MESSAGE_BYTES,
+                            authenticated_party, certificate_sha256,
                             check_own_keys, generate_certificates, make_channel, make_server,
                             party_credentials, coordinator_credentials, peer_certificate_sha256,
                             peer_common_name)
