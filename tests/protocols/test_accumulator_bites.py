@@ -671,3 +671,48 @@ def test_view_values_tiles_and_array(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="omnifc.store"):
         np.asarray(DistanceStore(exact, scale_bits=1).distances)
     assert "materializing" not in caplog.text
+
+
+# -- survivors of the first mutation run ----------------------------------------------
+
+def test_repr_of_a_store_on_disk(tmp_path):
+    store = DistanceStore.from_integer(np.zeros((2, 2), np.int64), scale_bits=1,
+                                       out=tmp_path / "d.npy")
+    assert repr(store) == (f"DistanceStore(n=2, dtype=int64, scale_bits=1, on disk at "
+                           f"{tmp_path / 'd.npy'})")
+
+
+def test_a_one_by_one_matrix_is_a_store():
+    store = DistanceStore.from_integer(np.zeros((1, 1), np.int64), scale_bits=0)
+    assert store.integer.tolist() == [[0]] and store.n == 1
+
+
+def test_from_integer_with_tiles_smaller_than_a_row(private_tmp):
+    # tile_bytes below one row (13 entries x 8 bytes): one row per block
+    exact = np.array(_python_distances([[i, 2 * i] for i in range(13)]), dtype=np.int64)
+    store = DistanceStore.from_integer(exact, scale_bits=0, tile_bytes=16,
+                                       distance_bound=int(exact.max()))
+    assert store.integer.tolist() == exact.tolist()
+
+
+def test_sidecar_writes_parameters_that_json_cannot_as_text(tmp_path):
+    params = {"out": tmp_path / "x", "k": np.int64(3)}
+    DistanceStore.from_integer(np.zeros((2, 2), np.int64), scale_bits=0,
+                               out=tmp_path / "d.npy", parameters=params)
+    meta = json.loads((tmp_path / "d.npy.json").read_text())
+    assert meta["parameters"] == {"out": str(tmp_path / "x"), "k": "3"}
+    acc = DistanceAccumulator(2, (13,), scale_bits=0, out=tmp_path / "e.npy",
+                              parameters=params)
+    acc.add_tile(0, 0, 2, [[0, 1], [0, 0]])
+    acc.finalize()
+    meta = json.loads((tmp_path / "e.npy.json").read_text())
+    assert meta["parameters"] == {"out": str(tmp_path / "x"), "k": "3"}
+
+
+def test_take_rows_of_no_rows_and_of_whole_floats():
+    store = DistanceStore(np.arange(16, dtype=np.int64).reshape(4, 4), scale_bits=1)
+    view = store.distances
+    empty = view.take_rows([])
+    assert empty.shape == (0, 4) and empty.dtype == np.float64
+    assert view.take_rows(np.array([3.0, 1.0])).tolist() == [[3.0, 3.25, 3.5, 3.75],
+                                                             [1.0, 1.25, 1.5, 1.75]]
