@@ -716,3 +716,45 @@ def test_take_rows_of_no_rows_and_of_whole_floats():
     assert empty.shape == (0, 4) and empty.dtype == np.float64
     assert view.take_rows(np.array([3.0, 1.0])).tolist() == [[3.0, 3.25, 3.5, 3.75],
                                                              [1.0, 1.25, 1.5, 1.75]]
+
+
+def test_one_prime_finish_covers_rows_past_2048():
+    n = 2100  # three blocks of 1,024 rows
+    acc = DistanceAccumulator(n, (2147483647,), scale_bits=0, distance_bound=1000)
+    upper = np.triu(np.random.default_rng(8).integers(0, 1001, size=(n, n)), 1)
+    acc.add_tile(0, 0, n, upper)
+    assert np.array_equal(acc.finalize().integer, upper + upper.T)
+
+
+def test_one_prime_bound_is_inclusive():
+    acc = DistanceAccumulator(3, (2147483647,), scale_bits=0, distance_bound=100)
+    acc.add_tile(0, 0, 3, [[0, 100, 7], [0, 0, 100], [0, 0, 0]])
+    assert acc.finalize().integer.tolist() == [[0, 100, 7], [100, 0, 100], [7, 100, 0]]
+
+
+def test_several_primes_with_tiles_below_one_row():
+    primes = (65521, 65519)
+    exact = _python_distances([[0, 1], [4, 4], [9, 0], [2, 7], [5, 5]])
+    acc = DistanceAccumulator(5, primes, scale_bits=0, tile_bytes=2)
+    _feed(acc, exact, primes, np.random.default_rng(2), rows_per_tile=2)
+    assert acc.finalize().integer.tolist() == exact
+
+
+def test_array_protocol_called_with_a_dtype():
+    view = DistanceStore(np.array([[0, 3], [3, 0]], dtype=np.int64), scale_bits=1).distances
+    as32 = view.__array__(np.float32)
+    assert as32.dtype == np.float32 and as32.tolist() == [[0.0, 0.75], [0.75, 0.0]]
+    plain = view.__array__()
+    assert plain.dtype == np.float64 and plain.tolist() == [[0.0, 0.75], [0.75, 0.0]]
+
+
+def test_materializing_warning_gives_the_size_in_gb(tmp_path, caplog):
+    n = 2000  # 8 * n^2 bytes = 0.032 GB
+    matrix = np.lib.format.open_memmap(tmp_path / "d.npy", mode="w+", dtype=np.int32,
+                                       shape=(n, n))
+    view = DistanceStore(matrix, scale_bits=0).distances
+    with caplog.at_level(logging.WARNING, logger="omnifc.store"):
+        dense = np.asarray(view)
+    assert dense.shape == (n, n)
+    assert ("materializing the on-disk 2000 x 2000 distance matrix in memory (0.03 GB)"
+            in caplog.text)
