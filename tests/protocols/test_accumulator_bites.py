@@ -294,7 +294,8 @@ def test_allocate_keeps_exactly_the_budget_in_ram(private_tmp, caplog):
                                                 name="blob")
     assert isinstance(array, np.memmap) and array.shape == (3, 4) and not array.any()
     assert Path(tmpdir).parent == private_tmp and path == Path(tmpdir) / "blob.npy"
-    assert f"blob: 0.00 GB memory-mapped at {path}" in caplog.text
+    assert [r.getMessage() for r in caplog.records] == [
+        f"blob: 0.00 GB memory-mapped at {path}"]
     assert np.load(path).shape == (3, 4)
     acc_mod._remove(tmpdir)
     assert not Path(tmpdir).exists()
@@ -372,20 +373,24 @@ def test_accumulator_refuses_an_existing_sidecar(tmp_path):
     assert not (tmp_path / "d.npy").exists()
 
 
-def test_budget_counts_the_result_and_the_scratch_residues(private_tmp):
+def test_budget_counts_the_result_and_the_scratch_residues(private_tmp, caplog):
     # n = 4, two primes: int64 result (8 bytes) + one uint32 scratch (4 bytes) per entry
     total = 4 * 4 * (8 + 4)
     ram = DistanceAccumulator(4, (13, 17), scale_bits=0, memory_budget=total)
     assert type(ram._result) is np.ndarray and type(ram._scratch[0]) is np.ndarray
     assert ram._scratch[0].dtype == np.uint32 and ram._scratch_paths == [None]
     ram.abort()
-    disk = DistanceAccumulator(4, (13, 17), scale_bits=0, memory_budget=total - 1)
+    with caplog.at_level(logging.INFO, logger="omnifc.store"):
+        disk = DistanceAccumulator(4, (13, 17), scale_bits=0, memory_budget=total - 1)
     # the result alone (128 bytes) fits, but everything n x n moves to disk together
     assert isinstance(disk._result, np.memmap) and isinstance(disk._scratch[0], np.memmap)
     folder = disk._path.parent
     assert folder.parent == private_tmp
     assert sorted(p.name for p in folder.iterdir()) == ["distances.npy",
                                                         "distances.residues-1.npy"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"distances: 0.00 GB memory-mapped at {folder / 'distances.npy'}",
+        f"residues-1: 0.00 GB memory-mapped at {folder / 'distances.residues-1.npy'}"]
     disk.abort()
     assert not folder.exists() and not list(private_tmp.iterdir())
     # one prime with int32 storage: 4 bytes per entry
@@ -758,3 +763,25 @@ def test_materializing_warning_gives_the_size_in_gb(tmp_path, caplog):
     assert dense.shape == (n, n)
     assert ("materializing the on-disk 2000 x 2000 distance matrix in memory (0.03 GB)"
             in caplog.text)
+
+
+def test_remove_never_follows_a_link_to_a_folder(tmp_path):
+    target = tmp_path / "keep"
+    target.mkdir()
+    (target / "precious").write_text("x")
+    link = tmp_path / "link"
+    link.symlink_to(target, target_is_directory=True)
+    acc_mod._remove(link)  # no error, nothing removed through the link
+    assert (target / "precious").read_text() == "x"
+
+
+def test_discard_store_runs_the_cleanup_given_to_the_store(tmp_path):
+    import weakref
+
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    matrix = np.zeros((2, 2), dtype=np.int64)
+    store = DistanceStore(matrix, scale_bits=0,
+                          _cleanup=weakref.finalize(matrix, acc_mod._remove, folder))
+    discard_store(store)
+    assert not folder.exists() and store.integer is None
