@@ -162,6 +162,22 @@ def test_certificates_default_to_now_and_get_fresh_serials(key):
     assert a.serial_number != b.serial_number
 
 
+def test_validity_starts_now_in_utc_whatever_the_local_time_zone(key, monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", "Etc/GMT-9")  # UTC+9
+    time.tzset()
+    try:
+        before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+        cert = self_signed_certificate("a", key, role="party")
+        after = datetime.datetime.now(datetime.timezone.utc)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    start = cert.not_valid_before_utc + datetime.timedelta(minutes=5)
+    assert before <= start <= after
+
+
 def test_certificate_role_is_checked(key):
     with pytest.raises(ParameterError) as info:
         self_signed_certificate("a", key, role="admin")
@@ -418,7 +434,8 @@ def test_generate_party_keys_writes_consistent_files(tmp_path, caplog):
     folder = tmp_path / "alice"
     with caplog.at_level(logging.INFO, logger="omnifc.keys"):
         files = generate_keys(str(folder), "alice", days=7)
-    assert f"wrote the keys and card of party 'alice' to {folder}" in caplog.text
+    assert [r.getMessage() for r in caplog.records if r.name == "omnifc.keys"] == [
+        f"wrote the keys and card of party 'alice' to {folder}"]
     assert (files.name, files.role, files.directory) == ("alice", "party", folder)
     assert files.tls_key == folder / "alice.key" and files.certificate == folder / "alice.pem"
     assert files.card == folder / "alice.card.toml"
@@ -493,13 +510,14 @@ def test_generate_keys_refuses_existing_files_and_links(tmp_path):
     other = tmp_path / "b"
     other.mkdir(mode=0o700)
     (other / "b.pem").symlink_to(tmp_path / "nowhere")
+    (other / "b.key").symlink_to(tmp_path / "nowhere-else")
     for overwrite in (False, True):
         with pytest.raises(ParameterError) as info:
             generate_keys(other, "b", overwrite=overwrite)
         assert str(info.value) == (f"refusing to write through symbolic links: "
-                                   f"{other / 'b.pem'} (--force included); remove them if "
-                                   "you put them there")
-    assert sorted(os.listdir(other)) == ["b.pem"]
+                                   f"{other / 'b.key'}, {other / 'b.pem'} (--force "
+                                   "included); remove them if you put them there")
+    assert sorted(os.listdir(other)) == ["b.key", "b.pem"]
 
 
 # -- new_session_config ---------------------------------------------------------------
