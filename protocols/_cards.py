@@ -47,7 +47,7 @@ import datetime
 import hashlib
 import ipaddress
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -173,7 +173,7 @@ class Card:
     name: str
     certificate: str
     identity_public_key: Optional[bytes] = None
-    path: Optional[Path] = None
+    path: Optional[Path] = field(default=None, compare=False)
 
     def __post_init__(self):
         where = f"card {self.name!r}" + (f" ({self.path})" if self.path else "")
