@@ -561,3 +561,226 @@ def test_fmcl_server_result_fields():
     assert result.distances.dtype == np.float64 and np.array_equal(result.distances, d)
     result = fmcl.fmcl_server(CHAIN, max_clusters=3)
     assert result.window == (2, 3)
+
+
+# ----------------------------------------------------------------------------- secure path
+
+# d = 4 so that sqrt(d) in the error bound is exact; every unit mean is rational.
+MEANS4 = np.array([
+    [[3, 4, 0, 0], [0, 0, 1, 0], [0, 0, 0, 0]],
+    [[4, 3, 0, 0], [0, 0, 5, 12], [2, 0, 0, 0]],
+    [[0, 0, 0, 0], [0, 0, 12, 5], [0, 0, 0, 7]],
+    [[0, 0, 3, 4], [0, 0, 0, 0], [0, 6, 0, 8]],
+], dtype=np.float64)
+WEIGHTS4 = np.array([[0.6, 0.4, 0.0], [0.3, 0.3, 0.4], [0.0, 0.45, 0.55], [0.02, 0.0, 0.98]])
+
+
+def _round_half_up(x):
+    return math.floor(x + F(1, 2))
+
+
+def _quantized_reference(means, weights, q, s):
+    """The quantized signature's FMCL distance from Python integers (module docstring)."""
+    n, c, dim = means.shape
+    k = [_largest_remainder(w, q) for w in weights]
+    ints = []
+    for i in range(n):
+        rows = []
+        for cls in range(c):
+            norm = float(np.linalg.norm(means[i, cls]))
+            unit = ([float(v) / norm for v in means[i, cls]] if norm > 0 and k[i][cls]
+                    else [0.0] * dim)
+            rows.append([_round_half_up(F(u) * 2 ** s) for u in unit])
+        ints.append(rows)
+    d = np.zeros((n, n))
+    for i, j in itertools.combinations(range(n), 2):
+        g_t = sum(min(k[i][cls], k[j][cls]) for cls in range(c))
+        g_z = sum(F(min(k[i][cls], k[j][cls]) * sum(a * b for a, b in zip(ints[i][cls],
+                                                                         ints[j][cls])),
+                    4 ** s) for cls in range(c))
+        omega, num = F(g_t, q), max((g_t - g_z) / q, F(0))
+        d[i, j] = d[j, i] = _combine(num, omega)
+    return d
+
+
+@pytest.mark.parametrize("q,s", [(7, 3), (20, 16)])
+def test_quantized_fmcl_distances_against_python_integers(q, s):
+    want = _quantized_reference(MEANS4, WEIGHTS4, q, s)
+    got = fmcl.quantized_fmcl_distances(MEANS4, WEIGHTS4, resolution=q, scale_bits=s,
+                                        fill=False)
+    assert np.array_equal(np.isinf(got), np.isinf(want))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(
+        fmcl.quantized_fmcl_distances(MEANS4, WEIGHTS4, resolution=q, scale_bits=s),
+        _geodesic(want), rtol=1e-12)
+
+
+def test_quantized_fmcl_distances_defaults_are_q500_and_16_bits():
+    want = _quantized_reference(MEANS4, WEIGHTS4, 500, 16)
+    np.testing.assert_allclose(fmcl.quantized_fmcl_distances(MEANS4, WEIGHTS4, fill=False),
+                               want, rtol=1e-12, atol=0)
+    assert fmcl.DEFAULT_RESOLUTION == 500
+
+
+def test_anchored_gram_matrices_give_the_fmcl_distance():
+    q = 5
+    rows = [_thermometer(m, w, q) for m, w in zip(MEANS4, WEIGHTS4)]
+    zero = ([0.0] * len(rows[0][0]), [0.0] * len(rows[0][1]))
+    rows.append(zero)                                   # the public anchor row, last
+    sq = lambda a, b: float(sum((F(x) - F(y)) ** 2 for x, y in zip(a, b)))  # noqa: E731
+    d_z = np.array([[sq(a[0], b[0]) for b in rows] for a in rows])
+    d_t = np.array([[sq(a[1], b[1]) for b in rows] for a in rows])
+    # inner products recovered exactly from distances to the anchor
+    gram_t = fmcl._gram_from_anchored(d_t)
+    want_t = [[sum(F(x) * F(y) for x, y in zip(a[1], b[1])) for b in rows[:-1]]
+              for a in rows[:-1]]
+    assert gram_t.tolist() == [[float(v) for v in r] for r in want_t]
+    gram_z = fmcl._gram_from_anchored(d_z)
+    want_z = [[float(sum(F(x) * F(y) for x, y in zip(a[0], b[0]))) for b in rows[:-1]]
+              for a in rows[:-1]]
+    np.testing.assert_allclose(gram_z, want_z, rtol=1e-12)
+    rounded = [[F(k, q) for k in _largest_remainder(w, q)] for w in WEIGHTS4]
+    want = _fmcl_exact(MEANS4, rounded)
+    got = fmcl.fmcl_from_anchored(d_z, d_t, q, fill=False)
+    assert np.array_equal(np.isinf(got), np.isinf(want))
+    np.testing.assert_allclose(got, want, rtol=1e-9)
+    np.testing.assert_allclose(fmcl.fmcl_from_anchored(d_z, d_t, q), _geodesic(want),
+                               rtol=1e-9)
+    np.testing.assert_allclose(fmcl.fmcl_from_anchored(d_z, d_t, q, fill="paper"),
+                               _fill_paper(want), rtol=1e-9)
+
+
+def _fill_paper(d):
+    big = _d_big(d)
+    return np.array([[v if math.isfinite(v) else big for v in row] for row in d])
+
+
+def test_from_gram_clamps_a_negative_numerator():
+    # G^z > G^t happens only through quantization; N is clamped at 0, Omega = G^t / q
+    got = fmcl._from_gram(np.array([[4.0, 3.5], [3.5, 4.0]]), np.array([[4.0, 3.0], [3.0, 4.0]]),
+                          4, False)
+    assert got.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    got = fmcl._from_gram(np.array([[4.0, 1.0], [1.0, 4.0]]), np.array([[4.0, 3.0], [3.0, 4.0]]),
+                          4, False)
+    assert got[0, 1] == pytest.approx(float(F(2, 4) / (F(3, 4) + EPS) * F(4, 3)), rel=1e-12)
+
+
+def _spy_protect(monkeypatch):
+    calls = []
+    real = fmcl.protect
+
+    def spy(rows, **kwargs):
+        calls.append((np.array(rows), kwargs))
+        return real(rows, **kwargs)
+
+    monkeypatch.setattr(fmcl, "protect", spy)
+    return calls
+
+
+@pytest.mark.parametrize("q,s", [(7, 3), (6, 16)])
+def test_secure_thermometer_distances_equal_the_quantized_reference(monkeypatch, q, s):
+    calls = _spy_protect(monkeypatch)
+    want = _quantized_reference(MEANS4, WEIGHTS4, q, s)
+    plain = fmcl.secure_thermometer_distances(MEANS4, WEIGHTS4, resolution=q, scale_bits=s,
+                                              secure=False, fill=False)
+    assert calls == []
+    np.testing.assert_allclose(plain, want, rtol=1e-12, atol=0)
+    secure = fmcl.secure_thermometer_distances(MEANS4, WEIGHTS4, resolution=q, scale_bits=s,
+                                               fill=False, parties=["a", "b", "c", "a"])
+    assert np.array_equal(secure, plain)
+    # z (bound 1, signed) and t (bound 1, nonnegative): the documented public bounds; the
+    # anchor row goes to the first client's party
+    (z, z_kwargs), (t, t_kwargs) = calls
+    rows = [_thermometer(m, w, q) for m, w in zip(MEANS4, WEIGHTS4)]
+    assert z.tolist() == [r[0] for r in rows] + [[0.0] * len(rows[0][0])]
+    assert t.tolist() == [r[1] for r in rows] + [[0.0] * len(rows[0][1])]
+    assert z_kwargs == {"bound": 1.0, "scale_bits": s, "parties": ["a", "b", "c", "a", "a"]}
+    assert t_kwargs == {"bound": 1.0, "scale_bits": s, "nonnegative": True,
+                        "parties": ["a", "b", "c", "a", "a"]}
+
+
+def test_secure_thermometer_distances_defaults(monkeypatch):
+    calls = _spy_protect(monkeypatch)
+    got = fmcl.secure_thermometer_distances(MEANS4[:3], WEIGHTS4[:3], resolution=4,
+                                            segments=1, noise_segments=1)
+    want = _quantized_reference(MEANS4[:3], WEIGHTS4[:3], 4, 16)
+    np.testing.assert_allclose(got, _geodesic(want), rtol=1e-12)
+    assert [kw.get("parties") for _, kw in calls] == [None, None]
+    assert [kw["scale_bits"] for _, kw in calls] == [16, 16]
+    assert [(kw["segments"], kw["noise_segments"]) for _, kw in calls] == [(1, 1), (1, 1)]
+    plain = fmcl.secure_thermometer_distances(MEANS4, WEIGHTS4, secure=False, fill=False)
+    np.testing.assert_allclose(plain, _quantized_reference(MEANS4, WEIGHTS4, 500, 16),
+                               rtol=1e-12, atol=0)
+    paper = fmcl.secure_thermometer_distances(MEANS4, WEIGHTS4, resolution=7, scale_bits=3,
+                                              secure=False, fill="paper")
+    np.testing.assert_allclose(paper, _fill_paper(_quantized_reference(MEANS4, WEIGHTS4, 7, 3)),
+                               rtol=1e-12)
+
+
+def _bound_reference(means, weights, q, s):
+    """thermometer_error_bound from the module docstring, in fractions (d = 4: sqrt exact)."""
+    n, c, dim = means.shape
+    root = _sqrt(F(dim))
+    h = F(1, 2 ** (s + 1))
+    e_q = 4 * root * h + 2 * dim * h * h
+    err = [sum(abs(F(k, q) - F(w)) for k, w in zip(_largest_remainder(ws, q), ws))
+           for ws in weights]
+
+    def f(nu, om):
+        return nu / (om + EPS) * _g(om)
+
+    out = np.zeros((n, n))
+    for i, j in itertools.combinations(range(n), 2):
+        num, om = _pair(weights[i], weights[j], means[i], means[j])
+        delta = err[i] + err[j]
+        if om <= delta:
+            out[i, j] = out[j, i] = math.inf
+            continue
+        high = f(num + 2 * delta + e_q, om - delta) - f(num, om)
+        low = f(num, om) - f(max(num - 2 * delta - e_q, F(0)), om + delta)
+        out[i, j] = out[j, i] = float(max(high, low))
+    return out
+
+
+@pytest.mark.parametrize("q,s", [(7, 3), (20, 5), (500, 16)])
+def test_thermometer_error_bound_against_fractions(q, s):
+    want = _bound_reference(MEANS4, WEIGHTS4, q, s)
+    got = fmcl.thermometer_error_bound(MEANS4, WEIGHTS4, resolution=q, scale_bits=s)
+    assert np.array_equal(np.isinf(got), np.isinf(want))
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=0)
+    assert np.all(np.diag(got) == 0)
+
+
+def test_thermometer_error_bound_defaults_and_edge_cases():
+    want = _bound_reference(MEANS4, WEIGHTS4, 500, 16)
+    np.testing.assert_allclose(fmcl.thermometer_error_bound(MEANS4, WEIGHTS4), want,
+                               rtol=1e-9, atol=0)
+    # q = 7: client 3's weights round with Delta > Omega for (0, 3): inf; exact weights on
+    # the grid: Delta = 0 and the bound comes from the mean quantization alone
+    got = fmcl.thermometer_error_bound(MEANS4, WEIGHTS4, resolution=7, scale_bits=3)
+    assert math.isinf(got[0, 3])
+    grid = np.array([[0.5, 0.5, 0.0], [0.25, 0.25, 0.5], [0.0, 0.5, 0.5], [0.0, 0.0, 1.0]])
+    np.testing.assert_allclose(fmcl.thermometer_error_bound(MEANS4, grid, resolution=4,
+                                                            scale_bits=3),
+                               _bound_reference(MEANS4, grid, 4, 3), rtol=1e-9, atol=0)
+
+
+# 10 points where k-means++ with one init depends on the seed
+POINTS = np.array([[0.262, 0.298], [0.814, 0.092], [0.6, 0.729], [0.188, 0.055],
+                   [0.275, 0.657], [0.562, 0.15], [0.433, 0.669], [0.423, 0.633],
+                   [0.967, 0.683], [0.392, 0.187]])
+
+
+def test_kmeans_on_mean_embeddings_is_sklearn_kmeans_on_the_means():
+    from sklearn.cluster import KMeans
+
+    seen = set()
+    for seed in range(4):
+        want = KMeans(3, random_state=seed, n_init="auto").fit(POINTS).labels_
+        got = fmcl.kmeans_on_mean_embeddings(POINTS, 3, random_state=seed)
+        assert _partition(got) == _partition(want)
+        seen.add(frozenset(_partition(want)))
+    assert len(seen) > 1                                # the seed matters here
+    default = KMeans(3, random_state=0, n_init="auto").fit(POINTS).labels_
+    assert _partition(fmcl.kmeans_on_mean_embeddings(POINTS, 3)) == _partition(default)
+    assert fmcl.kmeans_on_mean_embeddings(POINTS, 3).dtype == np.int64
