@@ -784,3 +784,78 @@ def test_kmeans_on_mean_embeddings_is_sklearn_kmeans_on_the_means():
     default = KMeans(3, random_state=0, n_init="auto").fit(POINTS).labels_
     assert _partition(fmcl.kmeans_on_mean_embeddings(POINTS, 3)) == _partition(default)
     assert fmcl.kmeans_on_mean_embeddings(POINTS, 3).dtype == np.int64
+
+
+# ----------------------------------------------------------------------------- precision
+
+def test_client_side_computes_in_float64_from_float32_input():
+    # float32 embeddings: the class mean is the float64 mean of the float32 values
+    e = np.array([[1.0], [2.0 ** -24], [2.0 ** -24]], dtype=np.float32)
+    means, weights = fmcl.signature(e, np.array([0, 0, 0]), 1)
+    assert means[0, 0] == float((1 + F(2) ** -23) / 3)
+    # largest remainder on float32 weights: 1, 1, 4 at q = 4 -> 2/3, 2/3, 8/3 -> 1, 1, 2
+    k = fmcl.round_weights(np.array([1, 1, 4], dtype=np.float32), 4)
+    assert k.tolist() == _largest_remainder([1, 1, 4], 4) == [1, 1, 2]
+    # thermometer rows: the unit means in float64
+    for means, weights in zip(MEANS.astype(np.float32), WEIGHTS):
+        z, t = fmcl.thermometer_rows(means, weights, 6)
+        want_z, want_t = _thermometer(means.astype(np.float64), weights, 6)
+        assert z.tolist() == want_z and t.tolist() == want_t
+
+
+def test_server_side_computes_in_float64_from_float32_input():
+    means32, weights32 = MEANS.astype(np.float32), WEIGHTS.astype(np.float32)
+    want = _fmcl_exact(MEANS, [[F(float(w)) for w in row] for row in weights32])
+    got = fmcl.fmcl_distances(means32, weights32, fill=False)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    got = fmcl.fmcl_distances(means32, WEIGHTS, fill=False)
+    np.testing.assert_allclose(got, _fmcl_exact(MEANS, WEIGHTS), rtol=1e-12, atol=0)
+    got = fmcl.fmcl_distances(MEANS, weights32, fill=False)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    # the thermometer combination, from float32 squared distances
+    q = 6
+    rows = [_thermometer(m, w, q) for m, w in zip(MEANS, WEIGHTS)]
+    sq = lambda a, b: float(sum((F(x) - F(y)) ** 2 for x, y in zip(a, b)))  # noqa: E731
+    d_z = np.array([[sq(a[0], b[0]) for b in rows] for a in rows], dtype=np.float32)
+    d_t = np.array([[sq(a[1], b[1]) for b in rows] for a in rows], dtype=np.float32)
+    for dz, dt in ((d_z, d_t), (d_z, d_t.astype(np.float64)), (d_z.astype(np.float64), d_t)):
+        want = np.zeros((4, 4))
+        for i, j in itertools.combinations(range(4), 2):
+            z_ij, t_ij = F(float(dz[i, j])), F(float(dt[i, j]))
+            num = max((z_ij - t_ij) / (2 * q), F(0))
+            om = min(max(1 - t_ij / (2 * q), F(0)), F(1))
+            om = F(0) if om <= F(1, 2 * q) else om
+            want[i, j] = want[j, i] = _combine(num, om)
+        got = fmcl.fmcl_from_thermometer(dz, dt, q, fill=False)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+
+
+def test_no_numpy_warning_for_pairs_without_shared_class():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        d = fmcl.fmcl_distances(MEANS, WEIGHTS, fill=False)
+        assert math.isinf(d[0, 2])
+        assert fmcl._g(np.array([0.0, 0.5, 0.004])).tolist() == [100.0, 2.0, 100.0]
+
+
+def test_a_weighted_class_with_zero_mean_has_cosine_zero():
+    # the paper's cosine has +eps in its denominator: cos(0, x) = 0, so d_c = 1
+    for _ in range(5):
+        means = np.array([[[1.0, 0.0], [0.0, 0.0]], [[0.0, 2.0], [0.0, 3.0]],
+                          [[5.0, 0.0], [7.0, 1.0]]])
+        weights = np.array([[0.5, 0.5], [0.5, 0.5], [0.25, 0.75]])
+        got = fmcl.fmcl_distances(means, weights, fill=False)
+        assert got[0, 1] == pytest.approx(float(F(1) / (1 + EPS)), rel=1e-12)   # N = 1
+        assert got[0, 2] == pytest.approx(float(F(1, 2) / (F(3, 4) + EPS) * F(4, 3)),
+                                          rel=1e-12)                            # cos 1, 0
+
+
+def test_round_weights_sums_to_q_at_large_q_and_breaks_ties_by_class_order():
+    assert fmcl.round_weights([1.0, 1.0, 1.0], 10 ** 9).tolist() == \
+        _largest_remainder([1, 1, 1], 10 ** 9) == [333333334, 333333333, 333333333]
+    # 20 classes, fractional parts 1/4, 1/2, 3/4 with ties across the cut: stable order
+    counts = [3, 3, 3, 2, 3, 1, 2, 3, 1, 1, 1, 2, 3, 1, 2, 2, 3, 1, 2, 1]
+    assert fmcl.round_weights(np.array(counts, dtype=np.float64), 10).tolist() == \
+        _largest_remainder(counts, 10)
