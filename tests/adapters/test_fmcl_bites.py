@@ -859,3 +859,105 @@ def test_round_weights_sums_to_q_at_large_q_and_breaks_ties_by_class_order():
     counts = [3, 3, 3, 2, 3, 1, 2, 3, 1, 1, 1, 2, 3, 1, 2, 2, 3, 1, 2, 1]
     assert fmcl.round_weights(np.array(counts, dtype=np.float64), 10).tolist() == \
         _largest_remainder(counts, 10)
+
+
+# ----------------------------------------------------------------------------- synthetic data
+
+def test_fixed_encoder_is_the_documented_relu_map_with_a_public_seed():
+    x = np.arange(10, dtype=np.int64).reshape(2, 5) - 4
+    for seed, dim in ((7, 3), (0, 16)):
+        rng = np.random.Generator(np.random.PCG64(seed))
+        w = rng.standard_normal((5, dim)) / math.sqrt(5)
+        b = 0.1 * rng.standard_normal(dim)
+        want = np.maximum(x.astype(np.float64) @ w + b, 0.0)
+        encode = fmcl.fixed_encoder(5, dim, seed=seed)
+        got = encode(x)
+        assert got.dtype == np.float64 and got.shape == (2, dim)
+        np.testing.assert_allclose(got, want, rtol=1e-14, atol=0)
+        assert (got == 0).any() and (got > 0).any()     # the ReLU is active on this input
+    np.testing.assert_array_equal(fmcl.fixed_encoder(5)(x), fmcl.fixed_encoder(5, 16, seed=0)(x))
+
+
+def test_rotation_is_a_rotation():
+    rng = np.random.Generator(np.random.PCG64(3))
+    r = fmcl._rotation(5, 3.0, rng)
+    np.testing.assert_allclose(r @ r.T, np.eye(5), atol=1e-12)
+    assert np.linalg.det(r) == pytest.approx(1.0, abs=1e-12)
+    assert np.abs(r - np.eye(5)).max() > 0.1
+    np.testing.assert_allclose(fmcl._rotation(5, 0.0, rng), np.eye(5), atol=1e-15)
+
+
+def test_synthetic_domains_shapes_labels_and_refusal():
+    clients, domains = fmcl.synthetic_domains(n_domains=2, clients_per_domain=3, n_classes=4,
+                                              dim=5, samples=40, seed=1)
+    assert domains.tolist() == [0, 0, 0, 1, 1, 1]
+    assert len(clients) == 6
+    for x, y in clients:
+        assert x.shape == (40, 5) and y.shape == (40,)
+        assert set(y.tolist()) <= {0, 1, 2, 3}
+    again, _ = fmcl.synthetic_domains(n_domains=2, clients_per_domain=3, n_classes=4, dim=5,
+                                      samples=40, seed=1)
+    assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+               for a, b in zip(clients, again))
+    other, _ = fmcl.synthetic_domains(n_domains=2, clients_per_domain=3, n_classes=4, dim=5,
+                                      samples=40, seed=2)
+    assert not np.array_equal(clients[0][0], other[0][0])
+    clients, domains = fmcl.synthetic_domains(clients_per_domain=1, samples=5)
+    assert domains.tolist() == [0, 1, 2]                # defaults: 3 domains, 10 classes, d 8
+    assert all(x.shape == (5, 8) for x, _ in clients)
+    with pytest.raises(ParameterError, match=re.escape(
+            "shift must be one of ('rotation', 'offset', 'permutation'), got 'rotate'")):
+        fmcl.synthetic_domains(shift="rotate")
+
+
+def _class_means(clients, n_classes):
+    """Pooled per-class means of a list of (x, y)."""
+    x = np.concatenate([c[0] for c in clients])
+    y = np.concatenate([c[1] for c in clients])
+    return np.array([x[y == c].mean(axis=0) for c in range(n_classes)])
+
+
+@pytest.mark.parametrize("shift", ["rotation", "offset", "permutation"])
+def test_synthetic_domains_shift_types(shift):
+    # alpha large: every client holds every class, so class means are well estimated
+    clients, domains = fmcl.synthetic_domains(n_domains=2, clients_per_domain=4, n_classes=4,
+                                              dim=6, samples=500, alpha=1000.0, shift=shift,
+                                              seed=5)
+    a = _class_means(clients[:4], 4)
+    b = _class_means(clients[4:], 4)
+    # within a class, samples scatter around the class mean with unit variance
+    x, y = clients[0]
+    spread = np.concatenate([x[y == c] - a[c] for c in range(4)])
+    assert spread.var(axis=0).mean() == pytest.approx(1.0, abs=0.15)
+    pair = np.linalg.norm(a[:, None] - b[None, :], axis=2)   # (class in 0, class in 1)
+    if shift == "permutation":
+        # the same set of class means, matched by a permutation that is not the identity
+        match = pair.argmin(axis=1)
+        assert sorted(match.tolist()) == [0, 1, 2, 3] and match.tolist() != [0, 1, 2, 3]
+        assert pair.min(axis=1).max() < 0.3
+    else:
+        assert pair.min(axis=1).min() > 0.5                  # every class mean moved
+    if shift == "rotation":
+        # a rigid motion: the class means' pairwise distances are kept
+        da = np.linalg.norm(a[:, None] - a[None], axis=2)
+        db = np.linalg.norm(b[:, None] - b[None], axis=2)
+        np.testing.assert_allclose(da, db, atol=0.3)
+    if shift == "offset":
+        da = np.linalg.norm(a[:, None] - a[None], axis=2)
+        db = np.linalg.norm(b[:, None] - b[None], axis=2)
+        assert np.abs(da - db).max() > 1.0                   # classes moved independently
+
+
+def test_synthetic_domains_dirichlet_alpha_controls_label_skew():
+    def classes_held(alpha):
+        clients, _ = fmcl.synthetic_domains(n_domains=1, clients_per_domain=20, samples=200,
+                                            alpha=alpha, seed=0)
+        return np.mean([len(set(y.tolist())) for _, y in clients])
+
+    assert classes_held(0.01) < 1.5                      # one class per client, mostly
+    assert classes_held(100.0) == 10.0                   # every class
+    default = fmcl.synthetic_domains(n_domains=1, clients_per_domain=20, samples=200, seed=0)
+    explicit = fmcl.synthetic_domains(n_domains=1, clients_per_domain=20, samples=200,
+                                      alpha=0.1, rotation=3.0, shift="rotation", seed=0)
+    assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+               for a, b in zip(default[0], explicit[0]))
