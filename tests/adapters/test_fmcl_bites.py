@@ -961,3 +961,54 @@ def test_synthetic_domains_dirichlet_alpha_controls_label_skew():
                                       alpha=0.1, rotation=3.0, shift="rotation", seed=0)
     assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
                for a, b in zip(default[0], explicit[0]))
+
+
+def test_three_clients_are_split_by_both_rules():
+    d = _symmetric(3, {(0, 1): 1.0, (0, 2): 1.1, (1, 2): 1.2})
+    # silhouette of {0, 1} | {2}: client 0: a = 1, b = 1.1; client 1: a = 1, b = 1.2; 2 alone
+    split = (F(11, 10) - 1) / F(11, 10) / 3 + (F(12, 10) - 1) / F(12, 10) / 3
+    labels, k, window, scores = fmcl.choose_clusters(d)
+    assert k == 2 and window == (2, 2) and _partition(labels) == {frozenset({0, 1}),
+                                                                   frozenset({2})}
+    assert scores[2] == pytest.approx(float(split), rel=1e-12)
+    assert fmcl.k_window(fmcl.coefficient_of_variation(d)) == (1, 3)
+    labels, k, window, scores = fmcl.choose_clusters(d, rule="paper")
+    assert window == (1, 3) and sorted(scores) == [1, 2]       # K <= n - 1 = 2
+    assert scores[1] == 0.0 and scores[2] == pytest.approx(float(split), rel=1e-12)
+    assert k == 2 and _partition(labels) == {frozenset({0, 1}), frozenset({2})}
+
+
+def test_k_selection_in_float64_from_float32_input():
+    d32 = CHAIN.astype(np.float32)
+    d64 = d32.astype(np.float64)
+    for rule in ("silhouette", "paper"):
+        _, _, _, scores = fmcl.choose_clusters(d32, rule=rule)
+        for key in scores:
+            assert scores[key] == pytest.approx(
+                _silhouette(d64, _scipy_average(d64, key)), rel=1e-13)
+    assert fmcl.coefficient_of_variation(d32) == fmcl.coefficient_of_variation(d64)
+
+
+def test_coefficient_of_variation_small_mean_and_no_warning():
+    import warnings
+
+    d = _symmetric(3, {(0, 1): 0.1, (0, 2): 0.3, (1, 2): 0.2})   # mean 0.2 < 1
+    assert fmcl.coefficient_of_variation(d) == pytest.approx(
+        np.std([0.1, 0.3, 0.2]) / 0.2, rel=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fmcl.coefficient_of_variation(np.zeros((1, 1))) == 0.0
+
+
+def test_fills_in_float64_from_float32_input():
+    inf = math.inf
+    d = _symmetric(4, {(0, 1): 0.1, (0, 2): inf, (0, 3): 0.7, (1, 2): 0.2, (1, 3): 0.3,
+                       (2, 3): 0.9}).astype(np.float32)
+    exact = [[float(v) for v in row] for row in d]
+    got = fmcl.geodesic_fill(d)
+    assert got.dtype == np.float64
+    assert got[0, 2] == float(F(float(d[0, 1])) + F(float(d[1, 2])))
+    paper = fmcl.fill_missing(d)
+    assert paper.dtype == np.float64
+    assert paper[0, 2] == pytest.approx(_d_big(exact), rel=1e-14)
+    assert math.isinf(d[0, 2])                          # not modified
