@@ -275,3 +275,83 @@ def test_clove_example_secure_arguments_and_a_difference(small_clove, monkeypatc
     assert len(calls) == 4
     assert ok is False
     assert "(identical: False)" in lines[1] and "(identical: False)" in lines[2]
+
+
+# ----------------------------------------------------------------------------- flux
+
+def test_flux_example_lines(monkeypatch):
+    from omnifc.adapters import flux
+
+    seed = 1
+    projection = flux.shared_projection(50, 10, max_value=8.0)
+    bound = flux.descriptor_bound(projection, 8.0)
+    want = ["claim (FLUX)     adaptive DBSCAN finds the number of distribution groups "
+            "without K; label-free test-time assignment works for P(X) shifts, not for "
+            "P(Y|X) swaps"]
+    for shift in flux.SHIFTS:
+        (train, groups), (new, new_groups) = flux.shift_scenario(shift, seed=seed)
+        desc = np.stack([flux.descriptor(x, y, projection, 10) for x, y in train])
+        new_desc = np.stack([flux.descriptor(x, y, projection, 10) for x, y in new])
+        common = dict(n_components=10, n_classes=10, bound=bound)
+        d, _, scales = flux.block_distances(desc, secure=False, **common)
+        knee = flux.adaptive_dbscan(d, eps_rule="knee")
+        gap = flux.adaptive_dbscan(d, eps_rule="gap")
+        prefix = flux.prefix_distances(desc, new_desc, scales=scales, secure=False, **common)
+        assigned = flux.assign_new_clients(prefix, gap.labels)
+        majority = {c: np.bincount(groups[gap.labels == c]).argmax()
+                    for c in set(gap.labels.tolist())}
+        accuracy = np.mean([majority[c] == g for c, g in zip(assigned, new_groups)])
+        want.append(f"{shift:<7}          clusters found (2 groups): paper's knee -> "
+                    f"{knee.n_clusters}, omnifc's gap rule -> {gap.n_clusters} (ARI "
+                    f"{_ari(groups, gap.labels):.2f}); test-time accuracy {accuracy:.2f}")
+    want.append("note             secure D equals the plaintext D bit for bit: True; with the "
+                "paper's eps_scaling 1.0 every client whose nearest neighbour lies beyond the "
+                "knee is a singleton (DBSCAN min_samples 2), so groups come back split, never "
+                "merged; the default gap rule (widest relative gap of the MST edges) joins "
+                "them with no knob")
+    calls = []
+    real = flux.block_distances
+
+    def spy(desc, **kwargs):
+        calls.append(kwargs)
+        return real(desc, **kwargs)
+
+    monkeypatch.setattr(flux, "block_distances", spy)
+    prefix_calls = []
+    real_prefix = flux.prefix_distances
+
+    def prefix_spy(train_desc, new_desc, **kwargs):
+        prefix_calls.append(kwargs)
+        return real_prefix(train_desc, new_desc, **kwargs)
+
+    monkeypatch.setattr(flux, "prefix_distances", prefix_spy)
+    lines, ok = run_example("flux", seed=seed)
+    assert len(prefix_calls) == len(flux.SHIFTS)
+    first = prefix_calls[0]
+    assert np.array_equal(first.pop("parties"), np.arange(30) % 4)      # 20 train + 10 new
+    assert sorted(first) == ["bound", "n_classes", "n_components", "scales"]
+    assert lines == want
+    assert ok is True
+    assert len(calls) == 2 * len(flux.SHIFTS)
+    secure_kw, plain_kw = calls[:2]
+    assert np.array_equal(secure_kw.pop("parties"), np.arange(20) % 4)   # 20 train clients
+    assert secure_kw == dict(n_components=10, n_classes=10, bound=bound)
+    assert plain_kw == dict(n_components=10, n_classes=10, bound=bound, secure=False)
+
+
+def test_flux_example_reports_a_difference(monkeypatch):
+    from omnifc.adapters import flux
+
+    real = flux.block_distances
+
+    def wrong(desc, **kwargs):
+        d, blocks, scales = real(desc, **kwargs)
+        if kwargs.get("secure", True):
+            d = d.copy()
+            d[0, 1] = d[1, 0] = d[0, 1] + 1.0            # a secure path that went wrong
+        return d, blocks, scales
+
+    monkeypatch.setattr(flux, "block_distances", wrong)
+    lines, ok = run_example("flux", seed=0)
+    assert ok is False
+    assert "bit for bit: False;" in lines[-1]
