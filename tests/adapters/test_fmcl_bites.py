@@ -1012,3 +1012,68 @@ def test_fills_in_float64_from_float32_input():
     assert paper.dtype == np.float64
     assert paper[0, 2] == pytest.approx(_d_big(exact), rel=1e-14)
     assert math.isinf(d[0, 2])                          # not modified
+
+
+# ----------------------------------------------------------------------------- end to end
+
+@pytest.mark.parametrize("secure,parties,rule,seed", [(True, None, "silhouette", 0),
+                                                      (False, [0, 0, 1, 1, 2, 2], "paper", 3)])
+def test_run_federated_fmcl_wiring(monkeypatch, secure, parties, rule, seed):
+    from omnifc import fl
+    from omnifc.fl._data import Client
+
+    data = fl.make_federated("digits", shift="feature", n_groups=2, clients_per_group=3,
+                             train_samples=40, test_samples=20, seed=0)
+    c0 = data.clients[0]
+    data.clients[0] = Client(c0.x_train[:30], c0.y_train[:30], c0.x_test, c0.y_test, c0.group)
+    calls = {}
+
+    def spy(name, owner):
+        real = getattr(owner, name)
+
+        def wrapped(*args, **kwargs):
+            result = real(*args, **kwargs)
+            calls.setdefault(name, []).append((args, kwargs, result))
+            return result
+        monkeypatch.setattr(owner, name, wrapped)
+
+    spy("secure_thermometer_distances", fmcl)
+    spy("fmcl_server", fmcl)
+    spy("sgd_trainer", fl)
+    spy("run_federated", fl)
+    out = fmcl.run_federated_fmcl(data, rounds=2, encoder_dim=4, secure=secure, parties=parties,
+                                  rule=rule, seed=seed, scale_bits=12)
+    # signatures from the fixed encoder with the public seed
+    rng = np.random.Generator(np.random.PCG64(seed))
+    w = rng.standard_normal((data.n_features, 4)) / math.sqrt(data.n_features)
+    b = 0.1 * rng.standard_normal(4)
+    (args, kwargs, d), = calls["secure_thermometer_distances"]
+    for i, c in enumerate(data.clients):
+        emb = np.maximum(c.x_train @ w + b, 0.0)
+        for cls in range(data.n_classes):
+            rows = emb[c.y_train == cls]
+            want = rows.mean(axis=0) if len(rows) else np.zeros(4)
+            np.testing.assert_allclose(args[0][i, cls], want, rtol=1e-12, atol=1e-15)
+            assert args[1][i, cls] == len(rows) / c.n_train
+    owners = np.arange(6) % 3 if parties is None else parties
+    assert np.array_equal(kwargs.pop("parties"), owners)
+    assert kwargs == {"resolution": 120, "secure": secure, "scale_bits": 12}   # lcm(30, 40)
+    (args, kwargs, server), = calls["fmcl_server"]
+    assert args[0] is d and kwargs == {"rule": rule}
+    (args, kwargs, trainer), = calls["sgd_trainer"]
+    assert kwargs == {"epochs": 2, "batch_size": 20, "learning_rate": 0.5}
+    model = args[0]
+    assert isinstance(model, fl.SoftmaxRegression)
+    (args, kwargs, run), = calls["run_federated"]
+    assert args[0] is data.clients
+    assert len(args[1]) == server.n_clusters
+    assert all(np.array_equal(m, model.init(seed)) for m in args[1])
+    assert kwargs["rounds"] == 2 and kwargs["seed"] == seed and kwargs["local_train"] is trainer
+    assert np.array_equal(kwargs["assign"](None), server.labels)
+    assert sorted(kwargs) == ["assign", "evaluate", "local_train", "rounds", "seed"]
+    assert out["labels"] is server.labels and out["n_clusters"] == server.n_clusters
+    assert out["distances"] is d and out["resolution"] == 120 and out["run"] is run
+    assert out["server"] is server
+    assert out["accuracy"] == run.history[-1].metrics["accuracy"]
+    assert out["accuracy"] == pytest.approx(
+        fl.mean_accuracy(model, run.models, server.labels, data.clients), rel=1e-12)
