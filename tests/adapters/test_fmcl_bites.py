@@ -813,7 +813,7 @@ def test_server_side_computes_in_float64_from_float32_input():
     got = fmcl.fmcl_distances(MEANS, weights32, fill=False)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
     # the thermometer combination, from float32 squared distances
-    q = 6
+    q = 5                                               # overlaps like 0.4: not dyadic
     rows = [_thermometer(m, w, q) for m, w in zip(MEANS, WEIGHTS)]
     sq = lambda a, b: float(sum((F(x) - F(y)) ** 2 for x, y in zip(a, b)))  # noqa: E731
     d_z = np.array([[sq(a[0], b[0]) for b in rows] for a in rows], dtype=np.float32)
