@@ -297,16 +297,15 @@ def geodesic_fill(distances) -> np.ndarray:
     >>> geodesic_fill(d).tolist()
     [[0.0, 1.0, 3.0], [1.0, 0.0, 2.0], [3.0, 2.0, 0.0]]
     """
-    from scipy.sparse.csgraph import shortest_path
+    from scipy.sparse.csgraph import csgraph_from_dense, shortest_path
 
     d = np.array(distances, dtype=np.float64, copy=True)
     missing = ~np.isfinite(d)
     if not missing.any():
         return d
-    graph = np.where(missing, 0.0, d)           # 0 = no edge for csgraph
-    # Zero-length finite edges would read as "no edge": give them the smallest positive length.
-    tiny = np.nextafter(0.0, 1.0)
-    graph = np.where(~missing & (d == 0.0) & ~np.eye(d.shape[0], dtype=bool), tiny, graph)
+    # Sparse, with inf = no edge: every finite entry is an edge, zero-length ones too (a
+    # dense csgraph reads every entry within 1e-8 of 0 as "no edge").
+    graph = csgraph_from_dense(np.where(missing, np.inf, d), null_value=np.inf)
     paths = shortest_path(graph, method="D", directed=False)
     d[missing] = paths[missing]
     return fill_missing(d)
