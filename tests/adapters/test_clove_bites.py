@@ -31,8 +31,8 @@ def _sq(x):
 
 
 def _quantize(v, bound, bits):
-    """The protocol's view of a loss: round(2^q clip(v, 0, R)) / 2^q."""
-    return np.round(np.clip(v, 0.0, bound) * 2.0 ** bits) / 2.0 ** bits
+    """The protocol's view of a loss: round(2^q clip(v, 0, R)) / 2^q, halves rounded up."""
+    return np.floor(np.clip(v, 0.0, bound) * 2.0 ** bits + 0.5) / 2.0 ** bits
 
 
 # ----------------------------------------------------------------------------- client side
@@ -536,3 +536,233 @@ def test_coordinator_learns_and_constants():
     assert clove.DEFAULT_MAX_LOSS == 16.0 and clove.CLASSIFIER_MAX_LOSS == 16.0
     assert clove.DEFAULT_SCALE_BITS == 20
     assert "per-cluster loss totals" in clove.COORDINATOR_LEARNS
+
+
+# ----------------------------------------------------------------------------- classifiers loop
+
+class _Scalar:
+    """A one-parameter model on rows (1, c): loss (w - c)^2, 'accurate' when |w - c| < 0.5."""
+
+    def loss(self, m, x, y):
+        return float(np.mean((x[:, 0] * m[0] - y) ** 2))
+
+    def accuracy(self, m, x, y):
+        return float(np.mean(np.abs(x[:, 0] * m[0] - y) < 0.5))
+
+
+TARGETS = [0.0, 0.5, 1.5, 1.25, 3.0, 2.75]          # three planted groups
+MODELS = [np.array([0.0]), np.array([1.5]), np.array([3.0])]
+
+
+def _fl_clients(targets):
+    from omnifc import fl
+
+    return [fl.Client(x_train=np.ones((2, 1)), y_train=np.full(2, c), x_test=np.ones((1, 1)),
+                      y_test=np.array([c]), group=0) for c in targets]
+
+
+def _keep(params, client, rng):                     # local training that changes nothing:
+    return np.array(params, copy=True)              # the losses stay the same every round
+
+
+def _losses(targets):
+    return np.array([[(m[0] - c) ** 2 for m in MODELS] for c in targets])
+
+
+def _matched(losses, n_clusters, seed=0):
+    """k-means on the loss vectors, clusters by smallest client, Hungarian on cluster sums."""
+    labels = np.array(_sorted_labels(KMeans(n_clusters=n_clusters, random_state=seed,
+                                            n_init="auto").fit(losses).labels_))
+    cost = np.zeros((n_clusters, losses.shape[1]))
+    for i, c in enumerate(labels):
+        cost[c] += losses[i]
+    rows, cols = linear_sum_assignment(cost)
+    return np.array([dict(zip(rows, cols))[c] for c in labels]), cost
+
+
+def test_run_clove_fl_evaluation_based_rounds_and_freeze():
+    clients = _fl_clients(TARGETS)
+    run = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=3, rounds=5,
+                             local_train=_keep, first_round="evaluation_based", secure=False)
+    losses = _losses(TARGETS)
+    expected, cost = _matched(losses, 3)
+    assert expected.tolist() == [0, 0, 1, 1, 2, 2]
+    assert [a.tolist() for a in run.assignments] == [expected.tolist()] * 5
+    assert run.frozen_from == 3 and run.n_clusters == [3, 3, 3, None, None]
+    for r in range(3):
+        np.testing.assert_array_equal(run.distances[r], _sq(losses))     # dyadic: exact
+        np.testing.assert_array_equal(run.costs[r], cost)
+    assert run.distances[3:] == [None, None] and run.costs[3:] == [None, None]
+    assert run.newcomers == {}
+    assert run.accuracy == 5 / 6                    # |0 - 0.5| is not below 0.5
+    assert len(run.run.history) == 5 and [m.tolist() for m in run.models] == [[0.0], [1.5],
+                                                                                  [3.0]]
+    never = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=3, rounds=5,
+                               local_train=_keep, first_round="evaluation_based",
+                               secure=False, stability_rounds=None)
+    assert never.frozen_from is None and never.n_clusters == [3] * 5
+    two = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=3, rounds=4,
+                             local_train=_keep, first_round="evaluation_based", secure=False,
+                             stability_rounds=2)
+    assert two.frozen_from == 2
+
+
+def _random_start(seed, n, n_models, r=0):
+    """Round r's random models: the loop's server generator, repaired in round 0."""
+    rng = np.random.default_rng([seed, r, 2**31])
+    picks = rng.integers(0, n_models, size=n)
+    if r == 0 and n >= n_models:
+        picks[rng.permutation(n)[:n_models]] = np.arange(n_models)
+    return picks
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_run_clove_fl_random_first_rounds(seed):
+    clients = _fl_clients(TARGETS)
+    expected, _ = _matched(_losses(TARGETS), 3, seed)
+    run = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=3, rounds=6,
+                             local_train=_keep, seed=seed, secure=False)
+    first = _random_start(seed, 6, 3)
+    assert sorted(set(first.tolist())) == [0, 1, 2]               # every model got a client
+    assert run.assignments[0].tolist() == first.tolist()
+    assert run.n_clusters[0] is None and run.distances[0] is None and run.costs[0] is None
+    assert all(a.tolist() == expected.tolist() for a in run.assignments[1:])
+    history = [[int(first[i])] for i in range(6)]                 # round 0 counts
+    frozen = None
+    for r in range(1, 6):
+        if frozen is None and all(h[-3:] == [h[-1]] * 3 and len(h) >= 3 for h in history):
+            frozen = r
+        if frozen is None:
+            for i in range(6):
+                history[i].append(int(expected[i]))
+    assert run.frozen_from == frozen
+    # two random rounds: round 1 holds round 0's picks and does not count towards stability
+    held = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=3, rounds=7,
+                              local_train=_keep, seed=seed, secure=False, random_rounds=2)
+    assert held.assignments[0].tolist() == held.assignments[1].tolist() == first.tolist()
+    assert held.n_clusters[:3] == [None, None, 3]
+    assert held.assignments[2].tolist() == expected.tolist()
+    history = [[int(first[i])] for i in range(6)]                 # only round 1 counts
+    frozen = None
+    for r in range(2, 7):
+        if frozen is None and all(len(h) >= 3 and h[-3:] == [h[-1]] * 3 for h in history):
+            frozen = r
+        if frozen is None:
+            for i in range(6):
+                history[i].append(int(expected[i]))
+    assert held.frozen_from == frozen
+
+
+def test_run_clove_fl_newcomers_take_the_nearest_centroid_model():
+    targets = TARGETS + [0.75, 2.0]
+    clients = _fl_clients(targets)
+    join = [0, 0, 0, 0, 0, 0, 5, 5]
+    run = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=3, rounds=7,
+                             local_train=_keep, join_round=join,
+                             first_round="evaluation_based", secure=False)
+    assert run.frozen_from == 3
+    for r in range(5):
+        assert run.assignments[r].tolist() == [0, 0, 1, 1, 2, 2, -1, -1]   # not seen yet
+    losses = _losses(targets)
+    centroids = [losses[[0, 1]].mean(0), losses[[2, 3]].mean(0), losses[[4, 5]].mean(0)]
+    near = [[float(((losses[i] - c) ** 2).sum()) for c in centroids] for i in (6, 7)]
+    picks = [int(np.argmin(row)) for row in near]
+    assert picks == [1, 1]          # 0.75 and 2.0 are nearest the centroid of model 1's clients
+    assert run.newcomers == {6: (5, picks[0]), 7: (5, picks[1])}
+    assert run.assignments[5].tolist() == run.assignments[6].tolist() == \
+        [0, 0, 1, 1, 2, 2, *picks]
+    np.testing.assert_array_equal(run.distances[5], _sq(losses))
+    assert run.distances[3] is None and run.distances[4] is None and run.distances[6] is None
+    assert run.costs[5] is None and run.n_clusters[5] is None
+    # a newcomer that would be nearest model 0 and one nearest model 2
+    targets = TARGETS + [0.25, 3.25]
+    run = clove.run_clove_fl(_fl_clients(targets), _Scalar(), MODELS, n_clusters=3, rounds=6,
+                             local_train=_keep, join_round=np.array(join),
+                             first_round="evaluation_based", secure=False)
+    assert run.newcomers == {6: (5, 0), 7: (5, 2)}
+
+
+def test_run_clove_fl_partial_participation():
+    clients = _fl_clients(TARGETS)
+    losses = _losses(TARGETS)
+    run = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=2, rounds=4,
+                             local_train=_keep, participation=0.5, seed=3,
+                             first_round="evaluation_based", secure=False,
+                             stability_rounds=None)
+    shown = np.full(6, -1)
+    assignment = np.zeros(6, dtype=int)
+    for r in range(4):
+        rng = np.random.default_rng([3, r, 2**31])
+        part = np.sort(rng.choice(np.arange(6), size=3, replace=False))     # ceil(0.5 x 6)
+        assert run.run.history[r].participants.tolist() == part.tolist()
+        matched, cost = _matched(losses[part], 2, 3)
+        assignment[part] = matched
+        shown[part] = matched
+        assert run.assignments[r].tolist() == np.where(shown >= 0, assignment, -1).tolist()
+        np.testing.assert_array_equal(run.costs[r], cost)
+        np.testing.assert_array_equal(run.distances[r], _sq(losses[part]))
+    small = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=1, rounds=2,
+                               local_train=_keep, participation=0.1,
+                               first_round="evaluation_based", secure=False)
+    assert [h.participants.size for h in small.run.history] == [1, 1]      # at least one
+    full = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=3, rounds=1,
+                              local_train=_keep, participation=1.0,
+                              first_round="evaluation_based", secure=False)
+    assert full.run.history[0].participants.tolist() == list(range(6))
+    chosen = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=2, rounds=2,
+                                local_train=_keep, participation=lambda r, rng: [0, 2, 5, 9],
+                                join_round=[0, 0, 0, 0, 0, 1],
+                                first_round="evaluation_based", secure=False)
+    assert chosen.run.history[0].participants.tolist() == [0, 2]     # 5 joins in round 1
+    assert chosen.run.history[1].participants.tolist() == [0, 2, 5]
+    assert chosen.assignments[0].tolist()[1] == -1 and chosen.assignments[0][5] == -1
+
+
+def test_run_clove_fl_k_rules():
+    targets = TARGETS + [0.25, 1.75]
+    clients = _fl_clients(targets)
+    losses = _losses(targets)
+    gap = clove.run_clove_fl(clients, _Scalar(), MODELS, rounds=1, local_train=_keep,
+                             first_round="evaluation_based", secure=False)
+    assert gap.n_clusters == [_gap_reference(losses)] == [3]
+    gap2 = clove.run_clove_fl(clients, _Scalar(), MODELS, rounds=1, local_train=_keep,
+                              first_round="evaluation_based", secure=False, k_upper=2)
+    assert gap2.n_clusters == [2]
+    for tolerance in (0.1, 0.0):
+        sil = clove.run_clove_fl(clients, _Scalar(), MODELS, rounds=1, local_train=_keep,
+                                 first_round="evaluation_based", secure=False,
+                                 k_rule="silhouette", k_upper=3, k_tolerance=tolerance)
+        assert sil.n_clusters == [_paper_choose_k(losses, k_upper=3, tolerance=tolerance)]
+    sil = clove.run_clove_fl(clients, _Scalar(), MODELS, rounds=1, local_train=_keep,
+                             first_round="evaluation_based", secure=False,
+                             k_rule="silhouette", k_upper=2)
+    assert sil.n_clusters == [2]
+
+
+def test_run_clove_fl_secure_quantized_and_clipped(caplog):
+    clients = _fl_clients(TARGETS)
+    losses = _losses(TARGETS)
+    kwargs = dict(n_clusters=3, rounds=1, local_train=_keep, first_round="evaluation_based",
+                  max_loss=4.0, scale_bits=1)
+    with caplog.at_level("INFO", logger="omnifc.adapters.clove"):
+        plain = clove.run_clove_fl(clients, _Scalar(), MODELS, secure=False, **kwargs)
+    assert "4 loss values above the public bound 4 were clipped" in caplog.text
+    q = _quantize(losses, 4.0, 1)
+    np.testing.assert_array_equal(plain.distances[0], _sq(q))
+    expected, cost = _matched(q, 3)
+    np.testing.assert_array_equal(plain.costs[0], cost)
+    assert plain.assignments[0].tolist() == expected.tolist()
+    # the secure path refuses that much clipping: compare it at the default bound 16
+    kwargs.pop("max_loss")
+    plain = clove.run_clove_fl(clients, _Scalar(), MODELS, secure=False, **kwargs)
+    np.testing.assert_array_equal(plain.distances[0], _sq(_quantize(losses, 16.0, 1)))
+    secure = clove.run_clove_fl(clients, _Scalar(), MODELS, secure=True,
+                                parties=["a", "b", "c", "a", "b", "c"], **kwargs)
+    np.testing.assert_array_equal(secure.distances[0], plain.distances[0])
+    np.testing.assert_array_equal(secure.costs[0], plain.costs[0])
+    assert secure.assignments[0].tolist() == plain.assignments[0].tolist()
+    caplog.clear()
+    with caplog.at_level("INFO", logger="omnifc.adapters.clove"):
+        clove.run_clove_fl(clients, _Scalar(), MODELS, secure=False, n_clusters=3, rounds=1,
+                           local_train=_keep, first_round="evaluation_based")
+    assert "clipped" not in caplog.text                         # 16 is above every loss

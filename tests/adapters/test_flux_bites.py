@@ -3,7 +3,7 @@
 Every expectation is recomputed here from the paper's construction and the module's
 documented rules (docs/adapters.md, FLUX): descriptors by hand on an identity projection,
 the PCA with scikit-learn on the documented public points, the quantization
-``round(2^q clip(x, -R, R)) / 2^q`` and squared distances by hand, MST edges with scipy,
+``round(2^q clip(x, -R, R)) / 2^q`` (halves up) and squared distances by hand, MST edges with scipy,
 DBSCAN and the knee with scikit-learn and kneed on the vectors, centroid distances from
 the vectors.
 """
@@ -35,7 +35,7 @@ def _sq(x):
 
 
 def _quantized_sq(rows, bound, bits=16):
-    q = np.round(np.clip(np.asarray(rows, float), -bound, bound) * 2.0 ** bits) / 2.0 ** bits
+    q = np.floor(np.clip(np.asarray(rows, float), -bound, bound) * 2.0 ** bits + 0.5) / 2.0 ** bits
     return _sq(q)
 
 
