@@ -439,3 +439,66 @@ def test_constants():
     assert flux.ACTIVATION_MARGIN == 1.02
     assert flux.NORMALIZATIONS == ("none", "block_neighbour", "block_diameter", "ranges")
     assert flux.EPS_RULES == ("gap", "knee") and flux.DESCRIPTOR_FORMS == ("weighted", "paper")
+
+
+ODD = np.array([[0.1, 0.3, 0.7, -0.2],
+                [0.45, -0.35, 0.05, 0.9],
+                [-0.6, 0.15, 0.33, 0.1],
+                [0.2, 0.8, -0.4, 0.6]])               # not dyadic: the step 2^-q shows
+
+
+def test_prefix_distances_defaults_and_non_dyadic_scales():
+    common = dict(n_components=1, n_classes=1, secure=False)
+    train, new = ODD[:3], ODD[3:]
+    # the default normalization "none" ignores the scales; the default step is 2^-16
+    p = flux.prefix_distances(train, new, bound=1.0, scales=[0.3, 1.7, 0.1, 0.1], **common)
+    np.testing.assert_array_equal(p, _quantized_sq(ODD[:, :2], 1.0, 16))
+    assert not np.array_equal(p, _quantized_sq(ODD[:, :2], 1.0, 17))
+    # per-block reconstructions quantize each block before scaling; "ranges" scales first
+    scales = [0.3, 1.7, 0.1, 0.1]
+    for normalization in ("block_neighbour", "block_diameter"):
+        p = flux.prefix_distances(train, new, bound=1.0, scales=scales,
+                                  normalization=normalization, scale_bits=4, **common)
+        expected = (_quantized_sq(ODD[:, 0], 1.0, 4) / 0.09
+                    + _quantized_sq(ODD[:, 1], 1.0, 4) / 1.7 ** 2)
+        np.testing.assert_allclose(p, expected, rtol=1e-14)
+    p = flux.prefix_distances(train, new, bound=1.0, scales=scales, normalization="ranges",
+                              scale_bits=4, **common)
+    np.testing.assert_array_equal(p, _quantized_sq(ODD[:, :2] / [0.3, 1.7], 1.0 / 0.3, 4))
+    # the bound is R / min(scale_0, scale_1) (a smaller scale of another block is ignored)
+    p = flux.prefix_distances(DESC[:3], DESC[3:], bound=1.0, scales=[0.5, 2.0, 0.25, 9.0],
+                              normalization="ranges", **common)
+    np.testing.assert_array_equal(p, _quantized_sq(DESC[:, :2] / [0.5, 2.0], 2.0))
+    assert p[0, 2] != _sq(DESC[:, :2] / [0.5, 2.0])[0, 2]        # 1.25 / 0.5 clipped to 2
+
+
+def test_prefix_distances_secure_passes_the_protocol_options(monkeypatch):
+    import omnifc.adapters.flux as module
+
+    seen = []
+    real = module.protect
+
+    def spy(rows, **kwargs):
+        seen.append(kwargs)
+        return real(rows, **kwargs)
+
+    monkeypatch.setattr(module, "protect", spy)
+    p = flux.prefix_distances(ODD[:3], ODD[3:], n_components=1, n_classes=1, bound=1.0,
+                              parties=["a", "b", "c", "a"], noise_segments=1)
+    np.testing.assert_array_equal(p, _quantized_sq(ODD[:, :2], 1.0, 16))
+    assert seen == [dict(bound=1.0, scale_bits=16, parties=["a", "b", "c", "a"],
+                         noise_segments=1)]
+
+
+def test_gap_eps_search_starts_at_half_the_edges():
+    # 8 points on a line: MST edges 1, 1, 1, 1, 10, 11, 12; from floor(0.5 x 7) = 3 the
+    # ratios are 10/1, 11/10, 12/11: the gap is at the start of the searched half
+    x = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 14.0, 25.0, 37.0])
+    assert flux.gap_eps(_sq(x)) == (math.sqrt(10.0), 10.0, True)
+    assert flux.gap_eps(_sq(x), search_from=0.6) == (12.0, 11.0 / 10.0, False)   # from 4
+
+
+def test_neighbour_scales_of_two_clients_and_refusal_text():
+    assert flux.neighbour_scales([_sq([0.0, 3.0])]).tolist() == [3.0]    # nearest 9, 9
+    with pytest.raises(ParameterError, match=r"^the prefix matrix holds no new clients$"):
+        flux.assign_new_clients(np.zeros((2, 2)), [0, 1])
