@@ -439,3 +439,23 @@ def test_regularized_trainer_is_sgd_on_the_documented_loss():
 def test_constants():
     assert (c2v.DEFAULT_TAU, c2v.DEFAULT_LAMBDA, c2v.DEFAULT_GAMMA) == (1.0, 1.0, 0.9)
     assert (c2v.DEFAULT_LAMBDA_ORTH, c2v.DEFAULT_LAMBDA_KD) == (0.05, 1.0)
+
+
+def test_index_losses_at_a_tiny_temperature_stay_finite():
+    """InfoNCE at temperature 5e-4: logits up to 2000 apart, per-row log-sum-exp needed."""
+    rng = np.random.default_rng(4)
+    e = rng.normal(size=(4, 3))
+    y = np.array([0, 1, 0, 1])
+    lv = c2v.label_embeddings(2, 2, seed=1)
+    a, b, w = rng.normal(size=(3, 2)), rng.normal(size=(3, 2)), rng.normal(size=(4, 3))
+    noise = 0.3 * rng.normal(size=(2, 4, 3))
+    values, _ = c2v._index_losses([a, b, w], e, y, lv, noise, 5e-4)
+    v0, v1 = (e + noise[0]) @ a, (e + noise[1]) @ a
+    l_div = 0.0
+    for i in range(4):
+        sims = [float(v0[i] @ v1[j]) / np.linalg.norm(v0[i]) / np.linalg.norm(v1[j]) / 5e-4
+                for j in range(4)]
+        top = max(sims)
+        l_div -= sims[i] - top - math.log(sum(math.exp(s - top) for s in sims))
+    assert math.isfinite(values[1])
+    assert values[1] == pytest.approx(l_div / 4, rel=1e-9, abs=1e-9)
