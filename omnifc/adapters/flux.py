@@ -314,13 +314,22 @@ MIN_GAP = 1.15
 
 
 def _mst_edges(e: np.ndarray) -> np.ndarray:
-    from scipy.sparse.csgraph import minimum_spanning_tree
+    """The n - 1 minimum-spanning-tree edge lengths of the complete graph e, sorted (Prim).
 
+    Dense Prim rather than scipy's sparse MST: that one reads a 0 as "no edge" (even a
+    tiny positive weight), so duplicate clients would be joined through longer edges.
+    """
     n = e.shape[0]
-    tree = minimum_spanning_tree(np.where(e > 0, e, 0.0)).toarray()
-    edges = tree[tree > 0]
-    # zero-length edges (duplicate clients) are dropped by the sparse MST: add them back
-    return np.sort(np.concatenate([edges, np.zeros(n - 1 - edges.size)]))
+    inside = np.zeros(n, dtype=bool)
+    inside[0] = True
+    reach = np.array(e[0], dtype=np.float64)   # shortest edge from the tree to each client
+    edges = []
+    for _ in range(n - 1):
+        j = int(np.argmin(np.where(inside, np.inf, reach)))
+        edges.append(float(reach[j]))
+        inside[j] = True
+        reach = np.minimum(reach, e[j])
+    return np.sort(np.array(edges, dtype=np.float64))
 
 
 def gap_eps(distances, *, search_from: float = GAP_SEARCH_FROM,
@@ -355,7 +364,7 @@ def gap_eps(distances, *, search_from: float = GAP_SEARCH_FROM,
     if n < 3:
         return (float(e.max()) if n == 2 else 0.0), 1.0, False
     edges = _mst_edges(e)
-    start = min(int(np.floor(search_from * (n - 1))), n - 2)
+    start = min(int(np.floor(search_from * (n - 1))), n - 3)   # at least one ratio
     lower, upper = edges[start:-1], edges[start + 1:]
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.where(lower > 0, upper / np.where(lower > 0, lower, 1.0),
