@@ -1,0 +1,109 @@
+"""FLUX's automatic K on digits: the planted-K grid of docs/adapters.md (section FLUX).
+
+Not a speed benchmark. For every setting (shift x K x seed x clients per group) it runs
+``flux.run_flux``'s client side once (FedAvg warm-up encoder -> descriptors -> plaintext D,
+equal to the secure D bit for bit, tested), caches D, and then applies every K rule to the
+cached D: a rule "finds K" when it returns exactly the planted groups (K clusters, ARI 1).
+
+Usage::
+
+    python benchmarks/flux_k_grid.py [--seeds 0-2] [--per-group 5] [--shifts label,...]
+                                     [--ks 2,3,5] [--cache DIR] [--rules gap,knee,...]
+
+The cache (``--cache``, default /tmp/flux_k_grid) holds one .npz per setting, so re-running
+with other rules costs seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+from sklearn.metrics import adjusted_rand_score
+
+from omnifc import fl
+from omnifc.adapters import flux
+
+SHIFTS = ("label", "feature", "concept", "conditional")
+#: ``--shifts none``: iid clients (one group of ``--per-group`` clients, K = 1), the
+#: calibration of the rules' "one cluster" threshold.
+
+
+def _seeds(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def distances(shift: str, k: int, seed: int, per_group: int, new_per_group: int,
+              cache: str) -> dict:
+    """D of the default descriptor (weighted, 'none') and of the paper's (paper, 'ranges')."""
+    path = os.path.join(cache, f"{shift}_k{k}_s{seed}_g{per_group}_n{new_per_group}.npz")
+    if os.path.exists(path):
+        return dict(np.load(path))
+    data = fl.make_federated("digits", shift=shift, n_groups=k, clients_per_group=per_group,
+                             new_per_group=new_per_group, seed=seed)
+    model = fl.MLP(data.n_features, 32, data.n_classes)
+    out = {"groups": data.groups}
+    for name, form, norm in (("default", "weighted", "none"), ("paper", "paper", "ranges")):
+        run = flux.run_flux(data, model, seed=seed, secure=False, cluster_rounds=0,
+                            descriptor_form=form, normalization=norm)
+        out[name] = run.distances
+    np.savez(path, **out)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0-2")
+    parser.add_argument("--per-group", type=int, default=5)
+    parser.add_argument("--new-per-group", type=int, default=2)
+    parser.add_argument("--shifts", default=",".join(SHIFTS))
+    parser.add_argument("--ks", default="2,3,5")
+    parser.add_argument("--cache", default="/tmp/flux_k_grid")
+    parser.add_argument("--rules", default=",".join(RULES))
+    parser.add_argument("--verbose", action="store_true", help="print K found per run")
+    args = parser.parse_args(argv)
+    os.makedirs(args.cache, exist_ok=True)
+    seeds = _seeds(args.seeds)
+    shifts = args.shifts.split(",")
+    ks = [int(k) for k in args.ks.split(",")]
+    rules = args.rules.split(",")
+    found = {(r, s): 0 for r in rules for s in shifts}
+    runs = {s: 0 for s in shifts}
+    ratios = {r: [] for r in rules}
+    for shift in shifts:
+        for k in ([1] if shift == "none" else ks):
+            for seed in seeds:
+                rec = distances(shift, k, seed, args.per_group, args.new_per_group, args.cache)
+                runs[shift] += 1
+                line = []
+                for r in rules:
+                    labels = RULES[r](rec)
+                    hit = (len(set(labels.tolist())) == k
+                           and adjusted_rand_score(rec["groups"], labels) == 1.0)
+                    found[(r, shift)] += hit
+                    line.append(f"{r}={len(set(labels.tolist()))}{'' if hit else '!'}")
+                if args.verbose:
+                    print(f"{shift:12s} K={k} seed={seed:2d}  " + " ".join(line))
+    print(f"seeds {args.seeds}, {args.per_group} clients per group, K in {ks}")
+    print("rule".ljust(28) + "".join(s.ljust(13) for s in shifts) + "total")
+    for r in rules:
+        row = [found[(r, s)] for s in shifts]
+        print(r.ljust(28) + "".join(f"{v}/{runs[s]}".ljust(13) for v, s in zip(row, shifts))
+              + f"{sum(row)}/{sum(runs.values())}")
+    return 0
+
+
+RULES = {
+    "gap": lambda rec: flux.adaptive_dbscan(rec["default"]).labels,
+    "knee": lambda rec: flux.adaptive_dbscan(rec["default"], eps_rule="knee").labels,
+    "paper": lambda rec: flux.adaptive_dbscan(rec["paper"], eps_rule="knee").labels,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())
