@@ -75,7 +75,6 @@ def main(argv=None) -> int:
     rules = args.rules.split(",")
     found = {(r, s): 0 for r in rules for s in shifts}
     runs = {s: 0 for s in shifts}
-    ratios = {r: [] for r in rules}
     for shift in shifts:
         for k in ([1] if shift == "none" else ks):
             for seed in seeds:
@@ -99,10 +98,17 @@ def main(argv=None) -> int:
     return 0
 
 
+#: rule name -> labels from the cached D ("default": weighted descriptor, unscaled D;
+#: "paper": the paper's descriptor, MinMax 'ranges').
 RULES = {
-    "gap": lambda rec: flux.adaptive_dbscan(rec["default"]).labels,
-    "knee": lambda rec: flux.adaptive_dbscan(rec["default"], eps_rule="knee").labels,
-    "paper": lambda rec: flux.adaptive_dbscan(rec["paper"], eps_rule="knee").labels,
+    "ward": lambda rec: flux.cluster_clients(rec["default"]).labels,
+    "dbscan_gap": lambda rec: flux.cluster_clients(rec["default"], k_rule="dbscan").labels,
+    "dbscan_knee": lambda rec: flux.cluster_clients(rec["default"], k_rule="dbscan",
+                                                    eps_rule="knee").labels,
+    "paper_ward": lambda rec: flux.cluster_clients(rec["paper"]).labels,
+    "paper_dbscan_gap": lambda rec: flux.cluster_clients(rec["paper"], k_rule="dbscan").labels,
+    "paper_knee": lambda rec: flux.cluster_clients(rec["paper"], k_rule="dbscan",
+                                                   eps_rule="knee").labels,
 }
 
 if __name__ == "__main__":
