@@ -356,18 +356,27 @@ def gap_eps(distances, *, search_from: float = GAP_SEARCH_FROM,
     if n < 3:
         return (float(e.max()) if n == 2 else 0.0), 1.0, False
     edges = _mst_edges(e)
-    start = min(int(np.floor(search_from * (n - 1))), n - 2)
-    lower, upper = edges[start:-1], edges[start + 1:]
+    _, ratio, cut = _widest_gap(edges, search_from)
+    if not ratio >= min_gap:
+        return float(edges[-1]), ratio, False
+    return cut, ratio, True
+
+
+def _widest_gap(heights: np.ndarray, search_from: float) -> tuple[int, float, float]:
+    """``(j, ratio, cut)`` of the widest relative gap ``heights[j + 1] / heights[j]`` over
+    ``j >= floor(search_from * m)`` (``m`` = len(heights) >= 2, sorted ascending); a gap
+    after 0 is infinite (1 between two zeros); ``cut`` is the geometric middle of the gap
+    (half the upper height after 0)."""
+    m = heights.size
+    start = min(int(np.floor(search_from * m)), m - 1)
+    lower, upper = heights[start:-1], heights[start + 1:]
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.where(lower > 0, upper / np.where(lower > 0, lower, 1.0),
                           np.where(upper > 0, np.inf, 1.0))
     j = int(np.argmax(ratios))
-    ratio = float(ratios[j])
-    if not ratio >= min_gap:
-        return float(edges[-1]), ratio, False
     low, high = float(lower[j]), float(upper[j])
-    eps = float(np.sqrt(low * high)) if low > 0 else high / 2.0
-    return eps, ratio, True
+    cut = float(np.sqrt(low * high)) if low > 0 else high / 2.0
+    return start + j, float(ratios[j]), cut
 
 
 def adaptive_dbscan(distances, *, eps_rule: str = "gap", eps_scaling: float = 1.0,
@@ -483,26 +492,18 @@ def ward_gap(distances, *, search_from: float = GAP_SEARCH_FROM,
         return DbscanResult(labels=np.zeros(n, dtype=np.int64), eps=0.0, knee_found=False,
                             n_clusters=min(n, 1), gap=1.0)
     tree = linkage(squareform(e, checks=False), method="ward")
-    heights = tree[:, 2]
-    start = min(int(np.floor(search_from * (n - 1))), n - 2)
-    lower, upper = heights[start:-1], heights[start + 1:]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = np.where(lower > 0, upper / np.where(lower > 0, lower, 1.0),
-                          np.where(upper > 0, np.inf, 1.0))
-    j = int(np.argmax(ratios))
-    ratio = float(ratios[j])
+    heights = tree[:, 2]                  # Ward's merge heights are monotone (sorted)
+    j, ratio, cut = _widest_gap(heights, search_from)
     if not ratio >= min_gap:
         return DbscanResult(labels=np.zeros(n, dtype=np.int64), eps=float(heights[-1]),
                             knee_found=False, n_clusters=1, gap=ratio)
-    k = n - 1 - (start + j)
-    cut = cut_tree(tree, n_clusters=k).ravel()
-    values, first = np.unique(cut, return_index=True)
+    k = n - 1 - j                         # the j + 1 lowest merges done: n - j - 1 clusters
+    tree_labels = cut_tree(tree, n_clusters=k).ravel()
+    values, first = np.unique(tree_labels, return_index=True)
     rank = np.empty(int(values.max()) + 1, dtype=np.int64)
     rank[values] = np.argsort(np.argsort(first))      # cluster -> order of first appearance
-    labels = rank[cut]
-    low, high = float(lower[j]), float(upper[j])
-    eps = float(np.sqrt(low * high)) if low > 0 else high / 2.0
-    return DbscanResult(labels=labels, eps=eps, knee_found=True,
+    labels = rank[tree_labels]
+    return DbscanResult(labels=labels, eps=cut, knee_found=True,
                         n_clusters=int(np.unique(labels).size), gap=ratio)
 
 
