@@ -364,11 +364,12 @@ def gap_eps(distances, *, search_from: float = GAP_SEARCH_FROM,
 
 def _widest_gap(heights: np.ndarray, search_from: float) -> tuple[int, float, float]:
     """``(j, ratio, cut)`` of the widest relative gap ``heights[j + 1] / heights[j]`` over
-    ``j >= floor(search_from * m)`` (``m`` = len(heights) >= 2, sorted ascending); a gap
-    after 0 is infinite (1 between two zeros); ``cut`` is the geometric middle of the gap
-    (half the upper height after 0)."""
+    ``j >= floor(search_from * m)`` (``m`` = len(heights) >= 2, sorted ascending; at least the
+    last gap is searched, so 3 clients may split 2 + 1); a gap after 0 is infinite (1
+    between two zeros); ``cut`` is the geometric middle of the gap (half the upper height
+    after 0)."""
     m = heights.size
-    start = min(int(np.floor(search_from * m)), m - 1)
+    start = min(int(np.floor(search_from * m)), m - 2)   # m - 1 crashed with 3 clients
     lower, upper = heights[start:-1], heights[start + 1:]
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.where(lower > 0, upper / np.where(lower > 0, lower, 1.0),
