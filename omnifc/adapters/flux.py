@@ -499,11 +499,8 @@ def ward_gap(distances, *, search_from: float = GAP_SEARCH_FROM,
         return DbscanResult(labels=np.zeros(n, dtype=np.int64), eps=float(heights[-1]),
                             knee_found=False, n_clusters=1, gap=ratio)
     k = n - 1 - j                         # the j + 1 lowest merges done: n - j - 1 clusters
-    tree_labels = cut_tree(tree, n_clusters=k).ravel()
-    values, first = np.unique(tree_labels, return_index=True)
-    rank = np.empty(int(values.max()) + 1, dtype=np.int64)
-    rank[values] = np.argsort(np.argsort(first))      # cluster -> order of first appearance
-    labels = rank[tree_labels]
+    # cut_tree numbers each cluster by the rank of its smallest member: first appearance
+    labels = cut_tree(tree, n_clusters=k).ravel().astype(np.int64)
     return DbscanResult(labels=labels, eps=cut, knee_found=True,
                         n_clusters=int(np.unique(labels).size), gap=ratio)
 
