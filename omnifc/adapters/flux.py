@@ -17,12 +17,15 @@ class's share of the client's rows, ``sqrt(f_c) (mu_c - mu_x)`` and ``sqrt(f_c) 
 the label mix (what label shift changes) enters every class block and rare classes weigh
 little (see :func:`descriptor` and docs/adapters.md for the measured reason).
 
-Server side: optional per-block scaling (none by default), adaptive DBSCAN
-(``min_samples = 2``; every noise point becomes its own cluster) with eps from omnifc's gap
-rule by default (:func:`gap_eps`: the widest relative gap of the MST edge lengths) or the
-paper's knee (``eps_rule="knee"``: the Kneedle knee, convex/increasing, of the sorted
-distances of each client to its nearest other client, times ``eps_scaling``), centroids,
-and label-free test-time assignment of a new client to the nearest centroid using only the
+Server side: optional per-block scaling (none by default), automatic K from D
+(:func:`cluster_clients`): omnifc's Ward gap rule by default (``k_rule="ward"``,
+:func:`ward_gap`: Ward's tree on D cut at the widest relative gap of its merge heights,
+*our choice*, measured in docs/adapters.md) or FLUX's adaptive DBSCAN (``k_rule="dbscan"``,
+``min_samples = 2``; every noise point becomes its own cluster) with eps from omnifc's gap
+rule (:func:`gap_eps`: the widest relative gap of the MST edge lengths, the previous
+default) or the paper's knee (``eps_rule="knee"``: the Kneedle knee, convex/increasing, of
+the sorted distances of each client to its nearest other client, times ``eps_scaling``),
+centroids, and label-free test-time assignment of a new client to the nearest centroid using only the
 ``[mu_x, sigma_x]`` prefix, from distances:
 ``||x - c_A||^2 = mean_{j in A} D_xj - sum_{j,k in A} D_jk / (2 |A|^2)``. The new client's
 descriptor is protected too: it joins a reconstruction of the prefix blocks.
@@ -384,7 +387,8 @@ def adaptive_dbscan(distances, *, eps_rule: str = "gap", eps_scaling: float = 1.
                     min_samples: int = 2, min_gap: float = MIN_GAP) -> DbscanResult:
     """FLUX's adaptive DBSCAN on squared distances, with omnifc's eps rule by default.
 
-    ``eps_rule="gap"`` (**default, omnifc's**): eps in the widest relative gap of the
+    (FLUX's default K rule is now :func:`ward_gap`; this is ``k_rule="dbscan"`` of
+    :func:`cluster_clients`.) ``eps_rule="gap"`` (this function's default, omnifc's): eps in the widest relative gap of the
     minimum-spanning-tree edge lengths (:func:`gap_eps`; no knob: ``min_gap`` only decides
     "one cluster or more"). ``eps_rule="knee"`` (the paper's, ``CLIENT_CLUSTER_METHOD=4``):
     eps = the knee (``kneed.KneeLocator(curve="convex", direction="increasing")``) of the
