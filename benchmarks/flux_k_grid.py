@@ -7,8 +7,14 @@ cached D: a rule "finds K" when it returns exactly the planted groups (K cluster
 
 Usage::
 
-    python benchmarks/flux_k_grid.py [--seeds 0-2] [--per-group 5] [--shifts label,...]
-                                     [--ks 2,3,5] [--cache DIR] [--rules gap,knee,...]
+    python benchmarks/flux_k_grid.py [--seeds 0-2] [--per-group 5] [--new-per-group 2]
+                                     [--shifts label,...] [--ks 2,3,5] [--cache DIR]
+                                     [--rules ward,dbscan_gap,...] [--verbose] [--quick]
+
+``--quick``: one setting (label shift, K = 2, seed 0), seconds; the smoke test runs it.
+Rules (applied to the same cached D): ``ward`` (the default), ``dbscan_gap``,
+``dbscan_knee`` on the default descriptor's D; ``paper_ward``, ``paper_dbscan_gap``,
+``paper_knee`` (the paper's pipeline) on the paper descriptor's MinMax-scaled D.
 
 The cache (``--cache``, default /tmp/flux_k_grid) holds one .npz per setting, so re-running
 with other rules costs seconds.
@@ -67,12 +73,19 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", default="/tmp/flux_k_grid")
     parser.add_argument("--rules", default=",".join(RULES))
     parser.add_argument("--verbose", action="store_true", help="print K found per run")
+    parser.add_argument("--quick", action="store_true",
+                        help="one setting (label shift, K = 2, seed 0): a smoke run")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds, args.shifts, args.ks = "0", "label", "2"
     os.makedirs(args.cache, exist_ok=True)
     seeds = _seeds(args.seeds)
     shifts = args.shifts.split(",")
     ks = [int(k) for k in args.ks.split(",")]
     rules = args.rules.split(",")
+    unknown = sorted(set(rules) - set(RULES))
+    if unknown:
+        parser.error(f"unknown rules {unknown}; choose from {sorted(RULES)}")
     found = {(r, s): 0 for r in rules for s in shifts}
     runs = {s: 0 for s in shifts}
     for shift in shifts:
