@@ -318,13 +318,13 @@ MIN_GAP = 1.15
 
 
 def _mst_edges(e: np.ndarray) -> np.ndarray:
-    from scipy.sparse.csgraph import minimum_spanning_tree
+    """The n - 1 MST edge lengths, sorted: single linkage's merge heights. (A sparse MST
+    reads a zero entry as "no edge", so duplicate clients were spanned by their positive
+    edges instead of the zero ones; single linkage takes zeros as distances.)"""
+    from scipy.cluster.hierarchy import linkage
+    from scipy.spatial.distance import squareform
 
-    n = e.shape[0]
-    tree = minimum_spanning_tree(np.where(e > 0, e, 0.0)).toarray()
-    edges = tree[tree > 0]
-    # zero-length edges (duplicate clients) are dropped by the sparse MST: add them back
-    return np.sort(np.concatenate([edges, np.zeros(n - 1 - edges.size)]))
+    return np.sort(linkage(squareform(e, checks=False), method="single")[:, 2])
 
 
 def gap_eps(distances, *, search_from: float = GAP_SEARCH_FROM,
@@ -374,9 +374,9 @@ def _widest_gap(heights: np.ndarray, search_from: float) -> tuple[int, float, fl
     m = heights.size
     start = min(int(np.floor(search_from * m)), m - 2)   # m - 1 crashed with 3 clients
     lower, upper = heights[start:-1], heights[start + 1:]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = np.where(lower > 0, upper / np.where(lower > 0, lower, 1.0),
-                          np.where(upper > 0, np.inf, 1.0))
+    ratios = np.where(upper > 0, np.inf, 1.0)           # after a zero height
+    positive = lower > 0
+    ratios[positive] = upper[positive] / lower[positive]
     j = int(np.argmax(ratios))
     low, high = float(lower[j]), float(upper[j])
     cut = float(np.sqrt(low * high)) if low > 0 else high / 2.0

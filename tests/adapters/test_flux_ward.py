@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.cluster import AgglomerativeClustering
@@ -23,11 +25,13 @@ def test_hand_computed_heights_gap_and_cut():
     pair merge's Ward distance); the upper half of the merges is heights 2 and 3."""
     out = flux.ward_gap(_sq([0.0, 1.0, 10.0, 11.0]))
     assert out.labels.tolist() == [0, 0, 1, 1] and out.n_clusters == 2 and out.knee_found
+    assert out.labels.dtype == np.int64
     assert out.gap == pytest.approx(10 * np.sqrt(2), rel=1e-12)
     assert out.eps == pytest.approx(np.sqrt(10 * np.sqrt(2)), rel=1e-12)
     # the same tree, but a gap threshold above the ratio: one cluster, eps = the top height
     one = flux.ward_gap(_sq([0.0, 1.0, 10.0, 11.0]), min_gap=15.0)
-    assert one.labels.tolist() == [0, 0, 0, 0] and one.n_clusters == 1 and not one.knee_found
+    assert one.labels.tolist() == [0, 0, 0, 0] and one.n_clusters == 1
+    assert one.knee_found is False and one.labels.dtype == np.int64
     assert one.eps == pytest.approx(10 * np.sqrt(2), rel=1e-12)
 
 
@@ -48,8 +52,49 @@ def test_duplicate_clients_give_an_infinite_gap():
 
 
 def test_fewer_than_three_clients():
-    assert flux.ward_gap(_sq([0.0, 3.0])).labels.tolist() == [0, 0]
-    assert flux.ward_gap(_sq([0.0])).n_clusters == 1
+    """No gap to read: one cluster, eps 0, ratio 1, no landmark (DBSCAN's gap_eps: eps = the
+    one distance, so DBSCAN joins the two)."""
+    for x in ([0.0, 3.0], [0.0]):
+        out = flux.ward_gap(_sq(x))
+        assert out.labels.tolist() == [0] * len(x) and out.labels.dtype == np.int64
+        assert out.n_clusters == 1 and out.eps == 0.0 and out.gap == 1.0
+        assert out.knee_found is False
+    assert flux.gap_eps(_sq([0.0, 3.0])) == (3.0, 1.0, False)
+    assert flux.gap_eps(_sq([0.0])) == (0.0, 1.0, False)
+
+
+def test_a_ratio_equal_to_min_gap_is_a_gap():
+    """"Below min_gap: one cluster", so a ratio exactly at min_gap splits. MST edges 1, 1, 2
+    (exact in floating point): ratio 2."""
+    assert flux.gap_eps(_sq([0.0, 1.0, 2.0, 4.0]), min_gap=2.0) == (np.sqrt(2.0), 2.0, True)
+    d = _sq([0.0, 1.0, 10.0, 11.0])
+    ratio = flux.ward_gap(d).gap
+    assert flux.ward_gap(d, min_gap=ratio).n_clusters == 2
+    assert flux.ward_gap(d, min_gap=np.nextafter(ratio, np.inf)).n_clusters == 1
+
+
+def test_zero_heights_without_warnings():
+    """Identical clients: every height 0, ratio 1 (no gap), one cluster. Duplicates 0.5 apart:
+    heights 0, 0, 0, 0, then 0.5 (MST) or sqrt(3) * 0.5 (Ward), both below 1: the gap after
+    0 is infinite. No division by zero on the way (warnings are errors here)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same = flux.ward_gap(np.zeros((4, 4)))
+        assert same.n_clusters == 1 and same.gap == 1.0
+        assert flux.gap_eps(np.zeros((4, 4))) == (0.0, 1.0, False)
+        d = _sq([0.0, 0.0, 0.0, 0.5, 0.5, 0.5])
+        out = flux.ward_gap(d)
+        assert out.labels.tolist() == [0, 0, 0, 1, 1, 1] and out.gap == np.inf
+        assert out.eps == pytest.approx(np.sqrt(3) * 0.5 / 2, rel=1e-12)
+        assert flux.gap_eps(d) == (0.25, np.inf, True)
+
+
+def test_a_d_symmetric_within_rounding_is_accepted():
+    """check_distance_matrix accepts |D - D^T| <= 1e-9 * max D; Ward reads one triangle."""
+    d = _sq([0.0, 1.0, 10.0, 11.0, 30.0, 31.0])
+    skewed = d.copy()
+    skewed[0, 1] += 1e-12
+    assert np.array_equal(flux.ward_gap(skewed).labels, flux.ward_gap(d).labels)
 
 
 def test_three_clients_split_two_and_one():
