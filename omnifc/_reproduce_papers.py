@@ -374,7 +374,8 @@ def _flux(quick: bool):
     if not hasattr(flux, "run_flux"):
         raise ParameterError("flux.run_flux is not available in this tree")
     settings = (("feature", 3),) if quick else (("feature", 3), ("feature", 2),
-                                                ("conditional", 2), ("concept", 2))
+                                                ("conditional", 2), ("concept", 2),
+                                                ("label", 3))
     rows, bars = [], []
     for shift, k in settings:
         seed = 11
@@ -385,12 +386,14 @@ def _flux(quick: bool):
                             new_parties=np.arange(len(data.clients) + len(data.new_clients)) % 4)
         pla = flux.run_flux(data, model, seed=seed, secure=False)
         table = flux.flux_baselines(data, model, sec, seed=seed)
+        dbscan = flux.cluster_clients(pla.distances, k_rule="dbscan")   # the option, same D
         same = (np.array_equal(sec.labels, pla.labels) and
                 all(np.array_equal(a, b) for a, b in zip(sec.models, pla.models)))
         rows.append((f"FLUX finds K and beats FedAvg / IFCA (digits, {shift} shift, {k} "
                      "groups)", "test accuracy above FedAvg and IFCA; unseen clients "
                      "matched far above random",
-                     f"K = {pla.n_clusters} (ARI {adjusted_rand_score(data.groups, pla.labels):.2f}); "
+                     f"K = {pla.n_clusters} (ARI {adjusted_rand_score(data.groups, pla.labels):.2f}; "
+                     f"DBSCAN with the gap eps on the same D: K = {dbscan.n_clusters}); "
                      f"seen {pla.accuracy:.3f}, unseen {pla.new_accuracy:.3f}",
                      f"K = {sec.n_clusters}; seen {sec.accuracy:.3f}, unseen "
                      f"{sec.new_accuracy:.3f}; FedAvg {table['fedavg'][0]:.3f} / "
@@ -415,8 +418,10 @@ def _flux(quick: bool):
     ax.set_title("FLUX on digits: label-free test-time assignment of unseen clients")
     ax.legend(fontsize=8, loc="upper center", ncol=3)
     notes = ["Paper: FLUX (NeurIPS 2025, arXiv 2511.22305), official code. Run: "
-             "`flux.run_flux` (FedAvg warm-up encoder, descriptors, secure D, adaptive "
-             "DBSCAN with the data-driven gap eps, per-cluster FedAvg, label-free "
+             "`flux.run_flux` (FedAvg warm-up encoder, weighted descriptors, secure D, K "
+             "by omnifc's default rule, Ward's tree on D cut at its widest relative gap "
+             "(`flux.ward_gap`; FLUX's adaptive DBSCAN with the gap eps shown next to it), "
+             "per-cluster FedAvg, label-free "
              "assignment of unseen clients) and `flux.flux_baselines` (FedAvg, IFCA given "
              "K, random assignment), seed 11, MLP with 32 hidden units."]
     return "FLUX: descriptors, adaptive DBSCAN, test-time assignment", rows, notes, fig

@@ -120,7 +120,7 @@ def _flux(seed: int):
         d_plain, _, _ = flux.block_distances(desc, secure=False, **common)
         ok &= bool(np.array_equal(d_sec, d_plain))
         default = flux.adaptive_dbscan(d_sec, eps_rule="knee")
-        scaled = flux.adaptive_dbscan(d_sec)     # omnifc's gap rule (the default)
+        scaled = flux.cluster_clients(d_sec)     # omnifc's Ward gap rule (the default)
         prefix = flux.prefix_distances(desc, new_desc, scales=scales,
                                        parties=np.arange(len(train) + len(new)) % 4, **common)
         assigned = flux.assign_new_clients(prefix, scaled.labels)
@@ -128,13 +128,13 @@ def _flux(seed: int):
                     for c in set(scaled.labels.tolist())}
         accuracy = np.mean([majority[c] == g for c, g in zip(assigned, new_groups)])
         lines.append(f"{shift:<7}          clusters found (2 groups): paper's knee -> "
-                     f"{default.n_clusters}, omnifc's gap rule -> {scaled.n_clusters} (ARI "
+                     f"{default.n_clusters}, omnifc's Ward gap rule -> {scaled.n_clusters} (ARI "
                      f"{_ari(groups, scaled.labels):.2f}); test-time accuracy {accuracy:.2f}")
     lines.append("note             secure D equals the plaintext D bit for bit: "
                  f"{ok}; with the paper's eps_scaling 1.0 every client whose nearest "
                  "neighbour lies beyond the knee is a singleton (DBSCAN min_samples 2), so "
-                 "groups come back split, never merged; the default gap rule (widest "
-                 "relative gap of the MST edges) joins them with no knob")
+                 "groups come back split, never merged; the default Ward gap rule (widest "
+                 "relative gap of Ward's merge heights on D) joins them with no knob")
     return lines, ok
 
 

@@ -17,12 +17,15 @@ class's share of the client's rows, ``sqrt(f_c) (mu_c - mu_x)`` and ``sqrt(f_c) 
 the label mix (what label shift changes) enters every class block and rare classes weigh
 little (see :func:`descriptor` and docs/adapters.md for the measured reason).
 
-Server side: optional per-block scaling (none by default), adaptive DBSCAN
-(``min_samples = 2``; every noise point becomes its own cluster) with eps from omnifc's gap
-rule by default (:func:`gap_eps`: the widest relative gap of the MST edge lengths) or the
-paper's knee (``eps_rule="knee"``: the Kneedle knee, convex/increasing, of the sorted
-distances of each client to its nearest other client, times ``eps_scaling``), centroids,
-and label-free test-time assignment of a new client to the nearest centroid using only the
+Server side: optional per-block scaling (none by default), automatic K from D
+(:func:`cluster_clients`): omnifc's Ward gap rule by default (``k_rule="ward"``,
+:func:`ward_gap`: Ward's tree on D cut at the widest relative gap of its merge heights,
+*our choice*, measured in docs/adapters.md) or FLUX's adaptive DBSCAN (``k_rule="dbscan"``,
+``min_samples = 2``; every noise point becomes its own cluster) with eps from omnifc's gap
+rule (:func:`gap_eps`: the widest relative gap of the MST edge lengths, the previous
+default) or the paper's knee (``eps_rule="knee"``: the Kneedle knee, convex/increasing, of
+the sorted distances of each client to its nearest other client, times ``eps_scaling``),
+centroids, and label-free test-time assignment of a new client to the nearest centroid using only the
 ``[mu_x, sigma_x]`` prefix, from distances:
 ``||x - c_A||^2 = mean_{j in A} D_xj - sum_{j,k in A} D_jk / (2 |A|^2)``. The new client's
 descriptor is protected too: it joins a reconstruction of the prefix blocks.
@@ -92,6 +95,7 @@ __all__ = ["COORDINATOR_LEARNS", "shared_projection", "descriptor", "descriptor_
            "block_slices", "block_ranges", "combine_blocks", "block_distances",
            "neighbour_scales", "DESCRIPTOR_FORMS", "NORMALIZATIONS",
            "DbscanResult", "adaptive_dbscan", "gap_eps", "EPS_RULES", "MIN_GAP",
+           "ward_gap", "cluster_clients", "K_RULES", "WARD_MIN_GAP",
            "assign_new_clients", "prefix_distances",
            "shift_scenario", "SHIFTS", "client_descriptors", "FluxRun", "run_flux",
            "flux_baselines"]
@@ -314,22 +318,13 @@ MIN_GAP = 1.15
 
 
 def _mst_edges(e: np.ndarray) -> np.ndarray:
-    """The n - 1 minimum-spanning-tree edge lengths of the complete graph e, sorted (Prim).
+    """The n - 1 MST edge lengths, sorted: single linkage's merge heights. (A sparse MST
+    reads a zero entry as "no edge", so duplicate clients were spanned by their positive
+    edges instead of the zero ones; single linkage takes zeros as distances.)"""
+    from scipy.cluster.hierarchy import linkage
+    from scipy.spatial.distance import squareform
 
-    Dense Prim rather than scipy's sparse MST: that one reads a 0 as "no edge" (even a
-    tiny positive weight), so duplicate clients would be joined through longer edges.
-    """
-    n = e.shape[0]
-    inside = np.zeros(n, dtype=bool)
-    inside[0] = True
-    reach = np.array(e[0], dtype=np.float64)   # shortest edge from the tree to each client
-    edges = []
-    for _ in range(n - 1):
-        j = int(np.argmin(np.where(inside, np.inf, reach)))
-        edges.append(float(reach[j]))
-        inside[j] = True
-        reach = np.minimum(reach, e[j])
-    return np.sort(np.array(edges, dtype=np.float64))
+    return np.sort(linkage(squareform(e, checks=False), method="single")[:, 2])
 
 
 def gap_eps(distances, *, search_from: float = GAP_SEARCH_FROM,
@@ -364,25 +359,36 @@ def gap_eps(distances, *, search_from: float = GAP_SEARCH_FROM,
     if n < 3:
         return (float(e.max()) if n == 2 else 0.0), 1.0, False
     edges = _mst_edges(e)
-    start = min(int(np.floor(search_from * (n - 1))), n - 3)   # at least one ratio
-    lower, upper = edges[start:-1], edges[start + 1:]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = np.where(lower > 0, upper / np.where(lower > 0, lower, 1.0),
-                          np.where(upper > 0, np.inf, 1.0))
-    j = int(np.argmax(ratios))
-    ratio = float(ratios[j])
+    _, ratio, cut = _widest_gap(edges, search_from)
     if not ratio >= min_gap:
         return float(edges[-1]), ratio, False
+    return cut, ratio, True
+
+
+def _widest_gap(heights: np.ndarray, search_from: float) -> tuple[int, float, float]:
+    """``(j, ratio, cut)`` of the widest relative gap ``heights[j + 1] / heights[j]`` over
+    ``j >= floor(search_from * m)`` (``m`` = len(heights) >= 2, sorted ascending; at least the
+    last gap is searched, so 3 clients may split 2 + 1); a gap after 0 is infinite (1
+    between two zeros); ``cut`` is the geometric middle of the gap (half the upper height
+    after 0)."""
+    m = heights.size
+    start = min(int(np.floor(search_from * m)), m - 2)   # m - 1 crashed with 3 clients
+    lower, upper = heights[start:-1], heights[start + 1:]
+    ratios = np.where(upper > 0, np.inf, 1.0)           # after a zero height
+    positive = lower > 0
+    ratios[positive] = upper[positive] / lower[positive]
+    j = int(np.argmax(ratios))
     low, high = float(lower[j]), float(upper[j])
-    eps = float(np.sqrt(low * high)) if low > 0 else high / 2.0
-    return eps, ratio, True
+    cut = float(np.sqrt(low * high)) if low > 0 else high / 2.0
+    return start + j, float(ratios[j]), cut
 
 
 def adaptive_dbscan(distances, *, eps_rule: str = "gap", eps_scaling: float = 1.0,
                     min_samples: int = 2, min_gap: float = MIN_GAP) -> DbscanResult:
     """FLUX's adaptive DBSCAN on squared distances, with omnifc's eps rule by default.
 
-    ``eps_rule="gap"`` (**default, omnifc's**): eps in the widest relative gap of the
+    (FLUX's default K rule is now :func:`ward_gap`; this is ``k_rule="dbscan"`` of
+    :func:`cluster_clients`.) ``eps_rule="gap"`` (this function's default, omnifc's): eps in the widest relative gap of the
     minimum-spanning-tree edge lengths (:func:`gap_eps`; no knob: ``min_gap`` only decides
     "one cluster or more"). ``eps_rule="knee"`` (the paper's, ``CLIENT_CLUSTER_METHOD=4``):
     eps = the knee (``kneed.KneeLocator(curve="convex", direction="increasing")``) of the
@@ -438,6 +444,106 @@ def adaptive_dbscan(distances, *, eps_rule: str = "gap", eps_scaling: float = 1.
         next_label += 1
     return DbscanResult(labels=labels, eps=eps, knee_found=found,
                         n_clusters=len(set(labels.tolist())), gap=gap)
+
+
+#: (our choice) the Ward rule's "one cluster" threshold on the widest ratio of consecutive
+#: Ward merge heights. Measured: iid digits clients (10 and 25, seeds 0-5) <= 1.35; planted
+#: groups (every shift, K = 2, 3, 5, design seeds 0-2) >= 2.07; 1.6 lies between.
+WARD_MIN_GAP = 1.6
+
+#: How :func:`cluster_clients` chooses K: ``"ward"`` (**default, omnifc's**: :func:`ward_gap`)
+#: or ``"dbscan"`` (FLUX's adaptive DBSCAN, :func:`adaptive_dbscan`, with ``eps_rule``).
+K_RULES = ("ward", "dbscan")
+
+
+def ward_gap(distances, *, search_from: float = GAP_SEARCH_FROM,
+             min_gap: float = WARD_MIN_GAP) -> DbscanResult:
+    """omnifc's default K rule: Ward's tree on D, cut at the widest relative gap.
+
+    Ward linkage on ``sqrt(D)`` (D holds squared Euclidean distances of the descriptors, so
+    Ward's Lance-Williams update is exact and the tree equals Ward on the descriptors
+    themselves, which the coordinator never sees). With the n - 1 merge heights
+    ``h_1 <= ... <= h_{n-1}`` (Ward's are monotone), the rule keeps the partition that
+    persists over the widest relative range of heights, ``j* = argmax h_{j+1} / h_j`` over
+    the upper half of the merges (``search_from``, as in :func:`gap_eps`), and returns the
+    ``n - j*`` clusters that exist between ``h_j*`` and ``h_{j*+1}``. Below ``min_gap``
+    there is no structure: one cluster.
+
+    Why not single linkage (DBSCAN with ``min_samples = 2``): its merge heights are the MST
+    edges, so one chain of clients whose label mixes lie between two groups joins them;
+    Ward merges the pair of clusters whose union grows the within-cluster sum of squares
+    least, so a group is joined to another only as a whole, and the between-group merges
+    stand out as a step (measured: docs/adapters.md, FLUX).
+
+    Returns a :class:`DbscanResult` with ``eps`` = the cut height ``sqrt(h_j* h_{j*+1})``
+    (Ward's units; no DBSCAN is run), ``gap`` = the ratio, ``knee_found`` = whether it
+    reached ``min_gap``. Labels are numbered in order of first appearance.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from omnifc.adapters import flux
+    >>> x = np.array([[0.0], [0.1], [0.2], [5.0], [5.1], [5.2]])
+    >>> out = flux.ward_gap((x - x.T) ** 2)
+    >>> out.labels.tolist(), out.n_clusters, out.gap > flux.WARD_MIN_GAP
+    ([0, 0, 0, 1, 1, 1], 2, True)
+    """
+    from scipy.cluster.hierarchy import cut_tree, linkage
+    from scipy.spatial.distance import squareform
+
+    e = to_euclidean(check_distance_matrix(distances))
+    n = e.shape[0]
+    if n < 3:
+        return DbscanResult(labels=np.zeros(n, dtype=np.int64), eps=0.0, knee_found=False,
+                            n_clusters=min(n, 1), gap=1.0)
+    tree = linkage(squareform(e, checks=False), method="ward")
+    heights = tree[:, 2]                  # Ward's merge heights are monotone (sorted)
+    j, ratio, cut = _widest_gap(heights, search_from)
+    if not ratio >= min_gap:
+        return DbscanResult(labels=np.zeros(n, dtype=np.int64), eps=float(heights[-1]),
+                            knee_found=False, n_clusters=1, gap=ratio)
+    k = n - 1 - j                         # the j + 1 lowest merges done: n - j - 1 clusters
+    # cut_tree numbers each cluster by the rank of its smallest member: first appearance
+    labels = cut_tree(tree, n_clusters=k).ravel().astype(np.int64)
+    return DbscanResult(labels=labels, eps=cut, knee_found=True,
+                        n_clusters=int(np.unique(labels).size), gap=ratio)
+
+
+def _check_k_rule(k_rule: str, eps_rule: str, eps_scaling: float) -> None:
+    if k_rule not in K_RULES:
+        raise ParameterError(f"k_rule must be one of {K_RULES}, got {k_rule!r}")
+    if eps_rule not in EPS_RULES:
+        raise ParameterError(f"eps_rule must be one of {EPS_RULES}, got {eps_rule!r}")
+    if k_rule == "ward" and (eps_rule != "gap" or eps_scaling != 1.0):
+        raise ParameterError(f"eps_rule and eps_scaling apply to k_rule='dbscan'; got "
+                             f"eps_rule={eps_rule!r}, eps_scaling={eps_scaling} with "
+                             f"k_rule='ward'")
+
+
+def cluster_clients(distances, *, k_rule: str = "ward", eps_rule: str = "gap",
+                    eps_scaling: float = 1.0) -> DbscanResult:
+    """The server's clustering of the training clients from D, K chosen automatically.
+
+    ``k_rule="ward"`` (**default, omnifc's**): :func:`ward_gap`. ``k_rule="dbscan"``:
+    FLUX's adaptive DBSCAN (:func:`adaptive_dbscan`) with ``eps_rule`` (``"gap"``, omnifc's
+    data-driven eps, or ``"knee"``, the paper's) and ``eps_scaling``. The DBSCAN options
+    have no meaning for Ward: passing them with ``k_rule="ward"`` is an error (a silently
+    ignored ``eps_rule="knee"`` would not run the paper's rule).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from omnifc.adapters import flux
+    >>> x = np.array([[0.0], [0.1], [0.2], [5.0], [5.1], [5.2]])
+    >>> d = (x - x.T) ** 2
+    >>> flux.cluster_clients(d).labels.tolist() == flux.cluster_clients(
+    ...     d, k_rule="dbscan").labels.tolist()
+    True
+    """
+    _check_k_rule(k_rule, eps_rule, eps_scaling)
+    if k_rule == "ward":
+        return ward_gap(distances)
+    return adaptive_dbscan(distances, eps_rule=eps_rule, eps_scaling=eps_scaling)
 
 
 def prefix_distances(train_descriptors, new_descriptors, *, n_components: int, n_classes: int,
@@ -514,7 +620,8 @@ class FluxRun:
     ``labels``: cluster per training client; ``models``: one per cluster (after per-cluster
     FedAvg); ``new_labels``: the cluster each unseen client was assigned to, label-free;
     ``accuracy`` / ``new_accuracy``: pooled test accuracy of the training / unseen clients
-    with their cluster's model; ``distances``: the D the server clustered;
+    with their cluster's model; ``distances``: the D the server clustered; ``eps`` and
+    ``gap``: the K rule's cut (DBSCAN's eps, or Ward's cut height) and its gap ratio;
     ``global_model``: the warm-up FedAvg model (the encoder).
     """
 
@@ -534,7 +641,7 @@ class FluxRun:
 
 def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
              cluster_rounds: int = CLUSTER_ROUNDS, local_train=None, seed: int = 0,
-             secure: bool = True, normalization: str = "none",
+             secure: bool = True, normalization: str = "none", k_rule: str = "ward",
              eps_rule: str = "gap", eps_scaling: float = 1.0, n_components: int | None = None,
              descriptor_form: str = "weighted",
              scale_bits: int = 16, parties=None, new_parties=None) -> FluxRun:
@@ -546,9 +653,10 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
        largest activation the clients report; ``descriptor_form="weighted"`` by default,
        ``"paper"`` for the paper's descriptor);
     3. the server gets the (per-block) squared distances through the secure reconstruction
-       (``normalization="none"`` by default: D only) and runs :func:`adaptive_dbscan`
-       (``eps_rule="gap"`` by default; the paper's ``"knee"`` with ``eps_scaling`` as an
-       option);
+       (``normalization="none"`` by default: D only) and chooses the clusters with
+       :func:`cluster_clients`: ``k_rule="ward"`` by default (:func:`ward_gap`, omnifc's);
+       ``k_rule="dbscan"`` runs FLUX's adaptive DBSCAN with ``eps_rule`` (``"gap"``, the
+       previous default, or the paper's ``"knee"`` with ``eps_scaling``);
     4. per-cluster FedAvg from the global model for ``cluster_rounds``;
     5. test time: every unseen client (``data.new_clients``) computes its descriptor (no
        labels are needed for the ``[mu_x, sigma_x]`` prefix), the prefix distances go through
@@ -561,6 +669,7 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     """
     from .. import fl
 
+    _check_k_rule(k_rule, eps_rule, eps_scaling)
     if local_train is None:
         local_train = fl.sgd_trainer(model, epochs=2, batch_size=20, learning_rate=0.3)
     warm = fl.run_federated(data.clients, [model.init(seed)], rounds=warmup_rounds,
@@ -579,7 +688,7 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     d, _, scales = block_distances(desc, n_components=l, n_classes=data.n_classes,
                                    bound=bound, normalization=normalization, secure=secure,
                                    scale_bits=scale_bits, parties=parties)
-    found = adaptive_dbscan(d, eps_rule=eps_rule, eps_scaling=eps_scaling)
+    found = cluster_clients(d, k_rule=k_rule, eps_rule=eps_rule, eps_scaling=eps_scaling)
     labels = found.labels
     clustered = fl.run_federated(data.clients, [encoder] * found.n_clusters,
                                  rounds=cluster_rounds, local_train=local_train,
