@@ -32,6 +32,7 @@ from ._clustering import METHODS, cluster
 from ._datasets import load_dataset
 from ._kfed import KFed
 from ._metrics import clustering_scores
+from ._mufc import federated_mufc
 from ._secure import secure_distance_matrix
 from ._splits import split_non_iid
 
@@ -65,7 +66,8 @@ METHOD_LABELS = {
 KFED_LABELS = {"kfed-sqrt": "k-FED (k'=floor(sqrt k))", "kfed-k": "k-FED (k'=k)"}
 #: Federated baselines that run offline (one score each; they never see the distances).
 BASELINE_LABELS = {"kfed-sqrt": "k-FED (k'=floor(sqrt k))", "kfed-k": "k-FED (k'=k)",
-                   "ffcm": "FFCM (federated FCM)", "fedsc": "FedSC-style (RFF)"}
+                   "ffcm": "FFCM (federated FCM)", "fedsc": "FedSC-style (RFF)",
+                   "mufc": "MUFC (clustering part)"}
 #: Data sets of the reproduction: scikit-learn's, plus iris with rows L2-normalized.
 ROW_NORMALIZED = "iris_l2"
 
@@ -193,7 +195,8 @@ def _evaluate(dataset, level: float, methods) -> list[dict]:
                        | clustering_scores(truth, predicted))
     local_parts = [dataset.features[i] for i in parts]
     for name, run in (("ffcm", lambda: federated_fcm(local_parts, k, seed=SEED)),
-                      ("fedsc", lambda: fedsc_style(local_parts, k, seed=SEED))):
+                      ("fedsc", lambda: fedsc_style(local_parts, k, seed=SEED)),
+                      ("mufc", lambda: federated_mufc(local_parts, k, seed=SEED))):
         start = time.perf_counter()
         predicted = run()
         records.append(base | {"method": name, "pipeline": "baseline",
@@ -243,7 +246,8 @@ def _plot(records, datasets, levels, methods, path: Path) -> None:
     axes = fig.subplots(1, len(datasets), sharey=True, squeeze=False)
     colors = matplotlib.colormaps["tab10"]
     baseline_styles = {"kfed-sqrt": ("--s", "black"), "kfed-k": ("--^", "black"),
-                       "ffcm": ("-.v", "darkred"), "fedsc": ("-.P", "darkgreen")}
+                       "ffcm": ("-.v", "darkred"), "fedsc": ("-.P", "darkgreen"),
+                       "mufc": ("-.D", "darkorange")}
     for ax, dataset in zip(axes[0], datasets):
         for i, method in enumerate(methods):
             for pipeline in ("federated", "centralized"):
@@ -335,9 +339,22 @@ def _observations(records, datasets, levels) -> list[str]:
                      "it reveals per-party, per-cluster weighted sums to the server. "
                      "**FedSC-style** is our simplification (shared random Fourier features, "
                      "no privacy noise: its best case); the paper's FedSC adds noise and "
-                     "reconstructs the kernel by low-rank completion. MUFC (federated "
-                     "clustering with unlearning) is not run: its contribution is unlearning "
-                     "and its code needs the authors' pipeline.")
+                     "reconstructs the kernel by low-rank completion.")
+    if any(r["method"] == "mufc" for r in records):
+        def mufc_kappa(dataset, level):
+            return next(r["kappa"] for r in records if r["dataset"] == dataset
+                        and r["method"] == "mufc" and r["p"] == level)
+        trend = ", ".join(f"{d} {mufc_kappa(d, low):.2f} -> {mufc_kappa(d, high):.2f}"
+                          for d in datasets)
+        lines.append("- **MUFC** (clustering part only: client K-means++ seeds with k' = k "
+                     "and no Lloyd step, seeds quantized to the grid 1/sqrt(N), bin counts "
+                     "aggregated, server K-means on one point drawn in each point's bin, as "
+                     f"the authors' code runs it) depends on the split (kappa at p = {low:g} "
+                     f"-> p = {high:g}: {trend}): every point takes the label of its party's "
+                     "nearest seed, and seeds drawn by K-means++ from a party that mixes "
+                     "classes have Voronoi cells that straddle classes. Its unlearning "
+                     "mechanism and the secure aggregation (SCMA) are not run (the multiset "
+                     "is summed in the clear; the server sees the same multiset).")
     if "digits" in datasets and any(r["method"] == "fcm" for r in records):
         lines.append("- FCM with the usual fuzzifier m = 2 does poorly on digits (64 "
                      "dimensions): memberships flatten and centres drift together, a known "
@@ -365,7 +382,7 @@ def _markdown(records, datasets, levels, methods, seconds, quick, image_name) ->
         "distances. Centralized = the same method on the pooled plaintext (unquantized) "
         "rows. A `*` marks a cell where the two partitions differ (ARI between them < 1); "
         f"the partitions are identical in {n_same} of {len(identical)} cases. Baseline rows "
-        "(k-FED, FFCM, FedSC-style) have one value: they are federated methods of their own "
+        "(k-FED, FFCM, FedSC-style, MUFC) have one value: they are federated methods of their own "
         "and never see the distances.",
         "",
         f"![Kappa against p]({image_name})",
@@ -457,6 +474,14 @@ def _markdown(records, datasets, levels, methods, seconds, quick, image_name) ->
         "one random party's centres, one Lloyd step over all uploaded centres, points "
         "inherit their local centre's label. Run on the plaintext rows (it never sees "
         "distances between points).",
+        "- **MUFC** (`omnifc._mufc.federated_mufc`, Pan et al., ICLR 2023, as the authors' "
+        "code `thupchnsky/mufc` runs it with `--client_kpp_only`): each party picks k' = k "
+        "K-means++ seeds among its rows (no Lloyd iterations) and assigns its rows to them; "
+        "seeds are rounded to the grid eps = 1/sqrt(N); the server gets the multiset of bins "
+        "with their point counts (SCMA in the paper; summed in the clear here), draws one "
+        "point uniformly in each point's bin and runs scikit-learn KMeans (10 restarts, 300 "
+        "iterations); every row takes its surrogate's label. Seed 0. Not run: unlearning, "
+        "SCMA's Reed-Solomon protocol.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -17,9 +17,14 @@ Pairs with no shared class (Omega = 0) get ``D_big = min(2 P95, P99)`` of the fi
 off-diagonal distances; the diagonal is 0. The cosine's own ``+eps`` in the denominator is
 dropped (negligible for non-zero means).
 
-K selection. Two rules, chosen with ``rule=``:
+K selection. Three rules, chosen with ``rule=``:
 
-- ``"silhouette"`` (**default, omnifc's rule**): pairs with no shared class are filled with
+- ``"tested"`` (**default, omnifc's rule**): :func:`one_cluster_test` (a permutation test of
+  "one cluster" on D: the silhouette of the average-linkage two-cluster split against 99
+  symmetric permutations of D's off-diagonal entries; K = 1 when p > 0.05; 99 and 0.05 are
+  omnifc's choice), then the ``"silhouette"`` rule when the test rejects.
+- ``"silhouette"`` (omnifc's earlier default, kept as an option): pairs with no shared
+  class are filled with
   their graph geodesic (shortest path through clients that do share classes; ``D_big``
   only where no such path exists), then average-linkage agglomerative clustering for every
   K in ``2..min(max_clusters, n - 1)`` (``max_clusters = 10``, the top of the paper's
@@ -30,7 +35,7 @@ K selection. Two rules, chosen with ``rule=``:
   geodesic fill; see docs/adapters.md). The CV window is dropped because it excluded the
   right K: planted K = 2 gives CV 0.88-0.94 (window 3..10 under the paper's thresholds).
   This rule never returns K = 1 for n >= 3 (a single domain still has silhouette 0.6-0.8
-  splits from low-overlap clients; measured, see the docs).
+  splits from groups of clients sharing a dominant class; measured, see the docs).
 - ``"paper"`` (Algorithms 4-5 as the reference notes read them, [2nd], unverified): the
   ``D_big`` fill, CV = std/mean of the off-diagonal distances picks the window (< 0.35: K in
   1..3; < 0.70: 2..6; else 3..10; the thresholds 0.35 / 0.70 are the paper's fixed values
@@ -113,7 +118,8 @@ __all__ = ["COORDINATOR_LEARNS", "signature", "round_weights", "thermometer_rows
            "secure_thermometer_distances", "synthetic_domains", "DEFAULT_RESOLUTION",
            "exact_resolution", "geodesic_fill", "RULES", "MAX_CLUSTERS", "SHIFTS",
            "kmeans_on_mean_embeddings", "fmcl_from_anchored", "quantized_fmcl_distances",
-           "fixed_encoder", "run_federated_fmcl"]
+           "fixed_encoder", "run_federated_fmcl", "silhouette_profile", "one_cluster_test",
+           "OneClusterTest", "DEFAULT_RULE"]
 
 logger = logging.getLogger("omnifc.adapters.fmcl")
 
@@ -127,8 +133,12 @@ ALPHA, BETA, EPS = 1.0, 100.0, 1e-3
 #: Thermometer resolution q when the clients do not agree on :func:`exact_resolution`
 #: (omnifc's choice; weights are rounded to multiples of 1/q).
 DEFAULT_RESOLUTION = 500
-#: K selection rules: "silhouette" (omnifc's default) and "paper" (CV window).
-RULES = ("silhouette", "paper")
+#: K selection rules: "tested" (omnifc's default: the one-cluster permutation test, then
+#: "silhouette"), "silhouette" (K >= 2 always) and "paper" (CV window).
+RULES = ("tested", "silhouette", "paper")
+DEFAULT_RULE = "tested"
+#: Permutations and level of :func:`one_cluster_test` (omnifc's choice).
+NULL_PERMUTATIONS, NULL_ALPHA = 99, 0.05
 #: Largest K the default rule tries (omnifc's choice: the top of the paper's largest window).
 MAX_CLUSTERS = 10
 #: CV thresholds of the paper's window rule ([2nd]: fixed across data sets in the paper).
@@ -346,10 +356,119 @@ def _silhouettes(d, ks):
     return scores, labelings
 
 
-def choose_clusters(distances, *, rule: str = "silhouette", max_clusters: int = MAX_CLUSTERS):
+def silhouette_profile(distances, max_clusters: int = MAX_CLUSTERS) -> dict:
+    """Average-linkage silhouette for every K in ``2..min(max_clusters, n - 1)``, fast.
+
+    One scipy average-linkage tree cut at every K, and the silhouette of each cut computed
+    from cluster sums of D (a singleton's own silhouette is 0, as in scikit-learn). This is
+    the statistic of :func:`one_cluster_test`; it is evaluated on every permuted matrix, so
+    it avoids refitting a tree per K. Empty for ``n < 3``.
+
+    Examples
+    --------
+    >>> d = np.array([[0, 1, 9, 9], [1, 0, 9, 9], [9, 9, 0, 1], [9, 9, 1, 0.0]])
+    >>> {k: round(v, 3) for k, v in silhouette_profile(d).items()}
+    {2: 0.889, 3: 0.444}
+    """
+    from scipy.cluster.hierarchy import cut_tree, linkage
+    from scipy.spatial.distance import squareform
+
+    d = np.asarray(distances, dtype=np.float64)
+    n = d.shape[0]
+    top = min(int(max_clusters), n - 1)
+    if top < 2:
+        return {}
+    tree = linkage(squareform(d, checks=False), method="average")
+    cuts = cut_tree(tree, n_clusters=list(range(2, top + 1)))
+    rows = np.arange(n)
+    profile = {}
+    for column, k in enumerate(range(2, top + 1)):
+        labels = cuts[:, column]
+        onehot = np.zeros((n, k))
+        onehot[rows, labels] = 1.0
+        sums = d @ onehot                            # (n, k): distance sums to each cluster
+        sizes = onehot.sum(axis=0)
+        own = sizes[labels]
+        a = np.divide(sums[rows, labels], own - 1, out=np.zeros(n), where=own > 1)
+        mean_to = sums / sizes
+        mean_to[rows, labels] = np.inf
+        b = mean_to.min(axis=1)
+        s = np.where(own > 1, (b - a) / np.maximum(a, b), 0.0)
+        profile[k] = float(s.mean())
+    return profile
+
+
+@dataclass
+class OneClusterTest:
+    """Result of :func:`one_cluster_test`: the statistic, its permutation null, the p-value."""
+
+    statistic: float
+    null: np.ndarray
+    p_value: float
+    alpha: float
+
+    @property
+    def one_cluster(self) -> bool:
+        """True when "no cluster structure" is not rejected at level ``alpha``."""
+        return self.p_value > self.alpha
+
+
+def _symmetric_permutation(d, rng):
+    n = d.shape[0]
+    upper = np.triu_indices(n, 1)
+    values = d[upper]
+    out = np.zeros_like(d)
+    out[upper] = values[rng.permutation(values.size)]
+    return out + out.T
+
+
+def one_cluster_test(distances, *, permutations: int = NULL_PERMUTATIONS,
+                     alpha: float = NULL_ALPHA, random_state: int = 0) -> OneClusterTest:
+    """Monte Carlo permutation test of "one cluster" on a filled FMCL distance matrix.
+
+    H0: no client grouping, i.e. which pair of clients carries which distance is arbitrary.
+    Statistic: the silhouette of the average-linkage split into two clusters (the top of
+    the tree the silhouette rule cuts; :func:`silhouette_profile` at K = 2). Null: the same
+    statistic on ``permutations`` symmetric permutations of the off-diagonal entries of D,
+    which keep the data's own distribution of distances (including the heavy tail from
+    low-overlap clients) and destroy only their arrangement.
+    ``p = (1 + #{null >= observed}) / (1 + permutations)``; one cluster when ``p > alpha``.
+    ``permutations = 99`` and ``alpha = 0.05`` are omnifc's choice; the permutations come
+    from a public seed (nothing secret is drawn). Why K = 2 and not the best K: a single
+    domain with Dirichlet labels has small tight groups (clients sharing a dominant class)
+    that make the best silhouette over K = 2..10 significant once there are ~30 clients,
+    while its top split stays as weak as a permuted matrix's (measured, docs/adapters.md).
+
+    Examples
+    --------
+    >>> d = np.array([[0, 1, 9, 9], [1, 0, 9, 9], [9, 9, 0, 1], [9, 9, 1, 0.0]])
+    >>> test = one_cluster_test(d, permutations=19)
+    >>> round(test.statistic, 3), test.p_value <= 1.0
+    (0.889, True)
+    """
+    d = np.asarray(distances, dtype=np.float64)
+    if int(permutations) < 1:
+        raise ParameterError(f"permutations must be >= 1, got {permutations}")
+    if not 0.0 < float(alpha) < 1.0:
+        raise ParameterError(f"alpha must be in (0, 1), got {alpha}")
+    observed = silhouette_profile(d, 2)
+    if not observed:
+        raise ParameterError(f"the test needs at least 3 clients, got {d.shape[0]}")
+    statistic = observed[2]
+    rng = np.random.Generator(np.random.PCG64(random_state))
+    null = np.array([silhouette_profile(_symmetric_permutation(d, rng), 2)[2]
+                     for _ in range(int(permutations))])
+    p_value = (1.0 + float(np.count_nonzero(null >= statistic))) / (1.0 + null.size)
+    return OneClusterTest(statistic=float(statistic), null=null, p_value=p_value,
+                          alpha=float(alpha))
+
+
+def choose_clusters(distances, *, rule: str = DEFAULT_RULE, max_clusters: int = MAX_CLUSTERS):
     """Choose K and cluster a filled FMCL distance matrix.
 
-    ``rule="silhouette"`` (default, omnifc's): K in ``2..min(max_clusters, n - 1)`` with the
+    ``rule="tested"`` (default, omnifc's): K = 1 when :func:`one_cluster_test` does not
+    reject "one cluster", else the silhouette rule's K; ``window`` is ``(1, top)``.
+    ``rule="silhouette"``: K in ``2..min(max_clusters, n - 1)`` with the
     largest average-linkage silhouette; ``window`` is reported as ``(2, top)``.
     ``rule="paper"``: the CV window and the largest silhouette local maximum.
 
@@ -359,6 +478,12 @@ def choose_clusters(distances, *, rule: str = "silhouette", max_clusters: int = 
         raise ParameterError(f"rule must be one of {RULES}, got {rule!r}")
     d = np.asarray(distances, dtype=np.float64)
     n = d.shape[0]
+    if rule == "tested":
+        labels, k, window, scores = choose_clusters(d, rule="silhouette",
+                                                    max_clusters=max_clusters)
+        if n >= 3 and one_cluster_test(d).one_cluster:
+            return np.zeros(n, dtype=np.int64), 1, (1, window[1]), {1: 0.0, **scores}
+        return labels, k, (1, window[1]), scores
     if rule == "silhouette":
         window = (2, max(2, min(int(max_clusters), n - 1)))
         if n < 3:
@@ -396,7 +521,7 @@ class FmclResult:
     distances: np.ndarray
 
 
-def fmcl_server(distances, *, rule: str = "silhouette",
+def fmcl_server(distances, *, rule: str = DEFAULT_RULE,
                 max_clusters: int = MAX_CLUSTERS) -> FmclResult:
     """Server side: cluster a filled FMCL distance matrix, choosing K by ``rule``."""
     d = np.asarray(distances, dtype=np.float64)
@@ -594,7 +719,7 @@ def fixed_encoder(n_features: int, dim: int = 16, *, seed: int = 0):
 
 
 def run_federated_fmcl(data, *, rounds: int = 10, encoder_dim: int = 16, secure: bool = True,
-                       parties=None, model=None, trainer=None, rule: str = "silhouette",
+                       parties=None, model=None, trainer=None, rule: str = DEFAULT_RULE,
                        seed: int = 0, **protect_options) -> dict:
     """FMCL end to end: signatures from a fixed encoder -> auto-K -> per-cluster FedAvg.
 

@@ -15,7 +15,7 @@ def register(subparsers) -> None:
                     "two are bit-identical) and <OUT>/<paper>.png. --paper omnifc runs the "
                     "OmniFC evaluation (iris, iris_l2, wine, breast-cancer, digits at "
                     "non-IID levels p, every method federated vs centralized, plus k-FED, "
-                    "FFCM and FedSC-style baselines).")
+                    "FFCM, FedSC-style and MUFC baselines).")
     parser.add_argument("--paper", choices=(*PAPERS, "all"), default="omnifc",
                         help="which paper to reproduce, or all (default: omnifc)")
     parser.add_argument("--out", default=DEFAULT_OUT,

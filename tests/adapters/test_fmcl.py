@@ -122,7 +122,10 @@ def test_k_window_and_edge_cases():
     assert filled[0, 1] == 1.0 and fmcl.coefficient_of_variation(filled) == 0.0
     flat = fmcl.fmcl_server(filled, rule="paper")
     assert flat.n_clusters == 1            # window (1, 3); no split has a positive silhouette
-    assert fmcl.fmcl_server(filled).n_clusters == 2   # omnifc's rule never answers K = 1
+    # the silhouette rule never answers K = 1; the default (tested) rule does: every
+    # permutation of an all-equal matrix is the matrix itself, so p = 1
+    assert fmcl.fmcl_server(filled, rule="silhouette").n_clusters == 2
+    assert fmcl.fmcl_server(filled).n_clusters == 1
     assert fmcl.fmcl_server(np.array([[0.0, 1.0], [1.0, 0.0]]), rule="silhouette").n_clusters == 1
     assert fmcl.coefficient_of_variation(np.zeros((3, 3))) == 0.0
 

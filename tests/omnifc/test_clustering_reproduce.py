@@ -44,7 +44,8 @@ def test_small_reproduction_writes_table_and_plot(tmp_path):
     assert "| iris | KM (exact, MDS) |" in text and "| iris | HC (Ward) |" in text
     assert "k-FED (k'=floor(sqrt k))" in text and "## Choices the paper does not fix" in text
     records = outcome["records"]
-    assert len(records) == 2 * (2 * 2 + 4)   # p x (methods x pipelines + 2 k-FED + FFCM + FedSC)
+    assert len(records) == 2 * (2 * 2 + 5)   # p x (methods x pipelines + 2 k-FED + FFCM,
+    assert "| iris | MUFC (clustering part) |" in text   # FedSC, MUFC)
     fed = [r for r in records if r["pipeline"] == "federated"]
     assert all(r["same_as_centralized"] for r in fed)
     # Kappa recomputed independently for Ward on the plaintext rows (scikit-learn's
