@@ -392,7 +392,8 @@ def _flux(quick: bool):
         rows.append((f"FLUX finds K and beats FedAvg / IFCA (digits, {shift} shift, {k} "
                      "groups)", "test accuracy above FedAvg and IFCA; unseen clients "
                      "matched far above random",
-                     f"K = {pla.n_clusters} (ARI {adjusted_rand_score(data.groups, pla.labels):.2f}; "
+                     f"K = {pla.n_clusters} "
+                     f"(ARI {adjusted_rand_score(data.groups, pla.labels):.2f}; "
                      f"DBSCAN with the gap eps on the same D: K = {dbscan.n_clusters}); "
                      f"seen {pla.accuracy:.3f}, unseen {pla.new_accuracy:.3f}",
                      f"K = {sec.n_clusters}; seen {sec.accuracy:.3f}, unseen "
