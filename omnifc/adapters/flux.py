@@ -392,8 +392,9 @@ def adaptive_dbscan(distances, *, eps_rule: str = "gap", eps_scaling: float = 1.
     in the widest relative gap of the minimum-spanning-tree edge lengths (:func:`gap_eps`;
     no knob: ``min_gap`` only decides "one cluster or more"). ``eps_rule="knee"`` (the
     paper's, ``CLIENT_CLUSTER_METHOD=4``): eps = the knee
-    (``kneed.KneeLocator(curve="convex", direction="increasing")``) of the sorted distances of each client to its nearest other client, times ``eps_scaling``
-    (the paper's default 1.0); no knee: eps = the largest nearest-neighbour distance.
+    (``kneed.KneeLocator(curve="convex", direction="increasing")``) of the sorted
+    distances of each client to its nearest other client, times ``eps_scaling`` (the
+    paper's default 1.0); no knee: eps = the largest nearest-neighbour distance.
     Then ``DBSCAN(eps, min_samples=2)`` on sqrt(D) with ``metric="precomputed"``; every
     noise point becomes its own cluster.
 
