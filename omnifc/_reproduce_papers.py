@@ -425,7 +425,7 @@ def _flux(quick: bool):
              "per-cluster FedAvg, label-free "
              "assignment of unseen clients) and `flux.flux_baselines` (FedAvg, IFCA given "
              "K, random assignment), seed 11, MLP with 32 hidden units."]
-    return "FLUX: descriptors, adaptive DBSCAN, test-time assignment", rows, notes, fig
+    return "FLUX: descriptors, automatic K (Ward gap on D), test-time assignment", rows, notes, fig
 
 
 _RUNNERS = {"fmcl": _fmcl, "client2vec": _client2vec, "clove": _clove, "flux": _flux}
