@@ -393,7 +393,8 @@ def _flux(quick: bool):
         rows.append((f"FLUX finds K and beats FedAvg / IFCA (digits, {shift} shift, {k} "
                      "groups)", "test accuracy above FedAvg and IFCA; unseen clients "
                      "matched far above random",
-                     f"K = {pla.n_clusters} (ARI {adjusted_rand_score(data.groups, pla.labels):.2f}; "
+                     f"K = {pla.n_clusters} "
+                     f"(ARI {adjusted_rand_score(data.groups, pla.labels):.2f}; "
                      f"DBSCAN with the gap eps on the same D: K = {dbscan.n_clusters}); "
                      f"seen {pla.accuracy:.3f}, unseen {pla.new_accuracy:.3f}",
                      f"K = {sec.n_clusters}; seen {sec.accuracy:.3f}, unseen "
@@ -425,7 +426,7 @@ def _flux(quick: bool):
              "per-cluster FedAvg, label-free "
              "assignment of unseen clients) and `flux.flux_baselines` (FedAvg, IFCA given "
              "K, random assignment), seed 11, MLP with 32 hidden units."]
-    return "FLUX: descriptors, adaptive DBSCAN, test-time assignment", rows, notes, fig
+    return "FLUX: descriptors, automatic K (Ward gap on D), test-time assignment", rows, notes, fig
 
 
 _RUNNERS = {"fmcl": _fmcl, "client2vec": _client2vec, "clove": _clove, "flux": _flux}

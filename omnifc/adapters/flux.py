@@ -25,8 +25,8 @@ Server side: optional per-block scaling (none by default), automatic K from D
 rule (:func:`gap_eps`: the widest relative gap of the MST edge lengths, the previous
 default) or the paper's knee (``eps_rule="knee"``: the Kneedle knee, convex/increasing, of
 the sorted distances of each client to its nearest other client, times ``eps_scaling``),
-centroids, and label-free test-time assignment of a new client to the nearest centroid using only the
-``[mu_x, sigma_x]`` prefix, from distances:
+centroids, and label-free test-time assignment of a new client to the nearest centroid
+using only the ``[mu_x, sigma_x]`` prefix, from distances:
 ``||x - c_A||^2 = mean_{j in A} D_xj - sum_{j,k in A} D_jk / (2 |A|^2)``. The new client's
 descriptor is protected too: it joins a reconstruction of the prefix blocks.
 
@@ -388,12 +388,13 @@ def adaptive_dbscan(distances, *, eps_rule: str = "gap", eps_scaling: float = 1.
     """FLUX's adaptive DBSCAN on squared distances, with omnifc's eps rule by default.
 
     (FLUX's default K rule is now :func:`ward_gap`; this is ``k_rule="dbscan"`` of
-    :func:`cluster_clients`.) ``eps_rule="gap"`` (this function's default, omnifc's): eps in the widest relative gap of the
-    minimum-spanning-tree edge lengths (:func:`gap_eps`; no knob: ``min_gap`` only decides
-    "one cluster or more"). ``eps_rule="knee"`` (the paper's, ``CLIENT_CLUSTER_METHOD=4``):
-    eps = the knee (``kneed.KneeLocator(curve="convex", direction="increasing")``) of the
-    sorted distances of each client to its nearest other client, times ``eps_scaling``
-    (the paper's default 1.0); no knee: eps = the largest nearest-neighbour distance.
+    :func:`cluster_clients`.) ``eps_rule="gap"`` (this function's default, omnifc's): eps
+    in the widest relative gap of the minimum-spanning-tree edge lengths (:func:`gap_eps`;
+    no knob: ``min_gap`` only decides "one cluster or more"). ``eps_rule="knee"`` (the
+    paper's, ``CLIENT_CLUSTER_METHOD=4``): eps = the knee
+    (``kneed.KneeLocator(curve="convex", direction="increasing")``) of the sorted
+    distances of each client to its nearest other client, times ``eps_scaling`` (the
+    paper's default 1.0); no knee: eps = the largest nearest-neighbour distance.
     Then ``DBSCAN(eps, min_samples=2)`` on sqrt(D) with ``metric="precomputed"``; every
     noise point becomes its own cluster.
 

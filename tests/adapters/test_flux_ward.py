@@ -95,6 +95,10 @@ def test_a_d_symmetric_within_rounding_is_accepted():
     skewed = d.copy()
     skewed[0, 1] += 1e-12
     assert np.array_equal(flux.ward_gap(skewed).labels, flux.ward_gap(d).labels)
+    assert flux.gap_eps(skewed) == pytest.approx(flux.gap_eps(d), rel=1e-9)
+    assert np.array_equal(flux.adaptive_dbscan(skewed).labels, flux.adaptive_dbscan(d).labels)
+    # one client whose diagonal carries rounding (accepted up to 1e-9): eps is still 0
+    assert flux.gap_eps(np.array([[1e-12]])) == (0.0, 1.0, False)
 
 
 def test_three_clients_split_two_and_one():
