@@ -182,7 +182,8 @@ def _seed_aad(session, sender, receiver, view_round, view_digest, members) -> by
 
 
 @pytest.mark.parametrize("sender, round_, group_index", [
-    ("alice", 1, 0), ("bob", 1, 0), ("alice", 7, 3), ("bob", 2**40 + 5, 513)])
+    ("alice", 1, 0), ("bob", 1, 0), ("alice", 7, 3), ("bob", 2**40 + 5, 513),
+    ("alice", 2**63 + 9, 65535), ("bob", 2**64 - 1, 40000)])   # unsigned 2 and 8 bytes
 def test_group_seed_box_is_aes_gcm_with_the_documented_nonce_and_aad(sender, round_,
                                                                       group_index):
     ka, kb = _keys()
@@ -383,3 +384,19 @@ def test_element_streams_are_never_shown_or_pickled():
     assert repr(stream) == "ElementStream(<secret>)"
     with pytest.raises(TypeError, match="^mask streams are not picklable$"):
         pickle.dumps(stream)
+
+
+@pytest.mark.parametrize("sender, round_, prime_index, chunk_index", [
+    ("alice", 2**23, 65535, 5), ("bob", 2**24 - 1, 40000, 2**40 - 1)])
+def test_share_nonce_fields_are_unsigned(sender, round_, prime_index, chunk_index):
+    # (direction, 0, prime index as 2 unsigned bytes, round << 40 | chunk as 8 unsigned
+    # bytes): the whole unsigned ranges, not only the values below 2^15 and 2^63
+    ka, kb = _keys()
+    me, peer = (ka, kb) if sender == "alice" else (kb, ka)
+    nonce = (bytes([0 if sender == "alice" else 1, 0]) + prime_index.to_bytes(2, "big")
+             + ((round_ << 40) | chunk_index).to_bytes(8, "big"))
+    assert me.nonce(sender, round_, prime_index, chunk_index) == nonce
+    box = me.encrypt(b"x", round_=round_, prime_index=prime_index, chunk_index=chunk_index)
+    aad = _transcript("share", "kat", ROSTER, round_, sender, peer.me, prime_index,
+                      chunk_index)
+    assert AESGCM(_share_key("kat")).decrypt(nonce, box, aad) == b"x"

@@ -204,3 +204,20 @@ def test_row_tiles_small_budgets():
     assert row_tiles(3, 12) == [(0, 1), (1, 2), (2, 3)]
     # budget 4 at n = 4: 4 // 4 = 1, 4 // 3 = 1, 4 // 2 = 2 -> (2, 4)
     assert row_tiles(4, 16) == [(0, 1), (1, 2), (2, 4)]
+
+
+# -- the mask degree against the number of parties ----------------------------------------------
+
+@pytest.mark.parametrize("parties", [3, 5, 6])
+def test_plan_refuses_a_mask_degree_above_m_minus_1_by_name(parties):
+    for degree in (parties - 1, 1, 0):   # at most m - 1 partners: accepted
+        SessionParameters(dim=3, bound=1.0, mask_degree=degree).plan(parties)
+    for degree in (parties, parties + 1, parties + 2):
+        with pytest.raises(ParameterError, match=exactly(
+                f"mask_degree must be at most m - 1 = {parties - 1} (each party has "
+                f"{parties - 1} possible mask partners), got {degree}")):
+            SessionParameters(dim=3, bound=1.0, mask_degree=degree).plan(parties)
+    with pytest.raises(ParameterError, match=exactly(
+            f"mask_degree must be at most m - 1 = {parties - 1} (each party has "
+            f"{parties - 1} possible mask partners), got {parties}")):
+        SessionParameters(kind="sum", dim=3, bound=1.0, mask_degree=parties).plan(parties)
