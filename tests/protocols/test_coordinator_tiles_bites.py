@@ -150,7 +150,8 @@ def test_a_tile_of_the_wrong_size_is_refused_with_both_sizes(delta):
 
 
 def _sum_round1(rows=2, dim=3, m=3):
-    params = SessionParameters(dim=dim, rows=rows, kind="sum", bound=1.0, scale_bits=8)
+    params = SessionParameters(dim=dim, rows=rows, kind="sum", bound=1.0, scale_bits=8,
+                               chunk_bytes=4096)
     data = {f"party-{i}": np.random.default_rng(i).uniform(-1, 1, (rows, dim))
             for i in range(m)}
     session = Session(data, params)
@@ -477,3 +478,45 @@ def test_a_sum_session_clusters_the_dequantized_sums():
     [view] = seen
     assert view.tolist() == [[v / 256 for v in row] for row in exact.tolist()]
     assert session.coordinator.outcome.labels.tolist() == [4, 5]
+
+
+@pytest.mark.parametrize("sizes", [(3, 2, 4, 3, 2), (3, 2, 4)])
+def test_an_unchecked_transparent_session_applies_the_weights_itself(sizes):
+    # integrity off (5 parties) or r = 0 (3 parties): the coordinator weights the raw
+    # evaluations with c_j and adds them straight into the result
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=16, mode="transparent",
+                               integrity="off" if len(sizes) == 5 else "detect")
+    session, data, held = _round1(params, sizes=sizes)
+    assert session.coordinator.checks is None and len(session.coordinator.plan.primes) == 2
+    _deliver_all(session, held)
+    assert np.array_equal(session.coordinator.outcome.integer, _d(session, data, 16))
+
+
+def test_a_sum_of_two_tiles_is_exact_and_a_short_second_tile_is_refused():
+    session, data, held = _sum_round1(rows=300, dim=4, m=3)     # 1200 elements
+    coordinator = session.coordinator
+    assert coordinator.tiles == [(0, 1024), (1024, 1200)]
+    sender, env = next((s, e) for s, e in held if e.tile.tile_index == 1)
+    _deliver_all(session, held)
+    exact = sum(quantize(data[x], 1.0, 8).astype(object) for x in session.names)
+    assert coordinator.outcome.integer.tolist() == exact.tolist()
+    # the same tile, 4 bytes short, in a fresh run of the session
+    session, _, held = _sum_round1(rows=300, dim=4, m=3)
+    sender, env = next((s, e) for s, e in held if e.tile.tile_index == 1)
+    _says(_refused_tile(session, sender, _copy(env, values=env.tile.values[:-4])), sender,
+          "evaluation", "payload holds 700 bytes, expected 704 (176 field elements)")
+
+
+def test_a_failure_in_evaluation_deletes_the_result_file(tmp_path):
+    target = tmp_path / "d.npy"
+    data = random_data([3, 2, 4, 3, 2], 3, seed=7)
+    session = Session(data, PARAMS)
+    session.coordinator = Coordinator(SID, PARAMS, session.names, session.pinned,
+                                      out=target)
+    held = _pump(session, session.run_until("evaluation"),
+                 hold=lambda sender, env: env.HasField("tile"))
+    sender, env = held[0]
+    assert session.coordinator.receive(sender, env) == []
+    assert target.exists()                       # accumulated on disk at ``out``
+    _refused_tile(session, sender, env)          # a duplicate: the session fails
+    assert list(tmp_path.iterdir()) == []
