@@ -361,3 +361,34 @@ def test_a_rerun_round_discards_the_unsent_tiles_of_the_first(spy_party):
     rounds = [m.envelope().tile.round for m in transcript.of_kind("tile")]
     assert rounds == sorted(rounds) and set(rounds) == {1, 2}
     assert all(p.phase == "done" for n, p in transcript.parties.items() if n != "party-2")
+
+
+def test_each_pulled_tile_is_delivered_before_the_next_is_computed(monkeypatch):
+    data = random_data([40, 40, 40], 4, seed=2)
+    params = SessionParameters(dim=4, bound=1.0, scale_bits=8, chunk_bytes=4096)
+    events = []
+    evaluate = Party._evaluate
+
+    def logged(self, k, a, b):
+        events.append(("evaluate", self.party_id))
+        return evaluate(self, k, a, b)
+
+    class Logged(Coordinator):
+        def receive(self, sender, env):
+            events.append(("receive", sender, env.WhichOneof("body")))
+            return super().receive(sender, env)
+
+    monkeypatch.setattr(Party, "_evaluate", logged)
+    outcome, _ = run_memory_session(data, params, coordinator_class=Logged)
+    assert np.array_equal(outcome.integer, plaintext_sq_distances(_rows(data), 1.0, 8))
+    first_tile = {}
+    for i, event in enumerate(events):
+        if event[0] != "evaluate":
+            continue
+        name = event[1]
+        if name not in first_tile:  # computed eagerly when its round starts, sent later
+            first_tile[name] = i
+            continue
+        # any later block: pulled, then delivered before anything else is computed
+        assert events[i + 1] == ("receive", name, "tile"), (i, events[i - 2:i + 3])
+    assert len(first_tile) == 3 and len(events) > 20
