@@ -737,10 +737,11 @@ def test_one_prime_bound_is_inclusive():
     assert acc.finalize().integer.tolist() == [[0, 100, 7], [100, 0, 100], [7, 100, 0]]
 
 
-def test_several_primes_with_tiles_below_one_row():
+@pytest.mark.parametrize("n, tile_bytes", [(5, 2), (11, 3), (11, 1)])
+def test_several_primes_with_tiles_below_one_row(n, tile_bytes):
     primes = (65521, 65519)
-    exact = _python_distances([[0, 1], [4, 4], [9, 0], [2, 7], [5, 5]])
-    acc = DistanceAccumulator(5, primes, scale_bits=0, tile_bytes=2)
+    exact = _python_distances([[i % 4, (3 * i) % 7] for i in range(n)])
+    acc = DistanceAccumulator(n, primes, scale_bits=0, tile_bytes=tile_bytes)
     _feed(acc, exact, primes, np.random.default_rng(2), rows_per_tile=2)
     assert acc.finalize().integer.tolist() == exact
 

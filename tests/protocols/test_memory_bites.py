@@ -176,7 +176,7 @@ def test_received_message_parses_its_bytes():
     assert Transcript().session_id == "" and Transcript().coordinator is None
 
 
-@pytest.mark.parametrize("serialize", [True, False])
+@pytest.mark.parametrize("serialize", [True, False, None])
 def test_every_message_passes_through_its_bytes_unless_told_otherwise(serialize, spy_party):
     data = random_data([2, 3, 2], 3, seed=4)
     sent = []
@@ -185,8 +185,10 @@ def test_every_message_passes_through_its_bytes_unless_told_otherwise(serialize,
         sent.append((dest, env, env.SerializeToString()))
         return env
 
-    outcome, transcript = run_memory_session(data, PARAMS, tamper=tamper, serialize=serialize,
-                                             coordinator_class=SpyCoordinator)
+    options = {} if serialize is None else {"serialize": serialize}  # default: True
+    serialize = True if serialize is None else serialize
+    outcome, transcript = run_memory_session(data, PARAMS, tamper=tamper,
+                                             coordinator_class=SpyCoordinator, **options)
     # every message the coordinator sent reached its destination, in order and unchanged
     assert [(dest, raw) for dest, _, raw in sent] == \
         [(name, env.SerializeToString()) for name, env in spy_party]
@@ -302,10 +304,25 @@ def test_an_error_in_a_lazy_evaluation_is_reported_by_that_party(monkeypatch, sp
                 raise ProtocolError("evaluation broke")
         return evaluate(self, k, a, b)
 
-    monkeypatch.setattr(Party, "_evaluate", failing)
+    events = []
+
+    def logged(self, k, a, b):
+        events.append(("evaluate", self.party_id))
+        return failing(self, k, a, b)
+
+    class Logged(Coordinator):
+        def receive(self, sender, env):
+            events.append(("receive", sender, env.WhichOneof("body")))
+            return super().receive(sender, env)
+
+    monkeypatch.setattr(Party, "_evaluate", logged)
     seen = Transcript()
     with pytest.raises(PeerError) as info:
-        run_memory_session(data, params, record=True, observe=seen)
+        run_memory_session(data, params, record=True, observe=seen, coordinator_class=Logged)
+    # the failed pull's report is delivered before anything else is pulled (one message
+    # in flight at a time): the failing evaluation is followed by its report
+    failed_at = [i for i, e in enumerate(events) if e == ("evaluate", "party-2")][1]
+    assert events[failed_at + 1:] == [("receive", "party-2", "error")]
     assert (info.value.party, info.value.phase) == ("party-2", "evaluation")
     assert "evaluation broke" in str(info.value)
     reports = seen.of_kind("error")
@@ -344,3 +361,34 @@ def test_a_rerun_round_discards_the_unsent_tiles_of_the_first(spy_party):
     rounds = [m.envelope().tile.round for m in transcript.of_kind("tile")]
     assert rounds == sorted(rounds) and set(rounds) == {1, 2}
     assert all(p.phase == "done" for n, p in transcript.parties.items() if n != "party-2")
+
+
+def test_each_pulled_tile_is_delivered_before_the_next_is_computed(monkeypatch):
+    data = random_data([40, 40, 40], 4, seed=2)
+    params = SessionParameters(dim=4, bound=1.0, scale_bits=8, chunk_bytes=4096)
+    events = []
+    evaluate = Party._evaluate
+
+    def logged(self, k, a, b):
+        events.append(("evaluate", self.party_id))
+        return evaluate(self, k, a, b)
+
+    class Logged(Coordinator):
+        def receive(self, sender, env):
+            events.append(("receive", sender, env.WhichOneof("body")))
+            return super().receive(sender, env)
+
+    monkeypatch.setattr(Party, "_evaluate", logged)
+    outcome, _ = run_memory_session(data, params, coordinator_class=Logged)
+    assert np.array_equal(outcome.integer, plaintext_sq_distances(_rows(data), 1.0, 8))
+    first_tile = {}
+    for i, event in enumerate(events):
+        if event[0] != "evaluate":
+            continue
+        name = event[1]
+        if name not in first_tile:  # computed eagerly when its round starts, sent later
+            first_tile[name] = i
+            continue
+        # any later block: pulled, then delivered before anything else is computed
+        assert events[i + 1] == ("receive", name, "tile"), (i, events[i - 2:i + 3])
+    assert len(first_tile) == 3 and len(events) > 20

@@ -396,6 +396,8 @@ def test_credentials_or_insecure_exactly_one():
     _tls._choose(object(), False, "thing")
     with pytest.raises(ParameterError, match="^make_server: TLS credentials are required"):
         make_server("127.0.0.1:0")
+    with pytest.raises(ParameterError, match="^make_channel: TLS credentials are required"):
+        make_channel("127.0.0.1:1")
     with pytest.raises(ParameterError, match="^make_channel: pass either"):
         make_channel("127.0.0.1:1", object(), insecure=True)
 
