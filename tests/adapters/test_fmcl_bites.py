@@ -1077,3 +1077,56 @@ def test_run_federated_fmcl_wiring(monkeypatch, secure, parties, rule, seed):
     assert out["accuracy"] == run.history[-1].metrics["accuracy"]
     assert out["accuracy"] == pytest.approx(
         fl.mean_accuracy(model, run.models, server.labels, data.clients), rel=1e-12)
+
+
+def test_anchored_path_in_float64_from_float32_input():
+    q = 5
+    rows = [_thermometer(m, w, q) for m, w in zip(MEANS4, WEIGHTS4)]
+    rows.append(([0.0] * len(rows[0][0]), [0.0] * len(rows[0][1])))
+    sq = lambda a, b: float(sum((F(x) - F(y)) ** 2 for x, y in zip(a, b)))  # noqa: E731
+    # scaled by 0.9 and the distances to the anchor jittered (arbitrary, N stays positive)
+    # so that the float32 sums round
+    d_z = np.array([[0.9 * sq(a[0], b[0]) for b in rows] for a in rows])
+    d_z[-1, :-1] += 0.01 * np.sqrt(np.arange(2.0, 6.0))
+    d_z[:-1, -1] = d_z[-1, :-1]
+    d_z = d_z.astype(np.float32)
+    d_t = np.array([[sq(a[1], b[1]) for b in rows] for a in rows], dtype=np.float32)
+    n = len(rows) - 1
+
+    def gram(d, i, j):
+        return (F(float(d[i, n])) + F(float(d[j, n])) - F(float(d[i, j]))) / 2
+
+    want = np.zeros((n, n))
+    for i, j in itertools.combinations(range(n), 2):
+        g_t, g_z = gram(d_t, i, j), gram(d_z, i, j)
+        want[i, j] = want[j, i] = _combine(max((g_t - g_z) / q, F(0)), g_t / q)
+    for dz, dt in ((d_z, d_t), (d_z, d_t.astype(np.float64)), (d_z.astype(np.float64), d_t)):
+        got = fmcl.fmcl_from_anchored(dz, dt, q, fill=False)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    assert (want[np.isfinite(want)] > 0).sum() >= 6     # the numerators are not clamped
+
+
+def test_quantized_path_edge_cases():
+    import warnings
+
+    # absent classes have zero means: no 0/0 and no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fmcl.quantized_fmcl_distances(MEANS4, WEIGHTS4, resolution=7, scale_bits=3)
+    # float32 input: the same as float64 input
+    np.testing.assert_allclose(
+        fmcl.quantized_fmcl_distances(MEANS4.astype(np.float32), WEIGHTS4.astype(np.float32),
+                                      resolution=7, scale_bits=3, fill=False),
+        _quantized_reference(MEANS4, WEIGHTS4.astype(np.float32).astype(np.float64), 7, 3),
+        rtol=1e-12, atol=0)
+    # a weighted class with zero mean: cosine 0, as in the direct distance
+    means = np.array([[[1.0, 0.0], [0.0, 0.0]], [[0.0, 2.0], [0.0, 3.0]]])
+    weights = np.array([[0.5, 0.5], [0.5, 0.5]])
+    for _ in range(3):
+        got = fmcl.quantized_fmcl_distances(means, weights, resolution=2, scale_bits=4,
+                                            fill=False)
+        assert got[0, 1] == pytest.approx(float(F(1) / (1 + EPS)), rel=1e-12)
+    # a single client (no pair): the plaintext path gives [[0]]
+    one = fmcl.secure_thermometer_distances(MEANS4[:1], WEIGHTS4[:1], resolution=3,
+                                            secure=False)
+    assert one.tolist() == [[0.0]]
