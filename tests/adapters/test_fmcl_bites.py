@@ -518,6 +518,7 @@ def test_silhouette_rule_ties_go_to_the_smaller_k(monkeypatch):
     ([0.6, 0.3, 0.2, 0.5, 0.1], 0),      # the first entry is a local maximum
     ([0.1, 0.3, 0.2, 0.1, 0.4], 4),      # and so is the last
     ([0.2, 0.2, 0.2, 0.2, 0.2], 0),      # no strict maximum: the argmax (the first)
+    ([0.2, 0.5, 0.5, 0.1, 0.0], 1),      # a plateau at the top: the argmax, its first K
 ])
 def test_paper_rule_takes_the_largest_strict_local_maximum(monkeypatch, values, expected):
     seen = {}
