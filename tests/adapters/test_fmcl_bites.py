@@ -1131,3 +1131,39 @@ def test_quantized_path_edge_cases():
     one = fmcl.secure_thermometer_distances(MEANS4[:1], WEIGHTS4[:1], resolution=3,
                                             secure=False)
     assert one.tolist() == [[0.0]]
+
+
+def test_rotation_generator_has_entries_of_variance_one_over_dim():
+    # R = expm(s A) with A = (a - a^T) / sqrt(2 d), a standard normal: A's off-diagonal
+    # entries have variance 1/d (the rotation's size does not grow with d). For a small s,
+    # (R - R^T) / (2 s) = A + O(s^2).
+    dim, s = 60, 1e-4
+    r = fmcl._rotation(dim, s, np.random.Generator(np.random.PCG64(11)))
+    a = (r - r.T) / (2 * s)
+    off = a[~np.eye(dim, dtype=bool)]
+    assert off.var() * dim == pytest.approx(1.0, abs=0.1)
+    np.testing.assert_allclose(a, -a.T, atol=1e-12)
+
+
+def test_synthetic_domains_documented_defaults_and_scales():
+    default = fmcl.synthetic_domains()
+    explicit = fmcl.synthetic_domains(n_domains=3, clients_per_domain=30, n_classes=10, dim=8,
+                                      samples=1000, alpha=0.1, rotation=3.0,
+                                      shift="rotation", seed=0)
+    assert np.array_equal(default[1], explicit[1])
+    assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+               for a, b in zip(default[0], explicit[0]))
+    assert len(default[0]) == 90 and default[0][0][0].shape == (1000, 8)
+    # class means ~ 3 N(0, 1): per-coordinate variance 9 (domain 0 of "permutation" is
+    # the unshifted class means); many classes and dimensions, every class well sampled
+    clients, _ = fmcl.synthetic_domains(n_domains=1, clients_per_domain=2, n_classes=30,
+                                        dim=30, samples=3000, alpha=1000.0,
+                                        shift="permutation", seed=4)
+    means = _class_means(clients, 30)
+    assert means.var() == pytest.approx(9.0, rel=0.15)
+    # "offset": each class moved by 3 N(0, 1) per domain: a difference has variance 18
+    clients, _ = fmcl.synthetic_domains(n_domains=2, clients_per_domain=2, n_classes=30,
+                                        dim=30, samples=3000, alpha=1000.0, shift="offset",
+                                        seed=4)
+    diff = _class_means(clients[:2], 30) - _class_means(clients[2:], 30)
+    assert np.median(np.abs(diff)) == pytest.approx(0.6745 * math.sqrt(18.0), rel=0.1)
