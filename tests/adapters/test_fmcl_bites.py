@@ -1167,3 +1167,22 @@ def test_synthetic_domains_documented_defaults_and_scales():
                                         seed=4)
     diff = _class_means(clients[:2], 30) - _class_means(clients[2:], 30)
     assert np.median(np.abs(diff)) == pytest.approx(0.6745 * math.sqrt(18.0), rel=0.1)
+
+
+def test_thermometer_error_bound_where_the_lower_side_is_larger():
+    # Omega = 0.0101 sits just above the kink of g at 0.01 (min(1/Omega, 100)), opposite
+    # means (N = 2 Omega), Delta = 0.0004 at q = 500: f(N, Omega) - f(N - 2 Delta - e_q,
+    # Omega + Delta) exceeds the upper side, so the bound is the lower side
+    means = np.array([[[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 0, 0]],
+                      [[-1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, 0]]], dtype=np.float64)
+    weights = np.array([[0.0101, 0.9899, 0.0], [0.0101, 0.0, 0.9899]])
+    want = _bound_reference(means, weights, 500, 16)
+    got = fmcl.thermometer_error_bound(means, weights)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=0)
+    assert want[0, 1] == pytest.approx(20.023125289176118, rel=1e-9)   # the lower side
+    # float32 weights: computed in float64 from their values
+    w32 = WEIGHTS4.astype(np.float32)
+    want = _bound_reference(MEANS4, [[float(v) for v in row] for row in w32], 20, 5)
+    np.testing.assert_allclose(fmcl.thermometer_error_bound(MEANS4, w32, resolution=20,
+                                                            scale_bits=5),
+                               want, rtol=1e-9, atol=0)
