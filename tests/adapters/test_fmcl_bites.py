@@ -1186,3 +1186,56 @@ def test_thermometer_error_bound_where_the_lower_side_is_larger():
     np.testing.assert_allclose(fmcl.thermometer_error_bound(MEANS4, w32, resolution=20,
                                                             scale_bits=5),
                                want, rtol=1e-9, atol=0)
+
+
+def test_quantized_means_are_rounded_once_at_scale_bits():
+    # a unit-mean coordinate 1e-6 below the half-way point 1.5 / 8 of the 2^-3 grid rounds
+    # down to 1/8 (round half up of 1.499992); rounding first to 2^-16 would give 1.5 / 8
+    # and then 2/8
+    u = 0.1875 - 1e-6
+    means = np.array([[[u, math.sqrt(1 - u * u)]], [[1.0, 0.0]]])
+    weights = np.array([[1.0], [1.0]])
+    got = fmcl.quantized_fmcl_distances(means, weights, resolution=2, scale_bits=3,
+                                        fill=False)
+    np.testing.assert_allclose(got, _quantized_reference(means, weights, 2, 3), rtol=1e-12)
+
+
+def test_thermometer_error_bound_from_float32_means():
+    m32 = MEANS4.astype(np.float32) * np.float32(1.1)
+    want = _bound_reference_float(m32.astype(np.float64), WEIGHTS4, 20, 5)
+    np.testing.assert_allclose(fmcl.thermometer_error_bound(m32, WEIGHTS4, resolution=20,
+                                                            scale_bits=5),
+                               want, rtol=1e-12, atol=0)
+
+
+def _bound_reference_float(means, weights, q, s):
+    """The same bound with the cosines in float64 from the given float values."""
+    n, c, dim = means.shape
+    unit = np.zeros_like(means)
+    for i in range(n):
+        for cls in range(c):
+            norm = math.sqrt(sum(float(v) ** 2 for v in means[i, cls]))
+            if norm > 0:
+                unit[i, cls] = [float(v) / norm for v in means[i, cls]]
+    h = 2.0 ** -(s + 1)
+    e_q = 4 * math.sqrt(dim) * h + 2 * dim * h * h
+    err = [sum(abs(k / q - w) for k, w in zip(_largest_remainder(ws, q), ws)) for ws in weights]
+
+    def f(nu, om):
+        return nu / (om + 1e-3) * min(1 / om, 100.0) if om > 0 else math.inf
+
+    out = np.zeros((n, n))
+    for i, j in itertools.combinations(range(n), 2):
+        num = om = 0.0
+        for cls in range(c):
+            m = min(weights[i][cls], weights[j][cls])
+            num += m * (1 - sum(a * b for a, b in zip(unit[i, cls], unit[j, cls])))
+            om += m
+        delta = err[i] + err[j]
+        if om <= delta:
+            out[i, j] = out[j, i] = math.inf
+            continue
+        high = f(num + 2 * delta + e_q, om - delta) - f(num, om)
+        low = f(num, om) - f(max(num - 2 * delta - e_q, 0.0), om + delta)
+        out[i, j] = out[j, i] = max(high, low)
+    return out
