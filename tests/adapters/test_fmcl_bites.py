@@ -518,6 +518,7 @@ def test_silhouette_rule_ties_go_to_the_smaller_k(monkeypatch):
     ([0.6, 0.3, 0.2, 0.5, 0.1], 0),      # the first entry is a local maximum
     ([0.1, 0.3, 0.2, 0.1, 0.4], 4),      # and so is the last
     ([0.2, 0.2, 0.2, 0.2, 0.2], 0),      # no strict maximum: the argmax (the first)
+    ([0.2, 0.5, 0.5, 0.1, 0.0], 1),      # a plateau at the top: the argmax, its first K
 ])
 def test_paper_rule_takes_the_largest_strict_local_maximum(monkeypatch, values, expected):
     seen = {}
@@ -1077,3 +1078,164 @@ def test_run_federated_fmcl_wiring(monkeypatch, secure, parties, rule, seed):
     assert out["accuracy"] == run.history[-1].metrics["accuracy"]
     assert out["accuracy"] == pytest.approx(
         fl.mean_accuracy(model, run.models, server.labels, data.clients), rel=1e-12)
+
+
+def test_anchored_path_in_float64_from_float32_input():
+    q = 5
+    rows = [_thermometer(m, w, q) for m, w in zip(MEANS4, WEIGHTS4)]
+    rows.append(([0.0] * len(rows[0][0]), [0.0] * len(rows[0][1])))
+    sq = lambda a, b: float(sum((F(x) - F(y)) ** 2 for x, y in zip(a, b)))  # noqa: E731
+    # scaled by 0.9 and the distances to the anchor jittered (arbitrary, N stays positive)
+    # so that the float32 sums round
+    d_z = np.array([[0.9 * sq(a[0], b[0]) for b in rows] for a in rows])
+    d_z[-1, :-1] += 0.01 * np.sqrt(np.arange(2.0, 6.0))
+    d_z[:-1, -1] = d_z[-1, :-1]
+    d_z = d_z.astype(np.float32)
+    d_t = np.array([[sq(a[1], b[1]) for b in rows] for a in rows], dtype=np.float32)
+    n = len(rows) - 1
+
+    def gram(d, i, j):
+        return (F(float(d[i, n])) + F(float(d[j, n])) - F(float(d[i, j]))) / 2
+
+    want = np.zeros((n, n))
+    for i, j in itertools.combinations(range(n), 2):
+        g_t, g_z = gram(d_t, i, j), gram(d_z, i, j)
+        want[i, j] = want[j, i] = _combine(max((g_t - g_z) / q, F(0)), g_t / q)
+    for dz, dt in ((d_z, d_t), (d_z, d_t.astype(np.float64)), (d_z.astype(np.float64), d_t)):
+        got = fmcl.fmcl_from_anchored(dz, dt, q, fill=False)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    assert (want[np.isfinite(want)] > 0).sum() >= 6     # the numerators are not clamped
+
+
+def test_quantized_path_edge_cases():
+    import warnings
+
+    # absent classes have zero means: no 0/0 and no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fmcl.quantized_fmcl_distances(MEANS4, WEIGHTS4, resolution=7, scale_bits=3)
+    # float32 input: the same as float64 input
+    np.testing.assert_allclose(
+        fmcl.quantized_fmcl_distances(MEANS4.astype(np.float32), WEIGHTS4.astype(np.float32),
+                                      resolution=7, scale_bits=3, fill=False),
+        _quantized_reference(MEANS4, WEIGHTS4.astype(np.float32).astype(np.float64), 7, 3),
+        rtol=1e-12, atol=0)
+    # a weighted class with zero mean: cosine 0, as in the direct distance
+    means = np.array([[[1.0, 0.0], [0.0, 0.0]], [[0.0, 2.0], [0.0, 3.0]]])
+    weights = np.array([[0.5, 0.5], [0.5, 0.5]])
+    for _ in range(3):
+        got = fmcl.quantized_fmcl_distances(means, weights, resolution=2, scale_bits=4,
+                                            fill=False)
+        assert got[0, 1] == pytest.approx(float(F(1) / (1 + EPS)), rel=1e-12)
+    # a single client (no pair): the plaintext path gives [[0]]
+    one = fmcl.secure_thermometer_distances(MEANS4[:1], WEIGHTS4[:1], resolution=3,
+                                            secure=False)
+    assert one.tolist() == [[0.0]]
+
+
+def test_rotation_generator_has_entries_of_variance_one_over_dim():
+    # R = expm(s A) with A = (a - a^T) / sqrt(2 d), a standard normal: A's off-diagonal
+    # entries have variance 1/d (the rotation's size does not grow with d). For a small s,
+    # (R - R^T) / (2 s) = A + O(s^2).
+    dim, s = 60, 1e-4
+    r = fmcl._rotation(dim, s, np.random.Generator(np.random.PCG64(11)))
+    a = (r - r.T) / (2 * s)
+    off = a[~np.eye(dim, dtype=bool)]
+    assert off.var() * dim == pytest.approx(1.0, abs=0.1)
+    np.testing.assert_allclose(a, -a.T, atol=1e-12)
+
+
+def test_synthetic_domains_documented_defaults_and_scales():
+    default = fmcl.synthetic_domains()
+    explicit = fmcl.synthetic_domains(n_domains=3, clients_per_domain=30, n_classes=10, dim=8,
+                                      samples=1000, alpha=0.1, rotation=3.0,
+                                      shift="rotation", seed=0)
+    assert np.array_equal(default[1], explicit[1])
+    assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+               for a, b in zip(default[0], explicit[0]))
+    assert len(default[0]) == 90 and default[0][0][0].shape == (1000, 8)
+    # class means ~ 3 N(0, 1): per-coordinate variance 9 (domain 0 of "permutation" is
+    # the unshifted class means); many classes and dimensions, every class well sampled
+    clients, _ = fmcl.synthetic_domains(n_domains=1, clients_per_domain=2, n_classes=30,
+                                        dim=30, samples=3000, alpha=1000.0,
+                                        shift="permutation", seed=4)
+    means = _class_means(clients, 30)
+    assert means.var() == pytest.approx(9.0, rel=0.15)
+    # "offset": each class moved by 3 N(0, 1) per domain: a difference has variance 18
+    clients, _ = fmcl.synthetic_domains(n_domains=2, clients_per_domain=2, n_classes=30,
+                                        dim=30, samples=3000, alpha=1000.0, shift="offset",
+                                        seed=4)
+    diff = _class_means(clients[:2], 30) - _class_means(clients[2:], 30)
+    assert np.median(np.abs(diff)) == pytest.approx(0.6745 * math.sqrt(18.0), rel=0.1)
+
+
+def test_thermometer_error_bound_where_the_lower_side_is_larger():
+    # Omega = 0.0101 sits just above the kink of g at 0.01 (min(1/Omega, 100)), opposite
+    # means (N = 2 Omega), Delta = 0.0004 at q = 500: f(N, Omega) - f(N - 2 Delta - e_q,
+    # Omega + Delta) exceeds the upper side, so the bound is the lower side
+    means = np.array([[[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 0, 0]],
+                      [[-1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, 0]]], dtype=np.float64)
+    weights = np.array([[0.0101, 0.9899, 0.0], [0.0101, 0.0, 0.9899]])
+    want = _bound_reference(means, weights, 500, 16)
+    got = fmcl.thermometer_error_bound(means, weights)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=0)
+    assert want[0, 1] == pytest.approx(20.023125289176118, rel=1e-9)   # the lower side
+    # float32 weights: computed in float64 from their values
+    w32 = WEIGHTS4.astype(np.float32)
+    want = _bound_reference(MEANS4, [[float(v) for v in row] for row in w32], 20, 5)
+    np.testing.assert_allclose(fmcl.thermometer_error_bound(MEANS4, w32, resolution=20,
+                                                            scale_bits=5),
+                               want, rtol=1e-9, atol=0)
+
+
+def test_quantized_means_are_rounded_once_at_scale_bits():
+    # a unit-mean coordinate 1e-6 below the half-way point 1.5 / 8 of the 2^-3 grid rounds
+    # down to 1/8 (round half up of 1.499992); rounding first to 2^-16 would give 1.5 / 8
+    # and then 2/8
+    u = 0.1875 - 1e-6
+    means = np.array([[[u, math.sqrt(1 - u * u)]], [[1.0, 0.0]]])
+    weights = np.array([[1.0], [1.0]])
+    got = fmcl.quantized_fmcl_distances(means, weights, resolution=2, scale_bits=3,
+                                        fill=False)
+    np.testing.assert_allclose(got, _quantized_reference(means, weights, 2, 3), rtol=1e-12)
+
+
+def test_thermometer_error_bound_from_float32_means():
+    m32 = MEANS4.astype(np.float32) * np.float32(1.1)
+    want = _bound_reference_float(m32.astype(np.float64), WEIGHTS4, 20, 5)
+    np.testing.assert_allclose(fmcl.thermometer_error_bound(m32, WEIGHTS4, resolution=20,
+                                                            scale_bits=5),
+                               want, rtol=1e-12, atol=0)
+
+
+def _bound_reference_float(means, weights, q, s):
+    """The same bound with the cosines in float64 from the given float values."""
+    n, c, dim = means.shape
+    unit = np.zeros_like(means)
+    for i in range(n):
+        for cls in range(c):
+            norm = math.sqrt(sum(float(v) ** 2 for v in means[i, cls]))
+            if norm > 0:
+                unit[i, cls] = [float(v) / norm for v in means[i, cls]]
+    h = 2.0 ** -(s + 1)
+    e_q = 4 * math.sqrt(dim) * h + 2 * dim * h * h
+    err = [sum(abs(k / q - w) for k, w in zip(_largest_remainder(ws, q), ws)) for ws in weights]
+
+    def f(nu, om):
+        return nu / (om + 1e-3) * min(1 / om, 100.0) if om > 0 else math.inf
+
+    out = np.zeros((n, n))
+    for i, j in itertools.combinations(range(n), 2):
+        num = om = 0.0
+        for cls in range(c):
+            m = min(weights[i][cls], weights[j][cls])
+            num += m * (1 - sum(a * b for a, b in zip(unit[i, cls], unit[j, cls])))
+            om += m
+        delta = err[i] + err[j]
+        if om <= delta:
+            out[i, j] = out[j, i] = math.inf
+            continue
+        high = f(num + 2 * delta + e_q, om - delta) - f(num, om)
+        low = f(num, om) - f(max(num - 2 * delta - e_q, 0.0), om + delta)
+        out[i, j] = out[j, i] = max(high, low)
+    return out
