@@ -766,3 +766,33 @@ def test_run_clove_fl_secure_quantized_and_clipped(caplog):
         clove.run_clove_fl(clients, _Scalar(), MODELS, secure=False, n_clusters=3, rounds=1,
                            local_train=_keep, first_round="evaluation_based")
     assert "clipped" not in caplog.text                         # 16 is above every loss
+
+
+def test_choose_k_logs_each_silhouette(caplog):
+    x = np.array([[0.0], [0.5], [4.0], [4.5]])
+    repeated = np.repeat(x, 5, axis=0)                  # k_upper >= n: each row 5 times
+    with caplog.at_level("DEBUG", logger="omnifc.adapters.clove"):
+        clove.choose_k(_sq(x))
+    expected = []
+    for k in range(2, 5):
+        labels = AgglomerativeClustering(n_clusters=k, linkage="ward").fit_predict(repeated)
+        expected.append("K=%d silhouette %.6f" % (k, silhouette_score(repeated, labels)))
+    assert [r.getMessage() for r in caplog.records
+            if r.name == "omnifc.adapters.clove"] == expected
+
+
+def test_is_stable_compares_with_the_last_entry_and_ifca_default_step():
+    assert clove.is_stable([9, 8, 7, 7, 7]) and not clove.is_stable([9, 8, 8, 7, 7])
+    clients = _clients(6, sizes=(10, 12, 11, 9))
+    start = np.array([[0.6, 0.8, 0.0], [0.0, 0.6, 0.8]])
+    run = clove.run_ifca(clients, start, rounds=1, local_steps=1)   # default step 0.1
+    pick = [int(np.argmin([np.mean((x @ m - y) ** 2) for m in start])) for x, y in clients]
+    sizes = np.array([10.0, 12.0, 11.0, 9.0])
+    models = start.copy()
+    for j in range(2):
+        members = [i for i in range(4) if pick[i] == j]
+        if members:
+            updates = [start[j] - 0.1 * (2.0 / len(clients[i][1])) * clients[i][0].T
+                       @ (clients[i][0] @ start[j] - clients[i][1]) for i in members]
+            models[j] = sum(sizes[i] * u for i, u in zip(members, updates)) / sizes[members].sum()
+    np.testing.assert_allclose(run.models, models, rtol=1e-12)
