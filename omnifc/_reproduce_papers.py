@@ -280,7 +280,7 @@ def _client2vec(quick: bool):
         "Index network: a linear DSA-IGN trained with the paper's four losses on 500 public "
         "unshifted digits; indices centred by the federation's mean embedding (secure sum).",
         "Omnifc's choices: S = cos_f + cos_l, mean pairwise set similarity, tau = 1, "
-        "lambda_1 = 1, gamma = 0.9, lambda_orth = 0.05, lambda_kd = 1 (see the module).",
+        "lambda_1 = 1, gamma = 0.9, lambda_orth = 0.05, lambda_kd = 0.1 (see the module).",
         "MWU improves the majority domain at the minority's expense (the pooled accuracy "
         "drops): it moves weight toward clients similar to the sampled sets. The local "
         "regularizer did **not** reproduce the paper's ablation gain in this set-up.",
