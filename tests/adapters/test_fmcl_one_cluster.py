@@ -101,3 +101,21 @@ def test_two_and_three_domains_still_found_on_held_out_seeds(n_domains, seed):
     assert adjusted_rand_score(domains, result.labels) == 1.0
     silhouette = fmcl.fmcl_server(d, rule="silhouette")
     assert np.array_equal(result.labels, silhouette.labels)
+
+
+def test_end_to_end_single_group_gives_one_cluster_and_plain_fedavg():
+    """digits, one group of 8 clients: the tested rule answers K = 1 (the silhouette rule
+    splits it), so FMCL's per-cluster FedAvg is FedAvg itself, model for model."""
+    from omnifc import fl
+
+    data = fl.make_federated("digits", shift="feature", n_groups=1, clients_per_group=8,
+                             train_samples=150, test_samples=100, seed=0)
+    out = fmcl.run_federated_fmcl(data, rounds=3, secure=False)
+    assert out["n_clusters"] == 1 and out["labels"].tolist() == [0] * 8
+    assert fmcl.fmcl_server(out["distances"], rule="silhouette").n_clusters >= 2
+    model = fl.SoftmaxRegression(data.n_features, data.n_classes)
+    fedavg = fl.run_federated(data.clients, [model.init(0)], rounds=3,
+                              local_train=fl.sgd_trainer(model, epochs=2, batch_size=20,
+                                                         learning_rate=0.5),
+                              evaluate=fl.accuracy_evaluator(model), seed=0)
+    assert np.array_equal(out["run"].models[0], fedavg.models[0])
