@@ -179,7 +179,8 @@ def _fmcl(quick: bool):
         "(`fmcl.synthetic_domains`, 10 clients per domain, Dirichlet(0.1) labels) and on "
         "digits federations with a fixed random ReLU encoder (`fmcl.fixed_encoder`).",
         "Auto-K: *ours* = geodesic fill of pairs with no shared class + the best average-"
-        "linkage silhouette over K = 2..10 (omnifc's rule, the default); *paper's rule* = "
+        "linkage silhouette over K = 2..10 (rule='silhouette'; the default rule='tested' "
+        "adds a one-cluster permutation test first, see docs/adapters.md); *paper's rule* = "
         "D_big fill + the CV window (thresholds 0.35 / 0.70 from the secondary reading of "
         "the paper) + the largest silhouette local maximum. With Dirichlet(0.1) labels the "
         "CV is above 0.70 in every run, so the paper's window (3..10) cannot return K = 2.",
