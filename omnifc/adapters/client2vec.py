@@ -404,7 +404,6 @@ def regularized_trainer(model, directions, *, lambda_orth: float = DEFAULT_LAMBD
     if not isinstance(model, SoftmaxRegression):
         raise ParameterError("the Client2Vec regularizer is implemented for "
                              "omnifc.fl.SoftmaxRegression")
-    f, c = model.n_features, model.n_classes
 
     def local_train(params, client, rng):
         w = np.array(params, dtype=np.float64, copy=True)
