@@ -179,7 +179,8 @@ def _fmcl(quick: bool):
         "(`fmcl.synthetic_domains`, 10 clients per domain, Dirichlet(0.1) labels) and on "
         "digits federations with a fixed random ReLU encoder (`fmcl.fixed_encoder`).",
         "Auto-K: *ours* = geodesic fill of pairs with no shared class + the best average-"
-        "linkage silhouette over K = 2..10 (omnifc's rule, the default); *paper's rule* = "
+        "linkage silhouette over K = 2..10 (rule='silhouette'; the default rule='tested' "
+        "adds a one-cluster permutation test first, see docs/adapters.md); *paper's rule* = "
         "D_big fill + the CV window (thresholds 0.35 / 0.70 from the secondary reading of "
         "the paper) + the largest silhouette local maximum. With Dirichlet(0.1) labels the "
         "CV is above 0.70 in every run, so the paper's window (3..10) cannot return K = 2.",
@@ -280,7 +281,7 @@ def _client2vec(quick: bool):
         "Index network: a linear DSA-IGN trained with the paper's four losses on 500 public "
         "unshifted digits; indices centred by the federation's mean embedding (secure sum).",
         "Omnifc's choices: S = cos_f + cos_l, mean pairwise set similarity, tau = 1, "
-        "lambda_1 = 1, gamma = 0.9, lambda_orth = 0.05, lambda_kd = 1 (see the module).",
+        "lambda_1 = 1, gamma = 0.9, lambda_orth = 0.05, lambda_kd = 0.1 (see the module).",
         "MWU improves the majority domain at the minority's expense (the pooled accuracy "
         "drops): it moves weight toward clients similar to the sampled sets. The local "
         "regularizer did **not** reproduce the paper's ablation gain in this set-up.",

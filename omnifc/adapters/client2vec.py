@@ -32,7 +32,8 @@ regularizer (:func:`regularized_trainer`: ``||v_i^T W||_1`` plus distillation). 
 are ours, with the reason: S = cos_f + cos_l and mean pairwise set similarity (D gives it
 from one reconstruction); tau = 1, lambda_1 = 1 (S lies in [-2, 2], so one unit of S is one
 e-fold of weight), gamma = 0.9 (a memory of about ten rounds); lambda_orth = 0.05 and
-lambda_kd = 1 (the regularizer must stay below the cross-entropy's scale); the index is
+lambda_kd = 0.1 (measured: with lambda_kd = 1 the distillation to the round's global model
+cancelled the orthogonality term's gain, see docs/adapters.md); the index is
 centred by the federation's mean embedding from a masked secure sum (without centring,
 every client's mean of nonnegative encoder features points the same way and all cosines
 are near 1).
@@ -76,7 +77,7 @@ __all__ = ["COORDINATOR_LEARNS", "client_index", "protected_vector", "protection
            "synthetic_domains", "DEFAULT_TAU", "DEFAULT_LAMBDA", "DEFAULT_GAMMA",
            "label_embeddings", "IndexNetwork", "fit_index_network", "network_index",
            "regularized_trainer", "run_federated_client2vec", "DEFAULT_LAMBDA_ORTH",
-           "DEFAULT_LAMBDA_KD"]
+           "DEFAULT_LAMBDA_KD", "regularized_loss_and_gradient"]
 
 COORDINATOR_LEARNS = ("nothing beyond D (sum of feature and label cosines per pair); the "
                       "data-size weights q_i used by MWU are reported metadata")
@@ -381,7 +382,7 @@ def network_index(network: IndexNetwork, embeddings, labels, label_vectors, cent
 
 #: Local regularizer weights (omnifc's choice, see :func:`regularized_trainer`).
 DEFAULT_LAMBDA_ORTH = 0.05
-DEFAULT_LAMBDA_KD = 1.0
+DEFAULT_LAMBDA_KD = 0.1     # was 1.0; chosen on seeds 0-4, reported on 100-104 (docs)
 
 
 def regularized_trainer(model, directions, *, lambda_orth: float = DEFAULT_LAMBDA_ORTH,
@@ -403,7 +404,6 @@ def regularized_trainer(model, directions, *, lambda_orth: float = DEFAULT_LAMBD
     if not isinstance(model, SoftmaxRegression):
         raise ParameterError("the Client2Vec regularizer is implemented for "
                              "omnifc.fl.SoftmaxRegression")
-    f, c = model.n_features, model.n_classes
 
     def local_train(params, client, rng):
         w = np.array(params, dtype=np.float64, copy=True)
@@ -415,19 +415,48 @@ def regularized_trainer(model, directions, *, lambda_orth: float = DEFAULT_LAMBD
             order = rng.permutation(n)
             for s in range(0, n, int(batch_size)):
                 idx = order[s:s + int(batch_size)]
-                _, grad = model.loss_and_gradient(w, x[idx], y[idx])
-                if lambda_kd:
-                    teacher = _softmax_rows(model.logits(start, x[idx]))
-                    student = _softmax_rows(model.logits(w, x[idx]))
-                    delta = lambda_kd * (student - teacher) / idx.size
-                    grad = grad + np.concatenate([(x[idx].T @ delta).ravel(), delta.sum(0)])
-                if lambda_orth:
-                    weights = w[:f * c].reshape(f, c)
-                    g_w = lambda_orth * np.outer(v, np.sign(v @ weights))
-                    grad = grad + np.concatenate([g_w.ravel(), np.zeros(c)])
+                _, grad = regularized_loss_and_gradient(
+                    model, w, x[idx], y[idx], v, start, lambda_orth=lambda_orth,
+                    lambda_kd=lambda_kd)
                 w -= learning_rate * grad
         return w
     return local_train
+
+
+def regularized_loss_and_gradient(model, params, x, y, direction, teacher, *,
+                                  lambda_orth: float = DEFAULT_LAMBDA_ORTH,
+                                  lambda_kd: float = DEFAULT_LAMBDA_KD):
+    """The local objective of :func:`regularized_trainer` on one batch, and its gradient.
+
+    ``mean CE + lambda_orth sum_c |v . W_c| + lambda_kd mean_i KL(p_teacher,i || p_i)`` for a
+    :class:`omnifc.fl.SoftmaxRegression` with parameters ``[W.ravel(), b]`` (W is
+    ``(features, classes)``); ``teacher`` are the round's global parameters. At a point where
+    ``v . W_c = 0`` the L1 term's subgradient 0 is used.
+    """
+    f, c = model.n_features, model.n_classes
+    w = np.asarray(params, dtype=np.float64)
+    v = np.asarray(direction, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    loss, grad = model.loss_and_gradient(w, x, y)
+    if lambda_kd:
+        teacher_p = _softmax_rows(model.logits(teacher, x))
+        student_logits = model.logits(w, x)
+        student_p = _softmax_rows(student_logits)
+        log_student = student_logits - student_logits.max(axis=1, keepdims=True)
+        log_student -= np.log(np.exp(log_student).sum(axis=1, keepdims=True))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_teacher = np.where(teacher_p > 0, np.log(teacher_p), 0.0)
+        kl = (teacher_p * (log_teacher - log_student)).sum(axis=1).mean()
+        loss += lambda_kd * float(kl)
+        delta = lambda_kd * (student_p - teacher_p) / x.shape[0]
+        grad = grad + np.concatenate([(x.T @ delta).ravel(), delta.sum(0)])
+    if lambda_orth:
+        weights = w[:f * c].reshape(f, c)
+        projection = v @ weights
+        loss += lambda_orth * float(np.abs(projection).sum())
+        g_w = lambda_orth * np.outer(v, np.sign(projection))
+        grad = grad + np.concatenate([g_w.ravel(), np.zeros(c)])
+    return loss, grad
 
 
 def _softmax_rows(logits):
@@ -442,7 +471,8 @@ def run_federated_client2vec(clients, *, n_features: int, n_classes: int, rounds
                              tau: float = DEFAULT_TAU, lambda_1: float = DEFAULT_LAMBDA,
                              gamma: float = DEFAULT_GAMMA, encoder_dim: int = 32,
                              index_dim: int = 16, proxy_rows: int = 500,
-                             learning_rate: float = 0.5, seed: int = 0) -> dict:
+                             learning_rate: float = 0.5, lambda_orth: float = DEFAULT_LAMBDA_ORTH,
+                             lambda_kd: float = DEFAULT_LAMBDA_KD, seed: int = 0) -> dict:
     """Client2Vec end to end against FedAvg: index network -> protected indices -> FL.
 
     Pipeline: a frozen encoder (:func:`omnifc.adapters.fmcl.fixed_encoder`) embeds every
@@ -516,7 +546,8 @@ def run_federated_client2vec(clients, *, n_features: int, n_classes: int, rounds
     model = fl.SoftmaxRegression(encoder_dim, n_classes)
     if regularizer:
         directions = {id(c): network.feature_direction(i[0]) for c, i in zip(embedded, indices)}
-        train = regularized_trainer(model, directions, learning_rate=learning_rate)
+        train = regularized_trainer(model, directions, learning_rate=learning_rate,
+                                    lambda_orth=lambda_orth, lambda_kd=lambda_kd)
     else:
         train = fl.sgd_trainer(model, epochs=2, batch_size=20, learning_rate=learning_rate)
     run = fl.run_federated(embedded, [model.init(seed)], rounds=rounds, local_train=train,

@@ -119,7 +119,7 @@ __all__ = ["COORDINATOR_LEARNS", "signature", "round_weights", "thermometer_rows
            "exact_resolution", "geodesic_fill", "RULES", "MAX_CLUSTERS", "SHIFTS",
            "kmeans_on_mean_embeddings", "fmcl_from_anchored", "quantized_fmcl_distances",
            "fixed_encoder", "run_federated_fmcl", "silhouette_profile", "one_cluster_test",
-           "OneClusterTest", "DEFAULT_RULE"]
+           "OneClusterTest", "DEFAULT_RULE", "class_overlap", "OVERLAP_STRATA"]
 
 logger = logging.getLogger("omnifc.adapters.fmcl")
 
@@ -139,6 +139,8 @@ RULES = ("tested", "silhouette", "paper")
 DEFAULT_RULE = "tested"
 #: Permutations and level of :func:`one_cluster_test` (omnifc's choice).
 NULL_PERMUTATIONS, NULL_ALPHA = 99, 0.05
+#: Overlap strata of the overlap-stratified null (``one_cluster_test(overlap=...)``; our choice).
+OVERLAP_STRATA = 4
 #: Largest K the default rule tries (omnifc's choice: the top of the paper's largest window).
 MAX_CLUSTERS = 10
 #: CV thresholds of the paper's window rule ([2nd]: fixed across data sets in the paper).
@@ -422,8 +424,38 @@ def _symmetric_permutation(d, rng):
     return out + out.T
 
 
+def _stratified_null(d, overlap, strata):
+    """A sampler of null matrices: ``N / (Omega + eps)`` permuted within overlap strata.
+
+    Each pair keeps its own overlap Omega (so g(Omega) and the pairs with no shared class,
+    refilled by :func:`geodesic_fill`, stay where they are); only the overlap-normalized
+    cosine part moves, among pairs of similar overlap.
+    """
+    n = d.shape[0]
+    upper = np.triu_indices(n, 1)
+    om = np.asarray(overlap, dtype=np.float64)[upper]
+    shared = om > 0
+    factor = _g(om[shared])
+    values = d[upper][shared] / factor
+    edges = (np.quantile(om[shared], np.linspace(0.0, 1.0, int(strata) + 1)[1:-1])
+             if values.size else np.array([]))
+    groups = [np.flatnonzero(np.digitize(om[shared], edges) == b) for b in range(int(strata))]
+
+    def sample(rng):
+        moved = values.copy()
+        for idx in groups:
+            moved[idx] = values[idx[rng.permutation(idx.size)]]
+        entries = np.full(om.shape, np.inf)
+        entries[shared] = moved * factor
+        out = np.zeros((n, n))
+        out[upper] = entries
+        return geodesic_fill(out + out.T)
+    return sample
+
+
 def one_cluster_test(distances, *, permutations: int = NULL_PERMUTATIONS,
-                     alpha: float = NULL_ALPHA, random_state: int = 0) -> OneClusterTest:
+                     alpha: float = NULL_ALPHA, random_state: int = 0, overlap=None,
+                     strata: int = OVERLAP_STRATA) -> OneClusterTest:
     """Monte Carlo permutation test of "one cluster" on a filled FMCL distance matrix.
 
     H0: no client grouping, i.e. which pair of clients carries which distance is arbitrary.
@@ -438,6 +470,12 @@ def one_cluster_test(distances, *, permutations: int = NULL_PERMUTATIONS,
     domain with Dirichlet labels has small tight groups (clients sharing a dominant class)
     that make the best silhouette over K = 2..10 significant once there are ~30 clients,
     while its top split stays as weak as a permuted matrix's (measured, docs/adapters.md).
+
+    ``overlap`` (optional, the class overlap Omega per pair: :func:`class_overlap`, or
+    ``secure_thermometer_distances(..., return_overlap=True)`` on the secure path): the null
+    then permutes only the overlap-normalized part ``D / g(Omega)`` of the pairs that share
+    a class, within ``strata`` quantile bins of Omega, and refills the rest by the geodesic;
+    groups that come from overlap alone (clients sharing a dominant class) stay in the null.
 
     Examples
     --------
@@ -456,14 +494,24 @@ def one_cluster_test(distances, *, permutations: int = NULL_PERMUTATIONS,
         raise ParameterError(f"the test needs at least 3 clients, got {d.shape[0]}")
     statistic = observed[2]
     rng = np.random.Generator(np.random.PCG64(random_state))
-    null = np.array([silhouette_profile(_symmetric_permutation(d, rng), 2)[2]
-                     for _ in range(int(permutations))])
+    if overlap is None:
+        def sample(generator):
+            return _symmetric_permutation(d, generator)
+    else:
+        if np.shape(overlap) != d.shape:
+            raise InputError(f"overlap must have the shape of the distances {d.shape}, got "
+                             f"{np.shape(overlap)}")
+        if int(strata) < 1:
+            raise ParameterError(f"strata must be >= 1, got {strata}")
+        sample = _stratified_null(d, overlap, strata)
+    null = np.array([silhouette_profile(sample(rng), 2)[2] for _ in range(int(permutations))])
     p_value = (1.0 + float(np.count_nonzero(null >= statistic))) / (1.0 + null.size)
     return OneClusterTest(statistic=float(statistic), null=null, p_value=p_value,
                           alpha=float(alpha))
 
 
-def choose_clusters(distances, *, rule: str = DEFAULT_RULE, max_clusters: int = MAX_CLUSTERS):
+def choose_clusters(distances, *, rule: str = DEFAULT_RULE, max_clusters: int = MAX_CLUSTERS,
+                    overlap=None):
     """Choose K and cluster a filled FMCL distance matrix.
 
     ``rule="tested"`` (default, omnifc's): K = 1 when :func:`one_cluster_test` does not
@@ -471,6 +519,7 @@ def choose_clusters(distances, *, rule: str = DEFAULT_RULE, max_clusters: int = 
     ``rule="silhouette"``: K in ``2..min(max_clusters, n - 1)`` with the
     largest average-linkage silhouette; ``window`` is reported as ``(2, top)``.
     ``rule="paper"``: the CV window and the largest silhouette local maximum.
+    ``overlap``: passed to :func:`one_cluster_test` (rule "tested" only).
 
     Returns ``(labels, K, window, scores)`` with ``scores[K]`` the silhouette per K tried.
     """
@@ -481,7 +530,7 @@ def choose_clusters(distances, *, rule: str = DEFAULT_RULE, max_clusters: int = 
     if rule == "tested":
         labels, k, window, scores = choose_clusters(d, rule="silhouette",
                                                     max_clusters=max_clusters)
-        if n >= 3 and one_cluster_test(d).one_cluster:
+        if n >= 3 and one_cluster_test(d, overlap=overlap).one_cluster:
             return np.zeros(n, dtype=np.int64), 1, (1, window[1]), {1: 0.0, **scores}
         return labels, k, (1, window[1]), scores
     if rule == "silhouette":
@@ -522,10 +571,15 @@ class FmclResult:
 
 
 def fmcl_server(distances, *, rule: str = DEFAULT_RULE,
-                max_clusters: int = MAX_CLUSTERS) -> FmclResult:
-    """Server side: cluster a filled FMCL distance matrix, choosing K by ``rule``."""
+                max_clusters: int = MAX_CLUSTERS, overlap=None) -> FmclResult:
+    """Server side: cluster a filled FMCL distance matrix, choosing K by ``rule``.
+
+    ``overlap`` (optional): the per-pair class overlap, for the overlap-stratified null of
+    :func:`one_cluster_test`.
+    """
     d = np.asarray(distances, dtype=np.float64)
-    labels, k, window, scores = choose_clusters(d, rule=rule, max_clusters=max_clusters)
+    labels, k, window, scores = choose_clusters(d, rule=rule, max_clusters=max_clusters,
+                                                overlap=overlap)
     return FmclResult(labels=labels, n_clusters=k, window=window, silhouettes=scores,
                       distances=d)
 
@@ -585,16 +639,30 @@ def quantized_fmcl_distances(means, weights, *, resolution: int = DEFAULT_RESOLU
     return _from_gram(gram_z, gram_t, resolution, fill)
 
 
+def class_overlap(weights) -> np.ndarray:
+    """Plaintext ``Omega_ij = sum_c min(w_ic, w_jc)`` (1 on the diagonal for weights summing to 1).
+
+    Examples
+    --------
+    >>> class_overlap(np.array([[0.5, 0.5], [1.0, 0.0]])).tolist()
+    [[1.0, 0.5], [0.5, 1.0]]
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    return np.minimum(w[:, None, :], w[None, :, :]).sum(axis=2)
+
+
 def secure_thermometer_distances(means, weights, *, resolution: int = DEFAULT_RESOLUTION,
                                  scale_bits: int = 16, secure: bool = True, parties=None,
-                                 fill="geodesic", **options) -> np.ndarray:
+                                 fill="geodesic", return_overlap: bool = False, **options):
     """Client rows -> the two protected reconstructions -> FMCL distances (filled).
 
     A public all-zero anchor row is added to both reconstructions (held by the first
     client's party; it carries no information) so that the server works with exact inner
     products (:func:`fmcl_from_anchored`). ``secure=False`` computes the same from the same
     quantized rows in the clear. Use ``resolution=exact_resolution(sample_counts)`` for
-    exact class weights.
+    exact class weights. ``return_overlap=True`` returns ``(distances, overlap)`` with the
+    rounded class overlap ``G^t / q`` the coordinator already holds (for
+    ``one_cluster_test(overlap=...)``).
     """
     rows = [thermometer_rows(m, w, resolution) for m, w in zip(means, weights)]
     z = np.stack([r[0] for r in rows] + [np.zeros_like(rows[0][0])])
@@ -608,7 +676,10 @@ def secure_thermometer_distances(means, weights, *, resolution: int = DEFAULT_RE
         d_z = plaintext_distances(quantize_rows(z, bound=1.0, scale_bits=scale_bits))
         d_t = plaintext_distances(quantize_rows(t, bound=1.0, scale_bits=scale_bits,
                                                 nonnegative=True))
-    return fmcl_from_anchored(d_z, d_t, resolution, fill=fill)
+    distances = fmcl_from_anchored(d_z, d_t, resolution, fill=fill)
+    if return_overlap:
+        return distances, _gram_from_anchored(d_t) / float(resolution)
+    return distances
 
 
 def thermometer_error_bound(means, weights, *, resolution: int = DEFAULT_RESOLUTION,

@@ -9,7 +9,7 @@ from scipy.spatial.distance import squareform
 from sklearn.cluster import AgglomerativeClustering
 from sklearn.metrics import adjusted_rand_score, silhouette_score
 
-from finite_field import ParameterError
+from finite_field import InputError, ParameterError
 from omnifc.adapters import fmcl
 
 pytestmark = pytest.mark.timeout(120)
@@ -101,3 +101,63 @@ def test_two_and_three_domains_still_found_on_held_out_seeds(n_domains, seed):
     assert adjusted_rand_score(domains, result.labels) == 1.0
     silhouette = fmcl.fmcl_server(d, rule="silhouette")
     assert np.array_equal(result.labels, silhouette.labels)
+
+
+def test_end_to_end_single_group_gives_one_cluster_and_plain_fedavg():
+    """digits, one group of 8 clients: the tested rule answers K = 1 (the silhouette rule
+    splits it), so FMCL's per-cluster FedAvg is FedAvg itself, model for model."""
+    from omnifc import fl
+
+    data = fl.make_federated("digits", shift="feature", n_groups=1, clients_per_group=8,
+                             train_samples=150, test_samples=100, seed=0)
+    out = fmcl.run_federated_fmcl(data, rounds=3, secure=False)
+    assert out["n_clusters"] == 1 and out["labels"].tolist() == [0] * 8
+    assert fmcl.fmcl_server(out["distances"], rule="silhouette").n_clusters >= 2
+    model = fl.SoftmaxRegression(data.n_features, data.n_classes)
+    fedavg = fl.run_federated(data.clients, [model.init(0)], rounds=3,
+                              local_train=fl.sgd_trainer(model, epochs=2, batch_size=20,
+                                                         learning_rate=0.5),
+                              evaluate=fl.accuracy_evaluator(model), seed=0)
+    assert np.array_equal(out["run"].models[0], fedavg.models[0])
+
+
+def test_class_overlap_equals_the_loop_and_the_secure_path_reports_it_exactly():
+    clients, _ = fmcl.synthetic_domains(n_domains=2, clients_per_domain=3, samples=200, seed=5)
+    sig = [fmcl.signature(x, y, 10) for x, y in clients]
+    means = np.stack([s[0] for s in sig])
+    weights = np.stack([s[1] for s in sig])
+    n = len(clients)
+    loop = np.array([[sum(min(weights[i, c], weights[j, c]) for c in range(10))
+                      for j in range(n)] for i in range(n)])
+    assert np.allclose(fmcl.class_overlap(weights), loop, atol=1e-15)
+    d, overlap = fmcl.secure_thermometer_distances(means, weights, resolution=200,
+                                                   secure=False, return_overlap=True)
+    counts = np.rint(weights * 200).astype(int)       # exact: q = the sample count
+    expected = np.minimum(counts[:, None, :], counts[None, :, :]).sum(axis=2) / 200
+    assert np.array_equal(overlap, expected)
+    assert np.array_equal(d, fmcl.secure_thermometer_distances(means, weights, resolution=200,
+                                                               secure=False))
+
+
+def test_groups_made_by_overlap_alone_are_one_cluster_under_the_stratified_null():
+    # Two groups of 4 that differ only in class overlap (0.9 within, 0.1 across); the
+    # overlap-normalized cosine part v depends on the overlap alone (0.01 at 0.9, 0.05 at
+    # 0.1, as noisy low-weight class means do): D = v g(Omega) = v / Omega. The exchangeable
+    # null sees two perfect groups (p = 1/100); within overlap strata every permutation
+    # moves equal values, so each null matrix is D itself and p = 1 (mixing v across strata
+    # would break that).
+    group = np.repeat([0, 1], 4)
+    same = group[:, None] == group[None, :]
+    overlap = np.where(same, 0.9, 0.1)
+    np.fill_diagonal(overlap, 1.0)
+    d = np.where(same, 0.01, 0.05) / overlap
+    np.fill_diagonal(d, 0.0)
+    plain = fmcl.one_cluster_test(d)
+    stratified = fmcl.one_cluster_test(d, overlap=overlap)
+    assert plain.p_value == 0.01 and not plain.one_cluster
+    assert stratified.p_value == 1.0 and stratified.one_cluster
+    assert np.all(stratified.null == stratified.statistic)
+    assert fmcl.fmcl_server(d, overlap=overlap).n_clusters == 1
+    assert fmcl.fmcl_server(d).n_clusters == 2
+    with pytest.raises(InputError):
+        fmcl.one_cluster_test(d, overlap=overlap[:3, :3])

@@ -128,3 +128,20 @@ def test_errors():
         _mufc.federated_mufc([np.zeros((3, 2))], 0)
     with pytest.raises(InputError):
         _mufc.client_upload(np.zeros((0, 2)), 2, 0.1, np.random.default_rng(0))
+
+
+def test_rows_take_their_own_surrogates_label_when_a_bin_is_split():
+    # One party, one local seed, a coarse grid: every row sits in one bin, the server splits
+    # the bin's uniform surrogates in two, and row i takes surrogate i's label (the authors'
+    # one-sample-per-point draw), recomputed here from the same generator.
+    x = np.random.default_rng(3).standard_normal((30, 2))
+    labels = _mufc.federated_mufc([x], 2, local_clusters=1, eps=8.0, seed=4)
+    rng = np.random.Generator(np.random.PCG64(4))
+    seed_row = int(rng.integers(30))                       # the one K-means++ seed
+    centre = np.rint(x[seed_row] / 8.0) * 8.0
+    server_seed = int(rng.integers(2 ** 31 - 1))
+    points = np.repeat(centre[None], 30, axis=0) + rng.uniform(-4.0, 4.0, size=(30, 2))
+    expected = KMeans(n_clusters=2, n_init=10, max_iter=300,
+                      random_state=server_seed).fit_predict(points)
+    assert labels.tolist() == expected.tolist()
+    assert len(set(labels.tolist())) == 2
