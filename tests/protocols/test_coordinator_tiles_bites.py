@@ -520,3 +520,23 @@ def test_a_failure_in_evaluation_deletes_the_result_file(tmp_path):
     assert target.exists()                       # accumulated on disk at ``out``
     _refused_tile(session, sender, env)          # a duplicate: the session fails
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refused_value_deletes_the_result_file_at_once(tmp_path):
+    # the refusal comes from inside the accumulator, so the error's context still holds
+    # it: the file must go with the failure, not whenever the error is collected
+    target = tmp_path / "d.npy"
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8, integrity="off")
+    data = random_data([3, 2, 4, 3, 2], 3, seed=7)
+    session = Session(data, params)
+    session.coordinator = Coordinator(SID, params, session.names, session.pinned,
+                                      out=target)
+    held = _pump(session, session.run_until("evaluation"),
+                 hold=lambda sender, env: env.HasField("tile"))
+    sender, env = held[0]
+    values = np.frombuffer(env.tile.values, dtype="<u4").copy()
+    values[0] = session.coordinator.plan.primes[0]
+    assert target.exists()
+    error = _refused_tile(session, sender, _copy(env, values=values.tobytes()))
+    assert error.__context__ is not None          # the accumulator's own ParameterError
+    assert list(tmp_path.iterdir()) == []
