@@ -491,3 +491,58 @@ def test_authenticated_party_checks(certs):
     # without TLS nothing can be checked: the claim is returned as is
     insecure = config.with_(tls=dataclasses.replace(config.tls, enabled=False))
     assert authenticated_party(FakeContext(), insecure, "whoever") == "whoever"
+
+
+def test_credentials_name_what_is_missing(certs, tmp_path):
+    from protocols._tls import channel_credentials, server_credentials
+
+    party = certs.party("a")
+    key = party.key.read_bytes()
+    cert = party.cert.read_bytes()
+    hub = certs.coordinator_cert.read_bytes()
+    assert isinstance(channel_credentials(cert, key, hub), grpc.ChannelCredentials)
+    assert _refuse_text(channel_credentials, cert, key, None) == \
+        "trusted certificate is required"
+    assert _refuse_text(channel_credentials, None, key, hub) == "TLS certificate is required"
+    assert _refuse_text(channel_credentials, cert, None, hub) == "TLS private key is required"
+    assert _refuse_text(server_credentials, hub, key, None) == \
+        "trusted certificates is required"
+    assert _refuse_text(server_credentials, None, key, cert) == "TLS certificate is required"
+    # a party's certificate file that holds no certificate is named as the party's
+    config, folder = _copy(certs, tmp_path)
+    entry = dataclasses.replace(config.party("a"), certificate=None, fingerprint=None,
+                                cert=folder / "a.pem")
+    old = config.with_(parties=tuple(entry if p.name == "a" else p for p in config.parties),
+                       tls=dataclasses.replace(config.tls, ca=folder / "coordinator.pem"))
+    (folder / "a.pem").write_bytes(b"junk")
+    assert _refuse_text(party_credentials, old, "a") == \
+        "TLS certificate of party 'a' is not a PEM or DER X.509 certificate"
+
+
+def _refuse_text(factory, *args):
+    with pytest.raises(ParameterError) as info:
+        factory(*args)
+    return str(info.value)
+
+
+def test_make_channel_with_credentials_gives_a_secure_channel(certs):
+    config = load_session_config(certs.config)
+    channel = make_channel("127.0.0.1:1", party_credentials(config, "a"))
+    try:
+        assert isinstance(channel, grpc.Channel)
+    finally:
+        channel.close()
+
+
+def test_a_bound_port_cannot_be_bound_again(caplog):
+    # no SO_REUSEPORT: a second server on the same loopback port is refused (no connection
+    # is made; both servers are only bound, never started)
+    first, port = make_server("127.0.0.1:0", insecure=True)
+    try:
+        with pytest.raises(ParameterError) as info:
+            make_server(f"127.0.0.1:{port}", insecure=True)
+        text = str(info.value)
+        assert text.startswith(f"could not listen on '127.0.0.1:{port}'")
+        assert text.endswith("is the address local and the port free?")
+    finally:
+        first.stop(None)
