@@ -392,3 +392,24 @@ def test_each_pulled_tile_is_delivered_before_the_next_is_computed(monkeypatch):
         # any later block: pulled, then delivered before anything else is computed
         assert events[i + 1] == ("receive", name, "tile"), (i, events[i - 2:i + 3])
     assert len(first_tile) == 3 and len(events) > 20
+
+
+def test_a_silent_party_is_dropped_at_the_evaluation_deadline_and_the_rest_finish(
+        monkeypatch):
+    # party-3 takes the round but never uploads: nothing is left in flight, the
+    # evaluation deadline passes, the coordinator retries without it, and the session
+    # goes on with the messages of the retry (it neither stalls nor stops early)
+    data = random_data([2, 3, 2, 3], 3, seed=12)  # m = 4: one may drop
+    tiles = Party._tiles
+
+    def silent(self, round_, responders):
+        if self.party_id == "party-3":
+            return iter(())
+        return tiles(self, round_, responders)
+
+    monkeypatch.setattr(Party, "_tiles", silent)
+    outcome, transcript = run_memory_session(data, PARAMS, coordinator_class=SpyCoordinator)
+    assert outcome is not None and outcome.lost == ["party-3"]
+    assert outcome.round == 2 and outcome.responders == ["party-0", "party-1", "party-2"]
+    assert np.array_equal(outcome.integer, plaintext_sq_distances(_rows(data), 1.0, 8))
+    assert transcript.coordinator.calls.count(("expire",)) == 1
