@@ -25,7 +25,7 @@ from finite_field import ParameterError, PeerError
 from protocols import _tls
 from protocols import load_session_config
 from protocols._cards import generate_keys
-from protocols._config import ClusteringRequest, ConfigParameters, Deadlines
+from protocols._config import ClusteringRequest, ConfigParameters, Deadlines, TLSSettings
 from protocols._identity import load_identity, public_key_bytes
 from protocols._tls import (IMPERSONATION_WARNING, MAX_MESSAGE_BYTES,
                             authenticated_party, certificate_sha256,
@@ -546,3 +546,53 @@ def test_a_bound_port_cannot_be_bound_again(caplog):
         assert text.endswith("is the address local and the port free?")
     finally:
         first.stop(None)
+
+
+def test_settings_that_the_session_refuses_are_refused_before_writing(tmp_path):
+    assert _gen_refusal(tmp_path, PARTIES, parameters=ConfigParameters(segments=2)) == (
+        "[[parties]] lists 3 parties; segments=2 and noise_segments=1 need at least "
+        "2l+2t-1 = 5")
+    assert _gen_refusal(tmp_path, PARTIES, clustering={"method": "kmeans"}) == \
+        "clustering must be a ClusteringRequest, got dict"
+    assert _gen_refusal(tmp_path, PARTIES, deadlines=5) == \
+        "deadlines must be a Deadlines, got int"
+
+
+def test_default_validity_is_30_days(certs):
+    for path in [certs.coordinator_cert] + [p.cert for p in certs.parties]:
+        c = x509.load_pem_x509_certificate(path.read_bytes())
+        assert (c.not_valid_after_utc - c.not_valid_before_utc).days == 30
+
+
+def test_a_coordinator_has_no_identity_file_to_collide_with(tmp_path):
+    (tmp_path / "coordinator.identity.pem").write_text("someone else's file")
+    certs = generate_certificates(tmp_path, PARTIES)
+    assert (tmp_path / "coordinator.identity.pem").read_text() == "someone else's file"
+    assert tmp_path / "coordinator.identity.pem" not in certs.files
+
+
+def test_own_key_checks_name_the_file_and_the_certificate(certs, tmp_path):
+    config, folder = _copy(certs, tmp_path)
+    shutil.copy(folder / "b.key", folder / "coordinator.key")
+    with pytest.raises(ParameterError) as info:
+        check_own_keys(config, "coordinator")
+    assert str(info.value) == (
+        f"the TLS key file {str(folder / 'coordinator.key')!r} is not the key of the TLS "
+        "certificate pinned for the coordinator in the session config: the config was "
+        "assembled from another card than the one made with this key (or --keys points at "
+        "the wrong folder); compare the card fingerprints")
+    # older configs: certificate files that hold no certificate
+    (folder / "junk.pem").write_bytes(b"junk")
+    tls = TLSSettings(ca=folder / "coordinator.pem", coordinator_cert=folder / "junk.pem",
+                      coordinator_key=folder / "coordinator.key")
+    older = config.with_(tls=tls, parties=tuple(
+        dataclasses.replace(p, certificate=None, fingerprint=None, cert=folder / "junk.pem")
+        for p in config.parties))
+    with pytest.raises(ParameterError) as info:
+        check_own_keys(older, "coordinator")
+    assert str(info.value) == \
+        "the coordinator's TLS certificate is not a PEM or DER X.509 certificate"
+    with pytest.raises(ParameterError) as info:
+        check_own_keys(older, "b")
+    assert str(info.value) == \
+        "TLS certificate of party 'b' is not a PEM or DER X.509 certificate"
