@@ -596,3 +596,27 @@ def test_own_key_checks_name_the_file_and_the_certificate(certs, tmp_path):
         check_own_keys(older, "b")
     assert str(info.value) == \
         "TLS certificate of party 'b' is not a PEM or DER X.509 certificate"
+
+
+def test_make_server_binds_loopback_by_default(caplog):
+    with caplog.at_level(logging.WARNING, logger="omnifc.tls"):
+        server, port = make_server(insecure=True)
+    try:
+        assert port > 0 and "gRPC server on 127.0.0.1:0 WITHOUT TLS" in caplog.text
+    finally:
+        server.stop(None)
+
+
+def test_links_are_all_listed_and_the_demo_warning_logged_as_is(tmp_path, caplog):
+    other = tmp_path / "o"
+    other.mkdir(mode=0o700)
+    (other / "a.pem").symlink_to(tmp_path / "x")
+    (other / "c.key").symlink_to(tmp_path / "y")
+    with pytest.raises(ParameterError) as info:
+        generate_certificates(other, PARTIES)
+    assert str(info.value) == ("refusing to write through symbolic links: "
+                               f"{other / 'a.pem'}, {other / 'c.key'}")
+    with caplog.at_level(logging.INFO, logger="omnifc.tls"):
+        generate_certificates(tmp_path / "d", PARTIES)
+    assert [r.getMessage() for r in caplog.records if r.name == "omnifc.tls"] == \
+        [IMPERSONATION_WARNING]
