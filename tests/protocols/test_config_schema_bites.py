@@ -617,3 +617,15 @@ def test_dump_refuses_existing_files_only_when_asked(tmp_path):
     assert path.read_text() == "old"
     dump_session_config(_plain(), path)
     assert load_session_config(path) == _plain()
+
+
+def test_an_older_config_gives_the_coordinator_certificate_file(tmp_path):
+    parties = tuple(PartyEntry(n, KEYS[i], cert=tmp_path / f"{n}.pem", key=tmp_path / "k")
+                    for i, n in enumerate("abc"))
+    config = SessionConfig(SID, "127.0.0.1:1", parties, tls=TLSSettings(
+        ca=tmp_path / "ca.pem", coordinator_cert=tmp_path / "c.pem",
+        coordinator_key=tmp_path / "c.key"))
+    assert tuple(config.coordinator_tls()) == (tmp_path / "c.pem", tmp_path / "c.key",
+                                               tmp_path / "ca.pem")
+    assert tuple(config.party_tls("b")) == (tmp_path / "b.pem", tmp_path / "k",
+                                            tmp_path / "ca.pem")

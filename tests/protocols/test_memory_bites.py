@@ -392,3 +392,49 @@ def test_each_pulled_tile_is_delivered_before_the_next_is_computed(monkeypatch):
         # any later block: pulled, then delivered before anything else is computed
         assert events[i + 1] == ("receive", name, "tile"), (i, events[i - 2:i + 3])
     assert len(first_tile) == 3 and len(events) > 20
+
+
+def test_a_silent_party_is_dropped_at_the_evaluation_deadline_and_the_rest_finish(
+        monkeypatch):
+    # party-3 takes the round but never uploads: nothing is left in flight, the
+    # evaluation deadline passes, the coordinator retries without it, and the session
+    # goes on with the messages of the retry (it neither stalls nor stops early)
+    data = random_data([2, 3, 2, 3], 3, seed=12)  # m = 4: one may drop
+    tiles = Party._tiles
+
+    def silent(self, round_, responders):
+        if self.party_id == "party-3":
+            return iter(())
+        return tiles(self, round_, responders)
+
+    monkeypatch.setattr(Party, "_tiles", silent)
+    outcome, transcript = run_memory_session(data, PARAMS, coordinator_class=SpyCoordinator)
+    assert outcome is not None and outcome.lost == ["party-3"]
+    assert outcome.round == 2 and outcome.responders == ["party-0", "party-1", "party-2"]
+    assert np.array_equal(outcome.integer, plaintext_sq_distances(_rows(data), 1.0, 8))
+    assert transcript.coordinator.calls.count(("expire",)) == 1
+
+
+def test_a_forged_error_report_to_one_party_is_not_answered(spy_party):
+    # a malicious relay replaces party-1's first RoundStart with an ErrorReport: party-1
+    # stops; the transport does not answer an ErrorReport with another one, so the
+    # coordinator only sees party-1 fall silent and retries without it at the deadline
+    data = random_data([2, 3, 2, 3], 3, seed=13)
+    forged = []
+
+    def tamper(dest, env):
+        if dest == "party-1" and env.HasField("round_start") and not forged:
+            forged.append(env.round_start.session_id)
+            return pb.Envelope(error=pb.ErrorReport(
+                session_id=env.round_start.session_id, reporter="coordinator",
+                phase="evaluation", kind="protocol", message="forged"))
+        return env
+
+    # integrity off: no group seeds, so the others do not wait for party-1 in round 1
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8, integrity="off")
+    outcome, transcript = run_memory_session(data, params, tamper=tamper, record=True)
+    assert forged and outcome.lost == ["party-1"] and outcome.round == 2
+    assert np.array_equal(outcome.integer, plaintext_sq_distances(_rows(data), 1.0, 8))
+    assert transcript.of_kind("error") == []
+    assert transcript.parties["party-1"].phase == "failed"
+    assert "forged" in str(transcript.parties["party-1"].error)

@@ -25,7 +25,7 @@ from finite_field import ParameterError, PeerError
 from protocols import _tls
 from protocols import load_session_config
 from protocols._cards import generate_keys
-from protocols._config import ClusteringRequest, ConfigParameters, Deadlines
+from protocols._config import ClusteringRequest, ConfigParameters, Deadlines, TLSSettings
 from protocols._identity import load_identity, public_key_bytes
 from protocols._tls import (IMPERSONATION_WARNING, MAX_MESSAGE_BYTES,
                             authenticated_party, certificate_sha256,
@@ -491,3 +491,132 @@ def test_authenticated_party_checks(certs):
     # without TLS nothing can be checked: the claim is returned as is
     insecure = config.with_(tls=dataclasses.replace(config.tls, enabled=False))
     assert authenticated_party(FakeContext(), insecure, "whoever") == "whoever"
+
+
+def test_credentials_name_what_is_missing(certs, tmp_path):
+    from protocols._tls import channel_credentials, server_credentials
+
+    party = certs.party("a")
+    key = party.key.read_bytes()
+    cert = party.cert.read_bytes()
+    hub = certs.coordinator_cert.read_bytes()
+    assert isinstance(channel_credentials(cert, key, hub), grpc.ChannelCredentials)
+    assert _refuse_text(channel_credentials, cert, key, None) == \
+        "trusted certificate is required"
+    assert _refuse_text(channel_credentials, None, key, hub) == "TLS certificate is required"
+    assert _refuse_text(channel_credentials, cert, None, hub) == "TLS private key is required"
+    assert _refuse_text(server_credentials, hub, key, None) == \
+        "trusted certificates is required"
+    assert _refuse_text(server_credentials, None, key, cert) == "TLS certificate is required"
+    # a party's certificate file that holds no certificate is named as the party's
+    config, folder = _copy(certs, tmp_path)
+    entry = dataclasses.replace(config.party("a"), certificate=None, fingerprint=None,
+                                cert=folder / "a.pem")
+    old = config.with_(parties=tuple(entry if p.name == "a" else p for p in config.parties),
+                       tls=dataclasses.replace(config.tls, ca=folder / "coordinator.pem"))
+    (folder / "a.pem").write_bytes(b"junk")
+    assert _refuse_text(party_credentials, old, "a") == \
+        "TLS certificate of party 'a' is not a PEM or DER X.509 certificate"
+
+
+def _refuse_text(factory, *args):
+    with pytest.raises(ParameterError) as info:
+        factory(*args)
+    return str(info.value)
+
+
+def test_make_channel_with_credentials_gives_a_secure_channel(certs):
+    config = load_session_config(certs.config)
+    channel = make_channel("127.0.0.1:1", party_credentials(config, "a"))
+    try:
+        assert isinstance(channel, grpc.Channel)
+    finally:
+        channel.close()
+
+
+def test_a_bound_port_cannot_be_bound_again(caplog):
+    # no SO_REUSEPORT: a second server on the same loopback port is refused (no connection
+    # is made; both servers are only bound, never started)
+    first, port = make_server("127.0.0.1:0", insecure=True)
+    try:
+        with pytest.raises(ParameterError) as info:
+            make_server(f"127.0.0.1:{port}", insecure=True)
+        text = str(info.value)
+        assert text.startswith(f"could not listen on '127.0.0.1:{port}'")
+        assert text.endswith("is the address local and the port free?")
+    finally:
+        first.stop(None)
+
+
+def test_settings_that_the_session_refuses_are_refused_before_writing(tmp_path):
+    assert _gen_refusal(tmp_path, PARTIES, parameters=ConfigParameters(segments=2)) == (
+        "[[parties]] lists 3 parties; segments=2 and noise_segments=1 need at least "
+        "2l+2t-1 = 5")
+    assert _gen_refusal(tmp_path, PARTIES, clustering={"method": "kmeans"}) == \
+        "clustering must be a ClusteringRequest, got dict"
+    assert _gen_refusal(tmp_path, PARTIES, deadlines=5) == \
+        "deadlines must be a Deadlines, got int"
+
+
+def test_default_validity_is_30_days(certs):
+    for path in [certs.coordinator_cert] + [p.cert for p in certs.parties]:
+        c = x509.load_pem_x509_certificate(path.read_bytes())
+        assert (c.not_valid_after_utc - c.not_valid_before_utc).days == 30
+
+
+def test_a_coordinator_has_no_identity_file_to_collide_with(tmp_path):
+    (tmp_path / "coordinator.identity.pem").write_text("someone else's file")
+    certs = generate_certificates(tmp_path, PARTIES)
+    assert (tmp_path / "coordinator.identity.pem").read_text() == "someone else's file"
+    assert tmp_path / "coordinator.identity.pem" not in certs.files
+
+
+def test_own_key_checks_name_the_file_and_the_certificate(certs, tmp_path):
+    config, folder = _copy(certs, tmp_path)
+    shutil.copy(folder / "b.key", folder / "coordinator.key")
+    with pytest.raises(ParameterError) as info:
+        check_own_keys(config, "coordinator")
+    assert str(info.value) == (
+        f"the TLS key file {str(folder / 'coordinator.key')!r} is not the key of the TLS "
+        "certificate pinned for the coordinator in the session config: the config was "
+        "assembled from another card than the one made with this key (or --keys points at "
+        "the wrong folder); compare the card fingerprints")
+    # older configs: certificate files that hold no certificate
+    (folder / "junk.pem").write_bytes(b"junk")
+    tls = TLSSettings(ca=folder / "coordinator.pem", coordinator_cert=folder / "junk.pem",
+                      coordinator_key=folder / "coordinator.key")
+    older = config.with_(tls=tls, parties=tuple(
+        dataclasses.replace(p, certificate=None, fingerprint=None, cert=folder / "junk.pem")
+        for p in config.parties))
+    with pytest.raises(ParameterError) as info:
+        check_own_keys(older, "coordinator")
+    assert str(info.value) == \
+        "the coordinator's TLS certificate is not a PEM or DER X.509 certificate"
+    with pytest.raises(ParameterError) as info:
+        check_own_keys(older, "b")
+    assert str(info.value) == \
+        "TLS certificate of party 'b' is not a PEM or DER X.509 certificate"
+
+
+def test_make_server_binds_loopback_by_default(caplog):
+    with caplog.at_level(logging.WARNING, logger="omnifc.tls"):
+        server, port = make_server(insecure=True)
+    try:
+        assert port > 0 and "gRPC server on 127.0.0.1:0 WITHOUT TLS" in caplog.text
+    finally:
+        server.stop(None)
+
+
+def test_links_are_all_listed_and_the_demo_warning_logged_as_is(tmp_path, caplog):
+    other = tmp_path / "o"
+    other.mkdir(mode=0o700)
+    (other / "a.pem").symlink_to(tmp_path / "x")
+    (other / "c.key").symlink_to(tmp_path / "y")
+    with pytest.raises(ParameterError) as info:
+        generate_certificates(other, PARTIES)
+    assert str(info.value) == ("refusing to write through symbolic links: "
+                               f"{other / 'a.pem'}, {other / 'c.key'}")
+    with caplog.at_level(logging.INFO, logger="omnifc.tls"):
+        generate_certificates(tmp_path / "d", PARTIES)
+    assert [r.getMessage() for r in caplog.records if r.name == "omnifc.tls"] == \
+        [IMPERSONATION_WARNING]
