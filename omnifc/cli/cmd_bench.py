@@ -17,7 +17,8 @@ from finite_field import ParameterError
 BENCHMARKS = {"kernels": "bench_kernels.py", "protocol": "bench_protocol.py",
               "reproduce": "reproduce.py", "scale": "bench_scale.py",
               "masks": "bench_masks.py", "integrity": "bench_integrity.py",
-              "integrity-protocol": "bench_integrity_protocol.py"}
+              "integrity-protocol": "bench_integrity_protocol.py",
+              "flux-k-grid": "flux_k_grid.py"}
 
 
 def benchmarks_dir() -> Path:
