@@ -63,6 +63,18 @@ def copy_tree(destination: Path) -> None:
             shutil.copy2(source, target)
 
 
+def mark_no_mutate(module: Path, functions) -> None:
+    """Mark each named top-level ``def`` of the copied module ``# pragma: no mutate block``."""
+    text = module.read_text()
+    for name in functions:
+        text, found = re.subn(rf"^(def {re.escape(name)}\(.*\):)[ \t]*$",
+                              r"\1  # pragma: no mutate block", text, flags=re.M)
+        if found != 1:
+            raise SystemExit(f"--no-mutate {name}: expected one one-line 'def {name}(...):' "
+                             f"in {module.name}, found {found}")
+    module.write_text(text)
+
+
 def mutmut(tree: Path, *args: str, log=None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(tree))
     return subprocess.run(["mutmut", *args], cwd=tree, env=env, text=True,
@@ -82,6 +94,11 @@ def main(argv=None) -> int:
                         help="run only the mutants whose mutmut name matches, e.g. "
                              "'protocols._party.xǁPartyǁ_on_roster__mutmut_*' (repeatable); "
                              "the score is then over those mutants")
+    parser.add_argument("--no-mutate", action="append", default=[], metavar="FUNCTION",
+                        help="leave this top-level function of MODULE unmutated (mutmut's "
+                             "'# pragma: no mutate block', written in the copy only); needed "
+                             "for a function compiled by numba.njit(signature)(f), which "
+                             "mutmut's trampoline breaks at import (repeatable)")
     parser.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
                         help="one more pytest argument, e.g. --pytest-arg=-m "
                              "--pytest-arg='not network and not slow' (repeatable)")
@@ -93,6 +110,8 @@ def main(argv=None) -> int:
     if tree.exists():
         shutil.rmtree(tree)
     copy_tree(tree)
+    if args.no_mutate:
+        mark_no_mutate(tree / args.module, args.no_mutate)
     with open(tree / "setup.cfg", "a") as cfg:
         cfg.write(SECTION.format(module=args.module, tests="\n    ".join(args.tests),
                                  extra="".join(f"\n    {a}" for a in args.pytest_arg),
