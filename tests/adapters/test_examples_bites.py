@@ -355,3 +355,10 @@ def test_flux_example_reports_a_difference(monkeypatch):
     lines, ok = run_example("flux", seed=0)
     assert ok is False
     assert "bit for bit: False;" in lines[-1]
+
+
+def test_run_example_default_seed_is_zero():
+    # the documented default (``omnifc simulate --adapter NAME --seed``, default 0)
+    default = run_example("client2vec")
+    assert default == run_example("client2vec", seed=0)
+    assert default != run_example("client2vec", seed=1)    # the seed matters here
