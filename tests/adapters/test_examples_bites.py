@@ -362,3 +362,30 @@ def test_run_example_default_seed_is_zero():
     default = run_example("client2vec")
     assert default == run_example("client2vec", seed=0)
     assert default != run_example("client2vec", seed=1)    # the seed matters here
+
+
+def test_client2vec_example_protects_by_organization_and_reports_a_gap(monkeypatch):
+    from omnifc.adapters import _common
+    from omnifc.adapters import client2vec as c2v
+
+    calls = []
+    real = _common.protect
+
+    def spy(rows, **kwargs):
+        calls.append(kwargs)
+        return real(rows, **kwargs)
+
+    monkeypatch.setattr(_common, "protect", spy)
+    lines, ok = run_example("client2vec", seed=0)
+    n = len(c2v.synthetic_domains(seed=0)[0])
+    assert len(calls) == 2
+    for kwargs in calls:
+        assert np.array_equal(kwargs.pop("parties"), np.arange(n) % 4)
+    assert calls == [{"bound": 1.0}, {"bound": c2v.protection_bound()}]
+    assert ok is True
+    # a secure similarity that went wrong (scaled): the gap is reported and ok is False
+    real_similarity = c2v.pair_similarity
+    monkeypatch.setattr(c2v, "pair_similarity", lambda d: 1.5 * real_similarity(d))
+    lines, ok = run_example("client2vec", seed=0)
+    gap = float(lines[2].split(": ")[1].split(" ")[0])
+    assert 1e-3 < gap < 1.0 and ok is False
