@@ -389,3 +389,24 @@ def test_client2vec_example_protects_by_organization_and_reports_a_gap(monkeypat
     lines, ok = run_example("client2vec", seed=0)
     gap = float(lines[2].split(": ")[1].split(" ")[0])
     assert 1e-3 < gap < 1.0 and ok is False
+
+
+def test_clove_example_ok_needs_both_deltas(small_clove, monkeypatch):
+    from omnifc.adapters import clove
+
+    real = clove.run_clove
+    secure_calls = []
+
+    def spy(clients, start, **kwargs):
+        run = real(clients, start, **kwargs)
+        if kwargs.get("secure", True):
+            secure_calls.append(kwargs)
+            if len(secure_calls) == 1:                        # only delta = 1.0 goes wrong
+                run.assignments[-1] = (run.assignments[-1] + 1) % 5
+        return run
+
+    monkeypatch.setattr(clove, "run_clove", spy)
+    lines, ok = run_example("clove", seed=0)
+    assert len(secure_calls) == 2
+    assert "(identical: False)" in lines[1] and "(identical: True)" in lines[2]
+    assert ok is False
