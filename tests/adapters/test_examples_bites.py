@@ -410,3 +410,24 @@ def test_clove_example_ok_needs_both_deltas(small_clove, monkeypatch):
     assert len(secure_calls) == 2
     assert "(identical: False)" in lines[1] and "(identical: True)" in lines[2]
     assert ok is False
+
+
+def test_flux_example_ok_needs_every_shift(monkeypatch):
+    from omnifc.adapters import flux
+
+    real = flux.block_distances
+    secure_calls = []
+
+    def wrong_once(desc, **kwargs):
+        d, blocks, scales = real(desc, **kwargs)
+        if kwargs.get("secure", True):
+            secure_calls.append(1)
+            if len(secure_calls) == 1:                   # only the first shift goes wrong
+                d = d.copy()
+                d[0, 1] = d[1, 0] = d[0, 1] + 1.0
+        return d, blocks, scales
+
+    monkeypatch.setattr(flux, "block_distances", wrong_once)
+    lines, ok = run_example("flux", seed=0)
+    assert len(secure_calls) == len(flux.SHIFTS)
+    assert ok is False and "bit for bit: False;" in lines[-1]
