@@ -355,3 +355,79 @@ def test_flux_example_reports_a_difference(monkeypatch):
     lines, ok = run_example("flux", seed=0)
     assert ok is False
     assert "bit for bit: False;" in lines[-1]
+
+
+def test_run_example_default_seed_is_zero():
+    # the documented default (``omnifc simulate --adapter NAME --seed``, default 0)
+    default = run_example("client2vec")
+    assert default == run_example("client2vec", seed=0)
+    assert default != run_example("client2vec", seed=1)    # the seed matters here
+
+
+def test_client2vec_example_protects_by_organization_and_reports_a_gap(monkeypatch):
+    from omnifc.adapters import _common
+    from omnifc.adapters import client2vec as c2v
+
+    calls = []
+    real = _common.protect
+
+    def spy(rows, **kwargs):
+        calls.append(kwargs)
+        return real(rows, **kwargs)
+
+    monkeypatch.setattr(_common, "protect", spy)
+    lines, ok = run_example("client2vec", seed=0)
+    n = len(c2v.synthetic_domains(seed=0)[0])
+    assert len(calls) == 2
+    for kwargs in calls:
+        assert np.array_equal(kwargs.pop("parties"), np.arange(n) % 4)
+    assert calls == [{"bound": 1.0}, {"bound": c2v.protection_bound()}]
+    assert ok is True
+    # a secure similarity that went wrong (scaled): the gap is reported and ok is False
+    real_similarity = c2v.pair_similarity
+    monkeypatch.setattr(c2v, "pair_similarity", lambda d: 1.5 * real_similarity(d))
+    lines, ok = run_example("client2vec", seed=0)
+    gap = float(lines[2].split(": ")[1].split(" ")[0])
+    assert 1e-3 < gap < 1.0 and ok is False
+
+
+def test_clove_example_ok_needs_both_deltas(small_clove, monkeypatch):
+    from omnifc.adapters import clove
+
+    real = clove.run_clove
+    secure_calls = []
+
+    def spy(clients, start, **kwargs):
+        run = real(clients, start, **kwargs)
+        if kwargs.get("secure", True):
+            secure_calls.append(kwargs)
+            if len(secure_calls) == 1:                        # only delta = 1.0 goes wrong
+                run.assignments[-1] = (run.assignments[-1] + 1) % 5
+        return run
+
+    monkeypatch.setattr(clove, "run_clove", spy)
+    lines, ok = run_example("clove", seed=0)
+    assert len(secure_calls) == 2
+    assert "(identical: False)" in lines[1] and "(identical: True)" in lines[2]
+    assert ok is False
+
+
+def test_flux_example_ok_needs_every_shift(monkeypatch):
+    from omnifc.adapters import flux
+
+    real = flux.block_distances
+    secure_calls = []
+
+    def wrong_once(desc, **kwargs):
+        d, blocks, scales = real(desc, **kwargs)
+        if kwargs.get("secure", True):
+            secure_calls.append(1)
+            if len(secure_calls) == 1:                   # only the first shift goes wrong
+                d = d.copy()
+                d[0, 1] = d[1, 0] = d[0, 1] + 1.0
+        return d, blocks, scales
+
+    monkeypatch.setattr(flux, "block_distances", wrong_once)
+    lines, ok = run_example("flux", seed=0)
+    assert len(secure_calls) == len(flux.SHIFTS)
+    assert ok is False and "bit for bit: False;" in lines[-1]

@@ -1239,3 +1239,38 @@ def _bound_reference_float(means, weights, q, s):
         low = f(num, om) - f(max(num - 2 * delta - e_q, 0.0), om + delta)
         out[i, j] = out[j, i] = max(high, low)
     return out
+
+
+def test_run_federated_fmcl_defaults(monkeypatch):
+    from omnifc import fl
+
+    data = fl.make_federated("digits", shift="feature", n_groups=2, clients_per_group=3,
+                             train_samples=30, test_samples=20, seed=1)
+    seen = {}
+    real_encoder, real_secure, real_run = (fmcl.fixed_encoder,
+                                           fmcl.secure_thermometer_distances, fl.run_federated)
+
+    def encoder(n_features, dim, **kwargs):
+        seen["encoder"] = (n_features, dim, kwargs)
+        return real_encoder(n_features, dim, **kwargs)
+
+    def secure(means, weights, **kwargs):
+        seen["secure"] = kwargs["secure"]
+        return real_secure(means, weights, **kwargs)
+
+    def run(*args, **kwargs):
+        seen["run"] = (kwargs["rounds"], kwargs["seed"])
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(fmcl, "fixed_encoder", encoder)
+    monkeypatch.setattr(fmcl, "secure_thermometer_distances", secure)
+    monkeypatch.setattr(fl, "run_federated", run)
+    out = fmcl.run_federated_fmcl(data)
+    assert seen == {"encoder": (data.n_features, 16, {"seed": 0}), "secure": True,
+                    "run": (10, 0)}
+    history = out["run"].history
+    assert len(history) == 10
+    model = fl.SoftmaxRegression(data.n_features, data.n_classes)
+    assert out["accuracy"] == pytest.approx(
+        fl.mean_accuracy(model, out["run"].models, out["labels"], data.clients), rel=1e-12)
+    assert out["accuracy"] != history[1].metrics["accuracy"]      # the last round, not the 2nd
