@@ -502,3 +502,28 @@ def test_neighbour_scales_of_two_clients_and_refusal_text():
     assert flux.neighbour_scales([_sq([0.0, 3.0])]).tolist() == [3.0]    # nearest 9, 9
     with pytest.raises(ParameterError, match=r"^the prefix matrix holds no new clients$"):
         flux.assign_new_clients(np.zeros((2, 2)), [0, 1])
+
+
+def test_gap_eps_with_edges_below_one():
+    x = np.array([0.0, 0.1, 0.2, 1.0, 1.15])            # edges 0.1, 0.1, 0.15, 0.8
+    eps, ratio, found = flux.gap_eps(_sq(x))
+    assert found and ratio == pytest.approx(0.8 / 0.15, rel=1e-12)
+    assert eps == pytest.approx(math.sqrt(0.15 * 0.8), rel=1e-12)
+    dup = np.array([0.0, 0.0, 0.0, 0.0, 0.5, 0.5])       # a zero edge, then 0.5: infinite gap
+    assert flux.gap_eps(_sq(dup)) == (0.25, math.inf, True)
+
+
+def test_shift_scenario_default_seed_and_odd_class_count():
+    (train, _), _ = flux.shift_scenario("P(X)", n_new=0, n_clients=1)
+    rng = np.random.Generator(np.random.PCG64(0))            # the default seed 0
+    means = 4.0 + rng.normal(0.0, 1.0, (10, 50))
+    rng.normal(0.0, 1.0, 50)
+    rng.normal(0.0, 1.0, (10, 50))
+    y = rng.choice(10, size=200, p=np.full(10, 0.1))
+    np.testing.assert_array_equal(train[0][1], y)
+    np.testing.assert_allclose(train[0][0], np.clip(means[y] + 0.5 * rng.standard_normal(
+        (200, 50)), 0.0, 8.0), rtol=1e-15)
+    # 7 classes under label shift: group 0 draws 0, 1, 2 and group 1 draws 3, 4, 5
+    (train, groups), _ = flux.shift_scenario("P(Y)", n_clients=2, n_new=0, n_classes=7,
+                                             dim=2, samples=300, seed=3)
+    assert set(train[0][1].tolist()) == {0, 1, 2} and set(train[1][1].tolist()) == {3, 4, 5}
