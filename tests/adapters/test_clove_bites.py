@@ -796,3 +796,14 @@ def test_is_stable_compares_with_the_last_entry_and_ifca_default_step():
                        @ (clients[i][0] @ start[j] - clients[i][1]) for i in members]
             models[j] = sum(sizes[i] * u for i, u in zip(members, updates)) / sizes[members].sum()
     np.testing.assert_allclose(run.models, models, rtol=1e-12)
+
+
+def test_defaults_k_upper_15_and_five_rounds():
+    x = np.random.default_rng(21).normal(0, 1, (16, 2))    # n = 16 > K_ub: no repetition
+    assert clove.choose_k(_sq(x)) == _paper_choose_k(x, k_upper=15)
+    assert clove.choose_k(_sq(x)) != _paper_choose_k(x, k_upper=16)
+    clients = _clients(7, sizes=(10, 12, 11, 9))
+    start = np.array([[0.6, 0.8, 0.0], [0.0, 0.6, 0.8]])
+    assert len(clove.run_ifca(clients, start).assignments) == 5
+    assert len(clove.run_clove(clients, start, n_clusters=2, secure=False,
+                               stability_rounds=None).assignments) == 5
