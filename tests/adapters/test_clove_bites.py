@@ -807,3 +807,41 @@ def test_defaults_k_upper_15_and_five_rounds():
     assert len(clove.run_ifca(clients, start).assignments) == 5
     assert len(clove.run_clove(clients, start, n_clusters=2, secure=False,
                                stability_rounds=None).assignments) == 5
+
+
+def test_run_clove_changing_assignments_do_not_freeze():
+    clients = _clients(2)
+    start = clove.random_unit_models(3, 3, seed=2)
+    options = dict(local_steps=1, learning_rate=0.05)
+    run = clove.run_clove(clients, start, n_clusters=3, rounds=5, secure=False, **options)
+    ref = _reference_clove(clients, start, n_clusters=3, rounds=5, **options)
+    _same(run, ref)
+    assert ref["frozen"] is None and ref["assignments"][1] != ref["assignments"][2]
+
+
+def test_fedavg_never_writes_into_its_input_and_linear_mixture_default_seed(monkeypatch):
+    models = np.array([[0.0, 0.0], [1.0, 1.0]])
+    out = clove.fedavg(models, [0, 0], [[2.0, 4.0], [4.0, 8.0]], [1, 1])
+    assert out.tolist() == [[3.0, 6.0], [1.0, 1.0]] and models.tolist() == [[0.0, 0.0],
+                                                                           [1.0, 1.0]]
+    clients, _, thetas = clove.linear_mixture(n_clusters=1, clients_per_cluster=1, dim=3,
+                                              train_points=4)
+    rng = np.random.Generator(np.random.PCG64(0))            # the default seed 0
+    np.testing.assert_array_equal(thetas, clove.true_models(1, 3, 1.0, rng))
+    np.testing.assert_array_equal(clients[0][0], rng.standard_normal((4, 3)))
+    # the secure cost: one masked sum over the given parties
+    import omnifc.adapters.clove as module
+
+    seen = []
+    real = module.secure_group_sums
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "secure_group_sums", spy)
+    small = _clients(4, sizes=(10, 12, 11, 9))
+    clove.run_clove(small, np.array([[0.6, 0.8, 0.0], [0.0, 0.6, 0.8]]), n_clusters=2,
+                    rounds=1, parties=["a", "b", "c", "a"], scale_bits=12, max_loss=8.0)
+    assert seen == [dict(n_groups=2, bound=8.0, scale_bits=12, nonnegative=True,
+                         parties=["a", "b", "c", "a"])]
