@@ -845,3 +845,35 @@ def test_fedavg_never_writes_into_its_input_and_linear_mixture_default_seed(monk
                     rounds=1, parties=["a", "b", "c", "a"], scale_bits=12, max_loss=8.0)
     assert seen == [dict(n_groups=2, bound=8.0, scale_bits=12, nonnegative=True,
                          parties=["a", "b", "c", "a"])]
+
+
+def test_run_clove_fl_defaults_parties_and_the_clip_count(monkeypatch, caplog):
+    clients = _fl_clients(TARGETS)
+    run = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=3, local_train=_keep,
+                             secure=False)
+    assert len(run.assignments) == 10                            # rounds=10 by default
+    losses = _losses(TARGETS)
+    sil = clove.run_clove_fl(clients, _Scalar(), MODELS, rounds=1, local_train=_keep,
+                             first_round="evaluation_based", secure=False,
+                             k_rule="silhouette", k_upper=3)     # tolerance 0.10 by default
+    assert sil.n_clusters == [_paper_choose_k(losses, k_upper=3, tolerance=0.10)]
+    # a loss exactly at the bound is not clipped: 4 values above 4, (3 - 1)^2 = 4 is not
+    with caplog.at_level("INFO", logger="omnifc.adapters.clove"):
+        clove.run_clove_fl(_fl_clients(TARGETS + [1.0]), _Scalar(), MODELS, n_clusters=3,
+                           rounds=1, local_train=_keep, first_round="evaluation_based",
+                           secure=False, max_loss=4.0)
+    assert "4 loss values above the public bound 4 were clipped" in caplog.text
+    import omnifc.adapters.clove as module
+
+    seen = []
+    real = module.protect
+
+    def spy(rows, **kwargs):
+        seen.append(kwargs.get("parties"))
+        return real(rows, **kwargs)
+
+    monkeypatch.setattr(module, "protect", spy)
+    clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=2, rounds=1, local_train=_keep,
+                       first_round="evaluation_based", participation=lambda r, rng: [1, 2, 3, 4],
+                       parties=["a", "b", "c", "a", "b", "c"])
+    assert seen == [["b", "c", "a", "b"]]                        # the participants' labels
