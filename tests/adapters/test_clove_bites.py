@@ -877,3 +877,29 @@ def test_run_clove_fl_defaults_parties_and_the_clip_count(monkeypatch, caplog):
                        first_round="evaluation_based", participation=lambda r, rng: [1, 2, 3, 4],
                        parties=["a", "b", "c", "a", "b", "c"])
     assert seen == [["b", "c", "a", "b"]]                        # the participants' labels
+
+
+def test_run_clove_default_step_one_round_freeze_and_protect_arguments(monkeypatch):
+    clients = _clients(2)
+    start = clove.random_unit_models(3, 3, seed=2)
+    run = clove.run_clove(clients, start, n_clusters=3, rounds=3, secure=False, local_steps=1)
+    _same(run, _reference_clove(clients, start, n_clusters=3, rounds=3, local_steps=1,
+                                learning_rate=0.1))
+    run = clove.run_clove(clients, start, n_clusters=3, rounds=3, secure=False,
+                          stability_rounds=1)
+    assert run.frozen_from == 1                    # one round of history is enough
+    import omnifc.adapters.clove as module
+
+    seen = []
+    real = module.protect
+
+    def spy(rows, **kwargs):
+        seen.append(kwargs)
+        return real(rows, **kwargs)
+
+    monkeypatch.setattr(module, "protect", spy)
+    small = _clients(4, sizes=(10, 12, 11, 9))
+    clove.run_clove(small, np.array([[0.6, 0.8, 0.0], [0.0, 0.6, 0.8]]), n_clusters=2,
+                    rounds=1, parties=["a", "b", "c", "a"], scale_bits=12, max_loss=8.0)
+    assert seen == [dict(bound=8.0, scale_bits=12, nonnegative=True,
+                         parties=["a", "b", "c", "a"])]
