@@ -497,3 +497,12 @@ def test_regularized_trainer_with_large_logits():
                                batch_size=6, learning_rate=0.01)
     assert np.isfinite(ours).all()
     np.testing.assert_allclose(ours, ref, rtol=1e-9, atol=1e-9)
+
+
+def test_zero_part_refused_whatever_the_other_part_and_short_directions():
+    with pytest.raises(InputError, match=r"^an index part is the zero vector; it has no "
+                                         r"direction$"):
+        c2v.protected_vector(([0.0, 0.0], [3.0, 4.0]))
+    net = c2v.IndexNetwork(a=np.eye(2), b=np.eye(2), w=np.eye(4, 2), losses=[],
+                           center=np.zeros(2))
+    assert net.feature_direction([0.3, 0.4]).tolist() == pytest.approx([0.6, 0.8])  # |v| 0.5

@@ -527,3 +527,23 @@ def test_shift_scenario_default_seed_and_odd_class_count():
     (train, groups), _ = flux.shift_scenario("P(Y)", n_clients=2, n_new=0, n_classes=7,
                                              dim=2, samples=300, seed=3)
     assert set(train[0][1].tolist()) == {0, 1, 2} and set(train[1][1].tolist()) == {3, 4, 5}
+
+
+def test_two_clients_exact_log_text_and_block_options(caplog):
+    two = flux.adaptive_dbscan(_sq([0.0, 3.0]))             # gap rule: eps = the one edge
+    assert (two.labels.tolist(), two.eps, two.knee_found, two.n_clusters) == ([0, 0], 3.0,
+                                                                              False, 1)
+    with caplog.at_level("INFO", logger="omnifc.adapters.flux"):
+        flux.adaptive_dbscan(_sq([0.0, 1.0, 2.0, 3.0]), eps_rule="knee")
+    assert [r.getMessage() for r in caplog.records if r.name == "omnifc.adapters.flux"] == \
+        ["no knee in the nearest-neighbour distances; eps = largest (1)"]
+    common = dict(n_components=1, n_classes=1, secure=False)
+    d, _, _ = flux.block_distances(ODD, bound=1.0, scale_bits=3, **common)
+    np.testing.assert_array_equal(d, _quantized_sq(ODD, 1.0, 3))
+    _, _, scales = flux.block_distances(ODD * 0.1, bound=1.0, normalization="block_diameter",
+                                        **common)
+    np.testing.assert_allclose(scales, [math.sqrt(_quantized_sq(0.1 * ODD[:, b], 1.0).max())
+                                        for b in range(4)], rtol=1e-15)
+    assert scales.max() < 1.0
+    d, _, ranges = flux.block_distances(DESC, normalization="ranges", bound=1.0, **common)
+    np.testing.assert_array_equal(d, _quantized_sq(DESC / ranges, 1.0))   # R / min range 1
