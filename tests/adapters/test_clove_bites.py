@@ -904,3 +904,43 @@ def test_run_clove_default_step_one_round_freeze_and_protect_arguments(monkeypat
                     rounds=1, parties=["a", "b", "c", "a"], scale_bits=12, max_loss=8.0)
     assert seen == [dict(bound=8.0, scale_bits=12, nonnegative=True,
                          parties=["a", "b", "c", "a"])]
+
+
+def test_choose_k_gap_zero_height_below_a_small_one():
+    # ward heights 0, 0, 0, sqrt(2) 0.3 = 0.42, then ~16: at K = 3 a zero height lies
+    # below 0.42, an infinite ratio
+    x = np.array([[0.0], [0.0], [0.3], [0.3], [10.0], [10.0]])
+    assert clove.choose_k_gap(_sq(x)) == _gap_reference(x) == 3
+
+
+def test_run_clove_fl_default_trainer_and_the_secure_sum_parties(monkeypatch):
+    from omnifc import fl
+
+    rng = np.random.default_rng(5)
+    clients = [fl.Client(x_train=rng.normal(size=(24, 2)) + 3 * (i % 2),
+                         y_train=rng.integers(0, 2, 24), x_test=rng.normal(size=(3, 2)),
+                         y_test=rng.integers(0, 2, 3), group=i % 2) for i in range(6)]
+    model = fl.SoftmaxRegression(2, 2)
+    starts = [model.init(seed=s) for s in (1, 2)]
+    common = dict(n_clusters=2, rounds=2, first_round="evaluation_based", secure=False)
+    implicit = clove.run_clove_fl(clients, model, starts, **common)
+    explicit = clove.run_clove_fl(clients, model, starts, **common, local_train=fl.sgd_trainer(
+        model, epochs=1, batch_size=20, learning_rate=0.3))        # the documented default
+    assert all(np.array_equal(a, b) for a, b in zip(implicit.models, explicit.models))
+    assert not np.array_equal(implicit.models[0], starts[0])
+    import omnifc.adapters.clove as module
+
+    seen = []
+    real = module.secure_group_sums
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "secure_group_sums", spy)
+    clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, n_clusters=2, rounds=1,
+                       local_train=_keep, first_round="evaluation_based",
+                       participation=lambda r, rng: [1, 2, 3, 4],
+                       parties=["a", "b", "c", "a", "b", "c"])
+    assert seen == [dict(n_groups=2, bound=16.0, scale_bits=20, nonnegative=True,
+                         parties=["b", "c", "a", "b"])]
