@@ -459,3 +459,50 @@ def test_index_losses_at_a_tiny_temperature_stay_finite():
         l_div -= sims[i] - top - math.log(sum(math.exp(s - top) for s in sims))
     assert math.isfinite(values[1])
     assert values[1] == pytest.approx(l_div / 4, rel=1e-9, abs=1e-9)
+
+
+def test_index_losses_rows_with_far_apart_maxima():
+    """Row 1's best match has cosine 0.01, row 0's 1: at temperature 5e-4 the rows' maxima
+    are 2000 apart, so only a per-row shift keeps row 1's softmax finite."""
+    e = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    a = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    b = np.zeros((3, 2))
+    w = np.zeros((4, 3))
+    noise = np.array([np.zeros((2, 3)), [[0.0, 0.0, 0.0], [1.0, -0.99, 0.0]]])
+    values, _ = c2v._index_losses([a, b, w], e, np.array([0, 1]), np.eye(2), noise, 5e-4)
+    v0, v1 = e @ a, (e + noise[1]) @ a
+    l_div = 0.0
+    for i in range(2):
+        sims = [float(v0[i] @ v1[j]) / np.linalg.norm(v0[i]) / np.linalg.norm(v1[j]) / 5e-4
+                for j in range(2)]
+        top = max(sims)
+        p_ii = math.exp(sims[i] - top) / sum(math.exp(s - top) for s in sims)
+        l_div -= math.log(p_ii + 1e-300)
+    assert math.isfinite(values[1]) and values[1] == pytest.approx(l_div / 2, rel=1e-9)
+
+
+def test_regularized_trainer_with_large_logits():
+    from omnifc import fl
+
+    rng = np.random.default_rng(10)
+    model = fl.SoftmaxRegression(3, 4)
+    client = fl.Client(x_train=rng.normal(size=(12, 3)), y_train=rng.integers(0, 4, 12),
+                       x_test=np.zeros((1, 3)), y_test=np.zeros(1, dtype=np.int64), group=0)
+    v = np.array([0.6, 0.0, -0.8])
+    w0 = rng.normal(0, 300.0, model.n_params)               # logits in the thousands
+    ours = c2v.regularized_trainer(model, {id(client): v}, epochs=1, batch_size=6,
+                                   learning_rate=0.01)(w0, client, np.random.default_rng(4))
+    ref = _regularized_by_hand(w0, v, client.x_train, client.y_train, np.random.default_rng(4),
+                               f=3, c=4, lambda_orth=0.05, lambda_kd=1.0, epochs=1,
+                               batch_size=6, learning_rate=0.01)
+    assert np.isfinite(ours).all()
+    np.testing.assert_allclose(ours, ref, rtol=1e-9, atol=1e-9)
+
+
+def test_zero_part_refused_whatever_the_other_part_and_short_directions():
+    with pytest.raises(InputError, match=r"^an index part is the zero vector; it has no "
+                                         r"direction$"):
+        c2v.protected_vector(([0.0, 0.0], [3.0, 4.0]))
+    net = c2v.IndexNetwork(a=np.eye(2), b=np.eye(2), w=np.eye(4, 2), losses=[],
+                           center=np.zeros(2))
+    assert net.feature_direction([0.3, 0.4]).tolist() == pytest.approx([0.6, 0.8])  # |v| 0.5

@@ -796,3 +796,151 @@ def test_is_stable_compares_with_the_last_entry_and_ifca_default_step():
                        @ (clients[i][0] @ start[j] - clients[i][1]) for i in members]
             models[j] = sum(sizes[i] * u for i, u in zip(members, updates)) / sizes[members].sum()
     np.testing.assert_allclose(run.models, models, rtol=1e-12)
+
+
+def test_defaults_k_upper_15_and_five_rounds():
+    x = np.random.default_rng(21).normal(0, 1, (16, 2))    # n = 16 > K_ub: no repetition
+    assert clove.choose_k(_sq(x)) == _paper_choose_k(x, k_upper=15)
+    assert clove.choose_k(_sq(x)) != _paper_choose_k(x, k_upper=16)
+    clients = _clients(7, sizes=(10, 12, 11, 9))
+    start = np.array([[0.6, 0.8, 0.0], [0.0, 0.6, 0.8]])
+    assert len(clove.run_ifca(clients, start).assignments) == 5
+    assert len(clove.run_clove(clients, start, n_clusters=2, secure=False,
+                               stability_rounds=None).assignments) == 5
+
+
+def test_run_clove_changing_assignments_do_not_freeze():
+    clients = _clients(2)
+    start = clove.random_unit_models(3, 3, seed=2)
+    options = dict(local_steps=1, learning_rate=0.05)
+    run = clove.run_clove(clients, start, n_clusters=3, rounds=5, secure=False, **options)
+    ref = _reference_clove(clients, start, n_clusters=3, rounds=5, **options)
+    _same(run, ref)
+    assert ref["frozen"] is None and ref["assignments"][1] != ref["assignments"][2]
+
+
+def test_fedavg_never_writes_into_its_input_and_linear_mixture_default_seed(monkeypatch):
+    models = np.array([[0.0, 0.0], [1.0, 1.0]])
+    out = clove.fedavg(models, [0, 0], [[2.0, 4.0], [4.0, 8.0]], [1, 1])
+    assert out.tolist() == [[3.0, 6.0], [1.0, 1.0]] and models.tolist() == [[0.0, 0.0],
+                                                                           [1.0, 1.0]]
+    clients, _, thetas = clove.linear_mixture(n_clusters=1, clients_per_cluster=1, dim=3,
+                                              train_points=4)
+    rng = np.random.Generator(np.random.PCG64(0))            # the default seed 0
+    np.testing.assert_array_equal(thetas, clove.true_models(1, 3, 1.0, rng))
+    np.testing.assert_array_equal(clients[0][0], rng.standard_normal((4, 3)))
+    # the secure cost: one masked sum over the given parties
+    import omnifc.adapters.clove as module
+
+    seen = []
+    real = module.secure_group_sums
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "secure_group_sums", spy)
+    small = _clients(4, sizes=(10, 12, 11, 9))
+    clove.run_clove(small, np.array([[0.6, 0.8, 0.0], [0.0, 0.6, 0.8]]), n_clusters=2,
+                    rounds=1, parties=["a", "b", "c", "a"], scale_bits=12, max_loss=8.0)
+    assert seen == [dict(n_groups=2, bound=8.0, scale_bits=12, nonnegative=True,
+                         parties=["a", "b", "c", "a"])]
+
+
+def test_run_clove_fl_defaults_parties_and_the_clip_count(monkeypatch, caplog):
+    clients = _fl_clients(TARGETS)
+    run = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=3, local_train=_keep,
+                             secure=False)
+    assert len(run.assignments) == 10                            # rounds=10 by default
+    losses = _losses(TARGETS)
+    sil = clove.run_clove_fl(clients, _Scalar(), MODELS, rounds=1, local_train=_keep,
+                             first_round="evaluation_based", secure=False,
+                             k_rule="silhouette", k_upper=3)     # tolerance 0.10 by default
+    assert sil.n_clusters == [_paper_choose_k(losses, k_upper=3, tolerance=0.10)]
+    # a loss exactly at the bound is not clipped: 4 values above 4, (3 - 1)^2 = 4 is not
+    with caplog.at_level("INFO", logger="omnifc.adapters.clove"):
+        clove.run_clove_fl(_fl_clients(TARGETS + [1.0]), _Scalar(), MODELS, n_clusters=3,
+                           rounds=1, local_train=_keep, first_round="evaluation_based",
+                           secure=False, max_loss=4.0)
+    assert [r.getMessage() for r in caplog.records if r.name == "omnifc.adapters.clove"] == \
+        ["4 loss values above the public bound 4 were clipped"]
+    import omnifc.adapters.clove as module
+
+    seen = []
+    real = module.protect
+
+    def spy(rows, **kwargs):
+        seen.append(kwargs.get("parties"))
+        return real(rows, **kwargs)
+
+    monkeypatch.setattr(module, "protect", spy)
+    clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=2, rounds=1, local_train=_keep,
+                       first_round="evaluation_based", participation=lambda r, rng: [1, 2, 3, 4],
+                       parties=["a", "b", "c", "a", "b", "c"])
+    assert seen == [["b", "c", "a", "b"]]                        # the participants' labels
+
+
+def test_run_clove_default_step_one_round_freeze_and_protect_arguments(monkeypatch):
+    clients = _clients(2)
+    start = clove.random_unit_models(3, 3, seed=2)
+    run = clove.run_clove(clients, start, n_clusters=3, rounds=3, secure=False, local_steps=1)
+    _same(run, _reference_clove(clients, start, n_clusters=3, rounds=3, local_steps=1,
+                                learning_rate=0.1))
+    run = clove.run_clove(clients, start, n_clusters=3, rounds=3, secure=False,
+                          stability_rounds=1)
+    assert run.frozen_from == 1                    # one round of history is enough
+    import omnifc.adapters.clove as module
+
+    seen = []
+    real = module.protect
+
+    def spy(rows, **kwargs):
+        seen.append(kwargs)
+        return real(rows, **kwargs)
+
+    monkeypatch.setattr(module, "protect", spy)
+    small = _clients(4, sizes=(10, 12, 11, 9))
+    clove.run_clove(small, np.array([[0.6, 0.8, 0.0], [0.0, 0.6, 0.8]]), n_clusters=2,
+                    rounds=1, parties=["a", "b", "c", "a"], scale_bits=12, max_loss=8.0)
+    assert seen == [dict(bound=8.0, scale_bits=12, nonnegative=True,
+                         parties=["a", "b", "c", "a"])]
+
+
+def test_choose_k_gap_zero_height_below_a_small_one():
+    # ward heights 0, 0, 0, sqrt(2) 0.3 = 0.42, then ~16: at K = 3 a zero height lies
+    # below 0.42, an infinite ratio
+    x = np.array([[0.0], [0.0], [0.3], [0.3], [10.0], [10.0]])
+    assert clove.choose_k_gap(_sq(x)) == _gap_reference(x) == 3
+
+
+def test_run_clove_fl_default_trainer_and_the_secure_sum_parties(monkeypatch):
+    from omnifc import fl
+
+    rng = np.random.default_rng(5)
+    clients = [fl.Client(x_train=rng.normal(size=(24, 2)) + 3 * (i % 2),
+                         y_train=rng.integers(0, 2, 24), x_test=rng.normal(size=(3, 2)),
+                         y_test=rng.integers(0, 2, 3), group=i % 2) for i in range(6)]
+    model = fl.SoftmaxRegression(2, 2)
+    starts = [model.init(seed=s) for s in (1, 2)]
+    common = dict(n_clusters=2, rounds=2, first_round="evaluation_based", secure=False)
+    implicit = clove.run_clove_fl(clients, model, starts, **common)
+    explicit = clove.run_clove_fl(clients, model, starts, **common, local_train=fl.sgd_trainer(
+        model, epochs=1, batch_size=20, learning_rate=0.3))        # the documented default
+    assert all(np.array_equal(a, b) for a, b in zip(implicit.models, explicit.models))
+    assert not np.array_equal(implicit.models[0], starts[0])
+    import omnifc.adapters.clove as module
+
+    seen = []
+    real = module.secure_group_sums
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "secure_group_sums", spy)
+    clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, n_clusters=2, rounds=1,
+                       local_train=_keep, first_round="evaluation_based",
+                       participation=lambda r, rng: [1, 2, 3, 4],
+                       parties=["a", "b", "c", "a", "b", "c"])
+    assert seen == [dict(n_groups=2, bound=16.0, scale_bits=20, nonnegative=True,
+                         parties=["b", "c", "a", "b"])]

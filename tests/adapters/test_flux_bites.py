@@ -502,3 +502,48 @@ def test_neighbour_scales_of_two_clients_and_refusal_text():
     assert flux.neighbour_scales([_sq([0.0, 3.0])]).tolist() == [3.0]    # nearest 9, 9
     with pytest.raises(ParameterError, match=r"^the prefix matrix holds no new clients$"):
         flux.assign_new_clients(np.zeros((2, 2)), [0, 1])
+
+
+def test_gap_eps_with_edges_below_one():
+    x = np.array([0.0, 0.1, 0.2, 1.0, 1.15])            # edges 0.1, 0.1, 0.15, 0.8
+    eps, ratio, found = flux.gap_eps(_sq(x))
+    assert found and ratio == pytest.approx(0.8 / 0.15, rel=1e-12)
+    assert eps == pytest.approx(math.sqrt(0.15 * 0.8), rel=1e-12)
+    dup = np.array([0.0, 0.0, 0.0, 0.0, 0.5, 0.5])       # a zero edge, then 0.5: infinite gap
+    assert flux.gap_eps(_sq(dup)) == (0.25, math.inf, True)
+
+
+def test_shift_scenario_default_seed_and_odd_class_count():
+    (train, _), _ = flux.shift_scenario("P(X)", n_new=0, n_clients=1)
+    rng = np.random.Generator(np.random.PCG64(0))            # the default seed 0
+    means = 4.0 + rng.normal(0.0, 1.0, (10, 50))
+    rng.normal(0.0, 1.0, 50)
+    rng.normal(0.0, 1.0, (10, 50))
+    y = rng.choice(10, size=200, p=np.full(10, 0.1))
+    np.testing.assert_array_equal(train[0][1], y)
+    np.testing.assert_allclose(train[0][0], np.clip(means[y] + 0.5 * rng.standard_normal(
+        (200, 50)), 0.0, 8.0), rtol=1e-15)
+    # 7 classes under label shift: group 0 draws 0, 1, 2 and group 1 draws 3, 4, 5
+    (train, groups), _ = flux.shift_scenario("P(Y)", n_clients=2, n_new=0, n_classes=7,
+                                             dim=2, samples=300, seed=3)
+    assert set(train[0][1].tolist()) == {0, 1, 2} and set(train[1][1].tolist()) == {3, 4, 5}
+
+
+def test_two_clients_exact_log_text_and_block_options(caplog):
+    two = flux.adaptive_dbscan(_sq([0.0, 3.0]))             # gap rule: eps = the one edge
+    assert (two.labels.tolist(), two.eps, two.knee_found, two.n_clusters) == ([0, 0], 3.0,
+                                                                              False, 1)
+    with caplog.at_level("INFO", logger="omnifc.adapters.flux"):
+        flux.adaptive_dbscan(_sq([0.0, 1.0, 2.0, 3.0]), eps_rule="knee")
+    assert [r.getMessage() for r in caplog.records if r.name == "omnifc.adapters.flux"] == \
+        ["no knee in the nearest-neighbour distances; eps = largest (1)"]
+    common = dict(n_components=1, n_classes=1, secure=False)
+    d, _, _ = flux.block_distances(ODD, bound=1.0, scale_bits=3, **common)
+    np.testing.assert_array_equal(d, _quantized_sq(ODD, 1.0, 3))
+    _, _, scales = flux.block_distances(ODD * 0.1, bound=1.0, normalization="block_diameter",
+                                        **common)
+    np.testing.assert_allclose(scales, [math.sqrt(_quantized_sq(0.1 * ODD[:, b], 1.0).max())
+                                        for b in range(4)], rtol=1e-15)
+    assert scales.max() < 1.0
+    d, _, ranges = flux.block_distances(DESC, normalization="ranges", bound=1.0, **common)
+    np.testing.assert_array_equal(d, _quantized_sq(DESC / ranges, 1.0))   # R / min range 1
