@@ -295,20 +295,20 @@ def test_flux_example_lines(monkeypatch):
         common = dict(n_components=10, n_classes=10, bound=bound)
         d, _, scales = flux.block_distances(desc, secure=False, **common)
         knee = flux.adaptive_dbscan(d, eps_rule="knee")
-        gap = flux.adaptive_dbscan(d, eps_rule="gap")
+        gap = flux.ward_gap(d)                 # the default K rule (tested against sklearn)
         prefix = flux.prefix_distances(desc, new_desc, scales=scales, secure=False, **common)
         assigned = flux.assign_new_clients(prefix, gap.labels)
         majority = {c: np.bincount(groups[gap.labels == c]).argmax()
                     for c in set(gap.labels.tolist())}
         accuracy = np.mean([majority[c] == g for c, g in zip(assigned, new_groups)])
         want.append(f"{shift:<7}          clusters found (2 groups): paper's knee -> "
-                    f"{knee.n_clusters}, omnifc's gap rule -> {gap.n_clusters} (ARI "
+                    f"{knee.n_clusters}, omnifc's Ward gap rule -> {gap.n_clusters} (ARI "
                     f"{_ari(groups, gap.labels):.2f}); test-time accuracy {accuracy:.2f}")
     want.append("note             secure D equals the plaintext D bit for bit: True; with the "
                 "paper's eps_scaling 1.0 every client whose nearest neighbour lies beyond the "
                 "knee is a singleton (DBSCAN min_samples 2), so groups come back split, never "
-                "merged; the default gap rule (widest relative gap of the MST edges) joins "
-                "them with no knob")
+                "merged; the default Ward gap rule (widest relative gap of Ward's merge "
+                "heights on D) joins them with no knob")
     calls = []
     real = flux.block_distances
 

@@ -470,7 +470,7 @@ def test_average_linkage_and_silhouettes_against_scipy_and_the_definition():
 
 
 def test_choose_clusters_silhouette_rule_against_the_definition():
-    labels, k, window, scores = fmcl.choose_clusters(CHAIN)
+    labels, k, window, scores = fmcl.choose_clusters(CHAIN, rule="silhouette")
     assert window == (2, 5)                             # 2..min(10, n - 1)
     assert sorted(scores) == [2, 3, 4, 5]
     best = max(scores.values())
@@ -479,11 +479,11 @@ def test_choose_clusters_silhouette_rule_against_the_definition():
         assert scores[key] == pytest.approx(
             _silhouette(CHAIN, _scipy_average(CHAIN, key)), rel=1e-12)
     assert _partition(labels) == _partition(_scipy_average(CHAIN, k))
-    labels, k, window, scores = fmcl.choose_clusters(CHAIN, max_clusters=3)
+    labels, k, window, scores = fmcl.choose_clusters(CHAIN, rule="silhouette", max_clusters=3)
     assert window == (2, 3) and sorted(scores) == [2, 3]
-    _, _, window, scores = fmcl.choose_clusters(CHAIN, max_clusters=1)
+    _, _, window, scores = fmcl.choose_clusters(CHAIN, rule="silhouette", max_clusters=1)
     assert window == (2, 2) and sorted(scores) == [2]
-    result = fmcl.fmcl_server(CHAIN, max_clusters=3)
+    result = fmcl.fmcl_server(CHAIN, rule="silhouette", max_clusters=3)
     assert result.window == (2, 3) and sorted(result.silhouettes) == [2, 3]
 
 
@@ -499,7 +499,7 @@ def test_choose_clusters_with_fewer_than_three_clients(rule):
 
 def test_choose_clusters_refuses_an_unknown_rule():
     with pytest.raises(ParameterError, match=re.escape(
-            "rule must be one of ('silhouette', 'paper'), got 'Paper'")):
+            "rule must be one of ('tested', 'silhouette', 'paper'), got 'Paper'")):
         fmcl.choose_clusters(CHAIN, rule="Paper")
 
 
@@ -560,7 +560,7 @@ def test_fmcl_server_result_fields():
     assert result.n_clusters == k and result.window == window and result.silhouettes == scores
     assert np.array_equal(result.labels, labels)
     assert result.distances.dtype == np.float64 and np.array_equal(result.distances, d)
-    result = fmcl.fmcl_server(CHAIN, max_clusters=3)
+    result = fmcl.fmcl_server(CHAIN, rule="silhouette", max_clusters=3)
     assert result.window == (2, 3)
 
 
@@ -968,7 +968,7 @@ def test_three_clients_are_split_by_both_rules():
     d = _symmetric(3, {(0, 1): 1.0, (0, 2): 1.1, (1, 2): 1.2})
     # silhouette of {0, 1} | {2}: client 0: a = 1, b = 1.1; client 1: a = 1, b = 1.2; 2 alone
     split = (F(11, 10) - 1) / F(11, 10) / 3 + (F(12, 10) - 1) / F(12, 10) / 3
-    labels, k, window, scores = fmcl.choose_clusters(d)
+    labels, k, window, scores = fmcl.choose_clusters(d, rule="silhouette")
     assert k == 2 and window == (2, 2) and _partition(labels) == {frozenset({0, 1}),
                                                                    frozenset({2})}
     assert scores[2] == pytest.approx(float(split), rel=1e-12)
