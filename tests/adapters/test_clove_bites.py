@@ -9,7 +9,6 @@ the quantization ``round(2^q clip(x, 0, R)) / 2^q`` by hand.
 
 from __future__ import annotations
 
-import logging
 import re
 
 import numpy as np
@@ -19,7 +18,7 @@ from scipy.optimize import linear_sum_assignment
 from sklearn.cluster import AgglomerativeClustering, KMeans
 from sklearn.metrics import silhouette_score
 
-from finite_field import InputError, ParameterError
+from finite_field import ParameterError
 from omnifc.adapters import clove
 
 pytestmark = pytest.mark.timeout(120)

@@ -13,12 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from finite_field import PeerError
 from protocols import Coordinator, SessionParameters
 from protocols._generated import omnifc_pb2 as pb
 from protocol_helpers import Session, plaintext_sq_distances, quantize, random_data
-from test_coordinator_bites import (PARAMS, SID, _copy, _pump, _refused, _says,
-                                    _tiles_of)
+from test_coordinator_bites import PARAMS, SID, _copy, _pump, _refused, _says
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,8 +13,6 @@ beta_j^e / prod_{i != j} (beta_j - beta_i)) vanishes on them.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
