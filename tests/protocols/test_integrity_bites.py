@@ -31,6 +31,7 @@ from protocols import SessionParameters
 from protocols._crypto import MaskView
 from protocols._integrity import (Findings, RoundChecks, TileAccumulator,
                                   group_coefficients, group_streams, round_checks, verdict)
+from oracles import parity_rows
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -66,17 +67,6 @@ def _weights(alphas, betas, p):
     return out
 
 
-def _parity(betas, s, p):
-    v = []
-    for j, bj in enumerate(betas):
-        den = 1
-        for i, bi in enumerate(betas):
-            if i != j:
-                den = den * (bj - bi) % p
-        v.append(pow(den, -1, p))
-    return [[v[j] * pow(b, k, p) % p for j, b in enumerate(betas)] for k in range(s)]
-
-
 @pytest.mark.parametrize("m, responders, t", [
     (6, ["ed", "ann", "cy", "bo", "flo"], 1),      # B not a prefix, given out of order
     (6, NAMES[:6], 1),
@@ -101,7 +91,7 @@ def test_round_checks_are_the_documented_rows_groups_and_member_sets(m, responde
         assert [int(x) for x in check.points] == betas
         # c_j = sum over the l = 1 data points alpha_1..alpha_l (the t noise points are not
         # summed)
-        assert w.tolist() == [_weights(code.alphas[:1], betas, p)] + _parity(betas, s, p)
+        assert w.tolist() == [_weights(code.alphas[:1], betas, p)] + parity_rows(betas, s, p)
         assert groups, "masked mode has mask groups"
         for group in groups:
             dense = [0] * len(order)

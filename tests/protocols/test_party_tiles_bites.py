@@ -22,6 +22,7 @@ from protocols._generated import omnifc_pb2 as pb
 from protocol_helpers import (Session, lagrange_weights, plaintext_sq_distances, quantize,
                               random_data)
 from test_mask_graph import _reference_mask
+from oracles import parity_rows
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -220,22 +221,6 @@ def _drive(session):
     return sent
 
 
-def _dual(betas, s, p):
-    """s parity checks of the evaluations g(beta_j) of a polynomial of degree < |B| - s:
-    mu_e[j] = beta_j^e / prod_{i != j} (beta_j - beta_i), e < s (the dual of a GRS code)."""
-    out = []
-    for e in range(s):
-        row = []
-        for j, bj in enumerate(betas):
-            den = 1
-            for i, bi in enumerate(betas):
-                if i != j:
-                    den = den * (bj - bi) % p
-            row.append(pow(bj, e, p) * pow(den, -1, p) % p)
-        out.append(row)
-    return out
-
-
 def test_checked_masked_uploads_pass_every_parity_check_and_sum_to_d():
     sizes = (14, 10, 12, 9, 11, 8)                     # m = 6, K = 3: s = 3 checks
     params = SessionParameters(dim=3, bound=1.0, scale_bits=16, chunk_bytes=4096)
@@ -277,7 +262,7 @@ def test_checked_masked_uploads_pass_every_parity_check_and_sum_to_d():
     assert len(tiles) == len(names) * len(primes) * len(schedule)
     for k, p in enumerate(primes):
         code = session.parties[names[0]].plan.codes[k]
-        mu = _dual([code.betas[i] for i in range(len(names))], 3, p)
+        mu = parity_rows([code.betas[i] for i in range(len(names))], 3, p)
         c = [_weight(session.parties[x], names, k, x) for x in names]
         for t, (a, b) in enumerate(schedule):
             u = [_values(tiles[x, k, t], (b - a, n - a)) for x in names]
