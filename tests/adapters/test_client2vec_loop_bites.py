@@ -223,3 +223,27 @@ def test_the_regularizer_gets_each_clients_decoded_direction(clients, monkeypatc
     assert len(got) == len(clients)
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("sampling", [True, False])
+def test_sampling_uses_the_previous_set_and_tau(clients, monkeypatch, sampling):
+    """Round r > 0 samples with p = sampling_probabilities(S, C_{r-1}, tau=tau); round 0 and
+    sampling=False sample uniformly (no call)."""
+    calls = []
+    real = c2v.sampling_probabilities
+
+    def spy(similarity, previous, **kw):
+        calls.append((np.array(similarity), np.array(previous), kw))
+        return real(similarity, previous, **kw)
+    monkeypatch.setattr(c2v, "sampling_probabilities", spy)
+    result = c2v.run_federated_client2vec(clients, n_features=64, n_classes=10, rounds=3,
+                                          per_round=2, sampling=sampling, secure=False,
+                                          tau=0.35, seed=5, **SMALL)
+    if not sampling:
+        assert calls == []
+        return
+    assert len(calls) == 2
+    for r, (similarity, previous, kw) in enumerate(calls, start=1):
+        assert np.array_equal(similarity, result["similarity"])
+        assert previous.tolist() == result["sampled"][r - 1].tolist()
+        assert kw == {"tau": 0.35}
