@@ -240,3 +240,49 @@ def test_true_models_pairwise_gaps_within_delta_and_spread_delta(seed):
     assert thetas.shape == (4, 6)
     np.testing.assert_allclose(np.linalg.norm(thetas, axis=1), 1.0)
     assert gaps.min() >= delta and gaps.max() <= spread * delta
+
+
+# ----------------------------------------------------------------------------- run_clove_fl, more
+
+def test_run_clove_fl_default_trainer_is_sgd_1_epoch_batch_20_rate_0_3(monkeypatch):
+    from omnifc import fl
+
+    made = []
+
+    def spy(model, **kwargs):                       # record the arguments; _Scalar has no
+        made.append((model, kwargs))                # gradient, so train nothing
+        return _keep
+
+    monkeypatch.setattr(fl, "sgd_trainer", spy)
+    model = _Scalar()
+    clove.run_clove_fl(_fl_clients(TARGETS), model, MODELS, n_clusters=3, rounds=1,
+                       secure=False)
+    assert len(made) == 1 and made[0][0] is model
+    assert made[0][1] == dict(epochs=1, batch_size=20, learning_rate=0.3)
+
+
+def test_run_clove_fl_participation_callable_gets_the_round_and_a_generator():
+    calls = []
+
+    def pick(r, rng):
+        calls.append((r, isinstance(rng, np.random.Generator)))
+        return np.array([0, 1, 2, 3, 4, 5])
+
+    clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, n_clusters=3, rounds=3,
+                       local_train=_keep, participation=pick, secure=False)
+    assert calls == [(0, True), (1, True), (2, True)]
+
+
+def test_run_clove_fl_parties_reach_every_protocol_call(monkeypatch):
+    # the secure calls get the party labels of exactly the clients they cover, in order
+    prot = _spy(monkeypatch, "protect")
+    sums = _spy(monkeypatch, "secure_group_sums")
+    names = ["p0", "p1", "p2", "p3", "p4", "p5", "p6"]
+    join = [0, 0, 0, 0, 0, 0, 4]
+    run = clove.run_clove_fl(_fl_clients(TARGETS + [0.75]), _Scalar(), MODELS, n_clusters=3,
+                             rounds=5, local_train=_keep, join_round=join,
+                             first_round="evaluation_based", secure=True, parties=names,
+                             stability_rounds=1)
+    assert run.frozen_from == 1 and run.newcomers.keys() == {6}
+    assert [c["parties"] for c in prot] == [names[:6], names]   # round 0, newcomer round 4
+    assert [c["parties"] for c in sums] == [names[:6]]
