@@ -286,3 +286,21 @@ def test_run_clove_fl_parties_reach_every_protocol_call(monkeypatch):
     assert run.frozen_from == 1 and run.newcomers.keys() == {6}
     assert [c["parties"] for c in prot] == [names[:6], names]   # round 0, newcomer round 4
     assert [c["parties"] for c in sums] == [names[:6]]
+
+
+def test_only_round_zero_is_repaired():
+    # "round 0 gives each participant a random model, repaired so every model gets a
+    # client": 3 newcomers in the held random round 1 draw uniformly with no repair, so
+    # they miss a model with probability 7/9 per seed; over 10 seeds some seed must miss
+    # one (all 10 covering is (2/9)^10 ~ 3e-7), while round 0 (3 clients) always covers
+    join = [0, 0, 0, 1, 1, 1]
+    missing = 0
+    for seed in range(10):
+        run = clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, n_clusters=3,
+                                 rounds=2, random_rounds=2, join_round=join,
+                                 local_train=_keep, seed=seed, secure=False)
+        assert sorted(run.assignments[0][:3].tolist()) == [0, 1, 2]
+        newcomers = run.assignments[1][3:].tolist()
+        assert set(newcomers) <= {0, 1, 2}
+        missing += len(set(newcomers)) < 3
+    assert missing > 0
