@@ -304,3 +304,32 @@ def test_only_round_zero_is_repaired():
         assert set(newcomers) <= {0, 1, 2}
         missing += len(set(newcomers)) < 3
     assert missing > 0
+
+
+def _exact_silhouette(x, labels):
+    """The silhouette of D = squared differences in exact fractions (singletons score 0)."""
+    from fractions import Fraction
+
+    pts = [Fraction(int(v)) for v in x]
+    total = Fraction(0)
+    for i, li in enumerate(labels):
+        own = [j for j, lj in enumerate(labels) if lj == li and j != i]
+        if not own:
+            continue
+        a = sum((pts[i] - pts[j]) ** 2 for j in own) / len(own)
+        b = min(sum((pts[i] - pts[j]) ** 2 for j, lj in enumerate(labels) if lj == c)
+                / sum(1 for lj in labels if lj == c) for c in set(labels) if c != li)
+        total += (b - a) / max(a, b)
+    return total / len(labels)
+
+
+def test_choose_k_keeps_the_first_k_on_an_exact_silhouette_tie():
+    # K replaces the best only if its silhouette EXCEEDS (1 + tolerance) x the best: with
+    # tolerance 0 and K = 4, 5 tied exactly (fractions), K = 4 stays
+    from sklearn.cluster import AgglomerativeClustering
+
+    x = np.array([2.0, 3.0, 0.0, 5.0, 2.0, 5.0, 4.0])
+    exact = {k: _exact_silhouette(x, AgglomerativeClustering(n_clusters=k).fit(
+        x[:, None]).labels_.tolist()) for k in range(2, 7)}
+    assert exact[4] == exact[5] == max(exact.values())
+    assert clove.choose_k(_sq(x[:, None]), k_upper=6, tolerance=0.0) == 4
