@@ -333,3 +333,11 @@ def test_choose_k_keeps_the_first_k_on_an_exact_silhouette_tie():
         x[:, None]).labels_.tolist()) for k in range(2, 7)}
     assert exact[4] == exact[5] == max(exact.values())
     assert clove.choose_k(_sq(x[:, None]), k_upper=6, tolerance=0.0) == 4
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_true_models_default_spread_is_five(seed):
+    # 14 unit models in 3-d at delta 0.3 crowd enough for the default bound 5 x 0.3 to bind
+    delta = 0.3
+    gaps = pdist(clove.true_models(14, 3, delta, np.random.default_rng(seed)))
+    assert gaps.min() >= delta and gaps.max() <= 5.0 * delta
