@@ -17,32 +17,9 @@ from scipy.spatial.distance import pdist
 
 from omnifc.adapters import clove
 
+from .test_clove_bites import MODELS, TARGETS, _fl_clients, _keep, _Scalar
+
 pytestmark = pytest.mark.timeout(120)
-
-
-class _Scalar:
-    """A one-parameter model on rows (1, c): loss (w - c)^2."""
-
-    def loss(self, m, x, y):
-        return float(np.mean((x[:, 0] * m[0] - y) ** 2))
-
-    def accuracy(self, m, x, y):
-        return float(np.mean(np.abs(x[:, 0] * m[0] - y) < 0.5))
-
-
-TARGETS = [0.0, 0.5, 1.5, 1.25, 3.0, 2.75]          # three planted groups
-MODELS = [np.array([0.0]), np.array([1.5]), np.array([3.0])]
-
-
-def _fl_clients(targets):
-    from omnifc import fl
-
-    return [fl.Client(x_train=np.ones((2, 1)), y_train=np.full(2, c), x_test=np.ones((1, 1)),
-                      y_test=np.array([c]), group=0) for c in targets]
-
-
-def _keep(params, client, rng):                     # local training that changes nothing
-    return np.array(params, copy=True)
 
 
 def _sq(x):
