@@ -12,18 +12,11 @@ the matrix is complete. :class:`TiledDistances` is the lazy float view D / 4^q.
 
 Examples
 --------
->>> import numpy as np
->>> from omnifc import DistanceAccumulator
->>> d = np.array([[0, 5, 9], [5, 0, 4], [9, 4, 0]])      # exact integer distances
->>> acc = DistanceAccumulator(3, primes=[7, 11], scale_bits=1)
->>> for k, p in enumerate((7, 11)):
-...     acc.add_tile(k, 0, 2, d[0:2, 0:] % p)              # rows [0, 2) x columns [0, 3)
-...     acc.add_tile(k, 2, 3, d[2:3, 2:] % p)
->>> store = acc.finalize()
->>> store.integer.tolist()
-[[0, 5, 9], [5, 0, 4], [9, 4, 0]]
->>> store.distances[0].tolist()                           # D / 4^q, computed on access
-[0.0, 1.25, 2.25]
+The same classes (a worked example is in :mod:`protocols._accumulator`):
+
+>>> import omnifc, protocols._accumulator as impl
+>>> omnifc.DistanceAccumulator is impl.DistanceAccumulator
+True
 """
 
 from __future__ import annotations
