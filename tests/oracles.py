@@ -27,3 +27,21 @@ def parity_rows(points, checks, p):
             row.append(pow(den, p - 2, p) * pow(x, k, p) % p)
         out.append(row)
     return out
+
+
+def chacha20_elements(key, p, count):
+    """The first ``count`` field elements of the documented mask stream under ``key``.
+
+    ChaCha20 with a zero nonce, read as little-endian 32-bit words, each masked to
+    ``(p - 1).bit_length()`` bits and kept when below p (rejection sampling), one word at a
+    time in Python: not the library's vectorized fast path.
+    """
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+    stream = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
+    bits, out = (p - 1).bit_length(), []
+    while len(out) < count:
+        word = int.from_bytes(stream.update(bytes(4)), "little") & ((1 << bits) - 1)
+        if word < p:
+            out.append(word)
+    return out

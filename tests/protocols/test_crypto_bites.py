@@ -22,12 +22,12 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
 from finite_field import IntegrityError, ParameterError
 from protocols._crypto import PROTOCOL_VERSION, EphemeralKey, KeyStream, MaskView, PairKeys
+from oracles import chacha20_elements
 
 PRIVATE = {"alice": bytes(range(32)), "bob": bytes(range(100, 132))}
 #: A fixed roster digest (any 32 bytes: the digest itself is checked in test_crypto.py).
@@ -185,13 +185,7 @@ def _expected_mask(mask_key, session, round_, roster, responders, p, tile, count
                                       *responders)).digest()
     key = HKDFExpand(algorithm=hashes.SHA256(), length=32,
                      info=_transcript("mask-stream", view, p, tile)).derive(mask_key)
-    stream = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
-    bits, out = (p - 1).bit_length(), []
-    while len(out) < count:
-        word = int.from_bytes(stream.update(bytes(4)), "little") & ((1 << bits) - 1)
-        if word < p:
-            out.append(word)
-    return out
+    return chacha20_elements(key, p, count)
 
 
 @pytest.mark.parametrize("p", [13, 257, 2147483647])

@@ -28,7 +28,6 @@ import pytest
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
@@ -36,6 +35,7 @@ from finite_field import IntegrityError
 from protocols import _crypto
 from protocols._crypto import (EphemeralKey, MaskView, PairKeys, group_mask_key,
                                new_run_nonce, roster_digest, stream_elements)
+from oracles import chacha20_elements
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -287,14 +287,7 @@ def test_group_mask_key_is_hkdf_expand_of_the_documented_info(members, vector_in
 
 # -- mask streams ----------------------------------------------------------------------------
 
-def _stream(key, p, count):
-    stream = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
-    bits, out = (p - 1).bit_length(), []
-    while len(out) < count:
-        word = int.from_bytes(stream.update(bytes(4)), "little") & ((1 << bits) - 1)
-        if word < p:
-            out.append(word)
-    return out
+_stream = chacha20_elements   # the documented stream, word by word (tests/oracles.py)
 
 
 @pytest.mark.parametrize("shape", [7, (7,), (2, 3), [3, 1, 2], np.int64(5), ()])

@@ -23,7 +23,6 @@ import hashlib
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
 from finite_field import Decoding, MaskGroup
@@ -31,7 +30,7 @@ from protocols import SessionParameters
 from protocols._crypto import MaskView
 from protocols._integrity import (Findings, RoundChecks, TileAccumulator,
                                   group_coefficients, group_streams, round_checks, verdict)
-from oracles import parity_rows
+from oracles import chacha20_elements, parity_rows
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -152,14 +151,7 @@ def test_nothing_to_check_gives_none():
 
 # -- group streams -------------------------------------------------------------------------
 
-def _stream(key, p, count):
-    stream = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
-    bits, out = (p - 1).bit_length(), []
-    while len(out) < count:
-        word = int.from_bytes(stream.update(bytes(4)), "little") & ((1 << bits) - 1)
-        if word < p:
-            out.append(word)
-    return out
+_stream = chacha20_elements   # the documented stream, word by word (tests/oracles.py)
 
 
 @pytest.mark.parametrize("m, t", [(6, 1), (7, 2)])
