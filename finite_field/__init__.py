@@ -18,7 +18,8 @@ from ._integrity_masks import (MaskGroup, choose_mask_groups, cyclic_groups,
                                mask_groups, null_space,
                                party_mask, rank_mod, spans_complement)
 from ._lagrange import LagrangeCode, lagrange_basis_at, min_parties
-from ._plan import CodingPlan, Tolerance, make_plan, parties_needed, tolerance
+from ._plan import (INTEGRITY_POLICIES, CodingPlan, Tolerance, check_adversaries,
+                    decoding_radius, make_plan, parties_needed, tolerance)
 from ._primes import MAX_PRIME, choose_primes, fast_primes, validate_prime
 from ._quantize import Quantized, Quantizer
 from ._reed_solomon import (CheckedSum, Decoding, ReedSolomonCheck, checked_sum,
@@ -34,6 +35,7 @@ __all__ = [
     "Quantizer", "Quantized",
     "LagrangeCode", "min_parties", "lagrange_basis_at",
     "CodingPlan", "make_plan", "parties_needed", "tolerance", "Tolerance",
+    "INTEGRITY_POLICIES", "decoding_radius", "check_adversaries",
     "encode_blocks", "weighted_sum", "sq_distances", "cross_sq_distances",
     "gram_matrix", "distances_from_gram", "sq_distances_tile", "DistanceTiles",
     "crt_combine", "masked_upload", "masked_upload_streams", "mask_words", "add_upload",

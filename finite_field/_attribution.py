@@ -87,7 +87,7 @@ def _key(party):
     return (str(type(party)), party)
 
 
-def attribute(errors, row_owner, *, adversaries: int = 1) -> Attribution:
+def attribute(errors, row_owner, *, adversaries: int = 1, known=()) -> Attribution:
     """Name who deviated, or the suspects, from located errors.
 
     Parameters
@@ -97,23 +97,43 @@ def attribute(errors, row_owner, *, adversaries: int = 1) -> Attribution:
     row_owner : sequence
         ``row_owner[row]`` is the party that owns (and encoded) that global row.
     adversaries : int
-        A, the most parties assumed to deviate together (>= 1).
+        A, the most parties assumed to deviate together (>= 0).
+    known : iterable, optional
+        Parties already known to have deviated (named in an earlier round). They count
+        against A and explain every error they can: the verdict is over the explanations
+        that contain them, and it names only parties beyond them.
+
+    Examples
+    --------
+    >>> owner = ["a", "b", "c", "d"]
+    >>> attribute([(0, 1, "c"), (0, 2, "b")], owner, adversaries=2, known=["a"]).clean
+    True
+    >>> attribute([(0, 1, "d"), (1, 1, "d"), (2, 2, "d")], owner, adversaries=2,
+    ...           known=["a"]).named
+    ('d',)
     """
     adversaries = int(adversaries)
-    if adversaries < 1:
-        raise ParameterError(f"adversaries must be >= 1, got {adversaries}")
+    known = set(known)
+    if adversaries < 0:
+        raise ParameterError(f"adversaries must be >= 0, got {adversaries}")
+    budget = adversaries - len(known)
+    if budget < 0:
+        raise ParameterError(f"{len(known)} parties are known to have deviated, more than "
+                             f"the bound A = {adversaries}")
     triples = set()
     for a, b, e in errors:
         a, b = int(a), int(b)
         if not (0 <= a < len(row_owner) and 0 <= b < len(row_owner)):
             raise ParameterError(
                 f"rows must be in [0, {len(row_owner)}), got entry ({a}, {b})")
-        triples.add((row_owner[a], row_owner[b], e))
+        owners_and_evaluator = (row_owner[a], row_owner[b], e)
+        if not known.intersection(owners_and_evaluator):
+            triples.add(owners_and_evaluator)
     if not triples:
         return Attribution(named=(), suspects=(), explained=True, roles={})
     candidates = sorted({x for t in triples for x in t}, key=_key)
     minimal = []
-    for size in range(1, min(adversaries, len(candidates)) + 1):
+    for size in range(1, min(budget, len(candidates)) + 1):
         for subset in itertools.combinations(candidates, size):
             chosen = set(subset)
             if any(set(m) <= chosen for m in minimal):

@@ -35,7 +35,11 @@ from ._lagrange import LagrangeCode, _positive_int, min_parties
 from ._primes import choose_primes
 from ._quantize import Quantizer
 
-__all__ = ["CodingPlan", "make_plan", "parties_needed", "tolerance", "Tolerance"]
+__all__ = ["CodingPlan", "make_plan", "parties_needed", "tolerance", "Tolerance",
+           "INTEGRITY_POLICIES", "decoding_radius", "check_adversaries"]
+
+#: The integrity policies of a distance session (docs/integrity.md, section 5).
+INTEGRITY_POLICIES = ("detect", "correct", "off")
 
 
 def _count(value, name: str) -> int:
@@ -120,6 +124,83 @@ def tolerance(parties: int, segments: int = 1, noise_segments: int = 1,
     t = _positive_int(noise_segments, "noise_segments (t)", 1)
     return Tolerance(parties=m, min_responders=min_parties(l, t),
                      stragglers=_count(stragglers, "stragglers (S)"))
+
+
+def decoding_radius(checks: int, adversaries: int) -> int:
+    """tau = min(floor(s/2), s - A): errors per entry located with s checks against A.
+
+    With s checks the code of every entry has minimum distance s + 1. When at most A
+    parties deviate, an entry of two honest parties' rows is wrong at no more than A
+    evaluators; a decoder of radius tau then never *mislocates* it exactly when
+    tau + A <= s (two patterns with the same syndromes differ by a codeword, weight
+    >= s + 1), so patterns of up to tau errors are located exactly and patterns of
+    tau+1..A are flagged unlocatable. This is the largest such radius.
+
+    >>> decoding_radius(2, 1), decoding_radius(2, 2), decoding_radius(4, 1), decoding_radius(3, 2)
+    (1, 0, 2, 1)
+    """
+    checks = _count(checks, "checks (s)")
+    adversaries = _count(adversaries, "adversaries (A)")
+    if adversaries > checks:
+        raise ParameterError(f"{checks} parity check(s) cannot detect {adversaries} "
+                             f"deviating parties (A <= s is needed)")
+    return min(checks // 2, checks - adversaries)
+
+
+def check_adversaries(parties: int, segments: int, noise_segments: int, adversaries,
+                      integrity: str) -> int:
+    """The declared adversary bound A, validated against the redundancy r = m - K.
+
+    ``adversaries`` None chooses the default: 1 when at least one check exists (r >= 1,
+    integrity on), else 0. The conditions (all parties responding; docs/integrity.md):
+
+    * ``integrity="off"``: nothing is checked, A must be 0;
+    * r = 0: nothing can be checked, A must be 0 (the session warns that it is unchecked);
+    * ``"detect"``: 1 <= A <= r (every deviation of up to A parties is detected);
+    * ``"correct"``: 1 <= A <= floor(r/2) (every one is corrected: radius A, A + A <= r).
+
+    >>> check_adversaries(5, 1, 1, None, "detect"), check_adversaries(5, 1, 1, 2, "detect")
+    (1, 2)
+    >>> check_adversaries(5, 1, 1, 2, "correct")
+    Traceback (most recent call last):
+    ...
+    finite_field._errors.ParameterError: integrity = "correct" with A = 2 deviating parties needs r >= 2A = 4 redundant parties (m >= 2l+2t-1+2A = 7), got m = 5 (r = 2); declare adversaries <= 1 or use integrity = "detect"
+    """
+    if integrity not in INTEGRITY_POLICIES:
+        raise ParameterError(f"integrity must be one of {INTEGRITY_POLICIES}, got "
+                             f"{integrity!r}")
+    k = min_parties(segments, noise_segments)
+    r = _positive_int(parties, "parties (m)", 1) - k
+    if adversaries is None:
+        return 1 if integrity != "off" and r >= 1 else 0
+    if isinstance(adversaries, bool) or not hasattr(adversaries, "__index__"):
+        raise ParameterError(f"adversaries (A) must be an integer, got {adversaries!r}")
+    a = int(adversaries)
+    if a < 0:
+        raise ParameterError(f"adversaries (A) must be >= 0, got {a}")
+    if integrity == "off" or r <= 0:
+        if a:
+            why = ('integrity = "off" checks nothing' if integrity == "off" else
+                   f"m = {parties} parties leave r = 0 redundant evaluations (K = {k}), so "
+                   "nothing can be checked")
+            raise ParameterError(f"adversaries = {a} cannot be guaranteed: {why}; use "
+                                 f"adversaries = 0 or more parties")
+        return 0
+    if a == 0:
+        raise ParameterError(f"adversaries = 0 with integrity = {integrity!r} promises "
+                             "nothing; declare A >= 1 (the most parties that may deviate "
+                             "together) or use integrity = \"off\"")
+    need = a if integrity == "detect" else 2 * a
+    if r < need:
+        limit = r if integrity == "detect" else r // 2
+        advice = (f"declare adversaries <= {limit}" if limit else "add parties") + (
+            ' or use integrity = "detect"' if integrity == "correct" and r >= a else "")
+        raise ParameterError(
+            f"integrity = \"{integrity}\" with A = {a} deviating parties needs r >= "
+            f"{'A' if integrity == 'detect' else '2A'} = {need} redundant parties "
+            f"(m >= 2l+2t-1+{'A' if integrity == 'detect' else '2A'} = {k + need}), got "
+            f"m = {parties} (r = {r}); {advice}")
+    return a
 
 
 @dataclass(frozen=True)

@@ -187,15 +187,20 @@ class Coordinator:
             self.plan = parameters.plan(len(self.names))
             self.parameters = parameters.with_plan(self.plan)
         self.min_responders = self.parameters.min_responders(len(self.names))
+        # A, the declared bound on deviating parties (checked against r when the plan is made)
+        self.adversaries = self.parameters.adversary_bound(len(self.names))
+        self._excluded: list[str] = []  # named and excluded for deviating, in order
         if responders is not None:
             responders = [str(r) for r in responders]
             unknown = [r for r in responders if r not in self.names]
             if unknown or len(set(responders)) != len(responders):
                 raise ParameterError(f"responders must be distinct parties of {self.names}, "
                                      f"got {responders}")
-            if len(responders) < self.min_responders:
-                raise ParameterError(f"the responding set needs at least {self.min_responders} "
-                                     f"parties, got {len(responders)}")
+            needed = self._needed(self.adversaries)
+            if len(responders) < needed:
+                raise ParameterError(f"the responding set needs at least {needed} parties "
+                                     f"({self._why_needed(self.adversaries)}), got "
+                                     f"{len(responders)}")
         self._first_responders = responders
         self.cluster = cluster
         if out is not None and Path(out).exists():  # before any party is involved
@@ -476,7 +481,8 @@ class Coordinator:
         self.delivered = {r: set() for r in responders}
         self.checks = None
         if not isinstance(self.plan, SumPlan):
-            self.checks = round_checks(self.plan, self.parameters, self.names, responders)
+            self.checks = round_checks(self.plan, self.parameters, self.names, responders,
+                                       adversaries=self._adversaries_left)
             if self.checks is None and self.parameters.integrity != "off" and \
                     not self._warned_unchecked:
                 self._warned_unchecked = True
@@ -499,12 +505,31 @@ class Coordinator:
     def _complete(self, name: str) -> bool:
         return len(self.delivered.get(name, ())) == len(self.plan.primes) * len(self.tiles)
 
+    @property
+    def _adversaries_left(self) -> int:
+        """The deviating parties a round must still withstand: A minus those excluded."""
+        return self.adversaries - len(self._excluded)
+
+    def _needed(self, adversaries: int) -> int:
+        """Responders a round needs: K to decode, plus one check per deviating party."""
+        if isinstance(self.plan, SumPlan) or self.parameters.kind == "sum":
+            return self.min_responders
+        return self.min_responders + adversaries
+
+    def _why_needed(self, adversaries: int) -> str:
+        if not adversaries:
+            return f"decoding needs {self.min_responders}"
+        return (f"decoding needs K = {self.min_responders} and detecting {adversaries} "
+                f"deviating part{'y' if adversaries == 1 else 'ies'} one check each")
+
     def _retry(self, missing: list[str], reason: str, error_type) -> list:
         # a strict subset of the current B: honest parties accept nothing else
         remaining = [p for p in self.responders if p not in self.lost]
-        if len(remaining) < self.min_responders:
+        needed = self._needed(self._adversaries_left)
+        if len(remaining) < needed:
             raise error_type(f"{reason}; only {len(remaining)} parties remain "
-                             f"({remaining}) and decoding needs {self.min_responders}",
+                             f"({remaining}) and {self._why_needed(self._adversaries_left)}"
+                             f" (at least {needed})",
                              party=missing[0], phase="evaluation")
         logger.warning("round %d abandoned without unmasking (%s: %s); retrying with %s",
                        self.round, missing, reason, remaining)
@@ -610,7 +635,8 @@ class Coordinator:
     def _integrity_status(self) -> str:
         if self.checks is not None:
             return (f"checked: s = {self.checks.checks} parity check(s) over "
-                    f"{len(self.responders)} responders, radius {self.checks.radius}")
+                    f"{len(self.responders)} responders, radius {self.checks.radius}, "
+                    f"A = {self.adversaries}")
         if self.parameters.integrity == "off" or isinstance(self.plan, SumPlan):
             return "off"
         return "unchecked: r = 0 redundant responders"
@@ -619,42 +645,58 @@ class Coordinator:
         """Some syndrome was nonzero: correct, exclude and rerun, or raise DeviationError.
 
         Returns None when the round's (corrected) sums may be decoded, else the messages
-        of the rerun.
+        of the rerun. The rules that keep the guarantees against any A deviating parties
+        (docs/integrity.md, "Declared adversaries"):
+
+        * the verdict assumes at most A deviators, those excluded earlier among them, so
+          it names only parties in every explanation of the errors (never an innocent);
+        * "correct" accepts the round only if every flagged entry was located and the
+          round's radius reaches the deviators left (tau >= A'), so every pattern of up to
+          A' wrong evaluators was located exactly; otherwise it is handled as "detect";
+        * a rerun excludes named responders only, and only if it is itself checked against
+          the deviators left (K + max(A' - excluded, 1) responders); else the session ends.
         """
         found, checks = self.findings, self.checks
-        attribution = verdict(found, self.names, checks.radius) if found.triples else None
-        explained = attribution is not None and attribution.explained
-        named = tuple(attribution.named) if explained else ()
-        suspects = tuple(attribution.suspects) if explained else ()
-        located = explained and found.uncorrectable == 0
+        left = self._adversaries_left
+        attribution = verdict(found, self.names, self.adversaries, known=self._excluded)
+        named = tuple(attribution.named) if attribution.explained else ()
+        suspects = tuple(attribution.suspects) if attribution.explained else ()
         what = (f"{found.flagged} entries failed the parity checks in round {self.round} "
                 f"({found.uncorrectable} could not be located within radius "
                 f"{checks.radius} of s = {checks.checks} checks)")
-        who = (attribution.describe() if explained else
-               "more parties deviate than the checks can place" if attribution is not None
-               else "no error could be located")
+        if not attribution.explained:
+            who = (f"more than the declared A = {self.adversaries} parties deviate "
+                   "(no explanation of the errors is that small)")
+        elif attribution.clean and not found.triples:
+            who = "no error could be located"
+        else:
+            who = attribution.describe()
+        if self._excluded:
+            who += f" (already excluded: {', '.join(map(repr, self._excluded))})"
         record = {"round": self.round, "named": list(named),
                   "suspects": [list(x) for x in suspects], "description": f"{what}: {who}"}
         logger.warning("session %r: integrity: %s: %s", self.session_id, what, who)
-        if self.parameters.integrity == "correct" and located:
+        if self.parameters.integrity == "correct" and attribution.explained and \
+                found.uncorrectable == 0 and checks.radius >= left:
             self.deviations.append(record | {"action": "corrected"})
             return None
-        exclude = set(named) or {x for group in suspects for x in group}
+        exclude = [p for p in self.responders if p in named]
         remaining = [p for p in self.responders if p not in exclude and p not in self.lost]
-        needed = self.plan.min_responders + 1  # a rerun must itself be checked
+        needed = self.min_responders + max(left - len(exclude), 1)  # checked against the rest
         if exclude and len(remaining) >= needed:
             self.deviations.append(record | {"action": "excluded"})
+            self._excluded.extend(exclude)
             logger.warning("round %d rejected by the integrity checks; rerunning without %s "
-                           "with %s", self.round, sorted(exclude), remaining)
+                           "with %s", self.round, exclude, remaining)
             self._aborted_rounds.add(self.round)
             self._enter("evaluation")
             return self._start_round(remaining)
         reason = ("nobody can be excluded" if not exclude else
-                  f"excluding {sorted(exclude)} leaves {len(remaining)} responders, a checked "
-                  f"rerun needs {needed}")
+                  f"excluding {exclude} leaves {len(remaining)} responders, a rerun checked "
+                  f"against the deviators left needs {needed}")
         raise DeviationError(f"integrity check failed in phase 'decode': {what}: {who}; "
                              f"{reason}, so the session returns nothing",
-                             named=named, suspects=suspects)
+                             named=tuple(self._excluded) + named, suspects=suspects)
 
     # -- decode and result --------------------------------------------------------------
     def _finish(self) -> list:

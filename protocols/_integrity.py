@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from finite_field import (ReedSolomonCheck, attribute, choose_mask_groups, integrity_rows,
-                          weighted_sums)
+from finite_field import (ReedSolomonCheck, attribute, choose_mask_groups, decoding_radius,
+                          integrity_rows, weighted_sums)
 
 from ._crypto import ElementStream, MaskView, group_mask_key
 
@@ -50,7 +50,9 @@ class RoundChecks:
     checks : int
         s = |B| - K parity checks (all the redundancy).
     radius : int
-        floor(s/2): errors per entry that are located (and, with "correct", corrected).
+        tau = min(floor(s/2), s - A) for the A deviating parties the round withstands:
+        errors per entry that are located (and, with "correct", corrected); never a
+        mislocated pattern of up to A wrong evaluators (:func:`finite_field.decoding_radius`).
     rows : list of ndarray
         Per prime, W = [c; mu_1..mu_s], shape (s+1, |B|).
     codes : list of ReedSolomonCheck
@@ -77,11 +79,15 @@ class RoundChecks:
         return [(i, m) for i, m in enumerate(self.member_sets) if name in m]
 
 
-def round_checks(plan, parameters, names, responders) -> RoundChecks | None:
+def round_checks(plan, parameters, names, responders, *,
+                 adversaries: int | None = None) -> RoundChecks | None:
     """The integrity structure of the round with responding set ``responders`` (or None).
 
     None when there is nothing to check: ``integrity="off"``, a secure sum, or
-    r = |B| - K = 0 (the caller says so, loudly).
+    r = |B| - K = 0 (the caller says so, loudly). ``adversaries``: the deviating parties
+    this round must withstand (default: the session's A), which sets the decoding radius
+    :func:`finite_field.decoding_radius` (the coordinator never starts a round with fewer
+    checks than that; a party's view of the structure does not depend on it).
     """
     if parameters.integrity == "off" or parameters.kind != "distance":
         return None
@@ -105,7 +111,9 @@ def round_checks(plan, parameters, names, responders) -> RoundChecks | None:
         else:
             groups.append([])
     member_sets = tuple(sorted(sets, key=lambda m: [names.index(x) for x in m]))
-    return RoundChecks(responders=order, checks=s, radius=s // 2, rows=rows, codes=codes,
+    a = parameters.adversary_bound(len(names)) if adversaries is None else int(adversaries)
+    radius = decoding_radius(s, a) if a <= s else 0
+    return RoundChecks(responders=order, checks=s, radius=radius, rows=rows, codes=codes,
                        groups=groups, member_sets=member_sets)
 
 
@@ -199,7 +207,11 @@ class Findings:
         return self.flagged == 0
 
 
-def verdict(findings: Findings, names, adversaries: int):
-    """The :class:`~finite_field.Attribution` of the located errors (party names)."""
+def verdict(findings: Findings, names, adversaries: int, known=()):
+    """The :class:`~finite_field.Attribution` of the located errors (party names).
+
+    ``adversaries`` is the session's declared A; ``known`` the parties excluded for
+    deviating in earlier rounds (they count against A and explain what they can).
+    """
     return attribute(sorted(findings.triples, key=lambda t: (t[0], t[1], t[2])), list(names),
-                     adversaries=max(1, int(adversaries)))
+                     adversaries=int(adversaries), known=known)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from finite_field import (CodingPlan, ParameterError, PeerError, Quantizer, choose_primes,
+from finite_field import (INTEGRITY_POLICIES, CodingPlan, ParameterError, check_adversaries, PeerError, Quantizer, choose_primes,
                           make_plan, min_parties)
 
 from ._generated import omnifc_pb2 as pb
@@ -32,7 +32,7 @@ KINDS = ("distance", "sum")
 #: detected deviation does: "detect" excludes the parties at fault and reruns (or aborts),
 #: "correct" corrects located errors and names the parties, "off" is the unchecked
 #: weighted-pairwise-mask upload.
-INTEGRITY = ("detect", "correct", "off")
+INTEGRITY = INTEGRITY_POLICIES
 
 #: The phase a message belongs to (for stats and error messages).
 _PHASE_OF = {"hello": "join", "roster": "join", "share": "shares", "ready": "shares",
@@ -96,6 +96,14 @@ class SessionParameters:
         (default): a detected deviation excludes the parties at fault and reruns, or
         aborts with :class:`~finite_field.DeviationError`; "correct": located errors are
         corrected and the parties named in the result; "off": unchecked uploads.
+    adversaries : int, optional
+        A, the most parties that may deviate together (compute or share wrongly). Checked
+        against the redundancy r = m - (2l+2t-1) when the plan is made
+        (:func:`finite_field.check_adversaries`): "detect" needs 1 <= A <= r, "correct"
+        1 <= A <= floor(r/2); with ``integrity="off"`` or r = 0 it is 0. None (default):
+        1 when there is a check, else 0. Against any A parties the session returns the
+        exact D or raises :class:`~finite_field.DeviationError`, and names no one outside
+        them (docs/integrity.md, "Declared adversaries").
     mask_degree : int
         0 (default): every pair of responders shares a pairwise mask. k >= 1: each
         responder masks only with its neighbours in the Harary graph H_{k,|B|} over the
@@ -119,6 +127,7 @@ class SessionParameters:
     max_rows_total: int = DEFAULT_MAX_ROWS_TOTAL
     integrity: str = "detect"
     mask_degree: int = 0
+    adversaries: int | None = None
     alphas: tuple | None = field(default=None)
     betas: tuple | None = field(default=None)
 
@@ -144,6 +153,14 @@ class SessionParameters:
         if self.primes is not None:
             object.__setattr__(self, "primes", tuple(int(p) for p in self.primes))
         object.__setattr__(self, "mask_degree", check_mask_degree(self.mask_degree))
+        if self.adversaries is not None:
+            a = self.adversaries
+            if isinstance(a, bool) or not hasattr(a, "__index__") or int(a) < 0:
+                raise ParameterError(f"adversaries (A) must be an integer >= 0, got {a!r}")
+            object.__setattr__(self, "adversaries", int(a))
+            if self.kind == "sum" and self.adversaries:
+                raise ParameterError("a secure sum has no integrity checks: adversaries "
+                                     f"must be 0, got {self.adversaries}")
         if self.dim == 0 and self.kind == "sum":
             raise ParameterError("a secure sum needs the vector length (dim > 0)")
 
@@ -154,6 +171,7 @@ class SessionParameters:
                                  f"party has {parties - 1} possible mask partners), got "
                                  f"{self.mask_degree}")
         if self.kind == "distance":
+            self.adversary_bound(parties)
             return make_plan(self.dim, bound=self.bound, scale_bits=self.scale_bits,
                              segments=self.segments, noise_segments=self.noise_segments,
                              parties=parties, nonnegative=self.nonnegative, primes=self.primes,
@@ -166,6 +184,13 @@ class SessionParameters:
         primes = choose_primes(2 * parties * quantizer.max_magnitude + 1, self.primes)
         return SumPlan(quantizer=quantizer, primes=primes, parties=parties,
                        length=self.rows * self.dim)
+
+    def adversary_bound(self, parties: int) -> int:
+        """A for m parties, resolved and checked (:func:`finite_field.check_adversaries`)."""
+        if self.kind != "distance":
+            return 0
+        return check_adversaries(parties, self.segments, self.noise_segments,
+                                 self.adversaries, self.integrity)
 
     def min_responders(self, parties: int) -> int:
         if self.kind == "sum":
@@ -180,7 +205,8 @@ class SessionParameters:
                             rows=self.rows, chunk_bytes=self.chunk_bytes,
                             max_rows_per_party=self.max_rows_per_party,
                             max_rows_total=self.max_rows_total, integrity=self.integrity,
-                            mask_degree=self.mask_degree)
+                            mask_degree=self.mask_degree,
+                            adversaries=self.adversary_bound(plan.parties))
         if isinstance(plan, CodingPlan):
             msg.alphas.extend(plan.codes[0].alphas)
             msg.betas.extend(plan.codes[0].betas)
@@ -195,13 +221,13 @@ class SessionParameters:
                    max_rows_per_party=msg.max_rows_per_party or DEFAULT_MAX_ROWS_PER_PARTY,
                    max_rows_total=msg.max_rows_total or DEFAULT_MAX_ROWS_TOTAL,
                    integrity=msg.integrity or "detect", mask_degree=msg.mask_degree,
-                   alphas=tuple(msg.alphas) or None, betas=tuple(msg.betas) or None)
+                   adversaries=msg.adversaries, alphas=tuple(msg.alphas) or None, betas=tuple(msg.betas) or None)
 
     def with_plan(self, plan) -> "SessionParameters":
-        """These parameters with primes (and points) made explicit."""
-        extra = {}
+        """These parameters with primes (and points) and A made explicit."""
+        extra = {"adversaries": self.adversary_bound(plan.parties)}
         if isinstance(plan, CodingPlan):
-            extra = {"alphas": plan.codes[0].alphas, "betas": plan.codes[0].betas}
+            extra |= {"alphas": plan.codes[0].alphas, "betas": plan.codes[0].betas}
         return replace(self, primes=tuple(plan.primes), **extra)
 
 

@@ -66,7 +66,27 @@ def test_no_errors_and_bad_input():
     with pytest.raises(ParameterError, match="rows"):
         attribute([(0, 9, "a")], OWNER)
     with pytest.raises(ParameterError, match="adversaries"):
-        attribute([(0, 1, "a")], OWNER, adversaries=0)
+        attribute([(0, 1, "a")], OWNER, adversaries=-1)
+    # A = 0: no error can be explained; known deviators beyond A are refused
+    assert not attribute([(0, 1, "a")], OWNER, adversaries=0).explained
+    with pytest.raises(ParameterError, match="bound A = 1"):
+        attribute([(0, 1, "a")], OWNER, adversaries=1, known=["a", "b"])
+
+
+def test_known_deviators_explain_their_errors_and_count_against_a():
+    """Errors a known deviator can explain are its; the rest get the remaining budget."""
+    # a is known: (a,b,c) and (a,c,d) are a's; (b,c,c) alone leaves the pair {b} / {c}
+    verdict = attribute([(0, 2, "c"), (2, 4, "c"), (0, 5, "d")], OWNER, adversaries=2,
+                        known=["a"])
+    assert verdict.named == () and verdict.suspects == (("b",), ("c",))
+    # c's errors across the rows of b, c and d: c is the one explanation of size 1
+    verdict = attribute([(0, 2, "d"), (2, 4, "c"), (2, 6, "c"), (4, 6, "c")], OWNER,
+                        adversaries=2, known=["a"])
+    assert verdict.named == ("c",) and verdict.suspects == (("c",),)
+    # with the budget spent, an error the known party cannot explain is "more than A"
+    assert not attribute([(2, 4, "c")], OWNER, adversaries=1, known=["a"]).explained
+    # every error explained by the known party: clean, nobody new
+    assert attribute([(0, 2, "c"), (0, 4, "d")], OWNER, adversaries=1, known=["a"]).clean
 
 
 def _faults(party):

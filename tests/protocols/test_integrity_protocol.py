@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from finite_field import DeviationError, IntegrityError, PeerError, ProtocolError
+from finite_field import DeviationError, IntegrityError, ParameterError, PeerError, ProtocolError
 from protocols import Coordinator, SessionParameters, run_memory_session
 from protocols._grpc_party import FAULT_STRIDE
 from protocols._memory import Transcript
@@ -157,11 +157,12 @@ def test_no_redundancy_says_so_once_loudly(caplog):
 
 # -- deviating parties ----------------------------------------------------------------------
 
-def _run(m, faults, integrity, mode="masked", seed=0):
+def _run(m, faults, integrity, mode="masked", seed=0, adversaries=None):
     data = random_data([3 + (i % 3) for i in range(m)], 3, seed=seed)
     seen = Transcript()
     try:
-        outcome, _ = run_memory_session(data, params(integrity=integrity, mode=mode),
+        outcome, _ = run_memory_session(data, params(integrity=integrity, mode=mode,
+                                                     adversaries=adversaries),
                                         faults=faults, observe=seen)
     except ProtocolError as error:
         return data, None, error, seen
@@ -196,7 +197,10 @@ def test_a_wrong_upload_under_detect_is_excluded_and_the_rerun_is_exact(mode):
 
 def test_a_wrong_upload_with_one_check_is_detected_and_nothing_is_returned():
     # m = K + 1: one check detects but cannot locate; no one is named, nothing returned
-    for integrity in ("detect", "correct"):
+    # ("correct" cannot correct even one deviator with one check: refused at load)
+    with pytest.raises(ParameterError, match=r"r >= 2A = 2"):
+        _run(4, {"party-2": "corrupt-upload"}, "correct")
+    for integrity in ("detect",):
         data, outcome, error, seen = _run(4, {"party-2": "corrupt-upload"}, integrity)
         assert outcome is None and isinstance(error, DeviationError)
         assert isinstance(error, IntegrityError)
@@ -223,11 +227,11 @@ def test_a_share_off_the_polynomial_to_one_recipient_leaves_the_suspect_pair(mod
     assert outcome is None and isinstance(error, DeviationError)
     assert error.named == () and error.suspects == (("party-1",), ("party-3",))
     assert all(p.result is None for p in seen.parties.values())
-    # with one more party, both suspects are excluded and the rerun is exact
+    # with one more party still: a suspect is never excluded (one of them is innocent), so
+    # the session ends with the pair as suspects rather than excluding an honest party
     data, outcome, error, seen = _run(6, {"party-1": "bad-share:party-3"}, "detect", mode)
-    assert error is None and exact(outcome, data)
-    assert not {"party-1", "party-3"} & set(outcome.responders)
-    assert outcome.deviations[0]["suspects"] == [["party-1"], ["party-3"]]
+    assert outcome is None and isinstance(error, DeviationError)
+    assert error.named == () and error.suspects == (("party-1",), ("party-3",))
 
 
 def test_colluding_errors_cancel_in_the_first_check_and_are_caught_by_the_second():
@@ -235,7 +239,7 @@ def test_colluding_errors_cancel_in_the_first_check_and_are_caught_by_the_second
     data = random_data([3 + (i % 3) for i in range(7)], 3, seed=0)
     # transparent: the errors are visible, check that they cancel in mu_1 and not in mu_2
     outcome, transcript = run_memory_session(data, params(mode="transparent",
-                                                          integrity="correct"),
+                                                          integrity="correct", adversaries=2),
                                              faults=faults, record=True)
     assert exact(outcome, data)
     [deviation] = outcome.deviations
@@ -262,20 +266,22 @@ def test_colluding_errors_cancel_in_the_first_check_and_are_caught_by_the_second
         first = sum(mu[0][j] * errors[j] for j in range(7)) % p
         second = sum(mu[1][j] * errors[j] for j in range(7)) % p
         assert not np.any(first) and np.count_nonzero(second) == np.count_nonzero(errors[1])
-    # masked, both policies
+    # masked, both policies (two colluders: A = 2 declared; r = 4 = 2A)
     for integrity, action in (("correct", "corrected"), ("detect", "excluded")):
-        data2, outcome, error, seen = _run(7, faults, integrity)
+        data2, outcome, error, seen = _run(7, faults, integrity, adversaries=2)
         assert error is None and exact(outcome, data2)
         assert outcome.deviations[0]["named"] == ["party-1", "party-4"]
         assert outcome.deviations[0]["action"] == action
 
 
 def test_colluding_pair_beyond_the_radius_aborts_without_naming_anyone():
-    # m = 5: s = 2 checks, radius 1; two wrong evaluators per entry are detected but not
-    # located: never a result, never an innocent named
+    # m = 5: s = 2 checks; two wrong evaluators per entry: with the declared A = 2 (detect:
+    # radius 0) detected, not located; with A = 1 (one step past the bound: radius 1) they
+    # are not located either (or, located, explain nothing within A): never a result,
+    # never an innocent named
     faults = {"party-1": "collude:party-4", "party-4": "collude:party-1"}
-    for integrity in ("correct", "detect"):
-        data, outcome, error, seen = _run(5, faults, integrity)
+    for integrity, adversaries in (("correct", 1), ("detect", 1), ("detect", 2)):
+        data, outcome, error, seen = _run(5, faults, integrity, adversaries=adversaries)
         assert outcome is None and isinstance(error, DeviationError)
         assert error.named == () and "could not be located" in str(error)
         assert all(p.result is None for p in seen.parties.values())
