@@ -151,16 +151,25 @@ def check_adversaries(parties: int, segments: int, noise_segments: int, adversar
                       integrity: str) -> int:
     """The declared adversary bound A, validated against the redundancy r = m - K.
 
-    ``adversaries`` None chooses the default: 1 when at least one check exists (r >= 1,
-    integrity on), else 0. The conditions (all parties responding; docs/integrity.md):
+    ``adversaries`` None chooses the strongest bound the redundancy allows: r for
+    "detect" (every deviation of up to r parties aborts the session; nothing is located,
+    so nobody is excluded), floor(r/2) for "correct", 0 when nothing is checked. A smaller
+    A buys location (radius min(floor(r/2), r - A)): named parties are excluded and the
+    round rerun, and stragglers can drop out while r - A checks remain. The conditions
+    (all parties responding; docs/integrity.md, "Declared adversaries"):
 
     * ``integrity="off"``: nothing is checked, A must be 0;
     * r = 0: nothing can be checked, A must be 0 (the session warns that it is unchecked);
     * ``"detect"``: 1 <= A <= r (every deviation of up to A parties is detected);
-    * ``"correct"``: 1 <= A <= floor(r/2) (every one is corrected: radius A, A + A <= r).
+    * ``"correct"``: 1 <= A <= floor(r/2) (every one is corrected: radius A, A + A <= r);
+    * A = 0 (either policy, explicitly): best effort, nothing promised: any deviation the
+      checks see ends the session with nobody named, and a straggler may leave a round
+      unchecked (the session warns).
 
-    >>> check_adversaries(5, 1, 1, None, "detect"), check_adversaries(5, 1, 1, 2, "detect")
-    (1, 2)
+    >>> check_adversaries(5, 1, 1, None, "detect"), check_adversaries(5, 1, 1, 1, "detect")
+    (2, 1)
+    >>> check_adversaries(5, 1, 1, None, "correct"), check_adversaries(3, 1, 1, None, "detect")
+    (1, 0)
     >>> check_adversaries(5, 1, 1, 2, "correct")
     Traceback (most recent call last):
     ...
@@ -172,7 +181,9 @@ def check_adversaries(parties: int, segments: int, noise_segments: int, adversar
     k = min_parties(segments, noise_segments)
     r = _positive_int(parties, "parties (m)", 1) - k
     if adversaries is None:
-        return 1 if integrity != "off" and r >= 1 else 0
+        if integrity == "off" or r <= 0:
+            return 0
+        adversaries = max(r if integrity == "detect" else r // 2, 1)  # 1 > r//2: refused
     if isinstance(adversaries, bool) or not hasattr(adversaries, "__index__"):
         raise ParameterError(f"adversaries (A) must be an integer, got {adversaries!r}")
     a = int(adversaries)
@@ -186,10 +197,8 @@ def check_adversaries(parties: int, segments: int, noise_segments: int, adversar
             raise ParameterError(f"adversaries = {a} cannot be guaranteed: {why}; use "
                                  f"adversaries = 0 or more parties")
         return 0
-    if a == 0:
-        raise ParameterError(f"adversaries = 0 with integrity = {integrity!r} promises "
-                             "nothing; declare A >= 1 (the most parties that may deviate "
-                             "together) or use integrity = \"off\"")
+    if a == 0:  # best effort: checked where possible, nobody named, nothing promised
+        return 0
     need = a if integrity == "detect" else 2 * a
     if r < need:
         limit = r if integrity == "detect" else r // 2

@@ -198,9 +198,9 @@ class Coordinator:
                                      f"got {responders}")
             needed = self._needed(self.adversaries)
             if len(responders) < needed:
-                raise ParameterError(f"the responding set needs at least {needed} parties "
-                                     f"({self._why_needed(self.adversaries)}), got "
-                                     f"{len(responders)}")
+                why = f" ({self._why_needed(self.adversaries)})" if self.adversaries else ""
+                raise ParameterError(f"the responding set needs at least {needed} parties"
+                                     f"{why}, got {len(responders)}")
         self._first_responders = responders
         self.cluster = cluster
         if out is not None and Path(out).exists():  # before any party is involved
@@ -525,11 +525,12 @@ class Coordinator:
     def _retry(self, missing: list[str], reason: str, error_type) -> list:
         # a strict subset of the current B: honest parties accept nothing else
         remaining = [p for p in self.responders if p not in self.lost]
-        needed = self._needed(self._adversaries_left)
+        left = self._adversaries_left
+        needed = self._needed(left)
         if len(remaining) < needed:
             raise error_type(f"{reason}; only {len(remaining)} parties remain "
-                             f"({remaining}) and {self._why_needed(self._adversaries_left)}"
-                             f" (at least {needed})",
+                             f"({remaining}) and {self._why_needed(left)}"
+                             + (f" (at least {needed})" if left else ""),
                              party=missing[0], phase="evaluation")
         logger.warning("round %d abandoned without unmasking (%s: %s); retrying with %s",
                        self.round, missing, reason, remaining)

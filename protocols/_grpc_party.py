@@ -114,8 +114,9 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         starts (as a crash would); ``"stall-in-evaluation"`` stops answering then;
         ``"garbage-tiles"`` uploads uniformly random in-range evaluation tiles;
         ``"oversized-hello"`` announces 2^44 rows in a (validly signed) hello;
-        ``"corrupt-upload"``, ``"bad-share:RECEIVER"``, ``"collude:PEER"`` deviate in
-        ways the integrity checks must catch (see :func:`_corrupt`).
+        ``"corrupt-upload"``, ``"bad-share:RECEIVER"``, ``"collude:PEER"`` and
+        ``"coalition:PATTERN:MEMBERS"`` deviate in ways the integrity checks must catch
+        (see :func:`_corrupt`).
     on_message : callable, optional
         ``on_message(kind)`` after each received message (progress display).
     tls_files : TLSFiles, optional
@@ -206,13 +207,20 @@ def _corrupt(party: Party, env, fault: str | None):
     Integrity faults (docs/protocol.md, "Integrity"): ``corrupt-upload`` adds a nonzero
     error to every FAULT_STRIDE-th element of every uploaded tile (a party that computes
     wrongly); ``bad-share:RECEIVER`` sends RECEIVER a share off this party's polynomial
-    (one value of its first share chunk changed, re-encrypted under the pair key);
+    (one value of its first share chunk changed by 1, or by AMOUNT with
+    ``bad-share:RECEIVER:AMOUNT``, re-encrypted under the pair key);
     ``collude:PEER`` adds errors e at the same elements as PEER (run with
     ``collude:THIS``), chosen so that v_j e_j + v_PEER e_PEER = 0: they cancel in the
-    first parity check and only a second check sees them.
+    first parity check and only a second check sees them. ``coalition:PATTERN:MEMBERS``
+    (on every member's process) is the strongest deviation of several parties together
+    (:mod:`protocols._faults`).
     """
     if not fault:
         return env
+    if fault.startswith("coalition:"):  # several parties deviating together
+        from ._faults import Coalition
+
+        return Coalition.parse(fault).rewrite(party, env, _corrupt)
     if fault == "garbage-tiles" and env.HasField("tile"):
         p = party.plan.primes[env.tile.prime_index]
         values = np.frombuffer(os.urandom(len(env.tile.values)), dtype="<u4") % np.uint32(p)
@@ -240,7 +248,8 @@ def _corrupt(party: Party, env, fault: str | None):
             _add_error(party, env, np.int64(delta * sign % p * pow(v[mine], -1, p) % p))
     elif fault.startswith("bad-share:") and env.HasField("share"):
         chunk = env.share
-        if chunk.receiver == fault.split(":", 1)[1] and chunk.prime_index == 0 and \
+        _, receiver, *amount = fault.split(":", 2)
+        if chunk.receiver == receiver and chunk.prime_index == 0 and \
                 chunk.chunk_index == 0:
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -249,7 +258,8 @@ def _corrupt(party: Party, env, fault: str | None):
             box = AESGCM(keys.encryption_key)
             plain = bytearray(box.decrypt(bytes(chunk.nonce), bytes(chunk.ciphertext), aad))
             values = np.frombuffer(bytes(plain), dtype="<u4").copy()
-            values[0] = (int(values[0]) + 1) % party.plan.primes[0]  # off the polynomial
+            shift = int(amount[0]) if amount else 1  # off the polynomial
+            values[0] = (int(values[0]) + shift) % party.plan.primes[0]
             chunk.ciphertext = box.encrypt(bytes(chunk.nonce), values.tobytes(), aad)
     return env
 

@@ -22,6 +22,7 @@ See docs/protocol.md ("Integrity") and docs/integrity.md for the math.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 
@@ -105,7 +106,8 @@ def round_checks(plan, parameters, names, responders, *,
         rows.append(w)
         codes.append(check)
         if masked:
-            chosen = choose_mask_groups(w, code.prime, colluders=parameters.noise_segments)
+            chosen = list(_mask_groups(np.ascontiguousarray(w, dtype=np.int64).tobytes(),
+                                       w.shape, code.prime, parameters.noise_segments))
             groups.append(chosen)
             sets.update(tuple(order[j] for j in sorted(g.members)) for g in chosen)
         else:
@@ -115,6 +117,14 @@ def round_checks(plan, parameters, names, responders, *,
     radius = decoding_radius(s, a) if a <= s else 0
     return RoundChecks(responders=order, checks=s, radius=radius, rows=rows, codes=codes,
                        groups=groups, member_sets=member_sets)
+
+
+@functools.lru_cache(maxsize=64)
+def _mask_groups(rows: bytes, shape: tuple, prime: int, colluders: int) -> tuple:
+    """:func:`finite_field.choose_mask_groups` of public values, computed once per process
+    (an in-memory session has every party derive the same structure every round)."""
+    w = np.frombuffer(rows, dtype=np.int64).reshape(shape)
+    return tuple(choose_mask_groups(w, prime, colluders=colluders))
 
 
 def group_streams(checks: RoundChecks, prime_index: int, me: str, seeds: dict,

@@ -135,7 +135,9 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
         honest one. The parties are always the real, unmodified ones.
     faults : dict of str to str, optional
         ``{"party-2": "corrupt-upload"}``: that party deviates exactly as the gRPC party
-        process's test fault of the same name (``protocols._grpc_party._corrupt``).
+        process's test fault of the same name (``protocols._grpc_party._corrupt``). A
+        callable ``fault(party, envelope) -> envelope`` rewrites everything that party
+        sends (an adversary with the party's full state, for tests).
     out, memory_budget, tile_bytes : optional
         Where the coordinator accumulates the result (see :class:`Coordinator`); passed
         to ``coordinator_class`` only when given.
@@ -203,7 +205,9 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
 
     def post(name, env):
         if name in faults:
-            env = _corrupt(parties[name], wire(env), faults[name])
+            fault = faults[name]
+            env = (fault(parties[name], wire(env)) if callable(fault) else
+                   _corrupt(parties[name], wire(env), fault))
         queue.append((COORDINATOR, name, env))
 
     def pull(name) -> bool:

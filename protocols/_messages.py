@@ -100,10 +100,12 @@ class SessionParameters:
         A, the most parties that may deviate together (compute or share wrongly). Checked
         against the redundancy r = m - (2l+2t-1) when the plan is made
         (:func:`finite_field.check_adversaries`): "detect" needs 1 <= A <= r, "correct"
-        1 <= A <= floor(r/2); with ``integrity="off"`` or r = 0 it is 0. None (default):
-        1 when there is a check, else 0. Against any A parties the session returns the
-        exact D or raises :class:`~finite_field.DeviationError`, and names no one outside
-        them (docs/integrity.md, "Declared adversaries").
+        1 <= A <= floor(r/2); with ``integrity="off"`` or r = 0 it is 0. None (default): the
+        strongest the redundancy allows (r for "detect", floor(r/2) for "correct"); a
+        smaller A lets "detect" locate, exclude and rerun, and leaves checks for
+        stragglers. Against any A parties the session returns the exact D or raises
+        :class:`~finite_field.DeviationError`, and names no one outside them
+        (docs/integrity.md, "Declared adversaries").
     mask_degree : int
         0 (default): every pair of responders shares a pairwise mask. k >= 1: each
         responder masks only with its neighbours in the Harary graph H_{k,|B|} over the
@@ -221,7 +223,8 @@ class SessionParameters:
                    max_rows_per_party=msg.max_rows_per_party or DEFAULT_MAX_ROWS_PER_PARTY,
                    max_rows_total=msg.max_rows_total or DEFAULT_MAX_ROWS_TOTAL,
                    integrity=msg.integrity or "detect", mask_degree=msg.mask_degree,
-                   adversaries=msg.adversaries, alphas=tuple(msg.alphas) or None, betas=tuple(msg.betas) or None)
+                   adversaries=msg.adversaries if msg.HasField("adversaries") else None,
+                   alphas=tuple(msg.alphas) or None, betas=tuple(msg.betas) or None)
 
     def with_plan(self, plan) -> "SessionParameters":
         """These parameters with primes (and points) and A made explicit."""

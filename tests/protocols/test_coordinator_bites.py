@@ -21,7 +21,9 @@ from protocol_helpers import Session, random_data
 
 pytestmark = pytest.mark.timeout(120)
 
-PARAMS = SessionParameters(dim=3, bound=1.0, scale_bits=8)
+# adversaries=0 (best effort): these tests pin the round and dropout mechanics; the
+# declared bound A has its own tests (tests/protocols/test_adversary_bound.py)
+PARAMS = SessionParameters(dim=3, bound=1.0, scale_bits=8, adversaries=0)
 SID = "test-session"
 
 
@@ -985,7 +987,11 @@ def _plus_one(env, entries, n):
 SPREAD = [(0, 5), (9, 12)]
 
 
-def _lying(sizes, liars, params=PARAMS, lose=None, seed=7):
+#: The liars' tests declare A = 1 (one deviator: location within radius min(s/2, s - 1)).
+LIE_PARAMS = SessionParameters(dim=3, bound=1.0, scale_bits=8, adversaries=1)
+
+
+def _lying(sizes, liars, params=LIE_PARAMS, lose=None, seed=7):
     """Round 1 with every tile of ``liars`` (party -> entry) held back, then delivered with
     one entry of its first tile one higher; ``lose`` is lost first, after it delivered
     everything. Returns the session, the messages the last tile produced (or the error
@@ -1060,8 +1066,8 @@ def test_a_located_lie_that_leaves_too_few_for_a_checked_rerun_names_the_liar():
     assert str(error) == (
         "integrity check failed in phase 'decode': 2 entries failed the parity checks in "
         "round 1 (0 could not be located within radius 1 of s = 2 checks): party 'party-1' "
-        "deviated (evaluator); excluding ['party-1'] leaves 3 responders, a checked rerun "
-        "needs 4, so the session returns nothing")
+        "deviated (evaluator); excluding ['party-1'] leaves 3 responders, a rerun checked "
+        "against the deviators left needs 4, so the session returns nothing")
     assert session.coordinator.failed_in == "decode"
 
 
@@ -1082,9 +1088,9 @@ def test_more_liars_than_the_checks_can_place_excludes_nobody():
     assert (error.named, error.suspects) == ((), ())
     assert str(error) == (
         "integrity check failed in phase 'decode': 4 entries failed the parity checks in "
-        "round 1 (0 could not be located within radius 1 of s = 2 checks): more parties "
-        "deviate than the checks can place; nobody can be excluded, so the session returns "
-        "nothing")
+        "round 1 (0 could not be located within radius 1 of s = 2 checks): more than the "
+        "declared A = 1 parties deviate (no explanation of the errors is that small); nobody "
+        "can be excluded, so the session returns nothing")
 
 
 def test_rounds_and_dropouts_are_logged_once_each(caplog):
@@ -1122,8 +1128,11 @@ def test_a_group_seed_without_groups_is_refused(where):
 
 
 @pytest.mark.parametrize("sizes, params, status", [
-    ((3, 2, 4, 3, 2), PARAMS, "checked: s = 2 parity check(s) over 5 responders, radius 1"),
-    ((3, 2, 4, 3), PARAMS, "checked: s = 1 parity check(s) over 4 responders, radius 0"),
+    ((3, 2, 4, 3, 2), LIE_PARAMS,
+     "checked: s = 2 parity check(s) over 5 responders, radius 1, A = 1"),
+    ((3, 2, 4, 3, 2), SessionParameters(dim=3, bound=1.0, scale_bits=8),  # default A = r
+     "checked: s = 2 parity check(s) over 5 responders, radius 0, A = 2"),
+    ((3, 2, 4, 3), PARAMS, "checked: s = 1 parity check(s) over 4 responders, radius 0, A = 0"),
     ((3, 2, 4), PARAMS, "unchecked: r = 0 redundant responders"),
     ((3, 2, 4, 3, 2), SessionParameters(dim=3, bound=1.0, scale_bits=8, integrity="off"),
      "off"),
@@ -1156,13 +1165,14 @@ def test_every_party_is_told_the_exact_deviation_record():
 def test_more_liars_than_the_checks_can_place_are_not_corrected_either():
     # every wrong entry alone is within the radius, but no one set of at most radius
     # parties explains them all: fail closed, never a "corrected" result
-    params = SessionParameters(dim=3, bound=1.0, scale_bits=8, integrity="correct")
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8, integrity="correct",
+                               adversaries=1)
     session, data, out, error, _ = _lying((3, 2, 4, 3, 2), {"party-1": SPREAD,
                                                            "party-3": [(0, 6), (3, 12)]},
                                           params=params)
     assert type(error).__name__ == "DeviationError" and session.coordinator.outcome is None
-    assert "more parties deviate than the checks can place; nobody can be excluded" in \
-        str(error)
+    assert "more than the declared A = 1 parties deviate (no explanation of the errors is " \
+        "that small); nobody can be excluded" in str(error)
     assert session.coordinator.deviations == []
 
 

@@ -191,7 +191,7 @@ def test_the_results_and_the_outcome_of_a_distance_session_are_exact():
     session, data, held = _round1(sizes=sizes)
     coordinator = session.coordinator
     out = _deliver_all(session, held)
-    status = "checked: s = 2 parity check(s) over 5 responders, radius 1"
+    status = "checked: s = 2 parity check(s) over 5 responders, radius 1, A = 0"
     assert [d for d, _ in out] == NAMES
     for name, (dest, env) in zip(NAMES, out):
         expected = pb.Result(session_id=SID, party_id=name, round=1, responders=NAMES,

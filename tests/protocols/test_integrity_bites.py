@@ -81,7 +81,11 @@ def test_round_checks_are_the_documented_rows_groups_and_member_sets(m, responde
     order = [n for n in names if n in responders]
     s = len(order) - k
     assert checks.responders == tuple(order)
-    assert (checks.checks, checks.radius) == (s, s // 2)
+    a = params.adversary_bound(m)  # default: A = r = m - K, so the radius is s - A <= 0
+    assert (checks.checks, checks.radius) == (s, max(min(s // 2, s - a), 0))
+    for declared in range(0, s + 1):  # the radius for any A the round withstands
+        assert round_checks(plan, params, names, responders, adversaries=declared).radius \
+            == min(s // 2, s - declared)
     assert len(checks.rows) == len(checks.codes) == len(checks.groups) == 2
     sets = set()
     for code, w, check, groups in zip(plan.codes, checks.rows, checks.codes, checks.groups):
@@ -126,7 +130,7 @@ def test_member_sets_are_sorted_by_roster_order_not_by_name():
 
 def test_transparent_rounds_have_rows_but_no_groups():
     params = _params(mode="transparent")
-    checks = round_checks(params.plan(6), params, NAMES[:6], NAMES[:6])
+    checks = round_checks(params.plan(6), params, NAMES[:6], NAMES[:6], adversaries=1)
     assert checks.groups == [[], []] and checks.member_sets == ()
     assert (checks.checks, checks.radius) == (3, 1)
     assert len(checks.rows) == 2 and checks.rows[0].shape == (4, 6)
@@ -324,8 +328,10 @@ def test_verdict_names_the_party_in_every_explanation():
     findings.triples = {(1, 2, "ann"), (3, 4, "ann"), (2, 3, "ann")}
     result = verdict(findings, names, 1)
     assert result.named == ("ann",) and result.explained
-    # a radius of 0 still assumes one deviator (max(1, radius))
-    assert verdict(findings, names, 0).named == ("ann",)
+    # the declared A, not the radius, bounds the explanations: A = 0 explains nothing
+    assert not verdict(findings, names, 0).explained
+    # an already excluded party is known: the errors it can explain are its own
+    assert verdict(findings, names, 2, known=["ann"]).clean
     # one off-polynomial share: bo wrong on cy's rows only at ed's evaluation -> suspects
     findings.triples = {(2, 2, "ed")}
     single = verdict(findings, names, 1)

@@ -185,7 +185,8 @@ def test_a_wrong_upload_is_corrected_and_named_in_the_result_of_every_party(mode
 
 @pytest.mark.parametrize("mode", ["masked", "transparent"])
 def test_a_wrong_upload_under_detect_is_excluded_and_the_rerun_is_exact(mode):
-    data, outcome, error, seen = _run(5, {"party-3": "corrupt-upload"}, "detect", mode)
+    data, outcome, error, seen = _run(5, {"party-3": "corrupt-upload"}, "detect", mode,
+                                      adversaries=1)
     assert error is None and exact(outcome, data)
     assert outcome.round == 2 and "party-3" not in outcome.responders
     [deviation] = outcome.deviations
@@ -222,14 +223,16 @@ def test_a_share_off_the_polynomial_to_one_recipient_leaves_the_suspect_pair(mod
         [message] = party.result.deviations
         assert [list(s.parties) for s in message.suspects] == [["party-1"], ["party-3"]]
         assert list(message.named) == []
-    # under detect, excluding both suspects would leave 3 = K: no checked rerun, abort
-    data, outcome, error, seen = _run(5, {"party-1": "bad-share:party-3"}, "detect", mode)
+    # under detect with A = 1 (radius 1: located): the pair cannot be told apart, abort
+    data, outcome, error, seen = _run(5, {"party-1": "bad-share:party-3"}, "detect", mode,
+                                      adversaries=1)
     assert outcome is None and isinstance(error, DeviationError)
     assert error.named == () and error.suspects == (("party-1",), ("party-3",))
     assert all(p.result is None for p in seen.parties.values())
     # with one more party still: a suspect is never excluded (one of them is innocent), so
     # the session ends with the pair as suspects rather than excluding an honest party
-    data, outcome, error, seen = _run(6, {"party-1": "bad-share:party-3"}, "detect", mode)
+    data, outcome, error, seen = _run(6, {"party-1": "bad-share:party-3"}, "detect", mode,
+                                      adversaries=1)
     assert outcome is None and isinstance(error, DeviationError)
     assert error.named == () and error.suspects == (("party-1",), ("party-3",))
 

@@ -42,11 +42,18 @@ def test_small_chunks_give_many_chunks_and_tiles_and_stay_exact():
 
 def test_dropout_in_evaluation_retries_with_the_remaining_parties():
     data = random_data([3, 4, 2, 3], 3, seed=5)  # m = 2l + 2t = 4
-    params = SessionParameters(dim=3, bound=1.0, scale_bits=8)
+    # best effort (A = 0): the one check may be spent on the straggler
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8, adversaries=0)
     outcome, _ = run_memory_session(data, params, drop={"party-1": "evaluation"})
     assert np.array_equal(outcome.integer, plaintext_sq_distances(all_rows(data), 1.0, 8))
     assert outcome.round == 2 and outcome.responders == ["party-0", "party-2", "party-3"]
     assert outcome.lost == ["party-1"]
+    assert outcome.integrity == "unchecked: r = 0 redundant responders"
+    # the default A = r = 1 keeps its check: an unchecked rerun is refused, the session ends
+    with pytest.raises(PeerError, match=r"detecting 1 deviating party one check each "
+                                        r"\(at least 4\)"):
+        run_memory_session(data, SessionParameters(dim=3, bound=1.0, scale_bits=8),
+                           drop={"party-1": "evaluation"})
 
 
 def test_dropout_with_too_few_parties_names_the_party_and_phase():

@@ -9,6 +9,7 @@ with the module's helpers.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -109,18 +110,22 @@ def _distinct_params():
                              nonnegative=True, primes=(65521,), mode="transparent",
                              rows=3, chunk_bytes=8192, max_rows_per_party=77,
                              max_rows_total=99, integrity="correct", mask_degree=3,
-                             alphas=(1, 2, 3), betas=(10, 11, 12, 13, 14, 15))
+                             adversaries=1, alphas=(1, 2, 3),
+                             betas=(10, 11, 12, 13, 14, 15, 16))
 
 
 def test_to_proto_writes_every_field():
     params = _distinct_params()
-    msg = params.to_proto(params.plan(6))
+    msg = params.to_proto(params.plan(7))
     assert (msg.kind, msg.mode, msg.dim, msg.segments, msg.noise_segments, msg.scale_bits,
             msg.bound, msg.nonnegative, list(msg.primes), msg.rows, msg.chunk_bytes,
             msg.max_rows_per_party, msg.max_rows_total, msg.integrity, msg.mask_degree,
-            list(msg.alphas), list(msg.betas)) == (
+            msg.adversaries, list(msg.alphas), list(msg.betas)) == (
         "distance", "transparent", 4, 1, 2, 4, 2.5, True, [65521], 3, 8192, 77, 99,
-        "correct", 3, [1, 2, 3], [10, 11, 12, 13, 14, 15])
+        "correct", 3, 1, [1, 2, 3], [10, 11, 12, 13, 14, 15, 16])
+    # A is always written, resolved: the default of "correct" with r = 2 is floor(r/2) = 1
+    default = replace(params, adversaries=None).to_proto(params.plan(7))
+    assert default.HasField("adversaries") and default.adversaries == 1
 
 
 def test_to_proto_of_a_sum_has_the_plans_primes_and_no_points():
@@ -136,17 +141,19 @@ def test_to_proto_of_a_sum_has_the_plans_primes_and_no_points():
 def test_from_proto_reads_every_field():
     msg = pb.Parameters(kind="distance", mode="transparent", dim=4, segments=1,
                         noise_segments=2, scale_bits=4, bound=2.5, nonnegative=True,
-                        primes=[65521], alphas=[1, 2, 3], betas=[10, 11, 12, 13, 14, 15],
-                        rows=3, chunk_bytes=8192, max_rows_per_party=77, max_rows_total=99,
-                        integrity="correct", mask_degree=3)
+                        primes=[65521], alphas=[1, 2, 3],
+                        betas=[10, 11, 12, 13, 14, 15, 16], rows=3, chunk_bytes=8192,
+                        max_rows_per_party=77, max_rows_total=99, integrity="correct",
+                        mask_degree=3, adversaries=1)
     params = SessionParameters.from_proto(msg)
-    assert params == _distinct_params().with_plan(_distinct_params().plan(6))
+    assert params == _distinct_params().with_plan(_distinct_params().plan(7))
     assert (params.kind, params.mode, params.dim, params.segments, params.noise_segments,
             params.scale_bits, params.bound, params.nonnegative, params.primes, params.rows,
             params.chunk_bytes, params.max_rows_per_party, params.max_rows_total,
-            params.integrity, params.mask_degree, params.alphas, params.betas) == (
+            params.integrity, params.mask_degree, params.adversaries, params.alphas,
+            params.betas) == (
         "distance", "transparent", 4, 1, 2, 4, 2.5, True, (65521,), 3, 8192, 77, 99,
-        "correct", 3, (1, 2, 3), (10, 11, 12, 13, 14, 15))
+        "correct", 3, 1, (1, 2, 3), (10, 11, 12, 13, 14, 15, 16))
     assert type(params.primes) is tuple and type(params.alphas) is tuple
 
 
@@ -160,6 +167,7 @@ def test_from_proto_fills_unset_fields_with_the_documented_defaults():
     assert params.integrity == "detect"
     assert params.primes is None and params.alphas is None and params.betas is None
     assert params.mask_degree == 0 and params.nonnegative is False
+    assert params.adversaries is None  # unset: the default, resolved when the plan is made
     assert params == SessionParameters(dim=3, bound=1.0, scale_bits=8, chunk_bytes=4096)
 
 
@@ -168,7 +176,7 @@ def test_round_trip_of_a_sum_keeps_its_kind_and_rows():
                                primes=(13,), max_rows_per_party=8, max_rows_total=9,
                                integrity="off", mask_degree=1)
     back = SessionParameters.from_proto(params.to_proto(params.plan(3)))
-    assert back == params
+    assert back == params.with_plan(params.plan(3)) and back.adversaries == 0
     assert back.alphas is None and back.betas is None
 
 
