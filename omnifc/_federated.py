@@ -137,6 +137,9 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         Method options for :func:`omnifc.cluster` (e.g. ``{"linkage": "average"}``).
     integrity : {"detect", "correct", "off"}
         Passed to :func:`omnifc.secure_distance_matrix`.
+    adversaries : int, optional
+        A, the most parties that may deviate together; passed to
+        :func:`omnifc.secure_distance_matrix` (default: the largest the parties allow).
     mask_degree : int
         Mask partners of each party (0: every other party); passed to
         :func:`omnifc.secure_distance_matrix`.
@@ -173,7 +176,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     def __init__(self, method="kmeans", n_clusters=None, *, segments=1, noise_segments=1,
                  scale_bits=16, bound=None, nonnegative=False, clip="clip",
                  max_clipped=MAX_CLIPPED, n_parties=None, random_state=None, options=None,
-                 integrity="detect", mask_degree=0, memory_budget=None):
+                 integrity="detect", adversaries=None, mask_degree=0, memory_budget=None):
         self.method = method
         self.n_clusters = n_clusters
         self.segments = segments
@@ -187,6 +190,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.random_state = random_state
         self.options = options
         self.integrity = integrity
+        self.adversaries = adversaries
         self.mask_degree = mask_degree
         self.memory_budget = memory_budget
 
@@ -239,6 +243,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                                       noise_segments=self.noise_segments,
                                       nonnegative=self.nonnegative, clip=self.clip,
                                       max_clipped=self.max_clipped, integrity=self.integrity,
+                                      adversaries=self.adversaries,
                                       mask_degree=self.mask_degree,
                                       memory_budget=self.memory_budget)
 

@@ -11,7 +11,7 @@ import logging
 
 import numpy as np
 
-from finite_field import InputError, ParameterError, make_plan
+from finite_field import InputError, ParameterError, check_adversaries, make_plan
 
 from ._clipping import MAX_CLIPPED, check_clipping, clip_report
 from ._result import DistanceResult, PhaseStats
@@ -71,6 +71,7 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
                            deadline: float = 60.0, cluster=None,
                            insecure: bool = False, out=None,
                            memory_budget=None, integrity: str = "detect",
+                           adversaries: int | None = None,
                            mask_degree: int = 0) -> DistanceResult:
     """Exact pairwise squared distances of all parties' rows, computed on Lagrange shares.
 
@@ -131,6 +132,11 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
         :class:`~omnifc.DeviationError` naming them; ``"correct"`` corrects located errors
         and names the parties in ``result.parameters["deviations"]``; ``"off"`` skips
         the checks. With r = 0 nothing can be checked (a WARNING says so).
+    adversaries : int, optional
+        A, the most parties that may deviate together. Against any A of them the result
+        is exactly D or the call raises :class:`~omnifc.DeviationError`, and nobody
+        outside them is named (docs/integrity.md, "Declared adversaries"). "detect"
+        needs A <= r, "correct" A <= floor(r/2); default: that largest A; 0: best effort.
     mask_degree : int
         Mask partners of each party: 0 (default) every other party; k >= 1 its neighbours
         in a k-connected Harary graph, so the masks withstand a coordinator colluding
@@ -157,6 +163,7 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     plan = make_plan(arrays[0].shape[1], bound=bound, scale_bits=scale_bits, segments=segments,
                      noise_segments=noise_segments, parties=len(arrays),
                      nonnegative=nonnegative, clip=clip, primes=primes)
+    check_adversaries(len(arrays), segments, noise_segments, adversaries, integrity)
     responder_idx = _resolve_responders(responders, names)
     clipped = {name: plan.quantizer.quantize(x, party=name).clipped
                for name, x in zip(names, arrays)}
@@ -166,7 +173,8 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     parameters = SessionParameters(dim=plan.dim, bound=bound, scale_bits=scale_bits,
                                    segments=segments, noise_segments=noise_segments,
                                    nonnegative=nonnegative, primes=plan.primes, mode=mode,
-                                   integrity=integrity, mask_degree=mask_degree)
+                                   integrity=integrity, adversaries=adversaries,
+                                   mask_degree=mask_degree)
     chosen = None if responders is None else [names[j] for j in responder_idx]
     outcome = _run(dict(zip(names, arrays)), parameters, transport=transport,
                    responders=chosen, cluster=cluster, deadline=deadline, insecure=insecure,

@@ -414,7 +414,7 @@ def generate_keys(out_dir, name: str, *, role: str = "party", hosts: Sequence[st
 
 def new_session_config(cards: Sequence[Card], coordinator_card: Card, address: str, *,
                        mode: str = "masked", parameters: Optional[ConfigParameters] = None,
-                       integrity: str = "detect",
+                       integrity: str = "detect", adversaries: Optional[int] = None,
                        clustering: Optional[ClusteringRequest] = None,
                        deadlines: Optional[Deadlines] = None,
                        session_id: Optional[str] = None) -> SessionConfig:
@@ -452,7 +452,7 @@ def new_session_config(cards: Sequence[Card], coordinator_card: Card, address: s
                       coordinator_fingerprint=coordinator_card.fingerprint)
     return SessionConfig(
         session_id=session_id or new_session_id(), coordinator=address, mode=mode,
-        integrity=integrity,
+        integrity=integrity, adversaries=adversaries,
         parameters=parameters if parameters is not None else ConfigParameters(),
         clustering=clustering if clustering is not None else ClusteringRequest(),
         deadlines=deadlines if deadlines is not None else Deadlines(), tls=tls,

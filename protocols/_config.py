@@ -489,6 +489,9 @@ class SessionConfig:
     mode: str = "masked"
     protocol_version: int = PROTOCOL_VERSION
     integrity: str = "detect"
+    #: A, the most parties that may deviate together; None: the strongest default (see
+    #: :func:`finite_field.check_adversaries`), resolved and checked on construction.
+    adversaries: Optional[int] = None
     parameters: ConfigParameters = field(default_factory=ConfigParameters)
     clustering: ClusteringRequest = field(default_factory=ClusteringRequest)
     deadlines: Deadlines = field(default_factory=Deadlines)
@@ -538,6 +541,13 @@ class SessionConfig:
             self.parameters.make_plan(len(parties), self.parameters.dim or 1)
         except ParameterError as error:
             raise ParameterError(f"[parameters]: {error}") from None
+        from finite_field import check_adversaries
+        try:  # A against the redundancy of m parties (every party responding)
+            object.__setattr__(self, "adversaries", check_adversaries(
+                len(parties), self.parameters.segments, self.parameters.noise_segments,
+                self.adversaries, self.integrity))
+        except ParameterError as error:
+            raise ParameterError(f"[session] adversaries: {error}") from None
         if self.parameters.mask_degree > len(parties) - 1:
             raise ParameterError(f"[parameters] mask_degree must be at most m - 1 = "
                                  f"{len(parties) - 1} (the other parties), got "
@@ -722,7 +732,7 @@ def canonical_session(config: SessionConfig) -> dict:
         "format": "omnifc-session-config-v1",
         "session": {"id": config.session_id, "protocol_version": config.protocol_version,
                     "coordinator": config.coordinator, "mode": config.mode,
-                    "integrity": config.integrity},
+                    "integrity": config.integrity, "adversaries": config.adversaries},
         # mask_degree = 0 (every pair masks, as before the key existed) is left out, so the
         # fingerprints of older configs do not change.
         "parameters": {f.name: list(getattr(p, f.name)) if f.name == "primes"
@@ -803,7 +813,7 @@ def session_config_from_dict(data: dict, base_dir, *, path=None) -> SessionConfi
     _known(data, "top level", _TABLES)
     session = _table(data, "session", True)
     _known(session, "[session]", ("id", "protocol_version", "coordinator", "mode",
-                                  "integrity"))
+                                  "integrity", "adversaries"))
     for key in ("id", "coordinator"):
         if key not in session:
             raise ParameterError(f"[session] {key} is missing")
@@ -853,6 +863,7 @@ def session_config_from_dict(data: dict, base_dir, *, path=None) -> SessionConfi
     return SessionConfig(
         session_id=session["id"], coordinator=session["coordinator"],
         mode=session.get("mode", "masked"), integrity=session.get("integrity", "detect"),
+        adversaries=session.get("adversaries"),
         protocol_version=session.get("protocol_version", PROTOCOL_VERSION),
         parameters=ConfigParameters(**parameters),
         clustering=ClusteringRequest(**{"n_clusters": None, **clustering})
@@ -982,6 +993,8 @@ def format_session_config(config: SessionConfig, base_dir) -> str:
              "'masked' (default) or 'transparent' (leaks per-segment distances when l > 1)"),
         line("integrity", config.integrity,
              "'detect' (default), 'correct' or 'off': Reed-Solomon checks on the uploads"),
+        line("adversaries", config.adversaries,
+             "A: most parties deviating together (detect: <= r, correct: <= r/2)"),
         "",
         "[parameters]",
         line("dim", p.dim, "d; 0 = taken from the data at join (must match)"),

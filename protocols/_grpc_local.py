@@ -63,6 +63,7 @@ class LocalSession:
                                           coordinator_address="127.0.0.1:0",
                                           mode=parameters.mode, parameters=config_parameters,
                                           integrity=parameters.integrity,
+                                          adversaries=parameters.adversaries,
                                           deadlines=deadlines)
             from ._config import load_session_config
 

@@ -130,7 +130,7 @@ class CertificateSet:
 def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "coordinator",
                           days: int = 30, *, coordinator_address: str = "127.0.0.1:50051",
                           coordinator_hosts: Sequence[str] = (), mode: str = "masked",
-                          integrity: str = "detect",
+                          integrity: str = "detect", adversaries: Optional[int] = None,
                           parameters: Optional[ConfigParameters] = None,
                           clustering: Optional[ClusteringRequest] = None,
                           deadlines: Optional[Deadlines] = None,
@@ -215,7 +215,7 @@ def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "c
 
     # Validate every session setting before writing anything (placeholder keys, no TLS).
     SessionConfig(session_id=new_session_id(), coordinator=coordinator_address, mode=mode,
-                  integrity=integrity,
+                  integrity=integrity, adversaries=adversaries,
                   parameters=parameters if parameters is not None else ConfigParameters(),
                   clustering=clustering if clustering is not None else ClusteringRequest(),
                   deadlines=deadlines if deadlines is not None else Deadlines(),
@@ -241,7 +241,7 @@ def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "c
                for name in parties]
     cards = [load_card(files.card) for files in written]
     config = new_session_config(cards, load_card(hub.card), coordinator_address, mode=mode,
-                                integrity=integrity,
+                                integrity=integrity, adversaries=adversaries,
                                 parameters=parameters, clustering=clustering,
                                 deadlines=deadlines)
     config = config.with_keys(coordinator, directory)

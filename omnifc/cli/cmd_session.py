@@ -105,6 +105,17 @@ def announce_session(config, role: str) -> None:
               f"2l+2t-1 = {needed}, so r = 0 redundant evaluations; a party that computes "
               "or shares wrongly would silently corrupt D (add parties to detect it).",
               flush=True)
+    elif config.adversaries == 0:
+        print(f"NOTICE: integrity = \"{config.integrity}\" with adversaries = 0: best "
+              "effort; any deviation the checks see ends the session, nothing is promised "
+              "against a deviating party.", flush=True)
+    else:
+        a, r = config.adversaries, parties - needed
+        what = ("detected (the session returns the exact D or ends)"
+                if config.integrity == "detect" else "corrected")
+        print(f"integrity: {config.integrity}, A = {a} of r = {r} redundant: every deviation "
+              f"by up to {a} part{'y' if a == 1 else 'ies'} together is {what}; nobody outside "
+              f"them is named. More than {a} together is outside the guarantee.", flush=True)
     if config.insecure:
         print(f"NOTICE: TLS is disabled in this session config: {role}'s traffic is "
               "neither authenticated nor encrypted.", flush=True)
@@ -141,6 +152,11 @@ def add_session_parameters(parser) -> None:
                          default="detect",
                          help="Reed-Solomon checks on the uploads: detect (default: exclude "
                               "and rerun, or abort), correct (correct and name), off")
+    session.add_argument("--adversaries", type=int, default=None, metavar="A",
+                         help="the most parties that may deviate together; detect needs "
+                              "r >= A, correct r >= 2A (r = m - (2l+2t-1)); default: the "
+                              "largest the parties allow (r, or floor(r/2) with correct); "
+                              "0: best effort, nothing guaranteed")
     session.add_argument("--method", default="kmeans",
                          help="clustering method the coordinator runs (default: kmeans)")
     session.add_argument("--n-clusters", type=int, default=3,
@@ -197,7 +213,8 @@ def session_settings(args) -> dict:
         scale_bits=args.scale_bits, bound=args.bound, nonnegative=args.nonnegative,
         primes=_primes(args.primes), max_rows_per_party=args.max_rows_per_party,
         max_rows_total=args.max_rows_total)
-    return {"mode": args.mode, "integrity": args.integrity, "parameters": parameters,
+    return {"mode": args.mode, "integrity": args.integrity,
+            "adversaries": args.adversaries, "parameters": parameters,
             "clustering": ClusteringRequest(method=args.method, n_clusters=args.n_clusters),
             "deadlines": parse_deadlines(args.deadline)}
 
