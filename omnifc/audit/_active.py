@@ -254,7 +254,8 @@ def _session_parameters(params, mode: str = "masked"):
                              segments=params.segments, noise_segments=params.noise_segments,
                              nonnegative=params.nonnegative, primes=params.session_primes(),
                              mode=mode, alphas=alphas, betas=betas,
-                             integrity=getattr(params, "integrity", "detect"))
+                             integrity=getattr(params, "integrity", "detect"),
+                             adversaries=getattr(params, "adversaries", None))
 
 
 def _unmasked_functionals(coordinator, parties) -> list:
@@ -296,7 +297,8 @@ def run_equivocation(params, *, rows_per_party: int = 2, seed: int = 0,
 
     m, l = params.parties, params.segments
     names = [f"party-{j + 1}" for j in range(m)]
-    session = replace(_session_parameters(params), integrity=integrity)
+    session = replace(_session_parameters(params), integrity=integrity,
+                      adversaries=None if integrity == "off" else params.adversaries)
     need = session.min_responders(m)
     if m <= need:
         return {"applicable": False, "reason": f"m = {m} parties and decoding needs "

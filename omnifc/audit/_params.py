@@ -42,6 +42,9 @@ class AuditParameters:
         What the parties upload to the coordinator.
     integrity : {"detect", "correct", "off"}
         The session's integrity policy (Reed-Solomon checks on the uploads).
+    adversaries : int, optional
+        A, the most parties the session declares may deviate together (None: the
+        default of :func:`finite_field.check_adversaries`); check 9 attacks at exactly A.
     primes : tuple of int, optional
         The session's moduli; chosen from the no-wrap bound like a session would by default.
     alphas, betas : tuple of int, optional
@@ -64,6 +67,7 @@ class AuditParameters:
     nonnegative: bool = DEMO_DEFAULTS["nonnegative"]
     mode: str = DEMO_DEFAULTS["mode"]
     integrity: str = "detect"
+    adversaries: int = None
     primes: tuple = None
     alphas: tuple = None
     betas: tuple = None
@@ -131,6 +135,8 @@ class AuditParameters:
                  f"--parties {self.parties}", f"--mode {self.mode}", f"--rows {self.rows}"]
         if self.integrity != "detect":
             parts.append(f"--integrity {self.integrity}")
+        if self.adversaries is not None:
+            parts.append(f"--adversaries {self.adversaries}")
         if not self.nonnegative:
             parts.append("--signed")
         if self.primes is not None:
@@ -144,7 +150,8 @@ class AuditParameters:
     def python_arguments(self) -> str:
         """The ``AuditParameters(...)`` call that reproduces these parameters."""
         fields = ["dim", "bound", "scale_bits", "segments", "noise_segments", "parties",
-                  "nonnegative", "mode", "integrity", "rows", "primes", "alphas", "betas"]
+                  "nonnegative", "mode", "integrity", "adversaries", "rows", "primes",
+                  "alphas", "betas"]
         parts = [f"{name}={getattr(self, name)!r}" for name in fields
                  if getattr(self, name) != getattr(AuditParameters, name, None)]
         return f"AuditParameters({', '.join(parts)})"

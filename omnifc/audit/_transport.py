@@ -52,6 +52,7 @@ def read_session_config(path) -> tuple[dict, dict]:
         "primes": tuple(parameters.get("primes", ())) or None,
         "parties": max(len(parties), 1), "mode": session.get("mode", "masked"),
         "integrity": session.get("integrity", "detect"),
+        "adversaries": session.get("adversaries"),
     }
     tls = raw.get("tls", {}) if isinstance(raw.get("tls"), dict) else {}
     base = path.absolute().parent

@@ -41,6 +41,9 @@ def register(subparsers) -> None:
                          help="masked (default) or transparent")
     session.add_argument("--integrity", choices=("detect", "correct", "off"),
                          help="integrity policy (default detect)")
+    session.add_argument("--adversaries", type=int, metavar="A",
+                         help="the most parties that may deviate together (default: the "
+                              "largest the parties allow; check 9 attacks at exactly A)")
     sign = session.add_mutually_exclusive_group()
     sign.add_argument("--nonnegative", dest="nonnegative", action="store_true", default=None,
                       help="features lie in [0, R] (the demo's iris data: add it to audit "
@@ -74,7 +77,7 @@ def parameters_from_args(args) -> AuditParameters:
     values = {"dim": args.dim, "bound": args.bound, "scale_bits": args.scale_bits,
               "segments": args.segments, "noise_segments": args.noise_segments,
               "parties": args.parties, "mode": args.mode, "nonnegative": args.nonnegative,
-              "integrity": args.integrity,
+              "integrity": args.integrity, "adversaries": args.adversaries,
               "rows": args.rows, "primes": _ints(args.primes, "--primes"),
               "alphas": _ints(args.alphas, "--alphas"), "betas": _ints(args.betas, "--betas")}
     if args.config:

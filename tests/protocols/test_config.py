@@ -504,8 +504,10 @@ TEXT_CHANGES = [
     (r'id = "[0-9a-f]{32}"', 'id = "' + "ab" * 16 + '"'),
     ('coordinator = "127.0.0.1:50051"', 'coordinator = "127.0.0.1:50052"'),
     ('mode = "masked"', 'mode = "transparent"'),
+    ("adversaries = 2", "adversaries = 1"),
     ("dim = 0", "dim = 4"),
-    ("noise_segments = 1", "noise_segments = 2"),
+    # (with t = 2 the five parties leave no check: A must then be 0)
+    (r"(?s)adversaries = 2(.*)noise_segments = 1", r"adversaries = 0\1noise_segments = 2"),
     ("scale_bits = 16", "scale_bits = 15"),
     ("bound = 8.0", "bound = 8.5"),
     ("nonnegative = false", "nonnegative = true"),
@@ -526,7 +528,7 @@ TEXT_CHANGES = [
 def test_fingerprint_changes_with_every_setting_of_meaning(ceremony, tmp_path, old, new):
     certs, _ = ceremony
     text = certs.config.read_text()
-    pattern = old if old.startswith("id") else re.escape(old)  # the id is a regex
+    pattern = old if old.startswith(("id", "(?s)")) else re.escape(old)  # regexes
     assert re.search(pattern, text), old
     changed = load_session_config(_write(tmp_path, re.sub(pattern, new, text, count=1)))
     assert changed.fingerprint != load_session_config(certs.config).fingerprint

@@ -374,7 +374,7 @@ def test_canonical_session_of_a_config_without_tls():
     expected = {
         "format": "omnifc-session-config-v1",
         "session": {"id": SID, "protocol_version": 2, "coordinator": "127.0.0.1:5000",
-                    "mode": "masked", "integrity": "detect"},
+                    "mode": "masked", "integrity": "detect", "adversaries": 0},
         "parameters": {"dim": 2, "segments": 1, "noise_segments": 1, "scale_bits": 16,
                        "bound": 8.0, "nonnegative": False,
                        "primes": [2147483647, 2147483629], "max_rows_per_party": 1_000_000,
@@ -478,7 +478,7 @@ def test_from_dict_refusals(tmp_path):
     assert refusal(lambda d: d["session"].pop("coordinator")) == \
         "[session] coordinator is missing"
     assert refusal(lambda d: d["session"].update(x=1)) == (
-        "[session]: unknown key x (allowed: coordinator, id, integrity, mode, "
+        "[session]: unknown key x (allowed: adversaries, coordinator, id, integrity, mode, "
         "protocol_version)")
     assert refusal(lambda d: d["parameters"].pop("dim")) == \
         "[parameters] dim is missing (0 means 'taken from the data')"

@@ -69,7 +69,8 @@ def test_a_wrong_upload_over_grpc_is_corrected_and_every_party_is_told():
 
 def test_a_wrong_upload_over_grpc_under_detect_is_excluded_and_rerun():
     data = _data(5, 42)
-    params = SessionParameters(dim=3, bound=BOUND, scale_bits=SCALE)  # integrity="detect"
+    # integrity="detect" with A = 1 (of r = 2): radius 1, so the liar is located
+    params = SessionParameters(dim=3, bound=BOUND, scale_bits=SCALE, adversaries=1)
     outcome, codes, logs, _ = _serve(data, params, {"party-0": "corrupt-upload"})
     assert np.array_equal(outcome.integer, _expected(data))
     assert outcome.round == 2 and "party-0" not in outcome.responders
@@ -93,7 +94,7 @@ def test_a_bad_share_over_grpc_names_the_suspect_pair():
 
 def test_a_bad_share_over_grpc_under_detect_aborts_naming_the_suspects_everywhere():
     data = _data(5, 44)
-    params = SessionParameters(dim=3, bound=BOUND, scale_bits=SCALE)
+    params = SessionParameters(dim=3, bound=BOUND, scale_bits=SCALE, adversaries=1)
     start = time.monotonic()
     error, codes, logs, labels = _serve(data, params, {"party-1": "bad-share:party-3"},
                                         error=DeviationError)
@@ -107,7 +108,8 @@ def test_a_bad_share_over_grpc_under_detect_aborts_naming_the_suspects_everywher
 
 def test_colluding_parties_over_grpc_are_caught_by_the_second_check():
     data = _data(7, 45)
-    params = SessionParameters(dim=3, bound=BOUND, scale_bits=SCALE, integrity="correct")
+    params = SessionParameters(dim=3, bound=BOUND, scale_bits=SCALE, integrity="correct",
+                               adversaries=2)
     faults = {"party-1": "collude:party-5", "party-5": "collude:party-1"}
     outcome, codes, logs, _ = _serve(data, params, faults)
     assert np.array_equal(outcome.integer, _expected(data))
@@ -124,3 +126,49 @@ def test_colluding_parties_over_grpc_beyond_the_radius_abort_without_a_result():
     assert error.named == () and "could not be located" in str(error)
     assert set(codes.values()) == {1}
     assert all(v is None for v in labels.values())
+
+
+# -- issue 19's attacks with separate party processes ----------------------------------------
+
+def _coalition(pattern, *members):
+    spec = f"coalition:{pattern}:{','.join(members)}"
+    return {name: spec for name in members}
+
+
+def test_a_codeword_forged_by_two_processes_is_detected_at_the_declared_bound():
+    # m = 5, r = 2, default A = 2: the forged pattern is detected, nothing is returned,
+    # nobody is named (it would have been "corrected" onto a wrong D with radius 1)
+    data = _data(5, 47)
+    params = SessionParameters(dim=3, bound=BOUND, scale_bits=SCALE)
+    error, codes, logs, labels = _serve(data, params,
+                                        _coalition("codeword", "party-1", "party-3"),
+                                        error=DeviationError)
+    assert error.named == () and error.suspects == ()
+    assert set(codes.values()) == {1} and all(v is None for v in labels.values())
+    assert all("integrity check failed" in log for log in logs.values())
+
+
+def test_two_processes_framing_an_honest_party_get_nobody_named():
+    # m = 6, detect with A = 2 (radius 1): the framing is located but two explanations
+    # fit, the honest owner alone and the two framers: abort with both sets
+    data = _data(6, 48)
+    params = SessionParameters(dim=3, bound=BOUND, scale_bits=SCALE, adversaries=2)
+    error, codes, logs, labels = _serve(data, params,
+                                        _coalition("framing", "party-2", "party-4"),
+                                        error=DeviationError)
+    assert error.named == ()
+    assert ("party-0",) in error.suspects and ("party-2", "party-4") in error.suspects
+    assert set(codes.values()) == {1} and all(v is None for v in labels.values())
+
+
+def test_unlocated_entries_beside_located_ones_are_never_corrected_over_grpc():
+    # m = 7, correct with A = 2: party-1 corrupts entries alone and sends every honest
+    # party a share off its polynomial; its rows cannot be located: the session ends
+    data = _data(7, 49)
+    params = SessionParameters(dim=3, bound=BOUND, scale_bits=SCALE, integrity="correct",
+                               adversaries=2)
+    faults = {"party-1": "coalition:bad-shares:party-1", "party-4": "corrupt-upload"}
+    error, codes, logs, labels = _serve(data, params, faults, error=DeviationError)
+    assert set(error.named) <= {"party-1", "party-4"}
+    assert "could not be located" in str(error)
+    assert set(codes.values()) == {1} and all(v is None for v in labels.values())
