@@ -68,7 +68,7 @@ from ._config import (ClusteringRequest, ConfigParameters, Deadlines, PartyEntry
                       SessionConfig, TLSSettings, new_session_id, split_address,
                       validate_party_name)
 from ._files import prepare_output_folder, write_file, write_private_file
-from ._fingerprint import card_fingerprint
+from ._fingerprint import card_fingerprint, refuse_old_format
 from ._identity import generate_identity, public_key_bytes, save_identity
 
 __all__ = ["Card", "KeyFiles", "generate_keys", "load_card", "format_card",
@@ -304,6 +304,8 @@ def load_card(path) -> Card:
         except (TypeError, ValueError):
             raise ParameterError(f"card {str(path)!r}: identity_public_key must be hex") \
                 from None
+    refuse_old_format(table["fingerprint"], f"card {str(path)!r}",
+                      "its owner re-runs 'omnifc keygen' (with --force) and sends the new card")
     card = Card(table["role"], table["name"], table["certificate"], identity, path=path)
     if table["fingerprint"] != card.fingerprint:
         raise ParameterError(f"card {str(path)!r}: its fingerprint {table['fingerprint']!r} "

@@ -43,7 +43,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10 (setup.cfg install
 from finite_field import ParameterError, min_parties
 
 from ._crypto import PROTOCOL_VERSION  # the wire-protocol version: one source of truth
-from ._fingerprint import card_fingerprint, readable_fingerprint
+from ._fingerprint import card_fingerprint, readable_fingerprint, refuse_old_format
 
 __all__ = ["SessionConfig", "ConfigParameters", "ClusteringRequest", "Deadlines",
            "TLSSettings", "PartyEntry", "TLSFiles", "load_session_config",
@@ -354,6 +354,9 @@ def _certificate(value, where: str, expected_name: Optional[str] = None):
 def _check_fingerprint(value, computed: str, where: str) -> Optional[str]:
     if value is None:
         return computed
+    refuse_old_format(value, where.rstrip(":"),
+                      "re-run 'omnifc session new' on the cards (old cards: their owners "
+                      "re-run 'omnifc keygen') or 'omnifc certs'")
     if value != computed:
         raise ParameterError(f"{where} fingerprint is {_show(value)} but the certificate and "
                              f"keys written with it give {computed!r}: the entry was edited "
@@ -743,9 +746,9 @@ def session_fingerprint(config: SessionConfig) -> str:
 
     SHA-256 of the canonical JSON (sorted keys, no spaces, UTF-8) of
     :func:`canonical_session`, in the readable format of :mod:`protocols._fingerprint`
-    (five groups of five base32 characters). Two configs have the same fingerprint exactly
-    when they describe the same session, whatever their comments, key order, number
-    formatting or local key paths.
+    (160 bits: eight groups of four base32 characters). Two configs have the same
+    fingerprint exactly when they describe the same session, whatever their comments, key
+    order, number formatting or local key paths.
 
     >>> from protocols import PartyEntry, SessionConfig, TLSSettings, session_fingerprint
     >>> parties = tuple(PartyEntry(n, bytes([i]) * 32) for i, n in enumerate("abc"))

@@ -28,7 +28,7 @@ from protocols import load_session_config
 PARTIES = ("hospital-a", "hospital-b", "hospital-c")
 SCALE_BITS = 8
 TIMEOUT = 240
-FINGERPRINT = re.compile(r"[A-Z2-7]{5}(?:-[A-Z2-7]{5}){4}")
+FINGERPRINT = re.compile(r"[A-Z2-7]{4}(?:-[A-Z2-7]{4}){7}")
 
 
 class Result:
