@@ -147,8 +147,9 @@ def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "c
 
     Files written into ``out_dir`` (created with mode 0700 if missing; an existing one must
     be yours, not writable by group or others, and not a symbolic link: see
-    :func:`protocols._files.prepare_private_folder`): for the coordinator and every party ``<name>.key`` (TLS key, 0600), ``<name>.pem`` (self-signed
-    certificate) and ``<name>.card.toml``; for every party ``<name>.identity.pem``
+    :func:`protocols._files.prepare_private_folder`): for the coordinator and every party
+    ``<name>.key`` (TLS key, 0600), ``<name>.pem`` (self-signed certificate) and
+    ``<name>.card.toml``; for every party ``<name>.identity.pem``
     (Ed25519 identity key, 0600); and ``config_name``. Nothing is written when any
     argument is invalid or, without ``overwrite``, when any target exists; symbolic links
     are refused always.
