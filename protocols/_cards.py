@@ -67,8 +67,8 @@ from finite_field import ParameterError
 from ._config import (ClusteringRequest, ConfigParameters, Deadlines, PartyEntry,
                       SessionConfig, TLSSettings, new_session_id, split_address,
                       validate_party_name)
-from ._files import prepare_output_folder, write_file, write_private_file
-from ._fingerprint import card_fingerprint
+from ._files import prepare_private_folder, write_file, write_private_file
+from ._fingerprint import card_fingerprint, refuse_old_format
 from ._identity import generate_identity, public_key_bytes, save_identity
 
 __all__ = ["Card", "KeyFiles", "generate_keys", "load_card", "format_card",
@@ -304,6 +304,8 @@ def load_card(path) -> Card:
         except (TypeError, ValueError):
             raise ParameterError(f"card {str(path)!r}: identity_public_key must be hex") \
                 from None
+    refuse_old_format(table["fingerprint"], f"card {str(path)!r}",
+                      "its owner re-runs 'omnifc keygen' (with --force) and sends the new card")
     card = Card(table["role"], table["name"], table["certificate"], identity, path=path)
     if table["fingerprint"] != card.fingerprint:
         raise ParameterError(f"card {str(path)!r}: its fingerprint {table['fingerprint']!r} "
@@ -353,11 +355,12 @@ def generate_keys(out_dir, name: str, *, role: str = "party", hosts: Sequence[st
                   days: int = 30, overwrite: bool = False) -> KeyFiles:
     """Make one organization's keys and public card (``omnifc keygen``).
 
-    Writes into ``out_dir`` (created with mode 0700; a group/other-writable existing folder
-    is warned about): ``<name>.key`` (TLS private key, 0600), ``<name>.identity.pem``
-    (Ed25519 identity key, 0600; parties only), ``<name>.pem`` (self-signed certificate)
-    and ``<name>.card.toml`` (the public card). Existing files are refused unless
-    ``overwrite``; symbolic links are always refused.
+    Writes into ``out_dir`` (created with mode 0700; an existing one must be a folder of
+    yours that group and others cannot write to, and not a symbolic link:
+    :func:`protocols._files.prepare_private_folder`): ``<name>.key`` (TLS private key,
+    0600), ``<name>.identity.pem`` (Ed25519 identity key, 0600; parties only),
+    ``<name>.pem`` (self-signed certificate) and ``<name>.card.toml`` (the public card).
+    Existing files are refused unless ``overwrite``; symbolic links are always refused.
 
     Parameters
     ----------
@@ -381,7 +384,7 @@ def generate_keys(out_dir, name: str, *, role: str = "party", hosts: Sequence[st
         raise ParameterError("only the coordinator's certificate carries host names")
     for host in hosts:
         general_name(host)
-    directory = prepare_output_folder(out_dir)
+    directory = prepare_private_folder(out_dir)
     files = {k: directory / v for k, v in key_file_names(name, role).items()}
     links = [str(p) for p in files.values() if p.is_symlink()]
     if links:  # checked for all files first: nothing is written when one is a link

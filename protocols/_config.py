@@ -43,7 +43,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10 (setup.cfg install
 from finite_field import ParameterError, min_parties
 
 from ._crypto import PROTOCOL_VERSION  # the wire-protocol version: one source of truth
-from ._fingerprint import card_fingerprint, readable_fingerprint
+from ._fingerprint import card_fingerprint, readable_fingerprint, refuse_old_format
 
 __all__ = ["SessionConfig", "ConfigParameters", "ClusteringRequest", "Deadlines",
            "TLSSettings", "PartyEntry", "TLSFiles", "load_session_config",
@@ -354,6 +354,9 @@ def _certificate(value, where: str, expected_name: Optional[str] = None):
 def _check_fingerprint(value, computed: str, where: str) -> Optional[str]:
     if value is None:
         return computed
+    refuse_old_format(value, where.rstrip(":"),
+                      "re-run 'omnifc session new' on the cards (old cards: their owners "
+                      "re-run 'omnifc keygen') or 'omnifc certs'")
     if value != computed:
         raise ParameterError(f"{where} fingerprint is {_show(value)} but the certificate and "
                              f"keys written with it give {computed!r}: the entry was edited "
@@ -533,6 +536,13 @@ class SessionConfig:
                 raise ParameterError(
                     f"[[parties]] {', '.join(repr(n) for n in missing)}: no certificate "
                     "(from the party's card) and no [tls] ca to trust instead")
+        if self.tls.enabled and self.tls.ca is not None and \
+                self.tls.coordinator_certificate is not None and \
+                all(p.certificate is not None for p in parties):
+            raise ParameterError(
+                f"[tls] ca = {str(self.tls.ca)!r} is ignored: the coordinator certificate "
+                "and every party's certificate are embedded, and TLS trusts exactly those; "
+                "remove [tls] ca (it would be a trust setting nobody reads)")
         if self.tls.coordinator_name is not None and \
                 self.tls.coordinator_name in self.party_names:
             raise ParameterError(f"the coordinator's certificate names "
@@ -696,38 +706,48 @@ def canonical_session(config: SessionConfig) -> dict:
 
     Everything every participant must agree on is in it: session id, protocol version,
     coordinator address, mode, every parameter (row caps included), the clustering
-    request, every deadline, whether TLS is on, the SHA-256 of every pinned certificate
-    (the coordinator's, or the CA and coordinator certificate files in older configs) and
-    every party in roster order with its identity key and certificate pin. Local file
-    paths (where each organization keeps its own private keys) are not: they differ
-    between copies and do not change what the session does.
+    request, every deadline, whether TLS is on, the SHA-256 of every trust root and pinned
+    certificate (the embedded coordinator certificate or the coordinator certificate file,
+    the ``ca`` file whenever TLS uses it: in older configs, and in mixed ones where some
+    party has no embedded certificate and the coordinator trusts the CA for it) and every
+    party in roster order with its identity key and certificate pin. A file's
+    certificates are hashed each (one: a hex string; several, as in a CA bundle gRPC
+    trusts all of: a list in file order). Local file paths (where each organization keeps
+    its own private keys) are not: they differ between copies and do not change what the
+    session does.
     """
     import hashlib
 
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
-    def der_sha256(data: bytes) -> str:
-        try:
-            cert = x509.load_pem_x509_certificate(data) if b"-----BEGIN" in data \
-                else x509.load_der_x509_certificate(data)
+    def der_sha256(data: bytes):
+        try:  # every certificate of a PEM file: TLS trusts each one of a bundle
+            certs = x509.load_pem_x509_certificates(data) if b"-----BEGIN" in data \
+                else [x509.load_der_x509_certificate(data)]
         except ValueError:
             raise ParameterError("not a PEM or DER certificate") from None
-        return hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
+        digests = [hashlib.sha256(c.public_bytes(serialization.Encoding.DER)).hexdigest()
+                   for c in certs]
+        return digests[0] if len(digests) == 1 else digests
 
     p, t = config.parameters, config.tls
     tls: dict = {"enabled": t.enabled}
+    files: tuple = ()
     if t.coordinator_certificate is not None:
         tls["coordinator_certificate_sha256"] = der_sha256(
             t.coordinator_certificate.encode("ascii"))
+        if t.enabled and t.ca is not None:  # mixed: the coordinator trusts the CA for the
+            files = ("ca",)                 # parties without embedded certificates
     elif t.enabled:  # older configs: the trust anchors are files
-        for key in ("ca", "coordinator_cert"):
-            try:
-                tls[f"{key}_sha256"] = der_sha256(Path(getattr(t, key)).read_bytes())
-            except (OSError, ParameterError):
-                raise ParameterError(
-                    f"the session fingerprint covers the [tls] {key} certificate, which "
-                    f"cannot be read from {str(getattr(t, key))!r}") from None
+        files = ("ca", "coordinator_cert")
+    for key in files:
+        try:
+            tls[f"{key}_sha256"] = der_sha256(Path(getattr(t, key)).read_bytes())
+        except (OSError, ParameterError):
+            raise ParameterError(
+                f"the session fingerprint covers the [tls] {key} certificate, which "
+                f"cannot be read from {str(getattr(t, key))!r}") from None
     return {
         "format": "omnifc-session-config-v1",
         "session": {"id": config.session_id, "protocol_version": config.protocol_version,
@@ -753,9 +773,9 @@ def session_fingerprint(config: SessionConfig) -> str:
 
     SHA-256 of the canonical JSON (sorted keys, no spaces, UTF-8) of
     :func:`canonical_session`, in the readable format of :mod:`protocols._fingerprint`
-    (five groups of five base32 characters). Two configs have the same fingerprint exactly
-    when they describe the same session, whatever their comments, key order, number
-    formatting or local key paths.
+    (160 bits: eight groups of four base32 characters). Two configs have the same
+    fingerprint exactly when they describe the same session, whatever their comments, key
+    order, number formatting or local key paths.
 
     >>> from protocols import PartyEntry, SessionConfig, TLSSettings, session_fingerprint
     >>> parties = tuple(PartyEntry(n, bytes([i]) * 32) for i, n in enumerate("abc"))

@@ -15,7 +15,12 @@ through :func:`write_file`:
 
 :func:`prepare_output_folder` creates an output folder with mode 0700 and warns when an
 existing one is writable by group or others (anyone who can write there can plant or swap
-files before you read them back). :func:`check_private_key_file` refuses private key
+files before you read them back). :func:`prepare_private_folder`, for the folder that
+receives private keys (``omnifc keygen``, ``omnifc certs``), refuses instead: a folder
+that is itself a symbolic link (it would put the keys wherever whoever made the link
+chose), one that group or others can write to (sticky ones like ``/tmp`` included: anyone
+there can claim the names first), and one owned by another user; a missing one it creates
+with mode 0700. :func:`check_private_key_file` refuses private key
 files that group or others may read or write, like OpenSSH does: a key that others can
 read is a key others may hold.
 
@@ -46,7 +51,8 @@ from pathlib import Path
 from finite_field import ParameterError
 
 __all__ = ["write_file", "write_private_file", "save_npy", "prepare_output_folder",
-           "check_private_key_file", "PRIVATE_MODE", "PUBLIC_MODE"]
+           "prepare_private_folder", "check_private_key_file", "PRIVATE_MODE",
+           "PUBLIC_MODE"]
 
 logger = logging.getLogger("omnifc.files")
 
@@ -166,9 +172,78 @@ def prepare_output_folder(folder) -> Path:
         logger.warning(
             "the output folder %s is writable by %s (mode %s): anyone who can write there "
             "can plant links or swap files; use a folder only you can write to "
-            "(chmod go-w, or a fresh folder)", folder,
-            "group and others" if mode & stat.S_IWGRP and mode & stat.S_IWOTH
-            else "group" if mode & stat.S_IWGRP else "others", oct(mode & 0o7777))
+            "(chmod go-w, or a fresh folder)", folder, _writable_by(mode), oct(mode & 0o7777))
+    return folder
+
+
+def _writable_by(mode: int) -> str:
+    return ("group and others" if mode & stat.S_IWGRP and mode & stat.S_IWOTH
+            else "group" if mode & stat.S_IWGRP else "others")
+
+
+def prepare_private_folder(folder) -> Path:
+    """Create ``folder`` (mode 0700, parents as needed) or check that only you control it:
+    the folder private keys are written into. Returns the absolute path.
+
+    Checked without following a link at ``folder`` itself (the folders above it may be
+    links): it must not be a symbolic link, must be a folder owned by you, and must not
+    be writable by group or others (whoever can write there can plant names before the
+    keys are written or, without the sticky bit, swap them afterwards). Nothing is
+    changed when it is refused.
+
+    Raises
+    ------
+    ParameterError
+        Naming the folder, what is wrong with it and the fix.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from protocols._files import prepare_private_folder
+    >>> folder = prepare_private_folder(os.path.join(tempfile.mkdtemp(), "keys"))
+    >>> oct(folder.stat().st_mode & 0o777)
+    '0o700'
+    >>> os.chmod(folder, 0o1777)
+    >>> prepare_private_folder(folder)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    finite_field._errors.ParameterError: refusing to write private keys into ...
+    """
+    folder = Path(folder).absolute()
+    try:
+        info = folder.lstat()
+    except FileNotFoundError:
+        try:
+            folder.mkdir(mode=0o700, parents=True)
+        except FileExistsError:  # it appeared meanwhile: checked below like any other
+            pass
+        info = folder.lstat()  # the checks below apply to what was made, too
+    except NotADirectoryError:
+        raise ParameterError(f"the output folder {str(folder)!r} cannot be made: a folder "
+                             "above it is a file") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise ParameterError(
+            f"refusing to write private keys into {str(folder)!r}: it is a symbolic link "
+            f"(to {os.readlink(folder)!r}), and the keys would go wherever whoever made it "
+            "chose. Give the real folder's path if it is yours, or a fresh path (keygen "
+            "creates it with mode 0700)")
+    if not stat.S_ISDIR(info.st_mode):
+        raise ParameterError(f"the output folder {str(folder)!r} exists and is not a folder")
+    owner = getattr(os, "geteuid", None)
+    if owner is not None and info.st_uid != owner():
+        raise ParameterError(
+            f"refusing to write private keys into {str(folder)!r}: it is owned by user id "
+            f"{info.st_uid}, not by you ({owner()}), and its owner can read, replace or "
+            "remove what is written there. Use a folder of your own, or a fresh path "
+            "(keygen creates it with mode 0700)")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ParameterError(
+            f"refusing to write private keys into {str(folder)!r}: it is writable by "
+            f"{_writable_by(info.st_mode)} (mode {oct(stat.S_IMODE(info.st_mode))}), so "
+            "they can plant links or files under the key names first"
+            + ("" if info.st_mode & stat.S_ISVTX else ", or swap the keys afterwards")
+            + ". Use a folder only you can write to ('chmod go-w' it if it is yours), or "
+              "a fresh path (keygen creates it with mode 0700)")
     return folder
 
 

@@ -144,14 +144,15 @@ def public_key_hex(key) -> str:
 
 def identity_fingerprint(key) -> str:
     """The fingerprint of an identity public key, in the one readable format omnifc uses
-    everywhere (:mod:`protocols._fingerprint`: five groups of five base32 characters).
+    everywhere (:mod:`protocols._fingerprint`: 160 bits, eight groups of four base32
+    characters).
 
     The config pins the full key; this is for reading out. Cards and session configs
     carry the *card* fingerprint, which covers this key and the TLS certificate together.
 
     >>> from protocols import generate_identity, identity_fingerprint
     >>> len(identity_fingerprint(generate_identity()).split("-"))
-    5
+    8
     """
     raw = key if isinstance(key, (bytes, bytearray)) else public_key_bytes(key)
     return readable_fingerprint(bytes(raw), domain="identity-key")

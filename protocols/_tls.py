@@ -50,7 +50,7 @@ from ._cards import LOOPBACK_HOSTS, generate_keys, key_file_names, load_card, \
     new_session_config
 from ._config import (ClusteringRequest, Deadlines, SessionConfig, ConfigParameters,
                       dump_session_config, split_address, validate_party_name)
-from ._files import check_private_key_file, prepare_output_folder
+from ._files import check_private_key_file, prepare_private_folder
 from ._identity import load_identity, public_key_bytes
 
 __all__ = ["CertificateSet", "PartyFiles", "generate_certificates", "certificate_sha256",
@@ -145,9 +145,11 @@ def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "c
     config also records where each private key lies, so ``serve`` / ``join`` need no
     ``--keys``.
 
-    Files written into ``out_dir`` (created with mode 0700 if missing): for the coordinator
-    and every party ``<name>.key`` (TLS key, 0600), ``<name>.pem`` (self-signed
-    certificate) and ``<name>.card.toml``; for every party ``<name>.identity.pem``
+    Files written into ``out_dir`` (created with mode 0700 if missing; an existing one must
+    be yours, not writable by group or others, and not a symbolic link: see
+    :func:`protocols._files.prepare_private_folder`): for the coordinator and every party
+    ``<name>.key`` (TLS key, 0600), ``<name>.pem`` (self-signed certificate) and
+    ``<name>.card.toml``; for every party ``<name>.identity.pem``
     (Ed25519 identity key, 0600); and ``config_name``. Nothing is written when any
     argument is invalid or, without ``overwrite``, when any target exists; symbolic links
     are refused always.
@@ -233,7 +235,7 @@ def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "c
         if existing:
             raise ParameterError(f"refusing to overwrite existing files: {', '.join(existing)} "
                                  "(pass overwrite=True / --force to replace them)")
-    prepare_output_folder(directory)
+    prepare_private_folder(directory)
 
     hub = generate_keys(directory, coordinator, role="coordinator", hosts=hosts, days=days,
                         overwrite=overwrite)

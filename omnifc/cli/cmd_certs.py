@@ -26,7 +26,9 @@ def register(subparsers) -> None:
                     "session new' on the cards. Private keys are written with mode 0600; no "
                     "key material is printed.")
     parser.add_argument("--out", required=True, metavar="DIR",
-                        help="output folder (created with mode 0700 if missing)")
+                        help="output folder (created with mode 0700 if missing; an "
+                             "existing one must be yours, writable by you only, and not "
+                             "a symbolic link)")
     parser.add_argument("--parties", required=True, metavar="A,B,C",
                         help="comma-separated party names ([A-Za-z0-9_.-], unique)")
     parser.add_argument("--coordinator", default="coordinator", metavar="NAME",

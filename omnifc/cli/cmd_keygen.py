@@ -17,7 +17,9 @@ def register(subparsers) -> None:
     who.add_argument("--coordinator", nargs="?", const="coordinator", metavar="NAME",
                      help="make the coordinator's keys instead (name default: coordinator)")
     parser.add_argument("--out", required=True, metavar="DIR",
-                        help="your keys folder (created with mode 0700 if missing)")
+                        help="your keys folder (created with mode 0700 if missing; an "
+                             "existing one must be yours, writable by you only, and not "
+                             "a symbolic link)")
     parser.add_argument("--host", action="append", default=[], metavar="HOST",
                         help="coordinator only: a DNS name or IP parties dial, added to its "
                              "certificate (repeatable; loopback names are always included)")

@@ -28,7 +28,7 @@ from protocols import load_session_config
 PARTIES = ("hospital-a", "hospital-b", "hospital-c")
 SCALE_BITS = 8
 TIMEOUT = 240
-FINGERPRINT = re.compile(r"[A-Z2-7]{5}(?:-[A-Z2-7]{5}){4}")
+FINGERPRINT = re.compile(r"[A-Z2-7]{4}(?:-[A-Z2-7]{4}){7}")
 
 
 class Result:
@@ -323,16 +323,14 @@ def test_session_new_refuses_a_link_at_out(tmp_path):
     assert target.read_text() == "precious"
 
 
-def test_a_group_or_other_writable_out_folder_is_warned_about(tmp_path, caplog):
+def test_a_group_or_other_writable_out_folder_is_refused(tmp_path, caplog):
+    # (more cases in tests/omnifc/test_keygen_folder.py)
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
-    with caplog.at_level("WARNING", logger="omnifc"):
-        result = omnifc("keygen", "--party", "hospital-a", "--out", shared, cwd=tmp_path)
-    assert result.returncode == 0
-    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert any("writable by group and others" in w and str(shared) in w for w in warnings)
-    caplog.clear()
+    result = omnifc("keygen", "--party", "hospital-a", "--out", shared, cwd=tmp_path)
+    assert result.returncode == 1 and list(shared.iterdir()) == []
+    assert "writable by group and others" in result.stderr and str(shared) in result.stderr
     private = tmp_path / "private"
     with caplog.at_level("WARNING", logger="omnifc"):
         assert omnifc("keygen", "--party", "hospital-a", "--out", private,

@@ -483,7 +483,7 @@ def test_fingerprint_is_stable_across_copies_formatting_and_local_paths(ceremony
     text = certs.config.read_text()
     config = load_session_config(certs.config)
     fingerprint = config.fingerprint
-    assert re.fullmatch(r"[A-Z2-7]{5}(-[A-Z2-7]{5}){4}", fingerprint)
+    assert re.fullmatch(r"[A-Z2-7]{4}(-[A-Z2-7]{4}){7}", fingerprint)
     assert session_fingerprint(load_session_config(certs.config)) == fingerprint
     # a copy elsewhere, with other comments, number formatting and key paths
     edited = re.sub(r" +#[^\n]*", "", text).replace("join = 60.0", "join = 60")

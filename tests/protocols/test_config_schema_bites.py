@@ -363,8 +363,8 @@ def test_lookups_and_tls_files(ceremony, tmp_path):
 
 def _readable(data: bytes, domain: str) -> str:
     digest = hashlib.sha256(b"omnifc-fingerprint-v1\0" + domain.encode() + b"\0" + data)
-    text = base64.b32encode(digest.digest()).decode()[:25]
-    return "-".join(text[i:i + 5] for i in range(0, 25, 5))
+    text = base64.b32encode(digest.digest()).decode()[:32]
+    return "-".join(text[i:i + 4] for i in range(0, 32, 4))
 
 
 def test_canonical_session_of_a_config_without_tls():

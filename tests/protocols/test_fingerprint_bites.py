@@ -2,7 +2,7 @@
 
 The expected fingerprints are recomputed here from the module docstring with hashlib and
 base64 directly: SHA-256 of b"omnifc-fingerprint-v1\\0" + domain + b"\\0" + data, RFC 4648
-base32, the first 25 characters in five dash-separated groups of five; a card hashes role,
+base32, the first 32 characters in eight dash-separated groups of four; a card hashes role,
 name, identity key and certificate DER, each prefixed with its 4-byte big-endian length.
 """
 
@@ -23,7 +23,8 @@ def _expected(data: bytes, domain: str) -> str:
     digest = hashlib.sha256(b"omnifc-fingerprint-v1\x00" + domain.encode() + b"\x00"
                             + data).digest()
     text = base64.b32encode(digest).decode()
-    return "-".join([text[0:5], text[5:10], text[10:15], text[15:20], text[20:25]])
+    return "-".join([text[0:4], text[4:8], text[8:12], text[12:16], text[16:20],
+                     text[20:24], text[24:28], text[28:32]])
 
 
 @pytest.mark.parametrize("data, domain", [(b"", "card"), (b"omnifc", "example"),
@@ -32,12 +33,13 @@ def _expected(data: bytes, domain: str) -> str:
 def test_readable_fingerprint_is_the_documented_digest(data, domain):
     got = readable_fingerprint(data, domain=domain)
     assert got == _expected(bytes(data), domain)
-    assert len(got) == 29 and got.count("-") == 4
+    assert len(got) == 39 and got.count("-") == 7
     assert FINGERPRINT_PATTERN.fullmatch(got)
 
 
 def test_the_docstring_example_value():
-    assert readable_fingerprint(b"omnifc", domain="example") == "VBDJ6-BYQPV-HRDUX-VXS4D-GMDDT"
+    assert readable_fingerprint(b"omnifc", domain="example") == \
+        "VBDJ-6BYQ-PVHR-DUXV-XS4D-GMDD-T5MD-RZ54"
 
 
 def test_domain_separates():
@@ -76,14 +78,15 @@ def test_card_fields_are_length_prefixed():
 
 
 @pytest.mark.parametrize("text, ok", [
-    ("KZ3QD-7MFXA-2RWTE-BQ4NH-UOC6S", True),
-    ("kz3qd-7mfxa-2rwte-bq4nh-uoc6s", False),      # lower case is not what is written
-    ("KZ3QD-7MFXA-2RWTE-BQ4NH-UOC61", False),      # 1 is not a base32 digit
-    ("KZ3QD-7MFXA-2RWTE-BQ4NH-UOC68", False),      # nor 8
-    ("KZ3QD-7MFXA-2RWTE-BQ4NH", False),            # four groups
-    ("KZ3QD-7MFXA-2RWTE-BQ4NH-UOC6S-AAAAA", False),
-    ("KZ3Q-D7MFXA-2RWTE-BQ4NH-UOC6S", False),
-    ("KZ3QD7MFXA2RWTEBQ4NHUOC6S", False),
+    ("KZ3Q-D7MF-XA2R-WTEB-Q4NH-UOC6-SMEA-JJ5Y", True),
+    ("kz3q-d7mf-xa2r-wteb-q4nh-uoc6-smea-jj5y", False),  # lower case is not what is written
+    ("KZ3Q-D7MF-XA2R-WTEB-Q4NH-UOC6-SMEA-JJ51", False),  # 1 is not a base32 digit
+    ("KZ3Q-D7MF-XA2R-WTEB-Q4NH-UOC6-SMEA-JJ58", False),  # nor 8
+    ("KZ3Q-D7MF-XA2R-WTEB-Q4NH-UOC6-SMEA", False),       # seven groups
+    ("KZ3Q-D7MF-XA2R-WTEB-Q4NH-UOC6-SMEA-JJ5Y-AAAA", False),
+    ("KZ3QD-7MF-XA2R-WTEB-Q4NH-UOC6-SMEA-JJ5Y", False),
+    ("KZ3QD7MFXA2RWTEBQ4NHUOC6SMEAJJ5Y", False),
+    ("KZ3QD-7MFXA-2RWTE-BQ4NH-UOC6S", False),             # the old 125-bit format
 ])
 def test_pattern(text, ok):
     assert bool(FINGERPRINT_PATTERN.fullmatch(text)) is ok

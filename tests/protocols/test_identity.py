@@ -138,9 +138,9 @@ def test_fingerprint_is_readable_base32_of_a_domain_separated_sha256():
     key = generate_identity()
     raw = public_key_bytes(key)
     digest = hashlib.sha256(b"omnifc-fingerprint-v1\0identity-key\0" + raw).digest()
-    text = base64.b32encode(digest).decode()[:25]
-    expected = "-".join(text[i:i + 5] for i in range(0, 25, 5))
+    text = base64.b32encode(digest).decode()[:32]
+    expected = "-".join(text[i:i + 4] for i in range(0, 32, 4))
     assert identity_fingerprint(key) == expected
     assert identity_fingerprint(raw) == identity_fingerprint(key)
-    assert re.fullmatch(r"[A-Z2-7]{5}(-[A-Z2-7]{5}){4}", expected)
+    assert re.fullmatch(r"[A-Z2-7]{4}(-[A-Z2-7]{4}){7}", expected)
     assert identity_fingerprint(generate_identity()) != expected
