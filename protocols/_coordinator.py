@@ -21,6 +21,15 @@ before anything is allocated. The roster is the session config's order of partie
 party checks it (order, signatures, its own hello, parameters, caps) and binds its keys to
 its digest.
 
+Roster confirmation (still phase ``shares``, under its deadline): every party then sends
+a :class:`RosterConfirmation`, its identity signature on the roster digest. The
+coordinator accepts one per party, from that party (the authenticated sender), of the
+digest of the roster it sent, with a valid signature under the pinned key; anything else
+(early, late, duplicate, misattributed, wrong size, another digest) fails the session
+naming the sender. When all m are in, it relays them in roster order to every party; a
+party encrypts nothing before it verified them all itself, and a share chunk or Ready
+before the relay is refused as out of order.
+
 Dropouts during evaluation: if a party of the responding set B disappears or misses the
 deadline before it delivered every tile, the round is abandoned without unmasking, and a
 new round with B' = the remaining parties of B (a strict subset: parties accept nothing
@@ -51,7 +60,8 @@ from ._integrity import Findings, TileAccumulator, round_checks, verdict
 from ._generated import omnifc_pb2 as pb
 from ._messages import (SessionParameters, SumPlan, body_of, check_row_caps, chunk_rows,
                         envelope, phase_of, packed_view, row_tiles, vector_tiles)
-from ._party import as_protocol_error, hello_transcript
+from ._party import (as_protocol_error, confirmation_transcript, hello_transcript,
+                     roster_digest_of)
 
 __all__ = ["Coordinator", "Outcome", "PHASES"]
 
@@ -212,6 +222,9 @@ class Coordinator:
         self.error: Exception | None = None
         self.outcome: Outcome | None = None
         self.hellos: dict[str, pb.Hello] = {}
+        self.roster_digest: bytes | None = None
+        self.confirmations: dict[str, pb.RosterConfirmation] = {}
+        self.confirmed = False  # every confirmation relayed: shares may flow
         self.ready: set[str] = set()
         self.lost: set[str] = set()
         self.round = 0
@@ -256,6 +269,8 @@ class Coordinator:
         """Parties the current phase still waits for."""
         if self.phase == "join":
             return [p for p in self.names if p not in self.hellos]
+        if self.phase == "shares" and not self.confirmed:
+            return [p for p in self.names if p not in self.confirmations]
         if self.phase == "shares":
             return [p for p in self.names if p not in self.ready]
         if self.phase == "evaluation":
@@ -307,7 +322,8 @@ class Coordinator:
                                     f"{self.names}")
             self._count(env)
             kind, body = body_of(env)
-            handler = {"hello": self._on_hello, "share": self._on_share,
+            handler = {"hello": self._on_hello, "confirmation": self._on_confirmation,
+                       "share": self._on_share,
                        "ready": self._on_ready, "tile": self._on_tile,
                        "group_seed": self._on_group_seed, "error": self._on_error}.get(kind)
             if handler is None:
@@ -332,7 +348,7 @@ class Coordinator:
         logger.warning("party %r lost in phase %r: %s", name, self.phase, reason)
         try:
             if self.phase in ("join", "shares"):
-                raise PeerError(reason, party=name, phase=self.phase)
+                raise PeerError(reason, party=name, phase=self._step)
             if self.phase == "evaluation" and name in self.responders and not self._complete(name):
                 return self._retry([name], reason, DeadlineError if "deadline" in reason
                                    else PeerError)
@@ -351,10 +367,17 @@ class Coordinator:
             if self.phase == "evaluation":
                 self.lost.update(missing)
                 return self._retry(missing, "missed the deadline", DeadlineError)
-            raise DeadlineError(f"missed the deadline (still waiting for {missing})",
-                                party=missing[0], phase=self.phase)
+            what = " of the roster confirmation" if self._step == "confirm" else ""
+            raise DeadlineError(f"missed the deadline{what} (still waiting for {missing})",
+                                party=missing[0], phase=self._step)
         except Exception as error:
             raise self._fail(error)
+
+    @property
+    def _step(self) -> str:
+        """The phase named in errors: ``confirm`` while the roster confirmations are
+        awaited (the state, deadline and stats are those of ``shares``)."""
+        return "confirm" if self.phase == "shares" and not self.confirmed else self.phase
 
     # -- join ---------------------------------------------------------------------------
     def _on_hello(self, sender: str, hello: pb.Hello) -> list:
@@ -409,14 +432,46 @@ class Coordinator:
             self.rows.append(n)
             offset += n
         self.n_total = offset
+        self.roster_digest = roster_digest_of(self.session_id,
+                                              [self.hellos[name] for name in self.names])
         self._enter("shares")
         return self._broadcast(lambda name: envelope(roster=roster))
 
+    # -- roster confirmation (checked, then relayed to everyone) ------------------------
+    def _on_confirmation(self, sender: str, msg: pb.RosterConfirmation) -> list:
+        if self.phase != "shares" or self.confirmed:
+            raise PeerError(f"out-of-order roster confirmation in phase {self._step!r}",
+                            party=sender, phase=self._step)
+        if msg.party_id != sender:
+            raise PeerError(f"roster confirmation claims to be {msg.party_id!r}",
+                            party=sender, phase="confirm")
+        if sender in self.confirmations:
+            raise PeerError("duplicate roster confirmation (rejected)", party=sender,
+                            phase="confirm")
+        if len(msg.roster_digest) != 32 or len(msg.signature) != 64:
+            raise PeerError(f"roster confirmation carries a {len(msg.roster_digest)}-byte "
+                            f"digest and a {len(msg.signature)}-byte signature, expected 32 "
+                            "and 64", party=sender, phase="confirm")
+        if msg.roster_digest != self.roster_digest:
+            raise PeerError("roster confirmation of another roster than the one sent "
+                            "(digest differs)", party=sender, phase="confirm")
+        verify(self.identities[sender], confirmation_transcript(
+            self.session_id, sender, msg.roster_digest), msg.signature, party=sender,
+            phase="confirm")
+        self.confirmations[sender] = msg
+        if len(self.confirmations) < len(self.names):
+            return []
+        self.confirmed = True
+        relay = pb.RosterConfirmations(
+            session_id=self.session_id,
+            confirmations=[self.confirmations[name] for name in self.names])
+        return self._broadcast(lambda name: envelope(confirmations=relay))
+
     # -- share exchange (relay only) ----------------------------------------------------
     def _on_share(self, sender: str, chunk: pb.ShareChunk) -> list:
-        if self.phase != "shares" or isinstance(self.plan, SumPlan):
-            raise PeerError(f"out-of-order share chunk in phase {self.phase!r}", party=sender,
-                            phase=self.phase)
+        if self.phase != "shares" or not self.confirmed or isinstance(self.plan, SumPlan):
+            raise PeerError(f"out-of-order share chunk in phase {self._step!r}", party=sender,
+                            phase=self._step)
         if chunk.sender != sender or chunk.receiver not in self.names or \
                 chunk.receiver == sender:
             raise PeerError(f"share chunk from {chunk.sender!r} to {chunk.receiver!r} sent by "
@@ -444,9 +499,9 @@ class Coordinator:
         return [self._send(chunk.receiver, envelope(share=chunk))]
 
     def _on_ready(self, sender: str, ready: pb.Ready) -> list:
-        if self.phase != "shares" or ready.party_id != sender:
-            raise PeerError(f"out-of-order ready in phase {self.phase!r}", party=sender,
-                            phase=self.phase)
+        if self.phase != "shares" or not self.confirmed or ready.party_id != sender:
+            raise PeerError(f"out-of-order ready in phase {self._step!r}", party=sender,
+                            phase=self._step)
         if sender in self.ready:
             raise PeerError("duplicate ready (rejected)", party=sender, phase="shares")
         self.ready.add(sender)

@@ -7,7 +7,10 @@
   (:func:`roster_digest`). It binds the whole join transcript (every party's ephemeral key
   and run nonce): two parties derive the same keys only if they saw the same roster, so
   nothing of an earlier run of the same session config, and no roster shown to only some
-  parties, is ever accepted.
+  parties, is ever accepted. Every party signs the digest it accepted (the roster
+  confirmation, :mod:`protocols._party`) and uses no key derived from it before every
+  other party signed the same digest, so nothing is encrypted to a replayed hello's old
+  ephemeral key.
 - **Pairwise keys**: HKDF-SHA256 over the X25519 secret. ``info`` binds the protocol
   version, the session id, the roster digest, both party ids in canonical (sorted) order,
   both ephemeral public keys and a purpose (``share-encryption`` or ``mask``), so keys of
@@ -263,8 +266,10 @@ class EphemeralKey:
 
     @classmethod
     def generate(cls, source=None) -> "EphemeralKey":
-        """A fresh key from the OS CSPRNG; ``source`` (a ByteSource) only for reproducible
-        tests, like the noise sources of the low-level calls."""
+        """A fresh key from the OS CSPRNG (``X25519PrivateKey.generate``: OpenSSL's
+        CSPRNG; tests/protocols/test_party_protections.py checks that this is the path a
+        party takes); ``source`` (a ByteSource) only for reproducible tests, like the
+        noise sources of the low-level calls."""
         if source is None:
             return cls(X25519PrivateKey.generate())
         return cls(X25519PrivateKey.from_private_bytes(bytes(source.bytes(32))))

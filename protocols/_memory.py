@@ -56,9 +56,11 @@ class ReceivedMessage:
     sender : str
         The authenticated party it came from.
     kind : str
-        The envelope body: ``hello``, ``share``, ``ready``, ``tile`` or ``error``.
+        The envelope body: ``hello``, ``confirmation``, ``share``, ``ready``, ``tile``,
+        ``group_seed`` or ``error``.
     phase : str
-        ``join``, ``shares``, ``evaluation`` or ``error``.
+        ``join``, ``shares`` (the roster confirmation included), ``evaluation`` or
+        ``error``.
     data : bytes
         The serialized ``omnifc.v1.Envelope`` exactly as received (parse with
         ``protocols.parse_envelope``).
@@ -78,8 +80,8 @@ class Transcript:
     """Everything the coordinator received (``record=True``), in order.
 
     ``messages`` is the coordinator's whole view from the parties: in masked mode it holds
-    signed hellos (public keys only), AES-GCM ciphertext share chunks, ready notes and
-    masked evaluation tiles. ``parties`` are the parties' state machines after the run;
+    signed hellos (public keys only), signed roster confirmations, AES-GCM ciphertext
+    share chunks, ready notes and masked evaluation tiles. ``parties`` are the parties' state machines after the run;
     they hold the pairwise keys and are returned for simulations and tests only (an audit
     that wants to show what the coordinator *cannot* do must not use them).
     ``coordinator`` is the coordinator's state machine after the run (tests, and the

@@ -35,7 +35,8 @@ KINDS = ("distance", "sum")
 INTEGRITY = INTEGRITY_POLICIES
 
 #: The phase a message belongs to (for stats and error messages).
-_PHASE_OF = {"hello": "join", "roster": "join", "share": "shares", "ready": "shares",
+_PHASE_OF = {"hello": "join", "roster": "join", "confirmation": "shares",
+             "confirmations": "shares", "share": "shares", "ready": "shares",
              "round_start": "evaluation", "tile": "evaluation", "group_seed": "evaluation",
              "result": "result",
              "error": "error"}

@@ -7,9 +7,11 @@ stays bounded by a tile; iterate it to the end before the next ``receive``). Any
 raises (``ProtocolError``/``PeerError``/``IntegrityError``) and leaves the party failed;
 :meth:`Party.error_report` turns that error into the message that tells the coordinator.
 
-Phases: ``join`` (hello sent) -> ``shares`` (roster verified, encrypted shares sent, waiting
-for everyone else's) -> ``ready`` -> ``evaluation`` (uploaded for the current round; a new
-``RoundStart`` restarts) -> ``done`` (result received) or ``failed``.
+Phases: ``join`` (hello sent) -> ``confirm`` (roster verified, its digest signed and sent,
+waiting for every party's confirmation) -> ``shares`` (confirmations verified, encrypted
+shares sent, waiting for everyone else's; a sum goes straight to ``ready``) -> ``ready`` ->
+``evaluation`` (uploaded for the current round; a new ``RoundStart`` restarts) -> ``done``
+(result received) or ``failed``.
 
 Rules that hold whatever the coordinator sends (it may be actively malicious):
 
@@ -17,6 +19,17 @@ Rules that hold whatever the coordinator sends (it may be actively malicious):
   signed with the pinned identity key. The roster digest (every signed hello, in roster
   order) goes into every pair key, AAD and mask, so a hello of an earlier run, or a roster
   that differs between two parties, never yields keys that work.
+- **Roster confirmation.** Keys that do not work are found too late if shares were already
+  encrypted under them: a hello of an earlier run carries an old ephemeral key whose secret
+  may have leaked since. So after the roster checks a party signs its roster digest with
+  its identity key (:func:`confirmation_transcript`, its own domain label) and sends it;
+  it derives no pair key and encrypts or masks nothing (no share, no seed, no masked
+  upload: distance sessions and sums alike) until the coordinator relays a confirmation
+  of **this** digest from every party of the roster, each once, in roster order, each
+  verifying under that party's pinned key. A replayed hello's owner refuses the roster (it
+  lacks its fresh hello) or never saw it; either way it signs no digest holding the old
+  hello, and a confirmation of an earlier run never matches (every digest holds every
+  party's fresh run nonce).
 - **Roster.** Accepted only in the session config's order (the order of ``pinned``), with
   every party exactly once, every hello verified against its pinned key, this party's own
   hello unchanged, the public parameters equal to this party's own, and every row count
@@ -56,7 +69,8 @@ from ._generated import omnifc_pb2 as pb
 from ._messages import (SessionParameters, SumPlan, body_of, check_row_caps, chunk_rows,
                         envelope, pack, row_tiles, unpack, vector_tiles)
 
-__all__ = ["Party", "hello_transcript", "roster_digest_of", "COORDINATOR"]
+__all__ = ["Party", "hello_transcript", "roster_digest_of", "confirmation_transcript",
+           "COORDINATOR"]
 
 logger = logging.getLogger("omnifc.protocols")
 
@@ -94,6 +108,12 @@ def hello_transcript(hello: pb.Hello) -> bytes:
 def roster_digest_of(session_id: str, hellos) -> bytes:
     """The roster digest of signed hellos in roster order (see :mod:`protocols._crypto`)."""
     return roster_digest(session_id, [(hello_transcript(h), h.signature) for h in hellos])
+
+
+def confirmation_transcript(session_id: str, party_id: str, digest: bytes) -> bytes:
+    """The canonical bytes a party signs to confirm the roster it accepted (label
+    ``roster-confirmation``: no hello or other signed message has the same bytes)."""
+    return transcript("roster-confirmation", session_id, party_id, bytes(digest))
 
 
 def as_protocol_error(error: Exception, who: str, phase: str) -> Exception:
@@ -260,7 +280,8 @@ class Party:
                                 f"session ended (phase {self.phase!r})")
         kind, body = body_of(env)
         try:
-            handler = {"roster": self._on_roster, "share": self._on_share,
+            handler = {"roster": self._on_roster, "confirmations": self._on_confirmations,
+                       "share": self._on_share,
                        "round_start": self._on_round_start, "result": self._on_result,
                        "group_seed": self._on_group_seed, "error": self._on_error}.get(kind)
             if handler is None:
@@ -340,10 +361,42 @@ class Party:
         self.n_total = offset
         self.roster_digest = roster_digest_of(self.session_id,
                                               [e.hello for e in roster.parties])
-        self.keys = {e.hello.party_id: PairKeys.derive(
-            self._ephemeral, e.hello.ephemeral_public_key, session_id=self.session_id,
-            me=self.party_id, peer=e.hello.party_id, roster_digest=self.roster_digest)
-            for e in roster.parties if e.hello.party_id != self.party_id}
+        self._peer_keys = {e.hello.party_id: bytes(e.hello.ephemeral_public_key)
+                           for e in roster.parties if e.hello.party_id != self.party_id}
+        self.phase = "confirm"
+        return iter([envelope(confirmation=pb.RosterConfirmation(
+            session_id=self.session_id, party_id=self.party_id,
+            roster_digest=self.roster_digest,
+            signature=sign(self._identity, confirmation_transcript(
+                self.session_id, self.party_id, self.roster_digest))))])
+
+    def _on_confirmations(self, relay: pb.RosterConfirmations):
+        """Every party's signature on this roster's digest: only then keys and shares."""
+        self._require_phase("confirmations", "confirm")
+        self._expect_session(relay.session_id, "confirm")
+        names = [c.party_id for c in relay.confirmations]
+        if names != self.names:
+            raise PeerError(f"the roster confirmations come from {names}, expected one from "
+                            f"every party of the roster, in its order: {self.names}",
+                            party=COORDINATOR, phase="confirm")
+        for c in relay.confirmations:
+            if c.session_id != self.session_id:
+                raise PeerError(f"the roster confirmation of {c.party_id!r} is for session "
+                                f"{c.session_id!r}, expected {self.session_id!r}",
+                                party=COORDINATOR, phase="confirm")
+            verify(self.pinned[c.party_id], confirmation_transcript(
+                self.session_id, c.party_id, c.roster_digest), c.signature,
+                party=c.party_id, phase="confirm")
+            if c.roster_digest != self.roster_digest:
+                raise PeerError(f"{c.party_id!r} confirmed another roster (digest "
+                                f"{bytes(c.roster_digest).hex()[:16]}..., this party accepted "
+                                f"{self.roster_digest.hex()[:16]}...): the parties were shown "
+                                "different rosters, or one holds a hello of an earlier run; "
+                                "nothing was encrypted", party=c.party_id, phase="confirm")
+        self.keys = {name: PairKeys.derive(
+            self._ephemeral, public, session_id=self.session_id, me=self.party_id,
+            peer=name, roster_digest=self.roster_digest)
+            for name, public in self._peer_keys.items()}
         self._round = 0
         self.phase = "shares"
         if isinstance(self.plan, SumPlan):

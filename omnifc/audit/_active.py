@@ -383,7 +383,8 @@ def run_roster_attacks(params, *, seed: int = 0) -> dict:
                            coordinator_class=Replaying, observe=seen)
         out["replayed_hello_refused"] = False
     except OmniFCError:
-        # nobody may hold a result; the victim's peers must refuse its shares
+        # nobody may hold a result (the victim's roster confirmation does not match the
+        # others', so nobody encrypts a share)
         out["replayed_hello_refused"] = all(p.result is None for p in seen.parties.values())
     return out
 

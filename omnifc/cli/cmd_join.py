@@ -61,8 +61,8 @@ def run(args) -> int:
     folder = output_dir(args, config)
     warn_if_reused(config, f"join:{args.party}")
     announce_session(config, f"party {args.party!r}")
-    phases = {"roster": "shares", "share": "shares", "round_start": "evaluation",
-              "result": "result"}
+    phases = {"roster": "shares", "confirmations": "shares", "share": "shares",
+              "round_start": "evaluation", "result": "result"}
     bar, on_phase = phase_progress(disable=args.no_progress)
     try:
         party = join_from_config(config, args.party, data, target=args.target,

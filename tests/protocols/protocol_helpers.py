@@ -71,10 +71,26 @@ class Session:
                 back.append((dest, out))
         return back
 
+    def confirm(self, pairs):
+        """Deliver the roster broadcast ``pairs`` to the parties and their roster
+        confirmations to the coordinator; return its relay of them (dest, envelope)."""
+        relay = []
+        for sender, env in self.deliver_all(pairs):
+            relay = self.coordinator.receive(sender, env) or relay
+        return relay
+
+    def _reached(self, phase) -> bool:
+        c = self.coordinator
+        if phase == "confirm":  # roster sent, confirmations not yet relayed
+            return c.phase == "shares" and not c.confirmed
+        return c.phase == phase and (phase != "shares" or c.confirmed)
+
     def run_until(self, phase):
-        """Run the session with a FIFO until the coordinator reaches ``phase``."""
+        """Run the session with a FIFO until the coordinator reaches ``phase``
+        (``"shares"``: the roster confirmations relayed, so the parties' answer to what is
+        queued is their shares; ``"confirm"``: the roster sent, nothing confirmed)."""
         queue = [("coordinator", n, env) for n, env in self.hellos().items()]
-        while queue and self.coordinator.phase != phase:
+        while queue and not self._reached(phase):
             dest, sender, env = queue.pop(0)
             if dest == "coordinator":
                 for d, e in self.coordinator.receive(sender, env):

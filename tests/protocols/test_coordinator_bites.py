@@ -399,7 +399,7 @@ def test_abort_tells_every_connected_party_who_failed_in_which_phase():
     assert [d for d, _ in reports] == session.names
     for _, env in reports:
         assert env.error == pb.ErrorReport(
-            session_id=SID, reporter="coordinator", party="party-2", phase="shares",
+            session_id=SID, reporter="coordinator", party="party-2", phase="confirm",
             kind="peer", message=str(error))
 
 
@@ -461,12 +461,13 @@ def test_a_party_lost_in_shares_fails_the_session_with_the_default_reason():
 # -- shares -----------------------------------------------------------------------------------
 
 def _in_shares(session):
-    """Hellos delivered; returns the share chunks the parties send (sender, envelope)."""
+    """Hellos and roster confirmations delivered; returns the share chunks the parties
+    send (sender, envelope)."""
     hellos = session.hellos()
     out = []
     for name in session.names:
         out = session.coordinator.receive(name, hellos[name]) or out
-    return [(s, e) for s, e in session.deliver_all(out) if e.HasField("share")]
+    return [(s, e) for s, e in session.deliver_all(session.confirm(out)) if e.HasField("share")]
 
 
 def test_a_share_chunk_is_relayed_unchanged_to_its_receiver_only():
@@ -491,9 +492,11 @@ def test_a_share_chunk_before_the_roster_is_refused_as_out_of_order():
 def test_a_share_chunk_in_a_sum_session_is_refused_as_out_of_order():
     session = _sum_session()
     hellos = session.hellos()
+    out = []
     for name in session.names:
-        session.coordinator.receive(name, hellos[name])
-    assert session.coordinator.phase == "shares"
+        out = session.coordinator.receive(name, hellos[name]) or out
+    session.confirm(out)
+    assert session.coordinator.phase == "shares" and session.coordinator.confirmed
     env = _envelope(share=pb.ShareChunk(session_id=SID, sender="party-0",
                                         receiver="party-1"))
     error = _refused(session.coordinator, "party-0", env)
@@ -943,7 +946,8 @@ def test_transparent_mode_is_announced_loudly(caplog):
         "distance matrix, not only D"]
 
 
-_PHASE = {"hello": "join", "roster": "join", "share": "shares", "ready": "shares",
+_PHASE = {"hello": "join", "roster": "join", "confirmation": "shares",
+          "confirmations": "shares", "share": "shares", "ready": "shares",
           "round_start": "evaluation", "tile": "evaluation", "group_seed": "evaluation",
           "result": "result"}
 

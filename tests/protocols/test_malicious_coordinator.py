@@ -237,8 +237,10 @@ def test_a_hello_replayed_from_an_earlier_run_is_never_accepted():
     # Run 1 of a session config (same session id, same identity keys) is recorded; in run
     # 2 the coordinator shows party-0 the roster with party-2's hello from run 1 (validly
     # signed) and everybody else the genuine one. The roster digest binds every hello, so
-    # party-0's keys agree with nobody: party-1 refuses party-0's shares (before, it
-    # accepted them and the two parties went on with different rosters).
+    # party-0 confirms another digest than the others: the session stops at the roster
+    # confirmation, before any share is encrypted (before that step, party-0 sent party-2
+    # shares encrypted to run 1's ephemeral key, and only party-1's AES-GCM check of
+    # party-0's shares ended the session; tests/protocols/test_roster_confirmation.py).
     data = random_data([2, 3, 2], 3, seed=9)
     params = SessionParameters(dim=3, bound=1.0, scale_bits=8)
     identities = {name: Ed25519PrivateKey.generate() for name in data}
@@ -246,15 +248,16 @@ def test_a_hello_replayed_from_an_earlier_run_is_never_accepted():
                                  identities=identities)
     old = {m.sender: m.envelope().hello for m in run1.of_kind("hello")}
     seen = Transcript()
-    with pytest.raises(PeerError):
+    with pytest.raises(PeerError) as info:
         run_memory_session(data, params, session_id="same-config", identities=identities,
                            coordinator_class=_roster_substitution({"party-2": old["party-2"]},
                                                                   "party-0"),
-                           observe=seen)
-    p1 = seen.parties["party-1"]
-    assert p1.phase == "failed" and isinstance(p1.error, IntegrityError)
-    assert p1.error.party == "party-0" and p1.error.phase == "shares"
-    assert all(p.phase == "failed" for p in seen.parties.values())
+                           observe=seen, record=True)
+    assert (info.value.party, info.value.phase) == ("party-0", "confirm")
+    assert "another roster" in str(info.value)
+    assert not seen.of_kind("share")
+    assert [m.sender for m in seen.of_kind("confirmation")] == ["party-0"]  # refused at once
+    assert all(p.phase == "failed" and not hasattr(p, "keys") for p in seen.parties.values())
 
 
 def test_a_whole_roster_replayed_from_an_earlier_run_is_refused():

@@ -187,7 +187,7 @@ def test_coordinator_view_shares_are_ciphertext_that_does_not_decode():
     assert np.array_equal(decode(plaintext), secret)
     assert not np.any(decode(ciphertext) == secret)
     kinds = {m.kind for m in transcript.messages}
-    assert kinds == {"hello", "share", "ready", "tile"}
+    assert kinds == {"hello", "confirmation", "share", "ready", "tile"}
 
 
 def test_masked_upload_minus_the_masks_is_the_weighted_evaluation():

@@ -30,8 +30,8 @@ pytestmark = pytest.mark.timeout(120)
 # best effort (A = 0): the dropout tests spend the one check of m = 4 on the straggler
 PARAMS = SessionParameters(dim=3, bound=1.0, scale_bits=8, adversaries=0)
 #: The phases of the messages a coordinator receives (ReceivedMessage's docstring).
-PHASE = {"hello": "join", "share": "shares", "ready": "shares", "tile": "evaluation",
-         "group_seed": "evaluation", "error": "error"}
+PHASE = {"hello": "join", "confirmation": "shares", "share": "shares", "ready": "shares",
+         "tile": "evaluation", "group_seed": "evaluation", "error": "error"}
 
 
 def _rows(data):
@@ -155,7 +155,8 @@ def test_the_record_is_every_received_message_in_order():
     kinds = [m.kind for m in transcript.messages]
     assert kinds[:3] == ["hello"] * 3
     assert {m.sender for m in transcript.of_kind("hello")} == set(data)
-    assert set(kinds) == {"hello", "share", "ready", "tile"}
+    assert set(kinds) == {"hello", "confirmation", "share", "ready", "tile"}
+    assert len(transcript.of_kind("confirmation")) == 3
     assert len(transcript.of_kind("ready")) == 3
     assert all(m.kind == "tile" for m in transcript.of_kind("tile"))
     assert np.array_equal(outcome.integer, plaintext_sq_distances(_rows(data), 1.0, 8))
@@ -244,11 +245,13 @@ def test_a_dropped_party_is_reported_lost_as_a_crash(phase, spy_party):
     assert lost == [("party_lost", "party-3", "process crashed")]
     # the dropped party never handled the message of that phase, nor anything after it
     got = [env.WhichOneof("body") for name, env in spy_party if name == "party-3"]
-    first = {"shares": "share", "evaluation": "round_start"}[phase]
+    first = {"shares": "confirmations", "evaluation": "round_start"}[phase]
     assert first not in got
     sent = [m.kind for m in seen.messages if m.sender == "party-3"]
-    # three share chunks (one per other party), then a ready note once it got theirs
-    assert sent == ["hello"] + ["share"] * 3 + ([] if phase == "shares" else ["ready"])
+    # its roster confirmation; once it got everyone's, three share chunks (one per other
+    # party), then a ready note once it got theirs
+    assert sent == ["hello", "confirmation"] + ([] if phase == "shares" else
+                                                ["share"] * 3 + ["ready"])
 
 
 def test_a_failing_coordinator_tells_every_party(spy_party):

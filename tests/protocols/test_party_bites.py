@@ -70,8 +70,9 @@ def test_the_rebuilt_roster_of_the_test_above_is_accepted_when_honest():
     session = Session(data, PARAMS)
     env = _roster_for(session, "party-0")
     party = session.parties["party-0"]
-    assert list(party.receive(_rebuilt(env, [e.hello for e in env.roster.parties])))
-    assert party.phase == "shares" and party.names == ["party-0", "party-1", "party-2"]
+    out = list(party.receive(_rebuilt(env, [e.hello for e in env.roster.parties])))
+    assert [e.WhichOneof("body") for e in out] == ["confirmation"]
+    assert party.phase == "confirm" and party.names == ["party-0", "party-1", "party-2"]
 
 
 # -- every refusal names who is to blame, the phase, and says expected vs seen ----------------

@@ -217,10 +217,14 @@ def test_a_block_ends_where_the_next_tile_would_pass_the_element_limit(n, bounds
 # -- fail closed inside the lazily produced messages ------------------------------------------
 
 def _roster_accepted(monkeypatch):
-    """party-0 accepts its roster; share encoding then raises an unexpected MemoryError
-    (fault injection: the out-of-memory a huge party could hit)."""
+    """party-0 accepts its roster and every roster confirmation; share encoding then
+    raises an unexpected MemoryError (fault injection: the out-of-memory a huge party
+    could hit)."""
     import protocols._party as party_module
-    session, env, _ = _three()
+    session = Session(random_data([2, 3, 2], 3, seed=3), PARAMS)
+    queue = session.run_until("shares")  # the confirmations relayed, not yet delivered
+    env = next(e for dest, _, e in queue if dest == "party-0")
+    assert env.HasField("confirmations")
     party = session.parties["party-0"]
     shares = party.receive(env)  # lazy: nothing encoded yet
     assert party.phase == "shares"

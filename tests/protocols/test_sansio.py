@@ -148,7 +148,7 @@ def test_tampered_share_fails_authentication_at_the_receiver(session):
     out = []
     for name, hello in hellos.items():
         out = session.coordinator.receive(name, hello) or out
-    chunks = session.deliver_all(out)
+    chunks = session.deliver_all(session.confirm(out))
     sender, chunk = next((s, e) for s, e in chunks if e.HasField("share"))
     [(receiver, relayed)] = session.coordinator.receive(sender, chunk)
     data = bytearray(relayed.share.ciphertext)
@@ -170,7 +170,8 @@ def test_share_chunk_of_wrong_size_is_rejected_by_the_relay(session):
     out = []
     for name, hello in hellos.items():
         out = session.coordinator.receive(name, hello) or out
-    sender, chunk = next((s, e) for s, e in session.deliver_all(out) if e.HasField("share"))
+    sender, chunk = next((s, e) for s, e in session.deliver_all(session.confirm(out))
+                         if e.HasField("share"))
     chunk.share.ciphertext += b"x"
     with pytest.raises(PeerError, match="bytes, expected") as info:
         session.coordinator.receive(sender, chunk)

@@ -157,7 +157,8 @@ def test_the_roster_recipe_of_the_test_above_is_accepted_when_honest():
     env = _roster_for(session, "party-0")
     out = list(session.parties["party-0"].receive(
         _with_entries(env, list(env.roster.parties), 3)))
-    assert out and session.parties["party-0"].phase == "shares"
+    assert [e.WhichOneof("body") for e in out] == ["confirmation"]
+    assert session.parties["party-0"].phase == "confirm"
 
 
 # -- RoundStart replay --------------------------------------------------------------------
