@@ -84,9 +84,9 @@ def test_parameter_defaults_and_messages():
                                                                         2147483629)
     assert _refuse(ConfigParameters, mask_degree=-1) == \
         "[parameters] mask_degree (0 = every pair masks) must be >= 0, got -1"
-    assert ConfigParameters(mask_degree=1 << 20).mask_degree == 1 << 20
-    assert _refuse(ConfigParameters, mask_degree=(1 << 20) + 1).startswith(
-        "[parameters] mask_degree (0 = every pair masks) must be <= 1048576")
+    assert ConfigParameters(mask_degree=(1 << 20) - 1).mask_degree == (1 << 20) - 1
+    assert _refuse(ConfigParameters, mask_degree=1 << 20).startswith(
+        "[parameters] mask_degree (0 = every pair masks) must be <= 1048575")
     message = _refuse(ConfigParameters, bound=1e12)
     assert message.startswith("[parameters] bound = 1000000000000.0, scale_bits = 16, "
                               "dim = 0: ")

@@ -156,37 +156,85 @@ def matches(got, want):
     return sum(int((got[k] == want[k]).sum()) for k in got)
 
 
-# --- the weak degree: k = 1 <= t --------------------------------------------------------------
-def test_a_path_mask_graph_gives_one_colluder_an_honest_partys_evaluation():
-    # m = 4, l = t = 1, mask_degree = 1: H_{1,3} is the path B[0] - B[1] - B[2]. The
-    # coordinator picks |B| = 3 (r = 0) and colludes with B[1], the only mask partner of
-    # B[0] (and of B[2]).
-    run = r0_session(4, 1, 1, degree=1, seed=1)
-    assert mask_edges(3, 1) == {(0, 1), (1, 2)}
-    middle = run.responders[1]
-    for honest in (run.responders[0], run.responders[2]):
-        got = attack(run, [middle], [honest])
-        assert same(got, truth(run, [honest])), honest
-        # more than D: c_j g(beta_j) - c_j L_1(beta_j)^2 D is the noise part
-        # 2 L_1 L_2 <dX, dN> + L_2^2 |dN|^2, not zero
-        party = run.transcript.parties[honest]
-        code, p = party.plan.codes[0], run.primes[0]
-        beta = code.betas[party.names.index(honest)]
-        l1 = lagrange_weights(code.alphas, beta, p)[0]
-        c = lagrange_weights([code.betas[party.names.index(r)] for r in run.responders],
-                             code.alphas[0], p)[run.responders.index(honest)]
-        d = run.outcome.integer.astype(object) % p
-        n = d.shape[0]
-        for (k, tile_index), (a, b, _) in run.uploads[honest].items():
-            if k == 0:
-                only_d = np.array([c * l1 * l1 * d[i, j] % p for i in range(a, b)
-                                   for j in range(a, n)], dtype=object)
-                noise = (got[(0, tile_index)] - only_d) % p
-                assert any(noise[(i - a) * (n - a) + (j - a)] for i in range(a, b)
-                           for j in range(i + 1, n))
-    # the endpoint B[0] alone is no cut of the path: B[1] + B[2] stay masked
-    got = attack(run, [run.responders[0]], [run.responders[2]])
-    assert matches(got, truth(run, [run.responders[2]])) <= 2
+# --- the weak degree: 1 <= k <= t is refused before any session starts ----------------------
+WEAK = r"mask_degree must be 0 \(every pair\) or at least t \+ 1 = {} \(noise_segments t = {}\), got {}"
+
+
+def test_a_path_mask_graph_with_l_t_1_is_refused_before_the_session():
+    # m = 4, l = t = 1, mask_degree = 1: H_{1,3} is the path B[0] - B[1] - B[2]. A
+    # coordinator picking |B| = 3 (r = 0) and colluding with B[1], the only mask partner
+    # of B[0] and B[2], read their c_j * g(beta_j) exactly (attack() above, before the
+    # fix); now the session cannot be set up.
+    with pytest.raises(ParameterError, match=WEAK.format(2, 1, 1)):
+        r0_session(4, 1, 1, degree=1, seed=1)
+
+
+@pytest.mark.parametrize("t", [1, 2, 3])
+def test_every_degree_from_1_to_t_is_refused_and_t_plus_1_accepted(t):
+    for k in range(1, t + 1):
+        for mode in ("masked", "transparent"):
+            with pytest.raises(ParameterError, match=WEAK.format(t + 1, t, k)) as error:
+                SessionParameters(dim=4, bound=1.0, noise_segments=t, mask_degree=k, mode=mode)
+            assert f"withstands only {k - 1} colluding parties" in str(error.value)
+    for k in (0, t + 1, t + 5):
+        assert SessionParameters(dim=4, bound=1.0, noise_segments=t,
+                                 mask_degree=k).mask_degree == k
+    # a secure sum has no t: any k >= 1 (up to m - 1) stays allowed
+    assert SessionParameters(kind="sum", dim=2, bound=1.0, noise_segments=t,
+                             mask_degree=1).mask_degree == 1
+
+
+def test_a_party_refuses_a_roster_announcing_a_weak_degree():
+    # from_proto is the same SessionParameters: a forged roster with k <= t fails to parse
+    from protocols._generated import omnifc_pb2 as pb
+
+    msg = pb.Parameters(kind="distance", mode="masked", dim=3, segments=1, noise_segments=1,
+                        scale_bits=8, bound=1.0, chunk_bytes=4096, rows=1, mask_degree=1)
+    with pytest.raises(ParameterError, match=WEAK.format(2, 1, 1)):
+        SessionParameters.from_proto(msg)
+    msg.mask_degree = 2
+    assert SessionParameters.from_proto(msg).mask_degree == 2
+
+
+def test_the_config_loader_refuses_a_weak_degree_by_its_key(tmp_path):
+    from test_config import BASE, _write
+
+    from protocols import load_session_config
+    from protocols._config import ConfigParameters
+
+    base = BASE.replace("enabled = true", "enabled = false")
+    with pytest.raises(ParameterError, match=r"weak.toml': \[parameters\] " +
+                       WEAK.format(2, 1, 1)):
+        load_session_config(_write(tmp_path, base.replace(
+            "primes = []", "primes = []\nmask_degree = 1"), "weak.toml"))
+    with pytest.raises(ParameterError, match=r"^\[parameters\] " + WEAK.format(3, 2, 2)):
+        ConfigParameters(noise_segments=2, mask_degree=2)
+    assert ConfigParameters(noise_segments=2, mask_degree=3).mask_degree == 3
+    assert load_session_config(_write(tmp_path, base.replace(
+        "primes = []", "primes = []\nmask_degree = 2"), "ok.toml")).parameters.mask_degree == 2
+
+
+def test_the_python_api_refuses_a_weak_degree_before_any_work(monkeypatch):
+    import omnifc
+    from omnifc import _secure
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the session work started")
+
+    for name in ("normalize_parties", "make_plan", "clip_report", "_run"):
+        monkeypatch.setattr(_secure, name, no_work)
+    rows = [np.zeros((2, 3)) for _ in range(4)]
+    with pytest.raises(ParameterError, match=WEAK.format(2, 1, 1)):
+        omnifc.secure_distance_matrix(rows, bound=1.0, mask_degree=1)
+    with pytest.raises(ParameterError, match=WEAK.format(3, 2, 2)):
+        omnifc.secure_distance_matrix(rows, bound=1.0, noise_segments=2, mask_degree=2)
+    with pytest.raises(AssertionError, match="the session work started"):  # k = 2: runs
+        omnifc.secure_distance_matrix(rows, bound=1.0, mask_degree=2)
+    from omnifc import _federated
+
+    monkeypatch.setattr(_federated, "split_parties", no_work)
+    with pytest.raises(ParameterError, match=WEAK.format(2, 1, 1)):
+        omnifc.FederatedClustering(n_clusters=2, bound=1.0, mask_degree=1).fit(rows)
 
 
 # --- at the bound: k = t + 1 withstands the coordinator with t colluders ----------------------
@@ -259,3 +307,29 @@ def test_one_step_past_the_bound_t_plus_1_separating_colluders_get_partial_sums(
         for part in parts:
             names = [run.responders[i] for i in part]
             assert same(attack(run, colluders, names), truth(run, names)), (cut, part)
+
+
+def test_audit_check_5_still_reads_a_weak_config_and_fails_it(tmp_path):
+    # The config no longer loads; check 5 reads it leniently, reports the refusal and the
+    # collusion threshold of its mask graph.
+    from test_config import BASE, _write
+
+    from omnifc.audit import AuditParameters
+    from omnifc.audit._transport import check_transport
+
+    text = BASE.replace("enabled = true", "enabled = false").replace(
+        "primes = []", "primes = []\nmask_degree = 1")
+    text += f'\n[[parties]]\nname = "x"\nidentity_public_key = "{"dd" * 32}"\n'
+    check = check_transport(AuditParameters.from_config(_write(tmp_path, text)))
+    assert check.failed
+    reasons = " ".join(check.reasons)
+    assert "the session config does not load" in reasons
+    assert "[parameters] mask_degree must be 0 (every pair) or at least t + 1 = 2" in reasons
+    assert "mask_degree = 1 withstands only 0 colluding parties, fewer than t = 1" in reasons
+    [row] = [r for r in check.evidence["items"] if r[0] == "mask graph"]
+    assert row[3] == "FAIL" and check.evidence["mask_collusion_threshold"] == 0
+    legal = check_transport(AuditParameters.from_config(_write(
+        tmp_path, text.replace("mask_degree = 1", "mask_degree = 2"), "legal.toml")))
+    [row] = [r for r in legal.evidence["items"] if r[0] == "mask graph"]
+    assert row[3] == "ok" and "up to 1 parties" in row[1]
+    assert not any("does not load" in r for r in legal.reasons)
