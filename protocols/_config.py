@@ -1000,7 +1000,7 @@ def format_session_config(config: SessionConfig, base_dir) -> str:
         line("max_rows_per_party", p.max_rows_per_party, "public row cap per party"),
         line("max_rows_total", p.max_rows_total, "public row cap, all parties"),
         line("mask_degree", p.mask_degree,
-             "mask partners per party: 0 = all; k = withstands k-1 colluders"),
+             "mask partners per party: 0 = all; k >= t+1 withstands k-1 colluders"),
         "",
         "[clustering]",
         line("method", c.method),

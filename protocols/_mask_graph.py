@@ -24,9 +24,9 @@ How strong the graph must be (distance sessions). The coordinator chooses B: wit
 party uploads c_j * g(beta_j) masked by these pairwise masks alone. The shares withstand t
 colluding parties, so the masks must too: k - 1 >= t, i.e. ``mask_degree`` 0 or at least
 t + 1 (:func:`check_distance_mask_degree`, applied by ``SessionParameters`` and the session
-config at load). With k <= t, t colluders that separate H_{k,|B|} read a partial sum, and on
-the path (k = 1) one colluder next to an end reads that party's whole weighted evaluation
-(tests/protocols/test_mask_degree.py). A secure sum has no t and keeps ``k >= 1``.
+config at load). With k <= t, k colluders (no more than the t the shares allow) that
+separate H_{k,|B|} read a partial sum; on the path (k = 1) one colluder next to an end reads
+that party's whole weighted evaluation (tests/protocols/test_mask_degree.py). A secure sum has no t and keeps ``k >= 1``.
 
 Examples
 --------

@@ -115,3 +115,16 @@ def test_simulate_runs_with_a_legal_mask_degree(tmp_path):
     result = omnifc("simulate", "--parties", 5, "--mask-degree", 2, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "exact         yes" in result.stdout
+
+
+def test_audit_cli_reports_the_refusal_of_a_weak_config(tmp_path):
+    folder = tmp_path / "certs"
+    assert _certs(folder, 2).returncode == 0
+    config = folder / "session.toml"
+    config.write_text(config.read_text().replace("mask_degree = 2", "mask_degree = 1"))
+    result = omnifc("audit", "--config", config, "--checks", "5", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "[parameters] " + WEAK.format(2, 1, 1) in result.stderr
+    config.write_text(config.read_text().replace("mask_degree = 1", "mask_degree = 2"))
+    result = omnifc("audit", "--config", config, "--checks", "5", cwd=tmp_path)
+    assert result.returncode == 0 and "| 5 | Transport security | PASS |" in result.stdout

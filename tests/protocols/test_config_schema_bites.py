@@ -581,7 +581,7 @@ def test_format_of_a_config_with_cards(ceremony, tmp_path):
     assert 'integrity = "detect"'.ljust(39) + " # 'detect' (default), 'correct' or 'off': " \
         "Reed-Solomon checks on the uploads" in lines
     assert "mask_degree = 0".ljust(39) + \
-        " # mask partners per party: 0 = all; k = withstands k-1 colluders" in lines
+        " # mask partners per party: 0 = all; k >= t+1 withstands k-1 colluders" in lines
     assert "[deadlines]".ljust(39) + " # seconds; every wait has one" in lines
     assert "join = 60.0" in lines and "result = 60.0" in lines
     assert not any(line.startswith("n_clusters") for line in lines)
