@@ -91,11 +91,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--degrees", type=int, nargs="*", default=[2],
-                        help="mask degrees besides 0 (every pair)")
+                        help=f"mask degrees besides 0 (every pair); each at least t + 1 = "
+                             f"{T + 1} (a distance session refuses 1 <= k <= t)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--extrapolate", type=int, default=70_000)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
+    from protocols._mask_graph import check_distance_mask_degree
+
+    for degree in args.degrees:  # the session's own rule, before any work
+        try:
+            check_distance_mask_degree(degree, T)
+        except ValueError as error:
+            parser.error(f"--degrees: {error}")
     if args.quick:
         args.n, args.repeats = 2000, 1
     now = datetime.datetime.now(datetime.timezone.utc)

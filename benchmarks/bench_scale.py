@@ -458,7 +458,8 @@ def main(argv=None) -> int:
     parser.add_argument("--segments", type=int, default=None,
                         help="l (default 8; 1 with --quick); t = 1")
     parser.add_argument("--mask-degree", type=int, default=0,
-                        help="the session's mask_degree (0, the default: every pair)")
+                        help="the session's mask_degree (0, the default: every pair; else "
+                             "at least t + 1 = 2)")
     parser.add_argument("--deadline", type=float, default=3 * 3600,
                         help="seconds allowed for the share exchange and the evaluation")
     parser.add_argument("--no-cluster", action="store_true",
@@ -469,6 +470,12 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=4 * 3600)
     parser.add_argument("--json", default=None, help="write the figures to this file")
     args = parser.parse_args(argv)
+    from protocols._mask_graph import check_distance_mask_degree
+
+    try:  # the session's own rule (t = 1), before any child process starts
+        check_distance_mask_degree(args.mask_degree, 1)
+    except ValueError as error:
+        parser.error(f"--mask-degree: {error}")
     args.parties = args.parties or (3 if args.quick else 17)
     args.segments = args.segments or (1 if args.quick else 8)
     if args.sizes:

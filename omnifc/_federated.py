@@ -141,8 +141,10 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         A, the most parties that may deviate together; passed to
         :func:`omnifc.secure_distance_matrix` (default: the largest the parties allow).
     mask_degree : int
-        Mask partners of each party (0: every other party); passed to
-        :func:`omnifc.secure_distance_matrix`.
+        Mask partners of each party (0: every other party; else at least
+        ``noise_segments + 1``, so that the masks withstand t colluding parties as the
+        shares do); passed to :func:`omnifc.secure_distance_matrix`. ``fit`` refuses
+        1 <= k <= ``noise_segments`` before it reads the data.
     memory_budget : int, optional
         Bytes of n x n data kept in RAM (default 2 GiB); above it the coordinator
         accumulates D in a temporary memory-mapped file, clustered out of core
@@ -210,9 +212,12 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         owners : array-like (n,), optional
             For a single array ``X``: the party (name or number) holding each row.
         """
+        from protocols._mask_graph import check_distance_mask_degree
+
         if self.bound is None:
             raise ParameterError("bound (the public clip bound R) must be given; it is "
                                  "agreed in advance, never computed from pooled data")
+        check_distance_mask_degree(self.mask_degree, self.noise_segments)
         names, arrays, order = split_parties(self, X, owners, self.n_parties)
         if self.nonnegative and any((x < 0).any() for x in arrays):
             raise InputError("Negative values in data passed to FederatedClustering with "

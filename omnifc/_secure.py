@@ -138,10 +138,13 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
         outside them is named (docs/integrity.md, "Declared adversaries"). "detect"
         needs A <= r, "correct" A <= floor(r/2); default: that largest A; 0: best effort.
     mask_degree : int
-        Mask partners of each party: 0 (default) every other party; k >= 1 its neighbours
-        in a k-connected Harary graph, so the masks withstand a coordinator colluding
-        with up to k - 1 parties at a fraction of the keystream (docs/protocol.md, "Mask
-        graph"; choose k - 1 >= ``noise_segments``).
+        Mask partners of each party: 0 (default) every other party; k its neighbours in a
+        k-connected Harary graph, so the masks withstand a coordinator colluding with up
+        to k - 1 parties at a fraction of the keystream (docs/protocol.md, "Mask graph").
+        k must be at least ``noise_segments + 1`` (and at most m - 1):
+        1 <= k <= ``noise_segments`` raises :class:`ParameterError` before anything runs,
+        because the coordinator chooses the responders, can leave r = 0 (no integrity
+        checks), and then the masks alone protect each party's evaluation.
 
     Returns
     -------
@@ -157,7 +160,11 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     [0.0, 25.0, 2.0]
     """
     from protocols import SessionParameters
+    from protocols._mask_graph import check_distance_mask_degree
 
+    # The weakest masks a session allows, before any data is read (SessionParameters
+    # refuses the same below).
+    check_distance_mask_degree(mask_degree, noise_segments)
     names, arrays = normalize_parties(parties)
     # Validate every public parameter (and each party's data) before anything runs.
     plan = make_plan(arrays[0].shape[1], bound=bound, scale_bits=scale_bits, segments=segments,

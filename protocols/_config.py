@@ -44,6 +44,7 @@ from finite_field import ParameterError, min_parties
 
 from ._crypto import PROTOCOL_VERSION  # the wire-protocol version: one source of truth
 from ._fingerprint import card_fingerprint, readable_fingerprint, refuse_old_format
+from ._mask_graph import check_distance_mask_degree
 
 __all__ = ["SessionConfig", "ConfigParameters", "ClusteringRequest", "Deadlines",
            "TLSSettings", "PartyEntry", "TLSFiles", "load_session_config",
@@ -197,9 +198,11 @@ class ConfigParameters:
         rows in all, before allocating anything for them.
     mask_degree : int
         Pairwise-mask partners of each responder: 0 (default) every other responder; k
-        (1 <= k <= m - 1) its neighbours in a k-connected Harary graph over the responding
-        set, so the masks withstand the coordinator colluding with up to k - 1 parties
-        (docs/protocol.md, "Mask graph"). Choose k - 1 >= noise_segments.
+        (noise_segments + 1 <= k <= m - 1) its neighbours in a k-connected Harary graph
+        over the responding set, so the masks withstand the coordinator colluding with up
+        to k - 1 parties (docs/protocol.md, "Mask graph"). 1 <= k <= noise_segments is
+        refused at load: the coordinator can leave r = 0, and then the masks alone must
+        withstand the t colluders the shares withstand.
 
     The quantizer and the no-wrap bound are checked here, at load: ``bound * 2^scale_bits``
     must be below 2^53 (exact quantization) and the largest squared distance of d
@@ -229,8 +232,11 @@ class ConfigParameters:
                 f"[parameters] max_rows_per_party ({self.max_rows_per_party}) must be <= "
                 f"max_rows_total ({self.max_rows_total})")
         _int(self.segments, "[parameters] segments", 1)
-        _int(self.mask_degree, "[parameters] mask_degree (0 = every pair masks)", 0, 1 << 20)
+        _int(self.mask_degree, "[parameters] mask_degree (0 = every pair masks)", 0,
+             (1 << 20) - 1)  # as SessionParameters
         _int(self.noise_segments, "[parameters] noise_segments", 1)
+        check_distance_mask_degree(self.mask_degree, self.noise_segments,
+                                   name="[parameters] mask_degree")
         _int(self.scale_bits, "[parameters] scale_bits", 0, 30)
         object.__setattr__(self, "bound", _positive_number(self.bound, "[parameters] bound"))
         _bool(self.nonnegative, "[parameters] nonnegative")
@@ -1027,7 +1033,7 @@ def format_session_config(config: SessionConfig, base_dir) -> str:
         line("max_rows_per_party", p.max_rows_per_party, "public row cap per party"),
         line("max_rows_total", p.max_rows_total, "public row cap, all parties"),
         line("mask_degree", p.mask_degree,
-             "mask partners per party: 0 = all; k = withstands k-1 colluders"),
+             "mask partners per party: 0 = all; k >= t+1 withstands k-1 colluders"),
         "",
         "[clustering]",
         line("method", c.method),

@@ -19,6 +19,15 @@ complete graph. It is a function of public, agreed values only (B as shown and t
 session's ``mask_degree``, which every party checks in the roster), so every honest
 party of one view uses the same graph and the masks cancel.
 
+How strong the graph must be (distance sessions). The coordinator chooses B: with
+|B| = 2l + 2t - 1 it leaves r = 0 redundant responders, so no integrity check runs and each
+party uploads c_j * g(beta_j) masked by these pairwise masks alone. The shares withstand t
+colluding parties, so the masks must too: k - 1 >= t, i.e. ``mask_degree`` 0 or at least
+t + 1 (:func:`check_distance_mask_degree`, applied by ``SessionParameters`` and the session
+config at load). With k <= t, k colluders (no more than the t the shares allow) that
+separate H_{k,|B|} read a partial sum; on the path (k = 1) one colluder next to an end reads
+that party's whole weighted evaluation (tests/protocols/test_mask_degree.py). A secure sum has no t and keeps ``k >= 1``.
+
 Examples
 --------
 >>> mask_neighbours(6, 0, 2)
@@ -33,9 +42,12 @@ Examples
 
 from __future__ import annotations
 
+import operator
+
 from finite_field import ParameterError
 
-__all__ = ["mask_neighbours", "mask_edges", "collusion_threshold", "check_mask_degree"]
+__all__ = ["mask_neighbours", "mask_edges", "collusion_threshold", "check_mask_degree",
+           "check_distance_mask_degree"]
 
 
 def check_mask_degree(degree) -> int:
@@ -48,6 +60,34 @@ def check_mask_degree(degree) -> int:
     if not 0 <= degree < 1 << 20:
         raise ParameterError(f"mask_degree must be 0 (every pair masks) or k >= 1, got "
                              f"{degree}")
+    return degree
+
+
+def check_distance_mask_degree(degree, noise_segments, *, name: str = "mask_degree") -> int:
+    """``degree`` as an int if a distance session with t = ``noise_segments`` may use it:
+    0 (every pair) or k >= t + 1, so that the masks withstand t colluding parties as the
+    shares do; ParameterError (naming ``name``) otherwise.
+
+    >>> check_distance_mask_degree(2, 1), check_distance_mask_degree(0, 3)
+    (2, 0)
+    >>> try:
+    ...     check_distance_mask_degree(1, 1)
+    ... except ParameterError as error:
+    ...     print(str(error)[:70])
+    mask_degree must be 0 (every pair) or at least t + 1 = 2 (noise_segmen
+    """
+    degree = check_mask_degree(degree)
+    try:
+        t = operator.index(noise_segments)
+    except TypeError:  # not an integer: the coding plan refuses it by name
+        return degree
+    if 1 <= degree <= t:
+        raise ParameterError(
+            f"{name} must be 0 (every pair) or at least t + 1 = {t + 1} (noise_segments "
+            f"t = {t}), got {degree}: the coordinator chooses the responders and can leave "
+            f"no integrity check (r = 0), and then a mask graph of degree {degree} "
+            f"withstands only {degree - 1} colluding parties, fewer than the t = {t} the "
+            "shares withstand (docs/protocol.md, \"Mask graph\")")
     return degree
 
 

@@ -14,7 +14,7 @@ from finite_field import (INTEGRITY_POLICIES, CodingPlan, ParameterError, check_
                           make_plan, min_parties)
 
 from ._generated import omnifc_pb2 as pb
-from ._mask_graph import check_mask_degree
+from ._mask_graph import check_distance_mask_degree, check_mask_degree
 
 __all__ = ["SessionParameters", "SumPlan", "pack", "unpack", "row_tiles", "vector_tiles",
            "chunk_rows", "envelope", "body_of", "phase_of", "parse_envelope",
@@ -111,8 +111,11 @@ class SessionParameters:
         0 (default): every pair of responders shares a pairwise mask. k >= 1: each
         responder masks only with its neighbours in the Harary graph H_{k,|B|} over the
         ordered responding set (:mod:`protocols._mask_graph`), so the masks withstand a
-        coordinator colluding with up to k - 1 parties (choose k - 1 >= t). At most
-        m - 1; a round with |B| - 1 <= k uses every pair.
+        coordinator colluding with up to k - 1 parties. Distance sessions refuse
+        1 <= k <= t: the coordinator chooses B and can leave r = 0 (no integrity
+        checks), and then these masks alone protect each c_j * g(beta_j), so k >= t + 1
+        is required (sums: any k >= 1). At most m - 1; a round with |B| - 1 <= k uses
+        every pair.
     """
 
     dim: int
@@ -155,7 +158,11 @@ class SessionParameters:
             object.__setattr__(self, name, int(value))
         if self.primes is not None:
             object.__setattr__(self, "primes", tuple(int(p) for p in self.primes))
-        object.__setattr__(self, "mask_degree", check_mask_degree(self.mask_degree))
+        # distance sessions: 0 or k >= t + 1 (the coordinator can leave r = 0, and then
+        # the pairwise masks alone must withstand t colluders); sums have no t
+        object.__setattr__(self, "mask_degree", check_mask_degree(self.mask_degree)
+                           if self.kind == "sum" else
+                           check_distance_mask_degree(self.mask_degree, self.noise_segments))
         if self.adversaries is not None:
             a = self.adversaries
             if isinstance(a, bool) or not hasattr(a, "__index__") or int(a) < 0:

@@ -76,7 +76,8 @@ def run(args) -> int:
     parameters = SessionParameters(dim=data.features.shape[1], bound=data.bound,
                                    scale_bits=args.scale_bits, segments=args.segments,
                                    noise_segments=args.noise_segments,
-                                   nonnegative=data.nonnegative, mode=args.mode)
+                                   nonnegative=data.nonnegative, mode=args.mode,
+                                   mask_degree=args.mask_degree)
     print(f"omnifc demo: {args.dataset} ({features.shape[0]} rows x {features.shape[1]} "
           f"features) split non-IID (p={args.non_iid}) across {args.parties} parties "
           f"({', '.join(str(len(i)) for i in parts)} rows)")

@@ -119,6 +119,19 @@ def announce_session(config, role: str) -> None:
     if config.insecure:
         print(f"NOTICE: TLS is disabled in this session config: {role}'s traffic is "
               "neither authenticated nor encrypted.", flush=True)
+    warn_mask_degree(config)
+
+
+def warn_mask_degree(config) -> None:
+    """One WARNING when the session's mask graph is sparser than every pair (1 <= k < m - 1):
+    its masks withstand only k - 1 colluding parties (the load already refused k <= t)."""
+    k, m = config.parameters.mask_degree, len(config.parties)
+    if 1 <= k < m - 1:
+        logger.warning("session %s: mask_degree = %d: the pairwise masks withstand the "
+                       "coordinator colluding with only %d parties (a Harary graph of "
+                       "degree %d; %d colluders that separate it give the coordinator "
+                       "partial sums of the other parties' evaluations); mask_degree = 0 "
+                       "masks every pair", config.session_id, k, k - 1, k, k)
 
 
 def add_session_parameters(parser) -> None:
@@ -148,6 +161,10 @@ def add_session_parameters(parser) -> None:
     session.add_argument("--mode", choices=("masked", "transparent"), default="masked",
                          help="masked (default): the coordinator learns only D; transparent "
                               "leaks per-segment distances")
+    session.add_argument("--mask-degree", type=int, default=0, metavar="K",
+                         help="pairwise-mask partners per party: 0 (default) every other "
+                              "party; else K >= t + 1, the masks then withstand K - 1 "
+                              "colluding parties")
     session.add_argument("--integrity", choices=("detect", "correct", "off"),
                          default="detect",
                          help="Reed-Solomon checks on the uploads: detect (default: exclude "
@@ -212,7 +229,7 @@ def session_settings(args) -> dict:
         dim=args.dim, segments=args.segments, noise_segments=args.noise_segments,
         scale_bits=args.scale_bits, bound=args.bound, nonnegative=args.nonnegative,
         primes=_primes(args.primes), max_rows_per_party=args.max_rows_per_party,
-        max_rows_total=args.max_rows_total)
+        max_rows_total=args.max_rows_total, mask_degree=args.mask_degree)
     return {"mode": args.mode, "integrity": args.integrity,
             "adversaries": args.adversaries, "parameters": parameters,
             "clustering": ClusteringRequest(method=args.method, n_clusters=args.n_clusters),

@@ -48,6 +48,9 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, parties: int = 3) 
     parser.add_argument("--noise-segments", type=int, default=1,
                         help="t: random segments; any t parties learn nothing")
     parser.add_argument("--scale-bits", type=int, default=16, help="q: quantization step 2^-q")
+    parser.add_argument("--mask-degree", type=int, default=0, metavar="K",
+                        help="pairwise-mask partners per party: 0 (default) every other "
+                             "party; else K >= t + 1 (withstands K - 1 colluding parties)")
     parser.add_argument("--non-iid", type=float, default=0.5, metavar="P",
                         help="non-IID level p in [0, 1] of the split")
 
@@ -60,7 +63,8 @@ def run(args) -> int:
     parties = {f"party-{i}": data.features[idx] for i, idx in enumerate(parts)}
     result = secure_distance_matrix(parties, bound=data.bound, nonnegative=data.nonnegative,
                                     scale_bits=args.scale_bits, segments=args.segments,
-                                    noise_segments=args.noise_segments)
+                                    noise_segments=args.noise_segments,
+                                    mask_degree=args.mask_degree)
     features = np.concatenate([data.features[idx] for idx in parts])
     is_exact = exact(result, features)
     print(report(result, features, args.dataset, is_exact))

@@ -21,13 +21,13 @@ def test_bench_scale_quick_runs_and_reports(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "omnifc.cli", "bench", "scale", "--", "--quick", "--sizes",
          "600", "--repeats", "1", "--components", "16", "--n-init", "1", "--json", str(out),
-         "--dir", str(tmp_path), "--plaintext-build", "--mask-degree", "1"],
+         "--dir", str(tmp_path), "--plaintext-build", "--mask-degree", "2"],
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "4,352 s" in done.stdout
     (result,) = json.loads(out.read_text())["results"]
     assert result["n"] == 600 and result["dtype"] == "int32"
-    assert (result["parties"], result["segments"], result["mask_degree"]) == (3, 1, 1)
+    assert (result["parties"], result["segments"], result["mask_degree"]) == (3, 1, 2)
     assert result["file_bytes"] >= 600 * 600 * 4
     assert result["checked_entries"] == 4 * 48 * 48  # sampled blocks matched exactly
     assert result["ari"] == 1.0  # ten well separated prototypes

@@ -84,9 +84,9 @@ def test_parameter_defaults_and_messages():
                                                                         2147483629)
     assert _refuse(ConfigParameters, mask_degree=-1) == \
         "[parameters] mask_degree (0 = every pair masks) must be >= 0, got -1"
-    assert ConfigParameters(mask_degree=1 << 20).mask_degree == 1 << 20
-    assert _refuse(ConfigParameters, mask_degree=(1 << 20) + 1).startswith(
-        "[parameters] mask_degree (0 = every pair masks) must be <= 1048576")
+    assert ConfigParameters(mask_degree=(1 << 20) - 1).mask_degree == (1 << 20) - 1
+    assert _refuse(ConfigParameters, mask_degree=1 << 20).startswith(
+        "[parameters] mask_degree (0 = every pair masks) must be <= 1048575")
     message = _refuse(ConfigParameters, bound=1e12)
     assert message.startswith("[parameters] bound = 1000000000000.0, scale_bits = 16, "
                               "dim = 0: ")
@@ -581,7 +581,7 @@ def test_format_of_a_config_with_cards(ceremony, tmp_path):
     assert 'integrity = "detect"'.ljust(39) + " # 'detect' (default), 'correct' or 'off': " \
         "Reed-Solomon checks on the uploads" in lines
     assert "mask_degree = 0".ljust(39) + \
-        " # mask partners per party: 0 = all; k = withstands k-1 colluders" in lines
+        " # mask partners per party: 0 = all; k >= t+1 withstands k-1 colluders" in lines
     assert "[deadlines]".ljust(39) + " # seconds; every wait has one" in lines
     assert "join = 60.0" in lines and "result = 60.0" in lines
     assert not any(line.startswith("n_clusters") for line in lines)

@@ -154,7 +154,7 @@ def test_the_same_colluders_learn_nothing_with_every_pair_masking():
     assert not np.array_equal(got, sum(truth[s] for s in part) % p)
 
 
-@pytest.mark.parametrize("degree", [1, 2, 3, 4])
+@pytest.mark.parametrize("degree", [2, 3, 4])  # t = 1: 0 or at least t + 1
 def test_distance_sessions_are_exact_with_any_mask_degree(degree):
     data = random_data([3, 2, 4, 2, 3], 3, seed=degree)
     params = SessionParameters(dim=3, bound=1.0, scale_bits=8, mask_degree=degree,
@@ -170,11 +170,11 @@ def test_a_party_refuses_a_roster_with_another_mask_degree():
 
     from protocols import Coordinator
 
-    data = random_data([2, 2, 2], 2, seed=3)
-    params = SessionParameters(dim=2, bound=1.0, scale_bits=8, mask_degree=1)
+    data = random_data([2, 2, 2, 2], 2, seed=3)
+    params = SessionParameters(dim=2, bound=1.0, scale_bits=8, mask_degree=2)
 
-    def coordinator(session_id, parameters, names, pinned, **kw):  # announces degree 2
-        return Coordinator(session_id, replace(parameters, mask_degree=2), names, pinned, **kw)
+    def coordinator(session_id, parameters, names, pinned, **kw):  # announces degree 3
+        return Coordinator(session_id, replace(parameters, mask_degree=3), names, pinned, **kw)
 
     with pytest.raises(Exception, match=r"roster parameters differ .*\['mask_degree'\]"):
         run_memory_session(data, params, coordinator_class=coordinator)

@@ -218,7 +218,7 @@ def test_row_tiles_small_budgets():
 
 @pytest.mark.parametrize("parties", [3, 5, 6])
 def test_plan_refuses_a_mask_degree_above_m_minus_1_by_name(parties):
-    for degree in (parties - 1, 1, 0):   # at most m - 1 partners: accepted
+    for degree in (parties - 1, 2, 0):   # at most m - 1 partners (and t + 1 = 2): accepted
         SessionParameters(dim=3, bound=1.0, mask_degree=degree).plan(parties)
     for degree in (parties, parties + 1, parties + 2):
         with pytest.raises(ParameterError, match=exactly(

@@ -38,10 +38,10 @@ def test_local_grpc_session_carries_mask_degree_and_row_caps_to_the_parties():
     from protocols._grpc_local import LocalSession
 
     data = random_data([40, 30, 35, 25], 4, seed=5)
-    params = SessionParameters(dim=4, bound=1.0, scale_bits=12, mask_degree=1,
+    params = SessionParameters(dim=4, bound=1.0, scale_bits=12, mask_degree=2,
                                max_rows_per_party=40, max_rows_total=130, integrity="off")
     with LocalSession(data, params, deadline=60.0) as local:
-        assert local.config.parameters.mask_degree == 1
+        assert local.config.parameters.mask_degree == 2
         assert (local.config.parameters.max_rows_per_party,
                 local.config.parameters.max_rows_total) == (40, 130)
         server = local.server().start()
@@ -67,7 +67,7 @@ def test_secure_distance_matrix_takes_the_mask_degree_and_reports_it():
 
     data = random_data([12, 9, 11, 10, 8], 3, seed=9)
     rows = np.vstack(list(data.values()))
-    for degree in (0, 1, 2):
+    for degree in (0, 2, 3):  # t = 1: 0 or at least 2
         result = omnifc.secure_distance_matrix(data, bound=1.0, scale_bits=10,
                                                mask_degree=degree)
         assert result.parameters["mask_degree"] == degree
@@ -85,8 +85,8 @@ def test_federated_clustering_passes_mask_degree_and_memory_budget():
              for _ in range(4)]
     dense = omnifc.FederatedClustering("kmeans", 3, bound=1.0, random_state=0).fit(parts)
     disk = omnifc.FederatedClustering("kmeans", 3, bound=1.0, random_state=0,
-                                      mask_degree=1, memory_budget=0).fit(parts)
-    assert disk.distance_result_.parameters["mask_degree"] == 1
+                                      mask_degree=2, memory_budget=0).fit(parts)
+    assert disk.distance_result_.parameters["mask_degree"] == 2
     assert dense.distance_result_.parameters["mask_degree"] == 0
     assert disk.distance_result_.store.on_disk and dense.distance_result_.store is None
     assert np.array_equal(np.asarray(disk.distance_result_.integer_distances),
