@@ -707,8 +707,9 @@ class Coordinator:
         * the verdict assumes at most A deviators, those excluded earlier among them, so
           it names only parties in every explanation of the errors (never an innocent);
         * "correct" accepts the round only if every flagged entry was located and the
-          round's radius reaches the deviators left (tau >= A'), so every pattern of up to
-          A' wrong evaluators was located exactly; otherwise it is handled as "detect";
+          errors are explained within A: with tau + A' <= s (the round's radius) nothing
+          located is mislocated, and what is not located is refused; otherwise the round
+          is handled as "detect";
         * a rerun excludes named responders only, and only if it is itself checked against
           the deviators left (K + max(A' - excluded, 1) responders); else the session ends.
         """
@@ -733,7 +734,7 @@ class Coordinator:
                   "suspects": [list(x) for x in suspects], "description": f"{what}: {who}"}
         logger.warning("session %r: integrity: %s: %s", self.session_id, what, who)
         if self.parameters.integrity == "correct" and attribution.explained and \
-                found.uncorrectable == 0 and checks.radius >= left:
+                found.uncorrectable == 0:
             self.deviations.append(record | {"action": "corrected"})
             return None
         exclude = [p for p in self.responders if p in named]

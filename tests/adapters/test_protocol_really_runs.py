@@ -22,8 +22,9 @@ from omnifc.adapters import clove, fmcl, raw
 from omnifc.adapters._common import secure_group_sums
 
 #: What the coordinator may receive from parties in masked mode: signed hellos, AES-GCM
-#: share chunks, ready notes, AES-GCM group seeds (integrity checks) and masked tiles.
-ALLOWED_KINDS = {"hello", "share", "ready", "group_seed", "tile"}
+#: roster confirmations (signed digests), share chunks, ready notes, AES-GCM group seeds
+#: (integrity checks) and masked tiles.
+ALLOWED_KINDS = {"hello", "confirmation", "share", "ready", "group_seed", "tile"}
 
 
 class Spy:
