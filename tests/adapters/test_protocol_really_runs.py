@@ -21,9 +21,9 @@ import protocols._memory
 from omnifc.adapters import clove, fmcl, raw
 from omnifc.adapters._common import secure_group_sums
 
-#: What the coordinator may receive from parties in masked mode: signed hellos, AES-GCM
-#: roster confirmations (signed digests), share chunks, ready notes, AES-GCM group seeds
-#: (integrity checks) and masked tiles.
+#: What the coordinator may receive from parties in masked mode: signed hellos, signed
+#: roster confirmations, AES-GCM share chunks, ready notes, AES-GCM group seeds (integrity
+#: checks) and masked tiles.
 ALLOWED_KINDS = {"hello", "confirmation", "share", "ready", "group_seed", "tile"}
 
 

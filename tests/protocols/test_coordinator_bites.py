@@ -1004,8 +1004,8 @@ def _lying(sizes, liars, params=LIE_PARAMS, lose=None, seed=7):
     session = Session(data, params)
     queue = session.run_until("evaluation")
     held = _pump(session, queue, hold=lambda s, e: s in liars and e.HasField("tile"))
-    if lose:
-        assert session.coordinator.party_lost(lose) == []
+    for name in [lose] if isinstance(lose, str) else lose or []:
+        assert session.coordinator.party_lost(name) == []
     seen, lied = set(), []
     for sender, env in held:
         if sender not in seen:
@@ -1073,6 +1073,21 @@ def test_a_located_lie_that_leaves_too_few_for_a_checked_rerun_names_the_liar():
         "deviated (evaluator); excluding ['party-1'] leaves 3 responders, a rerun checked "
         "against the deviators left needs 4, so the session returns nothing")
     assert session.coordinator.failed_in == "decode"
+
+
+def test_a_rerun_needs_a_check_for_every_deviator_left_not_just_one():
+    # m = 9, A = 3 (s = 6, radius 3): party-1 lies on four disjoint owner pairs, so only it
+    # explains them with <= 3 parties and it is named. Four parties are lost after their
+    # uploads: 4 remain, and the deviators left (A' = 2) need K + 2 = 5 for a checked rerun
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8, adversaries=3)
+    session, data, out, error, _ = _lying(
+        (1,) * 9, {"party-1": [(0, 2), (3, 4), (5, 6), (7, 8)]}, params=params,
+        lose=[f"party-{i}" for i in range(5, 9)])
+    assert type(error).__name__ == "DeviationError" and session.coordinator.outcome is None
+    assert error.named == ("party-1",)
+    assert str(error).endswith("excluding ['party-1'] leaves 4 responders, a rerun checked "
+                               "against the deviators left needs 5, so the session returns "
+                               "nothing")
 
 
 def test_a_lie_one_check_cannot_locate_excludes_nobody():
