@@ -136,7 +136,8 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
         A, the most parties that may deviate together. Against any A of them the result
         is exactly D or the call raises :class:`~omnifc.DeviationError`, and nobody
         outside them is named (docs/integrity.md, "Declared adversaries"). "detect"
-        needs A <= r, "correct" A <= floor(r/2); default: that largest A; 0: best effort.
+        needs A <= r, "correct" A <= floor(r/2); default: that largest A (for the
+        ``responders`` when given: a round needs 2l+2t-1+A of them); 0: best effort.
     mask_degree : int
         Mask partners of each party: 0 (default) every other party; k its neighbours in a
         k-connected Harary graph, so the masks withstand a coordinator colluding with up
@@ -170,8 +171,11 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     plan = make_plan(arrays[0].shape[1], bound=bound, scale_bits=scale_bits, segments=segments,
                      noise_segments=noise_segments, parties=len(arrays),
                      nonnegative=nonnegative, clip=clip, primes=primes)
-    check_adversaries(len(arrays), segments, noise_segments, adversaries, integrity)
     responder_idx = _resolve_responders(responders, names)
+    # A defaults to the largest the first round's responders allow (all parties, or the
+    # responders given); an explicit A is checked against all m parties
+    adversaries = check_adversaries(len(responder_idx) if adversaries is None else len(arrays),
+                                    segments, noise_segments, adversaries, integrity)
     clipped = {name: plan.quantizer.quantize(x, party=name).clipped
                for name, x in zip(names, arrays)}
     report = clip_report(dict(zip(names, arrays)), bound=bound, nonnegative=nonnegative)

@@ -499,7 +499,8 @@ class SessionConfig:
     protocol_version: int = PROTOCOL_VERSION
     integrity: str = "detect"
     #: A, the most parties that may deviate together; None: the strongest default (see
-    #: :func:`finite_field.check_adversaries`), resolved and checked on construction.
+    #: :func:`finite_field.check_adversaries`), checked on construction; the resolved
+    #: value (:attr:`adversary_bound`) is what the fingerprint covers and files state.
     adversaries: Optional[int] = None
     parameters: ConfigParameters = field(default_factory=ConfigParameters)
     clustering: ClusteringRequest = field(default_factory=ClusteringRequest)
@@ -559,9 +560,8 @@ class SessionConfig:
             raise ParameterError(f"[parameters]: {error}") from None
         from finite_field import check_adversaries
         try:  # A against the redundancy of m parties (every party responding)
-            object.__setattr__(self, "adversaries", check_adversaries(
-                len(parties), self.parameters.segments, self.parameters.noise_segments,
-                self.adversaries, self.integrity))
+            check_adversaries(len(parties), self.parameters.segments,
+                              self.parameters.noise_segments, self.adversaries, self.integrity)
         except ParameterError as error:
             raise ParameterError(f"[session] adversaries: {error}") from None
         if self.parameters.mask_degree > len(parties) - 1:
@@ -570,6 +570,14 @@ class SessionConfig:
                                  f"{self.parameters.mask_degree}")
         if self.path is not None:
             object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def adversary_bound(self) -> int:
+        """A as the session will use it: the declared value, or the default for m parties."""
+        from finite_field import check_adversaries
+        return check_adversaries(len(self.parties), self.parameters.segments,
+                                 self.parameters.noise_segments, self.adversaries,
+                                 self.integrity)
 
     def _check_roster(self, parties):
         seen: dict = {}
@@ -758,7 +766,7 @@ def canonical_session(config: SessionConfig) -> dict:
         "format": "omnifc-session-config-v1",
         "session": {"id": config.session_id, "protocol_version": config.protocol_version,
                     "coordinator": config.coordinator, "mode": config.mode,
-                    "integrity": config.integrity, "adversaries": config.adversaries},
+                    "integrity": config.integrity, "adversaries": config.adversary_bound},
         # mask_degree = 0 (every pair masks, as before the key existed) is left out, so the
         # fingerprints of older configs do not change.
         "parameters": {f.name: list(getattr(p, f.name)) if f.name == "primes"
@@ -1019,7 +1027,7 @@ def format_session_config(config: SessionConfig, base_dir) -> str:
              "'masked' (default) or 'transparent' (leaks per-segment distances when l > 1)"),
         line("integrity", config.integrity,
              "'detect' (default), 'correct' or 'off': Reed-Solomon checks on the uploads"),
-        line("adversaries", config.adversaries,
+        line("adversaries", config.adversary_bound,
              "A: most parties deviating together (detect: <= r, correct: <= r/2)"),
         "",
         "[parameters]",

@@ -209,8 +209,11 @@ class Coordinator:
             needed = self._needed(self.adversaries)
             if len(responders) < needed:
                 why = f" ({self._why_needed(self.adversaries)})" if self.adversaries else ""
+                fits = len(responders) - self.min_responders
+                advice = (f"; declare adversaries <= {fits} for this set"
+                          if self.adversaries and fits >= 0 else "")
                 raise ParameterError(f"the responding set needs at least {needed} parties"
-                                     f"{why}, got {len(responders)}")
+                                     f"{why}, got {len(responders)}{advice}")
         self._first_responders = responders
         self.cluster = cluster
         if out is not None and Path(out).exists():  # before any party is involved

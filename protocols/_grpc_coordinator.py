@@ -42,7 +42,7 @@ def parameters_from_config(config, *, kind: str = "distance", **overrides) -> Se
     values = dict(dim=p.dim, bound=p.bound, scale_bits=p.scale_bits, segments=p.segments,
                   noise_segments=p.noise_segments, nonnegative=p.nonnegative,
                   primes=tuple(p.primes) or None, mode=config.mode, kind=kind,
-                  integrity=config.integrity, adversaries=config.adversaries,
+                  integrity=config.integrity, adversaries=config.adversary_bound,
                   mask_degree=p.mask_degree,
                   max_rows_per_party=p.max_rows_per_party, max_rows_total=p.max_rows_total)
     values.update(overrides)

@@ -105,12 +105,12 @@ def announce_session(config, role: str) -> None:
               f"2l+2t-1 = {needed}, so r = 0 redundant evaluations; a party that computes "
               "or shares wrongly would silently corrupt D (add parties to detect it).",
               flush=True)
-    elif config.adversaries == 0:
+    elif config.adversary_bound == 0:
         print(f"NOTICE: integrity = \"{config.integrity}\" with adversaries = 0: best "
               "effort; any deviation the checks see ends the session, nothing is promised "
               "against a deviating party.", flush=True)
     else:
-        a, r = config.adversaries, parties - needed
+        a, r = config.adversary_bound, parties - needed
         what = ("detected (the session returns the exact D or ends)"
                 if config.integrity == "detect" else "corrected")
         print(f"integrity: {config.integrity}, A = {a} of r = {r} redundant: every deviation "

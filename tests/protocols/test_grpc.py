@@ -51,7 +51,8 @@ def test_killed_party_during_evaluation_is_replaced_when_enough_remain():
     # m = 2l + 2t = 4: party-2 stops answering when evaluation starts and its process is
     # then killed (SIGKILL); the round is abandoned and rerun with the other three.
     data = random_data([3, 4, 2, 3], 3, seed=8)
-    params = SessionParameters(dim=3, bound=1.0, scale_bits=8)
+    # best effort (A = 0): the one check may be spent on the straggler
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8, adversaries=0)
     outcome = run_local_grpc_session(data, params, deadline=20,
                                      faults={"party-2": "stall-in-evaluation"},
                                      kill_on={"party-2": "evaluation"})

@@ -398,13 +398,18 @@ def test_the_session_config_carries_integrity_validated_and_fingerprinted(tmp_pa
     from protocols import generate_certificates, load_session_config
     from protocols._grpc_coordinator import parameters_from_config
 
-    certs = generate_certificates(tmp_path / "s", ["a", "b", "c", "d"],
+    with pytest.raises(ParameterError, match=r"\[session\] adversaries: .*r >= 2A = 2"):
+        generate_certificates(tmp_path / "four", ["a", "b", "c", "d"],  # r = 1
+                              coordinator_address="127.0.0.1:0", integrity="correct")
+    certs = generate_certificates(tmp_path / "s", ["a", "b", "c", "d", "e"],
                                   coordinator_address="127.0.0.1:0", integrity="correct")
     config = load_session_config(certs.config)
     assert config.integrity == "correct"
     assert 'integrity = "correct"' in certs.config.read_text()
+    assert "adversaries = 1 " in certs.config.read_text()  # stated: floor(r/2) = 1
     assert parameters_from_config(config).integrity == "correct"
-    off = config.with_(integrity="off")
+    assert parameters_from_config(config).adversaries == config.adversary_bound == 1
+    off = config.with_(integrity="off", adversaries=0)  # a file states A: 0 with "off"
     assert off.fingerprint != config.fingerprint  # every participant agrees on it
     with pytest.raises(ParameterError, match="integrity must be one of"):
         config.with_(integrity="sometimes")
@@ -431,8 +436,9 @@ def test_serve_and_join_print_a_notice_when_nothing_can_be_checked(tmp_path, cap
     four = load_session_config(generate_certificates(
         tmp_path / "r", ["a", "b", "c", "d"], coordinator_address="127.0.0.1:0").config)
     announce_session(four, "a")
-    assert "integrity" not in capsys.readouterr().out
-    announce_session(four.with_(integrity="off"), "a")
+    assert "integrity: detect, A = 1 of r = 1 redundant: every deviation by up to 1 party" \
+        in capsys.readouterr().out
+    announce_session(four.with_(integrity="off", adversaries=0), "a")
     assert 'integrity = "off"' in capsys.readouterr().out
 
 

@@ -69,9 +69,12 @@ class Run:
 def r0_session(m, segments, noise_segments, degree, seed=0):
     """A distance session whose coordinator picks |B| = 2l + 2t - 1 (r = 0: unchecked)."""
     data = random_data([2, 3, 1, 2, 3, 2, 1][:m], DIM, seed=seed)
+    # An honest coordinator never starts a round with fewer than K + A responders; a
+    # malicious one can (the parties accept any B of at least K). adversaries = 0 lets
+    # the honest class play that coordinator here.
     params = SessionParameters(dim=DIM, bound=BOUND, scale_bits=SCALE, segments=segments,
                                noise_segments=noise_segments, mask_degree=degree,
-                               chunk_bytes=4096)
+                               chunk_bytes=4096, adversaries=0)
     assert params.integrity == "detect"  # the checks are on; the coordinator avoids them
     names = list(data)
     responders = names[:params.min_responders(m)]
