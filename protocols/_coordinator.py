@@ -173,7 +173,10 @@ class Coordinator:
         deletes both.
     memory_budget : int, optional
         Bytes of n x n data kept in RAM (default 2 GiB); above it the result is
-        memory-mapped in a temporary directory removed with the store.
+        memory-mapped in a temporary directory removed with the store. The running sums
+        of the tiles still open (integrity checks) get what the result leaves of it and
+        are memory-mapped beyond that, however late a party uploads
+        (:class:`~protocols._integrity.OpenTileSums`, :attr:`Outcome.memory`).
     tile_bytes : int, optional
         Working tile of the decode (and of the streamed algorithms on the store).
     """
