@@ -152,41 +152,45 @@ class TileAccumulator:
     of W, reduced), so the coordinator never holds |B| uploads. The sums are reduced on
     every add: both terms are residues < p < 2^31, so their sum is below 2^32 and fits
     the uint32 element; every stored value is a residue, whatever the number of uploads.
-    In RAM, or with ``path`` in a memory-mapped ``.npy`` file there (the same exact
-    values; :class:`OpenTileSums` decides which).
+    In RAM, or with ``path`` in a ``.npy`` file there, memory-mapped only while an
+    upload is added or the tile is finished (the same exact values; no mapping stays
+    open, so any number of open tiles fits the process's mapping limit;
+    :class:`OpenTileSums` decides which).
     """
 
-    __slots__ = ("sums", "prime", "path")
+    __slots__ = ("sums", "prime", "path", "nbytes")
 
     def __init__(self, rows: int, prime: int, shape: tuple, *, path=None) -> None:
         shape = (rows,) + tuple(shape)
+        self.sums = None  # on disk: see _mapped
         if path is None:
             self.sums = np.zeros(shape, dtype=np.uint32)
         else:
-            self.sums = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint32,
-                                                  shape=shape)
+            # zero-filled (a sparse file), then unmapped again
+            np.lib.format.open_memmap(path, mode="w+", dtype=np.uint32, shape=shape)
         self.prime = prime
         self.path = path
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.sums.nbytes)
+        self.nbytes = int(np.prod(shape, dtype=np.int64)) * 4
 
     @property
     def on_disk(self) -> bool:
         return self.path is not None
 
+    def _mapped(self, mode: str = "r+") -> np.ndarray:
+        return self.sums if self.path is None else np.load(self.path, mmap_mode=mode)
+
     def add(self, column, upload) -> None:
         """Add ``column[q] * upload`` to every running sum q mod p (``upload`` reduced)."""
         contribution = weighted_sums(np.asarray(column, dtype=np.int64).reshape(-1, 1),
                                      np.asarray(upload)[np.newaxis], self.prime)
-        target = np.asarray(self.sums).reshape(self.sums.shape[0], -1)  # a view
+        sums = self._mapped()
+        target = np.asarray(sums).reshape(sums.shape[0], -1)  # a view
         _mod_add_u32(target, contribution.astype(np.uint32).reshape(target.shape),
                      np.uint32(self.prime))
 
     def finish(self) -> np.ndarray:
         """The reduced sums (s+1, ...) as int64: D's tile, then the syndromes."""
-        return np.array(self.sums, dtype=np.int64)
+        return np.array(self._mapped("r"), dtype=np.int64)
 
     def discard(self) -> None:
         """Drop the sums (and delete their file)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import tempfile
 import tracemalloc
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -58,7 +59,8 @@ class _Driver:
         self.coordinator = Coordinator("memory", parameters, self.names, pinned, **storage)
         self.stash = {n: [] for n in self.names}  # tiles not yet delivered, in send order
         self.open_ram = []   # after every receive: bytes of open sums held in RAM
-        self.open_disk = []  # ... and memory-mapped
+        self.open_disk = []  # ... and on disk
+        self.mapped = []     # ... and how many spill files are mapped (Linux)
 
     def run_to_tiles(self, queue=None):
         """Run every message but the tiles (stashed); return when nothing else is left."""
@@ -78,9 +80,12 @@ class _Driver:
     def _observe(self):
         """The open sums as they are (not as the coordinator counts them)."""
         sums = self.coordinator._open_sums
-        arrays = [] if sums is None else [acc.sums for acc in sums._open.values()]
-        self.open_ram.append(sum(a.nbytes for a in arrays if not isinstance(a, np.memmap)))
-        self.open_disk.append(sum(a.nbytes for a in arrays if isinstance(a, np.memmap)))
+        accs = [] if sums is None else list(sums._open.values())
+        self.open_ram.append(sum(a.sums.nbytes for a in accs if not a.on_disk))
+        self.open_disk.append(sum(a.path.stat().st_size - 128 for a in accs if a.on_disk))
+        maps = Path("/proc/self/maps")
+        if maps.exists():
+            self.mapped.append(maps.read_text().count("omnifc-open-sums-"))
 
     def deliver(self, order, *, measure=True, stop=None):
         """Deliver the stashed tiles of ``order`` (party names, one after the other; the
@@ -174,6 +179,7 @@ def test_a_party_that_delays_its_stream_cannot_push_the_coordinator_past_its_bud
     # the stat is what the coordinator really held
     assert memory["peak_open_sum_bytes"] == max(driver.open_ram)
     assert memory["peak_open_sum_disk_bytes"] == max(driver.open_disk)
+    assert not any(driver.mapped)   # files, not mappings: no limit on the open tiles
     assert np.array_equal(coordinator.outcome.integer, _expected(data))
     assert _spill_dirs(temporary) == []
 
@@ -241,7 +247,9 @@ def test_tile_sums_are_exact_residues_in_ram_and_on_disk(tmp_path):
                  for e in range(28)] for q in range(3)]
     for path in (None, tmp_path / "sums.npy"):
         acc = TileAccumulator(3, p, shape, path=path)
-        assert acc.on_disk == (path is not None) and acc.sums.dtype == np.uint32
+        assert acc.on_disk == (path is not None) and acc.nbytes == 3 * 28 * 4
+        if path is not None:                        # a .npy of uint32, not kept mapped
+            assert acc.sums is None and np.load(path).dtype == np.uint32
         for column, upload in zip(columns, uploads):
             acc.add(np.array(column), upload)
         assert acc.finish().reshape(3, -1).tolist() == expected
@@ -342,9 +350,9 @@ def test_a_slow_party_process_over_grpc_keeps_the_coordinator_within_budget(tmp_
                     return
                 others = [r for r in coordinator.responders if r != "party-2"]
                 if all(coordinator._complete(r) for r in others):
-                    arrays = [acc.sums for acc in coordinator._open_sums._open.values()]
-                    seen["ram"] = sum(a.nbytes for a in arrays if not isinstance(a, np.memmap))
-                    seen["disk"] = sum(a.nbytes for a in arrays if isinstance(a, np.memmap))
+                    accs = list(coordinator._open_sums._open.values())
+                    seen["ram"] = sum(a.sums.nbytes for a in accs if not a.on_disk)
+                    seen["disk"] = sum(a.path.stat().st_size - 128 for a in accs if a.on_disk)
                     seen["all"] = _all_tile_sums(coordinator)
                     release.touch()                 # now party-2 may upload
 
