@@ -422,6 +422,14 @@ class DistanceAccumulator:
             paths.append(self._path)
         return paths
 
+    @property
+    def ram_bytes(self) -> int:
+        """Bytes of n x n data this accumulator holds in RAM (0 when memory-mapped): what
+        is left of ``memory_budget`` bounds the coordinator's open tile sums."""
+        arrays = [self._result] + list(self._scratch)
+        return sum(int(a.nbytes) for a in arrays
+                   if a is not None and not isinstance(a, np.memmap))
+
     def _target(self, k: int):
         if k == 0:
             return self._result.view(np.uint32) if self.dtype == np.int32 else self._result

@@ -56,7 +56,7 @@ from finite_field import (DeadlineError, DeviationError, IntegrityError, Paramet
 from ._accumulator import DistanceAccumulator, DistanceStore, discard_store
 from ._crypto import PROTOCOL_VERSION, RUN_NONCE_BYTES
 from ._identity import verify
-from ._integrity import Findings, TileAccumulator, round_checks, verdict
+from ._integrity import Findings, OpenTileSums, round_checks, verdict
 from ._generated import omnifc_pb2 as pb
 from ._messages import (SessionParameters, SumPlan, body_of, check_row_caps, chunk_rows,
                         envelope, phase_of, packed_view, row_tiles, vector_tiles)
@@ -109,12 +109,19 @@ class Outcome:
     stats : dict of str to [seconds, bytes]
         Per phase (see :data:`PHASES`): wall-clock seconds and bytes of every message the
         coordinator received or sent.
+    memory : dict of str to int
+        The coordinator's n x n memory (docs/scale.md, "Coordinator memory"):
+        ``memory_budget``, ``result_ram_bytes`` (the result and residues held in RAM, 0
+        when memory-mapped), ``open_sum_budget`` (what is left for open tile sums),
+        ``peak_open_sum_bytes`` and ``peak_open_sum_disk_bytes`` (the most open tile sums
+        held in RAM, and memory-mapped, at once, over every round; zero in rounds without
+        checks, which keep no open sums). Empty for sum sessions.
     """
 
     def __init__(self, integer=None, values=None, labels=None, party_names=(),
                  row_offsets=(), rows=(), responders=(), round=0, parameters=None,
                  stats=None, lost=None, integrity: str = "off", deviations=None,
-                 store: DistanceStore | None = None) -> None:
+                 store: DistanceStore | None = None, memory=None) -> None:
         self._integer = integer
         self._values = values
         self.store = store
@@ -129,6 +136,7 @@ class Outcome:
         self.lost = list(lost or [])
         self.integrity = integrity
         self.deviations = list(deviations or [])
+        self.memory = dict(memory or {})
 
     @property
     def integer(self) -> np.ndarray:
@@ -175,7 +183,10 @@ class Coordinator:
         deletes both.
     memory_budget : int, optional
         Bytes of n x n data kept in RAM (default 2 GiB); above it the result is
-        memory-mapped in a temporary directory removed with the store.
+        memory-mapped in a temporary directory removed with the store. The running sums
+        of the tiles still open (integrity checks) get what the result leaves of it and
+        are memory-mapped beyond that, however late a party uploads
+        (:class:`~protocols._integrity.OpenTileSums`, :attr:`Outcome.memory`).
     tile_bytes : int, optional
         Working tile of the decode (and of the streamed algorithms on the store).
     """
@@ -221,6 +232,8 @@ class Coordinator:
         self.storage = {"out": out, "memory_budget": memory_budget, "tile_bytes": tile_bytes}
         self._acc: DistanceAccumulator | None = None
         self._store: DistanceStore | None = None
+        self._open_sums: OpenTileSums | None = None
+        self.memory: dict = {}
         self.phase = "join"
         self.error: Exception | None = None
         self.outcome: Outcome | None = None
@@ -292,7 +305,11 @@ class Coordinator:
         return self.error
 
     def _discard(self) -> None:
-        """Fail closed: drop the accumulator and any finished store, files included."""
+        """Fail closed: drop the accumulator, the open tile sums and any finished store,
+        files included."""
+        sums, self._open_sums = getattr(self, "_open_sums", None), None
+        if sums is not None:
+            sums.close()
         acc, self._acc = getattr(self, "_acc", None), None
         if acc is not None:
             acc.abort()
@@ -536,6 +553,10 @@ class Coordinator:
                 self.n_total, self.plan.primes, scale_bits=self.plan.quantizer.scale_bits,
                 distance_bound=self.plan.distance_bound, parameters=self._describe(),
                 **self.storage)
+            self.memory.update(memory_budget=self._acc.memory_budget,
+                               result_ram_bytes=self._acc.ram_bytes, open_sum_budget=0)
+            self.memory.setdefault("peak_open_sum_bytes", 0)
+            self.memory.setdefault("peak_open_sum_disk_bytes", 0)
         self.delivered = {r: set() for r in responders}
         self.checks = None
         if not isinstance(self.plan, SumPlan):
@@ -549,7 +570,12 @@ class Coordinator:
                     "redundant evaluations (decoding needs %d), so a party that computes or "
                     "shares wrongly would go undetected", self.session_id, self.round,
                     len(responders), self.plan.min_responders)
-        self._accumulators: dict = {}
+        if self.checks is not None:  # open tile sums get what the result leaves of the budget
+            out = self.storage["out"]
+            self._open_sums = OpenTileSums(
+                self.checks.checks + 1, self._acc.memory_budget - self._acc.ram_bytes,
+                directory=None if out is None else Path(out).parent)
+            self.memory["open_sum_budget"] = self._open_sums.budget
         self._tile_count: dict = {}
         self._seeds_relayed: set = set()
         self.findings = Findings()
@@ -669,15 +695,20 @@ class Coordinator:
         return [self._send(msg.receiver, envelope(group_seed=msg))]
 
     def _accumulate(self, sender: str, k: int, index: int, values) -> None:
-        acc = self._accumulators.get((k, index))
-        if acc is None:
-            acc = self._accumulators[(k, index)] = TileAccumulator(
-                self.checks.checks + 1, self.plan.primes[k], values.shape)
-        acc.add(self.checks.rows[k][:, self.checks.index(sender)], values)
+        # in RAM within what the result leaves of memory_budget, memory-mapped beyond it:
+        # however many tiles a late party keeps open (docs/scale.md, "Coordinator memory")
+        sums = self._open_sums
+        sums.add((k, index), self.plan.primes[k], values.shape,
+                 self.checks.rows[k][:, self.checks.index(sender)], values)
+        memory = self.memory
+        memory["peak_open_sum_bytes"] = max(memory.get("peak_open_sum_bytes", 0),
+                                            sums.peak_ram_bytes)
+        memory["peak_open_sum_disk_bytes"] = max(memory.get("peak_open_sum_disk_bytes", 0),
+                                                 sums.peak_disk_bytes)
 
     def _check_tile(self, k: int, index: int) -> None:
         """All uploads of a tile are in: D's tile, its syndromes decoded, findings kept."""
-        sums = self._accumulators.pop((k, index)).finish()
+        sums = self._open_sums.finish((k, index))
         a, b = self.tiles[index]
         decoding = self.checks.codes[k].decode(sums[1:], max_errors=self.checks.radius)
         values = sums[0]
@@ -831,7 +862,7 @@ class Coordinator:
             parameters=self._describe(),
             stats={k: tuple(v) for k, v in self.stats.items()}, lost=sorted(self.lost),
             integrity=self._integrity_status(), deviations=list(self.deviations),
-            store=store)
+            store=store, memory=dict(self.memory))
         return out
 
     def _describe(self) -> dict:

@@ -116,7 +116,9 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         ``"oversized-hello"`` announces 2^44 rows in a (validly signed) hello;
         ``"corrupt-upload"``, ``"bad-share:RECEIVER"``, ``"collude:PEER"`` and
         ``"coalition:PATTERN:MEMBERS"`` deviate in ways the integrity checks must catch
-        (see :func:`_corrupt`).
+        (see :func:`_corrupt`); ``"hold-tiles:PATH"`` holds its first evaluation tile back
+        until the file PATH exists (at most ``timeout``), then uploads as usual: a party
+        that delays its stream.
     on_message : callable, optional
         ``on_message(kind)`` after each received message (progress display).
     tls_files : TLSFiles, optional
@@ -152,6 +154,8 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
 
         def send(env) -> None:  # bounded queue: memory stays bounded by a few tiles
             env = _corrupt(party, env, fault)
+            if fault and fault.startswith("hold-tiles:") and env.HasField("tile"):
+                _hold(pathlib.Path(fault.split(":", 1)[1]), timeout)
             while True:
                 try:
                     outgoing.put(env, timeout=0.5)
@@ -357,6 +361,13 @@ def _add_error(party: Party, env, error) -> None:
     values = np.frombuffer(env.tile.values, dtype="<u4").astype(np.int64)
     values[::FAULT_STRIDE] = (values[::FAULT_STRIDE] + int(error)) % p
     env.tile.values = values.astype("<u4").tobytes()
+
+
+def _hold(path: pathlib.Path, timeout: float) -> None:
+    """Wait until ``path`` exists, at most ``timeout`` seconds (test fault "hold-tiles")."""
+    end = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < end:
+        time.sleep(0.05)
 
 
 def _inject(fault: str) -> None:

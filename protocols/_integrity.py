@@ -14,7 +14,8 @@ the rho_G streams of :func:`group_streams`, the same values as
 :func:`finite_field.integrity_upload` of :func:`group_coefficients`), the raw g(beta_j) in
 transparent mode. The coordinator
 adds every upload into running accumulators w.U for w in W, tile by tile
-(:class:`TileAccumulator`), and decodes each finished tile's syndromes; the verdict over
+(:class:`TileAccumulator`; the open tiles' sums beyond the memory budget are memory-mapped,
+:class:`OpenTileSums`), and decodes each finished tile's syndromes; the verdict over
 the whole round is :func:`verdict`. No checks (``integrity="off"``, a sum, or r = 0):
 :func:`round_checks` returns None and the round runs the weighted pairwise masks.
 See docs/protocol.md ("Integrity") and docs/integrity.md for the math.
@@ -24,17 +25,21 @@ from __future__ import annotations
 
 import functools
 import logging
+import tempfile
+import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from finite_field import (ReedSolomonCheck, attribute, choose_mask_groups, decoding_radius,
                           integrity_rows, weighted_sums)
 
+from ._accumulator import _mod_add_u32, _remove
 from ._crypto import ElementStream, MaskView, group_mask_key
 
 __all__ = ["RoundChecks", "round_checks", "group_coefficients", "group_streams",
-           "TileAccumulator",
+           "TileAccumulator", "OpenTileSums",
            "Findings", "verdict"]
 
 logger = logging.getLogger("omnifc.protocols")
@@ -159,28 +164,154 @@ def group_coefficients(checks: RoundChecks, prime_index: int, me: str, seeds: di
 
 
 class TileAccumulator:
-    """Running sums w.U (w in W) of one tile and one prime; memory (s+1) x the tile.
+    """Running sums w.U (w in W) of one tile and one prime; memory (s+1) x the tile, uint32.
 
     Each upload is added as it arrives (:func:`finite_field.weighted_sums` of its column
-    of W), so the coordinator never holds |B| uploads; values < p < 2^31 added as int64,
-    reduced once when the tile is complete.
+    of W, reduced), so the coordinator never holds |B| uploads. The sums are reduced on
+    every add: both terms are residues < p < 2^31, so their sum is below 2^32 and fits
+    the uint32 element; every stored value is a residue, whatever the number of uploads.
+    In RAM, or with ``path`` in a ``.npy`` file there, memory-mapped only while an
+    upload is added or the tile is finished (the same exact values; no mapping stays
+    open, so any number of open tiles fits the process's mapping limit;
+    :class:`OpenTileSums` decides which).
     """
 
-    __slots__ = ("sums", "prime")
+    __slots__ = ("sums", "prime", "path", "nbytes")
 
-    def __init__(self, rows: int, prime: int, shape: tuple) -> None:
-        self.sums = np.zeros((rows,) + tuple(shape), dtype=np.int64)
+    def __init__(self, rows: int, prime: int, shape: tuple, *, path=None) -> None:
+        shape = (rows,) + tuple(shape)
+        self.sums = None  # on disk: see _mapped
+        if path is None:
+            self.sums = np.zeros(shape, dtype=np.uint32)
+        else:
+            # zero-filled (a sparse file), then unmapped again
+            np.lib.format.open_memmap(path, mode="w+", dtype=np.uint32, shape=shape)
         self.prime = prime
+        self.path = path
+        self.nbytes = int(np.prod(shape, dtype=np.int64)) * 4
+
+    @property
+    def on_disk(self) -> bool:
+        return self.path is not None
+
+    def _mapped(self, mode: str = "r+") -> np.ndarray:
+        return self.sums if self.path is None else np.load(self.path, mmap_mode=mode)
 
     def add(self, column, upload) -> None:
-        """Add ``column[q] * upload`` to every running sum q (``upload`` reduced)."""
+        """Add ``column[q] * upload`` to every running sum q mod p (``upload`` reduced)."""
         contribution = weighted_sums(np.asarray(column, dtype=np.int64).reshape(-1, 1),
                                      np.asarray(upload)[np.newaxis], self.prime)
-        self.sums += contribution
+        sums = self._mapped()
+        target = np.asarray(sums).reshape(sums.shape[0], -1)  # a view
+        _mod_add_u32(target, contribution.astype(np.uint32).reshape(target.shape),
+                     np.uint32(self.prime))
 
     def finish(self) -> np.ndarray:
-        """The reduced sums (s+1, ...): D's tile, then the syndromes."""
-        return self.sums % self.prime
+        """The reduced sums (s+1, ...) as int64: D's tile, then the syndromes."""
+        return np.array(self._mapped("r"), dtype=np.int64)
+
+    def discard(self) -> None:
+        """Drop the sums (and delete their file)."""
+        self.sums = None
+        if self.path is not None:
+            _remove(self.path)
+
+
+class OpenTileSums:
+    """The running sums of every open tile of a round, within a RAM budget.
+
+    A tile (prime, tile index) is *open* from its first upload until its last; a party
+    that delays its stream decides how many are open at once, so their memory must not
+    depend on it. The sums of a newly opened tile stay in RAM while the RAM of all open
+    sums, this one included, is at most ``budget`` bytes; beyond it they are a
+    memory-mapped ``.npy`` file (:class:`TileAccumulator` ``path``) in a temporary
+    directory made in ``directory`` (the system's temporary directory by default). The
+    directory exists only while some open sum is on disk: a finished tile's file is
+    deleted at once, :meth:`close` (abort, rerun) deletes every file, and so does garbage
+    collection of a pool that was never closed.
+
+    Attributes
+    ----------
+    ram_bytes, disk_bytes : int
+        Bytes of the open sums now in RAM and on disk.
+    peak_ram_bytes, peak_disk_bytes : int
+        Their largest values so far.
+    """
+
+    def __init__(self, rows: int, budget: int, directory=None) -> None:
+        self.rows = int(rows)
+        self.budget = max(0, int(budget))
+        self.directory = None if directory is None else Path(directory)
+        self._open: dict = {}
+        self.ram_bytes = self.disk_bytes = 0
+        self.peak_ram_bytes = self.peak_disk_bytes = 0
+        self._tmpdir: Path | None = None
+        self._finalizer = None
+        self._serial = 0
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def __contains__(self, key) -> bool:
+        return key in self._open
+
+    def add(self, key, prime: int, shape: tuple, column, upload) -> None:
+        """Add one upload (its column of W) to the sums of tile ``key``, opening them."""
+        acc = self._open.get(key)
+        if acc is None:
+            acc = self._open_tile(key, prime, shape)
+        acc.add(column, upload)
+
+    def _open_tile(self, key, prime: int, shape: tuple) -> TileAccumulator:
+        nbytes = self.rows * int(np.prod(shape, dtype=np.int64)) * 4
+        path = None
+        if self.ram_bytes + nbytes > self.budget:
+            self._serial += 1
+            path = self._spill_directory() / f"tile-{self._serial}.npy"
+        acc = self._open[key] = TileAccumulator(self.rows, prime, shape, path=path)
+        if path is None:
+            self.ram_bytes += nbytes
+            self.peak_ram_bytes = max(self.peak_ram_bytes, self.ram_bytes)
+        else:
+            self.disk_bytes += nbytes
+            self.peak_disk_bytes = max(self.peak_disk_bytes, self.disk_bytes)
+        return acc
+
+    def _spill_directory(self) -> Path:
+        if self._tmpdir is None:
+            self._tmpdir = Path(tempfile.mkdtemp(prefix="omnifc-open-sums-",
+                                                 dir=self.directory))
+            self._finalizer = weakref.finalize(self, _remove, self._tmpdir)
+            logger.info("open tile sums beyond the memory budget (%d bytes) go to %s",
+                        self.budget, self._tmpdir)
+        return self._tmpdir
+
+    def finish(self, key) -> np.ndarray:
+        """The reduced sums of tile ``key`` (:meth:`TileAccumulator.finish`); closes it."""
+        acc = self._open.pop(key)
+        try:
+            return acc.finish()
+        finally:
+            if acc.on_disk:
+                self.disk_bytes -= acc.nbytes
+            else:
+                self.ram_bytes -= acc.nbytes
+            acc.discard()
+            if not self.disk_bytes:
+                self._remove_directory()
+
+    def close(self) -> None:
+        """Drop every open sum, files included (an aborted or rerun round)."""
+        for acc in self._open.values():
+            acc.discard()
+        self._open.clear()
+        self.ram_bytes = self.disk_bytes = 0
+        self._remove_directory()
+
+    def _remove_directory(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()  # removes the directory once
+            self._finalizer, self._tmpdir = None, None
 
 
 @dataclass

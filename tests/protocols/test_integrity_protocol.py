@@ -443,7 +443,7 @@ def test_serve_and_join_print_a_notice_when_nothing_can_be_checked(tmp_path, cap
 
 
 def test_the_coordinator_keeps_running_sums_not_every_upload():
-    # m = 7, s = 4: at most s + 1 = 5 int64 arrays per open tile and prime, fewer than
+    # m = 7, s = 4: at most s + 1 = 5 uint32 arrays per open tile and prime, fewer than
     # |B| = 7 uploads, and nothing left once every tile is decoded
     data = random_data([30] * 7, 3, seed=12)
     peak = []
@@ -451,7 +451,7 @@ def test_the_coordinator_keeps_running_sums_not_every_upload():
     class Watching(Coordinator):
         def _accumulate(self, sender, k, index, values):
             super()._accumulate(sender, k, index, values)
-            peak.append(sum(acc.sums.nbytes for acc in self._accumulators.values()))
+            peak.append(sum(acc.sums.nbytes for acc in self._open_sums._open.values()))
 
     session = replace(params(), chunk_bytes=4096)  # many tiles
     outcome, transcript = run_memory_session(data, session, coordinator_class=Watching)
@@ -459,11 +459,11 @@ def test_the_coordinator_keeps_running_sums_not_every_upload():
     n = transcript.coordinator.n_total
     tiles = transcript.coordinator.tiles
     entries = sum((b - a) * (n - a) for a, b in tiles)
-    assert len(tiles) > 10 and max(peak) <= 5 * entries * 8
-    assert max(peak) < 7 * entries * 8 and transcript.coordinator._accumulators == {}
+    assert len(tiles) > 10 and max(peak) <= 5 * entries * 4
+    assert max(peak) < 7 * entries * 4 and len(transcript.coordinator._open_sums) == 0
     # the memory transport interleaves the parties' uploads tile by tile (issue 11): one
     # tile is open at a time, so the running sums never exceed those of the largest tile
-    assert max(peak) == 5 * max((b - a) * (n - a) for a, b in tiles) * 8
+    assert max(peak) == 5 * max((b - a) * (n - a) for a, b in tiles) * 4
 
 
 def test_every_fault_is_detected_over_many_seeds():
