@@ -82,7 +82,7 @@ BUGS = {
     "sum-unmasked": ("protocols/_party.py",
                      [('masked = params.mode == "masked"', "masked = False")],
                      "tests/adapters/test_protocol_really_runs.py"),
-    "kappa-unmatched": ("omnifc/_metrics.py",
+    "kappa-unmatched": ("omnifc/experiments/_metrics.py",
                         [("return float(cohen_kappa_score(truth, aligned))",
                           "return float(cohen_kappa_score(truth, _dense(predicted, 'p')))")],
                         "tests/omnifc/test_clustering_reproduce.py"),
