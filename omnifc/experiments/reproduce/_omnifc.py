@@ -27,30 +27,16 @@ import numpy as np
 
 from ..._clustering import METHODS, cluster
 from ..._secure import secure_distance_matrix
-from .._datasets import Dataset, load_dataset
 from .._metrics import clustering_scores
 from ._report import omnifc_markdown, omnifc_plot
 from .._splits import split_non_iid
 from ..baselines import KFed, federated_fcm, federated_mufc, fedsc_style
 from ._grid import (LEVELS, METHOD_OPTIONS, NOISE_SEGMENTS, QUICK_DATASETS, REPRO_DATASETS,
-                    ROW_NORMALIZED, SCALE_BITS, SEED, SEGMENTS)
+                    SCALE_BITS, SEED, SEGMENTS, load_reproduction_dataset)
 
 __all__ = ["run_reproduction", "LEVELS", "REPRO_DATASETS", "METHOD_OPTIONS"]
 
 logger = logging.getLogger("omnifc.reproduce")
-
-
-def _load(name):
-    """A reproduction data set; ``iris_l2``: iris with every row divided by its L2 norm.
-
-    Row normalization is local to each row (no pooled statistic), and the public bound
-    becomes 1. It closes the iris gap to the paper (see the notes in the report).
-    """
-    if name != ROW_NORMALIZED:
-        return load_dataset(name)
-    base = load_dataset("iris")
-    x = base.features / np.linalg.norm(base.features, axis=1, keepdims=True)
-    return Dataset(ROW_NORMALIZED, x, base.labels, bound=1.0, nonnegative=True)
 
 
 def _parties_for(dataset) -> int:
@@ -150,7 +136,7 @@ def run_reproduction(out_dir="docs/reproduction", *, quick: bool = False, datase
     start = time.perf_counter()
     records = []
     for name in datasets:
-        data = _load(name)
+        data = load_reproduction_dataset(name)
         for level in levels:
             step = time.perf_counter()
             # One BLAS thread: on a shared machine oversubscribed BLAS threads made the

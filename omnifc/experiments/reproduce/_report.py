@@ -18,7 +18,7 @@ import numpy as np
 from finite_field import ParameterError
 
 from ._grid import (BASELINE_LABELS, METHOD_LABELS, METHOD_OPTIONS, NOISE_SEGMENTS,
-                    ROW_NORMALIZED, SCALE_BITS, SEED, SEGMENTS)
+                    ROW_NORMALIZED, SCALE_BITS, SEED, SEGMENTS, load_reproduction_dataset)
 
 __all__ = ["figure", "pair_lines", "write_paper_report", "yes", "omnifc_markdown",
            "omnifc_plot"]
@@ -275,7 +275,7 @@ def omnifc_markdown(records, datasets, levels, methods, seconds, quick, image_na
         "|---|---|---|---|---|---|",
     ]
     for dataset in datasets:
-        data = _load(dataset)
+        data = load_reproduction_dataset(dataset)
         per = [r for r in records if r["dataset"] == dataset and r["method"] == methods[0]
                and r["pipeline"] == "federated"]
         n_used = "/".join(str(r["n"]) for r in per)
