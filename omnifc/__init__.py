@@ -21,15 +21,14 @@ from ._store import DistanceAccumulator, DistanceStore, TiledDistances, plaintex
 from ._plaintext import plaintext_sq_distances
 from ._secure import secure_distance_matrix
 from ._secure_sum import SumResult, secure_sum
-from ._datasets import DATASETS, Dataset, load_dataset
+from .experiments import DATASETS, Dataset, load_dataset
 from ._geometry import centroid_sq_distances, check_distance_matrix, classical_mds, to_euclidean
-from ._splits import split_non_iid
+from .experiments import split_non_iid
 from ._clustering import METHODS, canonical_order, cluster
 from ._estimators import (DistanceDBSCAN, DistanceFuzzyCMeans, DistanceHierarchical,
                           DistanceKMeans, DistanceKMedoids, DistanceNMF, DistanceSpectral)
 from ._federated import FederatedClustering
-from ._kfed import KFed
-from ._metrics import adjusted_rand, clustering_scores, kappa, nmi
+from .experiments import KFed, adjusted_rand, clustering_scores, kappa, nmi
 from . import audit
 from . import adapters
 

@@ -292,7 +292,7 @@ def expected_failed_checks(estimator) -> dict:
     >>> expected_failed_checks(DistanceKMeans(metric="euclidean"))
     {}
     """
-    from ._kfed import KFed
+    from .experiments import KFed
 
     if isinstance(estimator, KFed):
         return {"check_clustering": "k-FED's documented weakness: with k' = floor(sqrt(3)) = "

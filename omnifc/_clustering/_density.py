@@ -18,7 +18,7 @@ import numpy as np
 
 from finite_field import ParameterError
 
-__all__ = ["dbscan", "auto_eps", "knee_eps"]
+__all__ = ["dbscan", "auto_eps", "knee_eps", "kneedle_knee"]
 
 
 def auto_eps(dist: np.ndarray, min_samples: int) -> float:
@@ -40,14 +40,21 @@ def knee_eps(kdist: np.ndarray) -> float:
     """The knee of the sorted k-distance curve ``kdist`` (or its 90th percentile)."""
     n = kdist.shape[0]
     if n >= 3 and kdist[-1] > kdist[0]:
-        from kneed import KneeLocator
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            knee = KneeLocator(np.arange(n), kdist, curve="convex", direction="increasing").knee
+        knee = kneedle_knee(kdist)
         if knee is not None:
             return float(kdist[int(knee)])
     return float(np.percentile(kdist, 90, method="lower"))
+
+
+def kneedle_knee(curve: np.ndarray):
+    """Index of the knee of a sorted increasing curve (``kneed.KneeLocator``, convex and
+    increasing, x = 0..n-1), or None when kneed finds none (its warning is silenced)."""
+    from kneed import KneeLocator
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # kneed warns when it finds no knee
+        return KneeLocator(np.arange(curve.shape[0]), curve, curve="convex",
+                           direction="increasing").knee
 
 
 def dbscan(d: np.ndarray, n_clusters=None, rng=None, *, eps=None, min_samples: int = 5) -> dict:

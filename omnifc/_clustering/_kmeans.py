@@ -17,10 +17,12 @@ import warnings
 
 import numpy as np
 
-from .._geometry import classical_mds
+from finite_field import ParameterError
+
+from .._geometry import check_distance_matrix, classical_mds
 from ._common import kmeans_plusplus_indices, seed_from
 
-__all__ = ["exact_kmeans", "rows_kmeans"]
+__all__ = ["exact_kmeans", "rows_kmeans", "kmeans_from_distances"]
 
 
 def exact_kmeans(d: np.ndarray, n_clusters: int, rng: np.random.Generator, *, n_init: int = 10,
@@ -63,3 +65,27 @@ def rows_kmeans(d: np.ndarray, n_clusters: int, rng: np.random.Generator, *, n_i
                    random_state=seed_from(rng)).fit(d)
     return {"labels": model.labels_, "inertia": float(model.inertia_),
             "cluster_centers": model.cluster_centers_, "n_iter": int(model.n_iter_)}
+
+
+# The adapters' k-means (moved from omnifc/adapters/_common.py): scikit-learn's own seeding
+# and n_init on the MDS coordinates, so an adapter reproduces its paper's
+# ``KMeans(n_clusters, random_state, n_init)`` call. It differs from exact_kmeans (k-means++
+# on D, tol=0, best of n_init), which omnifc.cluster uses; both are kept, each for its callers.
+
+def kmeans_from_distances(distances, n_clusters: int, *, random_state=0,
+                          n_init="auto") -> np.ndarray:
+    """sklearn ``KMeans`` on classical-MDS coordinates of D (isometric to the vectors).
+
+    k-means depends on the data only through Euclidean geometry, so this is the paper's
+    ``KMeans(n_clusters, random_state, n_init)`` on the protected vectors up to a rigid
+    motion (k-means++ picks the same seeds; tests check the labels agree).
+    """
+    d = check_distance_matrix(distances)
+    coords = classical_mds(d)
+    n_clusters = int(n_clusters)
+    if not 1 <= n_clusters <= d.shape[0]:
+        raise ParameterError(f"n_clusters must be in [1, {d.shape[0]}], got {n_clusters}")
+    from sklearn.cluster import KMeans
+
+    model = KMeans(n_clusters=n_clusters, random_state=random_state, n_init=n_init)
+    return model.fit(coords).labels_.astype(np.int64)

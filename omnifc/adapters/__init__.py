@@ -28,9 +28,10 @@ Examples
 """
 
 from . import client2vec, clove, flux, fmcl, raw
-from ._common import (GroupSums, ProtectedDistances, client_parties, kmeans_from_distances,
-                      plaintext_distances, protect, quantize_rows, secure_group_sums,
-                      silhouette_from_distances, ward_from_distances)
+from .._clustering import kmeans_from_distances, ward_from_distances
+from ._common import (GroupSums, ProtectedDistances, client_parties, plaintext_distances, protect,
+                      quantize_rows, secure_group_sums)
+from ._k_selection import silhouette_from_distances
 from ._examples import run_example
 
 #: Adapter modules by name (``omnifc simulate --adapter NAME``).

@@ -32,20 +32,14 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.cluster.hierarchy import cut_tree, linkage
-from scipy.spatial.distance import squareform
-from sklearn.cluster import KMeans
-from sklearn.metrics import silhouette_score
 
 from finite_field import InputError, ParameterError, Quantizer
 
-from .._geometry import check_distance_matrix, classical_mds, to_euclidean
 from .._result import DistanceResult
 from .._secure import secure_distance_matrix
 
 __all__ = ["ProtectedDistances", "GroupSums", "protect", "secure_group_sums", "quantize_rows",
-           "plaintext_distances", "client_parties", "kmeans_from_distances",
-           "ward_from_distances", "silhouette_from_distances"]
+           "plaintext_distances", "client_parties"]
 
 logger = logging.getLogger("omnifc.adapters")
 
@@ -256,42 +250,3 @@ def secure_group_sums(rows, groups, *, n_groups: int | None = None, bound: float
                         nonnegative=nonnegative, **sum_options)
     totals = np.asarray(result.total, dtype=np.float64).reshape(n_groups, x.shape[1])
     return GroupSums(totals=totals, result=result)
-
-
-# --- clustering on D (the paper's algorithm, run on an isometric embedding or on sqrt(D)) ---
-
-def kmeans_from_distances(distances, n_clusters: int, *, random_state=0,
-                          n_init="auto") -> np.ndarray:
-    """sklearn ``KMeans`` on classical-MDS coordinates of D (isometric to the vectors).
-
-    k-means depends on the data only through Euclidean geometry, so this is the paper's
-    ``KMeans(n_clusters, random_state, n_init)`` on the protected vectors up to a rigid
-    motion (k-means++ picks the same seeds; tests check the labels agree).
-    """
-    d = check_distance_matrix(distances)
-    coords = classical_mds(d)
-    n_clusters = int(n_clusters)
-    if not 1 <= n_clusters <= d.shape[0]:
-        raise ParameterError(f"n_clusters must be in [1, {d.shape[0]}], got {n_clusters}")
-    model = KMeans(n_clusters=n_clusters, random_state=random_state, n_init=n_init)
-    return model.fit(coords).labels_.astype(np.int64)
-
-
-def ward_from_distances(distances, n_clusters: int) -> np.ndarray:
-    """Ward agglomerative clustering cut at ``n_clusters``, from squared distances.
-
-    scipy's ward linkage on the condensed Euclidean distances (Lance-Williams update) is
-    the same tree sklearn's ``AgglomerativeClustering(linkage="ward")`` builds from vectors.
-    """
-    e = to_euclidean(check_distance_matrix(distances))
-    n = e.shape[0]
-    if n == 1:
-        return np.zeros(1, dtype=np.int64)
-    z = linkage(squareform(e, checks=False), method="ward")
-    return cut_tree(z, n_clusters=int(n_clusters)).ravel().astype(np.int64)
-
-
-def silhouette_from_distances(distances, labels) -> float:
-    """Euclidean silhouette score from squared distances (``metric="precomputed"`` on sqrt D)."""
-    return float(silhouette_score(to_euclidean(distances), np.asarray(labels),
-                                  metric="precomputed"))

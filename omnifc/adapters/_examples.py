@@ -19,8 +19,8 @@ def _ari(a, b) -> float:
 
 
 def _raw(seed: int):
-    from .._datasets import load_dataset
-    from .._splits import split_non_iid
+    from ..experiments import load_dataset
+    from ..experiments import split_non_iid
     from . import raw
 
     data = load_dataset("iris")

@@ -6,7 +6,7 @@ DEFAULT_OUT = "docs/reproduction"
 
 
 def register(subparsers) -> None:
-    from .._reproduce_papers import PAPERS
+    from ..experiments.reproduce import PAPERS
 
     parser = subparsers.add_parser(
         "reproduce", help="reproduce a paper's claim: plaintext and secure, table and plot",
@@ -31,7 +31,7 @@ def run(args) -> int:
     import logging
     from pathlib import Path
 
-    from .._reproduce_papers import PAPERS, reproduce_paper
+    from ..experiments.reproduce import PAPERS, reproduce_paper
 
     logging.getLogger("omnifc.reproduce").setLevel(logging.INFO)
     papers = PAPERS if args.paper == "all" else (args.paper,)

@@ -8,10 +8,10 @@ import numpy as np
 
 from scipy.spatial.distance import pdist, squareform
 
-from .._datasets import DATASETS, load_dataset
+from ..experiments import DATASETS, load_dataset
 from .._plaintext import plaintext_sq_distances
 from .._secure import secure_distance_matrix
-from .._splits import split_non_iid
+from ..experiments import split_non_iid
 
 
 def register(subparsers) -> None:

@@ -113,15 +113,15 @@ def test_index_network_gradients_match_finite_differences():
     params = [rng.normal(size=(5, 4)) * .3, rng.normal(size=(5, 4)) * .3,
               rng.normal(size=(8, 5)) * .3]
     noise = 0.1 * rng.normal(size=(2, 12, 5))
-    _, grads = c2v._index_losses(params, e, y, lv, noise, 0.5)
+    _, grads = c2v._simulation._index_losses(params, e, y, lv, noise, 0.5)
     for which in range(3):
         for idx in [(0, 0), (2, 1), (4, 3)]:
             up = [p.copy() for p in params]
             down = [p.copy() for p in params]
             up[which][idx] += 1e-6
             down[which][idx] -= 1e-6
-            numeric = (c2v._index_losses(up, e, y, lv, noise, .5)[0][0]
-                       - c2v._index_losses(down, e, y, lv, noise, .5)[0][0]) / 2e-6
+            numeric = (c2v._simulation._index_losses(up, e, y, lv, noise, .5)[0][0]
+                       - c2v._simulation._index_losses(down, e, y, lv, noise, .5)[0][0]) / 2e-6
             assert numeric == pytest.approx(grads[which][idx], rel=1e-5, abs=1e-7)
 
 

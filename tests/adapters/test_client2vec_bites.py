@@ -311,7 +311,7 @@ def test_index_losses_by_hand():
     a, b, w = rng.normal(size=(3, 2)), rng.normal(size=(3, 2)), rng.normal(size=(4, 3))
     noise = 0.3 * rng.normal(size=(2, 5, 3))
     for temperature in (0.5, 2.0):
-        values, _ = c2v._index_losses([a, b, w], e, y, lv, noise, temperature)
+        values, _ = c2v._simulation._index_losses([a, b, w], e, y, lv, noise, temperature)
         np.testing.assert_allclose(values, _losses_by_hand(a, b, w, e, y, lv, noise,
                                                            temperature), rtol=1e-10)
 
@@ -331,7 +331,7 @@ def _fit_by_hand(e, y, lv, *, steps, batch_size, learning_rate, noise, temperatu
     for step in range(1, steps + 1):
         idx = rng.choice(e.shape[0], size=min(batch_size, e.shape[0]), replace=False)
         views = noise * rng.standard_normal((2, idx.size, d))
-        values, grads = c2v._index_losses(params, e[idx], y[idx], lv, views, temperature)
+        values, grads = c2v._simulation._index_losses(params, e[idx], y[idx], lv, views, temperature)
         history.append(values)
         for j, g in enumerate(grads):
             m[j] = 0.9 * m[j] + 0.1 * g
@@ -449,7 +449,7 @@ def test_index_losses_at_a_tiny_temperature_stay_finite():
     lv = c2v.label_embeddings(2, 2, seed=1)
     a, b, w = rng.normal(size=(3, 2)), rng.normal(size=(3, 2)), rng.normal(size=(4, 3))
     noise = 0.3 * rng.normal(size=(2, 4, 3))
-    values, _ = c2v._index_losses([a, b, w], e, y, lv, noise, 5e-4)
+    values, _ = c2v._simulation._index_losses([a, b, w], e, y, lv, noise, 5e-4)
     v0, v1 = (e + noise[0]) @ a, (e + noise[1]) @ a
     l_div = 0.0
     for i in range(4):
@@ -469,7 +469,7 @@ def test_index_losses_rows_with_far_apart_maxima():
     b = np.zeros((3, 2))
     w = np.zeros((4, 3))
     noise = np.array([np.zeros((2, 3)), [[0.0, 0.0, 0.0], [1.0, -0.99, 0.0]]])
-    values, _ = c2v._index_losses([a, b, w], e, np.array([0, 1]), np.eye(2), noise, 5e-4)
+    values, _ = c2v._simulation._index_losses([a, b, w], e, np.array([0, 1]), np.eye(2), noise, 5e-4)
     v0, v1 = e @ a, (e + noise[1]) @ a
     l_div = 0.0
     for i in range(2):

@@ -205,7 +205,7 @@ def test_the_regularizer_gets_each_clients_decoded_direction(clients, monkeypatc
     def trainer(model, directions, **kw):
         seen["directions"], seen["kw"] = directions, kw
         return real(model, directions, **kw)
-    monkeypatch.setattr(c2v, "regularized_trainer", trainer)
+    monkeypatch.setattr(c2v._simulation, "regularized_trainer", trainer)
     result = c2v.run_federated_client2vec(clients, n_features=64, n_classes=10, rounds=1,
                                           per_round=2, secure=False, learning_rate=0.25,
                                           lambda_orth=0.3, lambda_kd=0.6, seed=4, **SMALL)
@@ -235,7 +235,7 @@ def test_sampling_uses_the_previous_set_and_tau(clients, monkeypatch, sampling):
     def spy(similarity, previous, **kw):
         calls.append((np.array(similarity), np.array(previous), kw))
         return real(similarity, previous, **kw)
-    monkeypatch.setattr(c2v, "sampling_probabilities", spy)
+    monkeypatch.setattr(c2v._simulation, "sampling_probabilities", spy)
     result = c2v.run_federated_client2vec(clients, n_features=64, n_classes=10, rounds=3,
                                           per_round=2, sampling=sampling, secure=False,
                                           tau=0.35, seed=5, **SMALL)

@@ -179,3 +179,24 @@ def test_secure_round_with_every_client_its_own_party():
                             bound=clove.DEFAULT_MAX_LOSS, scale_bits=clove.DEFAULT_SCALE_BITS,
                             nonnegative=True)
     assert np.array_equal(secure.costs[0], clove.cluster_cost(vectors, labels, 3))
+
+
+def _sort_clusters_before_the_move(labels):
+    # clove.sort_clusters as written before it became omnifc._clustering's relabel
+    labels = np.asarray(labels)
+    order = sorted(set(labels.tolist()), key=lambda c: int(np.flatnonzero(labels == c)[0]))
+    mapping = {c: k for k, c in enumerate(order)}
+    return np.array([mapping[c] for c in labels.tolist()], dtype=np.int64)
+
+
+def test_sort_clusters_is_relabel_bit_for_bit_on_cluster_labels():
+    from omnifc._clustering import relabel
+
+    assert clove.sort_clusters is relabel
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        labels = rng.integers(0, rng.integers(1, 9), size=rng.integers(1, 30))
+        old = _sort_clusters_before_the_move(labels)
+        new = clove.sort_clusters(labels)
+        assert new.dtype == old.dtype and np.array_equal(new, old)
+    assert clove.sort_clusters([5, 3, 5, 9, 3, 1]).tolist() == [0, 1, 0, 2, 1, 3]

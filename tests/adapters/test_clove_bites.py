@@ -829,7 +829,7 @@ def test_fedavg_never_writes_into_its_input_and_linear_mixture_default_seed(monk
     np.testing.assert_array_equal(thetas, clove.true_models(1, 3, 1.0, rng))
     np.testing.assert_array_equal(clients[0][0], rng.standard_normal((4, 3)))
     # the secure cost: one masked sum over the given parties
-    import omnifc.adapters.clove as module
+    import omnifc.adapters.clove._simulation as module
 
     seen = []
     real = module.secure_group_sums
@@ -863,7 +863,7 @@ def test_run_clove_fl_defaults_parties_and_the_clip_count(monkeypatch, caplog):
                            secure=False, max_loss=4.0)
     assert [r.getMessage() for r in caplog.records if r.name == "omnifc.adapters.clove"] == \
         ["4 loss values above the public bound 4 were clipped"]
-    import omnifc.adapters.clove as module
+    import omnifc.adapters.clove._simulation as module
 
     seen = []
     real = module.protect
@@ -888,7 +888,7 @@ def test_run_clove_default_step_one_round_freeze_and_protect_arguments(monkeypat
     run = clove.run_clove(clients, start, n_clusters=3, rounds=3, secure=False,
                           stability_rounds=1)
     assert run.frozen_from == 1                    # one round of history is enough
-    import omnifc.adapters.clove as module
+    import omnifc.adapters.clove._simulation as module
 
     seen = []
     real = module.protect
@@ -927,7 +927,7 @@ def test_run_clove_fl_default_trainer_and_the_secure_sum_parties(monkeypatch):
         model, epochs=1, batch_size=20, learning_rate=0.3))        # the documented default
     assert all(np.array_equal(a, b) for a, b in zip(implicit.models, explicit.models))
     assert not np.array_equal(implicit.models[0], starts[0])
-    import omnifc.adapters.clove as module
+    import omnifc.adapters.clove._simulation as module
 
     seen = []
     real = module.secure_group_sums

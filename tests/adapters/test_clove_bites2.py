@@ -28,15 +28,15 @@ def _sq(x):
 
 
 def _spy(monkeypatch, name):
-    """Record the keyword arguments of ``clove.<name>`` and call the real function."""
-    real = getattr(clove, name)
+    """Record the keyword arguments of ``clove._simulation.<name>`` and call the real function."""
+    real = getattr(clove._simulation, name)
     calls = []
 
     def spy(*args, **kwargs):
         calls.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(clove, name, spy)
+    monkeypatch.setattr(clove._simulation, name, spy)
     return calls
 
 
@@ -130,7 +130,7 @@ def test_freeze_history_lengths_with_held_rounds(monkeypatch):
         seen.append(len(history))
         return real(history, *args, **kwargs)
 
-    monkeypatch.setattr(clove, "is_stable", spy)
+    monkeypatch.setattr(clove._simulation, "is_stable", spy)
     clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, rounds=3, random_rounds=2,
                        n_clusters=3, local_train=_keep, secure=False, stability_rounds=3)
     # round 0: no check; round 1: first client has 0 entries -> all() stops there;
@@ -171,7 +171,7 @@ def test_run_clove_passes_the_stability_rule(monkeypatch):
         rules.append((rounds, rule))
         return real(history, rounds, rule)
 
-    monkeypatch.setattr(clove, "is_stable", spy)
+    monkeypatch.setattr(clove._simulation, "is_stable", spy)
     start = np.array([[1.0, 0.1], [0.1, 1.0], [-1.0, 0.1]])
     clove.run_clove(_linear_clients(), start, n_clusters=3, rounds=3, secure=False,
                     stability_rounds=2, stability_rule="literal")

@@ -37,8 +37,8 @@ def test_run_example_refuses_an_unknown_name():
 # ----------------------------------------------------------------------------- raw
 
 def _raw_expected(seed):
-    from omnifc._datasets import load_dataset
-    from omnifc._splits import split_non_iid
+    from omnifc.experiments import load_dataset
+    from omnifc.experiments import split_non_iid
     from omnifc.adapters import raw
 
     data = load_dataset("iris")
@@ -54,7 +54,7 @@ def _raw_expected(seed):
 def test_raw_example_lines(seed, monkeypatch):
     from omnifc.adapters import raw
 
-    from omnifc._datasets import load_dataset
+    from omnifc.experiments import load_dataset
 
     parties, truth, plain = _raw_expected(seed)
     calls = []

@@ -231,3 +231,19 @@ def test_no_knee_falls_back_to_the_largest_nearest_neighbour_distance():
     assert not gap.knee_found and gap.gap == 1.0 and gap.n_clusters == 1
     single = flux.adaptive_dbscan(np.zeros((1, 1)))
     assert single.n_clusters == 1
+
+
+def test_the_knee_helper_is_the_kneedle_call_flux_made_before_the_move():
+    from kneed import KneeLocator
+
+    from omnifc._clustering import kneedle_knee
+
+    rng = np.random.default_rng(1)
+    curves = [np.sort(rng.exponential(size=n)) for n in (3, 5, 12, 40)]
+    curves += [np.array([0.0, 0.1, 0.2, 5.0]), np.linspace(0.0, 1.0, 10), np.ones(6)]
+    for curve in curves:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            before = KneeLocator(range(curve.size), curve, curve="convex",
+                                 direction="increasing").knee
+        assert kneedle_knee(curve) == before

@@ -22,7 +22,7 @@ from sklearn.cluster import DBSCAN
 from sklearn.decomposition import PCA
 
 from finite_field import InputError, ParameterError
-from omnifc.adapters import flux
+from omnifc.adapters import _k_selection, flux
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -184,7 +184,7 @@ def test_block_distances_plaintext_each_normalization_by_hand():
 
 
 def test_block_distances_secure_passes_its_options(monkeypatch):
-    import omnifc.adapters.flux as module
+    import omnifc.adapters.flux._secure as module
 
     seen = []
     real = module.protect
@@ -275,9 +275,9 @@ def _mst_by_hand(points):
 def test_mst_edges_with_duplicates():
     pts = np.array([0.0, 0.0, 1.0, 3.0, 3.0, 7.0])
     e = np.sqrt(_sq(pts))
-    assert flux._mst_edges(e).tolist() == _mst_by_hand(pts) == [0.0, 0.0, 1.0, 2.0, 4.0]
+    assert _k_selection._mst_edges(e).tolist() == _mst_by_hand(pts) == [0.0, 0.0, 1.0, 2.0, 4.0]
     ref = minimum_spanning_tree(np.sqrt(_sq([0.0, 1.0, 3.0, 7.0]))).toarray()
-    assert flux._mst_edges(np.sqrt(_sq([0.0, 1.0, 3.0, 7.0]))).tolist() == \
+    assert _k_selection._mst_edges(np.sqrt(_sq([0.0, 1.0, 3.0, 7.0]))).tolist() == \
         sorted(ref[ref > 0].tolist())
 
 
@@ -473,7 +473,7 @@ def test_prefix_distances_defaults_and_non_dyadic_scales():
 
 
 def test_prefix_distances_secure_passes_the_protocol_options(monkeypatch):
-    import omnifc.adapters.flux as module
+    import omnifc.adapters.flux._secure as module
 
     seen = []
     real = module.protect

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from finite_field import InputError, ParameterError
-from omnifc.adapters import fmcl
+from omnifc._clustering import average_linkage_labels
+from omnifc.adapters import _k_selection, fmcl
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -454,7 +455,7 @@ CHAIN = np.array([[0.0, 1.14, 2.31, 3.62, 6.2, 6.92], [1.14, 0.0, 1.3, 2.5, 5.1,
 
 
 def test_average_linkage_and_silhouettes_against_scipy_and_the_definition():
-    scores, labelings = fmcl._silhouettes(CHAIN, [1, 2, 3, 4])
+    scores, labelings = _k_selection._silhouettes(CHAIN, [1, 2, 3, 4])
     assert sorted(scores) == [1, 2, 3, 4]
     assert labelings[1].tolist() == [0] * 6 and scores[1] == 0.0
     for k in (2, 3, 4):
@@ -464,9 +465,9 @@ def test_average_linkage_and_silhouettes_against_scipy_and_the_definition():
         assert type(scores[k]) is float
     assert _partition(labelings[3]) == {frozenset({0, 1}), frozenset({2, 3}),
                                         frozenset({4, 5})}   # single linkage: {0, 1, 2}, {3}
-    assert _partition(fmcl._average_linkage(CHAIN, 3)) == _partition(labelings[3])
-    assert fmcl._average_linkage(CHAIN, 1).tolist() == [0] * 6
-    assert fmcl._average_linkage(CHAIN, 1).dtype == np.int64
+    assert _partition(average_linkage_labels(CHAIN, 3)) == _partition(labelings[3])
+    assert average_linkage_labels(CHAIN, 1).tolist() == [0] * 6
+    assert average_linkage_labels(CHAIN, 1).dtype == np.int64
 
 
 def test_choose_clusters_silhouette_rule_against_the_definition():
@@ -505,7 +506,7 @@ def test_choose_clusters_refuses_an_unknown_rule():
 
 def test_silhouette_rule_ties_go_to_the_smaller_k(monkeypatch):
     labelings = {k: np.full(6, k) for k in range(2, 6)}
-    monkeypatch.setattr(fmcl, "_silhouettes",
+    monkeypatch.setattr(_k_selection, "_silhouettes",
                         lambda d, ks: ({k: {2: 0.1, 3: 0.5, 4: 0.5, 5: 0.2}[k] for k in ks},
                                        {k: labelings[k] for k in ks}))
     labels, k, _, _ = fmcl.choose_clusters(CHAIN)
@@ -527,8 +528,8 @@ def test_paper_rule_takes_the_largest_strict_local_maximum(monkeypatch, values, 
         seen["ks"] = list(ks)
         return ({k: v for k, v in zip(ks, values)}, {k: np.full(12, k) for k in ks})
 
-    monkeypatch.setattr(fmcl, "_silhouettes", fake)
-    monkeypatch.setattr(fmcl, "coefficient_of_variation", lambda d: 0.5)   # window (2, 6)
+    monkeypatch.setattr(_k_selection, "_silhouettes", fake)
+    monkeypatch.setattr(_k_selection, "coefficient_of_variation", lambda d: 0.5)   # window (2, 6)
     d = np.ones((12, 12))
     labels, k, window, scores = fmcl.choose_clusters(d, rule="paper")
     assert window == (2, 6) and seen["ks"] == [2, 3, 4, 5, 6]
@@ -632,11 +633,11 @@ def test_anchored_gram_matrices_give_the_fmcl_distance():
     d_z = np.array([[sq(a[0], b[0]) for b in rows] for a in rows])
     d_t = np.array([[sq(a[1], b[1]) for b in rows] for a in rows])
     # inner products recovered exactly from distances to the anchor
-    gram_t = fmcl._gram_from_anchored(d_t)
+    gram_t = fmcl._secure._gram_from_anchored(d_t)
     want_t = [[sum(F(x) * F(y) for x, y in zip(a[1], b[1])) for b in rows[:-1]]
               for a in rows[:-1]]
     assert gram_t.tolist() == [[float(v) for v in r] for r in want_t]
-    gram_z = fmcl._gram_from_anchored(d_z)
+    gram_z = fmcl._secure._gram_from_anchored(d_z)
     want_z = [[float(sum(F(x) * F(y) for x, y in zip(a[0], b[0]))) for b in rows[:-1]]
               for a in rows[:-1]]
     np.testing.assert_allclose(gram_z, want_z, rtol=1e-12)
@@ -658,23 +659,23 @@ def _fill_paper(d):
 
 def test_from_gram_clamps_a_negative_numerator():
     # G^z > G^t happens only through quantization; N is clamped at 0, Omega = G^t / q
-    got = fmcl._from_gram(np.array([[4.0, 3.5], [3.5, 4.0]]), np.array([[4.0, 3.0], [3.0, 4.0]]),
+    got = fmcl._secure._from_gram(np.array([[4.0, 3.5], [3.5, 4.0]]), np.array([[4.0, 3.0], [3.0, 4.0]]),
                           4, False)
     assert got.tolist() == [[0.0, 0.0], [0.0, 0.0]]
-    got = fmcl._from_gram(np.array([[4.0, 1.0], [1.0, 4.0]]), np.array([[4.0, 3.0], [3.0, 4.0]]),
+    got = fmcl._secure._from_gram(np.array([[4.0, 1.0], [1.0, 4.0]]), np.array([[4.0, 3.0], [3.0, 4.0]]),
                           4, False)
     assert got[0, 1] == pytest.approx(float(F(2, 4) / (F(3, 4) + EPS) * F(4, 3)), rel=1e-12)
 
 
 def _spy_protect(monkeypatch):
     calls = []
-    real = fmcl.protect
+    real = fmcl._secure.protect
 
     def spy(rows, **kwargs):
         calls.append((np.array(rows), kwargs))
         return real(rows, **kwargs)
 
-    monkeypatch.setattr(fmcl, "protect", spy)
+    monkeypatch.setattr(fmcl._secure, "protect", spy)
     return calls
 
 
@@ -838,7 +839,7 @@ def test_no_numpy_warning_for_pairs_without_shared_class():
         warnings.simplefilter("error")
         d = fmcl.fmcl_distances(MEANS, WEIGHTS, fill=False)
         assert math.isinf(d[0, 2])
-        assert fmcl._g(np.array([0.0, 0.5, 0.004])).tolist() == [100.0, 2.0, 100.0]
+        assert fmcl._paper._g(np.array([0.0, 0.5, 0.004])).tolist() == [100.0, 2.0, 100.0]
 
 
 def test_a_weighted_class_with_zero_mean_has_cosine_zero():
@@ -881,11 +882,11 @@ def test_fixed_encoder_is_the_documented_relu_map_with_a_public_seed():
 
 def test_rotation_is_a_rotation():
     rng = np.random.Generator(np.random.PCG64(3))
-    r = fmcl._rotation(5, 3.0, rng)
+    r = fmcl._simulation._rotation(5, 3.0, rng)
     np.testing.assert_allclose(r @ r.T, np.eye(5), atol=1e-12)
     assert np.linalg.det(r) == pytest.approx(1.0, abs=1e-12)
     assert np.abs(r - np.eye(5)).max() > 0.1
-    np.testing.assert_allclose(fmcl._rotation(5, 0.0, rng), np.eye(5), atol=1e-15)
+    np.testing.assert_allclose(fmcl._simulation._rotation(5, 0.0, rng), np.eye(5), atol=1e-15)
 
 
 def test_synthetic_domains_shapes_labels_and_refusal():
@@ -1038,8 +1039,8 @@ def test_run_federated_fmcl_wiring(monkeypatch, secure, parties, rule, seed):
             return result
         monkeypatch.setattr(owner, name, wrapped)
 
-    spy("secure_thermometer_distances", fmcl)
-    spy("fmcl_server", fmcl)
+    spy("secure_thermometer_distances", fmcl._simulation)
+    spy("fmcl_server", fmcl._simulation)
     spy("sgd_trainer", fl)
     spy("run_federated", fl)
     out = fmcl.run_federated_fmcl(data, rounds=2, encoder_dim=4, secure=secure, parties=parties,
@@ -1138,7 +1139,7 @@ def test_rotation_generator_has_entries_of_variance_one_over_dim():
     # entries have variance 1/d (the rotation's size does not grow with d). For a small s,
     # (R - R^T) / (2 s) = A + O(s^2).
     dim, s = 60, 1e-4
-    r = fmcl._rotation(dim, s, np.random.Generator(np.random.PCG64(11)))
+    r = fmcl._simulation._rotation(dim, s, np.random.Generator(np.random.PCG64(11)))
     a = (r - r.T) / (2 * s)
     off = a[~np.eye(dim, dtype=bool)]
     assert off.var() * dim == pytest.approx(1.0, abs=0.1)
@@ -1262,8 +1263,8 @@ def test_run_federated_fmcl_defaults(monkeypatch):
         seen["run"] = (kwargs["rounds"], kwargs["seed"])
         return real_run(*args, **kwargs)
 
-    monkeypatch.setattr(fmcl, "fixed_encoder", encoder)
-    monkeypatch.setattr(fmcl, "secure_thermometer_distances", secure)
+    monkeypatch.setattr(fmcl._simulation, "fixed_encoder", encoder)
+    monkeypatch.setattr(fmcl._simulation, "secure_thermometer_distances", secure)
     monkeypatch.setattr(fl, "run_federated", run)
     out = fmcl.run_federated_fmcl(data)
     assert seen == {"encoder": (data.n_features, 16, {"seed": 0}), "secure": True,

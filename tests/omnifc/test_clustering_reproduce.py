@@ -7,16 +7,16 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 from sklearn.cluster import AgglomerativeClustering
 
-from omnifc._datasets import load_dataset
-from omnifc._reproduce import _parties_for, run_reproduction
-from omnifc._splits import split_non_iid
+from omnifc.experiments import load_dataset
+from omnifc.experiments.reproduce._omnifc import _parties_for, run_reproduction
+from omnifc.experiments import split_non_iid
 from omnifc.cli import build_parser
 
 
 def matched_kappa(truth, predicted) -> float:
     """Cohen's kappa after Hungarian matching of clusters to classes, from the formula.
 
-    Independent of omnifc._metrics (which calls scikit-learn): the contingency table, the
+    Independent of omnifc.experiments._metrics (which calls scikit-learn): the contingency table, the
     matching that maximizes agreement, then (p_o - p_e) / (1 - p_e).
     """
     classes, t = np.unique(truth, return_inverse=True)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import omnifc
-from omnifc._metrics import align_labels
+from omnifc.experiments import align_labels
 
 
 def test_kappa_hand_computed_two_classes():

@@ -10,7 +10,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 
 from finite_field import InputError, ParameterError
-from omnifc import _mufc
+from omnifc.experiments.baselines import _mufc
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from omnifc._reproduce_papers import PAPERS, reproduce_paper
+from omnifc.experiments.reproduce import PAPERS, reproduce_paper
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -33,8 +33,8 @@ from sklearn.base import BaseEstimator, ClusterMixin
 
 from finite_field import ParameterError
 
-from ._clustering._common import as_generator, seed_from
-from ._federated import split_parties
+from ..._clustering._common import as_generator, seed_from
+from ..._federated import split_parties
 
 __all__ = ["KFed"]
 

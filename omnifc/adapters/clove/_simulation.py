@@ -1,66 +1,4 @@
-"""CLoVE (ICML 2026, arXiv 2506.22427) on protected loss vectors.
-
-Client side: client i evaluates every current model on its training data and keeps the
-loss vector ``L_i = [loss(theta_1), ..., loss(theta_K_hat)]`` (raw mean loss; square root
-only as an option), then sends it through the secure distance reconstruction.
-
-Server side, each round (the official code, ``utils/algorithm_utils.py``):
-
-1. K unknown: K = 2..min(#clients, K_ub) (K_ub = 15), ward linkage, silhouette; a larger K
-   replaces the best only if its score exceeds 1.10 x the best (best starts at -1). When
-   K_ub >= #clients the loss vectors are first repeated 5 times each (``np.repeat``), as in
-   the code; here the repetition is done on D (exactly equivalent).
-2. ``KMeans(n_clusters=K, random_state=seed, n_init="auto")``, run on classical-MDS
-   coordinates of D (isometric to the loss vectors).
-3. Clusters sorted by their smallest client index; Hungarian matching
-   (``scipy.optimize.linear_sum_assignment``) on ``C[k, j] = sum_{i in C_k} L_i[j]``.
-   **C comes from a secure sum**, not from distances: each client learns its cluster index
-   and one masked sum over all clients yields the K x K_hat cluster totals.
-4. Unmatched models keep their parameters; each matched model is the FedAvg (weighted by
-   training-set size) of its clients' local updates.
-5. A client is stable when its model is unchanged over the last 3 rounds; when all are
-   stable, assignments freeze and loss vectors are no longer computed.
-
-What the coordinator learns beyond the distances
-------------------------------------------------
-- the squared distances between loss vectors (hence the loss vectors up to a rigid motion);
-- the K x K_hat matrix of per-cluster loss totals ``C`` (a cluster of one client reveals that
-  client's loss vector; any two clusterings that differ by one client reveal its vector by
-  subtraction, so rounds with changing clusters leak more);
-- as in every FL system, the clients' model updates used for FedAvg (this adapter does not
-  protect model averaging) and the training-set sizes used as FedAvg weights.
-
-Public bound: losses are clipped to a public ``max_loss`` (nonnegative), chosen from the
-loss function's range on the task (MSE of near-unit-norm linear models on N(0, I) inputs
-stays below ~4; the example uses 16). Clipped entries are counted and logged.
-
-Deviations from the paper (named)
----------------------------------
-- Local training is the exact local least-squares fit (the limit of many local epochs) by
-  default, or ``local_steps`` of full-batch gradient descent; the paper's Adam (lr 1e-3,
-  25 epochs, batch 100, shuffled batches, a fresh optimizer each round) is available as
-  ``trainer=adam_trainer(seed=...)`` (numpy re-implementation of torch's Adam, not torch's
-  random stream). Both give the same IFCA picture on the paper's task (see
-  :func:`run_ifca`).
-- Stability uses the intended rule (last 3 assignments equal); the released code's loop
-  only checks ``h[-3] == h[-1]`` (``stability="literal"`` reproduces it).
-- :func:`run_clove` (linear regression) has every client in every round and round 0
-  ``evaluation_based`` (the LINEAR runs' setting); :func:`run_clove_fl` (classifiers in the
-  :mod:`omnifc.fl` loop) adds the random round 0, partial participation and newcomers after
-  the freeze (nearest centroid of the clients holding each model: the code's
-  centroid-index quirk is not reproduced), and auto-K by :func:`choose_k_gap` by default.
-- The FINCH option for K is not implemented.
-
-Examples
---------
->>> import numpy as np
->>> from omnifc.adapters import clove
->>> clients, truth, _ = clove.linear_mixture(delta=1.0, train_points=100, seed=0)
->>> start = clove.random_unit_models(5, 20, seed=1)
->>> run = clove.run_clove(clients, start, n_clusters=5, rounds=2, secure=False)
->>> len(run.assignments), run.assignments[-1].shape
-(2, (25,))
-"""
+"""CLoVE in simulation: the federated loop, baselines and synthetic data."""
 
 from __future__ import annotations
 
@@ -68,71 +6,20 @@ import logging
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
-from finite_field import InputError, ParameterError
+from finite_field import ParameterError
 
-from .._geometry import centroid_sq_distances, check_distance_matrix
-from ._common import (kmeans_from_distances, plaintext_distances, protect, quantize_rows,
-                      secure_group_sums, silhouette_from_distances, ward_from_distances)
+from ..._geometry import centroid_sq_distances
+from .._common import plaintext_distances, protect, quantize_rows, secure_group_sums
+from .._k_selection import choose_k, choose_k_gap
+from ._paper import (DEFAULT_MAX_LOSS, DEFAULT_SCALE_BITS, cluster_clients, cluster_cost, fedavg,
+                     is_stable, loss_vector, match_clusters)
 
-__all__ = ["COORDINATOR_LEARNS", "mse_loss", "loss_vector", "choose_k", "cluster_clients",
-           "sort_clusters", "cluster_cost", "match_clusters", "fedavg", "local_update",
-           "adam_trainer",
-           "is_stable", "CloveRun", "run_clove", "run_ifca", "linear_mixture",
-           "random_unit_models", "DEFAULT_MAX_LOSS", "DEFAULT_SCALE_BITS", "CloveFLRun",
-           "run_clove_fl", "CLASSIFIER_MAX_LOSS"]
+__all__ = ["CLASSIFIER_MAX_LOSS", "CloveFLRun", "CloveRun", "adam_trainer", "linear_mixture",
+           "local_update", "random_unit_models", "run_clove", "run_clove_fl", "run_ifca",
+           "true_models"]
 
 logger = logging.getLogger("omnifc.adapters.clove")
-
-COORDINATOR_LEARNS = (
-    "squared distances between loss vectors; the K x K_hat per-cluster loss totals (secure "
-    "sum; a singleton cluster's total is that client's loss vector); the model updates and "
-    "training-set sizes used by FedAvg (not protected by this adapter)")
-
-#: Public clip bound on a loss value (MSE of near-unit-norm linear models stays far below).
-DEFAULT_MAX_LOSS = 16.0
-#: Quantization step 2^-20 on losses: far below the loss differences CLoVE separates.
-DEFAULT_SCALE_BITS = 20
-
-
-# ----------------------------------------------------------------------------- client side
-
-def mse_loss(theta, features, targets) -> float:
-    """Mean squared error of the linear model ``y = x . theta`` (no bias, as in the paper)."""
-    residual = np.asarray(features) @ np.asarray(theta) - np.asarray(targets)
-    return float(np.mean(residual * residual))
-
-
-def loss_vector(models, features, targets, *, loss=mse_loss,
-                transform: str = "identity") -> np.ndarray:
-    """Client side: the loss of every current model on this client's training data.
-
-    Parameters
-    ----------
-    models : sequence of parameter arrays (K_hat of them)
-    features, targets : the client's training data
-    loss : callable ``loss(model, features, targets) -> float``
-        Mean loss (MSE for linear regression by default).
-    transform : {"identity", "sqrt"}
-        ``"identity"`` is the paper's default; ``"sqrt"`` its ablation.
-
-    Returns
-    -------
-    ndarray (K_hat,)
-        The vector to protect.
-    """
-    if loss is mse_loss:
-        residual = np.asarray(features) @ np.asarray(models, dtype=np.float64).T \
-            - np.asarray(targets)[:, None]
-        values = np.mean(residual * residual, axis=0)
-    else:
-        values = np.array([loss(m, features, targets) for m in models], dtype=np.float64)
-    if transform == "identity":
-        return values
-    if transform == "sqrt":
-        return np.sqrt(values)
-    raise ParameterError(f"transform must be 'identity' or 'sqrt', got {transform!r}")
 
 
 def local_update(theta, features, targets, *, local_steps: int | None = None,
@@ -150,7 +37,6 @@ def local_update(theta, features, targets, *, local_steps: int | None = None,
     for _ in range(int(local_steps)):
         w = w - learning_rate * (2.0 / x.shape[0]) * (x.T @ (x @ w - y))
     return w
-
 
 def adam_trainer(*, learning_rate: float = 1e-3, epochs: int = 25, batch_size: int = 100,
                  seed: int = 0, betas=(0.9, 0.999), eps: float = 1e-8):
@@ -192,151 +78,11 @@ def adam_trainer(*, learning_rate: float = 1e-3, epochs: int = 25, batch_size: i
 
     return train
 
-
 def _local_updates(models, assignment, clients, trainer, local_steps, learning_rate):
     if trainer is not None:
         return [trainer(models[assignment[i]], x, y) for i, (x, y) in enumerate(clients)]
     return [local_update(models[assignment[i]], x, y, local_steps=local_steps,
                          learning_rate=learning_rate) for i, (x, y) in enumerate(clients)]
-
-
-# ----------------------------------------------------------------------------- server side
-
-def choose_k(distances, *, k_upper: int = 15, tolerance: float = 0.10,
-             repeat: int = 5) -> int:
-    """K by ward + silhouette with the 10 % parsimony rule (``find_best_K_by_silhouette``).
-
-    Tries K = 2..min(n, k_upper); K replaces the best only if its silhouette exceeds
-    ``(1 + tolerance) x`` the best so far (starting at -1). When ``k_upper >= n`` every
-    loss vector is repeated ``repeat`` times first (rows a,a,a,a,a,b,...), as in the code.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> x = np.array([[0.0], [0.1], [5.0], [5.1], [10.0], [10.1]])
-    >>> choose_k((x - x.T) ** 2)
-    3
-    """
-    d = check_distance_matrix(distances)
-    n = d.shape[0]
-    upper = min(n, int(k_upper))
-    if upper < 2:
-        raise ParameterError(f"choosing K needs at least 2 clients and k_upper >= 2; got "
-                             f"{n} clients, k_upper={k_upper}")
-    if upper >= n and repeat > 1:
-        index = np.repeat(np.arange(n), repeat)
-        d = d[np.ix_(index, index)]
-    best_score, best_k = -1.0, None
-    for k in range(2, upper + 1):
-        labels = ward_from_distances(d, k)
-        if len(set(labels.tolist())) < 2:
-            continue
-        score = silhouette_from_distances(d, labels)
-        logger.debug("K=%d silhouette %.6f", k, score)
-        if score > best_score * (1.0 + tolerance):
-            best_score, best_k = score, k
-    if best_k is None:
-        raise InputError("no valid clustering found for K in 2..%d" % upper)
-    return best_k
-
-
-def choose_k_gap(distances, *, k_upper: int = 15) -> int:
-    """omnifc's K rule: the widest relative gap in the ward merge heights (K >= 2).
-
-    Ward's merge heights ``h_1 <= ... <= h_{n-1}`` (scipy, from D); cutting between
-    ``h_{n-k}`` and ``h_{n-k+1}`` gives k clusters. K = the k in ``2..min(k_upper, n/2)``
-    with the largest ratio ``h_{n-k+1} / h_{n-k}`` (the partition that persists over the
-    widest relative range of cut heights). Unlike the silhouette, a ratio does not favour
-    the coarsest split when one group lies far from the others (measured on CLoVE's
-    classifier loss vectors: see docs/adapters.md). K = 2 at least, as in the paper's search.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> x = np.array([[0.0], [0.1], [5.0], [5.1], [100.0], [100.1]])
-    >>> choose_k_gap((x - x.T) ** 2)     # the silhouette rule says 2 here
-    3
-    """
-    from scipy.cluster.hierarchy import linkage
-    from scipy.spatial.distance import squareform
-
-    from .._geometry import to_euclidean
-
-    d = check_distance_matrix(distances)
-    n = d.shape[0]
-    upper = min(int(k_upper), n // 2) if n >= 4 else n
-    if upper < 2:
-        raise ParameterError(f"choosing K needs at least 2 clients and k_upper >= 2; got "
-                             f"{n} clients, k_upper={k_upper}")
-    heights = np.sort(linkage(squareform(to_euclidean(d), checks=False), "ward")[:, 2])
-    best_k, best_ratio = 2, -1.0
-    for k in range(2, upper + 1):
-        low, high = heights[n - k - 1], heights[n - k]
-        ratio = high / low if low > 0 else (np.inf if high > 0 else 1.0)
-        if ratio > best_ratio:
-            best_k, best_ratio = k, ratio
-    return best_k
-
-
-def sort_clusters(labels) -> np.ndarray:
-    """Relabel clusters 0..K-1 in order of their smallest client index (as the code does)."""
-    labels = np.asarray(labels)
-    order = sorted(set(labels.tolist()), key=lambda c: int(np.flatnonzero(labels == c)[0]))
-    mapping = {c: k for k, c in enumerate(order)}
-    return np.array([mapping[c] for c in labels.tolist()], dtype=np.int64)
-
-
-def cluster_clients(distances, n_clusters: int, *, random_state: int = 0) -> np.ndarray:
-    """``KMeans(K, random_state, n_init="auto")`` on D, clusters sorted by smallest client."""
-    return sort_clusters(kmeans_from_distances(distances, n_clusters, random_state=random_state))
-
-
-def cluster_cost(loss_vectors, labels, n_clusters: int | None = None) -> np.ndarray:
-    """Plaintext reference of the matching cost ``C[k, j] = sum_{i in C_k} L_i[j]``."""
-    loss_vectors = np.asarray(loss_vectors, dtype=np.float64)
-    labels = np.asarray(labels)
-    k = int(labels.max()) + 1 if n_clusters is None else int(n_clusters)
-    cost = np.zeros((k, loss_vectors.shape[1]))
-    np.add.at(cost, labels, loss_vectors)
-    return cost
-
-
-def match_clusters(cost) -> np.ndarray:
-    """Hungarian matching: ``model[k]`` is the model index of cluster k (K <= K_hat)."""
-    cost = np.asarray(cost, dtype=np.float64)
-    if cost.shape[0] > cost.shape[1]:
-        raise ParameterError(f"more clusters ({cost.shape[0]}) than models ({cost.shape[1]})")
-    rows, cols = linear_sum_assignment(cost)
-    model = np.empty(cost.shape[0], dtype=np.int64)
-    model[rows] = cols
-    return model
-
-
-def fedavg(models, assignment, updates, sizes) -> np.ndarray:
-    """Per-model FedAvg weighted by training-set size; models without clients are kept."""
-    models = np.array(models, dtype=np.float64, copy=True)
-    assignment = np.asarray(assignment)
-    updates = np.asarray(updates, dtype=np.float64)
-    sizes = np.asarray(sizes, dtype=np.float64)
-    for j in range(models.shape[0]):
-        members = np.flatnonzero(assignment == j)
-        if members.size:
-            models[j] = (sizes[members, None] * updates[members]).sum(0) / sizes[members].sum()
-    return models
-
-
-def is_stable(history, rounds: int = 3, rule: str = "intended") -> bool:
-    """Whether a client's model history is stable (see the module's deviations)."""
-    if len(history) < rounds:
-        return False
-    if rule == "intended":
-        return all(h == history[-1] for h in history[-rounds:])
-    if rule == "literal":
-        return history[-rounds] == history[-1]
-    raise ParameterError(f"rule must be 'intended' or 'literal', got {rule!r}")
-
-
-# ----------------------------------------------------------------------------- round loop
 
 @dataclass
 class CloveRun:
@@ -353,7 +99,6 @@ class CloveRun:
     distances: list = field(default_factory=list)
     models: np.ndarray | None = None
     frozen_from: int | None = None
-
 
 def run_clove(clients, initial_models, *, n_clusters: int | None = None, rounds: int = 5,
               k_upper: int = 15, seed: int = 0, secure: bool = True,
@@ -434,7 +179,6 @@ def run_clove(clients, initial_models, *, n_clusters: int | None = None, rounds:
     run.models = models
     return run
 
-
 def run_ifca(clients, initial_models, *, rounds: int = 5, local_steps: int | None = None,
              learning_rate: float = 0.1, trainer=None) -> CloveRun:
     """IFCA baseline: each client picks its argmin-loss model locally, then per-model FedAvg.
@@ -477,13 +221,9 @@ def run_ifca(clients, initial_models, *, rounds: int = 5, local_steps: int | Non
     run.models = models
     return run
 
-
-# ----------------------------------------------------------------------------- classifiers
-
 #: (our choice) public clip bound of a cross-entropy loss value for the classifier runs
 #: (a fresh 10-class model scores ln 10 = 2.3; a model trained on permuted labels ~5-10).
 CLASSIFIER_MAX_LOSS = 16.0
-
 
 @dataclass
 class CloveFLRun:
@@ -505,7 +245,6 @@ class CloveFLRun:
     models: list
     accuracy: float
     run: object
-
 
 def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = None,
                  rounds: int = 10, local_train=None, participation=None, join_round=None,
@@ -548,7 +287,7 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
     ``secure=False`` runs the plaintext reference on the same quantized vectors; the loop's
     per-(round, client) seeding makes equal assignments give bit-identical models.
     """
-    from .. import fl
+    from ... import fl
 
     n = len(clients)
     n_models = len(initial_models)
@@ -656,12 +395,8 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
                                     [clients[i] for i in mask])
     return out
 
-
-# ----------------------------------------------------------------------------- synthetic data
-
 def _rng(seed):
     return np.random.Generator(np.random.PCG64(seed))
-
 
 def true_models(n_clusters: int, dim: int, delta: float, rng, *, spread: float = 5.0,
                 max_attempts: int = 1_000_000) -> np.ndarray:
@@ -681,12 +416,10 @@ def true_models(n_clusters: int, dim: int, delta: float, rng, *, spread: float =
         raise ParameterError(f"could not draw {n_clusters} models at separation {delta}")
     return np.array(vectors)
 
-
 def random_unit_models(count: int, dim: int, *, seed: int) -> np.ndarray:
     """Random unit-norm initial models (the paper's initialization)."""
     w = _rng(seed).standard_normal((count, dim))
     return w / np.linalg.norm(w, axis=1, keepdims=True)
-
 
 def linear_mixture(*, n_clusters: int = 5, clients_per_cluster: int = 5, dim: int = 20,
                    delta: float = 1.0, train_points: int = 900, noise: float = 1e-4,

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._secure import normalize_parties, secure_distance_matrix
-from ._common import plaintext_distances, quantize_rows
+from ..._secure import normalize_parties, secure_distance_matrix
+from .._common import plaintext_distances, quantize_rows
 
 __all__ = ["COORDINATOR_LEARNS", "client_rows", "cluster_samples", "RawResult", "run"]
 
@@ -44,7 +44,7 @@ def client_rows(samples) -> np.ndarray:
 def cluster_samples(distances, *, method: str = "kmeans", n_clusters=None, random_state=0,
                     **options) -> np.ndarray:
     """Server side: any clustering of :func:`omnifc.cluster` on the squared distances."""
-    from .._clustering import cluster
+    from ..._clustering import cluster
 
     return np.asarray(cluster(distances, method=method, n_clusters=n_clusters,
                               random_state=random_state, **options))

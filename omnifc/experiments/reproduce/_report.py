@@ -1,211 +1,77 @@
-"""Reproduction of the OmniFC paper's evaluation on the data sets available offline.
+"""The one writer of the reproduction reports: Markdown tables and Agg figures (no pyplot).
 
-For every data set (iris, wine, breast-cancer, digits from scikit-learn), every non-IID
-level p in {0, 0.25, 0.5, 0.75, 1} and every clustering method, three pipelines are scored
-against the true classes with the paper's Kappa (Hungarian-matched Cohen's kappa), NMI
-and ARI:
-
-- **federated** (OmniFC): the parties' rows go through :func:`secure_distance_matrix`
-  (Lagrange shares, l = t = 1, q = 16 fractional bits, public bound R of the data set);
-  the method runs on the reconstructed D;
-- **centralized**: the same method on the squared distances of the pooled *plaintext*
-  (unquantized) rows;
-- **k-FED** (proxy aggregation): local k-means centres only, k' = floor(sqrt(k)) and k' = k.
-
-:func:`run_reproduction` writes ``reproduction.md`` (tables, parameters, every choice the
-paper does not fix) and ``reproduction_kappa.png`` (kappa against p).
+- The per-paper reports (:func:`write_paper_report`): a claim table (the paper's figure, our
+  plaintext result, our secure result, whether the two are bit-identical), the figure, notes.
+  The runners build their figure with :func:`figure` and :func:`pair_lines`.
+- The OmniFC evaluation's report (:func:`omnifc_markdown`, :func:`omnifc_plot`): one table
+  per metric (federated / centralized per method and non-IID level, the baselines), the
+  parameters, the observations and the kappa plot.
 """
 
 from __future__ import annotations
 
-import logging
-import math
 import platform
-import time
 from pathlib import Path
 
 import numpy as np
 
 from finite_field import ParameterError
 
-from ._clustering import METHODS, cluster
-from ._datasets import load_dataset
-from ._kfed import KFed
-from ._metrics import clustering_scores
-from ._mufc import federated_mufc
-from ._secure import secure_distance_matrix
-from ._splits import split_non_iid
+from ._grid import (BASELINE_LABELS, METHOD_LABELS, METHOD_OPTIONS, NOISE_SEGMENTS,
+                    ROW_NORMALIZED, SCALE_BITS, SEED, SEGMENTS, load_reproduction_dataset)
 
-__all__ = ["run_reproduction", "LEVELS", "REPRO_DATASETS", "METHOD_OPTIONS"]
-
-logger = logging.getLogger("omnifc.reproduce")
-
-LEVELS = (0.0, 0.25, 0.5, 0.75, 1.0)
-REPRO_DATASETS = ("iris", "iris_l2", "wine", "breast_cancer", "digits")
-QUICK_DATASETS = ("iris", "iris_l2", "wine")
-SEED = 0
-SCALE_BITS = 16
-SEGMENTS = 1
-NOISE_SEGMENTS = 1
-#: Options passed to omnifc.cluster for each method (everything else is the default).
-METHOD_OPTIONS = {
-    "kmeans": {"n_init": 5},
-    "kmeans-rows": {"n_init": 5},
-    "spectral": {},
-    "fcm": {},
-    "nmf": {},
-    "dbscan": {},
-    "hierarchical": {"linkage": "ward"},
-    "kmedoids": {},
-}
-METHOD_LABELS = {
-    "kmeans": "KM (exact, MDS)", "kmeans-rows": "KM (rows of D, paper)", "spectral": "SC",
-    "fcm": "FCM", "nmf": "NMF", "dbscan": "DBSCAN", "hierarchical": "HC (Ward)",
-    "kmedoids": "K-medoids",
-}
-KFED_LABELS = {"kfed-sqrt": "k-FED (k'=floor(sqrt k))", "kfed-k": "k-FED (k'=k)"}
-#: Federated baselines that run offline (one score each; they never see the distances).
-BASELINE_LABELS = {"kfed-sqrt": "k-FED (k'=floor(sqrt k))", "kfed-k": "k-FED (k'=k)",
-                   "ffcm": "FFCM (federated FCM)", "fedsc": "FedSC-style (RFF)",
-                   "mufc": "MUFC (clustering part)"}
-#: Data sets of the reproduction: scikit-learn's, plus iris with rows L2-normalized.
-ROW_NORMALIZED = "iris_l2"
+__all__ = ["figure", "pair_lines", "write_paper_report", "yes", "omnifc_markdown",
+           "omnifc_plot"]
 
 
-def _load(name):
-    """A reproduction data set; ``iris_l2``: iris with every row divided by its L2 norm.
+# ------------------------------------------------------------------- per-paper reports
 
-    Row normalization is local to each row (no pooled statistic), and the public bound
-    becomes 1. It closes the iris gap to the paper (see the notes in the report).
-    """
-    if name != ROW_NORMALIZED:
-        return load_dataset(name)
-    from ._datasets import Dataset
-    base = load_dataset("iris")
-    x = base.features / np.linalg.norm(base.features, axis=1, keepdims=True)
-    return Dataset(ROW_NORMALIZED, x, base.labels, bound=1.0, nonnegative=True)
+def figure(n_panels: int, width: float = 5.0, height: float = 3.8):
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise ParameterError("the reproduction plots need matplotlib: pip install "
+                             "'omnifc[plots]'") from error
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-
-def federated_fcm(parts, n_clusters: int, *, fuzzifier: float = 2.0, rounds: int = 100,
-                  tol: float = 1e-6, seed: int = 0) -> np.ndarray:
-    """FFCM baseline (Stallmann & Wilbik 2022, the federated-averaging variant).
-
-    The server broadcasts c centres; every party computes its memberships and returns, per
-    centre, ``sum_i u_ik^m x_i`` and ``sum_i u_ik^m``; the server divides the totals. Seeds:
-    c distinct rows of the parties drawn with ``seed``. Returns the labels of the stacked
-    rows (largest membership). The server learns per-party, per-cluster weighted sums.
-    """
-    from ._clustering._fcm import fcm_memberships
-
-    x = np.concatenate(parts)
-    rng = np.random.default_rng(seed)
-    centers = x[rng.choice(x.shape[0], size=n_clusters, replace=False)].copy()
-    for _ in range(int(rounds)):
-        num = np.zeros_like(centers)
-        den = np.zeros(n_clusters)
-        for part in parts:
-            u = fcm_memberships(part, centers, fuzzifier) ** fuzzifier
-            num += u.T @ part
-            den += u.sum(axis=0)
-        new = num / np.maximum(den, 1e-300)[:, None]
-        moved = float(np.abs(new - centers).max())
-        centers = new
-        if moved < tol:
-            break
-    return np.argmax(fcm_memberships(x, centers, fuzzifier), axis=1)
+    fig = Figure(figsize=(width * n_panels, height))
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(1, n_panels, squeeze=False)[0]
 
 
-def fedsc_style(parts, n_clusters: int, *, features: int = 500, scale: float = 1.0,
-                seed: int = 0) -> np.ndarray:
-    """A FedSC-style baseline (omnifc's simplification of Qiao et al., NeurIPS 2023).
-
-    Every party maps its rows to shared random Fourier features of the Gaussian kernel
-    ``exp(-||x - y||^2 / (2 sigma^2))`` (``features`` of them, public seed) and uploads them;
-    the server forms the approximate kernel ``Z Z^T`` and runs normalized spectral
-    clustering. ``sigma = scale x`` the mean of the parties' local mean pairwise distances
-    (each party reports one number; FedSC's bandwidth rule uses the pooled mean). No
-    privacy noise is added, so this is the baseline's best case.
-    """
-    from scipy.spatial.distance import pdist
-    from sklearn.cluster import SpectralClustering
-
-    local = [pdist(p).mean() for p in parts if p.shape[0] > 1]
-    sigma = scale * float(np.mean(local))
-    rng = np.random.default_rng(seed)
-    d = parts[0].shape[1]
-    w = rng.standard_normal((d, int(features))) / sigma
-    b = rng.uniform(0, 2 * np.pi, int(features))
-    z = np.concatenate([np.sqrt(2.0 / features) * np.cos(p @ w + b) for p in parts])
-    affinity = np.clip(z @ z.T, 0.0, None)
-    model = SpectralClustering(n_clusters=n_clusters, affinity="precomputed",
-                               random_state=seed, n_init=10)
-    return model.fit_predict(affinity)
+def pair_lines(ax, xs, plain, secure, label, color):
+    """Plaintext as a wide light line, secure as a thin dashed line on top: both visible."""
+    ax.plot(xs, plain, "-", color=color, linewidth=5, alpha=0.35, label=f"{label} (plaintext)")
+    ax.plot(xs, secure, "--", color=color, linewidth=1.4, marker="o", markersize=3,
+            label=f"{label} (secure)")
 
 
-def _parties_for(dataset) -> int:
-    """Paper: one party per class; at least 2l + 2t - 1 = 3 for l = t = 1 (and 4 for 2 classes)."""
-    k = dataset.n_classes
-    needed = 2 * SEGMENTS + 2 * NOISE_SEGMENTS - 1
-    if k >= needed:
-        return k
-    return k * math.ceil(needed / k)
+def write_paper_report(out: Path, paper: str, title: str, claim_rows, notes, fig, seconds, quick) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    plot = out / f"{paper}.png"
+    markdown = out / f"{paper}.md"
+    fig.tight_layout()
+    fig.savefig(plot, dpi=110)
+    lines = [f"# {title}" + (" (quick run)" if quick else ""), "",
+             f"Generated by `omnifc reproduce --paper {paper}" + (" --quick" if quick else "")
+             + f"` in {seconds:.0f} s. Do not edit by hand.", "",
+             "| claim | paper | our plaintext | our secure | secure = plaintext |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {c} | {p} | {a} | {b} | {s} |" for c, p, a, b, s in claim_rows]
+    lines += ["", f"![{paper}]({plot.name})", "", "## Notes", ""]
+    lines += [f"- {n}" for n in notes]
+    markdown.write_text("\n".join(lines) + "\n")
+    return {"markdown": markdown, "plot": plot, "rows": claim_rows, "seconds": seconds}
 
 
-def _evaluate(dataset, level: float, methods) -> list[dict]:
-    from scipy.spatial.distance import cdist
+def yes(flag) -> str:
+    return "bit-identical" if flag else "**differs**"
 
-    k = dataset.n_classes
-    m = _parties_for(dataset)
-    parts = split_non_iid(dataset.labels, m, level)
-    rows = np.concatenate(parts)
-    truth = dataset.labels[rows]
-    plain = dataset.features[rows]
-    start = time.perf_counter()
-    result = secure_distance_matrix([dataset.features[i] for i in parts], bound=dataset.bound,
-                                    nonnegative=dataset.nonnegative, scale_bits=SCALE_BITS,
-                                    segments=SEGMENTS, noise_segments=NOISE_SEGMENTS)
-    secure_seconds = time.perf_counter() - start
-    central = cdist(plain, plain, "sqeuclidean")
-    records = []
-    base = {"dataset": dataset.name, "p": level, "parties": m, "n": int(rows.size),
-            "secure_seconds": secure_seconds}
-    for method in methods:
-        k_arg = None if method == "dbscan" else k
-        timings, labels = {}, {}
-        for pipeline, distances in (("federated", result.distances), ("centralized", central)):
-            start = time.perf_counter()
-            labels[pipeline] = cluster(distances, method, k_arg, random_state=SEED,
-                                       **METHOD_OPTIONS[method])
-            timings[pipeline] = time.perf_counter() - start
-        same = bool(clustering_scores(labels["federated"], labels["centralized"])["ari"] == 1.0)
-        for pipeline in ("federated", "centralized"):
-            records.append(base | {"method": method, "pipeline": pipeline,
-                                   "seconds": timings[pipeline],
-                                   "clusters": len(set(labels[pipeline].tolist()) - {-1}),
-                                   "same_as_centralized": same}
-                           | clustering_scores(truth, labels[pipeline]))
-    for name, local in (("kfed-sqrt", None), ("kfed-k", k)):
-        start = time.perf_counter()
-        model = KFed(n_clusters=k, local_clusters=local, random_state=SEED)
-        predicted = model.fit([dataset.features[i] for i in parts]).labels_global_
-        records.append(base | {"method": name, "pipeline": "k-FED",
-                               "seconds": time.perf_counter() - start,
-                               "clusters": len(set(predicted.tolist())),
-                               "same_as_centralized": None}
-                       | clustering_scores(truth, predicted))
-    local_parts = [dataset.features[i] for i in parts]
-    for name, run in (("ffcm", lambda: federated_fcm(local_parts, k, seed=SEED)),
-                      ("fedsc", lambda: fedsc_style(local_parts, k, seed=SEED)),
-                      ("mufc", lambda: federated_mufc(local_parts, k, seed=SEED))):
-        start = time.perf_counter()
-        predicted = run()
-        records.append(base | {"method": name, "pipeline": "baseline",
-                               "seconds": time.perf_counter() - start,
-                               "clusters": len(set(predicted.tolist())),
-                               "same_as_centralized": None}
-                       | clustering_scores(truth, predicted))
-    return records
 
+
+
+# ------------------------------------------------------------------- the OmniFC evaluation
 
 def _cell(records, dataset, method, level, metric) -> str:
     by = {r["pipeline"]: r for r in records
@@ -230,7 +96,7 @@ def _table(records, datasets, levels, methods, metric) -> list[str]:
     return lines
 
 
-def _plot(records, datasets, levels, methods, path: Path) -> None:
+def omnifc_plot(records, datasets, levels, methods, path: Path) -> None:
     try:
         import matplotlib
     except ImportError as error:  # pragma: no cover - depends on the environment
@@ -362,7 +228,7 @@ def _observations(records, datasets, levels) -> list[str]:
     return lines
 
 
-def _markdown(records, datasets, levels, methods, seconds, quick, image_name) -> str:
+def omnifc_markdown(records, datasets, levels, methods, seconds, quick, image_name) -> str:
     identical = [r for r in records if r["pipeline"] == "federated"]
     n_same = sum(r["same_as_centralized"] for r in identical)
     secure = {}
@@ -409,7 +275,7 @@ def _markdown(records, datasets, levels, methods, seconds, quick, image_name) ->
         "|---|---|---|---|---|---|",
     ]
     for dataset in datasets:
-        data = _load(dataset)
+        data = load_reproduction_dataset(dataset)
         per = [r for r in records if r["dataset"] == dataset and r["method"] == methods[0]
                and r["pipeline"] == "federated"]
         n_used = "/".join(str(r["n"]) for r in per)
@@ -485,55 +351,3 @@ def _markdown(records, datasets, levels, methods, seconds, quick, image_name) ->
     ]
     return "\n".join(lines) + "\n"
 
-
-def run_reproduction(out_dir="docs/reproduction", *, quick: bool = False, datasets=None,
-                     levels=None, methods=None, progress=None, stem: str | None = None) -> dict:
-    """Run the evaluation and write the Markdown table and the kappa plot.
-
-    Parameters
-    ----------
-    out_dir : str or Path
-        Where ``<stem>.md`` and ``<stem>_kappa.png`` go.
-    quick : bool
-        Only iris, iris_l2 and wine, p in {0, 0.5, 1} (well under a minute).
-    stem : str, optional
-        File name stem; default ``reproduction`` (``reproduction_quick`` with ``quick``).
-    datasets, levels, methods : sequences, optional
-        Override the defaults.
-    progress : callable, optional
-        Called with a short string after each (data set, p).
-
-    Returns
-    -------
-    dict with ``records`` (one dict per data set x p x method x pipeline), ``markdown``
-    and ``plot`` (paths) and ``seconds``.
-    """
-    datasets = tuple(datasets or (QUICK_DATASETS if quick else REPRO_DATASETS))
-    levels = tuple(levels or ((0.0, 0.5, 1.0) if quick else LEVELS))
-    methods = tuple(methods or METHODS)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    from threadpoolctl import threadpool_limits  # a scikit-learn dependency
-
-    start = time.perf_counter()
-    records = []
-    for name in datasets:
-        data = _load(name)
-        for level in levels:
-            step = time.perf_counter()
-            # One BLAS thread: on a shared machine oversubscribed BLAS threads made the
-            # eigendecompositions several times slower; the results do not change.
-            with threadpool_limits(limits=1):
-                records += _evaluate(data, level, methods)
-            message = f"{name} p={level:g}: {time.perf_counter() - step:.1f} s"
-            logger.info(message)
-            if progress:
-                progress(message)
-    seconds = time.perf_counter() - start
-    stem = stem or ("reproduction_quick" if quick else "reproduction")
-    plot = out / f"{stem}_kappa.png"
-    markdown = out / f"{stem}.md"
-    _plot(records, datasets, levels, methods, plot)
-    markdown.write_text(_markdown(records, datasets, levels, methods, seconds, quick,
-                                  plot.name))
-    return {"records": records, "markdown": markdown, "plot": plot, "seconds": seconds}

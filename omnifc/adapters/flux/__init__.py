@@ -1,0 +1,82 @@
+"""FLUX (NeurIPS 2025, arXiv 2511.22305) on protected distribution descriptors.
+
+Client side (official code, ``flux/``, ``public/models.py``): latents from the shared
+encoder (the global model; any encoder's output is accepted) are projected by a shared,
+data-independent PCA fitted on 200 points of Uniform[0, M]^D with seed 1 (a public
+constant), ``l`` components (``l`` = number of classes by default). The paper's descriptor
+(``form="paper"``) is
+
+    [mu_x, sigma_x, mu_1, ..., mu_U, sigma_1, ..., sigma_U]
+
+with sigma the per-dimension population standard deviation (``np.std``, ddof 0) and
+classes with fewer than 2 samples filled with -1: all class means first, then all class
+stds; 2(U+1) blocks of l entries. omnifc's default (``form="weighted"``, *our choice*)
+keeps the layout and the prefix and weights each class block by the square root of the
+class's share of the client's rows, ``sqrt(f_c) (mu_c - mu_x)`` and ``sqrt(f_c) sigma_c``
+(zeros for classes with < 2 samples): the squared blocks decompose the client's variance, so
+the label mix (what label shift changes) enters every class block and rare classes weigh
+little (see :func:`descriptor` and docs/adapters.md for the measured reason).
+
+Server side: optional per-block scaling (none by default), automatic K from D
+(:func:`cluster_clients`): omnifc's Ward gap rule by default (``k_rule="ward"``,
+:func:`ward_gap`: Ward's tree on D cut at the widest relative gap of its merge heights,
+*our choice*, measured in docs/adapters.md) or FLUX's adaptive DBSCAN (``k_rule="dbscan"``,
+``min_samples = 2``; every noise point becomes its own cluster) with eps from omnifc's gap
+rule (:func:`gap_eps`: the widest relative gap of the MST edge lengths, the previous
+default) or the paper's knee (``eps_rule="knee"``: the Kneedle knee, convex/increasing, of
+the sorted distances of each client to its nearest other client, times ``eps_scaling``),
+centroids, and label-free test-time assignment of a new client to the nearest centroid
+using only the ``[mu_x, sigma_x]`` prefix, from distances:
+``||x - c_A||^2 = mean_{j in A} D_xj - sum_{j,k in A} D_jk / (2 |A|^2)``. The new client's
+descriptor is protected too: it joins a reconstruction of the prefix blocks.
+
+Normalization: what each option reveals
+---------------------------------------
+The paper min-max scales each block with the range over all clients and coordinates;
+distances cannot give ranges.
+
+- ``"none"`` (**default**): one reconstruction of the unscaled descriptor; reveals D only.
+- ``"block_neighbour"`` (distance-only, *our choice*): one reconstruction per block; block b
+  is divided by its noise scale, the median over clients of the squared distance to the
+  nearest other client in that block (:func:`neighbour_scales`). Reveals the per-block
+  matrices, like ``"block_diameter"``.
+- ``"block_diameter"`` (distance-only, the previous default): one reconstruction per block
+  gives ``D_b``; the combined distance is ``sum_b D_b / diam_b^2`` with
+  ``diam_b^2 = max_ij D_b`` (the block's largest squared distance replaces its squared
+  range). The coordinator learns the 2(U+1) per-block squared-distance matrices (each
+  block's geometry separately: more than the total D, but no coordinate, range or offset).
+- ``"ranges"`` (the paper's min-max scaling, exactly): each client reveals its per-block
+  minimum and maximum; the coordinator broadcasts ``r_b = max_b - min_b``; clients divide
+  block b by ``r_b`` (offsets cancel in distances) and one reconstruction gives the paper's
+  scaled D. The coordinator learns every client's per-block min and max (2 x 2(U+1) numbers
+  per client; with a secure max/min only the global ranges would be revealed).
+
+Design rationale, measurements and the named deviations from the paper: docs/adapters.md
+(FLUX). ``_secure`` holds the secure path, ``_simulation`` the federated loop, baselines and
+synthetic data; K selection lives in :mod:`omnifc.adapters._k_selection`.
+
+Examples
+--------
+>>> import numpy as np
+>>> from omnifc.adapters import flux
+>>> x = np.array([[0.0], [0.1], [0.2], [5.0], [5.1], [5.2]])
+>>> flux.adaptive_dbscan((x - x.T) ** 2).labels.tolist()
+[0, 0, 0, 1, 1, 1]
+"""
+
+from .._k_selection import (DbscanResult, gap_eps, MIN_GAP, ward_gap, WARD_MIN_GAP)
+from ._paper import (adaptive_dbscan, assign_new_clients, cluster_clients, COORDINATOR_LEARNS,
+                     descriptor, descriptor_bound, DESCRIPTOR_FORMS, EPS_RULES, K_RULES,
+                     NORMALIZATIONS, shared_projection)
+from ._secure import (block_distances, block_ranges, block_slices, combine_blocks,
+                      neighbour_scales, prefix_distances)
+from ._simulation import (client_descriptors, flux_baselines, FluxRun, run_flux, shift_scenario,
+                          SHIFTS)
+from ._simulation import ACTIVATION_MARGIN, CLUSTER_ROUNDS, WARMUP_ROUNDS  # noqa: F401 (module attributes before the split)
+from .._k_selection import GAP_SEARCH_FROM  # noqa: F401 (module attributes before the split)
+
+#: The paper's API: the client embedding and the server algorithm. The other names above
+#: (simulation, baselines, synthetic data, constants) stay importable from here.
+__all__ = ["COORDINATOR_LEARNS", "shared_projection", "descriptor", "descriptor_bound",
+           "block_distances", "cluster_clients", "ward_gap", "adaptive_dbscan",
+           "prefix_distances", "assign_new_clients"]

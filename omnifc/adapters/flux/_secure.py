@@ -1,0 +1,126 @@
+"""FLUX: the secure path (the protected vectors and their distances through :func:`omnifc.adapters.protect`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from finite_field import ParameterError
+
+from .._common import plaintext_distances, protect, quantize_rows
+from ._paper import NORMALIZATIONS
+
+__all__ = ["block_distances", "block_ranges", "block_slices", "combine_blocks",
+           "neighbour_scales", "prefix_distances"]
+
+
+def block_slices(n_components: int, n_classes: int) -> list[slice]:
+    """The 2(U+1) blocks of ``l`` entries of the descriptor, in layout order."""
+    return [slice(b * n_components, (b + 1) * n_components) for b in range(2 * (n_classes + 1))]
+
+def block_ranges(descriptors, n_components: int, n_classes: int) -> np.ndarray:
+    """Option "ranges": per-block max - min over all clients and coordinates (reveals them)."""
+    x = np.asarray(descriptors, dtype=np.float64)
+    out = []
+    for s in block_slices(n_components, n_classes):
+        r = x[:, s].max() - x[:, s].min()
+        out.append(r if r > 0 else 1.0)   # MinMaxScaler maps a constant block to 0
+    return np.array(out)
+
+def combine_blocks(block_matrices, scales=None) -> np.ndarray:
+    """``sum_b D_b / s_b^2`` (``s_b`` = block diameter by default; 1 for a constant block)."""
+    total = None
+    for b, d in enumerate(block_matrices):
+        d = np.asarray(d, dtype=np.float64)
+        scale2 = float(d.max()) if scales is None else float(scales[b]) ** 2
+        scale2 = scale2 if scale2 > 0 else 1.0
+        total = d / scale2 if total is None else total + d / scale2
+    return total
+
+def neighbour_scales(block_matrices) -> np.ndarray:
+    """Per-block noise scale: sqrt of the median over clients of the squared distance to the
+    nearest other client in that block (``"block_neighbour"``, omnifc's default).
+
+    Falls back to the block diameter when that median is 0 (duplicate clients), and to 1
+    for a constant block.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from omnifc.adapters import flux
+    >>> x = np.array([[0.0], [1.0], [3.0], [5.0]])
+    >>> (flux.neighbour_scales([(x - x.T) ** 2]) ** 2).round(6).tolist()   # median(1, 1, 4, 4)
+    [2.5]
+    """
+    out = []
+    for d in block_matrices:
+        d = np.asarray(d, dtype=np.float64)
+        n = d.shape[0]
+        nearest = np.where(np.eye(n, dtype=bool), np.inf, d).min(axis=1) if n > 1 else d[0]
+        scale2 = float(np.median(nearest))
+        if not scale2 > 0:
+            scale2 = float(d.max())
+        out.append(np.sqrt(scale2) if scale2 > 0 else 1.0)
+    return np.array(out)
+
+def block_distances(descriptors, *, n_components: int, n_classes: int, bound: float,
+                    normalization: str = "none", secure: bool = True,
+                    scale_bits: int = 16, parties=None, blocks=None, **options):
+    """The scaled squared-distance matrix the server clusters on (see module for leakage).
+
+    Returns ``(D, block_matrices, scales)``; ``block_matrices`` is None unless the
+    normalization needs them. ``secure=False`` computes the same from the same quantized
+    descriptors in the clear (the plaintext reference). ``blocks`` restricts to a subset
+    of block indices (test time uses the prefix blocks 0 and 1).
+    """
+    if normalization not in NORMALIZATIONS:
+        raise ParameterError(f"normalization must be one of {NORMALIZATIONS}, got "
+                             f"{normalization!r}")
+    x = np.asarray(descriptors, dtype=np.float64)
+    slices = block_slices(n_components, n_classes)
+    chosen = range(len(slices)) if blocks is None else list(blocks)
+
+    def run(rows, row_bound):
+        if secure:
+            return protect(rows, bound=row_bound, scale_bits=scale_bits, parties=parties,
+                           **options).distances
+        return plaintext_distances(quantize_rows(rows, bound=row_bound, scale_bits=scale_bits))
+
+    if normalization == "ranges":
+        ranges = block_ranges(x, n_components, n_classes)
+        scaled = np.concatenate([x[:, slices[b]] / ranges[b] for b in chosen], axis=1)
+        return run(scaled, bound / ranges.min()), None, ranges
+    if normalization == "none":
+        rows = np.concatenate([x[:, slices[b]] for b in chosen], axis=1)
+        return run(rows, bound), None, None
+    matrices = [run(x[:, slices[b]], bound) for b in chosen]
+    if normalization == "block_neighbour":
+        scales = neighbour_scales(matrices)
+        return combine_blocks(matrices, scales=scales), matrices, scales
+    return combine_blocks(matrices), matrices, np.sqrt([max(float(d.max()), 0.0) for d in matrices])
+
+def prefix_distances(train_descriptors, new_descriptors, *, n_components: int, n_classes: int,
+                     bound: float, scales=None, normalization: str = "none",
+                     secure: bool = True, scale_bits: int = 16, parties=None,
+                     **options) -> np.ndarray:
+    """Squared distances on the ``[mu_x, sigma_x]`` prefix among training + new clients.
+
+    Scaled with the training-time scales (``scales`` from :func:`block_distances`: the
+    fitted scalers, as in the paper). Rows 0..n_train-1 are the training clients.
+    """
+    rows = np.concatenate([np.asarray(train_descriptors, float),
+                           np.asarray(new_descriptors, float)])
+    slices = block_slices(n_components, n_classes)
+    scales = np.ones(len(slices)) if scales is None or normalization == "none" else scales
+
+    def run(block_rows, row_bound):
+        if secure:
+            return protect(block_rows, bound=row_bound, scale_bits=scale_bits, parties=parties,
+                           **options).distances
+        return plaintext_distances(quantize_rows(block_rows, bound=row_bound,
+                                                 scale_bits=scale_bits))
+
+    if normalization in ("block_neighbour", "block_diameter"):
+        return combine_blocks([run(rows[:, slices[b]], bound) for b in (0, 1)],
+                              scales=[scales[0], scales[1]])
+    scaled = np.concatenate([rows[:, slices[b]] / scales[b] for b in (0, 1)], axis=1)
+    return run(scaled, bound / min(scales[0], scales[1]))
