@@ -251,7 +251,7 @@ class Card:
 
 def format_card(card: Card) -> str:
     """The TOML text of a card (see :func:`load_card`)."""
-    from ._config import _pem_line, _toml_value
+    from ._config._toml import _pem_line, _toml_value
 
     lines = [f"# omnifc public card of {card.role} {card.name!r}. It holds no secret: send it",
              "# to whoever assembles the session config, and read the fingerprint out to",

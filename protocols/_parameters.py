@@ -406,18 +406,20 @@ def table_fields(table: str) -> tuple[Parameter, ...]:
     return tuple(p for p in PARAMETERS if p.table == table)
 
 
-def parameter_fields(fields, *, config: bool = False):
+def parameter_fields(fields, *, config: bool = False, after: str | None = None):
     """Decorator: make ``cls`` a frozen dataclass whose fields are ``fields`` (in table
-    order) with their defaults (the config's with ``config=True``).
+    order) with their defaults (the config's with ``config=True``), before the fields the
+    class declares itself, or right after its field ``after``.
 
     Fields with a default must follow the required ones, as in any dataclass.
     """
     fields = tuple(fields)
 
     def decorate(cls):
-        annotations = dict(cls.__dict__.get("__annotations__", {}))
-        own = {f.name: f.annotation for f in fields}
-        cls.__annotations__ = {**own, **annotations}
+        declared = list(cls.__dict__.get("__annotations__", {}).items())
+        at = 0 if after is None else [n for n, _ in declared].index(after) + 1
+        own = [(f.name, f.annotation) for f in fields]
+        cls.__annotations__ = dict(declared[:at] + own + declared[at:])
         for f in fields:
             default = f.default_in_config if config else f.default
             if default is not REQUIRED:
