@@ -406,10 +406,12 @@ def table_fields(table: str) -> tuple[Parameter, ...]:
     return tuple(p for p in PARAMETERS if p.table == table)
 
 
-def parameter_fields(fields, *, config: bool = False, after: str | None = None):
+def parameter_fields(fields, *, config: bool = False, after: str | None = None,
+                     defaults: dict | None = None):
     """Decorator: make ``cls`` a frozen dataclass whose fields are ``fields`` (in table
-    order) with their defaults (the config's with ``config=True``), before the fields the
-    class declares itself, or right after its field ``after``.
+    order) with their defaults (the config's with ``config=True``; ``defaults`` overrides
+    some by name), before the fields the class declares itself, or right after its field
+    ``after``.
 
     Fields with a default must follow the required ones, as in any dataclass.
     """
@@ -422,6 +424,7 @@ def parameter_fields(fields, *, config: bool = False, after: str | None = None):
         cls.__annotations__ = dict(declared[:at] + own + declared[at:])
         for f in fields:
             default = f.default_in_config if config else f.default
+            default = (defaults or {}).get(f.name, default)
             if default is not REQUIRED:
                 setattr(cls, f.name, default)
         return dataclass(frozen=True)(cls)
@@ -565,8 +568,6 @@ def _default_text(value) -> str:
         return "none"
     if isinstance(value, tuple):
         return ",".join(map(str, value)) or "none"
-    if isinstance(value, float):
-        return f"{value:g}"
     return str(value)
 
 
