@@ -30,7 +30,7 @@ __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "Peer
            "SessionConfig", "ConfigParameters", "ClusteringRequest", "Deadlines",
            "TLSSettings", "TLSFiles", "PartyEntry", "load_session_config",
            "dump_session_config", "new_session_id", "validate_party_name",
-           "session_fingerprint",
+           "session_fingerprint", "parameters_from_config",
            # the key ceremony (_cards)
            "Card", "generate_keys", "load_card", "new_session_config",
            # identity keys (_identity)
@@ -47,5 +47,4 @@ __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "Peer
            "PHASES", "run_memory_session", "Transcript", "ReceivedMessage",
            "parse_envelope",
            # gRPC transport
-           "CoordinatorServer", "run_local_grpc_session", "LocalSession",
-           "parameters_from_config"]
+           "CoordinatorServer", "run_local_grpc_session", "LocalSession"]

@@ -35,9 +35,7 @@ fingerprint, the CLI and the audit.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import operator
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 

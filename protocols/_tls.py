@@ -138,7 +138,7 @@ def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "c
                           clustering: Optional[ClusteringRequest] = None,
                           deadlines: Optional[Deadlines] = None,
                           config_name: str = "session.toml",
-                          overwrite: bool = False) -> CertificateSet:
+                          overwrite: bool = False, **session_parameters) -> CertificateSet:
     """The one-machine shortcut: everyone's keys, cards and a session config in one folder.
 
     **Demo and test use only**: whoever runs this holds every party's private keys and can
@@ -170,8 +170,9 @@ def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "c
         ``host:port`` written to the config.
     coordinator_hosts : sequence of str
         Extra DNS names / IP addresses for the coordinator certificate.
-    mode, parameters, clustering, deadlines
-        Written to the config (defaults: masked, :class:`ConfigParameters`, ...).
+    mode, integrity, adversaries, parameters, clustering, deadlines
+        Written to the config (defaults: masked, :class:`ConfigParameters`, ...); so is
+        any other ``[session]`` parameter of the parameter table (``session_parameters``).
     config_name : str
         File name of the session config.
     overwrite : bool
@@ -226,7 +227,7 @@ def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "c
                   deadlines=deadlines if deadlines is not None else Deadlines(),
                   tls=TLSSettings(enabled=False),
                   parties=tuple(PartyEntry(p, i.to_bytes(32, "big"))
-                                for i, p in enumerate(parties)))
+                                for i, p in enumerate(parties)), **session_parameters)
     from ._cards import general_name
     for h in hosts:
         general_name(h)
@@ -248,7 +249,7 @@ def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "c
     config = new_session_config(cards, load_card(hub.card), coordinator_address, mode=mode,
                                 integrity=integrity, adversaries=adversaries,
                                 parameters=parameters, clustering=clustering,
-                                deadlines=deadlines)
+                                deadlines=deadlines, **session_parameters)
     config = config.with_keys(coordinator, directory)
     for name in parties:
         config = config.with_keys(name, directory)

@@ -190,6 +190,10 @@ THROWAWAY_ROW = '''
         "throwaway", "int", "a throwaway knob", 0, comment="a knob",
         check=lambda v, k: _integer(v, k, 0, 9), table="parameters",
         config_check=lambda v, k: _integer(v, k, 0, 9), audit=True, wire=None),
+    Parameter(
+        "session_knob", "str", "a throwaway [session] knob", "a", choices=("a", "b"),
+        check=lambda v, k: _choice(v, k, ("a", "b"), listed=False), table="session",
+        config_check=lambda v, k: _choice(v, k, ("a", "b"), listed=True), wire=None),
 '''
 
 THROWAWAY_RUN = '''
@@ -262,6 +266,24 @@ assert session_settings(args)["parameters"].throwaway == 5
 assert parameters_from_args(parser.parse_args(["audit", "--throwaway", "6"])).throwaway == 6
 assert AuditParameters(throwaway=7).throwaway == 7
 assert read_session_config(path)[0]["throwaway"] == 3
+# a [session] row: SessionConfig's field, the file, the fingerprint, the ceremony, the CLI
+assert SessionParameters(dim=2, bound=1.0, session_knob="b").session_knob == "b"
+knob = config.with_(session_knob="b")
+text = dump_session_config(knob, Path(tempfile.mkdtemp()) / "k.toml").read_text()
+assert "\\nsession_knob = \\"b\\"" in text.split("[parameters]")[0], text
+assert canonical_session(knob)["session"]["session_knob"] == "b"
+assert session_fingerprint(knob) != session_fingerprint(config)
+assert parameters_from_config(knob).session_knob == "b"
+try:
+    config.with_(session_knob="c")
+    raise SystemExit("no refusal")
+except ParameterError as error:
+    assert str(error) == "[session] session_knob must be one of ['a', 'b'], got 'c'", error
+from protocols import generate_certificates
+certs = generate_certificates(tempfile.mkdtemp(), ["a", "b", "c"], session_knob="b")
+assert load_session_config(certs.config).session_knob == "b"
+args = parser.parse_args(["certs", "--out", "x", "--parties", "a,b", "--session-knob", "b"])
+assert session_settings(args)["session_knob"] == "b"
 print("reached everything")
 '''
 
