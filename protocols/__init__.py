@@ -6,8 +6,8 @@ from finite_field import (DeadlineError, DeviationError, InputError, IntegrityEr
 
 from ._config import (ClusteringRequest, ConfigParameters, Deadlines, PartyEntry,
                       SessionConfig, TLSFiles, TLSSettings, dump_session_config,
-                      load_session_config, new_session_id, session_fingerprint,
-                      validate_party_name)
+                      load_session_config, new_session_id, parameters_from_config,
+                      session_fingerprint, validate_party_name)
 from ._cards import Card, generate_keys, load_card, new_session_config
 from ._identity import (generate_identity, identity_fingerprint, load_identity,
                         public_key_bytes, public_key_hex, save_identity, sign, verify)
@@ -21,7 +21,7 @@ from ._crypto import PROTOCOL_VERSION
 from ._memory import ReceivedMessage, Transcript, run_memory_session
 from ._messages import SessionParameters, parse_envelope
 from ._party import Party
-from ._grpc_coordinator import CoordinatorServer, parameters_from_config
+from ._grpc_coordinator import CoordinatorServer
 from ._grpc_local import LocalSession, run_local_grpc_session
 
 __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
@@ -30,7 +30,7 @@ __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "Peer
            "SessionConfig", "ConfigParameters", "ClusteringRequest", "Deadlines",
            "TLSSettings", "TLSFiles", "PartyEntry", "load_session_config",
            "dump_session_config", "new_session_id", "validate_party_name",
-           "session_fingerprint",
+           "session_fingerprint", "parameters_from_config",
            # the key ceremony (_cards)
            "Card", "generate_keys", "load_card", "new_session_config",
            # identity keys (_identity)
@@ -47,5 +47,4 @@ __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "Peer
            "PHASES", "run_memory_session", "Transcript", "ReceivedMessage",
            "parse_envelope",
            # gRPC transport
-           "CoordinatorServer", "run_local_grpc_session", "LocalSession",
-           "parameters_from_config"]
+           "CoordinatorServer", "run_local_grpc_session", "LocalSession"]

@@ -251,7 +251,7 @@ class Card:
 
 def format_card(card: Card) -> str:
     """The TOML text of a card (see :func:`load_card`)."""
-    from ._config import _pem_line, _toml_value
+    from ._config._toml import _pem_line, _toml_value
 
     lines = [f"# omnifc public card of {card.role} {card.name!r}. It holds no secret: send it",
              "# to whoever assembles the session config, and read the fingerprint out to",
@@ -420,8 +420,11 @@ def new_session_config(cards: Sequence[Card], coordinator_card: Card, address: s
                        integrity: str = "detect", adversaries: Optional[int] = None,
                        clustering: Optional[ClusteringRequest] = None,
                        deadlines: Optional[Deadlines] = None,
-                       session_id: Optional[str] = None) -> SessionConfig:
+                       session_id: Optional[str] = None, **session_parameters) -> SessionConfig:
     """The session config of ``omnifc session new``, from public cards only.
+
+    ``mode``, ``integrity``, ``adversaries`` and any other ``[session]`` parameter of the
+    parameter table (``session_parameters``) are written to the ``[session]`` table.
 
     The parties appear in the order of ``cards`` (the roster order). ``address`` is where
     parties dial the coordinator; its host must be one of the coordinator certificate's
@@ -459,4 +462,4 @@ def new_session_config(cards: Sequence[Card], coordinator_card: Card, address: s
         parameters=parameters if parameters is not None else ConfigParameters(),
         clustering=clustering if clustering is not None else ClusteringRequest(),
         deadlines=deadlines if deadlines is not None else Deadlines(), tls=tls,
-        parties=entries)
+        parties=entries, **session_parameters)

@@ -24,6 +24,7 @@ import grpc
 
 from finite_field import PeerError, ProtocolError
 
+from ._config import parameters_from_config  # re-exported: its home is the config
 from ._coordinator import Coordinator, Outcome
 from ._generated import omnifc_pb2_grpc as pb_grpc
 from ._messages import SessionParameters
@@ -34,19 +35,6 @@ __all__ = ["CoordinatorServer", "parameters_from_config", "coordinator_from_conf
 logger = logging.getLogger("omnifc.protocols")
 
 _END = object()
-
-
-def parameters_from_config(config, *, kind: str = "distance", **overrides) -> SessionParameters:
-    """The :class:`SessionParameters` of a :class:`protocols.SessionConfig`."""
-    p = config.parameters
-    values = dict(dim=p.dim, bound=p.bound, scale_bits=p.scale_bits, segments=p.segments,
-                  noise_segments=p.noise_segments, nonnegative=p.nonnegative,
-                  primes=tuple(p.primes) or None, mode=config.mode, kind=kind,
-                  integrity=config.integrity, adversaries=config.adversary_bound,
-                  mask_degree=p.mask_degree,
-                  max_rows_per_party=p.max_rows_per_party, max_rows_total=p.max_rows_total)
-    values.update(overrides)
-    return SessionParameters(**values)
 
 
 def coordinator_from_config(config, *, cluster=None, responders=None,

@@ -22,7 +22,8 @@ import numpy as np
 
 from finite_field import ParameterError
 
-from ._config import ConfigParameters, Deadlines, TLSSettings, dump_session_config
+from ._config import (SESSION_FIELDS, ConfigParameters, Deadlines, TLSSettings,
+                      dump_session_config, load_session_config)
 from ._coordinator import Outcome
 from ._grpc_coordinator import CoordinatorServer, coordinator_from_config
 from ._messages import SessionParameters
@@ -47,13 +48,6 @@ class LocalSession:
         self.directory = Path(tempfile.mkdtemp(prefix="omnifc-session-"))
         self.processes: dict[str, subprocess.Popen] = {}
         try:
-            config_parameters = ConfigParameters(
-                dim=parameters.dim, segments=parameters.segments,
-                noise_segments=parameters.noise_segments, scale_bits=parameters.scale_bits,
-                bound=parameters.bound, nonnegative=parameters.nonnegative,
-                primes=tuple(parameters.primes or ()), mask_degree=parameters.mask_degree,
-                max_rows_per_party=parameters.max_rows_per_party,
-                max_rows_total=parameters.max_rows_total)
             # a number: seconds per phase (join at least 120 s, for process start-up);
             # a Deadlines: exactly those
             deadlines = deadline if isinstance(deadline, Deadlines) else Deadlines(
@@ -61,12 +55,10 @@ class LocalSession:
                 result=min(deadline, 10.0))
             certs = generate_certificates(self.directory / "certs", self.names,
                                           coordinator_address="127.0.0.1:0",
-                                          mode=parameters.mode, parameters=config_parameters,
-                                          integrity=parameters.integrity,
-                                          adversaries=parameters.adversaries,
-                                          deadlines=deadlines)
-            from ._config import load_session_config
-
+                                          parameters=ConfigParameters.of(parameters),
+                                          deadlines=deadlines,
+                                          **{f.name: getattr(parameters, f.name)
+                                             for f in SESSION_FIELDS})
             self.config = load_session_config(certs.config)
             if insecure:
                 self.config = self.config.with_(tls=TLSSettings(enabled=False))

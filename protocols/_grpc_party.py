@@ -74,7 +74,7 @@ def load_party_data(path) -> np.ndarray:
 
 def party_from_config(config, name: str, data, *, parameters=None) -> Party:
     """The :class:`Party` ``name`` of a session config, with its identity key loaded."""
-    from ._grpc_coordinator import parameters_from_config
+    from ._config import parameters_from_config
     from ._identity import load_identity
 
     from ._identity import public_key_bytes
@@ -417,8 +417,7 @@ def join_from_config(config_path, name: str, data_path, *, target=None, fault=No
 
     ``data_path`` is a file (see :func:`load_party_data`) or the rows already loaded.
     """
-    from ._config import SessionConfig, load_session_config
-    from ._grpc_coordinator import parameters_from_config
+    from ._config import SessionConfig, load_session_config, parameters_from_config
 
     config = config_path if isinstance(config_path, SessionConfig) \
         else load_session_config(config_path)

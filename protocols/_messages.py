@@ -1,4 +1,7 @@
-"""Public session parameters, packing of field elements, and the chunk/tile schedules.
+"""Packing of field elements, the chunk/tile schedules, and the secure sum's plan.
+
+The public session parameters are declared in :mod:`protocols._parameters` (re-exported
+here).
 
 Everything here is deterministic and public: both ends compute the same schedule from the
 roster, so a message whose row range, size or index does not match is malformed.
@@ -6,33 +9,22 @@ roster, so a message whose row range, size or index does not match is malformed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-from finite_field import (INTEGRITY_POLICIES, CodingPlan, ParameterError, check_adversaries, PeerError, Quantizer, choose_primes,
-                          make_plan, min_parties)
+from finite_field import PeerError, Quantizer
 
 from ._generated import omnifc_pb2 as pb
-from ._mask_graph import check_distance_mask_degree, check_mask_degree
+# the session parameters are declared in _parameters; re-exported here for the modules
+# (and tests) that import them from the message schedule
+from ._parameters import (DEFAULT_CHUNK_BYTES, DEFAULT_MAX_ROWS_PER_PARTY,
+                          DEFAULT_MAX_ROWS_TOTAL, INTEGRITY, KINDS, MODES, SessionParameters)
 
 __all__ = ["SessionParameters", "SumPlan", "pack", "unpack", "row_tiles", "vector_tiles",
            "chunk_rows", "envelope", "body_of", "phase_of", "parse_envelope",
            "DEFAULT_CHUNK_BYTES", "DEFAULT_MAX_ROWS_PER_PARTY", "DEFAULT_MAX_ROWS_TOTAL",
            "MODES", "KINDS", "INTEGRITY", "check_row_caps"]
-
-#: Payload bytes per share chunk or evaluation tile (well under gRPC's 4 MB default).
-DEFAULT_CHUNK_BYTES = 1 << 20
-#: Public row caps (per party and in total) of a session unless its config says otherwise.
-DEFAULT_MAX_ROWS_PER_PARTY = 1_000_000
-DEFAULT_MAX_ROWS_TOTAL = 2_000_000
-MODES = ("masked", "transparent")
-KINDS = ("distance", "sum")
-#: Integrity policies (docs/protocol.md): Reed-Solomon checks on the uploads, and what a
-#: detected deviation does: "detect" excludes the parties at fault and reruns (or aborts),
-#: "correct" corrects located errors and names the parties, "off" is the unchecked
-#: weighted-pairwise-mask upload.
-INTEGRITY = INTEGRITY_POLICIES
 
 #: The phase a message belongs to (for stats and error messages).
 _PHASE_OF = {"hello": "join", "roster": "join", "confirmation": "shares",
@@ -64,182 +56,6 @@ class SumPlan:
         return {"kind": "sum", "length": self.length, "parties": self.parties,
                 "scale_bits": self.quantizer.scale_bits, "bound": self.quantizer.bound,
                 "nonnegative": self.quantizer.nonnegative, "primes": list(self.primes)}
-
-
-@dataclass(frozen=True)
-class SessionParameters:
-    """What every party of a session agrees on before it starts (all public).
-
-    Parameters
-    ----------
-    dim : int
-        d (distance sessions) or the vector length k (sum sessions). 0 in a distance
-        session means "taken from the data": every party must then hold the same d.
-    bound, scale_bits, nonnegative
-        Quantization with a public clip bound.
-    segments, noise_segments : int
-        l and t (distance sessions).
-    primes : tuple of int, optional
-        Moduli; chosen automatically (fewest primes with no wrap-around) when omitted.
-    mode : {"masked", "transparent"}
-        Masked uploads (default) or raw per-party evaluations (leaks per-segment distances).
-    kind : {"distance", "sum"}
-    rows : int
-        Sum sessions: rows of every contribution (shape (rows, dim)).
-    chunk_bytes : int
-        Payload bytes per chunk/tile.
-    max_rows_per_party, max_rows_total : int
-        Public row caps: the coordinator refuses a hello, and every party a roster, whose
-        row counts exceed them, before allocating anything.
-    integrity : {"detect", "correct", "off"}
-        Reed-Solomon checks on the evaluations D is decoded from (distance sessions with
-        r = |B| - (2l+2t-1) >= 1 redundant responders; see docs/protocol.md). "detect"
-        (default): a detected deviation excludes the parties at fault and reruns, or
-        aborts with :class:`~finite_field.DeviationError`; "correct": located errors are
-        corrected and the parties named in the result; "off": unchecked uploads.
-    adversaries : int, optional
-        A, the most parties that may deviate together (compute or share wrongly). Checked
-        against the redundancy r = m - (2l+2t-1) when the plan is made
-        (:func:`finite_field.check_adversaries`): "detect" needs 1 <= A <= r, "correct"
-        1 <= A <= floor(r/2); with ``integrity="off"`` or r = 0 it is 0. None (default): the
-        strongest the redundancy allows (r for "detect", floor(r/2) for "correct"); a
-        smaller A lets "detect" locate, exclude and rerun, and leaves checks for
-        stragglers. Against any A parties the session returns the exact D or raises
-        :class:`~finite_field.DeviationError`, and names no one outside them
-        (docs/integrity.md, "Declared adversaries").
-    mask_degree : int
-        0 (default): every pair of responders shares a pairwise mask. k >= 1: each
-        responder masks only with its neighbours in the Harary graph H_{k,|B|} over the
-        ordered responding set (:mod:`protocols._mask_graph`), so the masks withstand a
-        coordinator colluding with up to k - 1 parties. Distance sessions refuse
-        1 <= k <= t: the coordinator chooses B and can leave r = 0 (no integrity
-        checks), and then these masks alone protect each c_j * g(beta_j), so k >= t + 1
-        is required (sums: any k >= 1). At most m - 1; a round with |B| - 1 <= k uses
-        every pair.
-    """
-
-    dim: int
-    bound: float
-    scale_bits: int = 16
-    segments: int = 1
-    noise_segments: int = 1
-    nonnegative: bool = False
-    primes: tuple | None = None
-    mode: str = "masked"
-    kind: str = "distance"
-    rows: int = 1
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES
-    max_rows_per_party: int = DEFAULT_MAX_ROWS_PER_PARTY
-    max_rows_total: int = DEFAULT_MAX_ROWS_TOTAL
-    integrity: str = "detect"
-    mask_degree: int = 0
-    adversaries: int | None = None
-    alphas: tuple | None = field(default=None)
-    betas: tuple | None = field(default=None)
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ParameterError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.integrity not in INTEGRITY:
-            raise ParameterError(f"integrity must be one of {INTEGRITY}, got "
-                                 f"{self.integrity!r}")
-        if self.kind not in KINDS:
-            raise ParameterError(f"kind must be one of {KINDS}, got {self.kind!r}")
-        if self.kind == "sum" and self.mode != "masked":
-            raise ParameterError("a secure sum is always masked; transparent mode is for "
-                                 "distance sessions only")
-        if not 4096 <= int(self.chunk_bytes) <= 3 << 20:
-            raise ParameterError(f"chunk_bytes must be in [4096, 3 MiB], got {self.chunk_bytes}")
-        for name in ("max_rows_per_party", "max_rows_total"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
-                    or not 1 <= int(value) < 1 << 40:
-                raise ParameterError(f"{name} must be an integer in [1, 2^40), got {value!r}")
-            object.__setattr__(self, name, int(value))
-        if self.primes is not None:
-            object.__setattr__(self, "primes", tuple(int(p) for p in self.primes))
-        # distance sessions: 0 or k >= t + 1 (the coordinator can leave r = 0, and then
-        # the pairwise masks alone must withstand t colluders); sums have no t
-        object.__setattr__(self, "mask_degree", check_mask_degree(self.mask_degree)
-                           if self.kind == "sum" else
-                           check_distance_mask_degree(self.mask_degree, self.noise_segments))
-        if self.adversaries is not None:
-            a = self.adversaries
-            if isinstance(a, bool) or not hasattr(a, "__index__") or int(a) < 0:
-                raise ParameterError(f"adversaries (A) must be an integer >= 0, got {a!r}")
-            object.__setattr__(self, "adversaries", int(a))
-            if self.kind == "sum" and self.adversaries:
-                raise ParameterError("a secure sum has no integrity checks: adversaries "
-                                     f"must be 0, got {self.adversaries}")
-        if self.dim == 0 and self.kind == "sum":
-            raise ParameterError("a secure sum needs the vector length (dim > 0)")
-
-    def plan(self, parties: int):
-        """The :class:`CodingPlan` (distance) or :class:`SumPlan` (sum) for m parties."""
-        if self.mask_degree > parties - 1:
-            raise ParameterError(f"mask_degree must be at most m - 1 = {parties - 1} (each "
-                                 f"party has {parties - 1} possible mask partners), got "
-                                 f"{self.mask_degree}")
-        if self.kind == "distance":
-            self.adversary_bound(parties)
-            return make_plan(self.dim, bound=self.bound, scale_bits=self.scale_bits,
-                             segments=self.segments, noise_segments=self.noise_segments,
-                             parties=parties, nonnegative=self.nonnegative, primes=self.primes,
-                             alphas=self.alphas, betas=self.betas)
-        if parties < 2:
-            raise ParameterError(f"a secure sum needs at least 2 parties, got {parties}")
-        quantizer = Quantizer(scale_bits=self.scale_bits, bound=self.bound,
-                              nonnegative=self.nonnegative)
-        # |sum| <= m M; signed values need 2 m M + 1 residues without wrap-around.
-        primes = choose_primes(2 * parties * quantizer.max_magnitude + 1, self.primes)
-        return SumPlan(quantizer=quantizer, primes=primes, parties=parties,
-                       length=self.rows * self.dim)
-
-    def adversary_bound(self, parties: int) -> int:
-        """A for m parties, resolved and checked (:func:`finite_field.check_adversaries`)."""
-        if self.kind != "distance":
-            return 0
-        return check_adversaries(parties, self.segments, self.noise_segments,
-                                 self.adversaries, self.integrity)
-
-    def min_responders(self, parties: int) -> int:
-        if self.kind == "sum":
-            return parties
-        return min_parties(self.segments, self.noise_segments)
-
-    def to_proto(self, plan) -> pb.Parameters:
-        msg = pb.Parameters(kind=self.kind, mode=self.mode, dim=self.dim,
-                            segments=self.segments, noise_segments=self.noise_segments,
-                            scale_bits=self.scale_bits, bound=self.bound,
-                            nonnegative=self.nonnegative, primes=plan.primes,
-                            rows=self.rows, chunk_bytes=self.chunk_bytes,
-                            max_rows_per_party=self.max_rows_per_party,
-                            max_rows_total=self.max_rows_total, integrity=self.integrity,
-                            mask_degree=self.mask_degree,
-                            adversaries=self.adversary_bound(plan.parties))
-        if isinstance(plan, CodingPlan):
-            msg.alphas.extend(plan.codes[0].alphas)
-            msg.betas.extend(plan.codes[0].betas)
-        return msg
-
-    @classmethod
-    def from_proto(cls, msg: pb.Parameters) -> "SessionParameters":
-        return cls(dim=msg.dim, bound=msg.bound, scale_bits=msg.scale_bits,
-                   segments=msg.segments, noise_segments=msg.noise_segments,
-                   nonnegative=msg.nonnegative, primes=tuple(msg.primes) or None,
-                   mode=msg.mode, kind=msg.kind, rows=msg.rows, chunk_bytes=msg.chunk_bytes,
-                   max_rows_per_party=msg.max_rows_per_party or DEFAULT_MAX_ROWS_PER_PARTY,
-                   max_rows_total=msg.max_rows_total or DEFAULT_MAX_ROWS_TOTAL,
-                   integrity=msg.integrity or "detect", mask_degree=msg.mask_degree,
-                   adversaries=msg.adversaries if msg.HasField("adversaries") else None,
-                   alphas=tuple(msg.alphas) or None, betas=tuple(msg.betas) or None)
-
-    def with_plan(self, plan) -> "SessionParameters":
-        """These parameters with primes (and points) and A made explicit."""
-        extra = {"adversaries": self.adversary_bound(plan.parties)}
-        if isinstance(plan, CodingPlan):
-            extra |= {"alphas": plan.codes[0].alphas, "betas": plan.codes[0].betas}
-        return replace(self, primes=tuple(plan.primes), **extra)
 
 
 def check_row_caps(parameters: SessionParameters, rows: dict, *, blame, phase: str = "join"):

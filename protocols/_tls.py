@@ -50,6 +50,8 @@ from ._cards import LOOPBACK_HOSTS, generate_keys, key_file_names, load_card, \
     new_session_config
 from ._config import (ClusteringRequest, Deadlines, SessionConfig, ConfigParameters,
                       dump_session_config, split_address, validate_party_name)
+from ._fingerprint import refuse_old_format
+from ._parameters import show
 from ._files import check_private_key_file, prepare_private_folder
 from ._identity import load_identity, public_key_bytes
 
@@ -57,7 +59,8 @@ __all__ = ["CertificateSet", "PartyFiles", "generate_certificates", "certificate
            "server_credentials", "channel_credentials", "coordinator_credentials",
            "party_credentials", "make_server", "make_channel", "peer_common_name",
            "peer_certificate_sha256", "authenticated_party", "check_own_keys",
-           "MAX_MESSAGE_BYTES", "LOOPBACK_HOSTS", "IMPERSONATION_WARNING"]
+           "MAX_MESSAGE_BYTES", "LOOPBACK_HOSTS", "IMPERSONATION_WARNING",
+           "parse_certificate", "check_card_fingerprint"]
 
 logger = logging.getLogger("omnifc.tls")
 
@@ -135,7 +138,7 @@ def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "c
                           clustering: Optional[ClusteringRequest] = None,
                           deadlines: Optional[Deadlines] = None,
                           config_name: str = "session.toml",
-                          overwrite: bool = False) -> CertificateSet:
+                          overwrite: bool = False, **session_parameters) -> CertificateSet:
     """The one-machine shortcut: everyone's keys, cards and a session config in one folder.
 
     **Demo and test use only**: whoever runs this holds every party's private keys and can
@@ -167,8 +170,9 @@ def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "c
         ``host:port`` written to the config.
     coordinator_hosts : sequence of str
         Extra DNS names / IP addresses for the coordinator certificate.
-    mode, parameters, clustering, deadlines
-        Written to the config (defaults: masked, :class:`ConfigParameters`, ...).
+    mode, integrity, adversaries, parameters, clustering, deadlines
+        Written to the config (defaults: masked, :class:`ConfigParameters`, ...); so is
+        any other ``[session]`` parameter of the parameter table (``session_parameters``).
     config_name : str
         File name of the session config.
     overwrite : bool
@@ -223,7 +227,7 @@ def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "c
                   deadlines=deadlines if deadlines is not None else Deadlines(),
                   tls=TLSSettings(enabled=False),
                   parties=tuple(PartyEntry(p, i.to_bytes(32, "big"))
-                                for i, p in enumerate(parties)))
+                                for i, p in enumerate(parties)), **session_parameters)
     from ._cards import general_name
     for h in hosts:
         general_name(h)
@@ -245,7 +249,7 @@ def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "c
     config = new_session_config(cards, load_card(hub.card), coordinator_address, mode=mode,
                                 integrity=integrity, adversaries=adversaries,
                                 parameters=parameters, clustering=clustering,
-                                deadlines=deadlines)
+                                deadlines=deadlines, **session_parameters)
     config = config.with_keys(coordinator, directory)
     for name in parties:
         config = config.with_keys(name, directory)
@@ -265,6 +269,44 @@ def generate_certificates(out_dir, parties: Sequence[str], coordinator: str = "c
 
 
 # --- reading certificates and credentials ------------------------------------------------
+
+def parse_certificate(value, where: str, expected_name: Optional[str] = None):
+    """Parse a PEM certificate embedded in a session config (``where`` names the key);
+    returns (normalized PEM text, DER, common name)."""
+    if not isinstance(value, str) or "-----BEGIN CERTIFICATE-----" not in value:
+        raise ParameterError(f"{where} must be a PEM certificate (text starting with "
+                             f"-----BEGIN CERTIFICATE-----), got {show(value)}")
+    if value.count("-----BEGIN") != 1:
+        raise ParameterError(f"{where} must hold exactly one PEM certificate")
+    try:
+        cert = x509.load_pem_x509_certificate(value.encode("ascii"))
+    except (ValueError, UnicodeEncodeError):
+        raise ParameterError(f"{where} is not a valid PEM X.509 certificate") from None
+    names = [a.value for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    if len(names) != 1:
+        raise ParameterError(f"{where}: the certificate must have one common name, "
+                             f"has {names}")
+    if expected_name is not None and names[0] != expected_name:
+        raise ParameterError(f"{where}: the certificate names {names[0]!r}, expected "
+                             f"{expected_name!r}")
+    pem = cert.public_bytes(serialization.Encoding.PEM).decode("ascii")
+    return pem, cert.public_bytes(serialization.Encoding.DER), names[0]
+
+
+def check_card_fingerprint(value, computed: str, where: str) -> Optional[str]:
+    """The card fingerprint a config entry gives (``value``, None: not given), checked
+    against the one its certificate and key give (``computed``)."""
+    if value is None:
+        return computed
+    refuse_old_format(value, where.rstrip(":"),
+                      "re-run 'omnifc session new' on the cards (old cards: their owners "
+                      "re-run 'omnifc keygen') or 'omnifc certs'")
+    if value != computed:
+        raise ParameterError(f"{where} fingerprint is {show(value)} but the certificate and "
+                             f"keys written with it give {computed!r}: the entry was edited "
+                             "or mixed up")
+    return computed
+
 
 def _read(value, what: str) -> bytes:
     if isinstance(value, (bytes, bytearray)):

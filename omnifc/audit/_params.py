@@ -11,44 +11,42 @@ given, with exact Python integers, and hands it to the real encoder
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 import numpy as np
 
 from finite_field import (CodingPlan, LagrangeCode, ParameterError, Quantizer, choose_primes,
                           lagrange_basis_at, min_parties)
+from protocols._parameters import PARAMETERS, check_parameters, parameter_fields
 
-__all__ = ["AuditParameters", "encoding_matrix", "audit_plan", "DEMO_DEFAULTS"]
+__all__ = ["AuditParameters", "encoding_matrix", "audit_plan", "DEMO_DEFAULTS", "AUDIT_FIELDS"]
 
 #: The demo's session (``omnifc demo``: iris over 4 parties): d=4, R=8 (cm, public), q=16,
 #: l=1, t=1, m=4, masked.
 DEMO_DEFAULTS = dict(dim=4, bound=8.0, scale_bits=16, segments=1, noise_segments=1, parties=4,
                      nonnegative=True, mode="masked", rows=150)
 
-MODES = ("masked", "transparent")
+#: The session parameters an audit takes (the rows of the parameter table marked
+#: ``audit=True``); :class:`AuditParameters` adds the parties m and the rows n.
+AUDIT_FIELDS = tuple(p for p in PARAMETERS if p.audit)
 
 
-@dataclass(frozen=True)
+@parameter_fields(AUDIT_FIELDS, defaults=DEMO_DEFAULTS)
 class AuditParameters:
     """The session parameters under audit (defaults: the demo's session).
 
+    Its session fields, their defaults (the demo's where it has one) and their checks come
+    from the parameter table (:data:`protocols._parameters.PARAMETERS`, the rows with
+    ``audit=True``): ``dim``, ``bound``, ``scale_bits``, ``segments``, ``noise_segments``,
+    ``nonnegative``, ``primes``, ``mode``, ``integrity``, ``adversaries`` (A; None: the
+    default of :func:`finite_field.check_adversaries`; check 9 attacks at exactly A),
+    ``alphas`` and ``betas`` (defaults ``a`` and ``l+t+j``). The session's primes are
+    chosen from the no-wrap bound like a session would by default.
+
     Parameters
     ----------
-    dim, bound, scale_bits, nonnegative
-        d, R, q and whether every feature lies in [0, R].
-    segments, noise_segments, parties
-        l, t and m.
-    mode : {"masked", "transparent"}
-        What the parties upload to the coordinator.
-    integrity : {"detect", "correct", "off"}
-        The session's integrity policy (Reed-Solomon checks on the uploads).
-    adversaries : int, optional
-        A, the most parties the session declares may deviate together (None: the
-        default of :func:`finite_field.check_adversaries`); check 9 attacks at exactly A.
-    primes : tuple of int, optional
-        The session's moduli; chosen from the no-wrap bound like a session would by default.
-    alphas, betas : tuple of int, optional
-        Interpolation points (l+t) and party points (m); defaults ``a`` and ``l+t+j``.
+    parties : int
+        m.
     rows : int
         n, the total number of rows (for the parameter advice and the simulations).
     transport : dict, optional
@@ -58,19 +56,7 @@ class AuditParameters:
         Where the parameters came from (for the report).
     """
 
-    dim: int = DEMO_DEFAULTS["dim"]
-    bound: float = DEMO_DEFAULTS["bound"]
-    scale_bits: int = DEMO_DEFAULTS["scale_bits"]
-    segments: int = DEMO_DEFAULTS["segments"]
-    noise_segments: int = DEMO_DEFAULTS["noise_segments"]
     parties: int = DEMO_DEFAULTS["parties"]
-    nonnegative: bool = DEMO_DEFAULTS["nonnegative"]
-    mode: str = DEMO_DEFAULTS["mode"]
-    integrity: str = "detect"
-    adversaries: int = None
-    primes: tuple = None
-    alphas: tuple = None
-    betas: tuple = None
     rows: int = DEMO_DEFAULTS["rows"]
     transport: dict = field(default=None, compare=False, repr=False)
     source: str = "defaults (the demo's session)"
@@ -83,15 +69,7 @@ class AuditParameters:
         for name in ("dim", "segments", "noise_segments", "parties", "rows"):
             if getattr(self, name) < 1:
                 raise ParameterError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.mode not in MODES:
-            raise ParameterError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.integrity not in ("detect", "correct", "off"):
-            raise ParameterError(f"integrity must be one of ('detect', 'correct', 'off'), "
-                                 f"got {self.integrity!r}")
-        for name in ("primes", "alphas", "betas"):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, tuple(int(v) for v in value))
+        check_parameters(self, AUDIT_FIELDS)  # the choices; primes and points as tuples
 
     # -- derived values -------------------------------------------------------------
     @property
@@ -149,9 +127,7 @@ class AuditParameters:
 
     def python_arguments(self) -> str:
         """The ``AuditParameters(...)`` call that reproduces these parameters."""
-        fields = ["dim", "bound", "scale_bits", "segments", "noise_segments", "parties",
-                  "nonnegative", "mode", "integrity", "adversaries", "rows", "primes",
-                  "alphas", "betas"]
+        fields = [f.name for f in AUDIT_FIELDS] + ["parties", "rows"]
         parts = [f"{name}={getattr(self, name)!r}" for name in fields
                  if getattr(self, name) != getattr(AuditParameters, name, None)]
         return f"AuditParameters({', '.join(parts)})"

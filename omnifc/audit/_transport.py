@@ -12,6 +12,7 @@ from pathlib import Path
 from finite_field import IntegrityError, ParameterError
 
 from ._model import INFO, PASS, WARN, Check
+from ._params import AUDIT_FIELDS
 
 __all__ = ["check_transport", "read_session_config", "aead_self_test"]
 
@@ -43,17 +44,13 @@ def read_session_config(path) -> tuple[dict, dict]:
     session = raw.get("session", {}) if isinstance(raw.get("session"), dict) else {}
     parties = raw.get("parties", []) if isinstance(raw.get("parties"), list) else []
     parties = [p for p in parties if isinstance(p, dict)]
-    values = {
-        "dim": parameters.get("dim", 0), "bound": parameters.get("bound", 8.0),
-        "scale_bits": parameters.get("scale_bits", 16),
-        "segments": parameters.get("segments", 1),
-        "noise_segments": parameters.get("noise_segments", 1),
-        "nonnegative": parameters.get("nonnegative", False),
-        "primes": tuple(parameters.get("primes", ())) or None,
-        "parties": max(len(parties), 1), "mode": session.get("mode", "masked"),
-        "integrity": session.get("integrity", "detect"),
-        "adversaries": session.get("adversaries"),
-    }
+    # every audited parameter the config holds, with the config's default when absent
+    tables = {"parameters": parameters, "session": session}
+    values = {f.name: tables[f.table].get(f.name, f.default_in_config)
+              for f in AUDIT_FIELDS if f.in_config}
+    values.update({f.name: tuple(values[f.name]) or None for f in AUDIT_FIELDS
+                   if f.in_config and f.repeated})
+    values["parties"] = max(len(parties), 1)
     tls = raw.get("tls", {}) if isinstance(raw.get("tls"), dict) else {}
     base = path.absolute().parent
 

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import sys
 
-from finite_field import ParameterError
+from protocols._parameters import add_parameter_options, values_from_options
 
 from ..audit import CHECKS, DEMO_DEFAULTS, AuditParameters, run_audit
+from ..audit._params import AUDIT_FIELDS
+
+#: The options generated from the parameter table (``--nonnegative`` / ``--signed`` are
+#: written out below: the audit defaults to signed features without --config).
+OPTIONS = [f.name for f in AUDIT_FIELDS if f.name != "nonnegative"]
 
 
 def register(subparsers) -> None:
@@ -29,21 +34,14 @@ def register(subparsers) -> None:
                         help="write report.md, report.json and PNG figures here")
     session = parser.add_argument_group(
         "session parameters (defaults: the demo's session, signed)")
-    session.add_argument("--dim", type=int, help=f"d (default {DEMO_DEFAULTS['dim']})")
-    session.add_argument("--bound", type=float,
-                         help=f"R, the public clip bound (default {DEMO_DEFAULTS['bound']:g})")
-    session.add_argument("--scale-bits", type=int,
-                         help=f"q (default {DEMO_DEFAULTS['scale_bits']})")
-    session.add_argument("--segments", type=int, help="l (default 1)")
-    session.add_argument("--noise-segments", type=int, help="t (default 1)")
+    # every audited parameter of the table (none defaults here: the flags given override
+    # the config, and AuditParameters holds the demo's defaults); the sign: below
+    add_parameter_options(session, OPTIONS, no_defaults=True,
+                          defaults={f.name: getattr(AuditParameters, f.name)
+                                    for f in AUDIT_FIELDS},
+                          help={"dim": "d", "alphas": "interpolation points (l+t; default "
+                                "1..l+t)", "betas": "party points (m; default l+t+1..l+t+m)"})
     session.add_argument("--parties", type=int, help=f"m (default {DEMO_DEFAULTS['parties']})")
-    session.add_argument("--mode", choices=("masked", "transparent"),
-                         help="masked (default) or transparent")
-    session.add_argument("--integrity", choices=("detect", "correct", "off"),
-                         help="integrity policy (default detect)")
-    session.add_argument("--adversaries", type=int, metavar="A",
-                         help="the most parties that may deviate together (default: the "
-                              "largest the parties allow; check 9 attacks at exactly A)")
     sign = session.add_mutually_exclusive_group()
     sign.add_argument("--nonnegative", dest="nonnegative", action="store_true", default=None,
                       help="features lie in [0, R] (the demo's iris data: add it to audit "
@@ -51,9 +49,6 @@ def register(subparsers) -> None:
     sign.add_argument("--signed", dest="nonnegative", action="store_false",
                       help="features lie in [-R, R] (default without --config, as in "
                            "`omnifc certs` and the Python API)")
-    session.add_argument("--primes", metavar="P1,P2", help="explicit moduli")
-    session.add_argument("--alphas", metavar="A1,A2", help="interpolation points (l+t)")
-    session.add_argument("--betas", metavar="B1,B2", help="party points (m)")
     session.add_argument("--rows", type=int,
                          help=f"n, total rows, for the advice (default {DEMO_DEFAULTS['rows']})")
     parser.add_argument("--checks", metavar="1,2,...",
@@ -64,22 +59,9 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=run)
 
 
-def _ints(text, flag):
-    if text is None:
-        return None
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ParameterError(f"{flag} must be comma-separated integers, got {text!r}") from None
-
-
 def parameters_from_args(args) -> AuditParameters:
-    values = {"dim": args.dim, "bound": args.bound, "scale_bits": args.scale_bits,
-              "segments": args.segments, "noise_segments": args.noise_segments,
-              "parties": args.parties, "mode": args.mode, "nonnegative": args.nonnegative,
-              "integrity": args.integrity, "adversaries": args.adversaries,
-              "rows": args.rows, "primes": _ints(args.primes, "--primes"),
-              "alphas": _ints(args.alphas, "--alphas"), "betas": _ints(args.betas, "--betas")}
+    values = {**values_from_options(args, [f.name for f in AUDIT_FIELDS]),
+              "parties": args.parties, "rows": args.rows}
     if args.config:
         from .cmd_session import load_config
         load_config(args.config)  # validated completely at load, clustering request included

@@ -28,8 +28,9 @@ def register(subparsers) -> None:
     add_session_arguments(parser, parties=4)
     from .. import METHODS
 
-    parser.add_argument("--mode", choices=("masked", "transparent"), default="masked",
-                        help="masked: the coordinator learns only D; transparent: more")
+    from protocols._parameters import add_parameter_options
+
+    add_parameter_options(parser, ["mode"])
     parser.add_argument("--method", choices=METHODS, default="kmeans", help="clustering on D")
     parser.add_argument("--n-clusters", type=int, dest="n_clusters",
                         help="number of clusters (default: the data set's classes)")

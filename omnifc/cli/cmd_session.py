@@ -11,8 +11,13 @@ from __future__ import annotations
 import logging
 
 from finite_field import ParameterError
+from protocols._parameters import (PARAMETER, PARAMETERS, add_parameter_options, table_fields,
+                                   values_from_options)
 
 logger = logging.getLogger("omnifc.cli")
+
+#: The options of ``session new`` / ``certs``: every parameter the session config holds.
+CONFIG_PARAMETERS = tuple(p.name for p in PARAMETERS if p.in_config)
 
 #: Methods of :func:`omnifc.cluster` that choose the number of clusters themselves
 #: (``fit_method`` requires n_clusters of every other method).
@@ -105,12 +110,12 @@ def announce_session(config, role: str) -> None:
               f"2l+2t-1 = {needed}, so r = 0 redundant evaluations; a party that computes "
               "or shares wrongly would silently corrupt D (add parties to detect it).",
               flush=True)
-    elif config.adversary_bound == 0:
+    elif config.adversaries == 0:
         print(f"NOTICE: integrity = \"{config.integrity}\" with adversaries = 0: best "
               "effort; any deviation the checks see ends the session, nothing is promised "
               "against a deviating party.", flush=True)
     else:
-        a, r = config.adversary_bound, parties - needed
+        a, r = config.adversaries, parties - needed
         what = ("detected (the session returns the exact D or ends)"
                 if config.integrity == "detect" else "corrected")
         print(f"integrity: {config.integrity}, A = {a} of r = {r} redundant: every deviation "
@@ -140,40 +145,11 @@ def add_session_parameters(parser) -> None:
 
     defaults = Deadlines()
     session = parser.add_argument_group("session parameters (written to the config)")
-    session.add_argument("--dim", type=int, default=0,
-                         help="d; 0 = taken from the data at join, must match (default: 0)")
-    session.add_argument("--bound", type=float, default=8.0,
-                         help="R: public clip bound (default: 8.0)")
-    session.add_argument("--scale-bits", type=int, default=16,
-                         help="q: quantization step 2^-q (default: 16)")
-    session.add_argument("--segments", type=int, default=1,
-                         help="l: data segments per row (default: 1)")
-    session.add_argument("--noise-segments", type=int, default=1,
-                         help="t: random segments; any t parties learn nothing (default: 1)")
-    session.add_argument("--nonnegative", action="store_true",
-                         help="all features lie in [0, R]")
-    session.add_argument("--primes", default="", metavar="P1,P2",
-                         help="explicit moduli (default: chosen automatically)")
-    session.add_argument("--max-rows-per-party", type=int, default=1_000_000,
-                         help="public row cap per party (default: 1000000)")
-    session.add_argument("--max-rows-total", type=int, default=2_000_000,
-                         help="public row cap over all parties (default: 2000000)")
-    session.add_argument("--mode", choices=("masked", "transparent"), default="masked",
-                         help="masked (default): the coordinator learns only D; transparent "
-                              "leaks per-segment distances")
-    session.add_argument("--mask-degree", type=int, default=0, metavar="K",
-                         help="pairwise-mask partners per party: 0 (default) every other "
-                              "party; else K >= t + 1, the masks then withstand K - 1 "
-                              "colluding parties")
-    session.add_argument("--integrity", choices=("detect", "correct", "off"),
-                         default="detect",
-                         help="Reed-Solomon checks on the uploads: detect (default: exclude "
-                              "and rerun, or abort), correct (correct and name), off")
-    session.add_argument("--adversaries", type=int, default=None, metavar="A",
-                         help="the most parties that may deviate together; detect needs "
-                              "r >= A, correct r >= 2A (r = m - (2l+2t-1)); default: the "
-                              "largest the parties allow (r, or floor(r/2) with correct); "
-                              "0: best effort, nothing guaranteed")
+    # every parameter of the config's [session] and [parameters] tables, from the table,
+    # with the config's defaults
+    add_parameter_options(session, CONFIG_PARAMETERS,
+                          defaults={name: PARAMETER[name].default_in_config
+                                    for name in CONFIG_PARAMETERS})
     session.add_argument("--method", default="kmeans",
                          help="clustering method the coordinator runs (default: kmeans)")
     session.add_argument("--n-clusters", type=int, default=3,
@@ -182,16 +158,6 @@ def add_session_parameters(parser) -> None:
                          help="SECONDS for every phase, or PHASE=SECONDS for one phase "
                               "(join, shares, evaluation, result); repeatable (defaults: " + ", ".join(
                              f"{k}={v:g}" for k, v in vars(defaults).items()) + ")")
-
-
-def _primes(text: str) -> tuple:
-    if not text.strip():
-        return ()
-    try:
-        return tuple(int(p) for p in text.split(","))
-    except ValueError:
-        raise ParameterError(f"--primes must be comma-separated integers, got {text!r}") \
-            from None
 
 
 def parse_deadlines(items, base=None):
@@ -225,13 +191,10 @@ def session_settings(args) -> dict:
     """mode, parameters, clustering and deadlines from :func:`add_session_parameters`."""
     from protocols import ClusteringRequest, ConfigParameters
 
-    parameters = ConfigParameters(
-        dim=args.dim, segments=args.segments, noise_segments=args.noise_segments,
-        scale_bits=args.scale_bits, bound=args.bound, nonnegative=args.nonnegative,
-        primes=_primes(args.primes), max_rows_per_party=args.max_rows_per_party,
-        max_rows_total=args.max_rows_total, mask_degree=args.mask_degree)
-    return {"mode": args.mode, "integrity": args.integrity,
-            "adversaries": args.adversaries, "parameters": parameters,
+    values = values_from_options(args, CONFIG_PARAMETERS)
+    parameters = ConfigParameters(**{f.name: values[f.name] for f in table_fields("parameters")})
+    return {**{f.name: values[f.name] for f in table_fields("session")},
+            "parameters": parameters,
             "clustering": ClusteringRequest(method=args.method, n_clusters=args.n_clusters),
             "deadlines": parse_deadlines(args.deadline)}
 

@@ -8,6 +8,8 @@ import numpy as np
 
 from scipy.spatial.distance import pdist, squareform
 
+from protocols._parameters import add_parameter_options
+
 from ..experiments import DATASETS, load_dataset
 from .._plaintext import plaintext_sq_distances
 from .._secure import secure_distance_matrix
@@ -39,18 +41,17 @@ def run_adapter(args) -> int:
     return 0 if ok else 1
 
 
+#: The session parameters of ``simulate`` and ``demo`` (from the parameter table).
+DATASET_PARAMETERS = ("scale_bits", "segments", "noise_segments", "mask_degree")
+
+
 def add_session_arguments(parser: argparse.ArgumentParser, *, parties: int = 3) -> None:
     """Options shared by the commands that run a session on a built-in data set."""
     parser.add_argument("--dataset", choices=DATASETS, default="iris",
                         help="built-in data set")
     parser.add_argument("--parties", type=int, default=parties, help="number of parties m")
-    parser.add_argument("--segments", type=int, default=1, help="l: data segments per row")
-    parser.add_argument("--noise-segments", type=int, default=1,
-                        help="t: random segments; any t parties learn nothing")
-    parser.add_argument("--scale-bits", type=int, default=16, help="q: quantization step 2^-q")
-    parser.add_argument("--mask-degree", type=int, default=0, metavar="K",
-                        help="pairwise-mask partners per party: 0 (default) every other "
-                             "party; else K >= t + 1 (withstands K - 1 colluding parties)")
+    # the session parameters these commands take (d, R and the sign come from the data)
+    add_parameter_options(parser, DATASET_PARAMETERS)
     parser.add_argument("--non-iid", type=float, default=0.5, metavar="P",
                         help="non-IID level p in [0, 1] of the split")
 

@@ -408,7 +408,7 @@ def test_the_session_config_carries_integrity_validated_and_fingerprinted(tmp_pa
     assert 'integrity = "correct"' in certs.config.read_text()
     assert "adversaries = 1 " in certs.config.read_text()  # stated: floor(r/2) = 1
     assert parameters_from_config(config).integrity == "correct"
-    assert parameters_from_config(config).adversaries == config.adversary_bound == 1
+    assert parameters_from_config(config).adversaries == config.adversaries == 1
     off = config.with_(integrity="off", adversaries=0)  # a file states A: 0 with "off"
     assert off.fingerprint != config.fingerprint  # every participant agrees on it
     with pytest.raises(ParameterError, match="integrity must be one of"):
