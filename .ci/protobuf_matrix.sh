@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The protocol tests (and the Flower tests) on the lowest and on the highest supported
+# The protobuf-facing protocol tests (and the Flower tests) on the lowest and on the highest supported
 # protobuf, each in its own venv, so the interpreter that runs the main suite is untouched.
 #
 #   low:  protobuf 5.29.*, grpcio 1.70.0, grpcio-tools 1.70.0 (the pinned codegen: the
@@ -15,7 +15,14 @@ ROOT=$(pwd)
 BASE=${OMNIFC_MATRIX_DIR:-/tmp/omnifc-protobuf-matrix}
 PYTHON=${PYTHON:-python}
 STAMP=$(cat setup.cfg .ci/protobuf_matrix.sh | sha256sum | cut -c1-16)
-TESTS=(tests/protocols tests/flower)
+# The tests that touch protobuf and grpc (the stubs, the wire format, both transports, TLS)
+# plus the Flower tests; MATRIX_TESTS overrides (e.g. MATRIX_TESTS=tests/protocols).
+read -r -a TESTS <<< "${MATRIX_TESTS:-tests/protocols/test_codegen.py \
+tests/protocols/test_wire_bites.py tests/protocols/test_messages_bites.py \
+tests/protocols/test_messages_bites2.py tests/protocols/test_sansio.py \
+tests/protocols/test_memory.py tests/protocols/test_grpc.py tests/protocols/test_tls.py \
+tests/protocols/test_integrity_grpc.py tests/protocols/test_session_fingerprint_tls.py \
+tests/flower}"
 
 pins() {
     case "$1" in
