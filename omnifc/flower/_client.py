@@ -1,0 +1,243 @@
+"""The Flower ClientApp side: omnifc's :class:`protocols.Party` behind a ``query`` handler.
+
+A ClientApp handles one message at a time, possibly in a fresh process each time, so the
+party's state lives in the node's ``context.state`` between messages (as Flower's SecAgg+
+mod keeps its own): a 32-byte randomness key drawn from the OS CSPRNG when the session
+starts, and every envelope the party consumed, in order. The party is a deterministic
+function of its inputs once its randomness is fixed: every random byte it draws (run nonce,
+ephemeral X25519 key, noise segments, group seeds) comes from a ChaCha20 keystream under
+that key (:class:`KeystreamSource`), so a process that does not hold the live party rebuilds
+it exactly by replaying the recorded envelopes (their outputs were sent already and are
+dropped). A process that still holds it (the usual case) skips the replay.
+
+The key never leaves the node: ``context.state`` is kept by the SuperNode (or the simulation
+engine's node), never sent to the SuperLink. It is as secret as the party's shares' noise:
+whoever reads it and the relayed ciphertexts can decrypt this party's shares. One key serves
+one session; a second ``start`` of a session this node has seen is refused, so randomness is
+never reused.
+
+Everything the party's own rules say holds unchanged (pinned identity keys, roster checks,
+masks bound to the view, fail closed): this module only carries bytes. A failure leaves the
+party failed; the reply carries its ErrorReport, and :func:`party_status` tells the ClientApp
+why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+from finite_field import ProtocolError
+from protocols import Party, load_identity, load_session_config
+from protocols._generated import omnifc_pb2 as pb
+from protocols._grpc_coordinator import parameters_from_config
+from protocols._party import as_protocol_error
+
+from . import _constants as C
+
+__all__ = ["PartySetup", "PartyHandler", "KeystreamSource", "setup_from_node_config",
+           "party_status", "add_party"]
+
+logger = logging.getLogger("omnifc.flower")
+
+_SEED_BYTES = 32
+
+
+class KeystreamSource:
+    """A ByteSource: the ChaCha20 keystream under a 32-byte key (a CSPRNG while the key is
+    secret and used for one session only)."""
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) != _SEED_BYTES:
+            raise ProtocolError(f"the party's randomness key must be {_SEED_BYTES} bytes, "
+                                f"got {len(key)}")
+        self._stream = Cipher(algorithms.ChaCha20(bytes(key), b"\0" * 16), mode=None).encryptor()
+
+    def bytes(self, n: int) -> bytes:
+        return self._stream.update(b"\0" * int(n))
+
+    def __repr__(self) -> str:
+        return "KeystreamSource(<secret>)"
+
+
+@dataclass(frozen=True)
+class PartySetup:
+    """Who this node is in which session (all public except ``identity_key``)."""
+
+    party_id: str
+    session_id: str
+    parameters: object  # protocols.SessionParameters
+    identity_key: object  # Ed25519PrivateKey
+    pinned: dict
+
+    def __repr__(self) -> str:
+        return (f"PartySetup(party_id={self.party_id!r}, session_id={self.session_id!r}, "
+                f"parties={sorted(self.pinned)})")
+
+
+def setup_from_node_config(context) -> PartySetup:
+    """The node's party: ``omnifc-party``, ``omnifc-session-config`` (the session config
+    TOML every participant checked by its fingerprint) and ``omnifc-identity`` (this
+    party's Ed25519 identity key file) from ``context.node_config``."""
+    config_of = context.node_config
+    missing = [key for key in (C.NODE_PARTY, C.NODE_SESSION_CONFIG, C.NODE_IDENTITY)
+               if key not in config_of]
+    if missing:
+        raise ProtocolError(f"the node config lacks {missing} (expected keys "
+                            f"{C.NODE_PARTY!r}, {C.NODE_SESSION_CONFIG!r}, {C.NODE_IDENTITY!r})")
+    config = load_session_config(str(config_of[C.NODE_SESSION_CONFIG]))
+    return PartySetup(str(config_of[C.NODE_PARTY]), config.session_id,
+                      parameters_from_config(config),
+                      load_identity(str(config_of[C.NODE_IDENTITY])),
+                      {e.name: e.identity_public_key for e in config.parties})
+
+
+def party_status(context) -> dict:
+    """``{"session", "phase", "error"}`` of the party this node ran last (empty if none)."""
+    record = context.state.config_records.get(C.STATE_RECORD)
+    if record is None:
+        return {}
+    return {"session": str(record[C.STATE_SESSION]), "phase": str(record[C.STATE_PHASE]),
+            "error": str(record[C.STATE_ERROR])}
+
+
+class PartyHandler:
+    """A ClientApp ``query`` handler that runs this node's omnifc party.
+
+    Parameters
+    ----------
+    rows : callable
+        ``rows(context) -> array (n_i, d)``: this node's private vectors (raw samples or an
+        adapter's client embedding). Called when the party is built.
+    setup : callable, optional
+        ``setup(context) -> PartySetup``; :func:`setup_from_node_config` by default.
+    on_result : callable, optional
+        ``on_result(party, context)`` once the result arrived (``party.labels`` holds the
+        labels of this node's rows).
+    """
+
+    def __init__(self, rows: Callable, *, setup: Callable = setup_from_node_config,
+                 on_result: Callable | None = None) -> None:
+        self.rows = rows
+        self.setup = setup
+        self.on_result = on_result
+        # live parties of this process: (run, node, session) -> (party, envelopes consumed,
+        # digest of the randomness key); an optimization only, context.state is the truth
+        self._live: dict = {}
+
+    # -- the handler ---------------------------------------------------------------------
+    def __call__(self, message, context):
+        from flwr.app import ConfigRecord, Message, RecordDict
+
+        record = message.content.config_records.get(C.RECORD)
+        if record is None:
+            raise ProtocolError(f"an omnifc message without its {C.RECORD!r} record")
+        session = str(record[C.KEY_SESSION])
+        incoming = [bytes(b) for b in (record.get(C.KEY_ENVELOPES) or [])]
+        start = bool(record.get(C.KEY_START, False))
+        out = self._handle(context, session, start, incoming)
+        reply = ConfigRecord({C.KEY_SESSION: session, C.KEY_ENVELOPES: out} if out
+                             else {C.KEY_SESSION: session})
+        return Message(RecordDict({C.RECORD: reply}), reply_to=message)
+
+    def _handle(self, context, session: str, start: bool, incoming: list) -> list:
+        from flwr.app import ConfigRecord
+
+        state = context.state.config_records.get(C.STATE_RECORD)
+        if start:
+            if state is not None and str(state[C.STATE_SESSION]) == session:
+                raise ProtocolError(f"session {session!r} was already started on this node; "
+                                    "a session is started once (its randomness is never "
+                                    "reused)")
+            setup = self.setup(context)
+            if setup.session_id != session:
+                raise ProtocolError(f"the server started session {session!r}, this node's "
+                                    f"session config is for {setup.session_id!r}")
+            state = ConfigRecord({C.STATE_SESSION: session, C.STATE_SEED: os.urandom(_SEED_BYTES),
+                                  C.STATE_PHASE: "init", C.STATE_ERROR: ""})
+            context.state.config_records[C.STATE_RECORD] = state
+            party = self._build(context, setup, state)
+            out = [env.SerializeToString() for env in party.start()]
+            self._save(context, state, party, [])
+            return out
+        if state is None or str(state[C.STATE_SESSION]) != session:
+            raise ProtocolError(f"a message of session {session!r}, which this node never "
+                                "started")
+        if str(state[C.STATE_PHASE]) in ("failed", "done"):
+            return []  # over: late relays and error reports change nothing
+        party = self._restore(context, state)
+        received = list(state.get(C.STATE_RECEIVED) or [])
+        out = []
+        for data in incoming:
+            received.append(data)
+            kind = None
+            try:
+                env = pb.Envelope.FromString(data)
+                kind = env.WhichOneof("body")
+                produced = [e.SerializeToString() for e in party.receive(env)]
+            except Exception as exc:  # fail closed, whatever it was
+                error = as_protocol_error(exc, f"party {party.party_id!r}", party.phase)
+                if party.phase != "failed":
+                    party._fail(error)
+                logger.warning("party %r failed: %s", party.party_id, error)
+                if kind != "error":  # an error report is not answered with another
+                    out.append(party.error_report(error).SerializeToString())
+                break
+            out.extend(produced)
+            if party.phase == "done":
+                break
+        self._save(context, state, party, received)
+        if party.phase == "done" and self.on_result is not None:
+            self.on_result(party, context)
+        return out
+
+    # -- the party between messages ----------------------------------------------------
+    def _key(self, context, state):
+        return (context.run_id, context.node_id, str(state[C.STATE_SESSION]))
+
+    def _build(self, context, setup: PartySetup, state) -> Party:
+        return Party(setup.party_id, self.rows(context), session_id=setup.session_id,
+                     parameters=setup.parameters, identity_key=setup.identity_key,
+                     pinned=setup.pinned, source=KeystreamSource(bytes(state[C.STATE_SEED])))
+
+    def _restore(self, context, state) -> Party:
+        received = list(state.get(C.STATE_RECEIVED) or [])
+        digest = hashlib.sha256(bytes(state[C.STATE_SEED])).digest()
+        live = self._live.get(self._key(context, state))
+        if live is not None and live[1] == len(received) and live[2] == digest:
+            return live[0]
+        party = self._build(context, self.setup(context), state)
+        list(party.start())
+        for data in received:  # replay: same randomness, same inputs -> same state
+            for _ in party.receive(pb.Envelope.FromString(bytes(data))):
+                pass
+        logger.info("party %r rebuilt from the node's context (%d envelopes replayed)",
+                    party.party_id, len(received))
+        return party
+
+    def _save(self, context, state, party: Party, received: list) -> None:
+        state[C.STATE_RECEIVED] = list(received)
+        state[C.STATE_PHASE] = party.phase
+        state[C.STATE_ERROR] = "" if party.error is None else str(party.error)
+        context.state.config_records[C.STATE_RECORD] = state
+        key = self._key(context, state)
+        if party.phase in ("failed", "done"):
+            self._live.pop(key, None)
+        else:
+            self._live[key] = (party, len(received),
+                               hashlib.sha256(bytes(state[C.STATE_SEED])).digest())
+
+
+def add_party(app, rows: Callable, **options) -> PartyHandler:
+    """Register omnifc's party on a ``flwr.clientapp.ClientApp`` (``query.omnifc``).
+
+    ``rows`` and ``options``: see :class:`PartyHandler`. Returns the handler.
+    """
+    handler = PartyHandler(rows, **options)
+    app.query(C.ACTION)(handler)
+    return handler

@@ -1,0 +1,246 @@
+"""The Flower ServerApp side: omnifc's :class:`protocols.Coordinator` over Flower's Grid.
+
+:class:`SecureDistanceWorkflow` is one more transport for the sans-IO coordinator, shaped
+like Flower's SecAgg+ workflow: every step sends **one message per node** that has something
+to receive (its envelopes, in order, as bytes in a ``ConfigRecord``) with one
+``grid.send_and_receive`` and feeds every reply's envelopes to ``Coordinator.receive``,
+attributing them to the party that node is bound to. Party-to-party ciphertexts (encrypted
+shares, group seeds) come back from the coordinator with their destination and go out in the
+next step: relayed by destination, never opened.
+
+- **Who is who.** A node is bound to a party by the first hello it sends (the coordinator
+  checks that hello's signature under the pinned identity key); every later envelope from
+  that node is attributed to that party. A second node claiming a bound party fails the
+  session (a hello twice). Flower's node authentication, when enabled, decides which nodes
+  may connect at all; the pinned identity keys decide who is a party.
+- **Deadlines.** Each step waits at most ``phase_timeout`` seconds. A node of the session
+  that does not answer in time (or answers with a Flower error) is reported lost
+  (``Coordinator.party_lost``): in evaluation that is a dropout and the round is retried
+  with the remaining responders while enough remain; before evaluation it fails the session.
+  When no node has anything to receive and the session is not over, the phase deadline is
+  taken to have passed (``Coordinator.expire``), as in the in-memory transport.
+- **Fail closed.** When the coordinator fails, every node still in the session is sent the
+  coordinator's ErrorReport (one more step) and the workflow raises the coordinator's error;
+  nothing partial is returned. A malformed reply is attributed to its node's party.
+
+Flower's server and transport are untrusted exactly like omnifc's coordinator: what passes
+through them is what the coordinator sees (signed hellos, roster confirmations, AEAD
+ciphertexts of shares and seeds, masked evaluation tiles) and the decoded D.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from finite_field import PeerError, ProtocolError
+from protocols import Coordinator
+from protocols._generated import omnifc_pb2 as pb
+
+from . import _constants as C
+
+__all__ = ["SecureDistanceWorkflow"]
+
+logger = logging.getLogger("omnifc.flower")
+
+
+class SecureDistanceWorkflow:
+    """Run one omnifc session (secure pairwise distances, optional clustering) over a Grid.
+
+    Parameters
+    ----------
+    session_id : str
+        The session of the session config every party pinned.
+    parameters : protocols.SessionParameters
+        The public parameters (the session config's, ``parameters_from_config``).
+    pinned : dict of str to bytes
+        Party id -> Ed25519 identity public key (roster order).
+    phase_timeout : float
+        Seconds each step waits for the nodes' replies (the phase deadline).
+    join_timeout : float
+        Seconds to wait until enough nodes are connected to the SuperLink.
+    cluster : callable, optional
+        ``cluster(D) -> labels``, run on the decoded D (see :class:`protocols.Coordinator`).
+    responders : sequence of str, optional
+        The first round's responding set (all parties by default).
+    coordinator_class : callable, optional
+        Builds the coordinator (tests: a deviating one); :class:`protocols.Coordinator`.
+    observe : callable, optional
+        ``observe(direction, node_id, envelopes_bytes)`` sees every payload the server
+        sends (``"out"``) and receives (``"in"``): a spy for tests and audits.
+
+    After a successful call, :attr:`outcome` holds the coordinator's :class:`Outcome`
+    and :attr:`nodes` the party -> node id binding.
+    """
+
+    def __init__(self, session_id: str, parameters, pinned: dict, *,
+                 phase_timeout: float = 60.0, join_timeout: float = 60.0,
+                 cluster: Callable | None = None, responders=None,
+                 coordinator_class=Coordinator, observe: Callable | None = None) -> None:
+        self.session_id = str(session_id)
+        self.parameters = parameters
+        self.pinned = {str(k): bytes(v) for k, v in pinned.items()}
+        self.phase_timeout = float(phase_timeout)
+        self.join_timeout = float(join_timeout)
+        self.cluster = cluster
+        self.responders = responders
+        self.coordinator_class = coordinator_class
+        self.observe = observe
+        self.outcome = None
+        self.coordinator = None
+        self.nodes: dict = {}
+
+    # -- messages ------------------------------------------------------------------------
+    def _message(self, grid, node_id: int, envelopes: list, *, start: bool = False):
+        from flwr.app import ConfigRecord, RecordDict
+
+        data = [env.SerializeToString() for env in envelopes]
+        if self.observe is not None:
+            self.observe("out", node_id, data)
+        values = {C.KEY_SESSION: self.session_id, C.KEY_START: start}
+        if data:
+            values[C.KEY_ENVELOPES] = data
+        return grid.create_message(RecordDict({C.RECORD: ConfigRecord(values)}),
+                                   C.MESSAGE_TYPE, node_id, self.session_id,
+                                   ttl=max(self.phase_timeout, 1.0) * 2)
+
+    def _exchange(self, grid, outgoing: dict, *, start: bool = False) -> tuple[dict, set]:
+        """Send {node_id: [envelope]}; return ({node_id: [bytes] or Exception}, silent)."""
+        messages = [self._message(grid, node, envs, start=start)
+                    for node, envs in outgoing.items()]
+        replies = grid.send_and_receive(messages, timeout=self.phase_timeout)
+        answered: dict = {}
+        for reply in replies:
+            node = reply.metadata.src_node_id
+            if node not in outgoing or node in answered:
+                continue  # not asked this step, or a second reply: ignored
+            if reply.has_error():
+                answered[node] = ProtocolError(
+                    f"node {node} answered with a Flower error: {reply.error.reason}")
+                continue
+            record = reply.content.config_records.get(C.RECORD)
+            if record is None or str(record.get(C.KEY_SESSION, "")) != self.session_id:
+                answered[node] = ProtocolError(
+                    f"node {node} answered without this session's {C.RECORD!r} record")
+                continue
+            data = [bytes(b) for b in (record.get(C.KEY_ENVELOPES) or [])]
+            if self.observe is not None:
+                self.observe("in", node, data)
+            answered[node] = data
+        return answered, set(outgoing) - set(answered)
+
+    # -- the session ---------------------------------------------------------------------
+    def _wait_for_nodes(self, grid) -> list:
+        needed = len(self.pinned)
+        deadline = time.monotonic() + self.join_timeout
+        while True:
+            nodes = sorted(grid.get_node_ids())
+            if len(nodes) >= needed:
+                return nodes
+            if time.monotonic() >= deadline:
+                raise PeerError(f"{len(nodes)} Flower nodes connected within "
+                                f"{self.join_timeout:g} s, the session needs {needed}",
+                                party="nodes", phase="join")
+            time.sleep(0.2)
+
+    def __call__(self, grid, context=None):
+        """Run the session; return the :class:`protocols.Outcome` (raise on failure)."""
+        coordinator = self.coordinator_class(self.session_id, self.parameters,
+                                             list(self.pinned), self.pinned,
+                                             responders=self.responders, cluster=self.cluster)
+        self.coordinator = coordinator
+        party_of: dict = {}          # node id -> party
+        pending: dict = {}           # party -> [envelope]
+
+        def queue(pairs):
+            for dest, env in pairs:
+                pending.setdefault(dest, []).append(env)
+
+        def step(call, *args):
+            queue(call(*args))
+
+        def consume(node, data: list) -> None:
+            for raw in data:
+                if coordinator.outcome is not None or coordinator.error is not None:
+                    return
+                try:
+                    env = pb.Envelope.FromString(raw)
+                except Exception:  # garbage from a node
+                    env = None
+                name = party_of.get(node)
+                if name is None:
+                    if env is None or env.WhichOneof("body") != "hello":
+                        logger.warning("node %s spoke before its hello; ignored", node)
+                        return
+                    name = env.hello.party_id
+                    if name not in self.pinned:
+                        logger.warning("node %s claims unknown party %r; ignored", node, name)
+                        return
+                    party_of[node] = name
+                    self.nodes.setdefault(name, node)
+                if env is None:
+                    step(coordinator.party_lost, name, "sent bytes that are not an envelope")
+                    return
+                step(coordinator.receive, name, env)
+
+        try:
+            nodes = self._wait_for_nodes(grid)
+            answered, silent = self._exchange(grid, {node: [] for node in nodes}, start=True)
+            for node, data in answered.items():
+                if isinstance(data, Exception):
+                    logger.info("node %s did not start a party: %s", node, data)
+                    continue
+                consume(node, data)
+            while coordinator.outcome is None:
+                node_of = {name: node for node, name in party_of.items()}
+                outgoing = {}
+                for name in list(pending):
+                    if name in coordinator.lost or name not in node_of:
+                        pending.pop(name)
+                        continue
+                    outgoing[node_of[name]] = pending.pop(name)
+                if not outgoing:
+                    step(coordinator.expire)
+                    if not pending and coordinator.outcome is None:
+                        raise ProtocolError("the session stalled with nothing in flight")
+                    continue
+                answered, silent = self._exchange(grid, outgoing)
+                for node in sorted(silent):
+                    step(coordinator.party_lost, party_of[node],
+                         f"no reply within the phase deadline ({self.phase_timeout:g} s)")
+                for node, data in answered.items():
+                    if isinstance(data, Exception):
+                        step(coordinator.party_lost, party_of[node], str(data))
+                    else:
+                        consume(node, data)
+        except ProtocolError:
+            self._abort(grid, coordinator, party_of)
+            raise
+        except Exception as error:  # fail closed on anything else too
+            self._abort(grid, coordinator, party_of)
+            raise ProtocolError(f"the Flower workflow failed: unexpected "
+                                f"{type(error).__name__}") from error
+        # deliver the results
+        node_of = {name: node for node, name in party_of.items()}
+        final = {node_of[name]: envs for name, envs in pending.items()
+                 if name in node_of and name not in coordinator.lost}
+        if final:
+            self._exchange(grid, final)
+        self.outcome = coordinator.outcome
+        return coordinator.outcome
+
+    def _abort(self, grid, coordinator, party_of: dict) -> None:
+        """Tell every node still in the session why it failed (best effort, one step)."""
+        if coordinator.error is None:
+            return
+        node_of = {name: node for node, name in party_of.items()}
+        reports: dict = {}
+        for dest, env in coordinator.abort():
+            if dest in node_of and dest not in coordinator.lost:
+                reports.setdefault(node_of[dest], []).append(env)
+        if reports:
+            try:
+                self._exchange(grid, reports)
+            except Exception:  # the session failed already; the reports are best effort
+                logger.warning("could not deliver the error reports to every node")
