@@ -45,3 +45,19 @@ def chacha20_elements(key, p, count):
         if word < p:
             out.append(word)
     return out
+
+
+def graph_connected(n, edges, removed) -> bool:
+    """Brute force: is the graph on 0..n-1 with ``edges``, minus ``removed``, connected?"""
+    alive = [v for v in range(n) if v not in removed]
+    if len(alive) <= 1:
+        return True
+    seen, stack = {alive[0]}, [alive[0]]
+    while stack:
+        v = stack.pop()
+        for a, b in edges:
+            for x, y in ((a, b), (b, a)):
+                if x == v and y not in removed and y not in seen:
+                    seen.add(y)
+                    stack.append(y)
+    return len(seen) == len(alive)

@@ -27,27 +27,12 @@ from finite_field import ParameterError
 from protocols import SessionParameters, run_memory_session
 from protocols._mask_graph import mask_edges
 
+from oracles import graph_connected
 from protocol_helpers import lagrange_weights, plaintext_sq_distances, random_data
 
 pytestmark = pytest.mark.timeout(300)
 
 DIM, BOUND, SCALE = 4, 1.0, 8
-
-
-def _connected(n, edges, removed):
-    """Brute force: is the graph on 0..n-1 minus ``removed`` connected?"""
-    alive = [v for v in range(n) if v not in removed]
-    if len(alive) <= 1:
-        return True
-    seen, stack = {alive[0]}, [alive[0]]
-    while stack:
-        v = stack.pop()
-        for a, b in edges:
-            for x, y in ((a, b), (b, a)):
-                if x == v and y not in removed and y not in seen:
-                    seen.add(y)
-                    stack.append(y)
-    return len(seen) == len(alive)
 
 
 @dataclass
@@ -262,7 +247,7 @@ def test_degree_t_plus_1_leaves_every_t_coalition_only_d(segments, noise_segment
     for coalition in itertools.combinations(range(n), t):
         colluders = [run.responders[i] for i in coalition]
         honest = [r for r in run.responders if r not in colluders]
-        assert _connected(n, edges, set(coalition)), coalition
+        assert graph_connected(n, edges, set(coalition)), coalition
         for size in range(1, len(honest)):
             for part in itertools.combinations(honest, size):
                 got = attack(run, colluders, list(part))
@@ -301,7 +286,7 @@ def test_one_step_past_the_bound_t_plus_1_separating_colluders_get_partial_sums(
     n = len(run.responders)
     edges = mask_edges(n, t + 1)
     cuts = [c for c in itertools.combinations(range(n), t + 1)
-            if not _connected(n, edges, set(c))]
+            if not graph_connected(n, edges, set(c))]
     assert cuts  # the bound is tight
     for cut in cuts:
         colluders = [run.responders[i] for i in cut]

@@ -18,6 +18,7 @@ from protocols._crypto import PROTOCOL_VERSION, ElementStream, MaskView
 from protocols._mask_graph import collusion_threshold, mask_edges, mask_neighbours
 from protocols._memory import run_memory_session
 
+from oracles import graph_connected
 from protocol_helpers import plaintext_sq_distances, quantize, random_data
 
 pytestmark = pytest.mark.timeout(300)
@@ -27,21 +28,7 @@ def all_rows(data):
     return np.concatenate(list(data.values()))
 
 
-# --- the graph: brute-force connectivity, independent of the construction ----------------------
-def _connected(n, edges, removed):
-    alive = [v for v in range(n) if v not in removed]
-    if len(alive) <= 1:
-        return True
-    seen, stack = {alive[0]}, [alive[0]]
-    while stack:
-        v = stack.pop()
-        for a, b in edges:
-            for x, y in ((a, b), (b, a)):
-                if x == v and y not in removed and y not in seen:
-                    seen.add(y)
-                    stack.append(y)
-    return len(seen) == len(alive)
-
+# --- the graph: brute-force connectivity (tests/oracles.graph_connected) -------------------------
 
 @pytest.mark.parametrize("n", range(2, 10))
 def test_harary_graph_is_k_connected_and_no_more(n):
@@ -56,9 +43,9 @@ def test_harary_graph_is_k_connected_and_no_more(n):
         else:  # odd k on odd n (no k-regular graph exists): one vertex of degree k + 1
             assert sorted(degrees) == [k] * (n - 1) + [k + 1], (n, k, degrees)
         for removed in itertools.combinations(range(n), k - 1):
-            assert _connected(n, edges, set(removed)), (n, k, removed)
+            assert graph_connected(n, edges, set(removed)), (n, k, removed)
         if k < n - 1:  # the bound is tight: some k vertices separate the graph
-            assert any(not _connected(n, edges, set(c))
+            assert any(not graph_connected(n, edges, set(c))
                        for c in itertools.combinations(range(n), k)), (n, k)
         assert collusion_threshold(n, k) == k - 1
         for v in range(n):
