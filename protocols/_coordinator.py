@@ -51,7 +51,8 @@ from pathlib import Path
 import numpy as np
 
 from finite_field import (DeadlineError, DeviationError, IntegrityError, ParameterError,
-                          PeerError, ProtocolError, add_upload, crt_combine, masked_upload)
+                          PeerError, ProtocolError, WrapAroundError, add_upload,
+                          decode_residues, masked_upload)
 
 from ._accumulator import DistanceAccumulator, DistanceStore, discard_store
 from ._crypto import PROTOCOL_VERSION, RUN_NONCE_BYTES
@@ -798,12 +799,12 @@ class Coordinator:
                 return rerun
         if isinstance(self.plan, SumPlan):
             offset = self.plan.offset
-            residues = [(s % p + offset) % p for s, p in zip(self.sums, self.plan.primes)]
-            integer = crt_combine(residues, self.plan.primes) - offset
-            if integer.size and int(np.abs(integer).max()) > offset:
+            try:
+                integer = decode_residues(self.sums, self.plan.primes, offset, signed=True)
+            except WrapAroundError:
                 raise _decode_failure(f"every decoded sum must lie in [-{offset}, {offset}] "
                                       "(m times the largest quantized value); some do not: a "
-                                      "contribution was corrupted")
+                                      "contribution was corrupted") from None
             integer = integer.reshape(self.parameters.rows, self.parameters.dim)
             values = integer / self.plan.quantizer.scale
             store = None
