@@ -37,7 +37,8 @@ from ._accumulator import DistanceAccumulator
 from ._integrity import round_checks
 from ._messages import SessionParameters, SumPlan, row_tiles, vector_tiles
 
-__all__ = ["DistanceSession", "SumSession", "SumAccumulator", "session_plan", "session_type"]
+__all__ = ["SessionPlan", "DistanceSession", "SumSession", "SumAccumulator", "session_plan",
+           "session_type"]
 
 
 #: Elements of g(beta_j) computed per kernel call (several tiles; 32 MB as int64).
@@ -69,18 +70,39 @@ def decode_failure(checked: str) -> IntegrityError:
     return error
 
 
-class DistanceSession:
+class SessionPlan:
+    """The interface the state machines call; :class:`DistanceSession` and
+    :class:`SumSession` implement it.
+
+    Before the plan exists (class level): ``expected_rows(parameters)`` (the row count
+    every hello must announce, None for any) and ``check_data(x, parameters, party)``
+    (a party's data, checked before anything is sent). Then, for ``plan`` and
+    ``parameters``: ``tiles(n_total)`` and ``tile_shape(a, b, n_total)`` (the schedule
+    and the shape of one upload), ``weights(names, responders)`` (c_j per responder and
+    prime), ``round_checks(...)`` (the round's integrity structure or None),
+    ``tile_values(party, k, tiles)`` (what a party uploads for a tile, unmasked), and at
+    the coordinator ``accumulator(...)``, ``result_memory(acc, previous)`` and
+    ``decode(acc, responders) -> (integer, values, store)``.
+    """
+
+    kind = ""
+    #: Whether the parties exchange encrypted shares before the evaluation.
+    exchanges_shares = False
+    #: Whether a round can carry integrity checks.
+    has_checks = False
+
+    def __init__(self, plan, parameters: SessionParameters) -> None:
+        self.plan = plan
+        self.parameters = parameters
+
+
+class DistanceSession(SessionPlan):
     """A distance session: shares, then row tiles of g(beta_j), decoded into one matrix."""
 
     kind = "distance"
-    #: Whether the parties exchange encrypted shares before the evaluation.
     exchanges_shares = True
-    #: Whether a round can carry integrity checks (Reed-Solomon, when r >= 1).
-    has_checks = True
-
-    def __init__(self, plan: CodingPlan, parameters: SessionParameters) -> None:
-        self.plan = plan
-        self.parameters = parameters
+    has_checks = True  # Reed-Solomon, when the round has r >= 1 redundant responders
+    plan: CodingPlan
 
     # -- before the plan (class level) --------------------------------------------------
     @staticmethod
@@ -188,16 +210,11 @@ class SumAccumulator:
         self.sums = None
 
 
-class SumSession:
+class SumSession(SessionPlan):
     """A secure sum: no shares, masked uploads of the parties' own values, a signed decode."""
 
     kind = "sum"
-    exchanges_shares = False
-    has_checks = False
-
-    def __init__(self, plan: SumPlan, parameters: SessionParameters) -> None:
-        self.plan = plan
-        self.parameters = parameters
+    plan: SumPlan
 
     @staticmethod
     def expected_rows(parameters: SessionParameters) -> int | None:
