@@ -20,11 +20,12 @@ case: d = 784, q = 8, R = 1 gives at most 5.1e7), int64 otherwise.
 
 :class:`DistanceAccumulator` is the tile writer the coordinator accumulates uploads into:
 ``add_tile(prime_index, a, b, values)`` adds a row block ``[a, b) x [a, n)`` modulo the
-prime (reduced on every add, so any number of uploads fit); :meth:`~DistanceAccumulator.finalize`
-then checks that every row received the same number of contributions and decodes tile by
-tile with :func:`finite_field.decode_upper`: combines the primes by CRT (extra primes live in uint32 scratch matrices
-that follow the same budget and are deleted afterwards), checks the no-wrap bound,
-mirrors the upper triangle, zeroes the diagonal, and returns a :class:`DistanceStore`
+prime (reduced on every add, so any number of uploads fit);
+:meth:`~DistanceAccumulator.finalize` then checks that every row received the same number
+of contributions and decodes tile by tile with :func:`finite_field.decode_upper`: combines
+the primes by CRT (extra primes live in uint32 scratch matrices that follow the same
+budget and are deleted afterwards), checks the no-wrap bound, mirrors the upper
+triangle, zeroes the diagonal, and returns a :class:`DistanceStore`
 in the same memory (no second n x n array).
 
 :class:`TiledDistances` is the float view D / 4^q: dequantized on the fly, one row block

@@ -20,9 +20,10 @@ the party process (:meth:`Fault.before_send`, :meth:`Fault.on_message`). Specs:
 An unknown spec changes nothing.
 
 Coalitions of deviating parties (also run by the audit): the strongest deviation the bound
-allows. Every member of the coalition runs the real party and rewrites what it sends, knowing the whole public structure (the code's points, the round's B, the
-row offsets) and its fellow members. With X the members and B the responding set, K =
-2l+2t-1 and s = |B| - K checks:
+allows. Every member of the coalition runs the real party and rewrites what it sends,
+knowing the whole public structure (the code's points, the round's B, the row offsets)
+and its fellow members. With X the members and B the responding set, K = 2l+2t-1 and
+s = |B| - K checks:
 
 ``random``      each member corrupts its own pseudo-random third of the entries;
 ``codeword``    every member adds delta * P(beta_j) to every entry, where P has degree

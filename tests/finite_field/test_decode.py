@@ -138,3 +138,11 @@ def test_a_memory_mapped_result_is_finished_in_place(tmp_path):
         _finish_rows_one_prime(np.asarray(matrix), a, min(n, a + 16))
     matrix.flush()
     assert np.array_equal(np.load(tmp_path / "d.npy"), upper + upper.T)
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.int64])
+def test_add_reduced_wraps_a_sum_of_exactly_p_to_zero(dtype):
+    p = 2147483647
+    target = np.array([[p - 1, 0, p - 1, 5]], dtype=dtype)
+    add_reduced(target, np.array([[1, 0, p - 1, p - 5]], dtype=np.uint32), p)
+    assert target.tolist() == [[0, 0, p - 2, 0]]
