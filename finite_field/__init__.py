@@ -5,10 +5,11 @@ caller keeps noise and shares secret. It imports only numpy, numba and galois (t
 for setup-time primality); a test proves it never imports the layers above.
 """
 
-from ._aggregate import (add_upload, mask_words, masked_upload, masked_upload_streams,
-                         symmetrize_mod)
+from ._aggregate import (add_reduced, add_upload, mask_words, masked_upload,
+                         masked_upload_streams, symmetrize_mod)
 from ._attribution import Attribution, attribute, located_errors
 from ._crt import crt_combine
+from ._decode import WrapAroundError, decode_residues, decode_upper
 from ._errors import (DeadlineError, DeviationError, InputError, IntegrityError, OmniFCError, ParameterError,
                       PeerError, ProtocolError)
 from ._kernels import (DistanceTiles, cross_sq_distances, distances_from_gram, encode_blocks,
@@ -38,7 +39,8 @@ __all__ = [
     "INTEGRITY_POLICIES", "decoding_radius", "check_adversaries",
     "encode_blocks", "weighted_sum", "sq_distances", "cross_sq_distances",
     "gram_matrix", "distances_from_gram", "sq_distances_tile", "DistanceTiles",
-    "crt_combine", "masked_upload", "masked_upload_streams", "mask_words", "add_upload",
+    "crt_combine", "decode_residues", "decode_upper", "WrapAroundError",
+    "masked_upload", "masked_upload_streams", "mask_words", "add_upload", "add_reduced",
     "symmetrize_mod",
     "encode_rows", "evaluate_shares", "weight_evaluation", "decode_sum",
     "ReedSolomonCheck", "Decoding", "CheckedSum", "checked_sum", "decode_evaluations", "weighted_sums",

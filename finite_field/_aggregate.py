@@ -38,7 +38,7 @@ import numpy as np
 from ._errors import ParameterError
 
 __all__ = ["masked_upload", "masked_upload_streams", "mask_words", "add_upload",
-           "symmetrize_mod"]
+           "add_reduced", "symmetrize_mod"]
 
 
 @numba.njit("int64(int64, int64, float64)", cache=True, nogil=True)
@@ -161,6 +161,29 @@ def _add_upload_kernel(target, upload, p):
             bad += v >= p
             target[r, c] += v
     return bad
+
+
+def _add_reduced_impl(target, upload, p):
+    # target <- (target + upload) mod p for target, upload in [0, p), p < 2^31: the sum is
+    # below 2^32, so it fits the uint32 view of an int32 matrix too. Returns how many
+    # uploaded values were >= p (counted, not branched on, so the loop vectorizes).
+    rows, cols = upload.shape
+    bad = 0
+    for r in range(rows):
+        for c in range(cols):
+            v = upload[r, c]
+            bad += v >= p
+            s = target[r, c] + v
+            target[r, c] = s - p if s >= p else s
+    return bad
+
+
+_add_reduced_u32 = numba.njit(numba.types.int64(numba.types.uint32[:, :], _READONLY_U32_2D,
+                                                numba.types.uint32),
+                              cache=True, nogil=True)(_add_reduced_impl)
+_add_reduced_i64 = numba.njit(numba.types.int64(numba.types.int64[:, :], _READONLY_U32_2D,
+                                                numba.types.int64),
+                              cache=True, nogil=True)(_add_reduced_impl)
 
 
 @numba.njit("void(int64[:, ::1], int64)", cache=True, nogil=True)
@@ -300,6 +323,25 @@ def add_upload(target: np.ndarray, upload, p: int) -> None:
     target_2d = target.reshape(1, -1) if target.ndim == 1 else target
     upload_2d = upload.reshape(target_2d.shape)
     if _add_upload_kernel(target_2d, upload_2d, int(p)):
+        raise ParameterError(f"upload holds a value >= p = {p}")
+
+
+def add_reduced(target: np.ndarray, upload, p: int) -> None:
+    """``target <- (target + upload) mod p`` in place, reduced on every add.
+
+    ``target`` is a 2-D uint32 or int64 view holding residues in [0, p) (e.g. a block of
+    a memory-mapped result), ``upload`` a uint32 array of the same shape. Any number of
+    uploads fit (unlike :func:`add_upload`, which defers the reduction). Raises
+    ParameterError if ``upload`` held a value >= p, after adding: a caller that must add
+    nothing on error checks the upload first.
+
+    >>> t = np.array([[5, 6]], dtype=np.uint32)
+    >>> add_reduced(t, np.array([[3, 0]], dtype=np.uint32), 7)
+    >>> t.tolist()
+    [[1, 6]]
+    """
+    kernel = _add_reduced_u32 if target.dtype == np.uint32 else _add_reduced_i64
+    if kernel(target, np.asarray(upload, dtype=np.uint32), target.dtype.type(p)):
         raise ParameterError(f"upload holds a value >= p = {p}")
 
 

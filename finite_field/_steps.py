@@ -1,11 +1,12 @@
-"""The OmniFC computation as four steps, shared by every transport.
+"""The OmniFC computation as four steps on whole arrays (the low-level reference path).
 
 1. :func:`encode_rows` (a data owner): quantized rows -> one share array per party and prime.
 2. :func:`evaluate_shares` (party j): the shares it holds of all n rows -> g(beta_j) for
    every pair, i.e. the pairwise squared distances of its shares mod p.
 3. :func:`weight_evaluation` (party j): c_j * g(beta_j), what it contributes to the sum.
 4. :func:`decode_sum` (the coordinator): residues of sum_j c_j g(beta_j) per prime ->
-   exact integer squared distances by CRT, checked against the no-wrap bound.
+   exact integer squared distances by CRT, checked against the no-wrap bound (the decode
+   of :mod:`finite_field._decode`, which the protocol's coordinator uses too).
 
 Examples
 --------
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._crt import crt_combine
+from ._decode import decode_residues
 from ._errors import InputError, ParameterError
 from ._kernels import cross_sq_distances, encode_blocks, sq_distances, weighted_sum
 from ._plan import CodingPlan
@@ -105,12 +106,9 @@ def weight_evaluation(plan: CodingPlan, weights, evaluation) -> list[np.ndarray]
 def decode_sum(plan: CodingPlan, sums) -> np.ndarray:
     """Exact integer squared distances from the per-prime residues of sum_j c_j g(beta_j).
 
-    Raises :class:`ParameterError` if any value exceeds the no-wrap bound, which can only
-    happen when a contribution was wrong (a faulty party, or inconsistent weights).
+    :func:`~finite_field.decode_residues` with the plan's no-wrap bound: raises
+    :class:`~finite_field.WrapAroundError` (a :class:`ParameterError`) if any value
+    exceeds it, which can only happen when a contribution was wrong (a faulty party, or
+    inconsistent weights).
     """
-    values = crt_combine([np.asarray(s, dtype=np.int64) for s in sums], plan.primes)
-    if values.size and values.max() > plan.distance_bound:
-        raise ParameterError(
-            "decoded distances exceed the largest possible value "
-            f"({int(values.max())} > {plan.distance_bound}): a contribution was corrupted")
-    return values
+    return decode_residues(sums, plan.primes, plan.distance_bound, what="decoded distances")

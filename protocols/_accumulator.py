@@ -20,11 +20,12 @@ case: d = 784, q = 8, R = 1 gives at most 5.1e7), int64 otherwise.
 
 :class:`DistanceAccumulator` is the tile writer the coordinator accumulates uploads into:
 ``add_tile(prime_index, a, b, values)`` adds a row block ``[a, b) x [a, n)`` modulo the
-prime (reduced on every add, so any number of uploads fit); :meth:`~DistanceAccumulator.finalize`
-then works tile by tile: checks that every row received the same number of
-contributions, combines the primes by CRT (extra primes live in uint32 scratch matrices
-that follow the same budget and are deleted afterwards), checks the no-wrap bound,
-mirrors the upper triangle, zeroes the diagonal, and returns a :class:`DistanceStore`
+prime (reduced on every add, so any number of uploads fit);
+:meth:`~DistanceAccumulator.finalize` then checks that every row received the same number
+of contributions and decodes tile by tile with :func:`finite_field.decode_upper`: combines
+the primes by CRT (extra primes live in uint32 scratch matrices that follow the same
+budget and are deleted afterwards), checks the no-wrap bound, mirrors the upper
+triangle, zeroes the diagonal, and returns a :class:`DistanceStore`
 in the same memory (no second n x n array).
 
 :class:`TiledDistances` is the float view D / 4^q: dequantized on the fly, one row block
@@ -59,10 +60,10 @@ import tempfile
 import weakref
 from pathlib import Path
 
-import numba
 import numpy as np
 
-from finite_field import InputError, ParameterError, ProtocolError, crt_combine
+from finite_field import (InputError, ParameterError, ProtocolError, WrapAroundError,
+                          add_reduced, decode_upper)
 
 __all__ = ["DistanceAccumulator", "DistanceStore", "TiledDistances", "DEFAULT_MEMORY_BUDGET",
            "DEFAULT_TILE_BYTES", "storage_dtype", "discard_store"]
@@ -74,58 +75,6 @@ DEFAULT_MEMORY_BUDGET = 2 * 2**30
 #: Bytes of one working tile (row block) in streamed passes (64 MiB).
 DEFAULT_TILE_BYTES = 64 * 2**20
 _FORMAT = "omnifc-distances/1"
-
-
-# -- kernels --------------------------------------------------------------------------
-_READONLY_U32 = numba.types.Array(numba.types.uint32, 2, "A", readonly=True)
-
-
-def _mod_add_impl(target, upload, p):
-    # target <- (target + upload) mod p for target, upload in [0, p), p < 2^31: the sum is
-    # below 2^32, so it fits the uint32 view of an int32 matrix too. Returns how many
-    # uploaded values were >= p (counted, not branched on, so the loop vectorizes).
-    rows, cols = upload.shape
-    bad = 0
-    for r in range(rows):
-        for c in range(cols):
-            v = upload[r, c]
-            bad += v >= p
-            s = target[r, c] + v
-            target[r, c] = s - p if s >= p else s
-    return bad
-
-
-_mod_add_u32 = numba.njit(numba.types.int64(numba.types.uint32[:, :], _READONLY_U32,
-                                            numba.types.uint32),
-                          cache=True, nogil=True)(_mod_add_impl)
-_mod_add_i64 = numba.njit(numba.types.int64(numba.types.int64[:, :], _READONLY_U32,
-                                            numba.types.int64),
-                          cache=True, nogil=True)(_mod_add_impl)
-
-
-@numba.njit(cache=True, nogil=True)
-def _finish_rows_one_prime(result, a, b):
-    # One prime (D < p, so the residues are D itself): rows [a, b) hold the strip
-    # [a, b) x [a, n) of the uploads. Zero its diagonal and mirror its upper part into the
-    # lower triangle (the square block [a, b)^2 and, for every row j >= b, the segment
-    # [a, b) of row j), in place; returns the largest distance of the strip. The strip is
-    # mirrored 64 columns at a time: the reads stay in cache and every row j receives one
-    # contiguous segment.
-    n = result.shape[1]
-    top = 0
-    for i in range(a, b):
-        row = result[i]
-        for j in range(i + 1, n):
-            top = max(top, row[j])
-        row[i] = 0
-        for j in range(a, i):
-            row[j] = result[j, i]
-    for j0 in range(b, n, 64):
-        for j in range(j0, min(n, j0 + 64)):
-            target = result[j]
-            for i in range(a, b):
-                target[i] = result[i, j]
-    return top
 
 
 # -- storage helpers ------------------------------------------------------------------
@@ -464,8 +413,7 @@ class DistanceAccumulator:
         elif values.size and values.max() >= p:  # checked first: nothing is added on error
             raise ParameterError(f"tile values must be reduced residues in [0, {p})")
         target = np.asarray(self._target(k)[a:b, a:])  # a view (memmap -> ndarray)
-        kernel = _mod_add_u32 if target.dtype == np.uint32 else _mod_add_i64
-        kernel(target, values, target.dtype.type(p))
+        add_reduced(target, values, p)
         self._contributions[k, a:b] += 1
 
     def abort(self) -> None:
@@ -519,35 +467,13 @@ class DistanceAccumulator:
         return store
 
     def _finalize_tiles(self) -> None:
-        n, result = self.n, self._result
-        if len(self.primes) == 1:  # in place, no temporaries: blocks of 1,024 rows
-            bound = self.distance_bound
-            matrix = np.asarray(result)  # an ndarray view of a memmap: no copy
-            for a in range(0, n, 1024):
-                top = int(_finish_rows_one_prime(matrix, a, min(n, a + 1024)))
-                if bound is not None and top > bound:
-                    raise ProtocolError(
-                        f"combined distances exceed the largest possible value ({top} > "
-                        f"{bound}): a contribution was corrupted")
-            return
-        # integer tile + residues + a float-free CRT: about 8 bytes per prime and entry, x2
-        rows = _rows_per_tile(n, n * 16 * len(self.primes), self.tile_bytes)
-        bound = self.distance_bound
-        for a in range(0, n, rows):
-            b = min(n, a + rows)
-            residues = [np.asarray(self._target(k)[a:b, a:], dtype=np.int64)
-                        for k in range(len(self.primes))]
-            tile = crt_combine(residues, self.primes) if len(self.primes) > 1 else residues[0]
-            square = tile[:, : b - a]
-            upper = np.triu(square, 1)
-            square[...] = upper + upper.T  # diagonal zero, lower part mirrored from above
-            if bound is not None and tile.size and int(tile.max()) > bound:
-                raise ProtocolError(
-                    f"combined distances exceed the largest possible value ({int(tile.max())} "
-                    f"> {bound}): a contribution was corrupted")
-            result[a:b, a:] = tile
-            if b < n:
-                result[b:, a:b] = tile[:, b - a:].T
+        # the decode of finite_field, in place in the one result matrix: CRT, no-wrap
+        # bound, mirror, zero diagonal, row block by row block
+        try:
+            decode_upper(self._result, self._scratch, self.primes, bound=self.distance_bound,
+                         tile_bytes=self.tile_bytes, what="combined distances")
+        except WrapAroundError as error:
+            raise ProtocolError(str(error)) from None
 
 
 class TiledDistances:

@@ -4,7 +4,9 @@
 transport says who: the TLS peer name over gRPC) and returns ``(destination, envelope)``
 pairs to send. The transport also reports a lost connection (:meth:`party_lost`) and a
 passed phase deadline (:meth:`expire`); the coordinator never reads a clock to decide
-anything (it only times phases for the stats).
+anything (it only times phases for the stats). What differs between a distance session and
+a secure sum (the tiles, the round's result, the decode) is asked of the session plan
+(:mod:`protocols._plans`); the rules below hold for both.
 
 Fail closed: any exception, whatever its origin (a violation, a malformed or garbage upload,
 the decode, the clustering callback, a bug), leaves the coordinator failed with a
@@ -51,17 +53,18 @@ from pathlib import Path
 import numpy as np
 
 from finite_field import (DeadlineError, DeviationError, IntegrityError, ParameterError,
-                          PeerError, ProtocolError, add_upload, crt_combine, masked_upload)
+                          PeerError, ProtocolError, masked_upload)
 
 from ._accumulator import DistanceAccumulator, DistanceStore, discard_store
 from ._crypto import PROTOCOL_VERSION, RUN_NONCE_BYTES
 from ._identity import verify
-from ._integrity import Findings, OpenTileSums, round_checks, verdict
+from ._integrity import Findings, OpenTileSums, verdict
 from ._generated import omnifc_pb2 as pb
-from ._messages import (SessionParameters, SumPlan, body_of, check_row_caps, chunk_rows,
-                        envelope, phase_of, packed_view, row_tiles, vector_tiles)
+from ._messages import (SessionParameters, body_of, check_row_caps, chunk_rows, envelope,
+                        phase_of, packed_view)
 from ._party import (as_protocol_error, confirmation_transcript, hello_transcript,
                      roster_digest_of)
+from ._plans import SumAccumulator, session_plan, session_type
 
 __all__ = ["Coordinator", "Outcome", "PHASES"]
 
@@ -204,8 +207,10 @@ class Coordinator:
         self.identities = {p: bytes(identities[p]) for p in self.names}
         self.parameters = parameters
         self.plan = None
+        self.session = None  # the session plan (distance or sum): what differs by kind
         if parameters.dim:  # otherwise d is taken from the hellos (all must agree)
             self.plan = parameters.plan(len(self.names))
+            self.session = session_plan(self.plan, parameters)
             self.parameters = parameters.with_plan(self.plan)
         self.min_responders = self.parameters.min_responders(len(self.names))
         # A, the declared bound on deviating parties (checked against r when the plan is made)
@@ -230,7 +235,7 @@ class Coordinator:
         if out is not None and Path(out).exists():  # before any party is involved
             raise ParameterError(f"out={str(out)!r} exists already; choose a new path")
         self.storage = {"out": out, "memory_budget": memory_budget, "tile_bytes": tile_bytes}
-        self._acc: DistanceAccumulator | None = None
+        self._acc: DistanceAccumulator | SumAccumulator | None = None  # the round's result
         self._store: DistanceStore | None = None
         self._open_sums: OpenTileSums | None = None
         self.memory: dict = {}
@@ -424,7 +429,7 @@ class Coordinator:
                 f"party {next(iter(self.hellos), sender)!r}"
             raise PeerError(f"d must be equal for all parties; sent d={hello.dim}, expected "
                             f"{expected_dim} (from {source})", party=sender, phase="join")
-        expected_rows = self.parameters.rows if self.parameters.kind == "sum" else None
+        expected_rows = session_type(self.parameters).expected_rows(self.parameters)
         if hello.n_rows == 0 or (expected_rows is not None and hello.n_rows != expected_rows):
             raise PeerError(f"sent n_rows={hello.n_rows}, expected "
                             f"{expected_rows if expected_rows else 'at least 1'}",
@@ -441,6 +446,7 @@ class Coordinator:
         if not self.parameters.dim:
             dim = self.hellos[self.names[0]].dim
             self.plan = replace(self.parameters, dim=dim).plan(len(self.names))
+            self.session = session_plan(self.plan, replace(self.parameters, dim=dim))
             self.parameters = replace(self.parameters, dim=dim).with_plan(self.plan)
         roster = pb.Roster(session_id=self.session_id, protocol_version=PROTOCOL_VERSION,
                            parameters=self.parameters.to_proto(self.plan))
@@ -489,7 +495,7 @@ class Coordinator:
 
     # -- share exchange (relay only) ----------------------------------------------------
     def _on_share(self, sender: str, chunk: pb.ShareChunk) -> list:
-        if self.phase != "shares" or not self.confirmed or isinstance(self.plan, SumPlan):
+        if self.phase != "shares" or not self.confirmed or not self.session.exchanges_shares:
             raise PeerError(f"out-of-order share chunk in phase {self._step!r}", party=sender,
                             phase=self._step)
         if chunk.sender != sender or chunk.receiver not in self.names or \
@@ -534,34 +540,20 @@ class Coordinator:
     def _start_round(self, responders: list[str]) -> list:
         self.round += 1
         self.responders = responders
-        if isinstance(self.plan, SumPlan):
-            self.tiles = vector_tiles(self.plan.length, self.parameters.chunk_bytes)
-            shape = (self.plan.length,)
-        else:
-            self.tiles = row_tiles(self.n_total, self.parameters.chunk_bytes)
-            position = [self.names.index(r) for r in responders]
-            self.weights = {r: [int(code.decoding_weights(position)[i]) for code in self.plan.codes]
-                            for i, r in enumerate(responders)}
-        self.sums = None
-        if isinstance(self.plan, SumPlan):
-            self.sums = [np.zeros(shape, dtype=np.int64) for _ in self.plan.primes]
-        else:
-            # every round starts from a clean accumulator: the previous one (and its
-            # files) is dropped first, so an aborted round leaves nothing behind
-            self._discard()
-            self._acc = DistanceAccumulator(
-                self.n_total, self.plan.primes, scale_bits=self.plan.quantizer.scale_bits,
-                distance_bound=self.plan.distance_bound, parameters=self._describe(),
-                **self.storage)
-            self.memory.update(memory_budget=self._acc.memory_budget,
-                               result_ram_bytes=self._acc.ram_bytes, open_sum_budget=0)
-            self.memory.setdefault("peak_open_sum_bytes", 0)
-            self.memory.setdefault("peak_open_sum_disk_bytes", 0)
+        session = self.session
+        self.tiles = session.tiles(self.n_total)
+        self.weights = session.weights(self.names, responders)
+        # every round starts from a clean result: the previous one (and its files) is
+        # dropped first, so an aborted round leaves nothing behind
+        self._discard()
+        self._acc = session.accumulator(self.n_total, parameters=self._describe(),
+                                        storage=self.storage)
+        self.memory.update(session.result_memory(self._acc, self.memory))
         self.delivered = {r: set() for r in responders}
         self.checks = None
-        if not isinstance(self.plan, SumPlan):
-            self.checks = round_checks(self.plan, self.parameters, self.names, responders,
-                                       adversaries=self._adversaries_left)
+        if session.has_checks:
+            self.checks = session.round_checks(self.names, responders, self.parameters,
+                                               adversaries=self._adversaries_left)
             if self.checks is None and self.parameters.integrity != "off" and \
                     not self._warned_unchecked:
                 self._warned_unchecked = True
@@ -595,9 +587,8 @@ class Coordinator:
         return self.adversaries - len(self._excluded)
 
     def _needed(self, adversaries: int) -> int:
-        """Responders a round needs: K to decode, plus one check per deviating party."""
-        if isinstance(self.plan, SumPlan) or self.parameters.kind == "sum":
-            return self.min_responders
+        """Responders a round needs: K to decode, plus one check per deviating party (a
+        sum has none: A = 0)."""
         return self.min_responders + adversaries
 
     def _why_needed(self, adversaries: int) -> str:
@@ -644,21 +635,17 @@ class Coordinator:
                             party=sender, phase="evaluation")
         p = self.plan.primes[k]
         a, b = self.tiles[index]
-        if isinstance(self.plan, SumPlan):
-            values = packed_view(tile.values, b - a, party=sender, phase="evaluation")
-        else:
-            n = self.n_total
-            values = packed_view(tile.values, (b - a) * (n - a), party=sender,
-                                 phase="evaluation").reshape(b - a, n - a)
+        shape = self.session.tile_shape(a, b, self.n_total)
+        values = packed_view(tile.values, int(np.prod(shape)), party=sender,
+                             phase="evaluation").reshape(shape)
         try:
-            if isinstance(self.plan, SumPlan):
-                add_upload(self.sums[k][a:b], values, p)  # each value < 2^31: reduced later
-            elif self.checks is not None:  # running sums of c.U and mu_k.U, tile by tile
+            if self.checks is not None:  # running sums of c.U and mu_k.U, tile by tile
                 self._accumulate(sender, k, index, values)
             else:
                 if self.parameters.mode == "transparent":  # the coordinator applies c_j
                     values = masked_upload(values, self.weights[sender][k], (), (), p)
-                # straight into the one result matrix, reduced mod p on every add
+                # straight into the round's result (reduced mod p on every add, or, for
+                # a sum, each value < 2^31 and reduced at the decode)
                 self._acc.add_tile(k, a, b, values)
         except ParameterError:
             raise PeerError(f"evaluation tile holds a value >= p = {p}", party=sender,
@@ -727,7 +714,7 @@ class Coordinator:
             return (f"checked: s = {self.checks.checks} parity check(s) over "
                     f"{len(self.responders)} responders, radius {self.checks.radius}, "
                     f"A = {self.adversaries}")
-        if self.parameters.integrity == "off" or isinstance(self.plan, SumPlan):
+        if self.parameters.integrity == "off" or not self.session.has_checks:
             return "off"
         return "unchecked: r = 0 redundant responders"
 
@@ -796,32 +783,11 @@ class Coordinator:
             rerun = self._on_deviation()
             if rerun is not None:
                 return rerun
-        if isinstance(self.plan, SumPlan):
-            offset = self.plan.offset
-            residues = [(s % p + offset) % p for s, p in zip(self.sums, self.plan.primes)]
-            integer = crt_combine(residues, self.plan.primes) - offset
-            if integer.size and int(np.abs(integer).max()) > offset:
-                raise _decode_failure(f"every decoded sum must lie in [-{offset}, {offset}] "
-                                      "(m times the largest quantized value); some do not: a "
-                                      "contribution was corrupted")
-            integer = integer.reshape(self.parameters.rows, self.parameters.dim)
-            values = integer / self.plan.quantizer.scale
-            store = None
-        else:
-            # tiles filled the upper triangle; the accumulator decodes in row blocks in
-            # place (CRT, no-wrap bound, mirror, zero diagonal): no second n x n array
-            acc, self._acc = self._acc, None
-            try:
-                store = acc.finalize()
-            except (ProtocolError, ParameterError):
-                raise _decode_failure(
-                    f"every decoded squared distance must lie in [0, "
-                    f"{self.plan.distance_bound}] (the no-wrap bound of the public parameters)"
-                    f"; some do not: an uploaded evaluation of {self.responders} was corrupted"
-                ) from None
-            self._store = store  # deleted by _fail if anything below fails
-            integer = values = None
-        self.sums = None
+        # the session plan decodes (finite_field's decode): a distance session finalizes
+        # its one result matrix in place, a sum is decoded signed
+        acc, self._acc = self._acc, None
+        integer, values, store = self.session.decode(acc, self.responders)
+        self._store = store  # deleted by _fail if anything below fails
         labels = None
         if self.cluster is not None:
             view = values
@@ -880,14 +846,6 @@ class Coordinator:
             report.party != sender else ""
         raise PeerError(f"reported by {sender!r}{claim}: {report.kind or 'error'}: "
                         f"{report.message[:500]}", party=sender, phase=phase)
-
-
-def _decode_failure(checked: str) -> IntegrityError:
-    """An IntegrityError of the decode phase that says which check failed."""
-    error = IntegrityError(None, "decode")
-    error.args = (f"the decoded result failed its integrity check in phase 'decode': "
-                  f"{checked}",)
-    return error
 
 
 def _deviation_message(record: dict) -> pb.Deviation:

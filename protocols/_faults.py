@@ -1,10 +1,29 @@
-"""Coalitions of deviating parties, for tests and the audit: the strongest the bound allows.
+"""Test faults of a party: what a misbehaving or failing party sends, in one place.
 
-Test hook only (the party processes' ``--fault coalition:PATTERN:MEMBERS`` and the
-in-memory ``faults=``): every member of the coalition runs the real party and rewrites
-what it sends, knowing the whole public structure (the code's points, the round's B, the
-row offsets) and its fellow members. With X the members and B the responding set, K =
-2l+2t-1 and s = |B| - K checks:
+Test hook only: the party processes' ``--fault SPEC`` (:func:`protocols._grpc_party.run_party`
+``fault=``) and the in-memory ``run_memory_session(faults={name: SPEC})``. The production
+state machines know nothing of them: a :class:`Fault` rewrites what the real
+:class:`~protocols.Party` emits (:meth:`Fault.rewrite`), and over gRPC also delays or ends
+the party process (:meth:`Fault.before_send`, :meth:`Fault.on_message`). Specs:
+
+``exit-in-evaluation``   the process ends abruptly when the evaluation starts (a crash);
+``stall-in-evaluation``  it stops answering then;
+``hold-tiles:PATH``      its first evaluation tile is held back until the file PATH exists
+                         (at most the session timeout), then it uploads as usual;
+``garbage-tiles``        uniformly random in-range evaluation tiles;
+``oversized-hello``      a (validly signed) hello announcing 2^44 rows;
+``corrupt-upload``, ``bad-share:RECEIVER[:AMOUNT]``, ``collude:PEER``
+                         deviations the integrity checks must catch (:func:`corrupt`);
+``coalition:PATTERN:MEMBERS``
+                         several parties deviating together (:class:`Coalition`, below).
+
+An unknown spec changes nothing.
+
+Coalitions of deviating parties (also run by the audit): the strongest deviation the bound
+allows. Every member of the coalition runs the real party and rewrites what it sends,
+knowing the whole public structure (the code's points, the round's B, the row offsets)
+and its fellow members. With X the members and B the responding set, K = 2l+2t-1 and
+s = |B| - K checks:
 
 ``random``      each member corrupts its own pseudo-random third of the entries;
 ``codeword``    every member adds delta * P(beta_j) to every entry, where P has degree
@@ -34,13 +53,119 @@ Examples
 
 from __future__ import annotations
 
+import logging
+import os
+import pathlib
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from finite_field import ParameterError
+from finite_field import ParameterError, dual_multipliers
 
-__all__ = ["Coalition", "COALITION_PATTERNS"]
+__all__ = ["Fault", "corrupt", "FAULT_STRIDE", "Coalition", "COALITION_PATTERNS"]
+
+#: Every ``STRIDE``-th element of a corrupted evaluation tile is changed.
+FAULT_STRIDE = 5
+
+
+class Fault:
+    """The test fault ``spec`` of one party (see the module docstring); None: no fault."""
+
+    def __init__(self, spec: str | None) -> None:
+        self.spec = spec or None
+
+    def rewrite(self, party, env):
+        """What the party sends instead of ``env`` (:func:`corrupt`)."""
+        return corrupt(party, env, self.spec)
+
+    def before_send(self, env, timeout: float) -> None:
+        """``hold-tiles:PATH``: wait before an evaluation tile until PATH exists (at most
+        ``timeout`` seconds)."""
+        if self.spec and self.spec.startswith("hold-tiles:") and env.HasField("tile"):
+            path = pathlib.Path(self.spec.split(":", 1)[1])
+            end = time.monotonic() + timeout
+            while not path.exists() and time.monotonic() < end:
+                time.sleep(0.05)
+
+    def on_message(self, kind: str | None) -> None:
+        """``exit-in-evaluation`` / ``stall-in-evaluation``: when the evaluation starts
+        (a ``round_start`` arrives), end the process abruptly, or stop answering."""
+        if kind != "round_start":
+            return
+        if self.spec == "exit-in-evaluation":
+            logging.shutdown()
+            os._exit(3)
+        if self.spec == "stall-in-evaluation":
+            while True:
+                time.sleep(3600)
+
+
+def corrupt(party, env, fault: str | None):
+    """What a misbehaving ``party`` sends instead of ``env`` under the test fault ``fault``.
+
+    Integrity faults (docs/protocol.md, "Integrity"): ``corrupt-upload`` adds a nonzero
+    error to every FAULT_STRIDE-th element of every uploaded tile (a party that computes
+    wrongly); ``bad-share:RECEIVER`` sends RECEIVER a share off this party's polynomial
+    (one value of its first share chunk changed by 1, or by AMOUNT with
+    ``bad-share:RECEIVER:AMOUNT``, re-encrypted under the pair key);
+    ``collude:PEER`` adds errors e at the same elements as PEER (run with
+    ``collude:THIS``), chosen so that v_j e_j + v_PEER e_PEER = 0: they cancel in the
+    first parity check and only a second check sees them. ``coalition:PATTERN:MEMBERS``
+    (on every member's process) is the strongest deviation of several parties together
+    (:class:`Coalition`). ``garbage-tiles`` and ``oversized-hello``: see the module
+    docstring. Any other fault leaves ``env`` as it is.
+    """
+    if not fault:
+        return env
+    if fault.startswith("coalition:"):  # several parties deviating together
+        return Coalition.parse(fault).rewrite(party, env, corrupt)
+    if fault == "garbage-tiles" and env.HasField("tile"):
+        p = party.plan.primes[env.tile.prime_index]
+        values = np.frombuffer(os.urandom(len(env.tile.values)), dtype="<u4") % np.uint32(p)
+        env.tile.values = values.astype("<u4").tobytes()
+    elif fault == "oversized-hello" and env.HasField("hello"):
+        from ._identity import sign
+        from ._party import hello_transcript
+
+        env.hello.n_rows = 1 << 44
+        env.hello.signature = sign(party._identity, hello_transcript(env.hello))
+    elif fault == "corrupt-upload" and env.HasField("tile"):
+        _add_error(party, env, np.int64(1 + 7919 * (env.tile.tile_index + 1)))
+    elif fault.startswith("collude:") and env.HasField("tile"):
+        peer = fault.split(":", 1)[1]
+        order = party._responders
+        if peer in order:
+            p = party.plan.primes[env.tile.prime_index]
+            betas = party.plan.codes[env.tile.prime_index].betas
+            v = dual_multipliers([betas[party.names.index(r)] for r in order], p)
+            mine, theirs = order.index(party.party_id), order.index(peer)
+            delta = 123457 % p
+            sign = 1 if mine < theirs else p - 1
+            _add_error(party, env, np.int64(delta * sign % p * pow(v[mine], -1, p) % p))
+    elif fault.startswith("bad-share:") and env.HasField("share"):
+        chunk = env.share
+        _, receiver, *amount = fault.split(":", 2)
+        if chunk.receiver == receiver and chunk.prime_index == 0 and \
+                chunk.chunk_index == 0:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+            keys = party.keys[chunk.receiver]
+            aad = keys._aad(party.party_id, chunk.receiver, 0, 0, 0)
+            box = AESGCM(keys.encryption_key)
+            plain = bytearray(box.decrypt(bytes(chunk.nonce), bytes(chunk.ciphertext), aad))
+            values = np.frombuffer(bytes(plain), dtype="<u4").copy()
+            shift = int(amount[0]) if amount else 1  # off the polynomial
+            values[0] = (int(values[0]) + shift) % party.plan.primes[0]
+            chunk.ciphertext = box.encrypt(bytes(chunk.nonce), values.tobytes(), aad)
+    return env
+
+
+def _add_error(party, env, error) -> None:
+    p = party.plan.primes[env.tile.prime_index]
+    values = np.frombuffer(env.tile.values, dtype="<u4").astype(np.int64)
+    values[::FAULT_STRIDE] = (values[::FAULT_STRIDE] + int(error)) % p
+    env.tile.values = values.astype("<u4").tobytes()
 
 COALITION_PATTERNS = ("random", "codeword", "framing", "mixed", "bad-share", "bad-shares")
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from finite_field import DeadlineError, InputError, OmniFCError, PeerError, ProtocolError
 
+from ._faults import Fault
 from ._generated import omnifc_pb2_grpc as pb_grpc
 from ._party import COORDINATOR, Party
 from ._tls import make_channel, party_credentials
@@ -110,15 +111,9 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
     connect_timeout : float
         Seconds to establish the (mutually authenticated) connection.
     fault : str, optional
-        Test hook: ``"exit-in-evaluation"`` ends the process abruptly when the evaluation
-        starts (as a crash would); ``"stall-in-evaluation"`` stops answering then;
-        ``"garbage-tiles"`` uploads uniformly random in-range evaluation tiles;
-        ``"oversized-hello"`` announces 2^44 rows in a (validly signed) hello;
-        ``"corrupt-upload"``, ``"bad-share:RECEIVER"``, ``"collude:PEER"`` and
-        ``"coalition:PATTERN:MEMBERS"`` deviate in ways the integrity checks must catch
-        (see :func:`_corrupt`); ``"hold-tiles:PATH"`` holds its first evaluation tile back
-        until the file PATH exists (at most ``timeout``), then uploads as usual: a party
-        that delays its stream.
+        Test hook: a misbehaving or failing party (a crash or stall when the evaluation
+        starts, a delayed stream, garbage or corrupted uploads, bad shares, coalitions;
+        the specs are listed in :mod:`protocols._faults`).
     on_message : callable, optional
         ``on_message(kind)`` after each received message (progress display).
     tls_files : TLSFiles, optional
@@ -145,17 +140,17 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
                 return
             yield item
 
+    fault = Fault(fault)
     try:
         _wait_until_ready(channel, target, connect_timeout, tls_files)
         for env in party.start():
-            outgoing.put(_corrupt(party, env, fault))
+            outgoing.put(fault.rewrite(party, env))
         stub = pb_grpc.CoordinatorStub(channel)
         responses = stub.Session(requests(), timeout=timeout)
 
         def send(env) -> None:  # bounded queue: memory stays bounded by a few tiles
-            env = _corrupt(party, env, fault)
-            if fault and fault.startswith("hold-tiles:") and env.HasField("tile"):
-                _hold(pathlib.Path(fault.split(":", 1)[1]), timeout)
+            env = fault.rewrite(party, env)
+            fault.before_send(env, timeout)
             while True:
                 try:
                     outgoing.put(env, timeout=0.5)
@@ -168,9 +163,7 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         try:
             for env in responses:
                 kind = env.WhichOneof("body")
-                if fault in ("exit-in-evaluation", "stall-in-evaluation") and \
-                        kind == "round_start":
-                    _inject(fault)
+                fault.on_message(kind)
                 try:
                     for out in party.receive(env):
                         send(out)
@@ -199,73 +192,6 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         except queue.Full:
             pass
         channel.close()
-
-
-#: Every ``STRIDE``-th element of a corrupted evaluation tile is changed (test faults).
-FAULT_STRIDE = 5
-
-
-def _corrupt(party: Party, env, fault: str | None):
-    """The misbehaving party of a test hook (see :func:`run_party`).
-
-    Integrity faults (docs/protocol.md, "Integrity"): ``corrupt-upload`` adds a nonzero
-    error to every FAULT_STRIDE-th element of every uploaded tile (a party that computes
-    wrongly); ``bad-share:RECEIVER`` sends RECEIVER a share off this party's polynomial
-    (one value of its first share chunk changed by 1, or by AMOUNT with
-    ``bad-share:RECEIVER:AMOUNT``, re-encrypted under the pair key);
-    ``collude:PEER`` adds errors e at the same elements as PEER (run with
-    ``collude:THIS``), chosen so that v_j e_j + v_PEER e_PEER = 0: they cancel in the
-    first parity check and only a second check sees them. ``coalition:PATTERN:MEMBERS``
-    (on every member's process) is the strongest deviation of several parties together
-    (:mod:`protocols._faults`).
-    """
-    if not fault:
-        return env
-    if fault.startswith("coalition:"):  # several parties deviating together
-        from ._faults import Coalition
-
-        return Coalition.parse(fault).rewrite(party, env, _corrupt)
-    if fault == "garbage-tiles" and env.HasField("tile"):
-        p = party.plan.primes[env.tile.prime_index]
-        values = np.frombuffer(os.urandom(len(env.tile.values)), dtype="<u4") % np.uint32(p)
-        env.tile.values = values.astype("<u4").tobytes()
-    elif fault == "oversized-hello" and env.HasField("hello"):
-        from ._identity import sign
-        from ._party import hello_transcript
-
-        env.hello.n_rows = 1 << 44
-        env.hello.signature = sign(party._identity, hello_transcript(env.hello))
-    elif fault == "corrupt-upload" and env.HasField("tile"):
-        _add_error(party, env, np.int64(1 + 7919 * (env.tile.tile_index + 1)))
-    elif fault.startswith("collude:") and env.HasField("tile"):
-        peer = fault.split(":", 1)[1]
-        order = party._responders
-        if peer in order:
-            p = party.plan.primes[env.tile.prime_index]
-            from finite_field import dual_multipliers
-
-            betas = party.plan.codes[env.tile.prime_index].betas
-            v = dual_multipliers([betas[party.names.index(r)] for r in order], p)
-            mine, theirs = order.index(party.party_id), order.index(peer)
-            delta = 123457 % p
-            sign = 1 if mine < theirs else p - 1
-            _add_error(party, env, np.int64(delta * sign % p * pow(v[mine], -1, p) % p))
-    elif fault.startswith("bad-share:") and env.HasField("share"):
-        chunk = env.share
-        _, receiver, *amount = fault.split(":", 2)
-        if chunk.receiver == receiver and chunk.prime_index == 0 and \
-                chunk.chunk_index == 0:
-            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-            keys = party.keys[chunk.receiver]
-            aad = keys._aad(party.party_id, chunk.receiver, 0, 0, 0)
-            box = AESGCM(keys.encryption_key)
-            plain = bytearray(box.decrypt(bytes(chunk.nonce), bytes(chunk.ciphertext), aad))
-            values = np.frombuffer(bytes(plain), dtype="<u4").copy()
-            shift = int(amount[0]) if amount else 1  # off the polynomial
-            values[0] = (int(values[0]) + shift) % party.plan.primes[0]
-            chunk.ciphertext = box.encrypt(bytes(chunk.nonce), values.tobytes(), aad)
-    return env
 
 
 def _wait_until_ready(channel, target: str, connect_timeout: float, tls_files) -> None:
@@ -354,30 +280,6 @@ def _diagnose(target: str, tls_files) -> tuple:
     finally:
         sock.close()
     return False, "TLS handshake succeeded but gRPC is not ready"
-
-
-def _add_error(party: Party, env, error) -> None:
-    p = party.plan.primes[env.tile.prime_index]
-    values = np.frombuffer(env.tile.values, dtype="<u4").astype(np.int64)
-    values[::FAULT_STRIDE] = (values[::FAULT_STRIDE] + int(error)) % p
-    env.tile.values = values.astype("<u4").tobytes()
-
-
-def _hold(path: pathlib.Path, timeout: float) -> None:
-    """Wait until ``path`` exists, at most ``timeout`` seconds (test fault "hold-tiles")."""
-    end = time.monotonic() + timeout
-    while not path.exists() and time.monotonic() < end:
-        time.sleep(0.05)
-
-
-def _inject(fault: str) -> None:
-    if fault == "exit-in-evaluation":
-        logging.shutdown()
-        os._exit(3)
-    if fault == "stall-in-evaluation":
-        while True:
-            time.sleep(3600)
-    raise ValueError(f"unknown fault {fault!r}")
 
 
 def main(argv=None) -> int:

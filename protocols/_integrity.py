@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from finite_field import (ReedSolomonCheck, attribute, choose_mask_groups, decoding_radius,
-                          integrity_rows, weighted_sums)
+from finite_field import (ReedSolomonCheck, add_reduced, attribute, choose_mask_groups,
+                          decoding_radius, integrity_rows, weighted_sums)
 
-from ._accumulator import _mod_add_u32, _remove
+from ._accumulator import _remove
 from ._crypto import ElementStream, MaskView, group_mask_key
 
 __all__ = ["RoundChecks", "round_checks", "group_coefficients", "group_streams",
@@ -203,8 +203,7 @@ class TileAccumulator:
                                      np.asarray(upload)[np.newaxis], self.prime)
         sums = self._mapped()
         target = np.asarray(sums).reshape(sums.shape[0], -1)  # a view
-        _mod_add_u32(target, contribution.astype(np.uint32).reshape(target.shape),
-                     np.uint32(self.prime))
+        add_reduced(target, contribution.astype(np.uint32).reshape(target.shape), self.prime)
 
     def finish(self) -> np.ndarray:
         """The reduced sums (s+1, ...) as int64: D's tile, then the syndromes."""

@@ -137,7 +137,7 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
         honest one. The parties are always the real, unmodified ones.
     faults : dict of str to str, optional
         ``{"party-2": "corrupt-upload"}``: that party deviates exactly as the gRPC party
-        process's test fault of the same name (``protocols._grpc_party._corrupt``). A
+        process's test fault of the same name (:mod:`protocols._faults`). A
         callable ``fault(party, envelope) -> envelope`` rewrites everything that party
         sends (an adversary with the party's full state, for tests).
     out, memory_budget, tile_bytes : optional
@@ -176,7 +176,7 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
     turn = collections.deque(names)  # round-robin order of the outboxes
     faults = dict(faults or {})
     if faults:
-        from ._grpc_party import _corrupt
+        from ._faults import corrupt
 
     def wire(env):
         return pb.Envelope.FromString(env.SerializeToString()) if serialize else env
@@ -209,7 +209,7 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
         if name in faults:
             fault = faults[name]
             env = (fault(parties[name], wire(env)) if callable(fault) else
-                   _corrupt(parties[name], wire(env), fault))
+                   corrupt(parties[name], wire(env), fault))
         queue.append((COORDINATOR, name, env))
 
     def pull(name) -> bool:

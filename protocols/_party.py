@@ -6,6 +6,9 @@ envelopes to send back (an iterator: evaluation tiles are produced one at a time
 stays bounded by a tile; iterate it to the end before the next ``receive``). Any violation
 raises (``ProtocolError``/``PeerError``/``IntegrityError``) and leaves the party failed;
 :meth:`Party.error_report` turns that error into the message that tells the coordinator.
+What differs between a distance session and a secure sum (the data's shape, the share
+exchange, the tiles and what is uploaded for each) is asked of the session plan
+(:mod:`protocols._plans`); the rules below hold for both.
 
 Phases: ``join`` (hello sent) -> ``confirm`` (roster verified, its digest signed and sent,
 waiting for every party's confirmation) -> ``shares`` (confirmations verified, encrypted
@@ -63,11 +66,12 @@ from finite_field import (InputError, IntegrityError, OmniFCError, PeerError, Pr
 from ._crypto import (PROTOCOL_VERSION, RUN_NONCE_BYTES, EphemeralKey, MaskView, PairKeys,
                       new_run_nonce, roster_digest, transcript)
 from ._identity import public_key_bytes, sign, verify
-from ._integrity import group_streams, round_checks
+from ._integrity import group_streams
 from ._mask_graph import mask_neighbours
 from ._generated import omnifc_pb2 as pb
-from ._messages import (SessionParameters, SumPlan, body_of, check_row_caps, chunk_rows,
-                        envelope, pack, row_tiles, unpack, vector_tiles)
+from ._messages import (SessionParameters, body_of, check_row_caps, chunk_rows, envelope, pack,
+                        unpack)
+from ._plans import _BLOCK_ELEMENTS, _block_stop, session_plan, session_type  # noqa: F401
 
 __all__ = ["Party", "hello_transcript", "roster_digest_of", "confirmation_transcript",
            "COORDINATOR"]
@@ -76,27 +80,6 @@ logger = logging.getLogger("omnifc.protocols")
 
 #: The name parties use for the coordinator in errors.
 COORDINATOR = "coordinator"
-
-
-#: Elements of g(beta_j) computed per kernel call (several tiles; 32 MB as int64).
-_BLOCK_ELEMENTS = 1 << 22
-
-
-def _block_stop(tiles, first: int, n: int) -> int:
-    """End row of the block of consecutive tiles starting at ``tiles[first]``.
-
-    A block of rows [start, stop) is computed against columns start..n-1, so its lower
-    triangle (about (stop - start)^2 / 2 entries) is computed and thrown away: blocks are
-    kept to at most 1/8 of the remaining columns (under 1/16 wasted), besides the
-    element budget, so a small matrix is not computed in full instead of its triangle.
-    """
-    start = tiles[first][0]
-    stop = tiles[first][1]
-    for a, b in tiles[first + 1:]:
-        if (b - start) * (n - start) > _BLOCK_ELEMENTS or 8 * (b - start) > n - start:
-            break
-        stop = b
-    return stop
 
 
 def hello_transcript(hello: pb.Hello) -> bytes:
@@ -167,7 +150,7 @@ class Party:
             raise IntegrityError(self.party_id, "join")
         self._identity = identity_key
         self._source = source
-        if parameters.kind == "distance" and parameters.dim == 0:  # d taken from the data
+        if parameters.dim == 0:  # a distance session takes d from the data (a sum has dim > 0)
             shape = np.shape(data)
             self.parameters = parameters = replace(parameters, dim=int(shape[-1]) if shape else 0)
         self.quantized, self.clipped = self._check_data(data)
@@ -202,21 +185,8 @@ class Party:
     # -- input checks (before any share leaves) -----------------------------------------
     def _check_data(self, data):
         params = self.parameters
-        x = np.asarray(data, dtype=np.float64)
-        if params.kind == "sum":
-            x = x.reshape(1, -1) if x.ndim == 1 else x
-            if x.shape != (params.rows, params.dim):
-                raise InputError(f"contribution must have shape ({params.rows}, {params.dim}), "
-                                 f"got {x.shape}", party=self.party_id)
-        else:
-            if x.ndim != 2:
-                raise InputError(f"data must be a 2-D array (rows x features), got shape "
-                                 f"{x.shape}", party=self.party_id)
-            if x.shape[0] == 0:
-                raise InputError("holds no rows (empty party)", party=self.party_id)
-            if x.shape[1] != params.dim:
-                raise InputError(f"d must be equal for all parties; has d={x.shape[1]}, "
-                                 f"the session expects {params.dim}", party=self.party_id)
+        x = session_type(params).check_data(np.asarray(data, dtype=np.float64), params,
+                                            self.party_id)
         quantizer = Quantizer(scale_bits=params.scale_bits, bound=params.bound,
                               nonnegative=params.nonnegative)
         q = quantizer.quantize(x, party=self.party_id)
@@ -348,6 +318,7 @@ class Party:
             raise PeerError("the roster does not carry this party's own hello",
                             party=COORDINATOR, phase="join")
         self.plan = self.parameters.plan(len(names))
+        self.session = session_plan(self.plan, self.parameters)
         expected = self.parameters.with_plan(self.plan)
         seen = SessionParameters.from_proto(roster.parameters)
         if seen != expected:
@@ -399,7 +370,7 @@ class Party:
             for name, public in self._peer_keys.items()}
         self._round = 0
         self.phase = "shares"
-        if isinstance(self.plan, SumPlan):
+        if not self.session.exchanges_shares:
             self.phase = "ready"
             return iter([self._ready()])
         return self._send_shares()
@@ -503,8 +474,8 @@ class Party:
         self._checks, self._seeds, self._seed_wait = None, {}, set()
         if self.party_id not in responders:
             return iter(())
-        if not isinstance(self.plan, SumPlan):
-            self._checks = round_checks(self.plan, self.parameters, self.names, order)
+        if self.session.has_checks:
+            self._checks = self.session.round_checks(self.names, order, self.parameters)
             if self._checks is None and self.parameters.integrity != "off" and \
                     not self._warned_unchecked:
                 self._warned_unchecked = True
@@ -561,33 +532,19 @@ class Party:
         return self._tiles(self._round, self._responders)
 
     def _tiles(self, round_: int, responders: list[str]):
-        plan, params = self.plan, self.parameters
+        plan, params, session = self.plan, self.parameters, self.session
         masked = params.mode == "masked"
         view = self._view(round_, responders)
         others = self._mask_partners(responders)
         checks = self._checks
-        if isinstance(plan, SumPlan):
-            flat = self.quantized.reshape(-1)
-            tiles = vector_tiles(plan.length, params.chunk_bytes)
-            weights = None
-        else:
-            tiles = row_tiles(self.n_total, params.chunk_bytes)
-            position = [self.names.index(r) for r in responders]
-            weights = [int(code.decoding_weights(position)[position.index(self.index)])
-                       for code in plan.codes]
+        tiles = session.tiles(self.n_total)
+        weights = session.weights(self.names, responders)[self.party_id]  # c_j per prime
         timings = self.timings
         for k, p in enumerate(plan.primes):
-            block = None  # (start, stop, values): several tiles computed in one kernel call
+            values_of = session.tile_values(self, k, tiles)  # g(beta_j), or the sum's values
             for tile_index, (a, b) in enumerate(tiles):
                 started, cpu = time.perf_counter(), time.process_time()
-                if weights is None:
-                    values = flat[a:b] % p
-                else:
-                    if block is None or b > block[1]:
-                        stop = _block_stop(tiles, tile_index, self.n_total)
-                        block = (a, stop, self._evaluate(k, a, stop))
-                    start = block[0]
-                    values = block[2][a - start:b - start, a - start:]
+                values = values_of(tile_index)
                 if masked and checks is not None:  # U_j = g(beta_j) + M_j (unweighted)
                     streams = [(stream, z) for _, stream, z in group_streams(
                         checks, k, self.party_id, self._seeds, view, tile_index)]
@@ -595,8 +552,7 @@ class Party:
                 elif masked:  # c_j * g(beta_j) + PRG for later peers - PRG for earlier ones
                     streams = [(keys.mask_stream(p, view=view, tile_index=tile_index),
                                 peer_index < self.index) for peer_index, keys in others]
-                    values = masked_upload_streams(
-                        values, 1 if weights is None else weights[k], streams, p)
+                    values = masked_upload_streams(values, weights[k], streams, p)
                 # Filled in place: pb.Envelope(tile=pb.EvaluationTile(values=...)) copies
                 # the payload twice more (about 10 ms per MB-sized tile).
                 env = pb.Envelope()

@@ -211,8 +211,8 @@ def test_correct_never_accepts_a_round_with_unlocated_entries_beside_located_one
 
 
 def _share_fault(party, env, fault):
-    from protocols._grpc_party import _corrupt
-    return _corrupt(party, env, fault)
+    from protocols._faults import corrupt
+    return corrupt(party, env, fault)
 
 
 @pytest.mark.parametrize("integrity, adversaries", [("detect", 1), ("correct", 1),

@@ -1,7 +1,7 @@
 """Integrity checks wired into the protocol (issue 10), in memory.
 
 The parties are the real state machines; a deviating party is the same test fault as the
-gRPC party process's (``protocols._grpc_party._corrupt``): ``corrupt-upload`` (wrong
+gRPC party process's (``protocols._faults.corrupt``): ``corrupt-upload`` (wrong
 evaluations), ``bad-share:RECEIVER`` (a share off the sender's polynomial),
 ``collude:PEER`` (two parties whose errors cancel in the first parity check). Every
 expected value is computed independently: plaintext distances with Python integers,
@@ -18,7 +18,7 @@ import pytest
 
 from finite_field import DeviationError, IntegrityError, ParameterError, PeerError, ProtocolError
 from protocols import Coordinator, SessionParameters, run_memory_session
-from protocols._grpc_party import FAULT_STRIDE
+from protocols._faults import FAULT_STRIDE
 from protocols._memory import Transcript
 from oracles import parity_rows
 from protocol_helpers import lagrange_weights, plaintext_sq_distances, random_data

@@ -1,0 +1,283 @@
+"""What a session computes, behind one interface: the distance matrix or a secure sum.
+
+The :class:`~protocols.Party` and the :class:`~protocols.Coordinator` run the same phases
+for both kinds of session and never ask which kind it is; they ask its plan (the
+:class:`DistanceSession` or :class:`SumSession` of :func:`session_plan`) what differs:
+
+==========================  ==================================  ============================
+                            :class:`DistanceSession`            :class:`SumSession`
+==========================  ==================================  ============================
+the arithmetic              ``CodingPlan`` (finite_field)       :class:`SumPlan`
+the party's data            (n, d) rows, any n >= 1             (rows, k) exactly
+shares                      exchanged, encrypted (phase         none: straight to ``ready``
+                            ``shares``)
+tiles of the schedule       row tiles of the upper triangle     ranges of the flat vector
+                            (:func:`row_tiles`)                 (:func:`vector_tiles`)
+a party's upload for a      g(beta_j) on rows [a, b) x          its own values [a, b)
+tile                        columns [a, n), weighted by c_j
+integrity checks            Reed-Solomon, when r >= 1           none
+the coordinator's result    :class:`DistanceAccumulator`        :class:`SumAccumulator`
+the decode                  tile-wise in place, D in [0, bound] signed, |sum| <= m M
+==========================  ==================================  ============================
+
+Both decodes are :mod:`finite_field`'s (:func:`~finite_field.decode_upper`,
+:func:`~finite_field.decode_residues`); a value outside the no-wrap bound is an
+:class:`~finite_field.IntegrityError` of phase ``decode`` that says which check failed.
+Everything here is public and deterministic, so both ends compute the same schedule.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from finite_field import (CodingPlan, InputError, IntegrityError, ParameterError, ProtocolError,
+                          WrapAroundError, add_upload, decode_residues)
+
+from ._accumulator import DistanceAccumulator
+from ._integrity import round_checks
+from ._messages import SessionParameters, SumPlan, row_tiles, vector_tiles
+
+__all__ = ["SessionPlan", "DistanceSession", "SumSession", "SumAccumulator", "session_plan",
+           "session_type"]
+
+
+#: Elements of g(beta_j) computed per kernel call (several tiles; 32 MB as int64).
+_BLOCK_ELEMENTS = 1 << 22
+
+
+def _block_stop(tiles, first: int, n: int) -> int:
+    """End row of the block of consecutive tiles starting at ``tiles[first]``.
+
+    A block of rows [start, stop) is computed against columns start..n-1, so its lower
+    triangle (about (stop - start)^2 / 2 entries) is computed and thrown away: blocks are
+    kept to at most 1/8 of the remaining columns (under 1/16 wasted), besides the
+    element budget, so a small matrix is not computed in full instead of its triangle.
+    """
+    start = tiles[first][0]
+    stop = tiles[first][1]
+    for a, b in tiles[first + 1:]:
+        if (b - start) * (n - start) > _BLOCK_ELEMENTS or 8 * (b - start) > n - start:
+            break
+        stop = b
+    return stop
+
+
+def decode_failure(checked: str) -> IntegrityError:
+    """An IntegrityError of the decode phase that says which check failed."""
+    error = IntegrityError(None, "decode")
+    error.args = (f"the decoded result failed its integrity check in phase 'decode': "
+                  f"{checked}",)
+    return error
+
+
+class SessionPlan:
+    """The interface the state machines call; :class:`DistanceSession` and
+    :class:`SumSession` implement it.
+
+    Before the plan exists (class level): ``expected_rows(parameters)`` (the row count
+    every hello must announce, None for any) and ``check_data(x, parameters, party)``
+    (a party's data, checked before anything is sent). Then, for ``plan`` and
+    ``parameters``: ``tiles(n_total)`` and ``tile_shape(a, b, n_total)`` (the schedule
+    and the shape of one upload), ``weights(names, responders)`` (c_j per responder and
+    prime), ``round_checks(...)`` (the round's integrity structure or None),
+    ``tile_values(party, k, tiles)`` (what a party uploads for a tile, unmasked), and at
+    the coordinator ``accumulator(...)``, ``result_memory(acc, previous)`` and
+    ``decode(acc, responders) -> (integer, values, store)``.
+    """
+
+    kind = ""
+    #: Whether the parties exchange encrypted shares before the evaluation.
+    exchanges_shares = False
+    #: Whether a round can carry integrity checks.
+    has_checks = False
+
+    def __init__(self, plan, parameters: SessionParameters) -> None:
+        self.plan = plan
+        self.parameters = parameters
+
+
+class DistanceSession(SessionPlan):
+    """A distance session: shares, then row tiles of g(beta_j), decoded into one matrix."""
+
+    kind = "distance"
+    exchanges_shares = True
+    has_checks = True  # Reed-Solomon, when the round has r >= 1 redundant responders
+    plan: CodingPlan
+
+    # -- before the plan (class level) --------------------------------------------------
+    @staticmethod
+    def expected_rows(parameters: SessionParameters) -> int | None:
+        """The row count every hello must announce (None: any n >= 1)."""
+        return None
+
+    @staticmethod
+    def check_data(x: np.ndarray, parameters: SessionParameters, party) -> np.ndarray:
+        """A party's rows, checked before anything is sent: 2-D, non-empty, d columns."""
+        if x.ndim != 2:
+            raise InputError(f"data must be a 2-D array (rows x features), got shape "
+                             f"{x.shape}", party=party)
+        if x.shape[0] == 0:
+            raise InputError("holds no rows (empty party)", party=party)
+        if x.shape[1] != parameters.dim:
+            raise InputError(f"d must be equal for all parties; has d={x.shape[1]}, "
+                             f"the session expects {parameters.dim}", party=party)
+        return x
+
+    # -- the schedule -------------------------------------------------------------------
+    def tiles(self, n_total: int) -> list[tuple[int, int]]:
+        """The evaluation tiles [a, b) of a round (per prime)."""
+        return row_tiles(n_total, self.parameters.chunk_bytes)
+
+    def tile_shape(self, a: int, b: int, n_total: int) -> tuple:
+        """The shape of an upload for tile [a, b): rows [a, b) x columns [a, n)."""
+        return (b - a, n_total - a)
+
+    def weights(self, names, responders) -> dict:
+        """{responder: [c_j per prime]}: the decoding weights of the round's B."""
+        position = [names.index(r) for r in responders]
+        columns = [code.decoding_weights(position) for code in self.plan.codes]
+        return {r: [int(c[i]) for c in columns] for i, r in enumerate(responders)}
+
+    def round_checks(self, names, responders, parameters, **kwargs):
+        """The round's integrity structure, or None (r = 0, or integrity off)."""
+        return round_checks(self.plan, parameters, names, responders, **kwargs)
+
+    def tile_values(self, party, k: int, tiles):
+        """``values(tile_index)``: ``party``'s g(beta_j) for a tile modulo prime k; several
+        consecutive tiles are computed in one ``party._evaluate(k, a, stop)`` call (rows
+        [a, stop) against columns a..n-1, :func:`_block_stop`)."""
+        block = None  # (start, stop, values)
+
+        def values(tile_index: int) -> np.ndarray:
+            nonlocal block
+            a, b = tiles[tile_index]
+            if block is None or b > block[1]:
+                stop = _block_stop(tiles, tile_index, party.n_total)
+                block = (a, stop, party._evaluate(k, a, stop))
+            start = block[0]
+            return block[2][a - start:b - start, a - start:]
+        return values
+
+    # -- the coordinator's result -------------------------------------------------------
+    def accumulator(self, n_total: int, *, parameters: dict, storage: dict):
+        """The one integer result matrix every tile of a round goes into."""
+        return DistanceAccumulator(
+            n_total, self.plan.primes, scale_bits=self.plan.quantizer.scale_bits,
+            distance_bound=self.plan.distance_bound, parameters=parameters, **storage)
+
+    @staticmethod
+    def result_memory(acc: DistanceAccumulator, previous: dict) -> dict:
+        """The coordinator's n x n memory figures once ``acc`` is allocated (the peaks of
+        the open tile sums carried over from the previous rounds)."""
+        return {"memory_budget": acc.memory_budget, "result_ram_bytes": acc.ram_bytes,
+                "open_sum_budget": 0,
+                "peak_open_sum_bytes": previous.get("peak_open_sum_bytes", 0),
+                "peak_open_sum_disk_bytes": previous.get("peak_open_sum_disk_bytes", 0)}
+
+    def decode(self, acc: DistanceAccumulator, responders) -> tuple:
+        """``(integer, values, store)``: the finished store (integer and values are read
+        from it on access)."""
+        # tiles filled the upper triangle; the accumulator decodes in row blocks in
+        # place (CRT, no-wrap bound, mirror, zero diagonal): no second n x n array
+        try:
+            store = acc.finalize()
+        except (ProtocolError, ParameterError):
+            raise decode_failure(
+                f"every decoded squared distance must lie in [0, "
+                f"{self.plan.distance_bound}] (the no-wrap bound of the public parameters)"
+                f"; some do not: an uploaded evaluation of {responders} was corrupted"
+            ) from None
+        return None, None, store
+
+
+class SumAccumulator:
+    """The running sums of a secure sum's uploads: one int64 vector per prime.
+
+    Each upload is < p < 2^31, so about 2^32 uploads fit before the reduction, which the
+    decode does (:func:`finite_field.decode_residues`).
+    """
+
+    def __init__(self, plan: SumPlan) -> None:
+        self.primes = plan.primes
+        self.sums = [np.zeros((plan.length,), dtype=np.int64) for _ in plan.primes]
+
+    def add_tile(self, prime_index: int, start: int, stop: int, values) -> None:
+        """Add the uploaded elements [start, stop) for prime ``prime_index``
+        (ParameterError if one is >= p)."""
+        add_upload(self.sums[prime_index][start:stop], values, self.primes[prime_index])
+
+    def abort(self) -> None:
+        self.sums = None
+
+
+class SumSession(SessionPlan):
+    """A secure sum: no shares, masked uploads of the parties' own values, a signed decode."""
+
+    kind = "sum"
+    plan: SumPlan
+
+    @staticmethod
+    def expected_rows(parameters: SessionParameters) -> int | None:
+        return parameters.rows
+
+    @staticmethod
+    def check_data(x: np.ndarray, parameters: SessionParameters, party) -> np.ndarray:
+        """A party's contribution, shape (rows, k) (a vector is one row)."""
+        x = x.reshape(1, -1) if x.ndim == 1 else x
+        if x.shape != (parameters.rows, parameters.dim):
+            raise InputError(f"contribution must have shape ({parameters.rows}, "
+                             f"{parameters.dim}), got {x.shape}", party=party)
+        return x
+
+    def tiles(self, n_total: int) -> list[tuple[int, int]]:
+        return vector_tiles(self.plan.length, self.parameters.chunk_bytes)
+
+    def tile_shape(self, a: int, b: int, n_total: int) -> tuple:
+        return (b - a,)
+
+    def weights(self, names, responders) -> dict:
+        """{responder: [1 per prime]}: every upload counts alike."""
+        return {r: [1] * len(self.plan.primes) for r in responders}
+
+    def round_checks(self, names, responders, parameters, **kwargs) -> None:
+        """None: a secure sum has no integrity checks."""
+        return None
+
+    def tile_values(self, party, k: int, tiles):
+        """``values(tile_index)``: ``party``'s own flat values of the tile, mod prime k."""
+        flat, p = party.quantized.reshape(-1), self.plan.primes[k]
+
+        def values(tile_index: int) -> np.ndarray:
+            a, b = tiles[tile_index]
+            return flat[a:b] % p
+        return values
+
+    def accumulator(self, n_total: int, *, parameters: dict, storage: dict) -> SumAccumulator:
+        return SumAccumulator(self.plan)
+
+    @staticmethod
+    def result_memory(acc: SumAccumulator, previous: dict) -> dict:
+        """Nothing n x n: a sum's memory figures stay empty."""
+        return {}
+
+    def decode(self, acc: SumAccumulator, responders) -> tuple:
+        """``(integer, values, None)``: the exact signed sum (rows, k) and sum / 2^q."""
+        offset = self.plan.offset
+        try:
+            integer = decode_residues(acc.sums, self.plan.primes, offset, signed=True)
+        except WrapAroundError:
+            raise decode_failure(f"every decoded sum must lie in [-{offset}, {offset}] "
+                                 "(m times the largest quantized value); some do not: a "
+                                 "contribution was corrupted") from None
+        integer = integer.reshape(self.parameters.rows, self.parameters.dim)
+        return integer, integer / self.plan.quantizer.scale, None
+
+
+def session_type(parameters: SessionParameters) -> type:
+    """:class:`DistanceSession` or :class:`SumSession`, by ``parameters.kind``."""
+    return SumSession if parameters.kind == "sum" else DistanceSession
+
+
+def session_plan(plan, parameters: SessionParameters):
+    """The session plan of ``plan`` (a ``CodingPlan`` or :class:`SumPlan`)."""
+    return session_type(parameters)(plan, parameters)
