@@ -193,7 +193,9 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         Labels of all rows in global order: the parties concatenated in the order given
         (or the row order of ``X`` with ``owners=`` / ``n_parties``).
     party_labels_ : list of ndarray
-        Labels of each party's rows, in the order the parties were given.
+        Labels of each party's rows, in the order the parties were given (that of
+        ``party_names_``; a list also when ``fit`` got a dict:
+        ``dict(zip(model.party_names_, model.party_labels_))`` is the dict).
     labels_global_ : ndarray
         Same as ``labels_`` (kept for compatibility).
 
