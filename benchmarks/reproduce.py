@@ -1,6 +1,6 @@
 """Reproduce the OmniFC paper's evaluation; same as ``omnifc reproduce``.
 
-Usage: python benchmarks/reproduce.py [--paper clove|client2vec|flux|fmcl|omnifc|all] [--out docs/reproduction] [--quick]
+Usage: python benchmarks/reproduce.py [--paper clove|client2vec|flux|fmcl|omnifc|all] [--out DIR (default ./omnifc-reproduce)] [--quick]
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
-from sklearn.utils.metaestimators import available_if
+from functools import update_wrapper
+from types import MethodType
 
 from finite_field import InputError, ParameterError
 
@@ -29,8 +30,44 @@ __all__ = ["FederatedClustering", "split_parties"]
 _ONE_ARRAY = ("FederatedClustering.fit got one 2-D array of shape {shape}: pass the parties' "
               "rows as a list (or dict name -> array) of per-party arrays, e.g. "
               "fit([rows_a, rows_b, rows_c]); or say which party holds each row with "
-              "fit(X, owners=...) (or n_parties=... to split X into equal contiguous "
-              "parties, a simulation)")
+              "fit(X, owners=...) (in a Pipeline: pipe.fit(X, <step name>__owners=...)), "
+              "or set n_parties=... to split X into equal contiguous parties, a "
+              "simulation)")
+
+#: A call of scikit-learn's ``check_estimator`` that passes (README.md quotes it; a test
+#: runs it): its checks fit one array with values up to about 100.
+CHECK_ESTIMATOR_CALL = ("check_estimator(omnifc.FederatedClustering(n_clusters=3, "
+                        "bound=1000.0, scale_bits=8, n_parties=3))")
+
+_NO_BOUND = ("bound (the public clip bound R) must be given: it is agreed in advance, never "
+             "computed from pooled data, e.g. FederatedClustering(n_clusters=3, bound=10.0) "
+             "for features in [-10, 10]. scikit-learn's check_estimator passes with "
+             + CHECK_ESTIMATOR_CALL)
+
+_PREDICT_METHODS = ("kmeans", "kmedoids")
+
+
+class _predict_if_method:
+    """Like scikit-learn's ``available_if``, but the AttributeError says why and what works.
+
+    ``hasattr(model, "predict")`` is False for a method without a rule for new rows;
+    ``model.predict(...)`` raises an AttributeError naming predict and the calls that work.
+    """
+
+    def __init__(self, fn):
+        self.fn = fn
+        update_wrapper(self, fn)
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self.fn
+        if obj.method not in _PREDICT_METHODS:
+            raise AttributeError(
+                f"FederatedClustering.predict exists for method='kmeans' or 'kmedoids' "
+                f"only; method={obj.method!r} has no rule for new rows. Label the rows "
+                f"you fit with model.labels_ (or fit_predict), or fit again with the new "
+                f"rows as one more party: fit([*parties, new_rows])")
+        return MethodType(self.fn, obj)
 
 
 def _is_per_party(X) -> bool:
@@ -156,13 +193,17 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         Labels of all rows in global order: the parties concatenated in the order given
         (or the row order of ``X`` with ``owners=`` / ``n_parties``).
     party_labels_ : list of ndarray
-        Labels of each party's rows, in the order the parties were given.
+        Labels of each party's rows, in the order the parties were given (that of
+        ``party_names_``; a list also when ``fit`` got a dict:
+        ``dict(zip(model.party_names_, model.party_labels_))`` is the dict).
     labels_global_ : ndarray
         Same as ``labels_`` (kept for compatibility).
 
     ``predict`` exists for the methods that have one ("kmeans", "kmedoids"): it runs a new
-    secure session over the fitted parties' rows plus the new rows (as extra parties) and
-    assigns each new row to the nearest k-means centroid (computed exactly from D) or medoid.
+    secure session over the fitted parties' rows plus the new rows (as extra parties; one
+    2-D array is one new party, so ``model.predict(X_new)`` and ``Pipeline.predict`` work)
+    and assigns each new row to the nearest k-means centroid (computed exactly from D) or
+    medoid.
     The estimator therefore keeps the fitted parties' rows, as this in-process simulation
     holds them anyway; a deployment runs ``serve``/``join`` instead.
     party_names_ : list of str
@@ -215,8 +256,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         from protocols._mask_graph import check_distance_mask_degree
 
         if self.bound is None:
-            raise ParameterError("bound (the public clip bound R) must be given; it is "
-                                 "agreed in advance, never computed from pooled data")
+            raise ParameterError(_NO_BOUND)
         check_distance_mask_degree(self.mask_degree, self.noise_segments)
         names, arrays, order = split_parties(self, X, owners, self.n_parties)
         if self.nonnegative and any((x < 0).any() for x in arrays):
@@ -252,20 +292,35 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                                       mask_degree=self.mask_degree,
                                       memory_budget=self.memory_budget)
 
-    def _has_predict(self):
-        return self.method in ("kmeans", "kmedoids")
-
-    @available_if(_has_predict)
+    @_predict_if_method
     def predict(self, X, *, owners=None):
         """Cluster of each new row: nearest k-means centroid or medoid, from exact distances.
 
-        ``X`` as in :meth:`fit` (per-party arrays, or one array with ``owners`` /
-        ``n_parties``); returns labels in the same global row order.
+        ``X`` is the new rows: one 2-D array (held by one new party, as
+        ``model.predict(X_new)`` or ``Pipeline.predict`` pass it), or per-party arrays or
+        one array with ``owners`` as in :meth:`fit`. With ``n_parties`` set, one array is
+        split as in :meth:`fit`. Returns the labels in the row order of ``X``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from omnifc import FederatedClustering
+        >>> parties = [np.array([[0.0, 0.0], [9.0, 9.0]]), np.array([[0.0, 1.0]]),
+        ...            np.array([[9.0, 8.0], [1.0, 0.0]])]
+        >>> model = FederatedClustering(n_clusters=2, bound=16.0, random_state=0).fit(parties)
+        >>> model.predict(np.array([[8.0, 9.0], [1.0, 1.0]])).tolist()
+        [1, 0]
         """
-        from sklearn.utils.validation import check_is_fitted
+        from sklearn.utils.validation import check_is_fitted, validate_data
 
         check_is_fitted(self, "labels_")
-        names, arrays, order = split_parties(self, X, owners, self.n_parties, reset=False)
+        if owners is None and self.n_parties is None and not _is_per_party(X):
+            # One array of new rows: one querying party holds them all (nothing to split).
+            names, arrays, order = ["party-0"], [validate_data(self, X, dtype=np.float64,
+                                                               reset=False)], None
+        else:
+            names, arrays, order = split_parties(self, X, owners, self.n_parties,
+                                                 reset=False)
         fitted = self._fitted_parties
         new = {f"new:{name}": x for name, x in zip(names, arrays)}
         result = self._secure({**fitted, **new})

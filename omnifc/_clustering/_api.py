@@ -10,7 +10,7 @@ import numpy as np
 from finite_field import ParameterError
 
 from ._common import as_generator, canonical_order, check_n_clusters, relabel, validate
-from ._density import dbscan
+from ._density import dbscan, warn_if_degenerate
 from ._fcm import fuzzy_cmeans
 from ._hierarchical import hierarchical
 from ._kmeans import exact_kmeans, rows_kmeans
@@ -109,6 +109,9 @@ def fit_method(distances, method: str, n_clusters=None, *, random_state=None,
     if "graph" in details:  # sparse
         details["graph"] = details["graph"][inverse][:, inverse]
     details["order"] = order
+    if method == "dbscan":
+        warn_if_degenerate(details["labels"], details["eps"],
+                           options.get("min_samples", 5))
     found = len(set(details["labels"].tolist()) - {-1})
     logger.debug("%s on %d rows: %d clusters", method, n, found)
     return details

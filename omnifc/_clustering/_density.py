@@ -12,13 +12,42 @@ DBSCAN finds the number of clusters, and labels noise -1.
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 import numpy as np
 
 from finite_field import ParameterError
 
-__all__ = ["dbscan", "auto_eps", "knee_eps", "kneedle_knee"]
+__all__ = ["dbscan", "auto_eps", "knee_eps", "kneedle_knee", "warn_if_degenerate"]
+
+logger = logging.getLogger("omnifc.cluster")
+
+
+def warn_if_degenerate(labels, eps: float, min_samples: int) -> None:
+    """Log a warning when DBSCAN found no cluster (all noise) or a single one.
+
+    Either result carries no grouping (ARI 0 against any labelling with several classes),
+    yet it is a valid DBSCAN outcome, so it is a warning, not an error. It says which way
+    to move ``eps`` or ``min_samples``.
+    """
+    labels = np.asarray(labels)
+    n = labels.shape[0]
+    if n < 2:
+        return
+    noise = int((labels < 0).sum())
+    found = len(set(labels[labels >= 0].tolist()))
+    if found == 0:
+        logger.warning("DBSCAN (eps=%.4g, min_samples=%d) labelled all %d rows as noise: no "
+                       "cluster found; pass a larger eps or a smaller min_samples "
+                       "(options={'eps': ..., 'min_samples': ...}), or a method that takes "
+                       "n_clusters such as 'kmeans' or 'spectral'", eps, min_samples, n)
+    elif found == 1:
+        logger.warning("DBSCAN (eps=%.4g, min_samples=%d) put %s%d rows in one cluster "
+                       "(%d noise): no grouping found; pass a smaller eps (options={'eps': "
+                       "...}), or a method that takes n_clusters such as 'kmeans' or "
+                       "'spectral'", eps, min_samples, "all " if noise == 0 else "",
+                       n - noise, noise)
 
 
 def auto_eps(dist: np.ndarray, min_samples: int) -> float:

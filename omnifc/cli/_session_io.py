@@ -34,9 +34,36 @@ def refuse_insecure_flag(args) -> None:
                              "config ([tls] enabled = false, logged as a warning)")
 
 
-def output_dir(args, config) -> pathlib.Path:
-    folder = pathlib.Path(args.out) if args.out else pathlib.Path(RESULTS_DIR) / \
-        config.session_id
+def output_dir(args, config, files=(), explicit=()) -> pathlib.Path:
+    """The folder for this run's result ``files``; earlier results are never overwritten.
+
+    Checked before the session starts. An explicit ``--out`` (or an explicit file such as
+    ``--labels-out``) that already holds one of this run's files is refused, saying how to
+    go on. In the default ``./omnifc-results/<session id>/``, a rerun of the same session
+    keeps the earlier results and writes to ``<session id>-run2/`` (``-run3``, ...): the
+    first free folder, which the command prints.
+    """
+    from finite_field import ParameterError
+
+    taken = [str(path) for path in explicit if path and pathlib.Path(path).exists()]
+    if args.out:
+        folder = pathlib.Path(args.out)
+        taken += [str(folder / name) for name in files if (folder / name).exists()]
+    if taken:
+        raise ParameterError(
+            f"refusing to overwrite the results of an earlier run: {', '.join(taken)} "
+            f"already exist(s); choose another --out folder (or file), or move those files "
+            f"away first (without --out, each rerun gets a fresh folder under "
+            f"./{RESULTS_DIR}/)")
+    if not args.out:
+        base = pathlib.Path(RESULTS_DIR) / config.session_id
+        folder, run = base, 1
+        while any((folder / name).exists() for name in files):
+            run += 1
+            folder = base.with_name(f"{config.session_id}-run{run}")
+        if folder != base:
+            print(f"{base} holds the results of an earlier run of this session; they are "
+                  f"kept, and this run's results go to {folder}", flush=True)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -51,8 +78,10 @@ def warn_if_reused(config, role: str) -> None:
         mine = [line for line in previous if f" {role} " in f" {line} "]
         if mine:
             logger.warning("session %s was already run with this config (%s; see %s): reusing "
-                           "a session's keys and config for another run is discouraged, make "
-                           "a fresh session with `omnifc certs`", config.session_id,
+                           "a session's keys and config for another run is discouraged: make "
+                           "a fresh session with `omnifc session new` from the parties' "
+                           "cards (docs/deployment.md; `omnifc certs` is the one-machine "
+                           "demo shortcut only)", config.session_id,
                            mine[-1], marker)
         with marker.open("a") as handle:
             handle.write(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}"

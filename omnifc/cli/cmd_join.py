@@ -58,7 +58,8 @@ def run(args) -> int:
     check_clipping(report, bound=p.bound, nonnegative=p.nonnegative,
                    max_clipped=args.max_clipped, clip=args.clip)
     clipped, entries, fraction = report[args.party]
-    folder = output_dir(args, config)
+    folder = output_dir(args, config, [] if args.labels_out else [f"{args.party}-labels.npy"],
+                        explicit=(args.labels_out,))
     warn_if_reused(config, f"join:{args.party}")
     announce_session(config, f"party {args.party!r}")
     phases = {"roster": "shares", "confirmations": "shares", "share": "shares",

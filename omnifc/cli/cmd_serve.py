@@ -85,7 +85,11 @@ def run(args) -> int:
     cluster = None if args.no_cluster else clustering_callback(config)
     coordinator = coordinator_from_config(config, cluster=cluster)
     credentials = None if config.insecure else coordinator_credentials(config)
-    folder = output_dir(args, config)
+    results = [] if args.data_out else ["distances.npy"]
+    if cluster is not None and not args.labels_out:
+        results.append("labels.npy")
+    folder = output_dir(args, config, results, explicit=(
+        args.data_out, args.labels_out if cluster is not None else None))
     server = CoordinatorServer(
         coordinator, config.deadlines, address=args.address or config.coordinator,
         credentials=credentials, insecure=config.insecure, config=config).start()

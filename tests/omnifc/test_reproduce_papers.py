@@ -54,4 +54,4 @@ def test_cli_offers_every_paper_and_names_its_default_folder():
     assert done.returncode == 0
     for paper in PAPERS:
         assert paper in done.stdout
-    assert "default: docs/reproduction" in done.stdout
+    assert "default: ./omnifc-reproduce" in " ".join(done.stdout.split())

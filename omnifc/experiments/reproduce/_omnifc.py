@@ -28,7 +28,7 @@ import numpy as np
 from ..._clustering import METHODS, cluster
 from ..._secure import secure_distance_matrix
 from .._metrics import clustering_scores
-from ._report import omnifc_markdown, omnifc_plot
+from ._report import omnifc_markdown, omnifc_plot, require_plots
 from .._splits import split_non_iid
 from ..baselines import KFed, federated_fcm, federated_mufc, fedsc_style
 from ._grid import (LEVELS, METHOD_OPTIONS, NOISE_SEGMENTS, QUICK_DATASETS, REPRO_DATASETS,
@@ -104,7 +104,7 @@ def _evaluate(dataset, level: float, methods) -> list[dict]:
     return records
 
 
-def run_reproduction(out_dir="docs/reproduction", *, quick: bool = False, datasets=None,
+def run_reproduction(out_dir="omnifc-reproduce", *, quick: bool = False, datasets=None,
                      levels=None, methods=None, progress=None, stem: str | None = None) -> dict:
     """Run the evaluation and write the Markdown table and the kappa plot.
 
@@ -129,6 +129,7 @@ def run_reproduction(out_dir="docs/reproduction", *, quick: bool = False, datase
     datasets = tuple(datasets or (QUICK_DATASETS if quick else REPRO_DATASETS))
     levels = tuple(levels or ((0.0, 0.5, 1.0) if quick else LEVELS))
     methods = tuple(methods or METHODS)
+    require_plots()                      # before any work: a missing extra writes nothing
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     from threadpoolctl import threadpool_limits  # a scikit-learn dependency

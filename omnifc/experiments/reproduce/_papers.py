@@ -21,7 +21,7 @@ from finite_field import ParameterError
 
 from . import _client2vec, _clove, _flux, _fmcl
 from ._omnifc import run_reproduction
-from ._report import write_paper_report
+from ._report import require_plots, write_paper_report
 
 __all__ = ["PAPERS", "reproduce_paper"]
 
@@ -49,6 +49,7 @@ def reproduce_paper(paper: str, out_dir, *, quick: bool = False) -> dict:
     """
     if paper not in PAPERS:
         raise ParameterError(f"paper must be one of {PAPERS}, got {paper!r}")
+    require_plots()                      # before any work: a missing extra writes nothing
     out = Path(out_dir)
     if paper == "omnifc":
         return run_reproduction(out, quick=quick, stem="omnifc")

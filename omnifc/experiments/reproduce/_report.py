@@ -20,18 +20,29 @@ from finite_field import ParameterError
 from ._grid import (BASELINE_LABELS, METHOD_LABELS, METHOD_OPTIONS, NOISE_SEGMENTS,
                     ROW_NORMALIZED, SCALE_BITS, SEED, SEGMENTS, load_reproduction_dataset)
 
-__all__ = ["figure", "pair_lines", "write_paper_report", "yes", "omnifc_markdown",
-           "omnifc_plot"]
+__all__ = ["require_plots", "figure", "pair_lines", "write_paper_report", "yes",
+           "omnifc_markdown", "omnifc_plot"]
+
+PLOTS_HINT = 'pip install "omnifc[plots]"'
+
+
+def require_plots() -> None:
+    """Raise :class:`ParameterError` naming the ``plots`` extra unless matplotlib imports.
+
+    Called before any experiment runs, so a missing extra costs no time and writes nothing.
+    """
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as error:
+        raise ParameterError(f"omnifc reproduce writes plots and needs matplotlib, which is "
+                             f"not installed ({error}); install the plotting extra: "
+                             f"{PLOTS_HINT}") from error
 
 
 # ------------------------------------------------------------------- per-paper reports
 
 def figure(n_panels: int, width: float = 5.0, height: float = 3.8):
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ParameterError("the reproduction plots need matplotlib: pip install "
-                             "'omnifc[plots]'") from error
+    require_plots()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -97,11 +108,8 @@ def _table(records, datasets, levels, methods, metric) -> list[str]:
 
 
 def omnifc_plot(records, datasets, levels, methods, path: Path) -> None:
-    try:
-        import matplotlib
-    except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ParameterError("the reproduction plot needs matplotlib: pip install "
-                             "'omnifc[plots]'") from error
+    require_plots()
+    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D

@@ -1,0 +1,57 @@
+"""The README says how long the suite takes and how to run a fast subset; the markers that
+subset relies on select something sensible (process and gRPC tests out, unit tests in)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+FAST = 'python -m pytest -m "not slow and not network"'
+
+
+def test_readme_shows_the_fast_subset_and_the_suite_duration():
+    blocks = re.findall(r"```bash\n(.*?)```", README, re.S)
+    assert any(FAST in block for block in blocks)       # a command a user can copy
+    test_section = README[:README.index("## What it does")]
+    assert re.search(r"\d+ s\b|\d+ minutes", test_section)
+    for marker in ("network", "slow"):
+        assert f"`{marker}`" in test_section
+
+
+def _collect(*args):
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                           "-p", "no:cacheprovider", *args, "tests/omnifc", "tests/protocols"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return {line for line in done.stdout.splitlines() if "::" in line}
+
+
+@pytest.mark.timeout(600)
+def test_the_fast_subset_leaves_out_the_process_tests_and_keeps_the_rest():
+    every = _collect()
+    fast = _collect("-m", "not slow and not network")
+    assert fast < every
+    left_out = every - fast
+    # every test that starts serve/join/demo processes or party processes over gRPC
+    for module in ("tests/omnifc/test_first_day_cli.py", "tests/omnifc/test_demo.py",
+                   "tests/protocols/test_grpc.py", "tests/protocols/test_integrity_grpc.py"):
+        in_module = {t for t in every if t.startswith(module + "::")}
+        assert in_module and in_module <= left_out, module
+    # the rerun session runs serve + three joins; the reproduce default runs a paper
+    assert any("test_rerun_keeps_earlier_results" in t for t in left_out)
+    assert any("test_default_folder_is_omnifc_reproduce" in t for t in left_out)
+    # a file that mixes both keeps its in-memory attacks and leaves out its gRPC ones
+    mixed = {t for t in every if t.startswith("tests/protocols/test_malicious_coordinator.py")}
+    assert mixed & fast and mixed & left_out
+    # and the bulk stays: unit, oracle and in-memory tests
+    assert len(fast) > 0.8 * len(every)
+    for module in ("tests/omnifc/test_clustering.py", "tests/protocols/test_party_protections.py"):
+        assert any(t.startswith(module + "::") for t in fast), module
