@@ -37,6 +37,7 @@ from protocols._crypto import PairKeys
 from protocols._party import Party, _block_stop
 from protocols._identity import public_key_bytes
 from protocols._messages import row_tiles
+from protocols._plans import session_plan
 
 M, D, L, T, Q = 17, 784, 8, 1, 8
 
@@ -57,6 +58,7 @@ def _party(n: int, degree: int, mode: str, seed: int = 0) -> Party:
     rng = np.random.default_rng(seed)
     party.plan = params.plan(M)
     party.parameters = params.with_plan(party.plan)
+    party.session = session_plan(party.plan, party.parameters)  # what the roster sets
     party.names, party.index, party.n_total = names, 0, n
     party.roster_digest = bytes(32)
     party.keys = {name: PairKeys("bench", names[0], name, bytes(32),
