@@ -119,7 +119,7 @@ def corrupt(party, env, fault: str | None):
     if not fault:
         return env
     if fault.startswith("coalition:"):  # several parties deviating together
-        return Coalition.parse(fault).rewrite(party, env, corrupt)
+        return Coalition.parse(fault).rewrite(party, env)
     if fault == "garbage-tiles" and env.HasField("tile"):
         p = party.plan.primes[env.tile.prime_index]
         values = np.frombuffer(os.urandom(len(env.tile.values)), dtype="<u4") % np.uint32(p)
@@ -201,7 +201,7 @@ class Coalition:
     def honest(self, order) -> list:
         return [x for x in order if x not in self.members]
 
-    def rewrite(self, party, env, corrupt):
+    def rewrite(self, party, env):
         """What member ``party`` sends instead of ``env`` (``corrupt`` is the share fault)."""
         if party.party_id not in self.members:
             return env

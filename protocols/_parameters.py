@@ -429,27 +429,29 @@ def parameter_fields(fields, *, config: bool = False, after: str | None = None,
     return decorate
 
 
+def _run_checks(obj, fields, single: str, cross: str, label) -> None:
+    """Every field's ``single`` check (named by ``label(field)``), then every ``cross``
+    check over all values, on the frozen dataclass ``obj``; normalized values are stored."""
+    for f in fields:
+        check = getattr(f, single)
+        if check is not None:
+            object.__setattr__(obj, f.name, check(getattr(obj, f.name), label(f)))
+    values = {f.name: getattr(obj, f.name) for f in fields}
+    for f in fields:
+        check = getattr(f, cross)
+        if check is not None:
+            object.__setattr__(obj, f.name, check(getattr(obj, f.name), values))
+
+
 def check_parameters(obj, fields) -> None:
     """The checks of :class:`SessionParameters` on ``obj`` (a frozen dataclass): every
     field's ``check``, then every ``cross_check``; normalized values are stored."""
-    for f in fields:
-        if f.check is not None:
-            object.__setattr__(obj, f.name, f.check(getattr(obj, f.name), f.name))
-    values = {f.name: getattr(obj, f.name) for f in fields}
-    for f in fields:
-        if f.cross_check is not None:
-            object.__setattr__(obj, f.name, f.cross_check(getattr(obj, f.name), values))
+    _run_checks(obj, fields, "check", "cross_check", lambda f: f.name)
 
 
 def check_config_fields(obj, fields) -> None:
     """The config's checks on ``obj`` (messages name ``[table] key``)."""
-    for f in fields:
-        if f.config_check is not None:
-            object.__setattr__(obj, f.name, f.config_check(getattr(obj, f.name), f.key))
-    values = {f.name: getattr(obj, f.name) for f in fields}
-    for f in fields:
-        if f.config_cross is not None:
-            object.__setattr__(obj, f.name, f.config_cross(getattr(obj, f.name), values))
+    _run_checks(obj, fields, "config_check", "config_cross", lambda f: f.key)
 
 
 def _docstring(summary: str, fields) -> str:

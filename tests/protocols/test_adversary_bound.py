@@ -201,18 +201,13 @@ def test_correct_never_accepts_a_round_with_unlocated_entries_beside_located_one
     shares = Coalition("bad-shares", ("party-1",))
 
     def fault(party, env):
-        return shares.rewrite(party, rewrite.rewrite(party, env, None), _share_fault)
+        return shares.rewrite(party, rewrite.rewrite(party, env))
     seen = Transcript()
     with pytest.raises(DeviationError) as info:
         run_memory_session(data, params, faults={"party-1": fault}, observe=seen)
     assert set(info.value.named) <= {"party-1"}
     assert "could not be located" in str(info.value) and not str(info.value).startswith("0")
     assert all(p.result is None for p in seen.parties.values())
-
-
-def _share_fault(party, env, fault):
-    from protocols._faults import corrupt
-    return corrupt(party, env, fault)
 
 
 @pytest.mark.parametrize("integrity, adversaries", [("detect", 1), ("correct", 1),
