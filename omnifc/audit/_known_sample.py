@@ -174,7 +174,8 @@ def check_known_sample_attack(params: AuditParameters, *, rows: int | None = Non
     check.evidence.update(
         rows=n, dim=d, D_from=source, repeats=repeats, quantization_level=step,
         data_spread_rms=spread, errors=errors, exact_from_k=exact_from,
-        rows_per_party=rows_per_party, mitigations=MITIGATIONS)
+        rows_per_party=rows_per_party, rows_assumed=params.rows_assumed,
+        mitigations=MITIGATIONS)
     check.details.append(
         f"Method: {n} rows drawn uniformly in [{q.lower:g}, {params.bound:g}]^{d} (seed "
         f"{seed}); D computed by "
@@ -195,6 +196,11 @@ def check_known_sample_attack(params: AuditParameters, *, rows: int | None = Non
         "& Kargupta, arXiv:0911.2942, estimate 16-dimensional records within 7% from 4 known "
         "ones). OmniFC's guarantee protects the rows from the parties, not D from the "
         "coordinator. " + (
+            f"A session config does not hold the parties' row counts, so this audit assumed "
+            f"n = {params.rows} rows over {params.parties} parties (pass --rows with your "
+            f"session's total); the attack above ran on {n} synthetic rows. Whatever the "
+            f"counts, any one party holding at least d + 1 = {d + 1} rows, colluding with "
+            "the coordinator, reconstructs every row." if params.rows_assumed else
             f"Here each party holds about {rows_per_party} rows ({params.rows} rows over "
             f"{params.parties} parties; the attack above ran on {n} synthetic rows), "
             + ("more than d + 1: the coordinator colluding with any one party reconstructs "
@@ -220,7 +226,9 @@ def check_known_sample_attack(params: AuditParameters, *, rows: int | None = Non
                          f"grid in every draw (max error {errors[-1]['max_error_vs_data']:.2g}, "
                          f"rounding only); with k = 1 the error is "
                          f"{errors[0]['rms_error_vs_data']:.3g} (RMS; data spread {spread:.3g})"
-                         + (f"; a coordinator colluding with any one party (~{rows_per_party} "
+                         + (f"; a coordinator colluding with any one party holding at least "
+                            f"{exact_from} rows has enough" if params.rows_assumed else
+                            f"; a coordinator colluding with any one party (~{rows_per_party} "
                             "rows) has enough" if rows_per_party >= exact_from else "")
                          + ". Inherent to revealing D")
         if exact_from < d + 1:

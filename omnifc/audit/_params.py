@@ -54,12 +54,16 @@ class AuditParameters:
         means no config was given and the defaults are reported as assumed.
     source : str
         Where the parameters came from (for the report).
+    rows_assumed : bool
+        True when ``rows`` is a default rather than the session's own count (a config does
+        not hold the parties' row counts): the report then says so instead of quoting it.
     """
 
     parties: int = DEMO_DEFAULTS["parties"]
     rows: int = DEMO_DEFAULTS["rows"]
     transport: dict = field(default=None, compare=False, repr=False)
     source: str = "defaults (the demo's session)"
+    rows_assumed: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("dim", "scale_bits", "segments", "noise_segments", "parties", "rows"):
@@ -151,6 +155,7 @@ class AuditParameters:
 
         values, transport = read_session_config(path)
         values.update({k: v for k, v in overrides.items() if v is not None})
+        values.setdefault("rows_assumed", overrides.get("rows") is None)
         if not values.get("dim"):
             raise ParameterError(f"the session config {path} leaves [parameters] dim = 0 "
                                  "(taken from the data at join); pass the data's d with --dim")

@@ -69,7 +69,7 @@ def parameters_from_args(args) -> AuditParameters:
     given = {k: v for k, v in values.items() if v is not None}
     source = "defaults (the demo's session, signed)" if not given else "command-line flags"
     given.setdefault("nonnegative", False)  # signed: the default of `omnifc certs` and the API
-    return AuditParameters(**given, source=source)
+    return AuditParameters(**given, source=source, rows_assumed=args.rows is None)
 
 
 def run(args) -> int:

@@ -42,6 +42,15 @@ def _log_softmax(z: np.ndarray) -> np.ndarray:
     return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
 
 
+def _cross_entropy(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """Mean cross-entropy of ``logits`` against labels ``y`` and its gradient in the logits."""
+    logp = _log_softmax(logits)
+    n = y.size
+    delta = np.exp(logp)
+    delta[np.arange(n), y] -= 1.0
+    return float(-logp[np.arange(n), y].mean()), delta / n
+
+
 def _check_xy(x, y, n_features: int):
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.int64)
@@ -128,12 +137,7 @@ class SoftmaxRegression(_Classifier):
         """Mean cross-entropy and its gradient (plus the weight decay term)."""
         w, b = self._unpack(params)
         x, y = _check_xy(x, y, self.n_features)
-        logp = _log_softmax(x @ w + b)
-        n = y.size
-        loss = float(-logp[np.arange(n), y].mean())
-        delta = np.exp(logp)
-        delta[np.arange(n), y] -= 1.0
-        delta /= n
+        loss, delta = _cross_entropy(x @ w + b, y)
         gw = x.T @ delta + self.weight_decay * w
         return loss, np.concatenate([gw.ravel(), delta.sum(axis=0)])
 
@@ -186,12 +190,7 @@ class MLP(_Classifier):
         x, y = _check_xy(x, y, self.n_features)
         pre = x @ w1 + b1
         hidden = np.maximum(pre, 0.0)
-        logp = _log_softmax(hidden @ w2 + b2)
-        n = y.size
-        loss = float(-logp[np.arange(n), y].mean())
-        delta = np.exp(logp)
-        delta[np.arange(n), y] -= 1.0
-        delta /= n
+        loss, delta = _cross_entropy(hidden @ w2 + b2, y)
         gw2 = hidden.T @ delta + self.weight_decay * w2
         back = (delta @ w2.T) * (pre > 0)
         gw1 = x.T @ back + self.weight_decay * w1

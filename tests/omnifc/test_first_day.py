@@ -156,6 +156,31 @@ def test_known_sample_text_and_plot_say_what_was_measured(tmp_path):
     assert any(t.startswith("k = d + 1 = 5") for t in texts)
 
 
+@pytest.mark.slow
+def test_known_sample_text_does_not_quote_an_assumed_row_count_as_the_sessions():
+    """issue 25: `omnifc audit --config` said "~50 rows" for parties of 300-800 rows."""
+    from omnifc.audit import check_known_sample_attack
+    from omnifc.cli import build_parser
+    from omnifc.cli.cmd_audit import parameters_from_args
+
+    args = build_parser().parse_args(["audit", "--nonnegative", "--checks", "4"])
+    assumed = parameters_from_args(args)
+    assert assumed.rows_assumed and (assumed.rows, assumed.parties) == (150, 4)
+    given = parameters_from_args(build_parser().parse_args(
+        ["audit", "--nonnegative", "--rows", "1500", "--checks", "4"]))
+    assert not given.rows_assumed
+    check = check_known_sample_attack(assumed, repeats=2)
+    text = " ".join(check.details) + check.finding
+    assert "about 37 rows" not in text and "~37" not in text
+    assert "assumed n = 150 rows over 4 parties (pass --rows" in text
+    assert f"at least d + 1 = {assumed.dim + 1} rows" in text
+    assert check.evidence["rows_assumed"] is True
+    exact_from = check.evidence["exact_from_k"]
+    assert f"any one party holding at least {exact_from} rows has enough" in check.finding
+    check = check_known_sample_attack(given, repeats=2)
+    assert "each party holds about 375 rows (1500 rows over 4 parties" in " ".join(check.details)
+
+
 def test_privacy_views_plot_has_the_uniform_reference_and_p_values(tmp_path):
     from omnifc.audit import AuditParameters, check_empirical_privacy
 

@@ -21,6 +21,10 @@ def test_quick_reproduction_writes_table_and_plot(paper, tmp_path):
     assert outcome["markdown"].parent == tmp_path and outcome["plot"].parent == tmp_path
     assert outcome["plot"].read_bytes()[:8] == PNG
     assert "(quick run)" in text and f"--paper {paper}" in text
+    if "figure" in outcome:   # the figure alone says so too, and no legend covers a label
+        from omnifc.experiments.reproduce._report import legend_overlaps
+        assert "(quick run" in outcome["figure"]._suptitle.get_text()
+        assert legend_overlaps(outcome["figure"]) == []
     if paper == "omnifc":
         fed = [r for r in outcome["records"] if r["pipeline"] == "federated"]
         assert fed and all(r["same_as_centralized"] for r in fed)

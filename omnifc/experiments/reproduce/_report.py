@@ -20,8 +20,8 @@ from finite_field import ParameterError
 from ._grid import (BASELINE_LABELS, METHOD_LABELS, METHOD_OPTIONS, NOISE_SEGMENTS,
                     ROW_NORMALIZED, SCALE_BITS, SEED, SEGMENTS, load_reproduction_dataset)
 
-__all__ = ["require_plots", "figure", "pair_lines", "write_paper_report", "yes",
-           "omnifc_markdown", "omnifc_plot"]
+__all__ = ["require_plots", "figure", "pair_lines", "legend_overlaps", "place_legends",
+           "write_paper_report", "yes", "omnifc_markdown", "omnifc_plot"]
 
 PLOTS_HINT = 'pip install "omnifc[plots]"'
 
@@ -58,10 +58,47 @@ def pair_lines(ax, xs, plain, secure, label, color):
             label=f"{label} (secure)")
 
 
+def legend_overlaps(fig) -> list[str]:
+    """The texts (annotations, labels) that a legend of ``fig`` covers, as drawn.
+
+    >>> fig, (ax,) = figure(1)
+    >>> _ = ax.text(0.05, 0.95, "covered", transform=ax.transAxes, va="top")
+    >>> _ = ax.plot([0, 1], [0, 1], label="a line")
+    >>> _ = ax.legend(loc="upper left")
+    >>> legend_overlaps(fig)
+    ["legend of 'a line' covers 'covered'"]
+    """
+    return [f"legend of {ax.get_legend().get_texts()[0].get_text()!r} covers "
+            f"{text.get_text()!r}" for ax in fig.axes for text in _covered(fig, ax)]
+
+
+def place_legends(fig) -> None:
+    """Move every legend that covers a text of its axes below the axes, where it cannot."""
+    for ax in fig.axes:
+        if _covered(fig, ax):
+            size = ax.get_legend().get_texts()[0].get_fontsize()
+            ax.legend(fontsize=size, loc="upper center", bbox_to_anchor=(0.5, -0.18),
+                      frameon=False)
+
+
+def _covered(fig, ax) -> list:
+    legend = ax.get_legend()
+    if legend is None:
+        return []
+    renderer = fig.canvas.get_renderer()
+    fig.draw_without_rendering()
+    box = legend.get_window_extent(renderer)
+    return [t for t in ax.texts if t.get_text() and box.overlaps(t.get_window_extent(renderer))]
+
+
 def write_paper_report(out: Path, paper: str, title: str, claim_rows, notes, fig, seconds, quick) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     plot = out / f"{paper}.png"
     markdown = out / f"{paper}.md"
+    if quick:  # a reader of the figure alone must see that it is the smoke-sized run
+        shown = fig._suptitle.get_text() if fig._suptitle is not None else title
+        fig.suptitle(f"{shown} (quick run: fewer seeds and rows)", fontsize=10)
+    place_legends(fig)
     fig.tight_layout()
     fig.savefig(plot, dpi=110)
     lines = [f"# {title}" + (" (quick run)" if quick else ""), "",
@@ -73,7 +110,8 @@ def write_paper_report(out: Path, paper: str, title: str, claim_rows, notes, fig
     lines += ["", f"![{paper}]({plot.name})", "", "## Notes", ""]
     lines += [f"- {n}" for n in notes]
     markdown.write_text("\n".join(lines) + "\n")
-    return {"markdown": markdown, "plot": plot, "rows": claim_rows, "seconds": seconds}
+    return {"markdown": markdown, "plot": plot, "rows": claim_rows, "seconds": seconds,
+            "figure": fig}
 
 
 def yes(flag) -> str:
