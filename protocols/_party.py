@@ -332,6 +332,8 @@ class Party:
         self.n_total = offset
         self.roster_digest = roster_digest_of(self.session_id,
                                               [e.hello for e in roster.parties])
+        # the layout's entries against the roster's n, before any key or share
+        self.session.bind(self.session_id, self.n_total, self.roster_digest)
         self._peer_keys = {e.hello.party_id: bytes(e.hello.ephemeral_public_key)
                            for e in roster.parties if e.hello.party_id != self.party_id}
         self.phase = "confirm"
