@@ -123,3 +123,42 @@ def landmark_kmeans(columns, landmarks=None, n_clusters: int = 8, *, random_stat
     rows = _EmbeddedRows(embedding)
     seed_sets = [kmeans_plusplus_indices(rows, n_clusters, rng) for _ in range(int(n_init))]
     return best_lloyd(embedding, seed_sets, n_clusters, max_iter=max_iter, tol=tol)
+
+
+_OPTIONS = ("n_init", "max_iter", "tol")
+
+
+def fit_layout(result, method: str, n_clusters=None, *, random_state=None,
+               **options) -> dict:
+    """:func:`omnifc.cluster` on a layout's result (what ``fit_method`` hands over).
+
+    A ``landmarks`` result (D[:, L] with its landmarks) supports ``"kmeans"``: k-means on
+    the landmark-MDS coordinates (:func:`landmark_kmeans`), in the rows' own order (there
+    is no full D to put them in canonical order); labels renumbered by first appearance.
+    Every other method, and a ``pairs`` result, raise :class:`ParameterError`.
+    """
+    if hasattr(result, "pairs"):
+        raise ParameterError("the result of a 'pairs' session holds listed entries of D, "
+                             "not every distance a clustering method needs; cluster a "
+                             "'landmarks' or 'full' session's result")
+    if method != "kmeans":
+        raise ParameterError(f"the result of a 'landmarks' session (D[:, L]) supports "
+                             f"method 'kmeans' (landmark MDS, then Lloyd); method "
+                             f"{method!r} needs the full D (layout = 'full')")
+    if n_clusters is None:
+        raise ParameterError("method 'kmeans' needs n_clusters")
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise ParameterError(f"k-means on landmarks does not take option(s) {unknown}; it "
+                             f"takes {list(_OPTIONS)}")
+    details = landmark_kmeans(result, n_clusters=n_clusters, random_state=random_state,
+                              **options)
+    raw = np.asarray(details["labels"])
+    _, first = np.unique(raw, return_index=True)
+    old = raw[np.sort(first)]  # old labels in order of first appearance
+    mapping = np.empty(int(raw.max()) + 1, dtype=np.int64)
+    mapping[old] = np.arange(old.size)
+    details["labels"] = mapping[raw]
+    for key in ("cluster_centers", "init_indices"):
+        details[key] = np.asarray(details[key])[old]
+    return details

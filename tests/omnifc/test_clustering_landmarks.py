@@ -121,3 +121,25 @@ def test_the_coordinator_clusters_a_landmarks_session_and_each_party_gets_its_la
                                random_state=0)["labels"]
     assert outcome.labels.tolist() == expected.tolist()
     assert transcript.parties["party-1"].labels.tolist() == expected[6:12].tolist()
+
+
+def test_omnifc_cluster_runs_kmeans_on_a_landmarks_result_and_refuses_the_rest():
+    import omnifc
+    from protocols._layout_plans import LandmarkDistances, PairDistances
+
+    _, d = _blobs(seed=10)
+    landmarks = np.arange(0, 60, 5)
+    view = LandmarkDistances(None, d[:, landmarks], landmarks, 0)
+    raw = landmark_kmeans(d[:, landmarks], landmarks, 3, random_state=2)["labels"]
+    labels = omnifc.cluster(view, "kmeans", 3, random_state=2)
+    _, first = np.unique(raw, return_index=True)
+    renumber = {old: new for new, old in enumerate(raw[np.sort(first)])}
+    assert labels.tolist() == [renumber[v] for v in raw.tolist()]
+    assert labels[0] == 0 and set(labels.tolist()) == {0, 1, 2}
+    with pytest.raises(ParameterError, match="method 'spectral' needs the full D"):
+        omnifc.cluster(view, "spectral", 3)
+    with pytest.raises(ParameterError, match="does not take option"):
+        omnifc.cluster(view, "kmeans", 3, bandwidth=1.0)
+    pairs = PairDistances(None, np.ones(2), [[0, 1], [1, 2]], 3, 0)
+    with pytest.raises(ParameterError, match="'pairs' session"):
+        omnifc.cluster(pairs, "kmeans", 2)
