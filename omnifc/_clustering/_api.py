@@ -52,7 +52,8 @@ def fit_method(distances, method: str, n_clusters=None, *, random_state=None,
     if method not in _FUNCTIONS:
         raise ParameterError(f"unknown clustering method {method!r}; choose one of "
                              f"{list(METHODS)}")
-    if hasattr(distances, "landmarks") or hasattr(distances, "pairs"):  # a layout's result
+    if getattr(distances, "landmarks", None) is not None or \
+            getattr(distances, "pairs", None) is not None:  # a layout's result
         from ._landmarks import fit_layout
 
         return fit_layout(distances, method, n_clusters, random_state=random_state,

@@ -39,13 +39,15 @@ __all__ = ["landmark_mds", "landmark_kmeans"]
 
 def _columns(columns, landmarks):
     """(C as float64 (n, L), landmarks as int64 (L,)) from an array and indices, or from a
-    ``LandmarkDistances`` (a landmarks session's result: ``values`` and ``landmarks``)."""
+    landmarks session's result (a ``LandmarkDistances``: ``values`` and ``landmarks``, or
+    an ``omnifc.DistanceResult``: ``distances`` and ``landmarks``)."""
     if landmarks is None:
-        if not hasattr(columns, "landmarks"):
+        if getattr(columns, "landmarks", None) is None:
             raise ParameterError("landmarks are needed: pass D[:, L] and the landmark rows "
                                  "L, or a landmarks session's result")
         landmarks = columns.landmarks
-        columns = getattr(columns, "values", columns)
+        # a LandmarkDistances (values) or an omnifc DistanceResult (distances)
+        columns = columns.values if hasattr(columns, "values") else columns.distances
     c = np.asarray(columns, dtype=np.float64)
     index = np.asarray(landmarks)
     if c.ndim != 2 or index.ndim != 1 or c.shape[1] != index.size or not index.size:
@@ -137,7 +139,7 @@ def fit_layout(result, method: str, n_clusters=None, *, random_state=None,
     is no full D to put them in canonical order); labels renumbered by first appearance.
     Every other method, and a ``pairs`` result, raise :class:`ParameterError`.
     """
-    if hasattr(result, "pairs"):
+    if getattr(result, "pairs", None) is not None:
         raise ParameterError("the result of a 'pairs' session holds listed entries of D, "
                              "not every distance a clustering method needs; cluster a "
                              "'landmarks' or 'full' session's result")

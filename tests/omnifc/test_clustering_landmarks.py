@@ -143,3 +143,36 @@ def test_omnifc_cluster_runs_kmeans_on_a_landmarks_result_and_refuses_the_rest()
     pairs = PairDistances(None, np.ones(2), [[0, 1], [1, 2]], 3, 0)
     with pytest.raises(ParameterError, match="'pairs' session"):
         omnifc.cluster(pairs, "kmeans", 2)
+
+
+def test_secure_distance_matrix_computes_a_layout_and_omnifc_cluster_takes_it():
+    import omnifc
+
+    x, _ = _blobs(seed=11, n=18)
+    parts = [x[:6] / 8, x[6:11] / 8, x[11:] / 8]
+    q = np.floor(np.clip(np.concatenate(parts), -1, 1) * 256 + 0.5)
+    exact = ((q[:, None, :] - q[None, :, :]) ** 2).sum(-1)
+    result = omnifc.secure_distance_matrix(parts, bound=1.0, scale_bits=8,
+                                           layout="landmarks", landmarks=[17, 3, 8, 0, 12])
+    assert result.layout == "landmarks" and result.landmarks.tolist() == [17, 3, 8, 0, 12]
+    assert np.array_equal(result.integer_distances, exact[:, [17, 3, 8, 0, 12]])
+    assert np.array_equal(result.distances, exact[:, [17, 3, 8, 0, 12]] / 4.0 ** 8)
+    assert result.owners.tolist() == [0] * 6 + [1] * 5 + [2] * 7
+    labels = omnifc.cluster(result, "kmeans", 3, random_state=0)
+    assert labels.tolist() == omnifc.cluster(
+        _view(result.distances, result.landmarks), "kmeans", 3, random_state=0).tolist()
+    pairs = omnifc.secure_distance_matrix(parts, bound=1.0, scale_bits=8, layout="pairs",
+                                          pairs=[(0, 17), (4, 5)])
+    assert pairs.integer_distances.tolist() == [exact[0, 17], exact[4, 5]]
+    assert pairs.pairs.tolist() == [[0, 17], [4, 5]]
+    drawn = omnifc.secure_distance_matrix(parts, bound=1.0, scale_bits=8,
+                                          layout="landmarks", n_landmarks=4)
+    assert np.array_equal(drawn.integer_distances, exact[:, drawn.landmarks])
+    with pytest.raises(ParameterError, match="pairs= is for layout='pairs'"):
+        omnifc.secure_distance_matrix(parts, bound=1.0, layout="landmarks", pairs=[(0, 1)])
+
+
+def _view(values, landmarks):
+    from protocols._layout_plans import LandmarkDistances
+
+    return LandmarkDistances(None, values, landmarks, 0)
