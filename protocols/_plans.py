@@ -20,6 +20,10 @@ the coordinator's result    :class:`DistanceAccumulator`        :class:`SumAccum
 the decode                  tile-wise in place, D in [0, bound] signed, |sum| <= m M
 ==========================  ==================================  ============================
 
+A distance session of another *layout* (D[:, L] for landmark rows L, or a list of pairs;
+:mod:`protocols._layouts`) has its own plan, a :class:`DistanceSession` whose tiles,
+accumulator and decode cover only those entries (:mod:`protocols._layout_plans`).
+
 Both decodes are :mod:`finite_field`'s (:func:`~finite_field.decode_upper`,
 :func:`~finite_field.decode_residues`); a value outside the no-wrap bound is an
 :class:`~finite_field.IntegrityError` of phase ``decode`` that says which check failed.
