@@ -44,15 +44,21 @@ import numpy as np
 
 from finite_field import ParameterError
 
-__all__ = ["LAYOUTS", "DEFAULT_MAX_LANDMARKS", "DEFAULT_MAX_PAIRS", "check_layout",
+__all__ = ["LAYOUTS", "DEFAULT_MAX_LANDMARKS", "DEFAULT_MAX_PAIRS", "MAX_PAIRS", "check_layout",
            "layout_rows", "resolve_layout", "draw_landmarks"]
 
 #: The layouts of a distance session.
 LAYOUTS = ("full", "landmarks", "pairs")
 #: Public cap on L unless the config says otherwise.
 DEFAULT_MAX_LANDMARKS = 4096
+#: The most pairs a session may list: the list travels in the roster, and 2^19 pairs of
+#: row indices below 2^24 (8 bytes each as varints) keep it under 4.2 MB, about half of
+#: gRPC's 8 MiB message limit (protocols._tls.MAX_MESSAGE_BYTES).
+MAX_PAIRS = 1 << 19
 #: Public cap on P (pairs) unless the config says otherwise.
-DEFAULT_MAX_PAIRS = 1 << 24
+DEFAULT_MAX_PAIRS = MAX_PAIRS
+#: Row indices are below every row cap (< 2^40).
+_MAX_INDEX = 1 << 40
 #: Domain label of the landmark draw.
 _DRAW_LABEL = b"omnifc/v1 landmarks"
 
@@ -69,9 +75,10 @@ def layout_rows(value, key: str = "layout_rows") -> tuple:
         items = item if hasattr(item, "__iter__") and not isinstance(item, (str, bytes)) \
             else (item,)
         for v in items:
-            if isinstance(v, bool) or not hasattr(v, "__index__") or int(v) < 0:
-                raise ParameterError(f"{key} must hold row indices (integers >= 0), got "
-                                     f"{v!r:.40}")
+            if isinstance(v, bool) or not hasattr(v, "__index__") or \
+                    not 0 <= int(v) < _MAX_INDEX:
+                raise ParameterError(f"{key} must hold row indices (integers in [0, 2^40)), "
+                                     f"got {v!r:.40}")
             flat.append(int(v))
     return tuple(flat)
 

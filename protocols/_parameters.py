@@ -44,8 +44,8 @@ import numpy as np
 from finite_field import (INTEGRITY_POLICIES, CodingPlan, ParameterError, Quantizer,
                           check_adversaries, choose_primes, make_plan, min_parties)
 
-from ._layouts import (DEFAULT_MAX_LANDMARKS, DEFAULT_MAX_PAIRS, LAYOUTS, check_layout,
-                       layout_rows)
+from ._layouts import (DEFAULT_MAX_LANDMARKS, DEFAULT_MAX_PAIRS, LAYOUTS, MAX_PAIRS,
+                       check_layout, layout_rows)
 from ._mask_graph import check_distance_mask_degree, check_mask_degree
 
 __all__ = ["Parameter", "PARAMETERS", "PARAMETER", "SessionParameters", "MODES", "KINDS",
@@ -439,14 +439,16 @@ PARAMETERS: tuple[Parameter, ...] = (
         config_check=lambda v, k: _integer(v, k, 0, MAX_ROWS),
         fingerprint="unless-default", metavar="L"),
     Parameter(
-        "max_landmarks", "int", "public cap on L", DEFAULT_MAX_LANDMARKS,
-        check=lambda v, k: _integer(v, k, 1, MAX_ROWS), table="parameters",
-        config_check=lambda v, k: _integer(v, k, 1, MAX_ROWS),
+        "max_landmarks", "int", "public cap on L (at most 2^18: a row of D[:, L] fills one "
+        "tile)", DEFAULT_MAX_LANDMARKS,
+        check=lambda v, k: _integer(v, k, 1, 1 << 18), table="parameters",
+        config_check=lambda v, k: _integer(v, k, 1, 1 << 18),
         fingerprint="unless-default", wire_missing=DEFAULT_MAX_LANDMARKS),
     Parameter(
-        "max_pairs", "int", "public cap on the number of pairs", DEFAULT_MAX_PAIRS,
-        check=lambda v, k: _integer(v, k, 1, 1 << 40), table="parameters",
-        config_check=lambda v, k: _integer(v, k, 1, 1 << 40),
+        "max_pairs", "int", "public cap on the number of pairs (at most 2^19: the list "
+        "travels in the roster)", DEFAULT_MAX_PAIRS,
+        check=lambda v, k: _integer(v, k, 1, MAX_PAIRS), table="parameters",
+        config_check=lambda v, k: _integer(v, k, 1, MAX_PAIRS),
         fingerprint="unless-default", wire_missing=DEFAULT_MAX_PAIRS),
     Parameter(
         "alphas", "tuple | None", "interpolation points (l+t)", None,

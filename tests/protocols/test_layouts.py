@@ -39,7 +39,11 @@ def params(**layout) -> SessionParameters:
      "5 landmarks, more than the public cap"),
     (dict(layout="landmarks"), "needs the landmark rows"),
     (dict(layout="landmarks", layout_rows=(0, 1), n_landmarks=3), "n_landmarks must be 0 or"),
-    (dict(layout="landmarks", layout_rows=(-1,)), "integers >= 0"),
+    (dict(layout="landmarks", layout_rows=(-1,)), r"integers in \[0, 2\^40\)"),
+    (dict(layout="landmarks", layout_rows=(1 << 40,)), r"integers in \[0, 2\^40\)"),
+    (dict(layout="pairs", layout_rows=(0, 1), max_pairs=(1 << 19) + 1), "max_pairs must be <="),
+    (dict(layout="landmarks", n_landmarks=2, max_landmarks=(1 << 18) + 1),
+     "max_landmarks must be <="),
     (dict(layout="pairs", layout_rows=((0, 1), (2, 2))), r"pair 1 is \(2, 2\): a row with"),
     (dict(layout="pairs", layout_rows=((0, 1), (5, 4), (1, 0))), r"\{0, 1\} is listed 2"),
     (dict(layout="pairs", layout_rows=(0, 1, 2)), "an even count"),
@@ -223,3 +227,15 @@ def test_every_party_and_the_coordinator_draw_the_same_landmarks_from_the_roster
                               coordinator.roster_digest)
     assert coordinator.session.landmarks.tolist() == expected.tolist()
     assert len(expected) == 4
+
+
+def test_the_largest_pair_list_fits_one_roster_message():
+    from protocols._layouts import MAX_PAIRS
+    from protocols._tls import MAX_MESSAGE_BYTES
+
+    rows = np.arange(2 * MAX_PAIRS, dtype=np.int64) + (1 << 23)  # 4-byte varints
+    p = SessionParameters(dim=3, bound=1.0, layout="pairs", layout_rows=rows.tolist(),
+                          max_rows_total=10_000_000, max_rows_per_party=10_000_000)
+    assert p.max_pairs == MAX_PAIRS
+    size = p.to_proto(p.plan(3)).ByteSize()
+    assert size < 4.2e6 and size < MAX_MESSAGE_BYTES - 3 * 2**20  # 3 MiB for the rest
