@@ -28,8 +28,8 @@ them (it cannot change a signed hello). A coordinator can still abort and rerun 
 to draw again, or show a colluding party the other nonces before it signs; either way
 it gets only other entries of D.
 
->>> from protocols._layouts import check_layout, draw_landmarks
->>> check_layout("pairs", ((0, 1), (2, 0)), 0, max_landmarks=8, max_pairs=8)
+>>> from protocols._layouts import check_layout, draw_landmarks, layout_rows
+>>> check_layout("pairs", layout_rows([(0, 1), (2, 0)]), 0, max_landmarks=8, max_pairs=8)
 (0, 1, 2, 0)
 >>> draw_landmarks("s", bytes(32), n=10, count=3).tolist() == \\
 ...     draw_landmarks("s", bytes(32), n=10, count=3).tolist()
