@@ -13,7 +13,8 @@ from ._decode import WrapAroundError, decode_residues, decode_upper
 from ._errors import (DeadlineError, DeviationError, InputError, IntegrityError, OmniFCError, ParameterError,
                       PeerError, ProtocolError)
 from ._kernels import (DistanceTiles, cross_sq_distances, distances_from_gram, encode_blocks,
-                       gram_matrix, sq_distances, sq_distances_tile, weighted_sum)
+                       gram_matrix, paired_sq_distances, sq_distances, sq_distances_tile,
+                       weighted_sum)
 from ._integrity_masks import (MaskGroup, choose_mask_groups, cyclic_groups,
                                exposed_coalitions, integrity_rows, integrity_upload,
                                mask_groups, null_space,
@@ -38,6 +39,7 @@ __all__ = [
     "CodingPlan", "make_plan", "parties_needed", "tolerance", "Tolerance",
     "INTEGRITY_POLICIES", "decoding_radius", "check_adversaries",
     "encode_blocks", "weighted_sum", "sq_distances", "cross_sq_distances",
+    "paired_sq_distances",
     "gram_matrix", "distances_from_gram", "sq_distances_tile", "DistanceTiles",
     "crt_combine", "decode_residues", "decode_upper", "WrapAroundError",
     "masked_upload", "masked_upload_streams", "mask_words", "add_upload", "add_reduced",

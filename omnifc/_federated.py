@@ -186,6 +186,13 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         Bytes of n x n data kept in RAM (default 2 GiB); above it the coordinator
         accumulates D in a temporary memory-mapped file, clustered out of core
         (docs/scale.md).
+    distances : {"full", "landmarks"}
+        Which entries of D the session computes (docs/protocol.md, "Layouts"): all
+        (default), or D[:, L] for ``n_landmarks`` landmark rows drawn from the session's
+        public randomness, clustered by k-means on landmark (Nyström) MDS coordinates
+        (``method="kmeans"`` only; the coordinator then learns n x L entries of D).
+    n_landmarks : int, optional
+        L, for ``distances="landmarks"``.
 
     Attributes
     ----------
@@ -219,7 +226,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     def __init__(self, method="kmeans", n_clusters=None, *, segments=1, noise_segments=1,
                  scale_bits=16, bound=None, nonnegative=False, clip="clip",
                  max_clipped=MAX_CLIPPED, n_parties=None, random_state=None, options=None,
-                 integrity="detect", adversaries=None, mask_degree=0, memory_budget=None):
+                 integrity="detect", adversaries=None, mask_degree=0, memory_budget=None,
+                 distances="full", n_landmarks=None):
         self.method = method
         self.n_clusters = n_clusters
         self.segments = segments
@@ -236,6 +244,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.adversaries = adversaries
         self.mask_degree = mask_degree
         self.memory_budget = memory_budget
+        self.distances = distances
+        self.n_landmarks = n_landmarks
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -258,12 +268,15 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         if self.bound is None:
             raise ParameterError(_NO_BOUND)
         check_distance_mask_degree(self.mask_degree, self.noise_segments)
+        self._check_distances()
         names, arrays, order = split_parties(self, X, owners, self.n_parties)
         if self.nonnegative and any((x < 0).any() for x in arrays):
             raise InputError("Negative values in data passed to FederatedClustering with "
                              "nonnegative=True: features must lie in [0, bound]")
-        result = self._secure(dict(zip(names, arrays)))
-        details = fit_method(result.distances, self.method, self.n_clusters,
+        result = self._secure(dict(zip(names, arrays)), n_landmarks=self.n_landmarks)
+        # a landmarks result is clustered as a whole (D[:, L] and its landmarks)
+        source = result if result.layout == "landmarks" else result.distances
+        details = fit_method(source, self.method, self.n_clusters,
                              random_state=self.random_state, **dict(self.options or {}))
         labels = np.asarray(details["labels"])
         self.distance_result_ = result
@@ -281,9 +294,32 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self._fitted_parties = dict(zip(names, arrays))
         return self
 
-    def _secure(self, parties: dict):
-        """One secure reconstruction of D with this estimator's public parameters."""
-        return secure_distance_matrix(parties, bound=self.bound, scale_bits=self.scale_bits,
+    def _check_distances(self) -> None:
+        if self.distances not in ("full", "landmarks"):
+            raise ParameterError(f"distances must be 'full' or 'landmarks', got "
+                                 f"{self.distances!r}")
+        if self.distances == "landmarks":
+            if self.method != "kmeans":
+                raise ParameterError(f"distances='landmarks' clusters by k-means on landmark "
+                                     f"MDS coordinates: method must be 'kmeans', got "
+                                     f"{self.method!r}")
+            if isinstance(self.n_landmarks, bool) or not isinstance(
+                    self.n_landmarks, (int, np.integer)) or self.n_landmarks < 1:
+                raise ParameterError(f"distances='landmarks' needs n_landmarks, an integer "
+                                     f">= 1, got {self.n_landmarks!r}")
+
+    def _layout(self, *, n_landmarks=None, landmarks=None) -> dict:
+        if self.distances != "landmarks":
+            return {}
+        if landmarks is not None:
+            return {"layout": "landmarks", "landmarks": landmarks}
+        return {"layout": "landmarks", "n_landmarks": int(n_landmarks)}
+
+    def _secure(self, parties: dict, **layout):
+        """One secure reconstruction of D (or of the layout's entries) with this
+        estimator's public parameters."""
+        return secure_distance_matrix(parties, **self._layout(**layout),
+                                      bound=self.bound, scale_bits=self.scale_bits,
                                       segments=self.segments,
                                       noise_segments=self.noise_segments,
                                       nonnegative=self.nonnegative, clip=self.clip,
@@ -323,8 +359,10 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                                                  reset=False)
         fitted = self._fitted_parties
         new = {f"new:{name}": x for name, x in zip(names, arrays)}
-        result = self._secure({**fitted, **new})
         n_fit = sum(x.shape[0] for x in fitted.values())
+        if self.distances == "landmarks":
+            return self._predict_landmarks(fitted, new, n_fit, order)
+        result = self._secure({**fitted, **new})
         d = result.distances
         cross, within = d[n_fit:, :n_fit], d[:n_fit, :n_fit]
         train = np.concatenate([self.party_labels_[i] for i in range(len(fitted))])
@@ -338,6 +376,25 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                              - within[np.ix_(train == k, train == k)].mean() / 2
                              for k in clusters], axis=1)
             labels = clusters[np.argmin(cost, axis=1)]
+        if order is not None:
+            in_x_order = np.empty_like(labels)
+            in_x_order[order] = labels
+            labels = in_x_order
+        return labels
+
+    def _predict_landmarks(self, fitted: dict, new: dict, n_fit: int, order):
+        """Nearest k-means centroid in the landmark-MDS coordinates of the fit: a
+        landmarks session over the fitted rows plus the new ones, with the fitted landmark
+        rows (the fitted parties come first, so their global rows are unchanged), gives
+        the new rows' D[:, L]; the landmark block is the fit's, hence the same basis."""
+        from ._clustering import landmark_mds
+
+        landmarks = self.distance_result_.landmarks
+        result = self._secure({**fitted, **new}, landmarks=landmarks.tolist())
+        embedding = landmark_mds(result)[n_fit:]
+        centers = np.asarray(self.details_["cluster_centers"])
+        cost = ((embedding[:, None, :] - centers[None, :, :]) ** 2).sum(-1)
+        labels = np.argmin(cost, axis=1).astype(np.int64)
         if order is not None:
             in_x_order = np.empty_like(labels)
             in_x_order[order] = labels

@@ -48,6 +48,15 @@ class DistanceResult:
     store : DistanceStore, optional
         The one integer matrix (in RAM or memory-mapped) behind ``integer_distances`` and
         ``distances`` when the result was built out of core.
+    layout : str
+        Which entries of D were computed (docs/protocol.md, "Layouts"): "full" (the
+        shapes above), "landmarks" (``distances`` and ``integer_distances`` are (n, L)
+        arrays of D[:, landmarks]) or "pairs" ((P,) vectors of the distances of
+        ``pairs``).
+    landmarks : ndarray of int64 (L,), optional
+        The landmark rows of a "landmarks" result: column c is row ``landmarks[c]``.
+    pairs : ndarray of int64 (P, 2), optional
+        The global rows (i, j) of every entry of a "pairs" result.
     """
 
     distances: np.ndarray
@@ -60,6 +69,9 @@ class DistanceResult:
     labels: np.ndarray | None = None
     clipped_fraction: dict = field(default_factory=dict)
     store: object = None
+    layout: str = "full"
+    landmarks: np.ndarray | None = None
+    pairs: np.ndarray | None = None
 
     @classmethod
     def from_store(cls, store, *, party_names=None, owners=None, parameters=None,

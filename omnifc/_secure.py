@@ -72,7 +72,8 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
                            insecure: bool = False, out=None,
                            memory_budget=None, integrity: str = "detect",
                            adversaries: int | None = None,
-                           mask_degree: int = 0) -> DistanceResult:
+                           mask_degree: int = 0, layout: str = "full", landmarks=None,
+                           n_landmarks: int = 0, pairs=None) -> DistanceResult:
     """Exact pairwise squared distances of all parties' rows, computed on Lagrange shares.
 
     Each party quantizes its rows with the public ``bound`` and ``scale_bits``, encodes them
@@ -146,6 +147,14 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
         1 <= k <= ``noise_segments`` raises :class:`ParameterError` before anything runs,
         because the coordinator chooses the responders, can leave r = 0 (no integrity
         checks), and then the masks alone protect each party's evaluation.
+    layout : {"full", "landmarks", "pairs"}
+        Which entries of D to compute (docs/protocol.md, "Layouts"): all of them
+        (default); ``"landmarks"``: D[:, L], every row against the landmark rows
+        ``landmarks`` (global row indices, parties' rows concatenated in order), or
+        ``n_landmarks`` rows drawn from the session's public randomness; ``"pairs"``: the
+        pairs ``pairs`` ((i, j) global rows). The coordinator learns only those entries;
+        the result holds them (``layout``, ``landmarks``, ``pairs``), in memory (``out``
+        is for the full layout).
 
     Returns
     -------
@@ -185,7 +194,8 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
                                    segments=segments, noise_segments=noise_segments,
                                    nonnegative=nonnegative, primes=plan.primes, mode=mode,
                                    integrity=integrity, adversaries=adversaries,
-                                   mask_degree=mask_degree)
+                                   mask_degree=mask_degree,
+                                   **_layout_parameters(layout, landmarks, n_landmarks, pairs))
     chosen = None if responders is None else [names[j] for j in responder_idx]
     outcome = _run(dict(zip(names, arrays)), parameters, transport=transport,
                    responders=chosen, cluster=cluster, deadline=deadline, insecure=insecure,
@@ -195,6 +205,12 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
                                       "integrity_status": outcome.integrity,
                                       "deviations": list(outcome.deviations)}
     clipped_fraction = {n: r[2] for n, r in report.items()}
+    if outcome.layout != "full":  # only the layout's entries, held in memory
+        return DistanceResult(distances=outcome.values, integer_distances=outcome.integer,
+                              party_names=names, owners=owners, parameters=described,
+                              stats=_stats(outcome), clipped=clipped, labels=outcome.labels,
+                              clipped_fraction=clipped_fraction, layout=outcome.layout,
+                              landmarks=outcome.landmarks, pairs=outcome.pairs)
     store = outcome.store  # the coordinator wrote D once, here
     store.parameters = described
     extra = dict(stats=_stats(outcome), clipped=clipped, labels=outcome.labels,
@@ -211,6 +227,16 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     logger.info("reconstructed %d x %d distances from %d parties (%s, %s)",
                 store.n, store.n, len(names), mode, transport)
     return result
+
+
+def _layout_parameters(layout, landmarks, n_landmarks, pairs) -> dict:
+    """The session's layout fields from the call's arguments (each for its own layout)."""
+    if landmarks is not None and layout != "landmarks":
+        raise ParameterError(f"landmarks= is for layout='landmarks', got layout={layout!r}")
+    if pairs is not None and layout != "pairs":
+        raise ParameterError(f"pairs= is for layout='pairs', got layout={layout!r}")
+    rows = landmarks if layout == "landmarks" else pairs
+    return {"layout": layout, "layout_rows": rows, "n_landmarks": n_landmarks}
 
 
 def _run(party_data: dict, parameters, *, transport: str, responders, cluster, deadline,

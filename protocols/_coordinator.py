@@ -119,12 +119,21 @@ class Outcome:
         ``peak_open_sum_bytes`` and ``peak_open_sum_disk_bytes`` (the most open tile sums
         held in RAM, and memory-mapped, at once, over every round; zero in rounds without
         checks, which keep no open sums). Empty for sum sessions.
+    layout : str
+        Which entries of D (docs/protocol.md, "Layouts"): "full" (``store``), "landmarks"
+        (``integer`` and ``values`` are (n, L) arrays of D[:, landmarks]) or "pairs"
+        (``integer`` and ``values`` are (P,) vectors of the distances of ``pairs``).
+    landmarks : ndarray of int64 (L,) or None
+        The landmark rows of a "landmarks" session (column c is row ``landmarks[c]``).
+    pairs : ndarray of int64 (P, 2) or None
+        The global rows (i, j) of every entry of a "pairs" session, in order.
     """
 
     def __init__(self, integer=None, values=None, labels=None, party_names=(),
                  row_offsets=(), rows=(), responders=(), round=0, parameters=None,
                  stats=None, lost=None, integrity: str = "off", deviations=None,
-                 store: DistanceStore | None = None, memory=None) -> None:
+                 store: DistanceStore | None = None, memory=None, layout: str = "full",
+                 landmarks=None, pairs=None) -> None:
         self._integer = integer
         self._values = values
         self.store = store
@@ -140,6 +149,9 @@ class Outcome:
         self.integrity = integrity
         self.deviations = list(deviations or [])
         self.memory = dict(memory or {})
+        self.layout = layout
+        self.landmarks = None if landmarks is None else np.array(landmarks, dtype=np.int64)
+        self.pairs = None if pairs is None else np.array(pairs, dtype=np.int64)
 
     @property
     def integer(self) -> np.ndarray:
@@ -234,6 +246,10 @@ class Coordinator:
         self.cluster = cluster
         if out is not None and Path(out).exists():  # before any party is involved
             raise ParameterError(f"out={str(out)!r} exists already; choose a new path")
+        if out is not None and self.parameters.layout != "full":
+            raise ParameterError(f"out= writes the n x n result of the full layout; layout "
+                                 f"{self.parameters.layout!r} keeps its result in memory "
+                                 "(leave out unset)")
         self.storage = {"out": out, "memory_budget": memory_budget, "tile_bytes": tile_bytes}
         self._acc: DistanceAccumulator | SumAccumulator | None = None  # the round's result
         self._store: DistanceStore | None = None
@@ -460,6 +476,8 @@ class Coordinator:
         self.n_total = offset
         self.roster_digest = roster_digest_of(self.session_id,
                                               [self.hellos[name] for name in self.names])
+        # the layout's entries against the roster's n, before the roster goes out
+        self.session.bind(self.session_id, self.n_total, self.roster_digest)
         self._enter("shares")
         return self._broadcast(lambda name: envelope(roster=roster))
 
@@ -700,7 +718,8 @@ class Coordinator:
         decoding = self.checks.codes[k].decode(sums[1:], max_errors=self.checks.radius)
         values = sums[0]
         if not decoding.clean:
-            self.findings.add(decoding, a, a, self._owner_starts, self.checks.responders)
+            self.findings.add(decoding, a, a, self._owner_starts, self.checks.responders,
+                              entries=self.session.entries(a, b))
             if decoding.ok:
                 values = decoding.correct_combination(self.checks.rows[k][0], values)
         self._acc.add_tile(k, a, b, np.asarray(values, dtype=np.int64) % self.plan.primes[k])
@@ -791,7 +810,9 @@ class Coordinator:
         labels = None
         if self.cluster is not None:
             view = values
-            if store is not None:
+            if self.session.layout != "full":  # D[:, L] with its landmarks, or the pairs
+                view = self.session.cluster_input(integer, values)
+            elif store is not None:
                 view = store.distances
                 if not store.on_disk and view.fits_in_memory(copies=4):
                     view = np.asarray(view)  # small: the dense float matrix callers expect
@@ -828,15 +849,20 @@ class Coordinator:
             parameters=self._describe(),
             stats={k: tuple(v) for k, v in self.stats.items()}, lost=sorted(self.lost),
             integrity=self._integrity_status(), deviations=list(self.deviations),
-            store=store, memory=dict(self.memory))
+            store=store, memory=dict(self.memory), layout=self.session.layout,
+            landmarks=getattr(self.session, "landmarks", None),
+            pairs=getattr(self.session, "pairs", None))
         return out
 
     def _describe(self) -> dict:
-        return self.plan.describe() | {"mode": self.parameters.mode,
-                                       "responders": list(self.responders),
-                                       "round": self.round,
-                                       "integrity": self.parameters.integrity,
-                                       "mask_degree": self.parameters.mask_degree}
+        described = self.plan.describe() | {"mode": self.parameters.mode,
+                                            "responders": list(self.responders),
+                                            "round": self.round,
+                                            "integrity": self.parameters.integrity,
+                                            "mask_degree": self.parameters.mask_degree}
+        if self.session.layout != "full":
+            described |= self.session.describe()
+        return described
 
     def _on_error(self, sender: str, report: pb.ErrorReport) -> list:
         # Blame only the authenticated sender: whatever party the report names, the

@@ -322,8 +322,9 @@ class Findings:
     triples: set = field(default_factory=set)   # (owner index, owner index, evaluator name)
 
     def add(self, decoding, row_offset: int, col_offset: int, owners: np.ndarray,
-            responders) -> None:
-        """Record a tile's :class:`~finite_field.Decoding` (global rows via the offsets)."""
+            responders, *, entries=None) -> None:
+        """Record a tile's :class:`~finite_field.Decoding` (global rows via the offsets,
+        or ``entries(flat) -> (rows, columns)`` for a layout's tile)."""
         self.flagged += int(decoding.flagged.size)
         self.uncorrectable += int(decoding.uncorrectable.size)
         if not decoding.flagged.size:
@@ -331,10 +332,13 @@ class Findings:
         rows_idx, slots = np.nonzero(decoding.positions >= 0)
         if not rows_idx.size:
             return
-        cols = decoding.shape[1]
         flat = decoding.flagged[rows_idx]
-        a = row_offset + flat // cols
-        b = col_offset + flat % cols
+        if entries is not None:
+            a, b = (np.asarray(v, dtype=np.int64) for v in entries(flat))
+        else:
+            cols = decoding.shape[1]
+            a = row_offset + flat // cols
+            b = col_offset + flat % cols
         evaluators = decoding.positions[rows_idx, slots]
         owner_a = np.searchsorted(owners, a, side="right") - 1
         owner_b = np.searchsorted(owners, b, side="right") - 1

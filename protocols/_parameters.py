@@ -44,13 +44,15 @@ import numpy as np
 from finite_field import (INTEGRITY_POLICIES, CodingPlan, ParameterError, Quantizer,
                           check_adversaries, choose_primes, make_plan, min_parties)
 
+from ._layouts import (DEFAULT_MAX_LANDMARKS, DEFAULT_MAX_PAIRS, LAYOUTS, MAX_PAIRS,
+                       check_layout, layout_rows)
 from ._mask_graph import check_distance_mask_degree, check_mask_degree
 
 __all__ = ["Parameter", "PARAMETERS", "PARAMETER", "SessionParameters", "MODES", "KINDS",
            "INTEGRITY", "DEFAULT_CHUNK_BYTES", "DEFAULT_MAX_ROWS_PER_PARTY",
            "DEFAULT_MAX_ROWS_TOTAL", "MAX_DIM", "MAX_ROWS", "REQUIRED", "parameter_fields",
            "table_fields", "check_parameters", "check_config_fields", "show",
-           "add_parameter_options", "values_from_options"]
+           "add_parameter_options", "values_from_options", "LAYOUTS"]
 
 #: Aggregation modes: "masked" (default; the coordinator learns only D) and "transparent"
 #: (opt-in; the coordinator sees every per-party evaluation, i.e. per-segment distances).
@@ -169,6 +171,26 @@ def _config_mask_degree(value, values: dict) -> int:
     _integer(value, "[parameters] mask_degree (0 = every pair masks)", 0, (1 << 20) - 1)
     return check_distance_mask_degree(value, values.get("noise_segments"),
                                       name="[parameters] mask_degree")
+
+
+def _session_layout(value, values: dict) -> str:
+    """The layout's checks that need no roster (:func:`protocols._layouts.check_layout`),
+    and a landmark row of uploads must fit one tile (4 bytes per landmark)."""
+    check_layout(value, values["layout_rows"], values["n_landmarks"],
+                 max_landmarks=values["max_landmarks"], max_pairs=values["max_pairs"],
+                 kind=values.get("kind", "distance"))
+    count = len(values["layout_rows"]) or values["n_landmarks"]
+    if value == "landmarks" and 4 * count > values["chunk_bytes"]:
+        raise ParameterError(f"{count} landmarks make a row of {4 * count} bytes, more than "
+                             f"chunk_bytes = {values['chunk_bytes']} (one tile)")
+    return value
+
+
+def _config_layout(value, values: dict) -> str:
+    check_layout(value, values["layout_rows"], values["n_landmarks"],
+                 max_landmarks=values["max_landmarks"], max_pairs=values["max_pairs"],
+                 prefix="[parameters] ")
+    return value
 
 
 # --- the table --------------------------------------------------------------------------
@@ -383,6 +405,51 @@ PARAMETERS: tuple[Parameter, ...] = (
         check=_adversaries, table="session", metavar="A", audit=True,
         optional_on_wire=True,
         from_plan=lambda parameters, plan: parameters.adversary_bound(plan.parties)),
+    Parameter(
+        "layout", "str", "which entries of D: full (default), landmarks (D[:, L]) or pairs "
+        "(listed pairs)", "full",
+        comment="'full' (default), 'landmarks' (D[:, L]) or 'pairs' (the listed pairs)",
+        doc="Which entries of D the session computes (docs/protocol.md, \"Layouts\"): "
+            "\"full\" (default) every pair; \"landmarks\" D[:, L], every row against the "
+            "landmark rows L (listed in ``layout_rows``, or ``n_landmarks`` of them drawn "
+            "from the run's public randomness); \"pairs\" the pairs listed in "
+            "``layout_rows``. Each is a set of entries of D: the coordinator learns no more.",
+        check=lambda v, k: _choice(v, k, LAYOUTS, listed=False), cross_check=_session_layout,
+        table="parameters", config_check=lambda v, k: _choice(v, k, LAYOUTS, listed=True),
+        config_cross=_config_layout, fingerprint="unless-default", choices=LAYOUTS,
+        wire_missing="full"),
+    Parameter(
+        "layout_rows", "tuple", "landmarks: the landmark rows; pairs: i0,j0,i1,j1,... "
+        "(global row indices)", (),
+        comment="landmarks: landmark rows; pairs: i0, j0, i1, j1, ...",
+        doc="Global row indices of the layout: the landmark rows (distinct; empty: "
+            "``n_landmarks`` are drawn), or the pairs flattened, i0, j0, i1, j1, ... "
+            "(distinct in either order, never a row with itself; ``((i0, j0), ...)`` is "
+            "accepted and flattened). Every party checks them against the roster's n "
+            "before anything is shared.",
+        check=layout_rows, table="parameters", config_check=layout_rows,
+        fingerprint="unless-default", metavar="I,J", cli_type=tuple, repeated=True),
+    Parameter(
+        "n_landmarks", "int", "landmarks: L rows drawn from the run's public randomness "
+        "(0: the listed rows)", 0, comment="L drawn from the run's randomness (0: listed)",
+        doc="L, the landmarks drawn uniformly from the roster digest (every party's "
+            "signed fresh run nonce: no party or coordinator chooses them) when "
+            "``layout_rows`` is empty; 0 or len(layout_rows) otherwise.",
+        check=lambda v, k: _integer(v, k, 0, MAX_ROWS), table="parameters",
+        config_check=lambda v, k: _integer(v, k, 0, MAX_ROWS),
+        fingerprint="unless-default", metavar="L"),
+    Parameter(
+        "max_landmarks", "int", "public cap on L (at most 2^18: a row of D[:, L] fills one "
+        "tile)", DEFAULT_MAX_LANDMARKS,
+        check=lambda v, k: _integer(v, k, 1, 1 << 18), table="parameters",
+        config_check=lambda v, k: _integer(v, k, 1, 1 << 18),
+        fingerprint="unless-default", wire_missing=DEFAULT_MAX_LANDMARKS),
+    Parameter(
+        "max_pairs", "int", "public cap on the number of pairs (at most 2^19: the list "
+        "travels in the roster)", DEFAULT_MAX_PAIRS,
+        check=lambda v, k: _integer(v, k, 1, MAX_PAIRS), table="parameters",
+        config_check=lambda v, k: _integer(v, k, 1, MAX_PAIRS),
+        fingerprint="unless-default", wire_missing=DEFAULT_MAX_PAIRS),
     Parameter(
         "alphas", "tuple | None", "interpolation points (l+t)", None,
         doc="Interpolation points alpha_1..alpha_{l+t} (default 1..l+t).",

@@ -36,7 +36,9 @@ Rules that hold whatever the coordinator sends (it may be actively malicious):
 - **Roster.** Accepted only in the session config's order (the order of ``pinned``), with
   every party exactly once, every hello verified against its pinned key, this party's own
   hello unchanged, the public parameters equal to this party's own, and every row count
-  within the public caps (checked before anything is allocated).
+  within the public caps (checked before anything is allocated). A layout other than
+  the full matrix (:mod:`protocols._layouts`) must fit the roster: every landmark or pair
+  row below its n, at most n landmarks drawn, all checked before the roster is confirmed.
 - **Rounds.** Round numbers strictly increase (a replayed ``RoundStart`` is refused); the
   first round's responding set B has at least 2l+2t-1 parties (all for a sum) and every
   later one is a *strict subset* of the previous round's B, so a session has at most
@@ -332,6 +334,8 @@ class Party:
         self.n_total = offset
         self.roster_digest = roster_digest_of(self.session_id,
                                               [e.hello for e in roster.parties])
+        # the layout's entries against the roster's n, before any key or share
+        self.session.bind(self.session_id, self.n_total, self.roster_digest)
         self._peer_keys = {e.hello.party_id: bytes(e.hello.ephemeral_public_key)
                            for e in roster.parties if e.hello.party_id != self.party_id}
         self.phase = "confirm"

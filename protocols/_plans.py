@@ -20,6 +20,10 @@ the coordinator's result    :class:`DistanceAccumulator`        :class:`SumAccum
 the decode                  tile-wise in place, D in [0, bound] signed, |sum| <= m M
 ==========================  ==================================  ============================
 
+A distance session of another *layout* (D[:, L] for landmark rows L, or a list of pairs;
+:mod:`protocols._layouts`) has its own plan, a :class:`DistanceSession` whose tiles,
+accumulator and decode cover only those entries (:mod:`protocols._layout_plans`).
+
 Both decodes are :mod:`finite_field`'s (:func:`~finite_field.decode_upper`,
 :func:`~finite_field.decode_residues`); a value outside the no-wrap bound is an
 :class:`~finite_field.IntegrityError` of phase ``decode`` that says which check failed.
@@ -86,6 +90,9 @@ class SessionPlan:
     """
 
     kind = ""
+    #: Which entries of D (protocols._layouts): "full" but for the layout plans of
+    #: protocols._layout_plans.
+    layout = "full"
     #: Whether the parties exchange encrypted shares before the evaluation.
     exchanges_shares = False
     #: Whether a round can carry integrity checks.
@@ -94,6 +101,16 @@ class SessionPlan:
     def __init__(self, plan, parameters: SessionParameters) -> None:
         self.plan = plan
         self.parameters = parameters
+
+    def bind(self, session_id: str, n_total: int, roster_digest: bytes) -> None:
+        """Fix what depends on the roster (a layout's entries; nothing here): every party
+        before it confirms the roster, the coordinator before it sends it. Raises
+        ParameterError when the roster does not fit."""
+
+    def entries(self, a: int, b: int):
+        """``flat index -> (global rows, global columns)`` of tile [a, b) for the
+        integrity verdict; None: the upper-triangle row tile of the full matrix."""
+        return None
 
 
 class DistanceSession(SessionPlan):
@@ -274,8 +291,15 @@ class SumSession(SessionPlan):
 
 
 def session_type(parameters: SessionParameters) -> type:
-    """:class:`DistanceSession` or :class:`SumSession`, by ``parameters.kind``."""
-    return SumSession if parameters.kind == "sum" else DistanceSession
+    """:class:`DistanceSession` or :class:`SumSession`, by ``parameters.kind``; a layout
+    other than full has its own distance plan (:mod:`protocols._layout_plans`)."""
+    if parameters.kind == "sum":
+        return SumSession
+    if parameters.layout != "full":
+        from ._layout_plans import layout_session_type
+
+        return layout_session_type(parameters.layout)
+    return DistanceSession
 
 
 def session_plan(plan, parameters: SessionParameters):

@@ -36,8 +36,10 @@ from ._encode import _encode_kernel, encode_blocks, weighted_sum, weighted_sums
 from ._exact import _column_plan, _mod_float, _small_operand_plan
 from ._pairwise import (DistanceTiles, _panel_kernel, cross_sq_distances, distances_from_gram,
                         gram_matrix, sq_distances, sq_distances_tile)
+from ._paired import paired_sq_distances
 
 __all__ = [
     "encode_blocks", "weighted_sum", "weighted_sums", "sq_distances", "cross_sq_distances",
     "sq_distances_tile", "DistanceTiles", "gram_matrix", "distances_from_gram",
+    "paired_sq_distances",
 ]

@@ -9,6 +9,8 @@
 - ``_density``: DBSCAN with automatic eps; the Kneedle knee of a sorted curve
 - ``_hierarchical``: scipy linkage on condensed sqrt(D); the adapters' Ward cut and average
   linkage
+- ``_landmarks``: landmark (Nyström) MDS and k-means from D[:, L] alone (the result of a
+  ``landmarks`` session)
 - ``_api``: :func:`cluster` dispatching to all of them
 """
 
@@ -19,8 +21,9 @@ from ._fcm import fcm_points
 from ._hierarchical import LINKAGES, average_linkage_labels, ward_from_distances
 from ._kmeans import kmeans_from_distances
 from ._kmedoids import pam
+from ._landmarks import landmark_kmeans, landmark_mds
 
 __all__ = ["cluster", "fit_method", "METHODS", "canonical_order", "gaussian_bandwidth",
            "kmeans_plusplus_indices", "auto_eps", "fcm_points", "LINKAGES", "pam", "relabel",
            "kneedle_knee", "kmeans_from_distances", "ward_from_distances",
-           "average_linkage_labels"]
+           "average_linkage_labels", "landmark_kmeans", "landmark_mds"]

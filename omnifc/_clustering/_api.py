@@ -52,6 +52,12 @@ def fit_method(distances, method: str, n_clusters=None, *, random_state=None,
     if method not in _FUNCTIONS:
         raise ParameterError(f"unknown clustering method {method!r}; choose one of "
                              f"{list(METHODS)}")
+    if getattr(distances, "landmarks", None) is not None or \
+            getattr(distances, "pairs", None) is not None:  # a layout's result
+        from ._landmarks import fit_layout
+
+        return fit_layout(distances, method, n_clusters, random_state=random_state,
+                          **options)
     tiled = as_tiled(distances)
     if out_of_core not in (None, True, False):
         raise ParameterError(f"out_of_core must be None, True or False, got {out_of_core!r}")
@@ -156,6 +162,9 @@ def cluster(distances, method: str = "kmeans", n_clusters=None, *, random_state=
         :class:`~omnifc.DistanceResult` holding one; complete and symmetric by
         construction) is clustered by the dense methods when four n x n float64 copies
         fit its memory budget, and otherwise by the streamed ones (see ``out_of_core``).
+        The result of a ``landmarks`` session (D[:, L] with its ``landmarks``, e.g. what
+        the coordinator's callback receives) is clustered by ``"kmeans"`` on landmark MDS
+        coordinates (:func:`~omnifc._clustering.landmark_kmeans`).
     method : str
         ``"kmeans"`` exact k-means (classical MDS of D, then Lloyd from k-means++ seeds
         chosen on D; equals k-means on the plaintext rows with the same seed rows),

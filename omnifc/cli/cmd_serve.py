@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from ._session_io import (add_output_arguments, add_tls_refusal, output_dir,
@@ -68,6 +70,27 @@ def save_distances(distances, path) -> None:
     del out
 
 
+def save_layout_rows(outcome, distances_path) -> Path | None:
+    """For a landmarks or pairs session: save its rows (the landmark row of each column,
+    or the (i, j) of each entry) beside the distances, as ``<name>.landmarks.npy`` or
+    ``<name>.pairs.npy``; returns that path (None for the full matrix).
+
+    >>> import tempfile, os, numpy as np
+    >>> from types import SimpleNamespace
+    >>> outcome = SimpleNamespace(layout="landmarks", landmarks=np.array([4, 0]), pairs=None)
+    >>> path = save_layout_rows(outcome, os.path.join(tempfile.mkdtemp(), "distances.npy"))
+    >>> path.name, np.load(path).tolist()
+    ('distances.landmarks.npy', [4, 0])
+    """
+    layout = getattr(outcome, "layout", "full")
+    if layout == "full":
+        return None
+    path = Path(distances_path)
+    path = path.with_name(f"{path.stem}.{layout}.npy")
+    np.save(path, outcome.landmarks if layout == "landmarks" else outcome.pairs)
+    return path
+
+
 def format_stats(stats) -> str:
     return "\n".join(f"  {phase:<11} {seconds:8.3f} s {nbytes / 1e6:10.3f} MB"
                      for phase, (seconds, nbytes) in stats.items())
@@ -107,13 +130,20 @@ def run(args) -> int:
         bar.close()
         server.stop()
     distances = outcome.store.distances if outcome.store is not None else outcome.values
-    n = distances.shape[0]
-    print(f"reconstructed the {n} x {n} squared-distance matrix of "
+    n = len(outcome.labels) if outcome.labels is not None else sum(outcome.rows)
+    what = (f"the {n} x {n} squared-distance matrix" if outcome.layout == "full" else
+            f"the {outcome.layout} layout's {' x '.join(map(str, distances.shape))} "
+            "squared distances")
+    print(f"reconstructed {what} of "
           f"{len(outcome.party_names)} parties (round {outcome.round}, responders "
           f"{', '.join(outcome.responders)}; lost: {', '.join(outcome.lost) or 'none'})")
     distances_path = args.data_out or folder / "distances.npy"
     save_distances(distances, distances_path)
-    print(f"saved the squared-distance matrix to {distances_path}")
+    print(f"saved {'the squared-distance matrix' if outcome.layout == 'full' else what} to "
+          f"{distances_path}")
+    rows_path = save_layout_rows(outcome, distances_path)
+    if rows_path is not None:
+        print(f"saved the {outcome.layout} rows (global row order) to {rows_path}")
     if outcome.labels is not None:
         sizes = np.bincount(outcome.labels[outcome.labels >= 0])
         print(f"clustering {config.clustering.method}: cluster sizes {sizes.tolist()}")

@@ -32,7 +32,14 @@ M = 9
 CONFIG_VALUES = {"dim": 6, "bound": 3.0, "scale_bits": 12, "segments": 2, "noise_segments": 2,
                  "nonnegative": True, "primes": (2147483647, 2147483629),
                  "max_rows_per_party": 500, "max_rows_total": 900, "mask_degree": 3,
-                 "mode": "transparent", "integrity": "correct", "adversaries": 1}
+                 "mode": "transparent", "integrity": "correct", "adversaries": 1,
+                 "layout": "landmarks", "layout_rows": (1, 4), "n_landmarks": 2,
+                 "max_landmarks": 64, "max_pairs": 1000}
+#: Other values for the fingerprint test where the default alone would be refused (the
+#: full layout lists no rows).
+OTHER_VALUES = {"dim": {"dim": 7}, "max_rows_per_party": {"max_rows_per_party": 400},
+                "adversaries": {"adversaries": 0},
+                "layout": {"layout": "full", "layout_rows": (), "n_landmarks": 0}}
 
 
 def _config(**changes) -> SessionConfig:
@@ -98,9 +105,8 @@ def test_every_config_parameter_is_in_the_fingerprint():
         # the default value gives another fingerprint (mask_degree = 0 by leaving it out;
         # d = 0 would check l = 2 against d = 1, and the default per-party cap exceeds
         # the total given, and A = None resolves to the 1 given: other values there)
-        other = _config(**{**CONFIG_VALUES, p.name: {
-            "dim": 7, "max_rows_per_party": 400, "adversaries": 0}.get(p.name,
-                                                                    p.default_in_config)})
+        other = _config(**{**CONFIG_VALUES, **OTHER_VALUES.get(
+            p.name, {p.name: p.default_in_config})})
         assert session_fingerprint(other) != session_fingerprint(base), p.name
     assert "mask_degree" not in canonical_session(_config())["parameters"]
 

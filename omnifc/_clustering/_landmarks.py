@@ -1,0 +1,166 @@
+"""k-means from D[:, L] alone: landmark (Nyström) MDS, then Lloyd (issue 22).
+
+A ``landmarks`` session returns the squared distances from every row to L landmark rows,
+``C = D[:, L]`` (n, L); its rows ``C[L]`` are D[L, L]. Landmark MDS (de Silva & Tenenbaum,
+2004; the Nyström extension of classical MDS, Platt 2005):
+
+1. classical MDS of the landmarks: B = -1/2 J D[L, L] J = V Λ V^T (positive eigenvalues);
+2. every row x from its distances δ_x = C[x] to the landmarks:
+
+       y_x = 1/2 Λ^{-1/2} V^T (μ - δ_x),   μ = the column means of D[L, L].
+
+For a landmark this is its classical-MDS coordinate V Λ^{1/2}; for Euclidean data whose
+landmarks affinely span the data (in general position, L >= rank + 1) every y_x is exact:
+the embedding is isometric to the rows, so k-means on it is k-means on the data. With fewer
+landmarks it is the projection onto their affine hull (Nyström). The seeds are chosen by
+k-means++ on the embedding's squared distances, read a row at a time (never n x n), with
+the rule and random stream of :func:`~omnifc._clustering._common.kmeans_plusplus_indices`:
+with the landmark set = all rows, the seeds and labels are those of the exact k-means
+(``omnifc.cluster(D, "kmeans")`` before its canonical row order).
+
+>>> import numpy as np
+>>> x = np.array([[0.0, 0.0], [0.0, 1.0], [5.0, 5.0], [5.0, 6.0], [1.0, 0.0]])
+>>> c = ((x[:, None, :] - x[None, [0, 2, 3], :]) ** 2).sum(-1)      # D[:, L], L = 0, 2, 3
+>>> landmark_kmeans(c, [0, 2, 3], 2, random_state=0)["labels"].tolist()
+[0, 0, 1, 1, 0]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from finite_field import ParameterError
+
+from ._common import as_generator, check_n_clusters, kmeans_plusplus_indices
+from ._kmeans import best_lloyd
+
+__all__ = ["landmark_mds", "landmark_kmeans"]
+
+
+def _columns(columns, landmarks):
+    """(C as float64 (n, L), landmarks as int64 (L,)) from an array and indices, or from a
+    landmarks session's result (a ``LandmarkDistances``: ``values`` and ``landmarks``, or
+    an ``omnifc.DistanceResult``: ``distances`` and ``landmarks``)."""
+    if landmarks is None:
+        if getattr(columns, "landmarks", None) is None:
+            raise ParameterError("landmarks are needed: pass D[:, L] and the landmark rows "
+                                 "L, or a landmarks session's result")
+        landmarks = columns.landmarks
+        # a LandmarkDistances (values) or an omnifc DistanceResult (distances)
+        columns = columns.values if hasattr(columns, "values") else columns.distances
+    c = np.asarray(columns, dtype=np.float64)
+    index = np.asarray(landmarks)
+    if c.ndim != 2 or index.ndim != 1 or c.shape[1] != index.size or not index.size:
+        raise ParameterError(f"D[:, L] must have one column per landmark: got shape "
+                             f"{c.shape} and {index.size} landmarks")
+    if index.dtype.kind not in "iu" or index.min() < 0 or index.max() >= c.shape[0] or \
+            np.unique(index).size != index.size:
+        raise ParameterError(f"landmarks must be distinct row indices in [0, {c.shape[0]})")
+    if not np.isfinite(c).all() or (c < 0).any():
+        raise ParameterError("D[:, L] must hold finite squared distances >= 0")
+    return c, index.astype(np.int64)
+
+
+def landmark_mds(columns, landmarks=None, n_components: int | None = None) -> np.ndarray:
+    """Coordinates (n, k) of every row from its squared distances to the landmarks.
+
+    Parameters
+    ----------
+    columns : array-like (n, L), or a landmarks session's result
+        D[:, L]: column c holds the squared distances to row ``landmarks[c]``.
+    landmarks : sequence of int, optional
+        The landmark rows (taken from ``columns.landmarks`` when omitted).
+    n_components : int, optional
+        Keep the top k directions (default: every positive eigenvalue of the landmarks'
+        classical MDS).
+    """
+    c, index = _columns(columns, landmarks)
+    block = c[index]
+    block = (block + block.T) / 2
+    mean = block.mean(axis=0)
+    centered = block - mean[None, :]
+    centered -= centered.mean(axis=1, keepdims=True)
+    values, vectors = np.linalg.eigh(-0.5 * centered)
+    order = np.argsort(values)[::-1]
+    values, vectors = values[order], vectors[:, order]
+    tolerance = max(index.size, 1) * np.finfo(np.float64).eps * max(abs(values[0]), 1.0) * 16
+    keep = values > tolerance
+    if n_components is not None:
+        keep[int(n_components):] = False
+    if not keep.any():
+        return np.zeros((c.shape[0], 1))
+    return 0.5 * (mean[None, :] - c) @ (vectors[:, keep] / np.sqrt(values[keep]))
+
+
+class _EmbeddedRows:
+    """Rows of the squared-distance matrix of an embedding, computed on demand."""
+
+    def __init__(self, points: np.ndarray) -> None:
+        self.points = points
+        self.norms = np.einsum("ij,ij->i", points, points)
+        self.shape = (points.shape[0], points.shape[0])
+
+    def take_rows(self, indices) -> np.ndarray:
+        indices = np.asarray(indices, dtype=np.int64)
+        rows = self.norms[indices, None] + self.norms[None, :] \
+            - 2.0 * self.points[indices] @ self.points.T
+        return np.maximum(rows, 0.0)
+
+    def __getitem__(self, index):
+        if isinstance(index, (int, np.integer)):
+            return self.take_rows([index])[0]
+        return self.take_rows(index)
+
+
+def landmark_kmeans(columns, landmarks=None, n_clusters: int = 8, *, random_state=None,
+                    n_init: int = 10, max_iter: int = 300, tol: float = 0.0) -> dict:
+    """k-means on the landmark-MDS coordinates of D[:, L]; best of ``n_init`` seedings.
+
+    Returns a dict like ``omnifc.cluster(..., return_details=True)``: ``labels``,
+    ``init_indices`` (rows), ``inertia``, ``cluster_centers``, ``embedding``, ``n_iter``.
+    """
+    embedding = landmark_mds(columns, landmarks)
+    n_clusters = check_n_clusters(n_clusters, embedding.shape[0])
+    rng = as_generator(random_state)
+    rows = _EmbeddedRows(embedding)
+    seed_sets = [kmeans_plusplus_indices(rows, n_clusters, rng) for _ in range(int(n_init))]
+    return best_lloyd(embedding, seed_sets, n_clusters, max_iter=max_iter, tol=tol)
+
+
+_OPTIONS = ("n_init", "max_iter", "tol")
+
+
+def fit_layout(result, method: str, n_clusters=None, *, random_state=None,
+               **options) -> dict:
+    """:func:`omnifc.cluster` on a layout's result (what ``fit_method`` hands over).
+
+    A ``landmarks`` result (D[:, L] with its landmarks) supports ``"kmeans"``: k-means on
+    the landmark-MDS coordinates (:func:`landmark_kmeans`), in the rows' own order (there
+    is no full D to put them in canonical order); labels renumbered by first appearance.
+    Every other method, and a ``pairs`` result, raise :class:`ParameterError`.
+    """
+    if getattr(result, "pairs", None) is not None:
+        raise ParameterError("the result of a 'pairs' session holds listed entries of D, "
+                             "not every distance a clustering method needs; cluster a "
+                             "'landmarks' or 'full' session's result")
+    if method != "kmeans":
+        raise ParameterError(f"the result of a 'landmarks' session (D[:, L]) supports "
+                             f"method 'kmeans' (landmark MDS, then Lloyd); method "
+                             f"{method!r} needs the full D (layout = 'full')")
+    if n_clusters is None:
+        raise ParameterError("method 'kmeans' needs n_clusters")
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise ParameterError(f"k-means on landmarks does not take option(s) {unknown}; it "
+                             f"takes {list(_OPTIONS)}")
+    details = landmark_kmeans(result, n_clusters=n_clusters, random_state=random_state,
+                              **options)
+    raw = np.asarray(details["labels"])
+    _, first = np.unique(raw, return_index=True)
+    old = raw[np.sort(first)]  # old labels in order of first appearance
+    mapping = np.empty(int(raw.max()) + 1, dtype=np.int64)
+    mapping[old] = np.arange(old.size)
+    details["labels"] = mapping[raw]
+    for key in ("cluster_centers", "init_indices"):
+        details[key] = np.asarray(details[key])[old]
+    return details

@@ -1,0 +1,327 @@
+"""The session plans of the ``landmarks`` and ``pairs`` layouts (issue 22).
+
+Both are distance sessions (:class:`~protocols._plans.DistanceSession`): the same
+shares, the same decoding weights c_j, the same view-bound masks and Reed-Solomon checks
+(:func:`~protocols._integrity.round_checks` does not depend on what the entries are), the
+same fail-closed decode. What differs is which entries of g(beta_j) a party evaluates and
+how the schedule tiles them:
+
+==================  ==========================================  ==========================
+                    :class:`LandmarkSession`                    :class:`PairSession`
+==================  ==========================================  ==========================
+entries             D[:, L]: (n, L)                             D[i_q, j_q]: (P,)
+tiles               row blocks [a, b) x all L columns           ranges [a, b) of the pairs
+party's kernel      :func:`~finite_field.cross_sq_distances`    :func:`~finite_field.
+                    (rows [a, b) against the landmark rows)     paired_sq_distances`
+result              ``(n, L)`` int64 and float64 arrays, the    ``(P,)`` arrays, the
+                    landmark indices (:class:`LandmarkDistances`) pairs (:class:`PairDistances`)
+==================  ==========================================  ==========================
+
+The layout's entries are fixed when the roster is known (:meth:`bind`, by every party and
+by the coordinator; :func:`protocols._layouts.resolve_layout`). The result is held by an
+:class:`EntryAccumulator`: one uint32 residue array per prime (in RAM within the memory
+budget, memory-mapped in a temporary directory beyond it), decoded by CRT with the no-wrap
+check into one int64 array in RAM. (A chunked Zarr result and out-of-core decoding are
+later work of issue 22.)
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+
+import numpy as np
+
+from finite_field import (ParameterError, ProtocolError, WrapAroundError, add_reduced,
+                          cross_sq_distances, decode_residues, paired_sq_distances)
+
+from ._accumulator import _allocate, _check_budget, _check_tile_bytes, _remove
+from ._layouts import resolve_layout
+from ._messages import vector_tiles
+from ._plans import _BLOCK_ELEMENTS, DistanceSession, decode_failure
+
+__all__ = ["LandmarkSession", "PairSession", "EntryAccumulator", "LandmarkDistances",
+           "PairDistances", "layout_session_type"]
+
+
+class LandmarkDistances:
+    """D[:, L] of a ``landmarks`` session: what the clustering callback receives.
+
+    Attributes
+    ----------
+    integer : ndarray of int64, shape (n, L)
+        Exact integer squared distances from every row to every landmark row.
+    values : ndarray of float64, shape (n, L)
+        ``integer / 4^q``.
+    landmarks : ndarray of int64, shape (L,)
+        The global row index of each column; ``values[landmarks]`` is D[L, L].
+    """
+
+    def __init__(self, integer, values, landmarks, scale_bits: int) -> None:
+        self.integer, self.values = integer, values
+        self.landmarks = np.asarray(landmarks, dtype=np.int64)
+        self.scale_bits = int(scale_bits)
+
+    @property
+    def shape(self) -> tuple:
+        return self.values.shape
+
+    def __len__(self) -> int:
+        return int(self.values.shape[0])
+
+    def __array__(self, dtype=None, copy=None):
+        return self.values if dtype is None else self.values.astype(dtype, copy=False)
+
+    def __repr__(self) -> str:
+        return f"LandmarkDistances(n={len(self)}, L={len(self.landmarks)})"
+
+
+class PairDistances:
+    """The listed pairs of a ``pairs`` session: what the clustering callback receives.
+
+    Attributes
+    ----------
+    integer, values : ndarray, shape (P,)
+        Exact integer squared distances of the pairs, and ``integer / 4^q``.
+    pairs : ndarray of int64, shape (P, 2)
+        The global rows (i, j) of each entry, in the layout's order.
+    n : int
+        The session's rows (``len()`` is n: one label per row).
+    """
+
+    def __init__(self, integer, values, pairs, n: int, scale_bits: int) -> None:
+        self.integer, self.values = integer, values
+        self.pairs = np.asarray(pairs, dtype=np.int64)
+        self.n = int(n)
+        self.scale_bits = int(scale_bits)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __repr__(self) -> str:
+        return f"PairDistances(n={self.n}, pairs={len(self.pairs)})"
+
+
+class EntryAccumulator:
+    """Uploads of a layout's entries, added mod p into one residue array per prime.
+
+    ``shape`` is (rows, ...) with the schedule's tiles along the first axis: (n, L) for
+    landmarks, (P,) for pairs. :meth:`add_tile` adds the rows [a, b) of one upload,
+    reduced on every add; :meth:`finalize` checks that every row received the same number
+    of contributions for every prime, then decodes (CRT, every value in [0,
+    distance_bound]) into one int64 array. Dropped, aborted or failed: its files go.
+    """
+
+    def __init__(self, shape, primes, *, scale_bits: int, distance_bound: int,
+                 memory_budget=None, tile_bytes=None) -> None:
+        self.shape = tuple(int(s) for s in shape)
+        self.primes = tuple(int(p) for p in primes)
+        self.scale_bits = int(scale_bits)
+        self.distance_bound = int(distance_bound)
+        self.memory_budget = _check_budget(memory_budget)
+        self.tile_bytes = _check_tile_bytes(tile_bytes)
+        rows = self.shape[0]
+        self._width = int(np.prod(self.shape[1:], dtype=np.int64)) if len(self.shape) > 1 \
+            else 1
+        grid = (rows, self._width)
+        total = rows * self._width * 4 * len(self.primes)
+        budget = self.memory_budget if total <= self.memory_budget else -1
+        self._residues, self._tmpdirs = [], []
+        for k in range(len(self.primes)):
+            array, _, tmpdir = _allocate(grid, np.uint32, path=None, budget=budget,
+                                         name=f"layout-residues-{k}")
+            self._residues.append(array)
+            if tmpdir is not None:
+                self._tmpdirs.append(tmpdir)
+        self._contributions = np.zeros((len(self.primes), rows), dtype=np.int64)
+        self._finished = False
+        self._finalizer = weakref.finalize(self, _remove, *self._tmpdirs)
+
+    @property
+    def ram_bytes(self) -> int:
+        return sum(int(a.nbytes) for a in self._residues if not isinstance(a, np.memmap))
+
+    def add_tile(self, prime_index: int, start: int, stop: int, values) -> None:
+        """Add rows [start, stop) of an upload (reduced residues, shape (stop - start,
+        ...)) mod p; ParameterError (nothing added) on a value >= p or a wrong shape."""
+        if self._finished:
+            raise ProtocolError("the accumulator is finalized (or aborted); no more tiles")
+        k, a, b = int(prime_index), int(start), int(stop)
+        if not 0 <= k < len(self.primes) or not 0 <= a < b <= self.shape[0]:
+            raise ParameterError(f"tile (prime {k}, rows [{a}, {b})) is outside the result "
+                                 f"{self.shape} with {len(self.primes)} primes")
+        values = np.asarray(values)
+        if values.shape != (b - a,) + self.shape[1:]:
+            raise ParameterError(f"tile rows [{a}, {b}) needs shape "
+                                 f"{(b - a,) + self.shape[1:]}, got {values.shape}")
+        p = self.primes[k]
+        if values.size and (values.min() < 0 or values.max() >= p):
+            raise ParameterError(f"tile values must be reduced residues in [0, {p})")
+        target = np.asarray(self._residues[k][a:b])
+        add_reduced(target, values.astype(np.uint32).reshape(b - a, self._width), p)
+        self._contributions[k, a:b] += 1
+
+    def abort(self) -> None:
+        self._finished = True
+        self._residues = []
+        self._finalizer()
+
+    def finalize(self) -> np.ndarray:
+        """The exact int64 entries, shape ``shape``; ProtocolError (files deleted) when a
+        row is incomplete or a value exceeds the no-wrap bound."""
+        if self._finished:
+            raise ProtocolError("the accumulator is finalized (or aborted) already")
+        try:
+            counts = self._contributions
+            if counts.min() < 1 or counts.max() != counts.min():
+                k, row = np.unravel_index(np.argmax(counts != counts.max()), counts.shape)
+                raise ProtocolError(
+                    f"incomplete result: row {row} received {counts[k, row]} contributions "
+                    f"for prime {self.primes[k]}, expected {int(counts.max())} like the "
+                    "others")
+            rows = self.shape[0]
+            out = np.empty((rows, self._width), dtype=np.int64)
+            step = max(1, self.tile_bytes // (8 * self._width * (len(self.primes) + 1)))
+            for a in range(0, rows, step):
+                b = min(rows, a + step)
+                try:
+                    out[a:b] = decode_residues([r[a:b] for r in self._residues], self.primes,
+                                               self.distance_bound, what="decoded distances")
+                except WrapAroundError as error:
+                    raise ProtocolError(str(error)) from None
+        finally:
+            self.abort()
+        return out.reshape(self.shape)
+
+
+def _timed(party, kernel, *args) -> np.ndarray:
+    started, cpu = time.perf_counter(), time.process_time()
+    out = kernel(*args)
+    party.timings["kernel_seconds"] += time.perf_counter() - started
+    party.timings["kernel_cpu_seconds"] += time.process_time() - cpu
+    return out
+
+
+class _LayoutSession(DistanceSession):
+    """What the two layouts share: the accumulator, the decode, the result."""
+
+    def _shape(self, n_total: int) -> tuple:
+        raise NotImplementedError
+
+    def accumulator(self, n_total: int, *, parameters: dict, storage: dict):
+        return EntryAccumulator(self._shape(n_total), self.plan.primes,
+                                scale_bits=self.plan.quantizer.scale_bits,
+                                distance_bound=self.plan.distance_bound,
+                                memory_budget=storage.get("memory_budget"),
+                                tile_bytes=storage.get("tile_bytes"))
+
+    def decode(self, acc: EntryAccumulator, responders) -> tuple:
+        """``(integer, values, None)``: the exact entries and their float values."""
+        try:
+            integer = acc.finalize()
+        except (ProtocolError, ParameterError):
+            raise decode_failure(
+                f"every decoded squared distance must lie in [0, "
+                f"{self.plan.distance_bound}] (the no-wrap bound of the public parameters)"
+                f"; some do not: an uploaded evaluation of {responders} was corrupted"
+            ) from None
+        return integer, integer * (1.0 / float(4 ** self.plan.quantizer.scale_bits)), None
+
+
+class LandmarkSession(_LayoutSession):
+    """D[:, L]: row tiles of the (n, L) block of every row against the landmark rows."""
+
+    layout = "landmarks"
+    landmarks: np.ndarray | None = None
+
+    def bind(self, session_id: str, n_total: int, roster_digest: bytes) -> None:
+        self.landmarks = resolve_layout(self.parameters, n_total, session_id, roster_digest)
+
+    def _shape(self, n_total: int) -> tuple:
+        return (n_total, len(self.landmarks))
+
+    def tiles(self, n_total: int) -> list[tuple[int, int]]:
+        """Row blocks [a, b) of the (n, L) result, ``chunk_bytes // 4`` elements at most."""
+        rows = max(1, (self.parameters.chunk_bytes // 4) // len(self.landmarks))
+        return [(a, min(n_total, a + rows)) for a in range(0, n_total, rows)]
+
+    def tile_shape(self, a: int, b: int, n_total: int) -> tuple:
+        return (b - a, len(self.landmarks))
+
+    def tile_values(self, party, k: int, tiles):
+        """``values(tile_index)``: rows [a, b) of D[:, L] at beta_j, mod prime k; several
+        consecutive tiles are computed in one kernel call."""
+        x, p = party.held[k], self.plan.primes[k]
+        columns = np.ascontiguousarray(x[self.landmarks])
+        width = len(self.landmarks)
+        block = None  # (start, stop, values)
+
+        def values(tile_index: int) -> np.ndarray:
+            nonlocal block
+            a, b = tiles[tile_index]
+            if block is None or b > block[1]:
+                stop = b
+                for _, later in tiles[tile_index + 1:]:
+                    if (later - a) * width > _BLOCK_ELEMENTS:
+                        break
+                    stop = later
+                block = (a, stop, _timed(party, cross_sq_distances, x[a:stop], columns, p))
+            return block[2][a - block[0]:b - block[0]]
+        return values
+
+    def entries(self, a: int, b: int):
+        """flat index in tile [a, b) -> (global row, global column)."""
+        landmarks, width = self.landmarks, len(self.landmarks)
+        return lambda flat: (a + flat // width, landmarks[flat % width])
+
+    def cluster_input(self, integer, values) -> LandmarkDistances:
+        return LandmarkDistances(integer, values, self.landmarks,
+                                 self.plan.quantizer.scale_bits)
+
+    def describe(self) -> dict:
+        return {"layout": "landmarks", "landmarks": self.landmarks.tolist()}
+
+
+class PairSession(_LayoutSession):
+    """The listed pairs: ranges of the pair list, each pair's distance at beta_j."""
+
+    layout = "pairs"
+    pairs: np.ndarray | None = None
+
+    def bind(self, session_id: str, n_total: int, roster_digest: bytes) -> None:
+        self.pairs = resolve_layout(self.parameters, n_total, session_id, roster_digest)
+        self._n = n_total
+
+    def _shape(self, n_total: int) -> tuple:
+        return (len(self.pairs),)
+
+    def tiles(self, n_total: int) -> list[tuple[int, int]]:
+        return vector_tiles(len(self.pairs), self.parameters.chunk_bytes)
+
+    def tile_shape(self, a: int, b: int, n_total: int) -> tuple:
+        return (b - a,)
+
+    def tile_values(self, party, k: int, tiles):
+        x, p = party.held[k], self.plan.primes[k]
+        rows, cols = self.pairs[:, 0], self.pairs[:, 1]
+
+        def values(tile_index: int) -> np.ndarray:
+            a, b = tiles[tile_index]
+            return _timed(party, paired_sq_distances, x, rows[a:b], cols[a:b], p)
+        return values
+
+    def entries(self, a: int, b: int):
+        pairs = self.pairs
+        return lambda flat: (pairs[a + flat, 0], pairs[a + flat, 1])
+
+    def cluster_input(self, integer, values) -> PairDistances:
+        return PairDistances(integer, values, self.pairs, self._n,
+                             self.plan.quantizer.scale_bits)
+
+    def describe(self) -> dict:
+        return {"layout": "pairs", "n_pairs": len(self.pairs)}
+
+
+def layout_session_type(layout: str) -> type:
+    """The session plan of a non-full layout."""
+    return {"landmarks": LandmarkSession, "pairs": PairSession}[layout]
