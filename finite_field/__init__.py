@@ -10,7 +10,7 @@ from ._aggregate import (add_reduced, add_upload, mask_words, masked_upload,
 from ._attribution import Attribution, attribute, located_errors
 from ._crt import crt_combine
 from ._decode import WrapAroundError, decode_residues, decode_upper
-from ._errors import (DeadlineError, DeviationError, InputError, IntegrityError, OmniFCError, ParameterError,
+from ._errors import (AuthenticationError, DeadlineError, DeviationError, InputError, IntegrityError, OmniFCError, ParameterError,
                       PeerError, ProtocolError)
 from ._kernels import (DistanceTiles, cross_sq_distances, distances_from_gram, encode_blocks,
                        gram_matrix, sq_distances, sq_distances_tile, weighted_sum)
@@ -30,7 +30,7 @@ from ._steps import decode_sum, encode_rows, evaluate_shares, weight_evaluation
 
 __all__ = [
     "OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
-    "DeadlineError", "IntegrityError", "DeviationError",
+    "DeadlineError", "AuthenticationError", "IntegrityError", "DeviationError",
     "MAX_PRIME", "validate_prime", "fast_primes", "choose_primes",
     "ByteSource", "SystemRandom", "SYSTEM_RANDOM", "uniform_elements",
     "Quantizer", "Quantized",

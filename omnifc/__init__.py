@@ -12,7 +12,7 @@ clustering on it.
 
 import logging
 
-from finite_field import (DeadlineError, DeviationError, InputError, IntegrityError,
+from finite_field import (AuthenticationError, DeadlineError, DeviationError, InputError, IntegrityError,
                           OmniFCError,
                           ParameterError, PeerError, ProtocolError)
 
@@ -44,5 +44,5 @@ __all__ = [
     "DistanceKMedoids", "FederatedClustering", "KFed", "kappa", "nmi", "adjusted_rand",
     "clustering_scores", "audit", "adapters",
     "OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
-    "DeadlineError", "IntegrityError", "DeviationError",
+    "DeadlineError", "AuthenticationError", "IntegrityError", "DeviationError",
 ]

@@ -1,6 +1,6 @@
 """The share-exchange protocol: sans-IO state machines, cryptography and transports."""
 
-from finite_field import (DeadlineError, DeviationError, InputError, IntegrityError,
+from finite_field import (AuthenticationError, DeadlineError, DeviationError, InputError, IntegrityError,
                           OmniFCError,
                           ParameterError, PeerError, ProtocolError)
 
@@ -25,7 +25,7 @@ from ._grpc_coordinator import CoordinatorServer
 from ._grpc_local import LocalSession, run_local_grpc_session
 
 __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
-           "DeadlineError", "IntegrityError", "DeviationError",
+           "DeadlineError", "AuthenticationError", "IntegrityError", "DeviationError",
            # session config (_config)
            "SessionConfig", "ConfigParameters", "ClusteringRequest", "Deadlines",
            "TLSSettings", "TLSFiles", "PartyEntry", "load_session_config",

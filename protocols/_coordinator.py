@@ -11,7 +11,7 @@ a secure sum (the tiles, the round's result, the decode) is asked of the session
 Fail closed: any exception, whatever its origin (a violation, a malformed or garbage upload,
 the decode, the clustering callback, a bug), leaves the coordinator failed with a
 :class:`ProtocolError` (``PeerError`` naming the party and phase, ``DeadlineError``,
-``IntegrityError``; anything else is wrapped, with only its type in the message);
+``AuthenticationError``, ``IntegrityError``; anything else is wrapped, with only its type in the message);
 :meth:`abort` then returns the ErrorReports, naming the phase, that tell every remaining
 party. Nothing partial is ever returned: :attr:`outcome` is set only when the whole matrix
 (or sum) is decoded and clustered. A decoded value outside the no-wrap bound is an
@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from finite_field import (DeadlineError, DeviationError, IntegrityError, ParameterError,
+from finite_field import (AuthenticationError, DeadlineError, DeviationError, IntegrityError, ParameterError,
                           PeerError, ProtocolError, masked_upload)
 
 from ._accumulator import DistanceAccumulator, DistanceStore, discard_store
@@ -325,7 +325,8 @@ class Coordinator:
         """ErrorReports telling every connected party that the session failed (and in which
         phase)."""
         error = self.error or ProtocolError("session aborted")
-        kind = ("integrity" if isinstance(error, IntegrityError) else
+        kind = ("authentication" if isinstance(error, AuthenticationError) else
+                "integrity" if isinstance(error, IntegrityError) else
                 "deadline" if isinstance(error, DeadlineError) else
                 "peer" if isinstance(error, PeerError) else "protocol")
         culprit = getattr(error, "party", None)

@@ -128,7 +128,7 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
 
     Raises
     ------
-    PeerError, DeadlineError, IntegrityError, ProtocolError
+    PeerError, DeadlineError, AuthenticationError, IntegrityError, ProtocolError
     """
     channel = make_channel(target, credentials, insecure=insecure)
     outgoing: queue.Queue = queue.Queue(maxsize=8)

@@ -4,7 +4,7 @@ A :class:`Party` never touches a socket, a thread or a clock: :meth:`Party.start
 hello, and :meth:`Party.receive` consumes one envelope from the coordinator and returns the
 envelopes to send back (an iterator: evaluation tiles are produced one at a time, so memory
 stays bounded by a tile; iterate it to the end before the next ``receive``). Any violation
-raises (``ProtocolError``/``PeerError``/``IntegrityError``) and leaves the party failed;
+raises (``ProtocolError``/``PeerError``/``AuthenticationError``/``IntegrityError``) and leaves the party failed;
 :meth:`Party.error_report` turns that error into the message that tells the coordinator.
 What differs between a distance session and a secure sum (the data's shape, the share
 exchange, the tiles and what is uploaded for each) is asked of the session plan
@@ -60,7 +60,7 @@ from typing import Iterator
 
 import numpy as np
 
-from finite_field import (InputError, IntegrityError, OmniFCError, PeerError, ProtocolError,
+from finite_field import (AuthenticationError, InputError, IntegrityError, OmniFCError, PeerError, ProtocolError,
                           Quantizer, cross_sq_distances, encode_rows, masked_upload_streams)
 
 from ._crypto import (PROTOCOL_VERSION, RUN_NONCE_BYTES, EphemeralKey, MaskView, PairKeys,
@@ -147,7 +147,7 @@ class Party:
             raise ProtocolError(f"party {self.party_id!r} is not pinned in the session config; "
                                 f"parties are {sorted(self.pinned)}")
         if public_key_bytes(identity_key) != self.pinned[self.party_id]:
-            raise IntegrityError(self.party_id, "join")
+            raise AuthenticationError(self.party_id, "join")
         self._identity = identity_key
         self._source = source
         if parameters.dim == 0:  # a distance session takes d from the data (a sum has dim > 0)
@@ -218,7 +218,8 @@ class Party:
 
     def error_report(self, error: Exception) -> pb.Envelope:
         """The ErrorReport that tells the coordinator why this party stopped."""
-        kind = ("integrity" if isinstance(error, IntegrityError) else
+        kind = ("authentication" if isinstance(error, AuthenticationError) else
+                "integrity" if isinstance(error, IntegrityError) else
                 "input" if isinstance(error, InputError) else
                 "peer" if isinstance(error, PeerError) else "protocol")
         culprit = getattr(error, "party", None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-from finite_field import IntegrityError, ParameterError
+from finite_field import AuthenticationError, ParameterError
 
 from ._model import INFO, PASS, WARN, Check
 from ._params import AUDIT_FIELDS
@@ -123,7 +123,7 @@ def aead_self_test() -> dict:
         try:
             call()
             out[label] = False
-        except IntegrityError:
+        except AuthenticationError:
             out[label] = True
     out["ok"] = (out["key_bytes"] == 32 and out["overhead_bytes"] == 16 and all(
         v for k, v in out.items() if k.endswith("refused") or k == "round_trip"))

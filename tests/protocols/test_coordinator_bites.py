@@ -11,7 +11,7 @@ import logging
 import numpy as np
 import pytest
 
-from finite_field import DeadlineError, IntegrityError, PeerError, ProtocolError
+from finite_field import AuthenticationError, DeadlineError, IntegrityError, PeerError, ProtocolError
 from protocols import Coordinator, SessionParameters, sign
 from protocols._crypto import PROTOCOL_VERSION, RUN_NONCE_BYTES
 from protocols._generated import omnifc_pb2 as pb
@@ -150,11 +150,11 @@ def test_a_hello_of_another_protocol_version_is_refused():
     assert session.coordinator.hellos == {}
 
 
-def test_a_hello_with_a_bad_signature_is_an_integrity_error_naming_sender_and_join():
+def test_a_hello_with_a_bad_signature_is_an_authentication_error_naming_sender_and_join():
     session = _session()
     hellos = session.hellos()
     env = _copy(hellos["party-1"], n_rows=4)  # not signed again
-    error = _refused(session.coordinator, "party-1", env, kind=IntegrityError)
+    error = _refused(session.coordinator, "party-1", env, kind=AuthenticationError)
     assert (error.party, error.phase) == ("party-1", "join")
     assert session.coordinator.hellos == {}
 
@@ -418,14 +418,14 @@ def test_abort_of_a_deadline_skips_the_lost_party_and_says_deadline():
         {("deadline", "party-1", "join")}
 
 
-def test_abort_of_an_integrity_error_says_integrity():
+def test_abort_of_an_authentication_error_says_authentication():
     session = _session()
     hellos = session.hellos()
     _refused(session.coordinator, "party-1", _copy(hellos["party-1"], n_rows=9),
-             kind=IntegrityError)
+             kind=AuthenticationError)
     reports = session.coordinator.abort()
     assert {(e.error.kind, e.error.party, e.error.phase) for _, e in reports} == \
-        {("integrity", "party-1", "join")}
+        {("authentication", "party-1", "join")}
 
 
 def test_abort_without_a_failure_says_the_session_was_aborted():
@@ -1282,6 +1282,9 @@ def test_a_corrupted_unchecked_upload_fails_the_decode_as_an_integrity_error():
     assert str(error).startswith("the decoded result failed its integrity check in phase "
                                  "'decode': every decoded squared distance must lie in [0, ")
     assert session.coordinator.outcome is None and session.coordinator.failed_in == "decode"
+    assert not isinstance(error, AuthenticationError)
+    assert {(e.error.kind, e.error.phase) for _, e in session.coordinator.abort()} == \
+        {("integrity", "decode")}
 
 
 def test_a_sum_session_needs_every_party_to_the_end():

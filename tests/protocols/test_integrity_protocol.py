@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from finite_field import DeviationError, IntegrityError, ParameterError, PeerError, ProtocolError
+from finite_field import AuthenticationError, DeviationError, IntegrityError, ParameterError, PeerError, ProtocolError
 from protocols import Coordinator, SessionParameters, run_memory_session
 from protocols._faults import FAULT_STRIDE
 from protocols._memory import Transcript
@@ -306,8 +306,8 @@ def test_a_tampered_group_seed_aborts_the_session():
     seen = Transcript()
     with pytest.raises(PeerError) as info:
         run_memory_session(data, params(), tamper=tamper, observe=seen)
-    assert info.value.party == tampered[0] and "integrity" in str(info.value)
-    assert isinstance(seen.parties[tampered[0]].error, IntegrityError)
+    assert info.value.party == tampered[0] and "authentication" in str(info.value)
+    assert isinstance(seen.parties[tampered[0]].error, AuthenticationError)
     assert all(p.result is None for p in seen.parties.values())
 
 
@@ -362,7 +362,7 @@ def test_equivocated_responding_sets_with_integrity_on_stop_at_the_group_seeds()
     assert recover_segments(seen.coordinator) is None
     failed = [p for p in seen.parties.values() if p.phase == "failed"]
     assert failed and all(p.result is None for p in seen.parties.values())
-    assert any(isinstance(p.error, IntegrityError) for p in failed)
+    assert any(isinstance(p.error, AuthenticationError) for p in failed)
 
 
 def test_session_parameters_validate_integrity():

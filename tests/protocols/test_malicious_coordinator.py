@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from finite_field import InputError, IntegrityError, PeerError, ProtocolError
+from finite_field import AuthenticationError, InputError, IntegrityError, PeerError, ProtocolError
 from omnifc.audit._active import (EquivocatingCoordinator, equivocation_views,
                                   plaintext_segments, recover_segments)
 from protocols import Coordinator, SessionParameters, run_memory_session
@@ -296,7 +296,7 @@ def test_substituted_ephemeral_keys_are_refused(how):
         run_memory_session(data, params, coordinator_class=Substituting, observe=seen)
     for name in ("party-0", "party-1"):
         error = seen.parties[name].error
-        assert isinstance(error, IntegrityError) and error.party == "party-2"
+        assert isinstance(error, AuthenticationError) and error.party == "party-2"
         assert error.phase == "join"
 
 

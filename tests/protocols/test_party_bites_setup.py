@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (Ed25519PrivateKey,
                                                                Ed25519PublicKey)
 
-from finite_field import InputError, IntegrityError, PeerError, ProtocolError
+from finite_field import AuthenticationError, InputError, IntegrityError, PeerError, ProtocolError
 from protocols import Party, SessionParameters, public_key_bytes
 from protocols._crypto import PROTOCOL_VERSION
 from protocol_helpers import Session, quantize, random_data
@@ -38,9 +38,9 @@ def test_a_party_not_pinned_is_refused_naming_the_pinned_parties():
                                "are ['a', 'b']")
 
 
-def test_an_identity_key_that_is_not_the_pinned_one_is_an_integrity_error_of_the_join():
+def test_an_identity_key_that_is_not_the_pinned_one_is_an_authentication_error_of_the_join():
     key = Ed25519PrivateKey.generate()
-    with pytest.raises(IntegrityError) as info:
+    with pytest.raises(AuthenticationError) as info:
         Party("a", np.zeros((2, 3)), session_id="s", parameters=PARAMS, identity_key=key,
               pinned={"a": public_key_bytes(Ed25519PrivateKey.generate())})
     assert (info.value.party, info.value.phase) == ("a", "join")
@@ -162,7 +162,8 @@ def test_the_hello_signature_covers_the_documented_fields_in_order():
 # -- the ErrorReport ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("error, kind, culprit, phase", [
-    (IntegrityError("party-2", "shares"), "integrity", "party-2", "shares"),
+    (AuthenticationError("party-2", "shares"), "authentication", "party-2", "shares"),
+    (IntegrityError("bad decode", party="party-2"), "integrity", "party-2", "decode"),
     (InputError("bad rows", party="party-0"), "input", "party-0", "init"),
     (PeerError("late", party="party-3", phase="evaluation"), "peer", "party-3", "evaluation"),
     (ProtocolError("broken"), "protocol", "", "init"),
