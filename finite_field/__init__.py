@@ -28,6 +28,10 @@ from ._reed_solomon import (CheckedSum, Decoding, ReedSolomonCheck, checked_sum,
 from ._random import SYSTEM_RANDOM, ByteSource, SystemRandom, uniform_elements
 from ._steps import decode_sum, encode_rows, evaluate_shares, weight_evaluation
 
+import logging
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
 __all__ = [
     "OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
     "DeadlineError", "AuthenticationError", "IntegrityError", "DeviationError",

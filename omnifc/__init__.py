@@ -32,7 +32,7 @@ from .experiments import KFed, adjusted_rand, clustering_scores, kappa, nmi
 from . import audit
 from . import adapters
 
-logging.getLogger("omnifc").addHandler(logging.NullHandler())
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 

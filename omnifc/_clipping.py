@@ -23,7 +23,7 @@ from finite_field import InputError, ParameterError
 
 __all__ = ["MAX_CLIPPED", "clip_report", "check_clipping"]
 
-logger = logging.getLogger("omnifc")
+logger = logging.getLogger(__name__)
 
 #: Default largest fraction of a party's entries that may be clipped without an error.
 MAX_CLIPPED = 0.01

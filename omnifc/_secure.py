@@ -18,7 +18,7 @@ from ._result import DistanceResult, PhaseStats
 
 __all__ = ["secure_distance_matrix", "normalize_parties"]
 
-logger = logging.getLogger("omnifc")
+logger = logging.getLogger(__name__)
 
 
 def normalize_parties(parties) -> tuple[list[str], list[np.ndarray]]:

@@ -24,6 +24,10 @@ from ._party import Party
 from ._grpc_coordinator import CoordinatorServer
 from ._grpc_local import LocalSession, run_local_grpc_session
 
+import logging
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
 __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
            "DeadlineError", "AuthenticationError", "IntegrityError", "DeviationError",
            # session config (_config)

@@ -68,7 +68,7 @@ from ._plans import SumAccumulator, session_plan, session_type
 
 __all__ = ["Coordinator", "Outcome", "PHASES"]
 
-logger = logging.getLogger("omnifc.protocols")
+logger = logging.getLogger(__name__)
 
 #: Phases in order; stats are kept per phase.
 PHASES = ("join", "shares", "evaluation", "decode", "result")

@@ -33,7 +33,7 @@ from ._tls import make_channel, party_credentials
 
 __all__ = ["run_party", "party_from_config", "load_party_data", "main"]
 
-logger = logging.getLogger("omnifc.protocols")
+logger = logging.getLogger(__name__)
 
 _END = object()
 

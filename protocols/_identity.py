@@ -40,7 +40,7 @@ __all__ = ["generate_identity", "save_identity", "load_identity", "public_key_by
            "public_key_hex", "identity_fingerprint", "sign", "verify",
            "PUBLIC_KEY_BYTES", "SIGNATURE_BYTES"]
 
-logger = logging.getLogger("omnifc.identity")
+logger = logging.getLogger(__name__)
 
 #: Length of a raw Ed25519 public key.
 PUBLIC_KEY_BYTES = 32

@@ -76,7 +76,7 @@ from ._plans import _BLOCK_ELEMENTS, _block_stop, session_plan, session_type  # 
 __all__ = ["Party", "hello_transcript", "roster_digest_of", "confirmation_transcript",
            "COORDINATOR"]
 
-logger = logging.getLogger("omnifc.protocols")
+logger = logging.getLogger(__name__)
 
 #: The name parties use for the coordinator in errors.
 COORDINATOR = "coordinator"

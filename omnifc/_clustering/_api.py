@@ -21,7 +21,7 @@ from ._spectral import nmf, spectral
 
 __all__ = ["cluster", "fit_method", "METHODS"]
 
-logger = logging.getLogger("omnifc.cluster")
+logger = logging.getLogger(__name__)
 
 _FUNCTIONS = {
     "kmeans": exact_kmeans,

@@ -21,7 +21,7 @@ from finite_field import ParameterError
 
 __all__ = ["dbscan", "auto_eps", "knee_eps", "kneedle_knee", "warn_if_degenerate"]
 
-logger = logging.getLogger("omnifc.cluster")
+logger = logging.getLogger(__name__)
 
 
 def warn_if_degenerate(labels, eps: float, min_samples: int) -> None:

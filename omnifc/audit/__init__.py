@@ -62,7 +62,7 @@ __all__ = [
     "read_session_config", "advice_rows",
 ]
 
-logger = logging.getLogger("omnifc.audit")
+logger = logging.getLogger(__name__)
 
 #: Check number -> (key, function).
 CHECKS = {

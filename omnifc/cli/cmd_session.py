@@ -14,7 +14,7 @@ from finite_field import ParameterError
 from protocols._parameters import (PARAMETER, PARAMETERS, add_parameter_options, table_fields,
                                    values_from_options)
 
-logger = logging.getLogger("omnifc.cli")
+logger = logging.getLogger(__name__)
 
 #: The options of ``session new`` / ``certs``: every parameter the session config holds.
 CONFIG_PARAMETERS = tuple(p.name for p in PARAMETERS if p.in_config)

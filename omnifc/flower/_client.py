@@ -43,7 +43,7 @@ from . import _constants as C
 __all__ = ["PartySetup", "PartyHandler", "KeystreamSource", "setup_from_node_config",
            "party_status", "add_party"]
 
-logger = logging.getLogger("omnifc.flower")
+logger = logging.getLogger(__name__)
 
 _SEED_BYTES = 32
 

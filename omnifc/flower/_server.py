@@ -42,7 +42,7 @@ from . import _constants as C
 
 __all__ = ["SecureDistanceWorkflow"]
 
-logger = logging.getLogger("omnifc.flower")
+logger = logging.getLogger(__name__)
 
 
 class SecureDistanceWorkflow:

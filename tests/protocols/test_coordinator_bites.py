@@ -788,7 +788,7 @@ def test_a_deadline_in_shares_names_the_first_party_without_ready():
 
 
 def test_an_unchecked_round_is_announced_once_and_a_checked_one_not(caplog):
-    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+    with caplog.at_level(logging.WARNING, logger="protocols"):
         session, _ = _evaluation(sizes=(3, 2, 4))
     unchecked = [r for r in caplog.records if "NO INTEGRITY CHECK" in r.getMessage()]
     assert len(unchecked) == 1
@@ -798,7 +798,7 @@ def test_an_unchecked_round_is_announced_once_and_a_checked_one_not(caplog):
         "wrongly would go undetected")
     assert session.coordinator.checks is None
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+    with caplog.at_level(logging.WARNING, logger="protocols"):
         session, _ = _evaluation(sizes=(3, 2, 4, 3))
         off = SessionParameters(dim=3, bound=1.0, scale_bits=8, integrity="off")
         _evaluation(sizes=(3, 2, 4), params=off)
@@ -938,7 +938,7 @@ def test_the_smallest_responding_set_is_accepted():
 def test_transparent_mode_is_announced_loudly(caplog):
     names = ["a", "b", "c"]
     params = SessionParameters(dim=3, bound=1.0, scale_bits=8, mode="transparent")
-    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+    with caplog.at_level(logging.WARNING, logger="protocols"):
         Coordinator("s", params, names, _pins(names))
         Coordinator("s", PARAMS, names, _pins(names))
     assert [r.getMessage() for r in caplog.records] == [
@@ -1022,7 +1022,7 @@ def _lying(sizes, liars, params=LIE_PARAMS, lose=None, seed=7):
 
 
 def test_a_located_lie_under_detect_is_excluded_and_the_rerun_is_exact(caplog):
-    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+    with caplog.at_level(logging.WARNING, logger="protocols"):
         session, data, out, error, lied = _lying((3, 2, 4, 3, 2), {"party-1": SPREAD})
     coordinator = session.coordinator
     assert error is None
@@ -1116,7 +1116,7 @@ def test_rounds_and_dropouts_are_logged_once_each(caplog):
     session, queue = _evaluation()
     assert _pump(session, queue, hold=_tiles_of("party-4"))
     coordinator = session.coordinator
-    with caplog.at_level(logging.INFO, logger="omnifc.protocols"):
+    with caplog.at_level(logging.INFO, logger="protocols"):
         coordinator.party_lost("party-4", "stream closed")
         assert coordinator.party_lost("party-4", "stream closed") == []  # known: no news
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
@@ -1208,7 +1208,7 @@ def test_a_failure_outside_the_protocol_is_wrapped_naming_the_coordinator_and_ph
     coordinator = session.coordinator
     coordinator.receive("party-0", signed["party-0"])
     coordinator.receive("party-1", signed["party-1"])
-    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+    with caplog.at_level(logging.WARNING, logger="protocols"):
         with pytest.raises(ProtocolError) as info:
             coordinator.receive("party-2", signed["party-2"])
     error = info.value

@@ -143,14 +143,14 @@ def test_integrity_off_keeps_the_weighted_pairwise_uploads():
 
 def test_no_redundancy_says_so_once_loudly(caplog):
     data = random_data([3, 2, 4], 3, seed=7)  # m = K = 3: r = 0
-    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+    with caplog.at_level(logging.WARNING, logger="protocols"):
         outcome, _ = run_memory_session(data, params())
     assert exact(outcome, data)
     assert outcome.integrity.startswith("unchecked: r = 0")
     loud = [r.getMessage() for r in caplog.records if "NO INTEGRITY CHECK" in r.getMessage()]
     assert len(loud) == 4  # the coordinator and each party, once
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+    with caplog.at_level(logging.WARNING, logger="protocols"):
         run_memory_session(data, params(integrity="off"))
     assert not [r for r in caplog.records if "NO INTEGRITY CHECK" in r.getMessage()]
 

@@ -424,7 +424,7 @@ def test_total_row_cap_is_checked_too():
 
 def test_transparent_mode_warns_at_coordinator_and_parties(caplog):
     data = random_data([2, 3, 2], 3, seed=18)
-    with caplog.at_level("WARNING", logger="omnifc.protocols"):
+    with caplog.at_level("WARNING", logger="protocols"):
         run_memory_session(data, SessionParameters(dim=3, bound=1.0, scale_bits=8,
                                                    mode="transparent"))
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]

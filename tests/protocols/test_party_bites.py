@@ -330,7 +330,7 @@ def test_a_result_keeps_the_labels_and_logs_every_deviation(caplog):
     session, _ = _in_phase("evaluation")
     party = session.parties["party-0"]
     deviation = pb.Deviation(round=2, action="excluded", description="party-4 deviated")
-    with caplog.at_level("WARNING", logger="omnifc.protocols"):
+    with caplog.at_level("WARNING", logger="protocols"):
         list(party.receive(_result(party_id="party-0", labels=[2, 0, 2],
                                    deviations=[deviation])))
     assert party.phase == "done" and party.done

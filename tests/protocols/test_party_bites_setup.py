@@ -79,7 +79,7 @@ def test_more_rows_than_the_cap_is_an_input_error_of_this_party():
 
 def test_transparent_mode_is_warned_about(caplog):
     params = SessionParameters(dim=3, bound=1.0, scale_bits=8, mode="transparent")
-    with caplog.at_level("WARNING", logger="omnifc.protocols"):
+    with caplog.at_level("WARNING", logger="protocols"):
         _party(np.zeros((2, 3)), params)
     assert [r.getMessage() for r in caplog.records] == [
         "party 'party-0': TRANSPARENT mode: the coordinator will learn every per-segment "
@@ -127,7 +127,7 @@ def test_a_one_row_sum_contribution_may_be_a_vector():
 def test_nonnegative_data_is_quantized_with_the_nonnegative_bound(caplog):
     params = SessionParameters(dim=2, bound=1.0, scale_bits=4, nonnegative=True)
     x = np.array([[-0.5, 0.25], [0.75, 2.0]])
-    with caplog.at_level("WARNING", logger="omnifc.protocols"):
+    with caplog.at_level("WARNING", logger="protocols"):
         party = _party(x, params)
     assert party.quantized.tolist() == quantize(x, 1.0, 4, nonnegative=True).tolist()
     assert party.clipped == 2  # -0.5 (below 0) and 2.0 (above the bound)
