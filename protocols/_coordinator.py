@@ -64,6 +64,7 @@ from ._messages import (SessionParameters, body_of, check_row_caps, chunk_rows, 
                         phase_of, packed_view)
 from ._party import (as_protocol_error, confirmation_transcript, hello_transcript,
                      roster_digest_of)
+from ._log_once import log_once
 from ._plans import SumAccumulator, session_plan, session_type
 
 __all__ = ["Coordinator", "Outcome", "PHASES"]
@@ -558,7 +559,9 @@ class Coordinator:
             if self.checks is None and self.parameters.integrity != "off" and \
                     not self._warned_unchecked:
                 self._warned_unchecked = True
-                logger.warning(
+                log_once(
+                    logger, ("unchecked", len(responders), self.plan.min_responders),
+                    logging.WARNING,
                     "session %r: NO INTEGRITY CHECK in round %d: %d responders leave r = 0 "
                     "redundant evaluations (decoding needs %d), so a party that computes or "
                     "shares wrongly would go undetected", self.session_id, self.round,

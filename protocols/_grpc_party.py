@@ -195,10 +195,13 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
 
 
 def _wait_until_ready(channel, target: str, connect_timeout: float, tls_files) -> None:
-    """Wait (bounded) for the channel; log why not every few seconds; stop on TLS failure."""
+    """Wait (bounded) for the channel; stop on TLS failure. Says why it waits after the
+    first 5 s, then only when the cause changes or the wait has doubled (5, 10, 20, 40 s,
+    ...): a few lines for a long join deadline, not one every 5 s."""
     ready = grpc.channel_ready_future(channel)
     start = time.monotonic()
     cause = "no answer"
+    said, next_report = None, 0.0
     while True:
         remaining = connect_timeout - (time.monotonic() - start)
         try:
@@ -218,8 +221,10 @@ def _wait_until_ready(channel, target: str, connect_timeout: float, tls_files) -
                             f"{connect_timeout:g} s "
                             f"({cause}); is `omnifc serve` running there?",
                             party=COORDINATOR, phase="join")
-        logger.warning("waiting for the coordinator at %s (%s): %.0f of %g s", target, cause,
-                       waited, connect_timeout)
+        if cause != said or waited >= next_report:
+            logger.warning("waiting for the coordinator at %s (%s): %.0f of %g s", target,
+                           cause, waited, connect_timeout)
+            said, next_report = cause, 2 * max(waited, 1.0)
 
 
 def _tls_context(tls_files):

@@ -63,6 +63,7 @@ import numpy as np
 from finite_field import (AuthenticationError, InputError, IntegrityError, OmniFCError, PeerError, ProtocolError,
                           Quantizer, cross_sq_distances, encode_rows, masked_upload_streams)
 
+from ._log_once import log_once
 from ._crypto import (PROTOCOL_VERSION, RUN_NONCE_BYTES, EphemeralKey, MaskView, PairKeys,
                       new_run_nonce, roster_digest, transcript)
 from ._identity import public_key_bytes, sign, verify
@@ -480,7 +481,9 @@ class Party:
             if self._checks is None and self.parameters.integrity != "off" and \
                     not self._warned_unchecked:
                 self._warned_unchecked = True
-                logger.warning(
+                log_once(
+                    logger, ("unchecked", len(order), self.plan.min_responders),
+                    logging.WARNING,
                     "party %r: NO INTEGRITY CHECK in round %d: |B| = %d responders leave "
                     "r = 0 redundant evaluations (decoding needs %d), so a party that "
                     "computes or shares wrongly goes undetected", self.party_id,

@@ -148,7 +148,15 @@ def test_no_redundancy_says_so_once_loudly(caplog):
     assert exact(outcome, data)
     assert outcome.integrity.startswith("unchecked: r = 0")
     loud = [r.getMessage() for r in caplog.records if "NO INTEGRITY CHECK" in r.getMessage()]
-    assert len(loud) == 4  # the coordinator and each party, once
+    assert len(loud) == 1  # one process: said once, by the coordinator, not by each party
+    assert loud[0].startswith("session ")
+    unchecked = [r for r in caplog.records if "NO INTEGRITY CHECK" in r.getMessage()]
+    assert [r.levelname for r in unchecked] == ["WARNING"]
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="protocols"):
+        run_memory_session(data, params())     # a second session in the same process
+    again = [r for r in caplog.records if "NO INTEGRITY CHECK" in r.getMessage()]
+    assert len(again) == 4 and {r.levelname for r in again} == {"DEBUG"}
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="protocols"):
         run_memory_session(data, params(integrity="off"))
