@@ -1,8 +1,9 @@
 """Exact finite-field arithmetic for OmniFC: quantization, Lagrange coding, modular kernels.
 
 This is the low-level layer ("hazmat"): it computes exactly what it is told and assumes the
-caller keeps noise and shares secret. It imports only numpy, numba and galois (the latter
-for setup-time primality); a test proves it never imports the layers above.
+caller keeps noise and shares secret. It imports only numpy, numba, galois (for setup-time
+primality) and threadpoolctl (BLAS thread counts); a test proves it never imports the
+layers above.
 """
 
 from ._aggregate import (add_reduced, add_upload, mask_words, masked_upload,
