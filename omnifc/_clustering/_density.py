@@ -86,12 +86,13 @@ def kneedle_knee(curve: np.ndarray):
                            direction="increasing").knee
 
 
-def dbscan(d: np.ndarray, n_clusters=None, rng=None, *, eps=None, min_samples: int = 5) -> dict:
+def dbscan(distances: np.ndarray, n_clusters=None, rng=None, *, eps=None,
+           min_samples: int = 5) -> dict:
     from sklearn.cluster import DBSCAN
 
     if isinstance(min_samples, bool) or int(min_samples) < 1:
         raise ParameterError(f"min_samples must be a positive integer, got {min_samples!r}")
-    dist = np.sqrt(np.maximum(d, 0.0))
+    dist = np.sqrt(np.maximum(distances, 0.0))
     if eps is None:
         eps = auto_eps(dist, min_samples)
     elif not eps > 0:
