@@ -253,7 +253,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         owners : array-like (n,), optional
             For a single array ``X``: the party (name or number) holding each row.
         """
-        from protocols._mask_graph import check_distance_mask_degree
+        from protocols import check_distance_mask_degree
 
         if self.bound is None:
             raise ParameterError(_NO_BOUND)

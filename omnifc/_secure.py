@@ -161,7 +161,7 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     [0.0, 25.0, 2.0]
     """
     from protocols import SessionParameters
-    from protocols._mask_graph import check_distance_mask_degree
+    from protocols import check_distance_mask_degree
 
     # The weakest masks a session allows, before any data is read (SessionParameters
     # refuses the same below).
@@ -224,7 +224,7 @@ def _run(party_data: dict, parameters, *, transport: str, responders, cluster, d
                                         memory_budget=memory_budget)
         return outcome
     if transport == "grpc":
-        from protocols._grpc_local import run_local_grpc_session
+        from protocols import run_local_grpc_session
 
         return run_local_grpc_session(party_data, parameters, responders=responders,
                                       cluster=cluster, deadline=deadline, insecure=insecure,

@@ -8,10 +8,11 @@ every later one at DEBUG. Each result still records the condition (``Outcome.int
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 
-__all__ = ["log_once", "said", "restore"]
+__all__ = ["log_once", "log_once_scope", "said", "restore"]
 
 _said: set = set()
 _lock = threading.Lock()
@@ -37,3 +38,14 @@ def restore(keys) -> None:
     """Forget every key not in ``keys`` (tests, and the audit's simulated sessions)."""
     with _lock:
         _said.intersection_update(keys)
+
+
+@contextlib.contextmanager
+def log_once_scope():
+    """Within the block, what is said once counts only there: afterwards the process has
+    said exactly what it had said before (the audit's simulated sessions)."""
+    before = said()
+    try:
+        yield
+    finally:
+        restore(before)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from protocols._log_once import restore, said
+from protocols import log_once_scope
 
 __all__ = ["simulated_sessions"]
 
@@ -49,10 +49,9 @@ def simulated_sessions():
     loggers = [logging.getLogger(name) for name in names]
     for item in loggers:
         item.addFilter(redirect)
-    before = said()  # what the simulations say once does not count for the real sessions
     try:
-        yield
+        with log_once_scope():  # what the simulations say once, real sessions still say
+            yield
     finally:
-        restore(before)
         for item in loggers:
             item.removeFilter(redirect)
