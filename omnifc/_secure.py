@@ -16,9 +16,34 @@ from finite_field import InputError, ParameterError, check_adversaries, make_pla
 from ._clipping import MAX_CLIPPED, check_clipping, clip_report
 from ._result import DistanceResult, PhaseStats
 
-__all__ = ["secure_distance_matrix", "normalize_parties"]
+__all__ = ["secure_distance_matrix", "normalize_parties", "session_keywords",
+           "NOT_KEYWORDS"]
 
 logger = logging.getLogger(__name__)
+
+#: The session parameters of the table (:data:`protocols.PARAMETERS`) that
+#: :func:`secure_distance_matrix` does not take as keywords, and why. Every other row of
+#: the table is a keyword with the table's default (a test checks both ways), and its
+#: value reaches :class:`~protocols.SessionParameters` by name: a new parameter is added
+#: to the table, and here or to the signature.
+NOT_KEYWORDS = {
+    "dim": "taken from the parties' rows",
+    "kind": "always a distance session (omnifc.secure_sum is the sum)",
+    "rows": "sum sessions only",
+    "chunk_bytes": "transport tuning; the default fits gRPC's limits",
+    "max_rows_per_party": "the caller holds every row: no cap to announce",
+    "max_rows_total": "the caller holds every row: no cap to announce",
+    "alphas": "the default points (pairwise distinct, checked by the plan)",
+    "betas": "the default points (pairwise distinct, checked by the plan)",
+}
+
+
+def session_keywords() -> tuple:
+    """The keywords of :func:`secure_distance_matrix` that are session parameters, in the
+    table's order."""
+    from protocols import PARAMETERS
+
+    return tuple(p.name for p in PARAMETERS if p.name not in NOT_KEYWORDS)
 
 
 def normalize_parties(parties) -> tuple[list[str], list[np.ndarray]]:
@@ -163,6 +188,8 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     from protocols import SessionParameters
     from protocols import check_distance_mask_degree
 
+    given = locals()
+    session = {name: given[name] for name in session_keywords()}  # by name, from the table
     # The weakest masks a session allows, before any data is read (SessionParameters
     # refuses the same below).
     check_distance_mask_degree(mask_degree, noise_segments)
@@ -181,11 +208,8 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     report = clip_report(dict(zip(names, arrays)), bound=bound, nonnegative=nonnegative)
     check_clipping(report, bound=bound, nonnegative=nonnegative, max_clipped=max_clipped,
                    clip=clip)
-    parameters = SessionParameters(dim=plan.dim, bound=bound, scale_bits=scale_bits,
-                                   segments=segments, noise_segments=noise_segments,
-                                   nonnegative=nonnegative, primes=plan.primes, mode=mode,
-                                   integrity=integrity, adversaries=adversaries,
-                                   mask_degree=mask_degree)
+    session.update(primes=plan.primes, adversaries=adversaries)  # as the plan resolved them
+    parameters = SessionParameters(dim=plan.dim, **session)
     chosen = None if responders is None else [names[j] for j in responder_idx]
     outcome = _run(dict(zip(names, arrays)), parameters, transport=transport,
                    responders=chosen, cluster=cluster, deadline=deadline, insecure=insecure,
