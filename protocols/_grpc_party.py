@@ -65,11 +65,17 @@ def load_party_data(path) -> np.ndarray:
                              "array; the rows must be real numbers (save them with "
                              "np.save(path, rows.astype(float)))")
     else:
+        from ._csv import csv_problem
+
         try:
             data = np.loadtxt(path, delimiter=",", dtype=np.float64, ndmin=2)
         except ValueError as error:
+            where = csv_problem(path) or str(error).split("; use `usecols`")[0]
             raise InputError(f"could not read {str(path)!r} as numeric CSV (one row per "
-                             f"line, comma-separated numbers, no header): {error}") from None
+                             f"line, comma-separated numbers, no header): {where}") from None
+        if not np.isfinite(data).all():
+            where = csv_problem(path) or "not every entry is finite"
+            raise InputError(f"{str(path)!r}: {where}")
     return np.asarray(data, dtype=np.float64)
 
 
