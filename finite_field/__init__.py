@@ -6,13 +6,15 @@ primality) and threadpoolctl (BLAS thread counts); a test proves it never import
 layers above.
 """
 
+import logging
+
 from ._aggregate import (add_reduced, add_upload, mask_words, masked_upload,
                          masked_upload_streams, symmetrize_mod)
 from ._attribution import Attribution, attribute, located_errors
 from ._crt import crt_combine
 from ._decode import WrapAroundError, decode_residues, decode_upper
-from ._errors import (AuthenticationError, DeadlineError, DeviationError, InputError, IntegrityError, OmniFCError, ParameterError,
-                      PeerError, ProtocolError)
+from ._errors import (AuthenticationError, DeadlineError, DeviationError, InputError,
+                      IntegrityError, OmniFCError, ParameterError, PeerError, ProtocolError)
 from ._kernels import (DistanceTiles, cross_sq_distances, distances_from_gram, encode_blocks,
                        gram_matrix, sq_distances, sq_distances_tile, weighted_sum)
 from ._integrity_masks import (MaskGroup, choose_mask_groups, cyclic_groups,
@@ -28,8 +30,6 @@ from ._reed_solomon import (CheckedSum, Decoding, ReedSolomonCheck, checked_sum,
                              decode_evaluations, dual_multipliers, weighted_sums)
 from ._random import SYSTEM_RANDOM, ByteSource, SystemRandom, uniform_elements
 from ._steps import decode_sum, encode_rows, evaluate_shares, weight_evaluation
-
-import logging
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 

@@ -12,9 +12,9 @@ clustering on it.
 
 import logging
 
-from finite_field import (AuthenticationError, DeadlineError, DeviationError, InputError, IntegrityError,
-                          OmniFCError,
-                          ParameterError, PeerError, ProtocolError)
+from finite_field import (AuthenticationError, DeadlineError, DeviationError, InputError,
+                          IntegrityError, OmniFCError, ParameterError, PeerError,
+                          ProtocolError)
 
 from ._result import DistanceResult, PhaseStats
 from ._store import DistanceAccumulator, DistanceStore, TiledDistances, plaintext_distance_store

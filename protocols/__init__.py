@@ -1,8 +1,10 @@
 """The share-exchange protocol: sans-IO state machines, cryptography and transports."""
 
-from finite_field import (AuthenticationError, DeadlineError, DeviationError, InputError, IntegrityError,
-                          OmniFCError,
-                          ParameterError, PeerError, ProtocolError)
+import logging
+
+from finite_field import (AuthenticationError, DeadlineError, DeviationError, InputError,
+                          IntegrityError, OmniFCError, ParameterError, PeerError,
+                          ProtocolError)
 
 from ._config import (ClusteringRequest, ConfigParameters, Deadlines, PartyEntry,
                       SessionConfig, TLSFiles, TLSSettings, dump_session_config,
@@ -51,7 +53,6 @@ def __getattr__(name):
         return getattr(_grpc_party, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-import logging
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 

@@ -12,8 +12,8 @@ while the others still run); this guard counts its entries and the first sets, t
 restores. threadpoolctl (3.6 and later) also lets only one Python thread ever change
 OpenBLAS's process-wide count and silently ignores the others; the guard may be left by
 another thread than the one that entered it, so it takes that control (under its lock)
-right before it sets or restores. Where no BLAS is found it changes nothing and reports False; the pairwise
-kernels then keep BLAS's own threads. Speed only, never results.
+right before it sets or restores. Where no BLAS is found it changes nothing and reports
+False; the pairwise kernels then keep BLAS's own threads. Speed only, never results.
 """
 
 from __future__ import annotations
