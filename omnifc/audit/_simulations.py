@@ -43,10 +43,10 @@ def simulated_sessions():
     """Within the block, omnifc's records (the audit's own excluded) go to this module's
     logger at DEBUG instead of their own."""
     redirect = _ToSimulationLog()
-    names = [name for name, item in list(logging.Logger.manager.loggerDict.items())
-             if isinstance(item, logging.Logger) and _redirected(name)]
-    names += [root for root in _ROOTS if root not in names]
-    loggers = [logging.getLogger(name) for name in names]
+    # every module logger of the three packages (each package's own logger included: the
+    # package __init__ files create it) that exists when the checks start
+    loggers = [item for name, item in list(logging.Logger.manager.loggerDict.items())
+               if isinstance(item, logging.Logger) and _redirected(name)]
     for item in loggers:
         item.addFilter(redirect)
     try:
