@@ -1,17 +1,20 @@
 """Exact finite-field arithmetic for OmniFC: quantization, Lagrange coding, modular kernels.
 
 This is the low-level layer ("hazmat"): it computes exactly what it is told and assumes the
-caller keeps noise and shares secret. It imports only numpy, numba and galois (the latter
-for setup-time primality); a test proves it never imports the layers above.
+caller keeps noise and shares secret. It imports only numpy, numba, galois (for setup-time
+primality) and threadpoolctl (BLAS thread counts); a test proves it never imports the
+layers above.
 """
+
+import logging
 
 from ._aggregate import (add_reduced, add_upload, mask_words, masked_upload,
                          masked_upload_streams, symmetrize_mod)
 from ._attribution import Attribution, attribute, located_errors
 from ._crt import crt_combine
 from ._decode import WrapAroundError, decode_residues, decode_upper
-from ._errors import (DeadlineError, DeviationError, InputError, IntegrityError, OmniFCError, ParameterError,
-                      PeerError, ProtocolError)
+from ._errors import (AuthenticationError, DeadlineError, DeviationError, InputError,
+                      IntegrityError, OmniFCError, ParameterError, PeerError, ProtocolError)
 from ._kernels import (DistanceTiles, cross_sq_distances, distances_from_gram, encode_blocks,
                        gram_matrix, paired_sq_distances, sq_distances, sq_distances_tile,
                        weighted_sum)
@@ -29,9 +32,11 @@ from ._reed_solomon import (CheckedSum, Decoding, ReedSolomonCheck, checked_sum,
 from ._random import SYSTEM_RANDOM, ByteSource, SystemRandom, uniform_elements
 from ._steps import decode_sum, encode_rows, evaluate_shares, weight_evaluation
 
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
 __all__ = [
     "OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
-    "DeadlineError", "IntegrityError", "DeviationError",
+    "DeadlineError", "AuthenticationError", "IntegrityError", "DeviationError",
     "MAX_PRIME", "validate_prime", "fast_primes", "choose_primes",
     "ByteSource", "SystemRandom", "SYSTEM_RANDOM", "uniform_elements",
     "Quantizer", "Quantized",

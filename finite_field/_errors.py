@@ -18,6 +18,7 @@ __all__ = [
     "ProtocolError",
     "PeerError",
     "DeadlineError",
+    "AuthenticationError",
     "IntegrityError",
     "DeviationError",
 ]
@@ -74,11 +75,18 @@ class DeadlineError(PeerError, TimeoutError):
     """A party did not answer before the phase deadline."""
 
 
-class IntegrityError(ProtocolError):
-    """A ciphertext or signature failed verification.
+class AuthenticationError(ProtocolError):
+    """A ciphertext, signature, MAC, TLS identity or nonce failed verification.
 
     Deliberately opaque (as in pyca/cryptography's ``InvalidTag``): the message never
-    says which byte or which check failed, only which party and phase when known.
+    says which byte or which check failed, only that authentication failed and from which
+    party (and in which phase) when known.
+
+    Attributes
+    ----------
+    party : str or None
+        The party the message claimed to come from.
+    phase : str or None
     """
 
     def __init__(self, party: object = None, phase: str | None = None) -> None:
@@ -92,13 +100,35 @@ class IntegrityError(ProtocolError):
         self.phase = phase
 
 
+class IntegrityError(ProtocolError):
+    """A result check failed: the decoded values are not what an honest session gives.
+
+    Unlike :class:`AuthenticationError`, it says which check failed (the no-wrap bound of
+    the decode, for instance): the check is on public values, so the detail is no secret.
+
+    Parameters
+    ----------
+    message : str
+        Which check failed, what was expected and what was seen.
+    party : str, optional
+        The party at fault, when the check places it.
+    phase : str
+        The phase of the check (``"decode"`` by default).
+    """
+
+    def __init__(self, message: str, *, party: object = None, phase: str = "decode") -> None:
+        super().__init__(message)
+        self.party = party
+        self.phase = phase
+
+
 class DeviationError(IntegrityError):
     """The Reed-Solomon checks detected parties that computed or shared wrongly.
 
     Raised when a detected deviation can be neither corrected nor excluded (too few
     parties left for a checked rerun, more deviating parties than the checks can place):
-    the session returns nothing. Unlike the opaque AEAD failure of the parent class, it
-    says what the checks found.
+    the session returns nothing. Like every :class:`IntegrityError` (and unlike the opaque
+    :class:`AuthenticationError`), it says what the checks found.
 
     Attributes
     ----------
@@ -112,8 +142,7 @@ class DeviationError(IntegrityError):
     """
 
     def __init__(self, message: str, *, named=(), suspects=(), phase: str = "decode") -> None:
-        OmniFCError.__init__(self, message)
+        super().__init__(message, phase=phase)
         self.named = tuple(str(x) for x in named)
         self.suspects = tuple(tuple(str(x) for x in s) for s in suspects)
         self.party = self.named[0] if len(self.named) == 1 else None
-        self.phase = phase

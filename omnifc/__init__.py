@@ -12,9 +12,9 @@ clustering on it.
 
 import logging
 
-from finite_field import (DeadlineError, DeviationError, InputError, IntegrityError,
-                          OmniFCError,
-                          ParameterError, PeerError, ProtocolError)
+from finite_field import (AuthenticationError, DeadlineError, DeviationError, InputError,
+                          IntegrityError, OmniFCError, ParameterError, PeerError,
+                          ProtocolError)
 
 from ._result import DistanceResult, PhaseStats
 from ._store import DistanceAccumulator, DistanceStore, TiledDistances, plaintext_distance_store
@@ -32,7 +32,7 @@ from .experiments import KFed, adjusted_rand, clustering_scores, kappa, nmi
 from . import audit
 from . import adapters
 
-logging.getLogger("omnifc").addHandler(logging.NullHandler())
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 
@@ -44,5 +44,5 @@ __all__ = [
     "DistanceKMedoids", "FederatedClustering", "KFed", "kappa", "nmi", "adjusted_rand",
     "clustering_scores", "audit", "adapters",
     "OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
-    "DeadlineError", "IntegrityError", "DeviationError",
+    "DeadlineError", "AuthenticationError", "IntegrityError", "DeviationError",
 ]

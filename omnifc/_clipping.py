@@ -23,7 +23,7 @@ from finite_field import InputError, ParameterError
 
 __all__ = ["MAX_CLIPPED", "clip_report", "check_clipping"]
 
-logger = logging.getLogger("omnifc")
+logger = logging.getLogger(__name__)
 
 #: Default largest fraction of a party's entries that may be clipped without an error.
 MAX_CLIPPED = 0.01
@@ -42,7 +42,8 @@ def clip_report(parties: dict, *, bound: float, nonnegative: bool) -> dict:
 
 def check_clipping(report: dict, *, bound: float, nonnegative: bool,
                    max_clipped: float = MAX_CLIPPED, clip: str = "clip") -> None:
-    """Log every party's clipping; raise :class:`InputError` above ``max_clipped``.
+    """Log every party's accepted clipping; raise :class:`InputError` above ``max_clipped``
+    (before anything is clipped: the error, not a warning, says so).
 
     ``clip="error"`` refuses any clipped entry; ``max_clipped=1.0`` accepts any amount.
     """
@@ -51,11 +52,7 @@ def check_clipping(report: dict, *, bound: float, nonnegative: bool,
     limit = 0.0 if clip == "error" else float(max_clipped)
     interval = f"[{0 if nonnegative else -bound:g}, {bound:g}]"
     for name, (clipped, entries, fraction) in report.items():
-        if not clipped:
-            continue
-        logger.warning("party %r: %d of %d entries (%.1f%%) clipped to the public bound %s",
-                       name, clipped, entries, 100 * fraction, interval)
-        if fraction > limit:
+        if clipped and fraction > limit:  # refused before anything is clipped
             allow = ("clip='error' refuses any clipped entry" if clip == "error" else
                      f"the limit is {limit:.1%}; accept it explicitly with max_clipped=1.0 "
                      "(omnifc join: --max-clipped 1)")
@@ -63,3 +60,8 @@ def check_clipping(report: dict, *, bound: float, nonnegative: bool,
                 f"{clipped} of {entries} entries ({fraction:.1%}) lie outside the public "
                 f"bound {interval} and would be clipped; {allow}, or agree a larger bound R "
                 "(or rescale the data)", party=name)
+    for name, (clipped, entries, fraction) in report.items():
+        if clipped:  # accepted: now they are clipped
+            logger.warning("party %r: %d of %d entries (%.1f%%) lie outside the public bound "
+                           "%s and are clipped to it", name, clipped, entries, 100 * fraction,
+                           interval)

@@ -199,10 +199,10 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     labels_ : ndarray of int
         Labels of all rows in global order: the parties concatenated in the order given
         (or the row order of ``X`` with ``owners=`` / ``n_parties``).
-    party_labels_ : list of ndarray
-        Labels of each party's rows, in the order the parties were given (that of
-        ``party_names_``; a list also when ``fit`` got a dict:
-        ``dict(zip(model.party_names_, model.party_labels_))`` is the dict).
+    party_labels_ : dict of str to ndarray, or list of ndarray
+        Labels of each party's rows, shaped like the input of ``fit``: a dict by party
+        name when it got a dict (as ``clipped_``), else a list in the order of
+        ``party_names_``.
     labels_global_ : ndarray
         Same as ``labels_`` (kept for compatibility).
 
@@ -263,7 +263,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         owners : array-like (n,), optional
             For a single array ``X``: the party (name or number) holding each row.
         """
-        from protocols._mask_graph import check_distance_mask_degree
+        from protocols import check_distance_mask_degree
 
         if self.bound is None:
             raise ParameterError(_NO_BOUND)
@@ -282,7 +282,9 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.distance_result_ = result
         self.details_ = details
         self.party_names_ = list(result.party_names)
-        self.party_labels_ = [labels[result.owners == i] for i in range(len(names))]
+        per_party = [labels[result.owners == i] for i in range(len(names))]
+        self.party_labels_ = (dict(zip(names, per_party)) if isinstance(X, dict)
+                              else per_party)
         if order is not None:
             in_x_order = np.empty_like(labels)
             in_x_order[order] = labels
@@ -365,7 +367,9 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         result = self._secure({**fitted, **new})
         d = result.distances
         cross, within = d[n_fit:, :n_fit], d[:n_fit, :n_fit]
-        train = np.concatenate([self.party_labels_[i] for i in range(len(fitted))])
+        per_party = self.party_labels_
+        train = np.concatenate(list(per_party.values()) if isinstance(per_party, dict)
+                               else per_party)
         if self.method == "kmedoids":
             medoids = np.asarray(self.details_["medoid_indices"])
             labels = train[medoids][np.argmin(cross[:, medoids], axis=1)]

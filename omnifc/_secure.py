@@ -16,9 +16,37 @@ from finite_field import InputError, ParameterError, check_adversaries, make_pla
 from ._clipping import MAX_CLIPPED, check_clipping, clip_report
 from ._result import DistanceResult, PhaseStats
 
-__all__ = ["secure_distance_matrix", "normalize_parties"]
+__all__ = ["secure_distance_matrix", "normalize_parties", "session_keywords",
+           "NOT_KEYWORDS"]
 
-logger = logging.getLogger("omnifc")
+logger = logging.getLogger(__name__)
+
+#: The session parameters of the table (:data:`protocols.PARAMETERS`) that
+#: :func:`secure_distance_matrix` does not take as keywords, and why. Every other row of
+#: the table is a keyword with the table's default (a test checks both ways), and its
+#: value reaches :class:`~protocols.SessionParameters` by name: a new parameter is added
+#: to the table, and here or to the signature.
+NOT_KEYWORDS = {
+    "dim": "taken from the parties' rows",
+    "kind": "always a distance session (omnifc.secure_sum is the sum)",
+    "rows": "sum sessions only",
+    "chunk_bytes": "transport tuning; the default fits gRPC's limits",
+    "max_rows_per_party": "the caller holds every row: no cap to announce",
+    "max_rows_total": "the caller holds every row: no cap to announce",
+    "alphas": "the default points (pairwise distinct, checked by the plan)",
+    "betas": "the default points (pairwise distinct, checked by the plan)",
+    "layout_rows": "given as landmarks= (layout 'landmarks') or pairs= (layout 'pairs')",
+    "max_landmarks": "the caller holds every row: the table's cap bounds landmarks=",
+    "max_pairs": "the caller holds every row: the table's cap bounds pairs=",
+}
+
+
+def session_keywords() -> tuple:
+    """The keywords of :func:`secure_distance_matrix` that are session parameters, in the
+    table's order."""
+    from protocols import PARAMETERS
+
+    return tuple(p.name for p in PARAMETERS if p.name not in NOT_KEYWORDS)
 
 
 def normalize_parties(parties) -> tuple[list[str], list[np.ndarray]]:
@@ -170,8 +198,10 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     [0.0, 25.0, 2.0]
     """
     from protocols import SessionParameters
-    from protocols._mask_graph import check_distance_mask_degree
+    from protocols import check_distance_mask_degree
 
+    given = locals()
+    session = {name: given[name] for name in session_keywords()}  # by name, from the table
     # The weakest masks a session allows, before any data is read (SessionParameters
     # refuses the same below).
     check_distance_mask_degree(mask_degree, noise_segments)
@@ -190,12 +220,9 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     report = clip_report(dict(zip(names, arrays)), bound=bound, nonnegative=nonnegative)
     check_clipping(report, bound=bound, nonnegative=nonnegative, max_clipped=max_clipped,
                    clip=clip)
-    parameters = SessionParameters(dim=plan.dim, bound=bound, scale_bits=scale_bits,
-                                   segments=segments, noise_segments=noise_segments,
-                                   nonnegative=nonnegative, primes=plan.primes, mode=mode,
-                                   integrity=integrity, adversaries=adversaries,
-                                   mask_degree=mask_degree,
-                                   **_layout_parameters(layout, landmarks, n_landmarks, pairs))
+    session.update(primes=plan.primes, adversaries=adversaries,  # as the plan resolved them
+                   **_layout_parameters(layout, landmarks, n_landmarks, pairs))
+    parameters = SessionParameters(dim=plan.dim, **session)
     chosen = None if responders is None else [names[j] for j in responder_idx]
     outcome = _run(dict(zip(names, arrays)), parameters, transport=transport,
                    responders=chosen, cluster=cluster, deadline=deadline, insecure=insecure,
@@ -250,7 +277,7 @@ def _run(party_data: dict, parameters, *, transport: str, responders, cluster, d
                                         memory_budget=memory_budget)
         return outcome
     if transport == "grpc":
-        from protocols._grpc_local import run_local_grpc_session
+        from protocols import run_local_grpc_session
 
         return run_local_grpc_session(party_data, parameters, responders=responders,
                                       cluster=cluster, deadline=deadline, insecure=insecure,

@@ -27,7 +27,7 @@ from ._result import PhaseStats
 
 __all__ = ["secure_sum", "SumResult"]
 
-logger = logging.getLogger("omnifc")
+logger = logging.getLogger(__name__)
 
 
 @dataclass

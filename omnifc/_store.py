@@ -14,8 +14,8 @@ Examples
 --------
 The same classes (a worked example is in :mod:`protocols._accumulator`):
 
->>> import omnifc, protocols._accumulator as impl
->>> omnifc.DistanceAccumulator is impl.DistanceAccumulator
+>>> import omnifc, protocols
+>>> omnifc.DistanceAccumulator is protocols.DistanceAccumulator
 True
 """
 
@@ -24,9 +24,9 @@ from __future__ import annotations
 import numpy as np
 
 from finite_field import InputError
-from protocols._accumulator import (DEFAULT_MEMORY_BUDGET, DEFAULT_TILE_BYTES,
-                                    DistanceAccumulator, DistanceStore, TiledDistances,
-                                    _rows_per_tile, storage_dtype)
+from protocols import (DEFAULT_MEMORY_BUDGET, DEFAULT_TILE_BYTES,
+                       DistanceAccumulator, DistanceStore, TiledDistances,
+                       rows_per_tile as _rows_per_tile, storage_dtype)
 
 __all__ = ["DistanceAccumulator", "DistanceStore", "TiledDistances", "plaintext_distance_store",
            "DEFAULT_MEMORY_BUDGET", "DEFAULT_TILE_BYTES", "as_tiled", "storage_dtype"]

@@ -1,8 +1,10 @@
 """The share-exchange protocol: sans-IO state machines, cryptography and transports."""
 
-from finite_field import (DeadlineError, DeviationError, InputError, IntegrityError,
-                          OmniFCError,
-                          ParameterError, PeerError, ProtocolError)
+import logging
+
+from finite_field import (AuthenticationError, DeadlineError, DeviationError, InputError,
+                          IntegrityError, OmniFCError, ParameterError, PeerError,
+                          ProtocolError)
 
 from ._config import (ClusteringRequest, ConfigParameters, Deadlines, PartyEntry,
                       SessionConfig, TLSFiles, TLSSettings, dump_session_config,
@@ -23,9 +25,39 @@ from ._messages import SessionParameters, parse_envelope
 from ._party import Party
 from ._grpc_coordinator import CoordinatorServer
 from ._grpc_local import LocalSession, run_local_grpc_session
+# what omnifc (the next layer) uses besides the above; omnifc imports no private module
+from ._accumulator import (DEFAULT_MEMORY_BUDGET, DEFAULT_TILE_BYTES, DistanceAccumulator,
+                           DistanceStore, TiledDistances, storage_dtype)
+from ._accumulator import _rows_per_tile as rows_per_tile
+from ._crypto import EphemeralKey, PairKeys
+from ._files import prepare_output_folder
+from ._generated import omnifc_pb2
+from ._grpc_coordinator import coordinator_from_config
+from ._log_once import log_once, log_once_scope
+from ._mask_graph import check_distance_mask_degree, collusion_threshold
+from ._messages import envelope, row_tiles
+from ._parameters import (PARAMETER, PARAMETERS, add_parameter_options, check_parameters,
+                          parameter_fields, table_fields, values_from_options)
+from ._party import as_protocol_error
+from ._tls import IMPERSONATION_WARNING
+
+#: Names of ``protocols._grpc_party``, imported on first use: that module is also run as
+#: ``python -m protocols._grpc_party`` (every party process), and importing it with the
+#: package would make runpy warn that it was imported before it ran.
+_PARTY_PROCESS = ("join_from_config", "load_party_data")
+
+
+def __getattr__(name):
+    if name in _PARTY_PROCESS:
+        from . import _grpc_party
+        return getattr(_grpc_party, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
-           "DeadlineError", "IntegrityError", "DeviationError",
+           "DeadlineError", "AuthenticationError", "IntegrityError", "DeviationError",
            # session config (_config)
            "SessionConfig", "ConfigParameters", "ClusteringRequest", "Deadlines",
            "TLSSettings", "TLSFiles", "PartyEntry", "load_session_config",
@@ -47,4 +79,13 @@ __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "Peer
            "PHASES", "run_memory_session", "Transcript", "ReceivedMessage",
            "parse_envelope",
            # gRPC transport
-           "CoordinatorServer", "run_local_grpc_session", "LocalSession"]
+           "CoordinatorServer", "run_local_grpc_session", "LocalSession",
+           # used by omnifc: distance storage, audit, CLI, Flower
+           "DEFAULT_MEMORY_BUDGET", "DEFAULT_TILE_BYTES", "DistanceAccumulator",
+           "DistanceStore", "TiledDistances", "storage_dtype", "rows_per_tile",
+           "EphemeralKey", "PairKeys", "prepare_output_folder", "omnifc_pb2",
+           "coordinator_from_config", "log_once", "log_once_scope",
+           "check_distance_mask_degree", "collusion_threshold", "envelope", "row_tiles",
+           "PARAMETER", "PARAMETERS", "add_parameter_options", "check_parameters",
+           "parameter_fields", "table_fields", "values_from_options", "as_protocol_error",
+           "IMPERSONATION_WARNING", "join_from_config", "load_party_data"]

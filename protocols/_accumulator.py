@@ -68,7 +68,7 @@ from finite_field import (InputError, ParameterError, ProtocolError, WrapAroundE
 __all__ = ["DistanceAccumulator", "DistanceStore", "TiledDistances", "DEFAULT_MEMORY_BUDGET",
            "DEFAULT_TILE_BYTES", "storage_dtype", "discard_store"]
 
-logger = logging.getLogger("omnifc.store")
+logger = logging.getLogger(__name__)
 
 #: Bytes of n x n data kept in RAM before the result moves to a memory-mapped file (2 GiB).
 DEFAULT_MEMORY_BUDGET = 2 * 2**30

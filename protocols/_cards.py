@@ -74,7 +74,7 @@ from ._identity import generate_identity, public_key_bytes, save_identity
 __all__ = ["Card", "KeyFiles", "generate_keys", "load_card", "format_card",
            "new_session_config", "self_signed_certificate", "LOOPBACK_HOSTS", "ROLES"]
 
-logger = logging.getLogger("omnifc.keys")
+logger = logging.getLogger(__name__)
 
 #: Subject alternative names every certificate carries, so loopback needs no name override.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")

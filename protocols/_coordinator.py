@@ -11,7 +11,7 @@ a secure sum (the tiles, the round's result, the decode) is asked of the session
 Fail closed: any exception, whatever its origin (a violation, a malformed or garbage upload,
 the decode, the clustering callback, a bug), leaves the coordinator failed with a
 :class:`ProtocolError` (``PeerError`` naming the party and phase, ``DeadlineError``,
-``IntegrityError``; anything else is wrapped, with only its type in the message);
+``AuthenticationError``, ``IntegrityError``; anything else is wrapped, with only its type in the message);
 :meth:`abort` then returns the ErrorReports, naming the phase, that tell every remaining
 party. Nothing partial is ever returned: :attr:`outcome` is set only when the whole matrix
 (or sum) is decoded and clustered. A decoded value outside the no-wrap bound is an
@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from finite_field import (DeadlineError, DeviationError, IntegrityError, ParameterError,
+from finite_field import (AuthenticationError, DeadlineError, DeviationError, IntegrityError, ParameterError,
                           PeerError, ProtocolError, masked_upload)
 
 from ._accumulator import DistanceAccumulator, DistanceStore, discard_store
@@ -64,11 +64,12 @@ from ._messages import (SessionParameters, body_of, check_row_caps, chunk_rows, 
                         phase_of, packed_view)
 from ._party import (as_protocol_error, confirmation_transcript, hello_transcript,
                      roster_digest_of)
+from ._log_once import log_once
 from ._plans import SumAccumulator, session_plan, session_type
 
 __all__ = ["Coordinator", "Outcome", "PHASES"]
 
-logger = logging.getLogger("omnifc.protocols")
+logger = logging.getLogger(__name__)
 
 #: Phases in order; stats are kept per phase.
 PHASES = ("join", "shares", "evaluation", "decode", "result")
@@ -341,7 +342,8 @@ class Coordinator:
         """ErrorReports telling every connected party that the session failed (and in which
         phase)."""
         error = self.error or ProtocolError("session aborted")
-        kind = ("integrity" if isinstance(error, IntegrityError) else
+        kind = ("authentication" if isinstance(error, AuthenticationError) else
+                "integrity" if isinstance(error, IntegrityError) else
                 "deadline" if isinstance(error, DeadlineError) else
                 "peer" if isinstance(error, PeerError) else "protocol")
         culprit = getattr(error, "party", None)
@@ -575,7 +577,9 @@ class Coordinator:
             if self.checks is None and self.parameters.integrity != "off" and \
                     not self._warned_unchecked:
                 self._warned_unchecked = True
-                logger.warning(
+                log_once(
+                    logger, ("unchecked", len(responders), self.plan.min_responders),
+                    logging.WARNING,
                     "session %r: NO INTEGRITY CHECK in round %d: %d responders leave r = 0 "
                     "redundant evaluations (decoding needs %d), so a party that computes or "
                     "shares wrongly would go undetected", self.session_id, self.round,

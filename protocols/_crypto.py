@@ -19,7 +19,7 @@
   prime index, chunk index) and is never reused under one key (keys are fresh per run);
   the associated data binds protocol version, session, roster digest, round, sender,
   receiver, prime index and chunk index. Any failure raises the opaque
-  :class:`~finite_field.IntegrityError`.
+  :class:`~finite_field.AuthenticationError`.
 - **Masks bound to the exact view**: :func:`view_mask_key` derives the key of one mask
   stream with HKDF-Expand from the pair's mask key and the view: (session, round, roster
   digest, the exact responding set B in order, prime, tile). The stream is ChaCha20 under
@@ -66,7 +66,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from finite_field import IntegrityError, ParameterError, mask_words
+from finite_field import AuthenticationError, ParameterError, mask_words
 
 __all__ = ["PROTOCOL_VERSION", "EphemeralKey", "PairKeys", "KeyStream", "MaskView",
            "transcript", "roster_digest", "view_mask_key", "group_mask_key", "stream_elements",
@@ -278,7 +278,7 @@ class EphemeralKey:
         try:
             return self._private.exchange(X25519PublicKey.from_public_bytes(bytes(peer_public)))
         except ValueError:
-            raise IntegrityError() from None
+            raise AuthenticationError() from None
 
     def __repr__(self) -> str:
         return "EphemeralKey(<secret>)"
@@ -360,17 +360,17 @@ class PairKeys:
 
     def decrypt(self, ciphertext: bytes, *, sender: str, round_: int, prime_index: int,
                 chunk_index: int, nonce: bytes | None = None, phase: str = "shares") -> bytes:
-        """Open a chunk sent from ``peer`` to ``me``; IntegrityError on any mismatch."""
+        """Open a chunk sent from ``peer`` to ``me``; AuthenticationError on any mismatch."""
         if sender != self.peer:
-            raise IntegrityError(sender, phase)
+            raise AuthenticationError(sender, phase)
         expected = self.nonce(sender, round_, prime_index, chunk_index)
         if nonce is not None and bytes(nonce) != expected:
-            raise IntegrityError(sender, phase)
+            raise AuthenticationError(sender, phase)
         aad = self._aad(sender, self.me, round_, prime_index, chunk_index)
         try:
             return AESGCM(self.encryption_key).decrypt(expected, bytes(ciphertext), aad)
         except (InvalidTag, ValueError):
-            raise IntegrityError(sender, phase) from None
+            raise AuthenticationError(sender, phase) from None
 
     # -- integrity group seeds -----------------------------------------------------------
     def _seed_nonce(self, sender: str, round_: int, group_index: int) -> bytes:
@@ -392,14 +392,14 @@ class PairKeys:
 
     def decrypt_seed(self, ciphertext: bytes, *, view: "MaskView", group_index: int,
                      members) -> bytes:
-        """Open a seed ``peer`` sent for this view and group; IntegrityError otherwise."""
+        """Open a seed ``peer`` sent for this view and group; AuthenticationError otherwise."""
         members = tuple(str(m) for m in members)
         try:
             return AESGCM(self.encryption_key).decrypt(
                 self._seed_nonce(self.peer, view.round, group_index), bytes(ciphertext),
                 self._seed_aad(self.peer, self.me, view, members))
         except (InvalidTag, ValueError):
-            raise IntegrityError(self.peer, "evaluation") from None
+            raise AuthenticationError(self.peer, "evaluation") from None
 
     # -- masks ------------------------------------------------------------------------
     def mask(self, prime: int, shape, *, view: MaskView, prime_index: int,

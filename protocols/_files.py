@@ -54,7 +54,7 @@ __all__ = ["write_file", "write_private_file", "save_npy", "prepare_output_folde
            "prepare_private_folder", "check_private_key_file", "PRIVATE_MODE",
            "PUBLIC_MODE"]
 
-logger = logging.getLogger("omnifc.files")
+logger = logging.getLogger(__name__)
 
 #: Mode of files holding private keys.
 PRIVATE_MODE = 0o600

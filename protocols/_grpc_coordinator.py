@@ -32,7 +32,7 @@ from ._tls import authenticated_party, make_server, peer_common_name
 
 __all__ = ["CoordinatorServer", "parameters_from_config", "coordinator_from_config"]
 
-logger = logging.getLogger("omnifc.protocols")
+logger = logging.getLogger(__name__)
 
 _END = object()
 

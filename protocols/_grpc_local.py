@@ -31,7 +31,7 @@ from ._tls import coordinator_credentials, generate_certificates
 
 __all__ = ["run_local_grpc_session", "LocalSession"]
 
-logger = logging.getLogger("omnifc.protocols")
+logger = logging.getLogger(__name__)
 
 
 class LocalSession:

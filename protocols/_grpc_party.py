@@ -33,7 +33,7 @@ from ._tls import make_channel, party_credentials
 
 __all__ = ["run_party", "party_from_config", "load_party_data", "main"]
 
-logger = logging.getLogger("omnifc.protocols")
+logger = logging.getLogger(__name__)
 
 _END = object()
 
@@ -65,11 +65,17 @@ def load_party_data(path) -> np.ndarray:
                              "array; the rows must be real numbers (save them with "
                              "np.save(path, rows.astype(float)))")
     else:
+        from ._csv import csv_problem
+
         try:
             data = np.loadtxt(path, delimiter=",", dtype=np.float64, ndmin=2)
         except ValueError as error:
+            where = csv_problem(path) or str(error).split("; use `usecols`")[0]
             raise InputError(f"could not read {str(path)!r} as numeric CSV (one row per "
-                             f"line, comma-separated numbers, no header): {error}") from None
+                             f"line, comma-separated numbers, no header): {where}") from None
+        if not np.isfinite(data).all():
+            where = csv_problem(path) or "not every entry is finite"
+            raise InputError(f"{str(path)!r}: {where}")
     return np.asarray(data, dtype=np.float64)
 
 
@@ -128,7 +134,7 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
 
     Raises
     ------
-    PeerError, DeadlineError, IntegrityError, ProtocolError
+    PeerError, DeadlineError, AuthenticationError, IntegrityError, ProtocolError
     """
     channel = make_channel(target, credentials, insecure=insecure)
     outgoing: queue.Queue = queue.Queue(maxsize=8)
@@ -195,10 +201,13 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
 
 
 def _wait_until_ready(channel, target: str, connect_timeout: float, tls_files) -> None:
-    """Wait (bounded) for the channel; log why not every few seconds; stop on TLS failure."""
+    """Wait (bounded) for the channel; stop on TLS failure. Says why it waits after the
+    first 5 s, then only when the cause changes or the wait has doubled (5, 10, 20, 40 s,
+    ...): a few lines for a long join deadline, not one every 5 s."""
     ready = grpc.channel_ready_future(channel)
     start = time.monotonic()
     cause = "no answer"
+    said, next_report = None, 0.0
     while True:
         remaining = connect_timeout - (time.monotonic() - start)
         try:
@@ -218,8 +227,10 @@ def _wait_until_ready(channel, target: str, connect_timeout: float, tls_files) -
                             f"{connect_timeout:g} s "
                             f"({cause}); is `omnifc serve` running there?",
                             party=COORDINATOR, phase="join")
-        logger.warning("waiting for the coordinator at %s (%s): %.0f of %g s", target, cause,
-                       waited, connect_timeout)
+        if cause != said or waited >= next_report:
+            logger.warning("waiting for the coordinator at %s (%s): %.0f of %g s", target,
+                           cause, waited, connect_timeout)
+            said, next_report = cause, 2 * max(waited, 1.0)
 
 
 def _tls_context(tls_files):

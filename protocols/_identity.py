@@ -7,7 +7,7 @@ X25519 keys the parties sign with it (DESIGN.md section 4, phase 1).
 Private keys are written as unencrypted PKCS#8 PEM with file mode 0600 (through
 :mod:`protocols._files`: never through a symbolic link), and a key file that group or
 others may read is refused when loading; the folder that holds them is the thing to protect. Verification failures raise the opaque
-:class:`~finite_field.IntegrityError` (nothing says which check failed).
+:class:`~finite_field.AuthenticationError` (nothing says which check failed).
 
 Examples
 --------
@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (Ed25519PrivateKey,
                                                                Ed25519PublicKey)
 
-from finite_field import IntegrityError, ParameterError
+from finite_field import AuthenticationError, ParameterError
 
 from ._files import check_private_key_file, write_private_file
 from ._fingerprint import readable_fingerprint
@@ -40,7 +40,7 @@ __all__ = ["generate_identity", "save_identity", "load_identity", "public_key_by
            "public_key_hex", "identity_fingerprint", "sign", "verify",
            "PUBLIC_KEY_BYTES", "SIGNATURE_BYTES"]
 
-logger = logging.getLogger("omnifc.identity")
+logger = logging.getLogger(__name__)
 
 #: Length of a raw Ed25519 public key.
 PUBLIC_KEY_BYTES = 32
@@ -188,7 +188,7 @@ def verify(public_key_raw: bytes, message: bytes, signature: bytes, *,
 
     Raises
     ------
-    IntegrityError
+    AuthenticationError
         When the signature does not verify, for any reason (wrong key, altered message
         or signature, malformed key or signature). The error does not say which.
 
@@ -202,4 +202,4 @@ def verify(public_key_raw: bytes, message: bytes, signature: bytes, *,
         public = Ed25519PublicKey.from_public_bytes(bytes(public_key_raw))
         public.verify(bytes(signature), bytes(message))
     except (InvalidSignature, ValueError, TypeError):
-        raise IntegrityError(party=party, phase=phase) from None
+        raise AuthenticationError(party=party, phase=phase) from None

@@ -42,7 +42,7 @@ __all__ = ["RoundChecks", "round_checks", "group_coefficients", "group_streams",
            "TileAccumulator", "OpenTileSums",
            "Findings", "verdict"]
 
-logger = logging.getLogger("omnifc.protocols")
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -150,7 +150,7 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
 
     Raises
     ------
-    ProtocolError, PeerError, DeadlineError, IntegrityError
+    ProtocolError, PeerError, DeadlineError, AuthenticationError, IntegrityError
         The coordinator's error when the session fails; no partial outcome.
     """
     session_id = session_id or f"session-{secrets.token_hex(8)}"

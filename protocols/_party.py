@@ -4,7 +4,7 @@ A :class:`Party` never touches a socket, a thread or a clock: :meth:`Party.start
 hello, and :meth:`Party.receive` consumes one envelope from the coordinator and returns the
 envelopes to send back (an iterator: evaluation tiles are produced one at a time, so memory
 stays bounded by a tile; iterate it to the end before the next ``receive``). Any violation
-raises (``ProtocolError``/``PeerError``/``IntegrityError``) and leaves the party failed;
+raises (``ProtocolError``/``PeerError``/``AuthenticationError``/``IntegrityError``) and leaves the party failed;
 :meth:`Party.error_report` turns that error into the message that tells the coordinator.
 What differs between a distance session and a secure sum (the data's shape, the share
 exchange, the tiles and what is uploaded for each) is asked of the session plan
@@ -62,9 +62,10 @@ from typing import Iterator
 
 import numpy as np
 
-from finite_field import (InputError, IntegrityError, OmniFCError, PeerError, ProtocolError,
+from finite_field import (AuthenticationError, InputError, IntegrityError, OmniFCError, PeerError, ProtocolError,
                           Quantizer, cross_sq_distances, encode_rows, masked_upload_streams)
 
+from ._log_once import log_once
 from ._crypto import (PROTOCOL_VERSION, RUN_NONCE_BYTES, EphemeralKey, MaskView, PairKeys,
                       new_run_nonce, roster_digest, transcript)
 from ._identity import public_key_bytes, sign, verify
@@ -78,7 +79,7 @@ from ._plans import _BLOCK_ELEMENTS, _block_stop, session_plan, session_type  # 
 __all__ = ["Party", "hello_transcript", "roster_digest_of", "confirmation_transcript",
            "COORDINATOR"]
 
-logger = logging.getLogger("omnifc.protocols")
+logger = logging.getLogger(__name__)
 
 #: The name parties use for the coordinator in errors.
 COORDINATOR = "coordinator"
@@ -149,7 +150,7 @@ class Party:
             raise ProtocolError(f"party {self.party_id!r} is not pinned in the session config; "
                                 f"parties are {sorted(self.pinned)}")
         if public_key_bytes(identity_key) != self.pinned[self.party_id]:
-            raise IntegrityError(self.party_id, "join")
+            raise AuthenticationError(self.party_id, "join")
         self._identity = identity_key
         self._source = source
         if parameters.dim == 0:  # a distance session takes d from the data (a sum has dim > 0)
@@ -220,7 +221,8 @@ class Party:
 
     def error_report(self, error: Exception) -> pb.Envelope:
         """The ErrorReport that tells the coordinator why this party stopped."""
-        kind = ("integrity" if isinstance(error, IntegrityError) else
+        kind = ("authentication" if isinstance(error, AuthenticationError) else
+                "integrity" if isinstance(error, IntegrityError) else
                 "input" if isinstance(error, InputError) else
                 "peer" if isinstance(error, PeerError) else "protocol")
         culprit = getattr(error, "party", None)
@@ -483,7 +485,9 @@ class Party:
             if self._checks is None and self.parameters.integrity != "off" and \
                     not self._warned_unchecked:
                 self._warned_unchecked = True
-                logger.warning(
+                log_once(
+                    logger, ("unchecked", len(order), self.plan.min_responders),
+                    logging.WARNING,
                     "party %r: NO INTEGRITY CHECK in round %d: |B| = %d responders leave "
                     "r = 0 redundant evaluations (decoding needs %d), so a party that "
                     "computes or shares wrongly goes undetected", self.party_id,

@@ -68,10 +68,8 @@ def _block_stop(tiles, first: int, n: int) -> int:
 
 def decode_failure(checked: str) -> IntegrityError:
     """An IntegrityError of the decode phase that says which check failed."""
-    error = IntegrityError(None, "decode")
-    error.args = (f"the decoded result failed its integrity check in phase 'decode': "
-                  f"{checked}",)
-    return error
+    return IntegrityError("the decoded result failed its integrity check in phase 'decode': "
+                          f"{checked}", phase="decode")
 
 
 class SessionPlan:

@@ -62,7 +62,7 @@ __all__ = ["CertificateSet", "PartyFiles", "generate_certificates", "certificate
            "MAX_MESSAGE_BYTES", "LOOPBACK_HOSTS", "IMPERSONATION_WARNING",
            "parse_certificate", "check_card_fingerprint"]
 
-logger = logging.getLogger("omnifc.tls")
+logger = logging.getLogger(__name__)
 
 #: Explicit gRPC message-size limit (send and receive). Payloads travel in chunks well
 #: below gRPC's default 4 MB; 8 MB leaves room for framing without inviting huge messages.

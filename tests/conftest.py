@@ -90,3 +90,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("network") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(NETWORK_TIMEOUT))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_log_once():
+    """Each test starts in a process that has said nothing once yet (protocols._log_once
+    is per process; the whole suite shares one)."""
+    from protocols._log_once import restore
+    restore(())
+    yield

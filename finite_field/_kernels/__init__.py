@@ -14,7 +14,7 @@ Modules (private; the public names are re-exported here):
   tile by tile (:func:`gram_matrix`, :func:`distances_from_gram`,
   :func:`cross_sq_distances`, :func:`sq_distances`, :class:`DistanceTiles`,
   :func:`sq_distances_tile`);
-* ``_tasks``, ``_blas_threads``: the thread runner and the OpenBLAS thread guard;
+* ``_tasks``, ``_blas_threads``: the thread runner and the BLAS thread guard (threadpoolctl);
 * ``_checks``: argument checks.
 
 Threads. No kernel opens an OpenMP (numba ``prange``) region: OpenMP workers spin for a
@@ -22,9 +22,10 @@ while after a region, as idle OpenBLAS workers do after a BLAS call, and on a 2-
 machine either steals the cores from whatever runs next. Instead each kernel is serial,
 releases the GIL, and ``numba.get_num_threads()`` plain Python threads share the work
 through a queue (a paused thread does not hold the others up). The pairwise kernels also
-run their BLAS products single-threaded, one per worker, while the call lasts (OpenBLAS's
-thread count is set to 1 and restored; see ``_blas_threads``); without OpenBLAS
-they keep BLAS's threads and overlap each tile's reduction with the next product.
+run their BLAS products single-threaded, one per worker, while the call lasts (the BLAS
+thread count is set to 1 and restored with threadpoolctl; see ``_blas_threads``); without a
+BLAS that threadpoolctl can control they keep BLAS's threads and overlap each tile's
+reduction with the next product.
 Set ``numba.set_num_threads(1)`` for fully serial kernels.
 """
 

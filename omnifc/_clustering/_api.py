@@ -21,7 +21,7 @@ from ._spectral import nmf, spectral
 
 __all__ = ["cluster", "fit_method", "METHODS"]
 
-logger = logging.getLogger("omnifc.cluster")
+logger = logging.getLogger(__name__)
 
 _FUNCTIONS = {
     "kmeans": exact_kmeans,
@@ -70,10 +70,10 @@ def fit_method(distances, method: str, n_clusters=None, *, random_state=None,
     if tiled is not None and not streamed:
         distances = np.asarray(tiled)  # fits the memory budget: the dense methods
     if streamed:
-        d = tiled
+        distances = tiled
     else:
-        d = validate(distances)
-    n = d.shape[0]
+        distances = validate(distances)
+    n = distances.shape[0]
     if method == "dbscan":
         if n_clusters is not None:
             check_n_clusters(n_clusters, n)
@@ -83,20 +83,21 @@ def fit_method(distances, method: str, n_clusters=None, *, random_state=None,
         n_clusters = check_n_clusters(n_clusters, n)
     function = streamed_function(method) if streamed else _FUNCTIONS[method]
     parameters = inspect.signature(function).parameters
-    accepted = [p for p in parameters if p not in ("d", "view", "order", "n_clusters", "rng")]
+    accepted = [p for p in parameters
+                if p not in ("distances", "view", "order", "n_clusters", "rng")]
     refuses = any(v.kind is inspect.Parameter.VAR_KEYWORD for v in parameters.values())
     unknown = sorted(set(options) - set(accepted))
     if unknown and not refuses:  # (a method that refuses out of core takes anything)
         where = " out of core" if streamed else ""
         raise ParameterError(f"method {method!r} does not take option(s) {unknown}{where}; it "
                              f"takes {accepted}")
-    order = canonical_order(d) if canonical else np.arange(n)
+    order = canonical_order(distances) if canonical else np.arange(n)
     if streamed:
         logger.info("%s on %d rows out of core (D %s)", method, n,
                     "on disk" if tiled.store.on_disk else "in memory")
-        details = function(d, order, n_clusters, as_generator(random_state), **options)
+        details = function(distances, order, n_clusters, as_generator(random_state), **options)
     else:
-        permuted = d[np.ix_(order, order)]
+        permuted = distances[np.ix_(order, order)]
         details = function(permuted, n_clusters, as_generator(random_state), **options)
     inverse = np.empty(n, dtype=np.int64)
     inverse[order] = np.arange(n)

@@ -20,10 +20,10 @@ __all__ = ["validate", "check_n_clusters", "canonical_order", "kmeans_plusplus_i
 
 def validate(distances, n_clusters=None, *, name: str = "D") -> np.ndarray:
     """Check D (square, finite, symmetric, >= 0, zero diagonal) and ``n_clusters``."""
-    d = check_distance_matrix(distances, name=name)
+    matrix = check_distance_matrix(distances, name=name)
     if n_clusters is not None:
-        check_n_clusters(n_clusters, d.shape[0])
-    return d
+        check_n_clusters(n_clusters, matrix.shape[0])
+    return matrix
 
 
 def check_n_clusters(n_clusters, n_samples: int) -> int:
@@ -69,11 +69,11 @@ def canonical_order(distances) -> np.ndarray:
         from ._streamed import canonical_order_streamed
 
         return canonical_order_streamed(tiled)
-    d = np.asarray(distances, dtype=np.float64) + 0.0  # turns -0.0 into +0.0
-    rows = np.sort(d, axis=1)
+    matrix = np.asarray(distances, dtype=np.float64) + 0.0  # turns -0.0 into +0.0
+    rows = np.sort(matrix, axis=1)
     sums = rows.sum(axis=1)
-    keys = [(sums[i], rows[i].tobytes()) for i in range(d.shape[0])]
-    return np.asarray(sorted(range(d.shape[0]), key=keys.__getitem__), dtype=np.int64)
+    keys = [(sums[i], rows[i].tobytes()) for i in range(matrix.shape[0])]
+    return np.asarray(sorted(range(matrix.shape[0]), key=keys.__getitem__), dtype=np.int64)
 
 
 def kmeans_plusplus_indices(distances, n_clusters: int, rng: np.random.Generator,
@@ -87,12 +87,13 @@ def kmeans_plusplus_indices(distances, n_clusters: int, rng: np.random.Generator
     k-means on the plaintext vectors.
     """
     # a row provider (rows of an out-of-core D, read on demand) or a dense matrix
-    d = distances if hasattr(distances, "take_rows") else np.asarray(distances, dtype=np.float64)
-    n = d.shape[0]
+    matrix = (distances if hasattr(distances, "take_rows")
+              else np.asarray(distances, dtype=np.float64))
+    n = matrix.shape[0]
     if n_local_trials is None:
         n_local_trials = 2 + int(np.log(n_clusters))
     centers = [int(rng.integers(n))]
-    closest = d[centers[0]].copy()
+    closest = matrix[centers[0]].copy()
     potential = closest.sum()
     for _ in range(1, n_clusters):
         if potential <= 0:
@@ -103,7 +104,7 @@ def kmeans_plusplus_indices(distances, n_clusters: int, rng: np.random.Generator
         draws = rng.random(n_local_trials) * potential
         candidates = np.searchsorted(np.cumsum(closest), draws)
         candidates = np.minimum(candidates, n - 1)
-        trial = np.minimum(closest[None, :], d[candidates])
+        trial = np.minimum(closest[None, :], matrix[candidates])
         potentials = trial.sum(axis=1)
         best = int(np.argmin(potentials))
         centers.append(int(candidates[best]))
@@ -122,11 +123,11 @@ def gaussian_bandwidth(distances, rule="mean", scale: float = 1.0) -> float:
         if not rule > 0:
             raise ParameterError(f"bandwidth must be positive, got {rule}")
         return float(rule) * scale
-    d = np.asarray(distances, dtype=np.float64)
-    n = d.shape[0]
+    matrix = np.asarray(distances, dtype=np.float64)
+    n = matrix.shape[0]
     if n < 2:
         return 1.0
-    upper = np.sqrt(d[np.triu_indices(n, 1)])
+    upper = np.sqrt(matrix[np.triu_indices(n, 1)])
     if rule == "mean":
         sigma = float(upper.mean())
     elif rule == "median":

@@ -21,7 +21,7 @@ from finite_field import ParameterError
 
 __all__ = ["dbscan", "auto_eps", "knee_eps", "kneedle_knee", "warn_if_degenerate"]
 
-logger = logging.getLogger("omnifc.cluster")
+logger = logging.getLogger(__name__)
 
 
 def warn_if_degenerate(labels, eps: float, min_samples: int) -> None:
@@ -86,12 +86,13 @@ def kneedle_knee(curve: np.ndarray):
                            direction="increasing").knee
 
 
-def dbscan(d: np.ndarray, n_clusters=None, rng=None, *, eps=None, min_samples: int = 5) -> dict:
+def dbscan(distances: np.ndarray, n_clusters=None, rng=None, *, eps=None,
+           min_samples: int = 5) -> dict:
     from sklearn.cluster import DBSCAN
 
     if isinstance(min_samples, bool) or int(min_samples) < 1:
         raise ParameterError(f"min_samples must be a positive integer, got {min_samples!r}")
-    dist = np.sqrt(np.maximum(d, 0.0))
+    dist = np.sqrt(np.maximum(distances, 0.0))
     if eps is None:
         eps = auto_eps(dist, min_samples)
     elif not eps > 0:

@@ -73,14 +73,14 @@ def fcm_points(points: np.ndarray, init_centers: np.ndarray, *, fuzzifier: float
             "objective": fcm_objective(points, centers, memberships, fuzzifier)}
 
 
-def fuzzy_cmeans(d: np.ndarray, n_clusters: int, rng: np.random.Generator, *,
+def fuzzy_cmeans(distances: np.ndarray, n_clusters: int, rng: np.random.Generator, *,
                  fuzzifier: float = 2.0, max_iter: int = 300, tol: float = 1e-6,
                  n_init: int = 1) -> dict:
     """FCM on classical_mds(D), seeded with k-means++ rows; best objective of ``n_init``."""
-    embedding = classical_mds(d)
+    embedding = classical_mds(distances)
     best = None
     for _ in range(int(n_init)):
-        seeds = kmeans_plusplus_indices(d, n_clusters, rng)
+        seeds = kmeans_plusplus_indices(distances, n_clusters, rng)
         result = fcm_points(embedding, embedding[seeds], fuzzifier=fuzzifier,
                             max_iter=max_iter, tol=tol)
         result["init_indices"] = seeds

@@ -19,16 +19,17 @@ __all__ = ["hierarchical", "LINKAGES", "ward_from_distances", "average_linkage_l
 LINKAGES = ("ward", "average", "complete", "single", "weighted", "centroid", "median")
 
 
-def hierarchical(d: np.ndarray, n_clusters: int, rng=None, *, linkage: str = "ward") -> dict:
+def hierarchical(distances: np.ndarray, n_clusters: int, rng=None, *,
+                 linkage: str = "ward") -> dict:
     from scipy.cluster.hierarchy import fcluster
     from scipy.cluster.hierarchy import linkage as scipy_linkage
 
     if linkage not in LINKAGES:
         raise ParameterError(f"linkage must be one of {list(LINKAGES)}, got {linkage!r}")
-    n = d.shape[0]
+    n = distances.shape[0]
     if n == 1:
         return {"labels": np.zeros(1, dtype=np.int64), "linkage_matrix": np.zeros((0, 4))}
-    condensed = np.sqrt(np.maximum(d[np.triu_indices(n, 1)], 0.0))
+    condensed = np.sqrt(np.maximum(distances[np.triu_indices(n, 1)], 0.0))
     tree = scipy_linkage(condensed, method=linkage)
     labels = fcluster(tree, t=n_clusters, criterion="maxclust") - 1
     return {"labels": labels, "linkage_matrix": tree}
@@ -57,12 +58,12 @@ def ward_from_distances(distances, n_clusters: int) -> np.ndarray:
     return cut_tree(z, n_clusters=int(n_clusters)).ravel().astype(np.int64)
 
 
-def average_linkage_labels(d, k):
+def average_linkage_labels(distances, k):
     """Average-linkage agglomerative labels of a precomputed dissimilarity ``d`` (used as is,
     not square-rooted: FMCL's distance), scikit-learn's ``AgglomerativeClustering``."""
     from sklearn.cluster import AgglomerativeClustering
 
     if k == 1:
-        return np.zeros(d.shape[0], dtype=np.int64)
+        return np.zeros(distances.shape[0], dtype=np.int64)
     model = AgglomerativeClustering(n_clusters=k, metric="precomputed", linkage="average")
-    return model.fit_predict(d).astype(np.int64)
+    return model.fit_predict(distances).astype(np.int64)

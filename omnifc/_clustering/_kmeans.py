@@ -25,11 +25,11 @@ from ._common import kmeans_plusplus_indices, seed_from
 __all__ = ["exact_kmeans", "rows_kmeans", "kmeans_from_distances"]
 
 
-def exact_kmeans(d: np.ndarray, n_clusters: int, rng: np.random.Generator, *, n_init: int = 10,
-                 max_iter: int = 300, tol: float = 0.0) -> dict:
+def exact_kmeans(distances: np.ndarray, n_clusters: int, rng: np.random.Generator, *,
+                 n_init: int = 10, max_iter: int = 300, tol: float = 0.0) -> dict:
     """Lloyd's k-means on the classical-MDS embedding of D; best of ``n_init`` seedings."""
-    embedding = classical_mds(d)
-    seed_sets = [kmeans_plusplus_indices(d, n_clusters, rng) for _ in range(int(n_init))]
+    embedding = classical_mds(distances)
+    seed_sets = [kmeans_plusplus_indices(distances, n_clusters, rng) for _ in range(int(n_init))]
     return best_lloyd(embedding, seed_sets, n_clusters, max_iter=max_iter, tol=tol)
 
 
@@ -56,13 +56,13 @@ def best_lloyd(embedding: np.ndarray, seed_sets, n_clusters: int, *, max_iter: i
             "n_iter": int(model.n_iter_)}
 
 
-def rows_kmeans(d: np.ndarray, n_clusters: int, rng: np.random.Generator, *, n_init: int = 10,
-                max_iter: int = 300) -> dict:
+def rows_kmeans(distances: np.ndarray, n_clusters: int, rng: np.random.Generator, *,
+                n_init: int = 10, max_iter: int = 300) -> dict:
     """The OmniFC paper's surrogate: scikit-learn k-means on the rows of D as features."""
     from sklearn.cluster import KMeans
 
     model = KMeans(n_clusters=n_clusters, n_init=n_init, max_iter=max_iter,
-                   random_state=seed_from(rng)).fit(d)
+                   random_state=seed_from(rng)).fit(distances)
     return {"labels": model.labels_, "inertia": float(model.inertia_),
             "cluster_centers": model.cluster_centers_, "n_iter": int(model.n_iter_)}
 
@@ -80,11 +80,11 @@ def kmeans_from_distances(distances, n_clusters: int, *, random_state=0,
     ``KMeans(n_clusters, random_state, n_init)`` on the protected vectors up to a rigid
     motion (k-means++ picks the same seeds; tests check the labels agree).
     """
-    d = check_distance_matrix(distances)
-    coords = classical_mds(d)
+    matrix = check_distance_matrix(distances)
+    coords = classical_mds(matrix)
     n_clusters = int(n_clusters)
-    if not 1 <= n_clusters <= d.shape[0]:
-        raise ParameterError(f"n_clusters must be in [1, {d.shape[0]}], got {n_clusters}")
+    if not 1 <= n_clusters <= matrix.shape[0]:
+        raise ParameterError(f"n_clusters must be in [1, {matrix.shape[0]}], got {n_clusters}")
     from sklearn.cluster import KMeans
 
     model = KMeans(n_clusters=n_clusters, random_state=random_state, n_init=n_init)

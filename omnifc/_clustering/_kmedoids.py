@@ -71,8 +71,8 @@ def pam(dist: np.ndarray, n_clusters: int, *, max_iter: int = 100) -> dict:
             "n_iter": n_iter}
 
 
-def kmedoids(d: np.ndarray, n_clusters: int, rng=None, *, squared: bool = False,
+def kmedoids(distances: np.ndarray, n_clusters: int, rng=None, *, squared: bool = False,
              max_iter: int = 100) -> dict:
     """PAM on sqrt(D) (or on D with ``squared=True``). ``rng`` is unused: PAM is deterministic."""
-    dist = d if squared else np.sqrt(np.maximum(d, 0.0))
+    dist = distances if squared else np.sqrt(np.maximum(distances, 0.0))
     return pam(dist, n_clusters, max_iter=max_iter)

@@ -25,15 +25,15 @@ from ._common import gaussian_affinity, gaussian_bandwidth, seed_from
 __all__ = ["spectral", "nmf"]
 
 
-def spectral(d: np.ndarray, n_clusters: int, rng: np.random.Generator, *, bandwidth="mean",
+def spectral(distances: np.ndarray, n_clusters: int, rng: np.random.Generator, *, bandwidth="mean",
              bandwidth_scale: float = 1.0, n_init: int = 10,
              assign_labels: str = "kmeans") -> dict:
     from sklearn.cluster import SpectralClustering
 
-    sigma = gaussian_bandwidth(d, bandwidth, bandwidth_scale)
-    affinity = gaussian_affinity(d, sigma)
+    sigma = gaussian_bandwidth(distances, bandwidth, bandwidth_scale)
+    affinity = gaussian_affinity(distances, sigma)
     if n_clusters == 1:  # scikit-learn needs two rows; one cluster is the trivial answer
-        return {"labels": np.zeros(d.shape[0], dtype=np.int64), "bandwidth": sigma,
+        return {"labels": np.zeros(distances.shape[0], dtype=np.int64), "bandwidth": sigma,
                 "affinity": affinity}
     model = SpectralClustering(n_clusters=n_clusters, affinity="precomputed", n_init=n_init,
                                assign_labels=assign_labels, random_state=seed_from(rng))
@@ -43,22 +43,23 @@ def spectral(d: np.ndarray, n_clusters: int, rng: np.random.Generator, *, bandwi
     return {"labels": model.labels_, "bandwidth": sigma, "affinity": affinity}
 
 
-def nmf(d: np.ndarray, n_clusters: int, rng: np.random.Generator, *, representation="affinity",
-        bandwidth="mean", bandwidth_scale: float = 0.5, max_iter: int = 1000) -> dict:
+def nmf(distances: np.ndarray, n_clusters: int, rng: np.random.Generator, *,
+        representation="affinity", bandwidth="mean", bandwidth_scale: float = 0.5,
+        max_iter: int = 1000) -> dict:
     from sklearn.decomposition import NMF
     from sklearn.exceptions import ConvergenceWarning
 
     if representation == "affinity":
-        sigma = gaussian_bandwidth(d, bandwidth, bandwidth_scale)
-        features = gaussian_affinity(d, sigma)
+        sigma = gaussian_bandwidth(distances, bandwidth, bandwidth_scale)
+        features = gaussian_affinity(distances, sigma)
     elif representation == "rows":
         sigma = None
-        features = d
+        features = distances
     else:
         raise ParameterError(f"representation must be 'affinity' or 'rows', got "
                              f"{representation!r}")
     if n_clusters == 1:
-        return {"labels": np.zeros(d.shape[0], dtype=np.int64), "bandwidth": sigma,
+        return {"labels": np.zeros(distances.shape[0], dtype=np.int64), "bandwidth": sigma,
                 "n_iter": 0}
     model = NMF(n_components=n_clusters, init="nndsvda", max_iter=max_iter,
                 random_state=seed_from(rng))

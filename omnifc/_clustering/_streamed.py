@@ -45,7 +45,7 @@ from finite_field import ParameterError
 __all__ = ["PermutedRows", "canonical_order_streamed", "centered_gram_operator",
            "streamed_mds", "knn_graph", "radius_graph", "min_above", "mean_euclidean"]
 
-logger = logging.getLogger("omnifc.cluster")
+logger = logging.getLogger(__name__)
 
 
 class PermutedRows:

@@ -41,7 +41,7 @@ from .._secure import secure_distance_matrix
 __all__ = ["ProtectedDistances", "GroupSums", "protect", "secure_group_sums", "quantize_rows",
            "plaintext_distances", "client_parties"]
 
-logger = logging.getLogger("omnifc.adapters")
+logger = logging.getLogger(__name__)
 
 
 @dataclass

@@ -25,7 +25,7 @@ from .._clustering import average_linkage_labels, ward_from_distances
 from .._geometry import check_distance_matrix, to_euclidean
 
 #: choose_k logs each silhouette under CLoVE's logger, as it did inside the CLoVE module.
-logger = logging.getLogger("omnifc.adapters.clove")
+logger = logging.getLogger(__name__)
 
 __all__ = ["silhouette_from_distances", "CV_THRESHOLDS", "DEFAULT_RULE", "DbscanResult",
            "GAP_SEARCH_FROM", "MAX_CLUSTERS", "MIN_GAP", "NULL_ALPHA", "NULL_PERMUTATIONS", "OVERLAP_STRATA", "OneClusterTest",

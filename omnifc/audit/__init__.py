@@ -48,6 +48,7 @@ from ._params import DEMO_DEFAULTS, AuditParameters, audit_plan, encoding_matrix
 from ._privacy import (check_algebraic_privacy, check_empirical_privacy, noise_block_ranks,
                        point_problems, reconstruct_rows)
 from ._report import AuditReport
+from ._simulations import simulated_sessions
 from ._transport import aead_self_test, check_transport, read_session_config
 
 __all__ = [
@@ -62,7 +63,7 @@ __all__ = [
     "read_session_config", "advice_rows",
 ]
 
-logger = logging.getLogger("omnifc.audit")
+logger = logging.getLogger(__name__)
 
 #: Check number -> (key, function).
 CHECKS = {
@@ -106,7 +107,7 @@ def run_audit(parameters: AuditParameters | None = None, *, checks=None, out=Non
     wanted = _select(checks)
     start = time.perf_counter()
     results = []
-    with _single_threaded_blas():
+    with _single_threaded_blas(), simulated_sessions():
         _run_checks(params, wanted, results, seed, noise_source, progress)
     report = AuditReport(parameters=params, checks=results,
                          seconds=time.perf_counter() - start)

@@ -32,9 +32,9 @@ import numpy as np
 
 from finite_field import symmetrize_mod
 from protocols import Coordinator
-from protocols._coordinator import Outcome
-from protocols._generated import omnifc_pb2 as pb
-from protocols._messages import envelope, row_tiles
+from protocols import Outcome
+from protocols import omnifc_pb2 as pb
+from protocols import envelope, row_tiles
 
 __all__ = ["EquivocatingCoordinator", "round_robin_matchings", "equivocation_views",
            "recover_segments", "plaintext_segments", "solve_mod", "run_equivocation",
@@ -293,7 +293,7 @@ def run_equivocation(params, *, rows_per_party: int = 2, seed: int = 0,
 
     from finite_field import OmniFCError
     from protocols import run_memory_session
-    from protocols._memory import Transcript
+    from protocols import Transcript
 
     m, l = params.parties, params.segments
     names = [f"party-{j + 1}" for j in range(m)]
@@ -340,7 +340,7 @@ def run_roster_attacks(params, *, seed: int = 0) -> dict:
 
     from finite_field import OmniFCError
     from protocols import run_memory_session
-    from protocols._memory import Transcript
+    from protocols import Transcript
 
     m = params.parties
     names = [f"party-{j + 1}" for j in range(m)]

@@ -32,8 +32,8 @@ def _runner():
     try:
         from protocols import SessionParameters, run_memory_session
     except ImportError:  # not re-exported yet
-        from protocols._memory import run_memory_session
-        from protocols._messages import SessionParameters
+        from protocols import run_memory_session
+        from protocols import SessionParameters
     return SessionParameters, run_memory_session
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from finite_field import (CodingPlan, LagrangeCode, ParameterError, Quantizer, choose_primes,
                           lagrange_basis_at, min_parties)
-from protocols._parameters import PARAMETERS, check_parameters, parameter_fields
+from protocols import PARAMETERS, check_parameters, parameter_fields
 
 __all__ = ["AuditParameters", "encoding_matrix", "audit_plan", "DEMO_DEFAULTS", "AUDIT_FIELDS"]
 

@@ -15,7 +15,7 @@ from ._params import AuditParameters
 
 __all__ = ["AuditReport"]
 
-logger = logging.getLogger("omnifc.audit")
+logger = logging.getLogger(__name__)
 
 _BADGE = {PASS: "PASS", FAIL: "**FAIL**", WARN: "WARN", INFO: "INFO"}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-from finite_field import IntegrityError, ParameterError
+from finite_field import AuthenticationError, ParameterError
 
 from ._model import INFO, PASS, WARN, Check
 from ._params import AUDIT_FIELDS
@@ -94,7 +94,7 @@ def aead_self_test() -> dict:
     Returns what was observed; ``ok`` is True when the AEAD behaves as specified
     (AES-256-GCM, 16-byte tag, any change to ciphertext or bound context refused).
     """
-    from protocols._crypto import EphemeralKey, PairKeys
+    from protocols import EphemeralKey, PairKeys
 
     a, b = EphemeralKey.generate(), EphemeralKey.generate()
     roster = bytes(32)
@@ -123,7 +123,7 @@ def aead_self_test() -> dict:
         try:
             call()
             out[label] = False
-        except IntegrityError:
+        except AuthenticationError:
             out[label] = True
     out["ok"] = (out["key_bytes"] == 32 and out["overhead_bytes"] == 16 and all(
         v for k, v in out.items() if k.endswith("refused") or k == "round_trip"))
@@ -331,7 +331,7 @@ def check_transport(params) -> Check:
     degree = transport.get("mask_degree", 0)
     if params.mode == "masked" and isinstance(degree, int) and not isinstance(degree, bool) \
             and 0 <= degree <= params.parties - 1 and params.parties >= 2:
-        from protocols._mask_graph import collusion_threshold
+        from protocols import collusion_threshold
 
         t = params.noise_segments
         threshold = collusion_threshold(params.parties, degree)

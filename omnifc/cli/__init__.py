@@ -17,6 +17,8 @@ import sys
 
 from finite_field import OmniFCError
 
+from ._logging import configure_logging
+
 __all__ = ["main", "build_parser", "HelpFormatter"]
 
 
@@ -52,8 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logging([logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)])
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2

@@ -7,7 +7,7 @@ import logging
 import pathlib
 import sys
 
-logger = logging.getLogger("omnifc.cli")
+logger = logging.getLogger(__name__)
 
 #: Results are saved under ``./omnifc-results/<session id>/`` unless told otherwise.
 RESULTS_DIR = "omnifc-results"

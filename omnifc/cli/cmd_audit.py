@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from protocols._parameters import add_parameter_options, values_from_options
+from protocols import add_parameter_options, values_from_options
 
 from ..audit import CHECKS, DEMO_DEFAULTS, AuditParameters, run_audit
 from ..audit._params import AUDIT_FIELDS

@@ -60,7 +60,7 @@ def _parties(text: str) -> list:
 
 def run(args) -> int:
     from protocols import generate_certificates
-    from protocols._tls import IMPERSONATION_WARNING
+    from protocols import IMPERSONATION_WARNING
 
     settings = session_settings(args)
     # the clustering request is checked against omnifc's registry before anything is written

@@ -28,7 +28,7 @@ def register(subparsers) -> None:
     add_session_arguments(parser, parties=4)
     from .. import METHODS
 
-    from protocols._parameters import add_parameter_options
+    from protocols import add_parameter_options
 
     add_parameter_options(parser, ["mode"])
     parser.add_argument("--method", choices=METHODS, default="kmeans", help="clustering on D")
@@ -50,7 +50,7 @@ def run(args) -> int:
     from sklearn.metrics import adjusted_rand_score
 
     from protocols import SessionParameters
-    from protocols._grpc_local import LocalSession
+    from protocols import LocalSession
 
     from finite_field import Quantizer
 

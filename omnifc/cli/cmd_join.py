@@ -44,7 +44,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from protocols._grpc_party import join_from_config, load_party_data
+    from protocols import join_from_config, load_party_data
 
     from .._clipping import check_clipping, clip_report
     from .cmd_session import announce_session, load_config

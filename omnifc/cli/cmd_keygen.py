@@ -31,7 +31,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from protocols._cards import generate_keys
+    from protocols import generate_keys
 
     role = "party" if args.party else "coordinator"
     name = args.party or args.coordinator

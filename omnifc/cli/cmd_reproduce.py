@@ -36,11 +36,12 @@ def run(args) -> int:
     import logging
     from pathlib import Path
 
+    from ..experiments import reproduce
     from ..experiments.reproduce import PAPERS, reproduce_paper
     from ..experiments.reproduce._report import require_plots
 
     require_plots()                      # the plotting extra, before any work or output
-    logging.getLogger("omnifc.reproduce").setLevel(logging.INFO)
+    logging.getLogger(reproduce.__name__).setLevel(logging.INFO)
     papers = PAPERS if args.paper == "all" else (args.paper,)
     out = Path(args.out).resolve()
     print(f"writing to {out}", flush=True)

@@ -97,8 +97,8 @@ def format_stats(stats) -> str:
 
 
 def run(args) -> int:
-    from protocols._grpc_coordinator import CoordinatorServer, coordinator_from_config
-    from protocols._tls import coordinator_credentials
+    from protocols import CoordinatorServer, coordinator_from_config
+    from protocols import coordinator_credentials
 
     from .cmd_session import announce_session, load_config
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 
 from finite_field import ParameterError
-from protocols._parameters import (PARAMETER, PARAMETERS, add_parameter_options, table_fields,
-                                   values_from_options)
+from protocols import (PARAMETER, PARAMETERS, add_parameter_options, table_fields,
+                       values_from_options)
 
-logger = logging.getLogger("omnifc.cli")
+logger = logging.getLogger(__name__)
 
 #: The options of ``session new`` / ``certs``: every parameter the session config holds.
 CONFIG_PARAMETERS = tuple(p.name for p in PARAMETERS if p.in_config)
@@ -67,7 +67,7 @@ def load_config(path, *, keys=None, who=None):
     config built from another card fails here, naming the participant.
     """
     from protocols import load_session_config
-    from protocols._tls import check_own_keys
+    from protocols import check_own_keys
 
     config = load_session_config(path, validate=validate_clustering)
     if who is None:
@@ -255,8 +255,8 @@ def run_new(args) -> int:
     from pathlib import Path
 
     from protocols import dump_session_config
-    from protocols._cards import load_card, new_session_config
-    from protocols._files import prepare_output_folder
+    from protocols import load_card, new_session_config
+    from protocols import prepare_output_folder
 
     cards = [load_card(path) for path in args.card]
     hub = load_card(args.coordinator_card)

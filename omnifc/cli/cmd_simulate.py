@@ -8,7 +8,7 @@ import numpy as np
 
 from scipy.spatial.distance import pdist, squareform
 
-from protocols._parameters import add_parameter_options
+from protocols import add_parameter_options
 
 from ..experiments import DATASETS, load_dataset
 from .._plaintext import plaintext_sq_distances

@@ -63,7 +63,7 @@ __all__ = ["RoundState", "RoundRecord", "FederatedRun", "run_federated", "fedavg
            "sgd_trainer", "client_accuracies", "mean_accuracy", "accuracy_evaluator",
            "ifca_assign", "fixed_assign", "client_rng"]
 
-logger = logging.getLogger("omnifc.fl")
+logger = logging.getLogger(__name__)
 
 
 @dataclass

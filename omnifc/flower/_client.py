@@ -34,16 +34,16 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from finite_field import ProtocolError
 from protocols import Party, load_identity, load_session_config
-from protocols._generated import omnifc_pb2 as pb
-from protocols._grpc_coordinator import parameters_from_config
-from protocols._party import as_protocol_error
+from protocols import omnifc_pb2 as pb
+from protocols import parameters_from_config
+from protocols import as_protocol_error
 
 from . import _constants as C
 
 __all__ = ["PartySetup", "PartyHandler", "KeystreamSource", "setup_from_node_config",
            "party_status", "add_party"]
 
-logger = logging.getLogger("omnifc.flower")
+logger = logging.getLogger(__name__)
 
 _SEED_BYTES = 32
 

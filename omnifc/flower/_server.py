@@ -36,13 +36,13 @@ from typing import Callable
 
 from finite_field import PeerError, ProtocolError
 from protocols import Coordinator
-from protocols._generated import omnifc_pb2 as pb
+from protocols import omnifc_pb2 as pb
 
 from . import _constants as C
 
 __all__ = ["SecureDistanceWorkflow"]
 
-logger = logging.getLogger("omnifc.flower")
+logger = logging.getLogger(__name__)
 
 
 class SecureDistanceWorkflow:

@@ -31,7 +31,7 @@ from ._schema import (PARAMETER_FIELDS, SESSION_FIELDS, ClusteringRequest, Confi
 __all__ = ["load_session_config", "dump_session_config", "format_session_config",
            "session_config_from_dict"]
 
-logger = logging.getLogger("omnifc.config")
+logger = logging.getLogger(__name__)
 
 #: The order of the ``[parameters]`` keys in a written file (files written before the
 #: parameter table keep their layout); any other parameter follows in table order.

@@ -743,7 +743,7 @@ def test_run_clove_fl_secure_quantized_and_clipped(caplog):
     losses = _losses(TARGETS)
     kwargs = dict(n_clusters=3, rounds=1, local_train=_keep, first_round="evaluation_based",
                   max_loss=4.0, scale_bits=1)
-    with caplog.at_level("INFO", logger="omnifc.adapters.clove"):
+    with caplog.at_level("INFO", logger="omnifc.adapters"):
         plain = clove.run_clove_fl(clients, _Scalar(), MODELS, secure=False, **kwargs)
     assert "4 loss values above the public bound 4 were clipped" in caplog.text
     q = _quantize(losses, 4.0, 1)
@@ -761,7 +761,7 @@ def test_run_clove_fl_secure_quantized_and_clipped(caplog):
     np.testing.assert_array_equal(secure.costs[0], plain.costs[0])
     assert secure.assignments[0].tolist() == plain.assignments[0].tolist()
     caplog.clear()
-    with caplog.at_level("INFO", logger="omnifc.adapters.clove"):
+    with caplog.at_level("INFO", logger="omnifc.adapters"):
         clove.run_clove_fl(clients, _Scalar(), MODELS, secure=False, n_clusters=3, rounds=1,
                            local_train=_keep, first_round="evaluation_based")
     assert "clipped" not in caplog.text                         # 16 is above every loss
@@ -770,14 +770,14 @@ def test_run_clove_fl_secure_quantized_and_clipped(caplog):
 def test_choose_k_logs_each_silhouette(caplog):
     x = np.array([[0.0], [0.5], [4.0], [4.5]])
     repeated = np.repeat(x, 5, axis=0)                  # k_upper >= n: each row 5 times
-    with caplog.at_level("DEBUG", logger="omnifc.adapters.clove"):
+    with caplog.at_level("DEBUG", logger="omnifc.adapters"):
         clove.choose_k(_sq(x))
     expected = []
     for k in range(2, 5):
         labels = AgglomerativeClustering(n_clusters=k, linkage="ward").fit_predict(repeated)
         expected.append("K=%d silhouette %.6f" % (k, silhouette_score(repeated, labels)))
     assert [r.getMessage() for r in caplog.records
-            if r.name == "omnifc.adapters.clove"] == expected
+            if r.name == "omnifc.adapters._k_selection"] == expected
 
 
 def test_is_stable_compares_with_the_last_entry_and_ifca_default_step():
@@ -857,11 +857,12 @@ def test_run_clove_fl_defaults_parties_and_the_clip_count(monkeypatch, caplog):
                              k_rule="silhouette", k_upper=3)     # tolerance 0.10 by default
     assert sil.n_clusters == [_paper_choose_k(losses, k_upper=3, tolerance=0.10)]
     # a loss exactly at the bound is not clipped: 4 values above 4, (3 - 1)^2 = 4 is not
-    with caplog.at_level("INFO", logger="omnifc.adapters.clove"):
+    with caplog.at_level("INFO", logger="omnifc.adapters"):
         clove.run_clove_fl(_fl_clients(TARGETS + [1.0]), _Scalar(), MODELS, n_clusters=3,
                            rounds=1, local_train=_keep, first_round="evaluation_based",
                            secure=False, max_loss=4.0)
-    assert [r.getMessage() for r in caplog.records if r.name == "omnifc.adapters.clove"] == \
+    assert [r.getMessage() for r in caplog.records
+            if r.name == "omnifc.adapters.clove._simulation"] == \
         ["4 loss values above the public bound 4 were clipped"]
     import omnifc.adapters.clove._simulation as module
 

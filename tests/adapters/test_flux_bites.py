@@ -535,7 +535,8 @@ def test_two_clients_exact_log_text_and_block_options(caplog):
                                                                               False, 1)
     with caplog.at_level("INFO", logger="omnifc.adapters.flux"):
         flux.adaptive_dbscan(_sq([0.0, 1.0, 2.0, 3.0]), eps_rule="knee")
-    assert [r.getMessage() for r in caplog.records if r.name == "omnifc.adapters.flux"] == \
+    assert [r.getMessage() for r in caplog.records
+            if r.name == "omnifc.adapters.flux._paper"] == \
         ["no knee in the nearest-neighbour distances; eps = largest (1)"]
     common = dict(n_components=1, n_classes=1, secure=False)
     d, _, _ = flux.block_distances(ODD, bound=1.0, scale_bits=3, **common)

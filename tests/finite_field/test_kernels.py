@@ -500,3 +500,54 @@ def test_blas_threads_are_set_to_one_inside_and_restored_after():
     x = np.arange(60, dtype=np.int64).reshape(12, 5) % 13
     sq_distances(x, 13)
     assert openblas_threads() == before
+
+
+def test_blas_threads_guard_is_threadpoolctl_not_a_hand_rolled_c_api():
+    import ast
+    import configparser
+    import pathlib
+    from finite_field._kernels import _blas_threads
+
+    tree = ast.parse(pathlib.Path(_blas_threads.__file__).read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, (ast.Import, ast.ImportFrom))
+                for alias in (node.names if isinstance(node, ast.Import)
+                              else [ast.alias(node.module or "")])}
+    assert "threadpoolctl" in imported and "ctypes" not in imported
+    setup = configparser.ConfigParser()
+    setup.read(pathlib.Path(__file__).resolve().parents[2] / "setup.cfg")
+    requires = setup["options"]["install_requires"].split()
+    assert any(r.startswith("threadpoolctl") for r in requires)
+
+
+def test_blas_threads_guard_restores_only_when_the_last_thread_leaves():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import threading
+
+    def counts():
+        return [pool["num_threads"] for pool in threadpoolctl.threadpool_info()
+                if pool["user_api"] == "blas"]
+
+    before = counts()
+    if not before or max(before) == 1:
+        pytest.skip("BLAS runs one thread already: nothing to restore")
+    inside, first_left, second_may_leave = threading.Event(), threading.Event(), \
+        threading.Event()
+    seen = {}
+
+    def second():
+        with kernels._single_threaded_blas():
+            inside.set()
+            first_left.wait(30)
+            seen["after the first left"] = counts()
+            second_may_leave.wait(30)
+
+    worker = threading.Thread(target=second)
+    with kernels._single_threaded_blas():
+        worker.start()
+        assert inside.wait(30)
+    first_left.set()
+    second_may_leave.set()
+    worker.join(30)
+    assert seen["after the first left"] == [1] * len(before)
+    assert counts() == before

@@ -31,10 +31,10 @@ def blobs():
 
 def dbscan_warnings(caplog, d, **options):
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="omnifc.cluster"):
+    with caplog.at_level(logging.WARNING, logger="omnifc._clustering"):
         labels = omnifc.cluster(d, "dbscan", **options)
     return labels, [r for r in caplog.records
-                    if r.name == "omnifc.cluster" and r.levelno == logging.WARNING]
+                    if r.name.startswith("omnifc._clustering") and r.levelno == logging.WARNING]
 
 
 def test_dbscan_warns_when_everything_is_noise(caplog):
@@ -73,7 +73,7 @@ def test_dbscan_finding_clusters_says_nothing(caplog):
 def test_dbscan_default_on_digits_warns_through_the_estimator(caplog):
     data = omnifc.load_dataset("digits")
     d = cdist(data.features, data.features, "sqeuclidean")
-    with caplog.at_level(logging.WARNING, logger="omnifc.cluster"):
+    with caplog.at_level(logging.WARNING, logger="omnifc._clustering"):
         labels = omnifc.DistanceDBSCAN().fit(d).labels_
     assert len(set(labels.tolist()) - {-1}) <= 1             # the reported ARI 0.000 case
     assert any("one cluster" in r.getMessage() for r in caplog.records)

@@ -222,3 +222,31 @@ def test_estimator_attributes():
     assert sc.affinity_matrix_.shape == d.shape and sc.bandwidth_ > 0
     with pytest.raises(omnifc.ParameterError, match="variant"):
         omnifc.DistanceKMeans(3, variant="mds").fit(d)
+
+
+def test_the_distance_matrix_parameter_is_called_distances_everywhere():
+    # `d` is the feature count everywhere else in omnifc; the matrix is `distances`
+    import importlib
+    import inspect
+    import pkgutil
+
+    import omnifc._clustering as package
+    from omnifc._clustering._api import _FUNCTIONS
+
+    modules = [importlib.import_module(f"{package.__name__}.{info.name}")
+               for info in pkgutil.iter_modules(package.__path__)]
+    named_d = [f"{module.__name__}.{name}" for module in modules
+               for name, function in vars(module).items()
+               if inspect.isfunction(function) and function.__module__ == module.__name__
+               and "d" in inspect.signature(function).parameters]
+    assert named_d == []
+    for method, function in _FUNCTIONS.items():
+        assert next(iter(inspect.signature(function).parameters)) == "distances", method
+    for function in (omnifc.cluster, omnifc.canonical_order, omnifc.classical_mds,
+                     omnifc.check_distance_matrix, omnifc.centroid_sq_distances,
+                     omnifc.to_euclidean, package.fit_method,
+                     package.average_linkage_labels):
+        assert next(iter(inspect.signature(function).parameters)) == "distances"
+    # the dispatcher does not offer the matrix as an option of a method
+    with pytest.raises(omnifc.ParameterError, match=r"takes \['linkage'\]"):
+        omnifc.cluster(np.zeros((2, 2)), "hierarchical", 1, distances2=1)

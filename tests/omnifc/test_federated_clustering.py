@@ -29,8 +29,18 @@ def test_labels_per_party_and_global(iris_parties):
     per_party = model.party_labels_
     assert np.array_equal(global_labels, model.labels_)
     assert model.party_names_ == ["org-0", "org-1", "org-2"]
-    assert [len(labels) for labels in per_party] == [len(p) for p in parts]
-    assert np.array_equal(np.concatenate(per_party), model.labels_global_)
+    # a dict in, a dict out (as clipped_); a list in, a list out
+    assert isinstance(per_party, dict) and list(per_party) == model.party_names_
+    assert list(model.clipped_) == model.party_names_
+    assert [len(labels) for labels in per_party.values()] == [len(p) for p in parts]
+    assert np.array_equal(np.concatenate(list(per_party.values())), model.labels_global_)
+    as_list = omnifc.FederatedClustering(method="hierarchical", n_clusters=3,
+                                         bound=data.bound, nonnegative=True,
+                                         options={"linkage": "average"}).fit(
+        list(parties.values()))
+    assert isinstance(as_list.party_labels_, list)
+    assert [labels.tolist() for labels in as_list.party_labels_] == \
+        [labels.tolist() for labels in per_party.values()]
     plain = quantize(np.concatenate([data.features[p] for p in parts]), data.bound)
     expected = omnifc.cluster(cdist(plain, plain, "sqeuclidean"), "hierarchical", 3,
                               linkage="average")

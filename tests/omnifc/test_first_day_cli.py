@@ -129,7 +129,8 @@ def test_join_refuses_heavy_clipping_before_connecting(tmp_path, session):
     result = omnifc("join", "--config", config, "--party", "b", "--data", "wide.npy",
                     "--target", "127.0.0.1:1", cwd=tmp_path)
     one_clear_line(result, r"party 'b': 5 of 15 entries \(33\.3%\) lie outside the public "
-                           r"bound \[-2, 2\]", r"--max-clipped 1")
+                           r"bound \[-2, 2\] and would be clipped", r"--max-clipped 1")
+    assert "are clipped" not in result.stderr      # refused: nothing was clipped
     rows = data["b"].copy()
     rows[0, 0] = 2.5
     np.save(tmp_path / "one.npy", rows)
@@ -155,6 +156,23 @@ def test_unusable_data_files_end_in_one_line(tmp_path, session, content, pattern
     result = omnifc("join", "--config", config, "--party", "a", "--data", name,
                     "--target", "127.0.0.1:1", cwd=tmp_path)
     one_clear_line(result, r"^omnifc join: error: .*" + pattern)
+
+
+@pytest.mark.parametrize("content, pattern", [
+    ("x,y,z\n1,2,3\n", r"line 1, column 1: 'x' is not a number \(the file must have no "
+                        r"header line\)"),
+    ("1,2,3\n4,nan,6\n", r"line 2, column 2: 'nan' is not a finite number"),
+    ("1,2,3\n\n4,5\n", r"line 3 has 2 values, line 1 has 3: every row needs the same "
+                        r"number of columns"),
+])
+def test_csv_errors_name_the_line_and_column_a_user_sees(tmp_path, session, content,
+                                                           pattern):
+    config, _ = session
+    (tmp_path / "bad.csv").write_text(content)
+    result = omnifc("join", "--config", config, "--party", "a", "--data", "bad.csv",
+                    "--target", "127.0.0.1:1", cwd=tmp_path)
+    one_clear_line(result, r"^omnifc join: error: .*'bad\.csv'.*" + pattern)
+    assert "usecols" not in result.stderr and "row 0" not in result.stderr
 
 
 def test_damaged_coordinator_certificate_is_named(tmp_path, session):

@@ -332,3 +332,83 @@ def test_refusal_check_can_fail(monkeypatch):
 def test_errors_are_exported_from_omnifc():
     assert omnifc.ParameterError is ParameterError
     assert issubclass(ParameterError, ValueError) and issubclass(InputError, ValueError)
+
+
+# -- the keywords and the parameter table (issue 20: a parameter is declared once) ---------
+
+def keyword_mismatches(parameters, function, not_keywords):
+    """What keeps the table and ``function``'s signature from agreeing: a table row that is
+    neither a keyword nor excused, a keyword default that is not the table's, an excuse
+    for a name that is not in the table or that is a keyword after all."""
+    import inspect
+
+    from protocols._parameters import REQUIRED
+
+    signature = inspect.signature(function).parameters
+    problems = []
+    names = {p.name for p in parameters}
+    for p in parameters:
+        if p.name in not_keywords:
+            if p.name in signature:
+                problems.append(f"{p.name}: excused, yet a keyword")
+            continue
+        keyword = signature.get(p.name)
+        if keyword is None or keyword.kind is not keyword.KEYWORD_ONLY:
+            problems.append(f"{p.name}: in the table, not a keyword")
+            continue
+        expected = inspect.Parameter.empty if p.default is REQUIRED else p.default
+        if keyword.default != expected:
+            problems.append(f"{p.name}: default {keyword.default!r}, the table's {expected!r}")
+    problems += [f"{name}: excused, not in the table" for name in not_keywords
+                 if name not in names]
+    return problems
+
+
+def test_the_keywords_are_the_parameter_tables_rows():
+    from protocols._parameters import PARAMETERS
+
+    from omnifc._secure import NOT_KEYWORDS, session_keywords
+    assert keyword_mismatches(PARAMETERS, secure_distance_matrix, NOT_KEYWORDS) == []
+    assert session_keywords() == ("bound", "scale_bits", "segments", "noise_segments",
+                                  "nonnegative", "primes", "mode", "integrity",
+                                  "mask_degree", "adversaries")
+
+
+def test_a_new_table_row_is_flagged_until_it_is_a_keyword_or_excused():
+    from protocols._parameters import PARAMETERS, Parameter
+
+    from omnifc._secure import NOT_KEYWORDS
+    extra = (*PARAMETERS, Parameter("layout_rows", "int", "throwaway", 0))
+    assert keyword_mismatches(extra, secure_distance_matrix, NOT_KEYWORDS) == [
+        "layout_rows: in the table, not a keyword"]
+    assert keyword_mismatches(extra, secure_distance_matrix,
+                              {**NOT_KEYWORDS, "layout_rows": "why"}) == []
+    assert keyword_mismatches(PARAMETERS, secure_distance_matrix,
+                              {**NOT_KEYWORDS, "mode": "?", "gone": "?"}) == [
+        "mode: excused, yet a keyword", "gone: excused, not in the table"]
+
+
+def test_every_session_keyword_is_documented():
+    import re
+
+    from omnifc._secure import session_keywords
+    section = secure_distance_matrix.__doc__.split("Parameters\n    ----------")[1]
+    section = section.split("Returns\n")[0]
+    documented = {name.strip() for line in re.findall(r"^    (\w[\w, ]*) :", section, re.M)
+                  for name in line.split(",")}
+    documented |= {name.strip() for line in re.findall(r"^    ([\w, ]+)$", section, re.M)
+                   for name in line.split(",")}
+    assert set(session_keywords()) <= documented, set(session_keywords()) - documented
+
+
+def test_each_session_keyword_reaches_the_session_by_name():
+    rng = np.random.default_rng(5)
+    parties = [rng.uniform(0, 1, (2, 3)) for _ in range(4)]
+    result = secure_distance_matrix(parties, bound=2.0, scale_bits=6, nonnegative=True,
+                                    integrity="off", mask_degree=2, primes=[2147483647])
+    given = {"bound": 2.0, "scale_bits": 6, "segments": 1, "noise_segments": 1,
+             "nonnegative": True, "primes": [2147483647], "mode": "masked",
+             "integrity": "off", "mask_degree": 2, "adversaries": 0}
+    assert {k: result.parameters[k] for k in given} == given
+    with pytest.raises(ParameterError, match="integrity must be one of"):
+        secure_distance_matrix(parties, bound=2.0, integrity="never")

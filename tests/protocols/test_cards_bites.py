@@ -432,9 +432,9 @@ def test_keyfiles_lists(tmp_path):
 
 def test_generate_party_keys_writes_consistent_files(tmp_path, caplog):
     folder = tmp_path / "alice"
-    with caplog.at_level(logging.INFO, logger="omnifc.keys"):
+    with caplog.at_level(logging.INFO, logger="protocols._cards"):
         files = generate_keys(str(folder), "alice", days=7)
-    assert [r.getMessage() for r in caplog.records if r.name == "omnifc.keys"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "protocols._cards"] == [
         f"wrote the keys and card of party 'alice' to {folder}"]
     assert (files.name, files.role, files.directory) == ("alice", "party", folder)
     assert files.tls_key == folder / "alice.key" and files.certificate == folder / "alice.pem"

@@ -248,11 +248,11 @@ def test_no_parties_and_missing_file(tmp_path):
 
 
 def test_tls_disabled_is_allowed_but_insecure_and_warns(tmp_path, caplog):
-    with caplog.at_level("WARNING", logger="omnifc"):
+    with caplog.at_level("WARNING", logger="protocols"):
         load_session_config(_write(tmp_path, BASE))
     assert not caplog.records
     text = re.sub(r"\[tls\].*?\n\n", "[tls]\nenabled = false\n\n", BASE, flags=re.S)
-    with caplog.at_level("WARNING", logger="omnifc"):
+    with caplog.at_level("WARNING", logger="protocols"):
         config = load_session_config(_write(tmp_path, text))
     assert config.insecure and config.tls.ca is None
     assert any("disables TLS" in r.getMessage() and r.levelname == "WARNING"
@@ -404,7 +404,7 @@ def test_row_caps_have_documented_defaults_and_round_trip(tmp_path):
 
 
 def test_transparent_mode_loads_with_a_warning(tmp_path, caplog):
-    with caplog.at_level("WARNING", logger="omnifc"):
+    with caplog.at_level("WARNING", logger="protocols"):
         config = load_session_config(_write(tmp_path, BASE.replace('"masked"',
                                                                     '"transparent"')))
     assert config.mode == "transparent"

@@ -518,7 +518,7 @@ def test_load_refusals_and_warnings(tmp_path, caplog, monkeypatch):
         f"session config {str(bad)!r} is not valid TOML: ")
     good = tmp_path / "s.toml"
     dump_session_config(_plain(mode="transparent"), good)
-    with caplog.at_level(logging.WARNING, logger="omnifc"):
+    with caplog.at_level(logging.WARNING, logger="protocols"):
         config = load_session_config(str(good))
     assert config.path == good
     assert (f"session config {good} disables TLS: traffic between the parties and the "

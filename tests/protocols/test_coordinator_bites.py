@@ -11,7 +11,7 @@ import logging
 import numpy as np
 import pytest
 
-from finite_field import DeadlineError, IntegrityError, PeerError, ProtocolError
+from finite_field import AuthenticationError, DeadlineError, IntegrityError, PeerError, ProtocolError
 from protocols import Coordinator, SessionParameters, sign
 from protocols._crypto import PROTOCOL_VERSION, RUN_NONCE_BYTES
 from protocols._generated import omnifc_pb2 as pb
@@ -150,11 +150,11 @@ def test_a_hello_of_another_protocol_version_is_refused():
     assert session.coordinator.hellos == {}
 
 
-def test_a_hello_with_a_bad_signature_is_an_integrity_error_naming_sender_and_join():
+def test_a_hello_with_a_bad_signature_is_an_authentication_error_naming_sender_and_join():
     session = _session()
     hellos = session.hellos()
     env = _copy(hellos["party-1"], n_rows=4)  # not signed again
-    error = _refused(session.coordinator, "party-1", env, kind=IntegrityError)
+    error = _refused(session.coordinator, "party-1", env, kind=AuthenticationError)
     assert (error.party, error.phase) == ("party-1", "join")
     assert session.coordinator.hellos == {}
 
@@ -418,14 +418,14 @@ def test_abort_of_a_deadline_skips_the_lost_party_and_says_deadline():
         {("deadline", "party-1", "join")}
 
 
-def test_abort_of_an_integrity_error_says_integrity():
+def test_abort_of_an_authentication_error_says_authentication():
     session = _session()
     hellos = session.hellos()
     _refused(session.coordinator, "party-1", _copy(hellos["party-1"], n_rows=9),
-             kind=IntegrityError)
+             kind=AuthenticationError)
     reports = session.coordinator.abort()
     assert {(e.error.kind, e.error.party, e.error.phase) for _, e in reports} == \
-        {("integrity", "party-1", "join")}
+        {("authentication", "party-1", "join")}
 
 
 def test_abort_without_a_failure_says_the_session_was_aborted():
@@ -788,7 +788,7 @@ def test_a_deadline_in_shares_names_the_first_party_without_ready():
 
 
 def test_an_unchecked_round_is_announced_once_and_a_checked_one_not(caplog):
-    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+    with caplog.at_level(logging.WARNING, logger="protocols"):
         session, _ = _evaluation(sizes=(3, 2, 4))
     unchecked = [r for r in caplog.records if "NO INTEGRITY CHECK" in r.getMessage()]
     assert len(unchecked) == 1
@@ -798,7 +798,7 @@ def test_an_unchecked_round_is_announced_once_and_a_checked_one_not(caplog):
         "wrongly would go undetected")
     assert session.coordinator.checks is None
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+    with caplog.at_level(logging.WARNING, logger="protocols"):
         session, _ = _evaluation(sizes=(3, 2, 4, 3))
         off = SessionParameters(dim=3, bound=1.0, scale_bits=8, integrity="off")
         _evaluation(sizes=(3, 2, 4), params=off)
@@ -938,7 +938,7 @@ def test_the_smallest_responding_set_is_accepted():
 def test_transparent_mode_is_announced_loudly(caplog):
     names = ["a", "b", "c"]
     params = SessionParameters(dim=3, bound=1.0, scale_bits=8, mode="transparent")
-    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+    with caplog.at_level(logging.WARNING, logger="protocols"):
         Coordinator("s", params, names, _pins(names))
         Coordinator("s", PARAMS, names, _pins(names))
     assert [r.getMessage() for r in caplog.records] == [
@@ -1022,7 +1022,7 @@ def _lying(sizes, liars, params=LIE_PARAMS, lose=None, seed=7):
 
 
 def test_a_located_lie_under_detect_is_excluded_and_the_rerun_is_exact(caplog):
-    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+    with caplog.at_level(logging.WARNING, logger="protocols"):
         session, data, out, error, lied = _lying((3, 2, 4, 3, 2), {"party-1": SPREAD})
     coordinator = session.coordinator
     assert error is None
@@ -1116,7 +1116,7 @@ def test_rounds_and_dropouts_are_logged_once_each(caplog):
     session, queue = _evaluation()
     assert _pump(session, queue, hold=_tiles_of("party-4"))
     coordinator = session.coordinator
-    with caplog.at_level(logging.INFO, logger="omnifc.protocols"):
+    with caplog.at_level(logging.INFO, logger="protocols"):
         coordinator.party_lost("party-4", "stream closed")
         assert coordinator.party_lost("party-4", "stream closed") == []  # known: no news
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
@@ -1208,7 +1208,7 @@ def test_a_failure_outside_the_protocol_is_wrapped_naming_the_coordinator_and_ph
     coordinator = session.coordinator
     coordinator.receive("party-0", signed["party-0"])
     coordinator.receive("party-1", signed["party-1"])
-    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+    with caplog.at_level(logging.WARNING, logger="protocols"):
         with pytest.raises(ProtocolError) as info:
             coordinator.receive("party-2", signed["party-2"])
     error = info.value
@@ -1282,6 +1282,9 @@ def test_a_corrupted_unchecked_upload_fails_the_decode_as_an_integrity_error():
     assert str(error).startswith("the decoded result failed its integrity check in phase "
                                  "'decode': every decoded squared distance must lie in [0, ")
     assert session.coordinator.outcome is None and session.coordinator.failed_in == "decode"
+    assert not isinstance(error, AuthenticationError)
+    assert {(e.error.kind, e.error.phase) for _, e in session.coordinator.abort()} == \
+        {("integrity", "decode")}
 
 
 def test_a_sum_session_needs_every_party_to_the_end():

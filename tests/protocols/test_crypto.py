@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from finite_field import IntegrityError
+from finite_field import AuthenticationError
 from protocols._crypto import (EphemeralKey, KeyStream, MaskView, PairKeys, roster_digest,
                                view_mask_key)
 
@@ -49,7 +49,7 @@ def test_session_id_and_roster_are_bound_into_the_keys():
     box = k1.encrypt(b"share", round_=0, prime_index=0, chunk_index=0)
     kb3 = PairKeys.derive(b, a.public_bytes, session_id="s1", me="bob", peer="alice",
                           roster_digest=other)
-    with pytest.raises(IntegrityError):
+    with pytest.raises(AuthenticationError):
         kb3.decrypt(box, sender="alice", round_=0, prime_index=0, chunk_index=0)
     with pytest.raises(Exception, match="32 bytes"):
         PairKeys.derive(a, b.public_bytes, session_id="s1", me="alice", peer="bob",
@@ -74,13 +74,13 @@ def test_round_trip_and_every_bound_field_is_checked():
     assert kb.decrypt(box, sender="alice", round_=0, prime_index=1, chunk_index=2) == b"payload"
     for change in [dict(round_=1), dict(prime_index=0), dict(chunk_index=3)]:
         args = dict(sender="alice", round_=0, prime_index=1, chunk_index=2) | change
-        with pytest.raises(IntegrityError):
+        with pytest.raises(AuthenticationError):
             kb.decrypt(box, **args)
-    with pytest.raises(IntegrityError):  # the reverse direction uses another nonce
+    with pytest.raises(AuthenticationError):  # the reverse direction uses another nonce
         ka.decrypt(box, sender="bob", round_=0, prime_index=1, chunk_index=2)
     flipped = bytearray(box)
     flipped[3] ^= 1
-    with pytest.raises(IntegrityError) as info:
+    with pytest.raises(AuthenticationError) as info:
         kb.decrypt(bytes(flipped), sender="alice", round_=0, prime_index=1, chunk_index=2)
     assert "authentication" in str(info.value) and "payload" not in str(info.value)
 

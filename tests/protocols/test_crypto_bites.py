@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
-from finite_field import IntegrityError, ParameterError
+from finite_field import AuthenticationError, ParameterError
 from protocols._crypto import PROTOCOL_VERSION, EphemeralKey, KeyStream, MaskView, PairKeys
 from oracles import chacha20_elements
 
@@ -102,7 +102,7 @@ def test_nonce_and_aad_are_the_documented_bytes(sender, round_, prime_index, chu
                                aad) == b"known answer"
 
 
-def test_integrity_errors_name_the_sender_and_the_phase():
+def test_authentication_errors_name_the_sender_and_the_phase():
     ka, kb = _keys()
     box = ka.encrypt(b"x", round_=0, prime_index=0, chunk_index=0)
     where = dict(round_=0, prime_index=0, chunk_index=0)
@@ -117,7 +117,7 @@ def test_integrity_errors_name_the_sender_and_the_phase():
         ciphertext = arguments.pop("ciphertext", box)
         for phase in (None, "evaluation"):
             extra = {} if phase is None else {"phase": phase}
-            with pytest.raises(IntegrityError) as info:
+            with pytest.raises(AuthenticationError) as info:
                 kb.decrypt(ciphertext, **where, **arguments, **extra)
             assert info.value.party == party, what
             assert info.value.phase == (phase or "shares"), what

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
-from finite_field import IntegrityError
+from finite_field import AuthenticationError
 from protocols import _crypto
 from protocols._crypto import (EphemeralKey, MaskView, PairKeys, group_mask_key,
                                new_run_nonce, roster_digest, stream_elements)
@@ -241,16 +241,16 @@ def test_a_seed_opens_only_for_its_view_group_members_and_direction():
         dict(view=view, group_index=1, members=("bob", "alice", "carol")),
     ]
     for arguments in wrong:
-        with pytest.raises(IntegrityError) as info:
+        with pytest.raises(AuthenticationError) as info:
             kb.decrypt_seed(box, **arguments)
         assert (info.value.party, info.value.phase) == ("alice", "evaluation"), arguments
     # a box alice sent cannot be opened by alice as if bob had sent it (direction)
-    with pytest.raises(IntegrityError) as info:
+    with pytest.raises(AuthenticationError) as info:
         ka.decrypt_seed(box, view=view, group_index=1, members=members)
     assert (info.value.party, info.value.phase) == ("bob", "evaluation")
     # tampered or truncated
     for bad in (box[:-1] + bytes([box[-1] ^ 1]), box[:10], b""):
-        with pytest.raises(IntegrityError) as info:
+        with pytest.raises(AuthenticationError) as info:
             kb.decrypt_seed(bad, view=view, group_index=1, members=members)
         assert (info.value.party, info.value.phase) == ("alice", "evaluation")
 

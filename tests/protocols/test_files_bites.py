@@ -219,7 +219,7 @@ def test_prepare_output_folder_warns_about_a_folder_others_can_write(tmp_path, c
     folder = tmp_path / "out"
     folder.mkdir()
     folder.chmod(mode)
-    with caplog.at_level(logging.WARNING, logger="omnifc.files"):
+    with caplog.at_level(logging.WARNING, logger="protocols._files"):
         assert prepare_output_folder(folder) == folder
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     if who is None:
@@ -229,7 +229,7 @@ def test_prepare_output_folder_warns_about_a_folder_others_can_write(tmp_path, c
             f"the output folder {folder} is writable by {who} (mode {oct(mode)}): anyone who "
             "can write there can plant links or swap files; use a folder only you can write "
             "to (chmod go-w, or a fresh folder)"]
-        assert caplog.records[-1].name == "omnifc.files"
+        assert caplog.records[-1].name == "protocols._files"
 
 
 @pytest.mark.parametrize("mode", [0o600, 0o400, 0o700])

@@ -93,12 +93,12 @@ def test_flipped_byte_in_a_relayed_share_fails_cleanly():
             flipped.append((env.share.sender, dest))
         return env
 
-    # the receiver's integrity check fails; the coordinator blames only the reporter
+    # the receiver's authentication check fails; the coordinator blames only the reporter
     with pytest.raises(PeerError) as info:
         run_local_grpc_session(data, params, deadline=20, tamper=tamper)
     [(sender, receiver)] = flipped
     assert (info.value.party, info.value.phase) == (receiver, "shares")
-    assert f"reported by {receiver!r} (its report names {sender!r}): integrity" \
+    assert f"reported by {receiver!r} (its report names {sender!r}): authentication" \
         in str(info.value)
 
 

@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from finite_field import IntegrityError, ParameterError
+from finite_field import AuthenticationError, ParameterError
 from protocols import (generate_identity, identity_fingerprint, load_identity,
                        public_key_bytes, public_key_hex, save_identity, sign, verify)
 
@@ -49,7 +49,7 @@ def test_flipped_signature_byte_is_rejected(position):
     key = generate_identity()
     signature = bytearray(sign(key, b"message"))
     signature[position] ^= 0x01
-    with pytest.raises(IntegrityError):
+    with pytest.raises(AuthenticationError):
         verify(public_key_bytes(key), b"message", bytes(signature))
 
 
@@ -65,7 +65,7 @@ def test_altered_message_wrong_key_and_malformed_inputs_are_rejected():
         (raw, b"message", b""),                        # no signature
     ]
     for public, message, sig in bad_cases:
-        with pytest.raises(IntegrityError) as info:
+        with pytest.raises(AuthenticationError) as info:
             verify(public, message, sig, party="a", phase="join")
         text = str(info.value)
         # opaque: names party and phase, never the key or the signature

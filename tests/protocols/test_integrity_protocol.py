@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from finite_field import DeviationError, IntegrityError, ParameterError, PeerError, ProtocolError
+from finite_field import AuthenticationError, DeviationError, IntegrityError, ParameterError, PeerError, ProtocolError
 from protocols import Coordinator, SessionParameters, run_memory_session
 from protocols._faults import FAULT_STRIDE
 from protocols._memory import Transcript
@@ -143,14 +143,22 @@ def test_integrity_off_keeps_the_weighted_pairwise_uploads():
 
 def test_no_redundancy_says_so_once_loudly(caplog):
     data = random_data([3, 2, 4], 3, seed=7)  # m = K = 3: r = 0
-    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+    with caplog.at_level(logging.WARNING, logger="protocols"):
         outcome, _ = run_memory_session(data, params())
     assert exact(outcome, data)
     assert outcome.integrity.startswith("unchecked: r = 0")
     loud = [r.getMessage() for r in caplog.records if "NO INTEGRITY CHECK" in r.getMessage()]
-    assert len(loud) == 4  # the coordinator and each party, once
+    assert len(loud) == 1  # one process: said once, by the coordinator, not by each party
+    assert loud[0].startswith("session ")
+    unchecked = [r for r in caplog.records if "NO INTEGRITY CHECK" in r.getMessage()]
+    assert [r.levelname for r in unchecked] == ["WARNING"]
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="omnifc.protocols"):
+    with caplog.at_level(logging.DEBUG, logger="protocols"):
+        run_memory_session(data, params())     # a second session in the same process
+    again = [r for r in caplog.records if "NO INTEGRITY CHECK" in r.getMessage()]
+    assert len(again) == 4 and {r.levelname for r in again} == {"DEBUG"}
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="protocols"):
         run_memory_session(data, params(integrity="off"))
     assert not [r for r in caplog.records if "NO INTEGRITY CHECK" in r.getMessage()]
 
@@ -306,8 +314,8 @@ def test_a_tampered_group_seed_aborts_the_session():
     seen = Transcript()
     with pytest.raises(PeerError) as info:
         run_memory_session(data, params(), tamper=tamper, observe=seen)
-    assert info.value.party == tampered[0] and "integrity" in str(info.value)
-    assert isinstance(seen.parties[tampered[0]].error, IntegrityError)
+    assert info.value.party == tampered[0] and "authentication" in str(info.value)
+    assert isinstance(seen.parties[tampered[0]].error, AuthenticationError)
     assert all(p.result is None for p in seen.parties.values())
 
 
@@ -362,7 +370,7 @@ def test_equivocated_responding_sets_with_integrity_on_stop_at_the_group_seeds()
     assert recover_segments(seen.coordinator) is None
     failed = [p for p in seen.parties.values() if p.phase == "failed"]
     assert failed and all(p.result is None for p in seen.parties.values())
-    assert any(isinstance(p.error, IntegrityError) for p in failed)
+    assert any(isinstance(p.error, AuthenticationError) for p in failed)
 
 
 def test_session_parameters_validate_integrity():

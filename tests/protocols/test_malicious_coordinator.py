@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from finite_field import InputError, IntegrityError, PeerError, ProtocolError
+from finite_field import AuthenticationError, InputError, IntegrityError, PeerError, ProtocolError
 from omnifc.audit._active import (EquivocatingCoordinator, equivocation_views,
                                   plaintext_segments, recover_segments)
 from protocols import Coordinator, SessionParameters, run_memory_session
@@ -296,7 +296,7 @@ def test_substituted_ephemeral_keys_are_refused(how):
         run_memory_session(data, params, coordinator_class=Substituting, observe=seen)
     for name in ("party-0", "party-1"):
         error = seen.parties[name].error
-        assert isinstance(error, IntegrityError) and error.party == "party-2"
+        assert isinstance(error, AuthenticationError) and error.party == "party-2"
         assert error.phase == "join"
 
 
@@ -424,7 +424,7 @@ def test_total_row_cap_is_checked_too():
 
 def test_transparent_mode_warns_at_coordinator_and_parties(caplog):
     data = random_data([2, 3, 2], 3, seed=18)
-    with caplog.at_level("WARNING", logger="omnifc.protocols"):
+    with caplog.at_level("WARNING", logger="protocols"):
         run_memory_session(data, SessionParameters(dim=3, bound=1.0, scale_bits=8,
                                                    mode="transparent"))
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]

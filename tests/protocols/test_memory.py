@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from finite_field import DeadlineError, IntegrityError, PeerError
+from finite_field import DeadlineError, AuthenticationError, PeerError
 from protocols import SessionParameters, run_memory_session
 from protocol_helpers import lagrange_weights, plaintext_sq_distances, quantize, random_data
 
@@ -74,7 +74,7 @@ def test_a_party_lost_before_evaluation_is_an_error(phase, error):
     assert info.value.party == "party-3"
 
 
-def test_flipped_byte_in_a_relayed_share_fails_the_run_with_an_integrity_error():
+def test_flipped_byte_in_a_relayed_share_fails_the_run_with_an_authentication_error():
     data = random_data([3, 4, 2], 3, seed=5)
     flipped = []
 
@@ -94,7 +94,7 @@ def test_flipped_byte_in_a_relayed_share_fails_the_run_with_an_integrity_error()
                            tamper=tamper)
     [(sender, receiver)] = flipped
     assert (info.value.party, info.value.phase) == (receiver, "shares")
-    assert f"reported by {receiver!r} (its report names {sender!r}): integrity" \
+    assert f"reported by {receiver!r} (its report names {sender!r}): authentication" \
         in str(info.value)
 
 

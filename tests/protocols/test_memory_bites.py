@@ -273,7 +273,7 @@ def test_a_failing_coordinator_tells_every_party(spy_party):
     # the receiver's own report reached the coordinator
     reports = seen.of_kind("error")
     assert [m.sender for m in reports] == [receiver]
-    assert reports[0].envelope().error.kind == "integrity"
+    assert reports[0].envelope().error.kind == "authentication"
     assert info.value.party == receiver
     # every other party got the coordinator's ErrorReport and failed with it
     for name, party in seen.parties.items():

@@ -330,7 +330,7 @@ def test_a_result_keeps_the_labels_and_logs_every_deviation(caplog):
     session, _ = _in_phase("evaluation")
     party = session.parties["party-0"]
     deviation = pb.Deviation(round=2, action="excluded", description="party-4 deviated")
-    with caplog.at_level("WARNING", logger="omnifc.protocols"):
+    with caplog.at_level("WARNING", logger="protocols"):
         list(party.receive(_result(party_id="party-0", labels=[2, 0, 2],
                                    deviations=[deviation])))
     assert party.phase == "done" and party.done
@@ -428,10 +428,10 @@ def test_a_duplicate_share_chunk_is_blamed_on_its_sender():
 
 
 def test_a_share_chunk_with_another_nonce_on_the_wire_is_refused():
-    from finite_field import IntegrityError
+    from finite_field import AuthenticationError
     _, party, chunks = _sharing()
     chunk = next(c for c in chunks if c.share.sender == "party-1")
-    with pytest.raises(IntegrityError) as info:
+    with pytest.raises(AuthenticationError) as info:
         list(party.receive(_changed(chunk, nonce=bytes(12))))
     assert (info.value.party, info.value.phase) == ("party-1", "shares")
 

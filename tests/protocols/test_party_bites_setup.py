@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (Ed25519PrivateKey,
                                                                Ed25519PublicKey)
 
-from finite_field import InputError, IntegrityError, PeerError, ProtocolError
+from finite_field import AuthenticationError, InputError, IntegrityError, PeerError, ProtocolError
 from protocols import Party, SessionParameters, public_key_bytes
 from protocols._crypto import PROTOCOL_VERSION
 from protocol_helpers import Session, quantize, random_data
@@ -38,9 +38,9 @@ def test_a_party_not_pinned_is_refused_naming_the_pinned_parties():
                                "are ['a', 'b']")
 
 
-def test_an_identity_key_that_is_not_the_pinned_one_is_an_integrity_error_of_the_join():
+def test_an_identity_key_that_is_not_the_pinned_one_is_an_authentication_error_of_the_join():
     key = Ed25519PrivateKey.generate()
-    with pytest.raises(IntegrityError) as info:
+    with pytest.raises(AuthenticationError) as info:
         Party("a", np.zeros((2, 3)), session_id="s", parameters=PARAMS, identity_key=key,
               pinned={"a": public_key_bytes(Ed25519PrivateKey.generate())})
     assert (info.value.party, info.value.phase) == ("a", "join")
@@ -79,7 +79,7 @@ def test_more_rows_than_the_cap_is_an_input_error_of_this_party():
 
 def test_transparent_mode_is_warned_about(caplog):
     params = SessionParameters(dim=3, bound=1.0, scale_bits=8, mode="transparent")
-    with caplog.at_level("WARNING", logger="omnifc.protocols"):
+    with caplog.at_level("WARNING", logger="protocols"):
         _party(np.zeros((2, 3)), params)
     assert [r.getMessage() for r in caplog.records] == [
         "party 'party-0': TRANSPARENT mode: the coordinator will learn every per-segment "
@@ -127,7 +127,7 @@ def test_a_one_row_sum_contribution_may_be_a_vector():
 def test_nonnegative_data_is_quantized_with_the_nonnegative_bound(caplog):
     params = SessionParameters(dim=2, bound=1.0, scale_bits=4, nonnegative=True)
     x = np.array([[-0.5, 0.25], [0.75, 2.0]])
-    with caplog.at_level("WARNING", logger="omnifc.protocols"):
+    with caplog.at_level("WARNING", logger="protocols"):
         party = _party(x, params)
     assert party.quantized.tolist() == quantize(x, 1.0, 4, nonnegative=True).tolist()
     assert party.clipped == 2  # -0.5 (below 0) and 2.0 (above the bound)
@@ -162,7 +162,8 @@ def test_the_hello_signature_covers_the_documented_fields_in_order():
 # -- the ErrorReport ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("error, kind, culprit, phase", [
-    (IntegrityError("party-2", "shares"), "integrity", "party-2", "shares"),
+    (AuthenticationError("party-2", "shares"), "authentication", "party-2", "shares"),
+    (IntegrityError("bad decode", party="party-2"), "integrity", "party-2", "decode"),
     (InputError("bad rows", party="party-0"), "input", "party-0", "init"),
     (PeerError("late", party="party-3", phase="evaluation"), "peer", "party-3", "evaluation"),
     (ProtocolError("broken"), "protocol", "", "init"),

@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 import protocols._crypto as crypto
-from finite_field import IntegrityError, PeerError
+from finite_field import AuthenticationError, PeerError
 from protocols import Party, SessionParameters
 from protocols._crypto import EphemeralKey
 from protocols._generated import omnifc_pb2 as pb
@@ -154,13 +154,13 @@ def test_a_party_refuses_a_roster_with_another_partys_hello_altered(victim, chan
             hello.signature = sign(Ed25519PrivateKey.generate(), hello_transcript(hello))
     party = session.parties["party-0"]
     sent = []
-    with pytest.raises(IntegrityError) as info:
+    with pytest.raises(AuthenticationError) as info:
         sent.extend(party.receive(env))
     assert (info.value.party, info.value.phase) == (victim, "join")
     assert sent == [] and party.phase == "failed" and party.failed_in == "join"
     assert not hasattr(party, "keys") and not hasattr(party, "roster_digest")
     report = party.error_report(info.value).error
-    assert (report.kind, report.party, report.phase) == ("integrity", victim, "join")
+    assert (report.kind, report.party, report.phase) == ("authentication", victim, "join")
 
 
 # -- the row caps are checked before anything is allocated -----------------------------------------

@@ -118,7 +118,7 @@ def _signed(key, session_id, party_id, digest):
 def test_no_confirmation_a_coordinator_can_offer_for_a_replayed_hello_is_accepted(
         slot, blamed, says):
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    from finite_field import IntegrityError
+    from finite_field import AuthenticationError
 
     session, earlier, genuine, replayed = _replay_setup(seed=2)
     data = random_data([2, 3, 2], 3, seed=2)
@@ -154,7 +154,7 @@ def test_no_confirmation_a_coordinator_can_offer_for_a_replayed_hello_is_accepte
         session_id="test-session", confirmations=[own["party-0"], own["party-1"]] + third))
     for name in HONEST:
         party = session.parties[name]
-        kind = IntegrityError if says is None else PeerError
+        kind = AuthenticationError if says is None else PeerError
         with pytest.raises(kind) as info:
             sent = list(party.receive(relay))
             assert not any(e.HasField("share") for e in sent)  # reached only when accepted
@@ -269,11 +269,11 @@ def test_the_coordinator_relays_every_confirmation_in_roster_order_once_all_arri
                                    "63-byte signature, expected 32 and 64"),
     ("another digest", PeerError, "roster confirmation of another roster than the one sent "
                                   "(digest differs)"),
-    ("flipped signature bit", "integrity", None),
+    ("flipped signature bit", "authentication", None),
 ])
 def test_the_coordinator_refuses_a_confirmation_that_does_not_fit(change, kind, says):
-    from finite_field import IntegrityError
-    kind = IntegrityError if kind == "integrity" else kind
+    from finite_field import AuthenticationError
+    kind = AuthenticationError if kind == "authentication" else kind
     session, confirmations = _confirming()
     coordinator = session.coordinator
     mine = confirmations["party-0"]
@@ -393,14 +393,14 @@ def test_a_party_refuses_a_relay_that_does_not_fit(change, blamed, says):
 
 @pytest.mark.timeout(60)
 def test_a_party_refuses_a_flipped_bit_in_another_partys_confirmation():
-    from finite_field import IntegrityError
+    from finite_field import AuthenticationError
     session, relay = _relayed()
     env = pb.Envelope.FromString(relay.SerializeToString())
     signature = bytearray(env.confirmations.confirmations[2].signature)
     signature[0] ^= 0x80
     env.confirmations.confirmations[2].signature = bytes(signature)
     party = session.parties["party-0"]
-    with pytest.raises(IntegrityError) as info:
+    with pytest.raises(AuthenticationError) as info:
         list(party.receive(env))
     assert (info.value.party, info.value.phase) == ("party-2", "confirm")
     assert party.phase == "failed" and not hasattr(party, "keys")

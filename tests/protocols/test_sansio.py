@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from finite_field import DeadlineError, InputError, IntegrityError, PeerError, ProtocolError
+from finite_field import DeadlineError, InputError, AuthenticationError, PeerError, ProtocolError
 from protocols import Coordinator, Party, SessionParameters
 from protocols._generated import omnifc_pb2 as pb
 from protocols._messages import envelope
@@ -84,7 +84,7 @@ def test_hello_signed_with_a_key_that_is_not_pinned_is_rejected():
     s = Session(data, PARAMS)
     hello = s.hellos()["party-1"]
     hello.hello.signature = Ed25519PrivateKey.generate().sign(b"whatever")
-    with pytest.raises(IntegrityError) as info:
+    with pytest.raises(AuthenticationError) as info:
         s.coordinator.receive("party-1", hello)
     assert (info.value.party, info.value.phase) == ("party-1", "join")
 
@@ -92,7 +92,7 @@ def test_hello_signed_with_a_key_that_is_not_pinned_is_rejected():
 def test_party_refuses_an_identity_key_that_is_not_pinned():
     data = random_data([2], 3)
     pinned = {"party-0": Ed25519PrivateKey.generate().public_key().public_bytes_raw()}
-    with pytest.raises(IntegrityError):
+    with pytest.raises(AuthenticationError):
         Party("party-0", data["party-0"], session_id="s", parameters=PARAMS,
               identity_key=Ed25519PrivateKey.generate(), pinned=pinned)
 
@@ -105,7 +105,7 @@ def test_party_detects_a_substituted_key_in_the_roster(session):
     dest, roster = roster_msgs[0]
     # A malicious coordinator swaps party-2's ephemeral key for its own.
     roster.roster.parties[2].hello.ephemeral_public_key = bytes(32)
-    with pytest.raises(IntegrityError) as info:
+    with pytest.raises(AuthenticationError) as info:
         list(session.parties[dest].receive(roster))
     assert info.value.party == "party-2"
 
@@ -155,11 +155,11 @@ def test_tampered_share_fails_authentication_at_the_receiver(session):
     data[10] ^= 0x01
     relayed.share.ciphertext = bytes(data)
     party = session.parties[receiver]
-    with pytest.raises(IntegrityError) as info:
+    with pytest.raises(AuthenticationError) as info:
         list(party.receive(relayed))
     assert (info.value.party, info.value.phase) == (sender, "shares")
     report = party.error_report(info.value)
-    assert (report.error.party, report.error.kind) == (sender, "integrity")
+    assert (report.error.party, report.error.kind) == (sender, "authentication")
     with pytest.raises(PeerError) as blamed:  # only the authenticated reporter is blamed
         session.coordinator.receive(receiver, report)
     assert blamed.value.party == receiver and f"names {sender!r}" in str(blamed.value)

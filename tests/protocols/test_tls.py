@@ -358,7 +358,7 @@ def test_insecure_only_when_asked_and_it_warns(certs, caplog):
     with pytest.raises(ParameterError, match="not both"):
         make_channel("127.0.0.1:1", _client_creds(certs), insecure=True)
     assert not caplog.records
-    with caplog.at_level("WARNING", logger="omnifc"):
+    with caplog.at_level("WARNING", logger="protocols"):
         with _serve(insecure=True) as port:
             assert _call(port, insecure=True) == b"-||ping"  # no TLS peer identity
     server_warnings = [r for r in caplog.records if "server" in r.getMessage()
@@ -366,7 +366,7 @@ def test_insecure_only_when_asked_and_it_warns(certs, caplog):
     channel_warnings = [r for r in caplog.records if "channel" in r.getMessage()
                         and "WITHOUT TLS" in r.getMessage()]
     assert server_warnings and channel_warnings
-    assert all(r.levelname == "WARNING" and r.name.startswith("omnifc")
+    assert all(r.levelname == "WARNING" and r.name == "protocols._tls"
                for r in server_warnings + channel_warnings)
 
 
@@ -421,7 +421,7 @@ def test_config_tls_key_with_wide_mode_is_refused_before_connecting(certs, tmp_p
 
 
 def test_generate_certificates_says_it_is_a_demo_shortcut(tmp_path, caplog):
-    with caplog.at_level("INFO", logger="omnifc"):
+    with caplog.at_level("INFO", logger="protocols"):
         generate_certificates(tmp_path, PARTIES)
     assert "impersonate every party" in IMPERSONATION_WARNING
     assert any(IMPERSONATION_WARNING in r.getMessage() for r in caplog.records)

@@ -111,7 +111,7 @@ def test_options_reach_the_config_and_the_certificates(tmp_path, caplog):
     params = ConfigParameters(scale_bits=10)
     clustering = ClusteringRequest(method="dbscan", n_clusters=None)
     deadlines = Deadlines(join=7.0)
-    with caplog.at_level(logging.INFO, logger="omnifc.tls"):
+    with caplog.at_level(logging.INFO, logger="protocols._tls"):
         certs = generate_certificates(tmp_path / "x", ["p", "q", "r"], "hub", 9,
                                       coordinator_address="hub.example:7000",
                                       coordinator_hosts=["10.0.0.2", "0.0.0.0"],
@@ -403,7 +403,7 @@ def test_credentials_or_insecure_exactly_one():
 
 
 def test_make_server_binds_loopback_and_warns_when_insecure(certs, caplog):
-    with caplog.at_level(logging.WARNING, logger="omnifc.tls"):
+    with caplog.at_level(logging.WARNING, logger="protocols._tls"):
         server, port = make_server("127.0.0.1:0", insecure=True)
     try:
         assert port > 0
@@ -413,7 +413,7 @@ def test_make_server_binds_loopback_and_warns_when_insecure(certs, caplog):
         server.stop(None)
     caplog.clear()
     config = load_session_config(certs.config)
-    with caplog.at_level(logging.WARNING, logger="omnifc.tls"):
+    with caplog.at_level(logging.WARNING, logger="protocols._tls"):
         server, port = make_server("127.0.0.1:0", coordinator_credentials(config))
     try:
         assert port > 0 and "WITHOUT TLS" not in caplog.text
@@ -429,7 +429,7 @@ def test_make_server_refuses_an_address_it_cannot_bind():
 
 
 def test_make_channel_warns_when_insecure(caplog):
-    with caplog.at_level(logging.WARNING, logger="omnifc.tls"):
+    with caplog.at_level(logging.WARNING, logger="protocols._tls"):
         channel = make_channel("127.0.0.1:1", insecure=True)
     channel.close()
     assert ("gRPC channel to 127.0.0.1:1 WITHOUT TLS: the server is not authenticated and "
@@ -599,7 +599,7 @@ def test_own_key_checks_name_the_file_and_the_certificate(certs, tmp_path):
 
 
 def test_make_server_binds_loopback_by_default(caplog):
-    with caplog.at_level(logging.WARNING, logger="omnifc.tls"):
+    with caplog.at_level(logging.WARNING, logger="protocols._tls"):
         server, port = make_server(insecure=True)
     try:
         assert port > 0 and "gRPC server on 127.0.0.1:0 WITHOUT TLS" in caplog.text
@@ -616,7 +616,7 @@ def test_links_are_all_listed_and_the_demo_warning_logged_as_is(tmp_path, caplog
         generate_certificates(other, PARTIES)
     assert str(info.value) == ("refusing to write through symbolic links: "
                                f"{other / 'a.pem'}, {other / 'c.key'}")
-    with caplog.at_level(logging.INFO, logger="omnifc.tls"):
+    with caplog.at_level(logging.INFO, logger="protocols._tls"):
         generate_certificates(tmp_path / "d", PARTIES)
-    assert [r.getMessage() for r in caplog.records if r.name == "omnifc.tls"] == \
+    assert [r.getMessage() for r in caplog.records if r.name == "protocols._tls"] == \
         [IMPERSONATION_WARNING]

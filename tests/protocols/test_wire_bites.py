@@ -13,7 +13,7 @@ import pytest
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from finite_field import IntegrityError, PeerError
+from finite_field import AuthenticationError, PeerError
 from protocols import SessionParameters, run_memory_session
 from protocols._crypto import EphemeralKey, PairKeys
 from protocols._generated import omnifc_pb2 as pb
@@ -69,7 +69,7 @@ def test_aad_binds_each_field_even_with_the_same_nonce(field):
     assert kb.decrypt(honest, sender="alice", **SENT) == b"share"  # the forgery recipe works
     assert _aad(ka, **ALTERED[field]) != _aad(ka), f"the AAD does not contain the {field}"
     forged = AESGCM(ka.encryption_key).encrypt(nonce, b"share", _aad(ka, **ALTERED[field]))
-    with pytest.raises(IntegrityError):
+    with pytest.raises(AuthenticationError):
         kb.decrypt(forged, sender="alice", **SENT)
 
 

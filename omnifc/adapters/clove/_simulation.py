@@ -19,7 +19,7 @@ __all__ = ["CLASSIFIER_MAX_LOSS", "CloveFLRun", "CloveRun", "adam_trainer", "lin
            "local_update", "random_unit_models", "run_clove", "run_clove_fl", "run_ifca",
            "true_models"]
 
-logger = logging.getLogger("omnifc.adapters.clove")
+logger = logging.getLogger(__name__)
 
 
 def local_update(theta, features, targets, *, local_steps: int | None = None,

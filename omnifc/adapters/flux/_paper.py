@@ -18,7 +18,7 @@ __all__ = ["COORDINATOR_LEARNS", "DESCRIPTOR_FORMS", "EPS_RULES", "K_RULES", "NO
            "adaptive_dbscan", "assign_new_clients", "cluster_clients", "descriptor",
            "descriptor_bound", "shared_projection"]
 
-logger = logging.getLogger("omnifc.adapters.flux")
+logger = logging.getLogger(__name__)
 
 
 COORDINATOR_LEARNS = (

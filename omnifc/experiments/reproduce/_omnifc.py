@@ -36,7 +36,7 @@ from ._grid import (LEVELS, METHOD_OPTIONS, NOISE_SEGMENTS, QUICK_DATASETS, REPR
 
 __all__ = ["run_reproduction", "LEVELS", "REPRO_DATASETS", "METHOD_OPTIONS"]
 
-logger = logging.getLogger("omnifc.reproduce")
+logger = logging.getLogger(__name__)
 
 
 def _parties_for(dataset) -> int:

@@ -25,7 +25,7 @@ from ._report import require_plots, write_paper_report
 
 __all__ = ["PAPERS", "reproduce_paper"]
 
-logger = logging.getLogger("omnifc.reproduce")
+logger = logging.getLogger(__name__)
 
 PAPERS = ("clove", "client2vec", "flux", "fmcl", "omnifc")
 
