@@ -175,8 +175,8 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
         1 <= k <= ``noise_segments`` raises :class:`ParameterError` before anything runs,
         because the coordinator chooses the responders, can leave r = 0 (no integrity
         checks), and then the masks alone protect each party's evaluation.
-    layout : {"full", "landmarks", "pairs"}
-        Which entries of D to compute (docs/protocol.md, "Layouts"): all of them
+    layout, landmarks, n_landmarks, pairs : str, sequence, int, sequence
+        ``layout`` in {"full", "landmarks", "pairs"}: which entries of D to compute (docs/protocol.md, "Layouts"): all of them
         (default); ``"landmarks"``: D[:, L], every row against the landmark rows
         ``landmarks`` (global row indices, parties' rows concatenated in order), or
         ``n_landmarks`` rows drawn from the session's public randomness; ``"pairs"``: the

@@ -369,20 +369,18 @@ def test_the_keywords_are_the_parameter_tables_rows():
 
     from omnifc._secure import NOT_KEYWORDS, session_keywords
     assert keyword_mismatches(PARAMETERS, secure_distance_matrix, NOT_KEYWORDS) == []
-    assert session_keywords() == ("bound", "scale_bits", "segments", "noise_segments",
-                                  "nonnegative", "primes", "mode", "integrity",
-                                  "mask_degree", "adversaries")
+    assert session_keywords() == ('bound', 'scale_bits', 'segments', 'noise_segments', 'nonnegative', 'primes', 'mode', 'integrity', 'mask_degree', 'adversaries', 'layout', 'n_landmarks')
 
 
 def test_a_new_table_row_is_flagged_until_it_is_a_keyword_or_excused():
     from protocols._parameters import PARAMETERS, Parameter
 
     from omnifc._secure import NOT_KEYWORDS
-    extra = (*PARAMETERS, Parameter("layout_rows", "int", "throwaway", 0))
+    extra = (*PARAMETERS, Parameter("throwaway", "int", "throwaway", 0))
     assert keyword_mismatches(extra, secure_distance_matrix, NOT_KEYWORDS) == [
-        "layout_rows: in the table, not a keyword"]
+        "throwaway: in the table, not a keyword"]
     assert keyword_mismatches(extra, secure_distance_matrix,
-                              {**NOT_KEYWORDS, "layout_rows": "why"}) == []
+                              {**NOT_KEYWORDS, "throwaway": "why"}) == []
     assert keyword_mismatches(PARAMETERS, secure_distance_matrix,
                               {**NOT_KEYWORDS, "mode": "?", "gone": "?"}) == [
         "mode: excused, yet a keyword", "gone: excused, not in the table"]
