@@ -112,6 +112,12 @@ class Outcome:
     stats : dict of str to [seconds, bytes]
         Per phase (see :data:`PHASES`): wall-clock seconds and bytes of every message the
         coordinator received or sent.
+    undelivered : dict of str to str
+        Parties whose result did not reach them, each with the reason: those lost before
+        the result (a dropout the session survived) and, filled in by the transport, those
+        whose connection ended before they confirmed receipt (over gRPC a party confirms by
+        closing its side of the stream after the result). Empty when every party got its
+        result; :class:`~protocols.CoordinatorServer` and ``omnifc serve`` report it.
     memory : dict of str to int
         The coordinator's n x n memory (docs/scale.md, "Coordinator memory"):
         ``memory_budget``, ``result_ram_bytes`` (the result and residues held in RAM, 0
@@ -140,6 +146,8 @@ class Outcome:
         self.integrity = integrity
         self.deviations = list(deviations or [])
         self.memory = dict(memory or {})
+        self.undelivered = {name: "lost before the result (it dropped out; the session went "
+                                  "on without it)" for name in self.lost}
 
     @property
     def integer(self) -> np.ndarray:
@@ -321,19 +329,23 @@ class Coordinator:
         store, self._store = getattr(self, "_store", None), None
         discard_store(store)
 
-    def abort(self) -> list:
-        """ErrorReports telling every connected party that the session failed (and in which
-        phase)."""
+    def abort(self, names=None) -> list:
+        """ErrorReports telling every connected party (or only ``names``: a party that
+        connects after the failure) that the session failed, why, and in which phase."""
         error = self.error or ProtocolError("session aborted")
         kind = ("integrity" if isinstance(error, IntegrityError) else
                 "deadline" if isinstance(error, DeadlineError) else
                 "peer" if isinstance(error, PeerError) else "protocol")
         culprit = getattr(error, "party", None)
         phase = getattr(error, "phase", None) or self.failed_in or self.phase
-        return self._broadcast(lambda name: envelope(error=pb.ErrorReport(
-            session_id=self.session_id, reporter="coordinator",
-            party="" if culprit is None else str(culprit),
-            phase=phase, kind=kind, message=str(error))))
+        def report(name):
+            return envelope(error=pb.ErrorReport(
+                session_id=self.session_id, reporter="coordinator",
+                party="" if culprit is None else str(culprit),
+                phase=phase, kind=kind, message=str(error)))
+        if names is None:
+            return self._broadcast(report)
+        return [self._send(name, report(name)) for name in names]
 
     # -- entry points -------------------------------------------------------------------
     def receive(self, sender: str, env: pb.Envelope) -> list:

@@ -175,6 +175,7 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
                 if on_message is not None:
                     on_message(kind)
                 if party.done:
+                    _confirm(party, responses, outgoing)
                     return party
         except grpc.RpcError as error:
             code = error.code()
@@ -192,6 +193,27 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         except queue.Full:
             pass
         channel.close()
+
+
+def _confirm(party: Party, responses, outgoing: queue.Queue) -> None:
+    """Confirm receipt of the result (a ``Ready`` of phase ``result``; the coordinator
+    reports a party that never confirmed as not delivered), close this side of the stream,
+    then let the coordinator end it."""
+    from ._generated import omnifc_pb2 as pb
+    from ._messages import envelope
+
+    try:
+        outgoing.put(envelope(ready=pb.Ready(session_id=party.session_id,
+                                             party_id=party.party_id, phase="result")),
+                     timeout=5.0)
+        outgoing.put(_END, timeout=5.0)
+    except queue.Full:
+        return  # nothing is being sent any more: no confirmation (reported as undelivered)
+    try:
+        for _ in responses:  # nothing more is expected; the coordinator ends the stream
+            pass
+    except grpc.RpcError:
+        pass  # the result is here; how the stream ends changes nothing
 
 
 def _wait_until_ready(channel, target: str, connect_timeout: float, tls_files) -> None:
