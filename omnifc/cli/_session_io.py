@@ -37,7 +37,8 @@ def refuse_insecure_flag(args) -> None:
 def output_dir(args, config, files=(), explicit=()) -> pathlib.Path:
     """The folder for this run's result ``files``; earlier results are never overwritten.
 
-    Checked before the session starts. An explicit ``--out`` (or an explicit file such as
+    Checked before the session starts, created only when there are results to save (a
+    failed session leaves no empty folder behind: :func:`save_folder`). An explicit ``--out`` (or an explicit file such as
     ``--labels-out``) that already holds one of this run's files is refused, saying how to
     go on. In the default ``./omnifc-results/<session id>/``, a rerun of the same session
     keeps the earlier results and writes to ``<session id>-run2/`` (``-run3``, ...): the
@@ -64,6 +65,11 @@ def output_dir(args, config, files=(), explicit=()) -> pathlib.Path:
         if folder != base:
             print(f"{base} holds the results of an earlier run of this session; they are "
                   f"kept, and this run's results go to {folder}", flush=True)
+    return folder
+
+
+def save_folder(folder: pathlib.Path) -> pathlib.Path:
+    """``folder`` (from :func:`output_dir`), created now that there is something to save."""
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

@@ -52,8 +52,9 @@ class Process:
     """A CLI subprocess whose stdout and stderr lines are collected (with arrival times)
     by reader threads, so a test can wait for a line without blocking on a pipe."""
 
-    def __init__(self, args, cwd):
-        self.popen = subprocess.Popen([*CLI, *map(str, args)], cwd=cwd, env=ENV, text=True,
+    def __init__(self, args, cwd, command=None):
+        command = [*CLI, *args] if command is None else command
+        self.popen = subprocess.Popen(list(map(str, command)), cwd=cwd, env=ENV, text=True,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.lines: dict = {"out": [], "err": []}
         self.arrivals: queue.Queue = queue.Queue()
@@ -178,3 +179,43 @@ def test_a_column_mismatch_reaches_every_party_and_every_process_exits_in_second
     finally:
         for process in [serve, *parties.values()]:
             process.stop()
+
+
+# -- item 4: a result that did not reach its party is reported by the coordinator -------
+@pytest.mark.timeout(300)
+def test_serve_reports_a_party_that_never_got_its_labels(tmp_path):
+    config = make_session(tmp_path / "s")
+    rng = np.random.default_rng(6)
+    for i, name in enumerate(NAMES):
+        np.save(tmp_path / f"{name}.npy", rng.uniform(-1, 1, (4 + i, 3)))
+    serve, port = start_serve(tmp_path, config)
+    parties = {}
+    try:
+        for name in ("a", "b"):
+            parties[name] = join(tmp_path, config, name, port, f"{name}.npy")
+        # c uploads everything, then its process is gone when the result arrives (killed
+        # while the coordinator decoded): the party-process entry point with its test hook
+        parties["c"] = Process([], cwd=tmp_path, command=[
+            sys.executable, "-m", "protocols._grpc_party", "--config", config, "--party", "c",
+            "--data", "c.npy", "--target", f"127.0.0.1:{port}", "--fault", "exit-at-result"])
+        assert not wait_all([serve, *parties.values()], 200), serve.err
+    finally:
+        for process in [serve, *parties.values()]:
+            process.stop()
+    assert parties["c"].popen.returncode == 3                   # the fault's abrupt exit
+    assert [parties[n].popen.returncode for n in ("a", "b")] == [0, 0]
+    assert serve.popen.returncode == 3, serve.out + serve.err    # finished, not delivered
+    assert re.search(r"NOT DELIVERED.*party 'c'", serve.out + serve.err), serve.out + serve.err
+    assert "lost: none" not in serve.out
+    session_id = re.search(r"session (\w+) listening", serve.out).group(1)
+    folder = tmp_path / "omnifc-results" / session_id
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["delivered"] == ["a", "b"], summary
+    assert list(summary["undelivered"]) == ["c"]
+    assert summary["exit_status"] == 3
+    # nothing lost: the coordinator's results are saved all the same
+    assert np.load(folder / "distances.npy").shape == (15, 15)
+    assert np.load(folder / "labels.npy").shape == (15,)
+    for name in ("a", "b"):
+        assert (folder / f"{name}-labels.npy").exists()
+    assert not (folder / "c-labels.npy").exists()
