@@ -342,7 +342,9 @@ class Coordinator:
             return envelope(error=pb.ErrorReport(
                 session_id=self.session_id, reporter="coordinator",
                 party="" if culprit is None else str(culprit),
-                phase=phase, kind=kind, message=str(error)))
+                phase=phase, kind=kind,
+                # the report carries who and where; the message says what (once)
+                message=getattr(error, "detail", None) or str(error)))
         if names is None:
             return self._broadcast(report)
         return [self._send(name, report(name)) for name in names]

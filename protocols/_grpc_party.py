@@ -142,7 +142,7 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
 
     fault = Fault(fault)
     try:
-        _wait_until_ready(channel, target, connect_timeout, tls_files)
+        _wait_until_ready(channel, target, connect_timeout, tls_files, party)
         for env in party.start():
             outgoing.put(fault.rewrite(party, env))
         stub = pb_grpc.CoordinatorStub(channel)
@@ -157,8 +157,9 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
                     return
                 except queue.Full:
                     if responses.done():
-                        raise PeerError("the stream to the coordinator closed",
-                                        party=COORDINATOR, phase=party.phase) from None
+                        raise _connection_error(party, party.phase,
+                                                "the stream to the coordinator closed") \
+                            from None
 
         try:
             for env in responses:
@@ -180,13 +181,12 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         except grpc.RpcError as error:
             code = error.code()
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise DeadlineError(f"the session did not finish within {timeout:g} s",
-                                    party=COORDINATOR, phase=party.phase) from None
-            raise PeerError(f"the stream to the coordinator failed: {code.name} "
-                            f"({error.details()})", party=COORDINATOR,
-                            phase=party.phase) from None
-        raise PeerError("the coordinator closed the stream before sending a result",
-                        party=COORDINATOR, phase=party.phase)
+                raise _connection_error(party, party.phase, f"the session did not finish "
+                                        f"within {timeout:g} s", DeadlineError) from None
+            raise _connection_error(party, party.phase, f"the stream to the coordinator "
+                                    f"failed: {code.name} ({error.details()})") from None
+        raise _connection_error(party, party.phase, "the coordinator closed the stream "
+                                "before sending a result")
     finally:
         try:
             outgoing.put_nowait(_END)
@@ -216,7 +216,15 @@ def _confirm(party: Party, responses, outgoing: queue.Queue) -> None:
         pass  # the result is here; how the stream ends changes nothing
 
 
-def _wait_until_ready(channel, target: str, connect_timeout: float, tls_files) -> None:
+def _connection_error(party: Party, phase: str, what: str, kind=PeerError) -> PeerError:
+    """A failure of the connection to the coordinator, as this party reports it (the
+    error's ``party`` is the coordinator's end: where the problem is seen)."""
+    return kind(f"{what} (phase {phase!r})", party=COORDINATOR, phase=phase,
+                reporter=f"party {party.party_id!r}")
+
+
+def _wait_until_ready(channel, target: str, connect_timeout: float, tls_files,
+                      party: Party) -> None:
     """Wait (bounded) for the channel; log why not every few seconds; stop on TLS failure."""
     ready = grpc.channel_ready_future(channel)
     start = time.monotonic()
@@ -231,15 +239,14 @@ def _wait_until_ready(channel, target: str, connect_timeout: float, tls_files) -
         fatal, cause = _diagnose(target, tls_files)
         if fatal:
             ready.cancel()
-            raise PeerError(f"TLS handshake with {target} failed: {cause}",
-                            party=COORDINATOR, phase="join")
+            raise _connection_error(party, "join", f"TLS handshake with {target} failed: "
+                                    f"{cause}")
         waited = time.monotonic() - start
         if waited >= connect_timeout:
             ready.cancel()
-            raise PeerError(f"could not establish a connection to {target} within "
-                            f"{connect_timeout:g} s "
-                            f"({cause}); is `omnifc serve` running there?",
-                            party=COORDINATOR, phase="join")
+            raise _connection_error(party, "join", f"could not establish a connection to "
+                                    f"{target} within {connect_timeout:g} s ({cause}); is "
+                                    f"`omnifc serve` running there?")
         logger.warning("waiting for the coordinator at %s (%s): %.0f of %g s", target, cause,
                        waited, connect_timeout)
 

@@ -175,6 +175,12 @@ def test_a_column_mismatch_reaches_every_party_and_every_process_exits_in_second
             # the cause, said by whoever says it, not a cancelled call
             assert re.search(r"d must be equal for all parties", party.err), (name, party.err)
             assert "Cancelling all calls" not in party.err
+            # who reports what: the coordinator's word about the party it blames
+            line = party.err.strip().splitlines()[-1]
+            said = re.match(r"omnifc join: error: coordinator reports: party '([ac])'"
+                            r"( \(this party\))? failed in phase 'join'", line)
+            assert said, line
+            assert bool(said.group(2)) == (said.group(1) == name), line
         assert results_dirs(tmp_path) == []           # nothing half-made on any side
     finally:
         for process in [serve, *parties.values()]:
