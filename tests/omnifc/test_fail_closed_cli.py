@@ -225,3 +225,22 @@ def test_serve_reports_a_party_that_never_got_its_labels(tmp_path):
     for name in ("a", "b"):
         assert (folder / f"{name}-labels.npy").exists()
     assert not (folder / "c-labels.npy").exists()
+
+
+# -- cosmetic: a port in use is said in omnifc's own line -------------------------------
+@pytest.mark.timeout(180)
+def test_serve_on_a_port_in_use_says_address_already_in_use(tmp_path):
+    import socket
+
+    config = make_session(tmp_path / "s")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = omnifc("serve", "--config", config, "--address", f"127.0.0.1:{port}",
+                        "--no-progress", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("omnifc serve: error: could not listen on"), line
+    assert "Address already in use" in line, line
+    assert results_dirs(tmp_path) == []
