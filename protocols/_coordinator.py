@@ -264,6 +264,10 @@ class Coordinator:
         self.deviations: list = []
         self._warned_unchecked = False
         self.failed_in: str | None = None
+        #: ``progress(phase, round, detail)``, set by a transport for a progress display:
+        #: called (synchronously, no IO here) on every phase change (detail None), on every
+        #: evaluation tile ("k of n tiles") and between the decode's steps
+        self.progress = None
         self.stats = {phase: [0.0, 0] for phase in PHASES}
         self._phase_started = time.perf_counter()
         if self.parameters.mode == "transparent":
@@ -277,6 +281,12 @@ class Coordinator:
             self.stats[self.phase][0] += now - self._phase_started
         self._phase_started = now
         self.phase = phase
+        self._progress(None)
+
+    def _progress(self, detail: str | None) -> None:
+        """Tell :attr:`progress` (when set) the phase, and what is done inside it."""
+        if self.progress is not None and self.phase in PHASES:
+            self.progress(self.phase, self.round, detail)
 
     def _count(self, env: pb.Envelope) -> None:
         phase = phase_of(env.WhichOneof("body"))
@@ -665,6 +675,10 @@ class Coordinator:
             raise PeerError(f"evaluation tile holds a value >= p = {p}", party=sender,
                             phase="evaluation") from None
         self.delivered[sender].add((k, index))
+        if self.progress is not None:
+            done = sum(len(tiles) for tiles in self.delivered.values())
+            total = len(self.responders) * len(self.plan.primes) * len(self.tiles)
+            self._progress(f"{done} of {total} tiles")
         if self.checks is not None:
             self._tile_count[(k, index)] = self._tile_count.get((k, index), 0) + 1
             if self._tile_count[(k, index)] == len(self.responders):
@@ -800,6 +814,7 @@ class Coordinator:
         # the session plan decodes (finite_field's decode): a distance session finalizes
         # its one result matrix in place, a sum is decoded signed
         acc, self._acc = self._acc, None
+        self._progress(f"decoding the evaluations of {len(self.responders)} responders")
         integer, values, store = self.session.decode(acc, self.responders)
         self._store = store  # deleted by _fail if anything below fails
         labels = None
@@ -810,6 +825,7 @@ class Coordinator:
                 if not store.on_disk and view.fits_in_memory(copies=4):
                     view = np.asarray(view)  # small: the dense float matrix callers expect
             rows = len(view)
+            self._progress(f"clustering {rows} rows")
             try:
                 labels = np.asarray(self.cluster(view), dtype=np.int64).reshape(-1)
             except Exception as error:  # noqa: BLE001 - fail closed, say where

@@ -296,13 +296,23 @@ class CoordinatorServer:
         return {"join": self.deadlines.join, "shares": self.deadlines.shares,
                 "evaluation": self.deadlines.evaluation}.get(phase)
 
-    def run(self, on_phase=None, poll=None) -> Outcome:
+    def run(self, on_phase=None, poll=None, on_progress=None) -> Outcome:
         """Serve until the session finishes or fails; enforce the phase deadlines.
 
         ``on_phase(phase, round)`` is called on every phase or round change (progress
-        display, tests); ``poll()`` about every 0.1 s (e.g. to notice a party process that
-        died before it connected). Returns the outcome or raises the coordinator's error.
+        display, tests), ``decode`` and ``result`` included (from the thread that decodes);
+        ``on_progress(phase, detail)`` inside a phase (tiles received, the decode's steps);
+        ``poll()`` about every 0.1 s (e.g. to notice a party process that died before it
+        connected). Returns the outcome or raises the coordinator's error.
         """
+        if on_phase is not None or on_progress is not None:
+            def progress(phase, round_, detail):
+                if detail is None:
+                    if on_phase is not None:
+                        on_phase(phase, round_)
+                elif on_progress is not None:
+                    on_progress(phase, detail)
+            self.coordinator.progress = progress
         key, deadline = None, None
         coordinator = self.coordinator
         while not self.closed.is_set():

@@ -96,7 +96,7 @@ def party_from_config(config, name: str, data, *, parameters=None) -> Party:
 
 def run_party(party: Party, target: str, *, credentials=None, insecure: bool = False,
               timeout: float = 600.0, connect_timeout: float = 30.0, fault: str | None = None,
-              on_message=None, tls_files=None) -> Party:
+              on_message=None, tls_files=None, on_progress=None) -> Party:
     """Take part in a session over gRPC until the result arrives.
 
     Parameters
@@ -115,7 +115,13 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         starts, a delayed stream, garbage or corrupted uploads, bad shares, coalitions;
         the specs are listed in :mod:`protocols._faults`).
     on_message : callable, optional
-        ``on_message(kind)`` after each received message (progress display).
+        ``on_message(kind)`` after each received message.
+    on_progress : callable, optional
+        ``on_progress(phase, round, detail)`` for a progress display: every phase of
+        :data:`protocols.PHASES` as this party sees it (detail None): ``join`` while it
+        connects, ``shares`` from the roster, ``evaluation`` from the round's start (then
+        "k of n tiles uploaded"), ``decode`` once its whole upload is out (the coordinator
+        decodes), ``result`` when the result arrives.
     tls_files : TLSFiles, optional
         This party's certificate, key and CA files: while the connection is not ready, a
         direct TLS handshake diagnoses the cause (a certificate that does not verify ends
@@ -141,7 +147,9 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
             yield item
 
     fault = Fault(fault)
+    progress = _Progress(party, on_progress)
     try:
+        progress.phase("join")
         _wait_until_ready(channel, target, connect_timeout, tls_files, party)
         for env in party.start():
             outgoing.put(fault.rewrite(party, env))
@@ -165,9 +173,11 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
             for env in responses:
                 kind = env.WhichOneof("body")
                 fault.on_message(kind)
+                progress.received(kind)
                 try:
                     for out in party.receive(env):
                         send(out)
+                        progress.sent(out)
                 except ProtocolError as error:
                     if kind != "error" and not responses.done():
                         send(party.error_report(error))
@@ -193,6 +203,40 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         except queue.Full:
             pass
         channel.close()
+
+
+class _Progress:
+    """What :func:`run_party` tells ``on_progress``: the phases as this party sees them."""
+
+    _PHASE_OF = {"roster": "shares", "round_start": "evaluation", "result": "result"}
+
+    def __init__(self, party: Party, callback) -> None:
+        self.party, self.callback = party, callback
+        self.round, self.uploaded, self.total = 0, 0, 0
+
+    def phase(self, phase: str, detail: str | None = None) -> None:
+        if self.callback is not None:
+            self.callback(phase, self.round, detail)
+
+    def received(self, kind: str | None) -> None:
+        if kind == "round_start":
+            self.round += 1
+            self.uploaded = 0
+            plan = getattr(self.party, "plan", None)
+            session = getattr(self.party, "session", None)
+            self.total = len(plan.primes) * len(session.tiles(self.party.n_total)) \
+                if plan is not None and session is not None else 0
+        phase = self._PHASE_OF.get(kind)
+        if phase is not None:
+            self.phase(phase)
+
+    def sent(self, env) -> None:
+        if not env.HasField("tile") or not self.total:
+            return
+        self.uploaded += 1
+        self.phase("evaluation", f"{self.uploaded} of {self.total} tiles uploaded")
+        if self.uploaded == self.total:  # all out: the coordinator decodes now
+            self.phase("decode")
 
 
 def _confirm(party: Party, responses, outgoing: queue.Queue) -> None:
@@ -343,7 +387,8 @@ def main(argv=None) -> int:
 
 
 def join_from_config(config_path, name: str, data_path, *, target=None, fault=None,
-                     on_message=None, kind: str = "distance", rows: int = 1) -> Party:
+                     on_message=None, kind: str = "distance", rows: int = 1,
+                     on_progress=None) -> Party:
     """Load config and data, then :func:`run_party` (what ``omnifc join`` does).
 
     ``data_path`` is a file (see :func:`load_party_data`) or the rows already loaded.
@@ -361,7 +406,7 @@ def join_from_config(config_path, name: str, data_path, *, target=None, fault=No
     return run_party(party, target or config.coordinator,
                      credentials=None if config.insecure else party_credentials(config, name),
                      insecure=config.insecure, timeout=total, connect_timeout=d.join,
-                     fault=fault, on_message=on_message,
+                     fault=fault, on_message=on_message, on_progress=on_progress,
                      tls_files=None if config.insecure else config.party_tls(name))
 
 

@@ -102,7 +102,9 @@ def run(args) -> int:
                 local.start_party(name, server.port)
             print(f"coordinator on 127.0.0.1:{server.port}; started {args.parties} party "
                   "processes", flush=True)
-            outcome = server.run(on_phase=on_phase, poll=lambda: local.watch(server))
+            outcome = server.run(on_phase=on_phase, poll=lambda: local.watch(server),
+                                 on_progress=lambda phase, detail: on_phase(
+                                     phase, server.coordinator.round, detail))
         finally:
             bar.close()
             server.stop()

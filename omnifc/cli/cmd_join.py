@@ -62,12 +62,10 @@ def run(args) -> int:
                         explicit=(args.labels_out,))
     warn_if_reused(config, f"join:{args.party}")
     announce_session(config, f"party {args.party!r}")
-    phases = {"roster": "shares", "confirmations": "shares", "share": "shares",
-              "round_start": "evaluation", "result": "result"}
     bar, on_phase = phase_progress(disable=args.no_progress)
-    try:
+    try:  # every phase as this party sees it, and its upload tile by tile
         party = join_from_config(config, args.party, data, target=args.target,
-                                 on_message=lambda kind: on_phase(phases.get(kind, "join"), 0))
+                                 on_progress=on_phase)
     finally:
         bar.close()
     result = party.result

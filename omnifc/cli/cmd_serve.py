@@ -112,7 +112,8 @@ def run(args) -> int:
           f"{', '.join(config.party_names)}", flush=True)
     bar, on_phase = phase_progress(disable=args.no_progress, desc="serve")
     try:
-        outcome = server.run(on_phase=on_phase)
+        outcome = server.run(on_phase=on_phase, on_progress=lambda phase, detail: on_phase(
+            phase, server.coordinator.round, detail))
     finally:
         bar.close()
         server.stop()

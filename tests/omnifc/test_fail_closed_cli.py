@@ -113,10 +113,10 @@ class Process:
             reader.join(timeout=5)
 
 
-def start_serve(tmp_path, config, *extra):
+def start_serve(tmp_path, config, *extra, progress=False):
     port_file = tmp_path / "port"
-    serve = Process(["serve", "--config", config, "--port-file", port_file, "--no-progress",
-                     *extra], cwd=tmp_path)
+    serve = Process(["serve", "--config", config, "--port-file", port_file,
+                     *([] if progress else ["--no-progress"]), *extra], cwd=tmp_path)
     deadline = time.monotonic() + 120
     while not (port_file.exists() and port_file.read_text().strip()):
         if serve.popen.poll() is not None or time.monotonic() > deadline:
@@ -126,9 +126,10 @@ def start_serve(tmp_path, config, *extra):
     return serve, port_file.read_text().strip()
 
 
-def join(tmp_path, config, name, port, data, *extra):
+def join(tmp_path, config, name, port, data, *extra, progress=False):
     return Process(["join", "--config", config, "--party", name, "--data", data,
-                    "--target", f"127.0.0.1:{port}", "--no-progress", *extra], cwd=tmp_path)
+                    "--target", f"127.0.0.1:{port}", *([] if progress else ["--no-progress"]),
+                    *extra], cwd=tmp_path)
 
 
 def wait_all(processes, seconds):
