@@ -41,7 +41,7 @@ def omnifc(*args, cwd, timeout=180):
 def make_session(folder, *extra):
     out = omnifc("certs", "--out", folder, "--parties", ",".join(NAMES),
                  "--coordinator-address", "127.0.0.1:0", "--bound", "2", "--scale-bits", "8",
-                 "--n-clusters", "2", "--deadline", "join=60", "--deadline", "shares=60",
+                 "--n-clusters", "2", "--deadline", "join=120", "--deadline", "shares=60",
                  "--deadline", "evaluation=60", "--deadline", "result=60", *extra,
                  cwd=folder.parent)
     assert out.returncode == 0, out.stderr
