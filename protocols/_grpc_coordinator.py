@@ -187,9 +187,6 @@ class CoordinatorServer:
     def read(self, who: list, outbox: queue.Queue, request_iterator) -> None:
         try:
             for env in request_iterator:
-                if self.closed.is_set() and who[0] != "?":  # over: read on until the party
-                    self._after_end(who[0], env)  # closes its side
-                    continue
                 if who[0] == "?":  # insecure: the first hello names the stream
                     claimed = env.hello.party_id if env.HasField("hello") else ""
                     with self.lock:
@@ -201,7 +198,7 @@ class CoordinatorServer:
                             self._told_late(claimed, outbox)
                             return
                         self.outboxes[claimed] = outbox
-                self._handle(self.coordinator.receive, who[0], env)
+                self._receive(who[0], env)  # after the end too: until the party closes
         except grpc.RpcError:
             pass
         except Exception as error:  # noqa: BLE001 - fail closed: abort the whole session
@@ -209,6 +206,15 @@ class CoordinatorServer:
             self.fail(error)
             return
         self._ended(who[0])
+
+    def _receive(self, name: str, env) -> None:
+        with self.lock:
+            # decided under the lock: a result's confirmation can arrive while the thread
+            # that decoded still holds it, before it marks the session closed
+            if self.closed.is_set():
+                self._after_end(name, env)
+            else:
+                self._handle(self.coordinator.receive, name, env)
 
     def _after_end(self, name: str, env) -> None:
         """A message after the session ended: a party's confirmation of its result, or its
