@@ -63,12 +63,23 @@ class PeerError(ProtocolError):
         The party at fault.
     phase : str
         The protocol phase ("join", "shares", "evaluation", ...).
+    reporter : str or None
+        Who observed the failure and reports it, when that is not the party at fault (the
+        coordinator relaying an abort to the other parties, a party that cannot reach the
+        coordinator): the message then starts with "<reporter> reports: " and ``message``
+        names the party and phase itself.
+    detail : str
+        ``message`` alone, without who and where.
     """
 
-    def __init__(self, message: str, *, party: object, phase: str) -> None:
-        super().__init__(f"party {party!r} in phase {phase!r}: {message}")
+    def __init__(self, message: str, *, party: object, phase: str,
+                 reporter: str | None = None) -> None:
+        super().__init__(f"party {party!r} in phase {phase!r}: {message}" if reporter is None
+                         else f"{reporter} reports: {message}")
         self.party = party
         self.phase = phase
+        self.reporter = reporter
+        self.detail = message
 
 
 class DeadlineError(PeerError, TimeoutError):

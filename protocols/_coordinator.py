@@ -113,6 +113,12 @@ class Outcome:
     stats : dict of str to [seconds, bytes]
         Per phase (see :data:`PHASES`): wall-clock seconds and bytes of every message the
         coordinator received or sent.
+    undelivered : dict of str to str
+        Parties whose result did not reach them, each with the reason: those lost before
+        the result (a dropout the session survived) and, filled in by the transport, those
+        whose connection ended before they confirmed receipt (over gRPC a party confirms by
+        closing its side of the stream after the result). Empty when every party got its
+        result; :class:`~protocols.CoordinatorServer` and ``omnifc serve`` report it.
     memory : dict of str to int
         The coordinator's n x n memory (docs/scale.md, "Coordinator memory"):
         ``memory_budget``, ``result_ram_bytes`` (the result and residues held in RAM, 0
@@ -153,6 +159,8 @@ class Outcome:
         self.layout = layout
         self.landmarks = None if landmarks is None else np.array(landmarks, dtype=np.int64)
         self.pairs = None if pairs is None else np.array(pairs, dtype=np.int64)
+        self.undelivered = {name: "lost before the result (it dropped out; the session went "
+                                  "on without it)" for name in self.lost}
 
     @property
     def integer(self) -> np.ndarray:
@@ -273,6 +281,10 @@ class Coordinator:
         self.deviations: list = []
         self._warned_unchecked = False
         self.failed_in: str | None = None
+        #: ``progress(phase, round, detail)``, set by a transport for a progress display:
+        #: called (synchronously, no IO here) on every phase change (detail None), on every
+        #: evaluation tile ("k of n tiles") and between the decode's steps
+        self.progress = None
         self.stats = {phase: [0.0, 0] for phase in PHASES}
         self._phase_started = time.perf_counter()
         if self.parameters.mode == "transparent":
@@ -286,6 +298,12 @@ class Coordinator:
             self.stats[self.phase][0] += now - self._phase_started
         self._phase_started = now
         self.phase = phase
+        self._progress(None)
+
+    def _progress(self, detail: str | None) -> None:
+        """Tell :attr:`progress` (when set) the phase, and what is done inside it."""
+        if self.progress is not None and self.phase in PHASES:
+            self.progress(self.phase, self.round, detail)
 
     def _count(self, env: pb.Envelope) -> None:
         phase = phase_of(env.WhichOneof("body"))
@@ -338,9 +356,9 @@ class Coordinator:
         store, self._store = getattr(self, "_store", None), None
         discard_store(store)
 
-    def abort(self) -> list:
-        """ErrorReports telling every connected party that the session failed (and in which
-        phase)."""
+    def abort(self, names=None) -> list:
+        """ErrorReports telling every connected party (or only ``names``: a party that
+        connects after the failure) that the session failed, why, and in which phase."""
         error = self.error or ProtocolError("session aborted")
         kind = ("authentication" if isinstance(error, AuthenticationError) else
                 "integrity" if isinstance(error, IntegrityError) else
@@ -348,10 +366,16 @@ class Coordinator:
                 "peer" if isinstance(error, PeerError) else "protocol")
         culprit = getattr(error, "party", None)
         phase = getattr(error, "phase", None) or self.failed_in or self.phase
-        return self._broadcast(lambda name: envelope(error=pb.ErrorReport(
-            session_id=self.session_id, reporter="coordinator",
-            party="" if culprit is None else str(culprit),
-            phase=phase, kind=kind, message=str(error))))
+        def report(name):
+            return envelope(error=pb.ErrorReport(
+                session_id=self.session_id, reporter="coordinator",
+                party="" if culprit is None else str(culprit),
+                phase=phase, kind=kind,
+                # the report carries who and where; the message says what (once)
+                message=getattr(error, "detail", None) or str(error)))
+        if names is None:
+            return self._broadcast(report)
+        return [self._send(name, report(name)) for name in names]
 
     # -- entry points -------------------------------------------------------------------
     def receive(self, sender: str, env: pb.Envelope) -> list:
@@ -673,6 +697,10 @@ class Coordinator:
             raise PeerError(f"evaluation tile holds a value >= p = {p}", party=sender,
                             phase="evaluation") from None
         self.delivered[sender].add((k, index))
+        if self.progress is not None:
+            done = sum(len(tiles) for tiles in self.delivered.values())
+            total = len(self.responders) * len(self.plan.primes) * len(self.tiles)
+            self._progress(f"{done} of {total} tiles")
         if self.checks is not None:
             self._tile_count[(k, index)] = self._tile_count.get((k, index), 0) + 1
             if self._tile_count[(k, index)] == len(self.responders):
@@ -809,6 +837,7 @@ class Coordinator:
         # the session plan decodes (finite_field's decode): a distance session finalizes
         # its one result matrix in place, a sum is decoded signed
         acc, self._acc = self._acc, None
+        self._progress(f"decoding the evaluations of {len(self.responders)} responders")
         integer, values, store = self.session.decode(acc, self.responders)
         self._store = store  # deleted by _fail if anything below fails
         labels = None
@@ -821,6 +850,7 @@ class Coordinator:
                 if not store.on_disk and view.fits_in_memory(copies=4):
                     view = np.asarray(view)  # small: the dense float matrix callers expect
             rows = len(view)
+            self._progress(f"clustering {rows} rows")
             try:
                 labels = np.asarray(self.cluster(view), dtype=np.int64).reshape(-1)
             except Exception as error:  # noqa: BLE001 - fail closed, say where

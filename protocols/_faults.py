@@ -8,6 +8,8 @@ the party process (:meth:`Fault.before_send`, :meth:`Fault.on_message`). Specs:
 
 ``exit-in-evaluation``   the process ends abruptly when the evaluation starts (a crash);
 ``stall-in-evaluation``  it stops answering then;
+``exit-at-result``       the process ends abruptly when the result arrives, after its
+                         whole upload (killed while the coordinator decoded);
 ``hold-tiles:PATH``      its first evaluation tile is held back until the file PATH exists
                          (at most the session timeout), then it uploads as usual;
 ``garbage-tiles``        uniformly random in-range evaluation tiles;
@@ -90,7 +92,11 @@ class Fault:
 
     def on_message(self, kind: str | None) -> None:
         """``exit-in-evaluation`` / ``stall-in-evaluation``: when the evaluation starts
-        (a ``round_start`` arrives), end the process abruptly, or stop answering."""
+        (a ``round_start`` arrives), end the process abruptly, or stop answering;
+        ``exit-at-result``: end it abruptly when the result arrives, before reading it."""
+        if kind == "result" and self.spec == "exit-at-result":
+            logging.shutdown()
+            os._exit(3)
         if kind != "round_start":
             return
         if self.spec == "exit-in-evaluation":

@@ -10,7 +10,15 @@ a party whose stream ends early is reported as lost.
 Fail closed: any exception while handling a message (in the state machine, a reader thread,
 decoding, the clustering callback) aborts the session: every party gets an ErrorReport
 naming the phase, the streams close, and :meth:`CoordinatorServer.run` raises the error
-(so ``omnifc serve`` exits non-zero) instead of waiting.
+(so ``omnifc serve`` exits non-zero) instead of waiting. A party that connects after the
+failure is told the same cause at once; ``run`` returns (raises) as soon as every party has
+been told, or :data:`ABORT_GRACE` seconds after the failure.
+
+Delivery: after its result a party confirms receipt with a ``Ready`` of phase ``result``
+on its stream (:func:`protocols._grpc_party.run_party` does; the TLS peer is the sender),
+then closes its side. A party whose stream ends first, that refuses the result, or that
+does not confirm within the result deadline is reported in :attr:`Outcome.undelivered`,
+with the reason.
 """
 
 from __future__ import annotations
@@ -35,6 +43,11 @@ __all__ = ["CoordinatorServer", "parameters_from_config", "coordinator_from_conf
 logger = logging.getLogger(__name__)
 
 _END = object()
+
+#: After a failure, seconds ``serve`` keeps answering parties that have not connected yet
+#: (each is told the cause as soon as it connects); it stops as soon as every party of the
+#: session has been told, so a failure never keeps it waiting for a phase deadline.
+ABORT_GRACE = 10.0
 
 
 def coordinator_from_config(config, *, cluster=None, responders=None,
@@ -78,6 +91,10 @@ class _Servicer(pb_grpc.CoordinatorServicer):
                         return
                     continue
                 if item is _END:
+                    if owner.coordinator.outcome is not None:
+                        # keep the stream open until the party confirms receipt of the
+                        # result by closing its side (or the stream breaks)
+                        reader.join(owner.deadlines.result)
                     return
                 yield item
         finally:
@@ -119,6 +136,11 @@ class CoordinatorServer:
         self.closed = threading.Event()
         self.outboxes: dict[str, queue.Queue] = {}
         self.streams = 0  # response streams still open
+        self.seen: set[str] = set()  # parties that opened a stream (told, if it failed)
+        # after the outcome: parties that confirmed receipt of their result (closed their
+        # side of the stream), and those that did not (stream broken, result refused)
+        self.confirmed: set[str] = set()
+        self.unconfirmed: dict[str, str] = {}
         self.server, self.port = make_server(address, credentials, insecure=insecure,
                                              max_workers=len(coordinator.names) + 4)
         pb_grpc.add_CoordinatorServicer_to_server(_Servicer(self), self.server)
@@ -143,11 +165,24 @@ class CoordinatorServer:
         with self.lock:
             if name == "?":
                 return queue.Queue()  # registered when the hello names the stream
+            if self.closed.is_set():  # too late: told the cause at once, never left waiting
+                self.seen.add(name)
+                return self._told_late(name, queue.Queue())
             if name in self.outboxes:
                 context.abort(grpc.StatusCode.ALREADY_EXISTS,
                               f"party {name!r} is already connected")
+            self.seen.add(name)
             self.outboxes[name] = queue.Queue()
             return self.outboxes[name]
+
+    def _told_late(self, name: str, box: queue.Queue) -> queue.Queue:
+        """``box`` with what a party that connects after the session ended is told: the
+        failure's ErrorReport (when it failed), then the end of the stream."""
+        if self.coordinator.error is not None:
+            for _, env in self.coordinator.abort(names=[name]):
+                box.put(env)
+        box.put(_END)
+        return box
 
     def read(self, who: list, outbox: queue.Queue, request_iterator) -> None:
         try:
@@ -158,17 +193,54 @@ class CoordinatorServer:
                         if claimed in self.outboxes or claimed not in self.coordinator.names:
                             return
                         who[0] = claimed
+                        self.seen.add(claimed)
+                        if self.closed.is_set():
+                            self._told_late(claimed, outbox)
+                            return
                         self.outboxes[claimed] = outbox
-                self._handle(self.coordinator.receive, who[0], env)
-                if self.closed.is_set():
-                    return
+                self._receive(who[0], env)  # after the end too: until the party closes
         except grpc.RpcError:
             pass
         except Exception as error:  # noqa: BLE001 - fail closed: abort the whole session
             logger.exception("reading from %r failed", who[0])
             self.fail(error)
             return
-        self.lost(who[0])
+        self._ended(who[0])
+
+    def _receive(self, name: str, env) -> None:
+        with self.lock:
+            # decided under the lock: a result's confirmation can arrive while the thread
+            # that decoded still holds it, before it marks the session closed
+            if self.closed.is_set():
+                self._after_end(name, env)
+            else:
+                self._handle(self.coordinator.receive, name, env)
+
+    def _after_end(self, name: str, env) -> None:
+        """A message after the session ended: a party's confirmation of its result, or its
+        refusal of it (an ErrorReport); anything else is ignored."""
+        with self.lock:
+            if self.coordinator.outcome is None or name in self.unconfirmed:
+                return
+            kind = env.WhichOneof("body")
+            if kind == "ready" and env.ready.phase == "result" and \
+                    env.ready.party_id == name and \
+                    env.ready.session_id == self.coordinator.session_id:
+                self.confirmed.add(name)
+            elif kind == "error" and name not in self.confirmed:
+                self.unconfirmed[name] = f"it refused the result: {env.error.message[:300]}"
+            self.changed.set()
+
+    def _ended(self, name: str) -> None:
+        """The party's side of the stream ended (closed, cancelled, process gone)."""
+        with self.lock:
+            if self.coordinator.outcome is not None and name in self.coordinator.names:
+                if name not in self.confirmed:
+                    self.unconfirmed.setdefault(
+                        name, "its connection ended before it confirmed receipt")
+                self.changed.set()
+                return
+        self.lost(name)
 
     def fail(self, error: Exception) -> None:
         """Abort the session because of ``error`` (raised outside the state machine)."""
@@ -230,13 +302,23 @@ class CoordinatorServer:
         return {"join": self.deadlines.join, "shares": self.deadlines.shares,
                 "evaluation": self.deadlines.evaluation}.get(phase)
 
-    def run(self, on_phase=None, poll=None) -> Outcome:
+    def run(self, on_phase=None, poll=None, on_progress=None) -> Outcome:
         """Serve until the session finishes or fails; enforce the phase deadlines.
 
         ``on_phase(phase, round)`` is called on every phase or round change (progress
-        display, tests); ``poll()`` about every 0.1 s (e.g. to notice a party process that
-        died before it connected). Returns the outcome or raises the coordinator's error.
+        display, tests), ``decode`` and ``result`` included (from the thread that decodes);
+        ``on_progress(phase, detail)`` inside a phase (tiles received, the decode's steps);
+        ``poll()`` about every 0.1 s (e.g. to notice a party process that died before it
+        connected). Returns the outcome or raises the coordinator's error.
         """
+        if on_phase is not None or on_progress is not None:
+            def progress(phase, round_, detail):
+                if detail is None:
+                    if on_phase is not None:
+                        on_phase(phase, round_)
+                elif on_progress is not None:
+                    on_progress(phase, detail)
+            self.coordinator.progress = progress
         key, deadline = None, None
         coordinator = self.coordinator
         while not self.closed.is_set():
@@ -257,13 +339,44 @@ class CoordinatorServer:
             self.changed.wait(0.1 if deadline is None else
                               max(0.0, min(0.1, deadline - time.monotonic())))
             self.changed.clear()
-        # Let the result (or the error report) reach the parties before stopping.
-        end = time.monotonic() + self.deadlines.result
-        while time.monotonic() < end and self.streams > 0:
-            time.sleep(0.02)
         if coordinator.error is not None:
+            # every party hears the cause: those connected got it with the abort, a party
+            # that connects within ABORT_GRACE gets it at once; then stop, not at a deadline
+            end = time.monotonic() + min(ABORT_GRACE, self.deadlines.result)
+            while time.monotonic() < end and (self.streams > 0 or
+                                               not self.seen >= set(coordinator.names)):
+                time.sleep(0.02)
             raise coordinator.error
         if coordinator.outcome is None:
             raise ProtocolError("the coordinator stopped before the session finished")
-        return coordinator.outcome
+        return self._await_delivery(coordinator.outcome)
+
+    def _await_delivery(self, outcome: Outcome) -> Outcome:
+        """Wait (at most the result deadline) until every party sent a result confirmed
+        its receipt or is known not to have it; record the others in
+        ``outcome.undelivered``."""
+        sent = [name for name in outcome.party_names if name not in outcome.lost]
+        end = time.monotonic() + self.deadlines.result
+        while True:
+            with self.lock:
+                pending = [n for n in sent if n not in self.confirmed
+                           and n not in self.unconfirmed]
+            if not pending or time.monotonic() >= end:
+                break
+            self.changed.wait(0.05)
+            self.changed.clear()
+        with self.lock:
+            for name in sent:
+                if name in self.unconfirmed:
+                    outcome.undelivered[name] = self.unconfirmed[name]
+                elif name not in self.confirmed:
+                    outcome.undelivered[name] = (
+                        f"it did not confirm receipt within the result deadline "
+                        f"({self.deadlines.result:g} s)")
+        for name, reason in outcome.undelivered.items():
+            logger.warning("the result of party %r was not delivered: %s", name, reason)
+        end = time.monotonic() + 2.0  # the last stream statuses out before stopping
+        while time.monotonic() < end and self.streams > 0:
+            time.sleep(0.02)
+        return outcome
 

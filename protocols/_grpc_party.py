@@ -102,7 +102,7 @@ def party_from_config(config, name: str, data, *, parameters=None) -> Party:
 
 def run_party(party: Party, target: str, *, credentials=None, insecure: bool = False,
               timeout: float = 600.0, connect_timeout: float = 30.0, fault: str | None = None,
-              on_message=None, tls_files=None) -> Party:
+              on_message=None, tls_files=None, on_progress=None) -> Party:
     """Take part in a session over gRPC until the result arrives.
 
     Parameters
@@ -121,7 +121,13 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         starts, a delayed stream, garbage or corrupted uploads, bad shares, coalitions;
         the specs are listed in :mod:`protocols._faults`).
     on_message : callable, optional
-        ``on_message(kind)`` after each received message (progress display).
+        ``on_message(kind)`` after each received message.
+    on_progress : callable, optional
+        ``on_progress(phase, round, detail)`` for a progress display: every phase of
+        :data:`protocols.PHASES` as this party sees it (detail None): ``join`` while it
+        connects, ``shares`` from the roster, ``evaluation`` from the round's start (then
+        "k of n tiles uploaded"), ``decode`` once its whole upload is out (the coordinator
+        decodes), ``result`` when the result arrives.
     tls_files : TLSFiles, optional
         This party's certificate, key and CA files: while the connection is not ready, a
         direct TLS handshake diagnoses the cause (a certificate that does not verify ends
@@ -147,8 +153,10 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
             yield item
 
     fault = Fault(fault)
+    progress = _Progress(party, on_progress)
     try:
-        _wait_until_ready(channel, target, connect_timeout, tls_files)
+        progress.phase("join")
+        _wait_until_ready(channel, target, connect_timeout, tls_files, party)
         for env in party.start():
             outgoing.put(fault.rewrite(party, env))
         stub = pb_grpc.CoordinatorStub(channel)
@@ -163,16 +171,19 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
                     return
                 except queue.Full:
                     if responses.done():
-                        raise PeerError("the stream to the coordinator closed",
-                                        party=COORDINATOR, phase=party.phase) from None
+                        raise _connection_error(party, party.phase,
+                                                "the stream to the coordinator closed") \
+                            from None
 
         try:
             for env in responses:
                 kind = env.WhichOneof("body")
                 fault.on_message(kind)
+                progress.received(kind)
                 try:
                     for out in party.receive(env):
                         send(out)
+                        progress.sent(out)
                 except ProtocolError as error:
                     if kind != "error" and not responses.done():
                         send(party.error_report(error))
@@ -181,17 +192,17 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
                 if on_message is not None:
                     on_message(kind)
                 if party.done:
+                    _confirm(party, responses, outgoing)
                     return party
         except grpc.RpcError as error:
             code = error.code()
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise DeadlineError(f"the session did not finish within {timeout:g} s",
-                                    party=COORDINATOR, phase=party.phase) from None
-            raise PeerError(f"the stream to the coordinator failed: {code.name} "
-                            f"({error.details()})", party=COORDINATOR,
-                            phase=party.phase) from None
-        raise PeerError("the coordinator closed the stream before sending a result",
-                        party=COORDINATOR, phase=party.phase)
+                raise _connection_error(party, party.phase, f"the session did not finish "
+                                        f"within {timeout:g} s", DeadlineError) from None
+            raise _connection_error(party, party.phase, f"the stream to the coordinator "
+                                    f"failed: {code.name} ({error.details()})") from None
+        raise _connection_error(party, party.phase, "the coordinator closed the stream "
+                                "before sending a result")
     finally:
         try:
             outgoing.put_nowait(_END)
@@ -200,7 +211,70 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         channel.close()
 
 
-def _wait_until_ready(channel, target: str, connect_timeout: float, tls_files) -> None:
+class _Progress:
+    """What :func:`run_party` tells ``on_progress``: the phases as this party sees them."""
+
+    _PHASE_OF = {"roster": "shares", "round_start": "evaluation", "result": "result"}
+
+    def __init__(self, party: Party, callback) -> None:
+        self.party, self.callback = party, callback
+        self.round, self.uploaded, self.total = 0, 0, 0
+
+    def phase(self, phase: str, detail: str | None = None) -> None:
+        if self.callback is not None:
+            self.callback(phase, self.round, detail)
+
+    def received(self, kind: str | None) -> None:
+        if kind == "round_start":
+            self.round += 1
+            self.uploaded = 0
+            plan = getattr(self.party, "plan", None)
+            session = getattr(self.party, "session", None)
+            self.total = len(plan.primes) * len(session.tiles(self.party.n_total)) \
+                if plan is not None and session is not None else 0
+        phase = self._PHASE_OF.get(kind)
+        if phase is not None:
+            self.phase(phase)
+
+    def sent(self, env) -> None:
+        if not env.HasField("tile") or not self.total:
+            return
+        self.uploaded += 1
+        self.phase("evaluation", f"{self.uploaded} of {self.total} tiles uploaded")
+        if self.uploaded == self.total:  # all out: the coordinator decodes now
+            self.phase("decode")
+
+
+def _confirm(party: Party, responses, outgoing: queue.Queue) -> None:
+    """Confirm receipt of the result (a ``Ready`` of phase ``result``; the coordinator
+    reports a party that never confirmed as not delivered), close this side of the stream,
+    then let the coordinator end it."""
+    from ._generated import omnifc_pb2 as pb
+    from ._messages import envelope
+
+    try:
+        outgoing.put(envelope(ready=pb.Ready(session_id=party.session_id,
+                                             party_id=party.party_id, phase="result")),
+                     timeout=5.0)
+        outgoing.put(_END, timeout=5.0)
+    except queue.Full:
+        return  # nothing is being sent any more: no confirmation (reported as undelivered)
+    try:
+        for _ in responses:  # nothing more is expected; the coordinator ends the stream
+            pass
+    except grpc.RpcError:
+        pass  # the result is here; how the stream ends changes nothing
+
+
+def _connection_error(party: Party, phase: str, what: str, kind=PeerError) -> PeerError:
+    """A failure of the connection to the coordinator, as this party reports it (the
+    error's ``party`` is the coordinator's end: where the problem is seen)."""
+    return kind(f"{what} (phase {phase!r})", party=COORDINATOR, phase=phase,
+                reporter=f"party {party.party_id!r}")
+
+
+def _wait_until_ready(channel, target: str, connect_timeout: float, tls_files,
+                      party: Party) -> None:
     """Wait (bounded) for the channel; stop on TLS failure. Says why it waits after the
     first 5 s, then only when the cause changes or the wait has doubled (5, 10, 20, 40 s,
     ...): a few lines for a long join deadline, not one every 5 s."""
@@ -218,15 +292,14 @@ def _wait_until_ready(channel, target: str, connect_timeout: float, tls_files) -
         fatal, cause = _diagnose(target, tls_files)
         if fatal:
             ready.cancel()
-            raise PeerError(f"TLS handshake with {target} failed: {cause}",
-                            party=COORDINATOR, phase="join")
+            raise _connection_error(party, "join", f"TLS handshake with {target} failed: "
+                                    f"{cause}")
         waited = time.monotonic() - start
         if waited >= connect_timeout:
             ready.cancel()
-            raise PeerError(f"could not establish a connection to {target} within "
-                            f"{connect_timeout:g} s "
-                            f"({cause}); is `omnifc serve` running there?",
-                            party=COORDINATOR, phase="join")
+            raise _connection_error(party, "join", f"could not establish a connection to "
+                                    f"{target} within {connect_timeout:g} s ({cause}); is "
+                                    f"`omnifc serve` running there?")
         if cause != said or waited >= next_report:
             logger.warning("waiting for the coordinator at %s (%s): %.0f of %g s", target,
                            cause, waited, connect_timeout)
@@ -325,7 +398,8 @@ def main(argv=None) -> int:
 
 
 def join_from_config(config_path, name: str, data_path, *, target=None, fault=None,
-                     on_message=None, kind: str = "distance", rows: int = 1) -> Party:
+                     on_message=None, kind: str = "distance", rows: int = 1,
+                     on_progress=None) -> Party:
     """Load config and data, then :func:`run_party` (what ``omnifc join`` does).
 
     ``data_path`` is a file (see :func:`load_party_data`) or the rows already loaded.
@@ -343,7 +417,7 @@ def join_from_config(config_path, name: str, data_path, *, target=None, fault=No
     return run_party(party, target or config.coordinator,
                      credentials=None if config.insecure else party_credentials(config, name),
                      insecure=config.insecure, timeout=total, connect_timeout=d.join,
-                     fault=fault, on_message=on_message,
+                     fault=fault, on_message=on_message, on_progress=on_progress,
                      tls_files=None if config.insecure else config.party_tls(name))
 
 

@@ -611,6 +611,12 @@ class Party:
         return iter(())
 
     def _on_error(self, report: pb.ErrorReport):
+        # say who reports what: the coordinator's word about a party (maybe this one),
+        # never a message that reads as if this party's own check had failed
         phase = report.phase or self.phase
-        raise PeerError(f"the coordinator aborted the session: {report.message}",
-                        party=report.party or COORDINATOR, phase=phase)
+        culprit = report.party
+        who = ("the session" if not culprit or culprit == COORDINATOR else
+               f"party {culprit!r}" + (" (this party)" if culprit == self.party_id else ""))
+        raise PeerError(f"{who} failed in phase {phase!r}, so it aborted the session: "
+                        f"{report.message}", party=culprit or COORDINATOR, phase=phase,
+                        reporter=COORDINATOR)

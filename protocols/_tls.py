@@ -530,13 +530,30 @@ def make_server(address: str = "127.0.0.1:0", credentials: Optional[grpc.ServerC
             port = server.add_secure_port(address, credentials)
     except RuntimeError as error:
         server.stop(None)
-        raise ParameterError(f"could not listen on {address!r} ({error}); is the address "
-                             "local and the port free?") from None
+        raise ParameterError(f"could not listen on {address!r}: {_bind_cause(address)} "
+                             f"({error}); is the address local and the port free?") from None
     if not port:
         server.stop(None)
-        raise ParameterError(f"could not listen on {address!r}; is the address local and "
-                             "the port free?")
+        raise ParameterError(f"could not listen on {address!r}: {_bind_cause(address)}; is "
+                             "the address local and the port free?")
     return server, port
+
+
+def _bind_cause(address: str) -> str:
+    """Why ``address`` cannot be bound, in the operating system's words ("Address already in
+    use", "Cannot assign requested address"), found by binding a plain socket to it (gRPC
+    itself only logs the cause in its C++ log)."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((host, int(port)))
+    except (OSError, ValueError) as error:
+        return getattr(error, "strerror", None) or str(error)
+    return "the port could be bound a moment later (taken briefly by another program?)"
 
 
 def make_channel(target: str, credentials: Optional[grpc.ChannelCredentials] = None, *,

@@ -37,7 +37,8 @@ def refuse_insecure_flag(args) -> None:
 def output_dir(args, config, files=(), explicit=()) -> pathlib.Path:
     """The folder for this run's result ``files``; earlier results are never overwritten.
 
-    Checked before the session starts. An explicit ``--out`` (or an explicit file such as
+    Checked before the session starts, created only when there are results to save (a
+    failed session leaves no empty folder behind: :func:`save_folder`). An explicit ``--out`` (or an explicit file such as
     ``--labels-out``) that already holds one of this run's files is refused, saying how to
     go on. In the default ``./omnifc-results/<session id>/``, a rerun of the same session
     keeps the earlier results and writes to ``<session id>-run2/`` (``-run3``, ...): the
@@ -64,6 +65,11 @@ def output_dir(args, config, files=(), explicit=()) -> pathlib.Path:
         if folder != base:
             print(f"{base} holds the results of an earlier run of this session; they are "
                   f"kept, and this run's results go to {folder}", flush=True)
+    return folder
+
+
+def save_folder(folder: pathlib.Path) -> pathlib.Path:
+    """``folder`` (from :func:`output_dir`), created now that there is something to save."""
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -92,30 +98,50 @@ def warn_if_reused(config, role: str) -> None:
 
 ORDER = ["join", "shares", "evaluation", "decode", "result"]
 
+#: Without a terminal, at most one line of progress inside a phase per this many seconds.
+DETAIL_EVERY = 10.0
+
 
 def phase_progress(total_phases: int = 5, disable: bool = False, desc: str = "join"):
-    """A progress display over the protocol phases, as an ``on_phase`` callback.
+    """A progress display over the protocol phases, as an ``on_phase(phase, round,
+    detail=None)`` callback (``detail``: what is done inside the phase, e.g. "40 of 120
+    tiles"); thread-safe (the coordinator reports the decode from the thread running it).
 
-    A tqdm bar on a terminal; one plain line per phase change otherwise (a log file or a
-    pipe gets no repeated bar redraws); nothing with ``disable``.
+    A tqdm bar on a terminal (the detail as its postfix); otherwise one plain line per
+    phase (``[4/5] decode``) and at most one indented detail line per
+    :data:`DETAIL_EVERY` seconds, so a log file or a pipe gets no bar redraws; nothing
+    with ``disable``.
     """
+    import threading
+    import time
+
     from tqdm import tqdm
 
     tty = sys.stderr.isatty()
     bar = tqdm(total=total_phases, desc=desc, unit="phase", disable=disable or not tty,
                leave=False)
     seen = set()
+    lock = threading.Lock()
+    last = [0.0]
 
-    def on_phase(phase, round_):
-        if phase not in ORDER:
+    def on_phase(phase, round_, detail=None):
+        if phase not in ORDER or disable:
             return
         label = phase if round_ <= 1 else f"{phase} (round {round_})"
-        if tty and not disable:
-            bar.n = ORDER.index(phase)
-            bar.set_description(label)
-            bar.refresh()
-        elif not disable and label not in seen:
-            seen.add(label)
-            print(f"[{ORDER.index(phase) + 1}/{total_phases}] {label}", file=sys.stderr,
-                  flush=True)
+        with lock:
+            if tty:
+                bar.n = ORDER.index(phase)
+                bar.set_description(label, refresh=False)
+                bar.set_postfix_str(detail or "", refresh=False)
+                bar.refresh()
+                return
+            now = time.monotonic()
+            if label not in seen:
+                seen.add(label)
+                last[0] = now
+                print(f"[{ORDER.index(phase) + 1}/{total_phases}] {label}", file=sys.stderr,
+                      flush=True)
+            elif detail and now - last[0] >= DETAIL_EVERY:
+                last[0] = now
+                print(f"      {label}: {detail}", file=sys.stderr, flush=True)
     return bar, on_phase

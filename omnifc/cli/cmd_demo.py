@@ -82,6 +82,13 @@ def run(args) -> int:
     print(f"omnifc demo: {args.dataset} ({features.shape[0]} rows x {features.shape[1]} "
           f"features) split non-IID (p={args.non_iid}) across {args.parties} parties "
           f"({', '.join(str(len(i)) for i in parts)} rows)")
+    unused = data.features.shape[0] - features.shape[0]
+    if unused:
+        print(f"             {features.shape[0]} of the data set's {data.features.shape[0]} "
+              f"rows are used: the paper's split gives each of the {args.parties} parties "
+              f"{data.features.shape[0]} // {args.parties} = {len(parts[0])} rows, so "
+              f"{unused} row{'s are' if unused > 1 else ' is'} left out (the split's rule, "
+              "not duplicates)")
     start = time.perf_counter()
     with LocalSession(party_data, parameters, deadline=deadline,
                       insecure=args.insecure) as local:
@@ -95,7 +102,9 @@ def run(args) -> int:
                 local.start_party(name, server.port)
             print(f"coordinator on 127.0.0.1:{server.port}; started {args.parties} party "
                   "processes", flush=True)
-            outcome = server.run(on_phase=on_phase, poll=lambda: local.watch(server))
+            outcome = server.run(on_phase=on_phase, poll=lambda: local.watch(server),
+                                 on_progress=lambda phase, detail: on_phase(
+                                     phase, server.coordinator.round, detail))
         finally:
             bar.close()
             server.stop()
@@ -125,8 +134,11 @@ def run(args) -> int:
           f"plaintext quantized rows: ARI {adjusted_rand_score(centralized, secure):.4f}")
     print(f"             vs true classes: secure ARI {adjusted_rand_score(truth, secure):.4f}, "
           f"centralized ARI {adjusted_rand_score(truth, centralized):.4f}")
+    codes = ", ".join(f"{name} {code}" for name, code in exit_codes.items())
     print(f"labels       each party received the labels of its own rows: "
-          f"{'yes' if own_ok else 'NO'} (party exit codes {sorted(set(exit_codes.values()))})")
+          f"{'yes' if own_ok else 'NO'} (party exit codes: {codes})")
+    for name, reason in outcome.undelivered.items():
+        print(f"             NOT DELIVERED to {name}: {reason}")
     print(f"per phase    (seconds, bytes sent and received by the coordinator; total "
           f"{elapsed:.2f} s incl. process start-up)")
     print(format_stats(outcome.stats))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._session_io import (add_output_arguments, add_tls_refusal, output_dir, phase_progress,
-                          refuse_insecure_flag, warn_if_reused)
+                          refuse_insecure_flag, save_folder, warn_if_reused)
 
 CSV_FORMAT = ("CSV: one row per line, comma-separated numbers, no header, no index column "
               "(as written by np.savetxt(path, rows, delimiter=','))")
@@ -62,12 +62,10 @@ def run(args) -> int:
                         explicit=(args.labels_out,))
     warn_if_reused(config, f"join:{args.party}")
     announce_session(config, f"party {args.party!r}")
-    phases = {"roster": "shares", "confirmations": "shares", "share": "shares",
-              "round_start": "evaluation", "result": "result"}
     bar, on_phase = phase_progress(disable=args.no_progress)
-    try:
+    try:  # every phase as this party sees it, and its upload tile by tile
         party = join_from_config(config, args.party, data, target=args.target,
-                                 on_message=lambda kind: on_phase(phases.get(kind, "join"), 0))
+                                 on_progress=on_phase)
     finally:
         bar.close()
     result = party.result
@@ -78,7 +76,7 @@ def run(args) -> int:
     if party.labels is not None:
         sizes = np.bincount(party.labels[party.labels >= 0])
         print(f"labels of your rows: cluster sizes {sizes.tolist()}")
-        path = args.labels_out or folder / f"{args.party}-labels.npy"
+        path = args.labels_out or save_folder(folder) / f"{args.party}-labels.npy"
         np.save(path, party.labels)
         print(f"saved the labels of your {party.n_rows} rows (in your file's row order) to "
               f"{path}")

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+import sys
 
 import numpy as np
 
 from ._session_io import (add_output_arguments, add_tls_refusal, output_dir,
-                          phase_progress,
-                          refuse_insecure_flag, warn_if_reused)
+                          phase_progress, refuse_insecure_flag, save_folder, warn_if_reused)
+
+#: ``omnifc serve``'s exit status when the session finished and its results are saved, but
+#: some party's result did not reach it (0: every party got its result; 1: the session
+#: failed and nothing was saved; 2: a usage error).
+EXIT_UNDELIVERED = 3
 
 
 def register(subparsers) -> None:
@@ -18,7 +23,11 @@ def register(subparsers) -> None:
                     "their encrypted shares, sum their masked evaluations into the exact "
                     "squared-distance matrix, run the requested clustering and send each "
                     "party the labels of its own rows. The distance matrix and the labels "
-                    "are saved (distances.npy, labels.npy) and their paths printed.")
+                    "are saved (distances.npy, labels.npy, with summary.json saying who "
+                    "received their result) and their paths printed. Exit status: 0 every "
+                    "party received its result; 1 the session failed (nothing saved); "
+                    f"{EXIT_UNDELIVERED} the session finished and its results are saved, but "
+                    "some party's result did not reach it (named on stderr).")
     parser.add_argument("--config", required=True, help="session config (TOML)")
     parser.add_argument("--keys", metavar="DIR",
                         help="your keys folder from 'omnifc keygen --coordinator' (default: "
@@ -108,7 +117,7 @@ def run(args) -> int:
     cluster = None if args.no_cluster else clustering_callback(config)
     coordinator = coordinator_from_config(config, cluster=cluster)
     credentials = None if config.insecure else coordinator_credentials(config)
-    results = [] if args.data_out else ["distances.npy"]
+    results = ["summary.json"] + ([] if args.data_out else ["distances.npy"])
     if cluster is not None and not args.labels_out:
         results.append("labels.npy")
     folder = output_dir(args, config, results, explicit=(
@@ -125,7 +134,8 @@ def run(args) -> int:
           f"{', '.join(config.party_names)}", flush=True)
     bar, on_phase = phase_progress(disable=args.no_progress, desc="serve")
     try:
-        outcome = server.run(on_phase=on_phase)
+        outcome = server.run(on_phase=on_phase, on_progress=lambda phase, detail: on_phase(
+            phase, server.coordinator.round, detail))
     finally:
         bar.close()
         server.stop()
@@ -134,9 +144,12 @@ def run(args) -> int:
     what = (f"the {n} x {n} squared-distance matrix" if outcome.layout == "full" else
             f"the {outcome.layout} layout's {' x '.join(map(str, distances.shape))} "
             "squared distances")
+    undelivered = dict(outcome.undelivered)
+    dropped = f"; dropped out: {', '.join(outcome.lost)}" if outcome.lost else ""
     print(f"reconstructed {what} of "
           f"{len(outcome.party_names)} parties (round {outcome.round}, responders "
-          f"{', '.join(outcome.responders)}; lost: {', '.join(outcome.lost) or 'none'})")
+          f"{', '.join(outcome.responders)}{dropped})")
+    save_folder(folder)
     distances_path = args.data_out or folder / "distances.npy"
     save_distances(distances, distances_path)
     print(f"saved {'the squared-distance matrix' if outcome.layout == 'full' else what} to "
@@ -144,12 +157,62 @@ def run(args) -> int:
     rows_path = save_layout_rows(outcome, distances_path)
     if rows_path is not None:
         print(f"saved the {outcome.layout} rows (global row order) to {rows_path}")
+    labels_path = None
     if outcome.labels is not None:
         sizes = np.bincount(outcome.labels[outcome.labels >= 0])
         print(f"clustering {config.clustering.method}: cluster sizes {sizes.tolist()}")
         labels_path = args.labels_out or folder / "labels.npy"
         np.save(labels_path, outcome.labels)
         print(f"saved the labels of all {n} rows (global row order) to {labels_path}")
+    status = EXIT_UNDELIVERED if undelivered else 0
+    summary = write_summary(folder / "summary.json", config, outcome, status,
+                            distances=distances_path, labels=labels_path,
+                            layout_rows=rows_path)
+    print(f"delivered: {', '.join(summary['delivered']) or 'none'} received their "
+          f"{'labels' if outcome.labels is not None else 'result'}; summary in "
+          f"{folder / 'summary.json'}")
     print("per phase (seconds, bytes sent and received by the coordinator):")
     print(format_stats(outcome.stats))
-    return 0
+    if undelivered:
+        for name, reason in undelivered.items():
+            print(f"omnifc serve: NOT DELIVERED: party {name!r} did not receive its "
+                  f"{'labels' if outcome.labels is not None else 'result'}: {reason}",
+                  file=sys.stderr)
+        source = labels_path or "the saved results"
+        print(f"omnifc serve: the session finished and its results are saved, but "
+              f"{len(undelivered)} of {len(outcome.party_names)} parties did not receive "
+              f"theirs (their rows' labels are in {source}; exit status "
+              f"{EXIT_UNDELIVERED})", file=sys.stderr)
+    return status
+
+
+def write_summary(path, config, outcome, status: int, *, distances, labels,
+                  layout_rows=None) -> dict:
+    """``summary.json``: what the session produced and who received it (written last, so
+    its presence means every result file of the run is complete)."""
+    import json
+
+    summary = {
+        "session_id": config.session_id,
+        "parties": list(outcome.party_names),
+        "rows": dict(zip(outcome.party_names, outcome.rows)),
+        "round": outcome.round,
+        "responders": list(outcome.responders),
+        "lost": list(outcome.lost),
+        "delivered": [name for name in outcome.party_names
+                      if name not in outcome.undelivered],
+        "undelivered": dict(outcome.undelivered),
+        "integrity": outcome.integrity,
+        "layout": outcome.layout,
+        "deviations": list(outcome.deviations),
+        "clustering": None if labels is None else {"method": config.clustering.method,
+                                                   "n_clusters": config.clustering.n_clusters},
+        "files": {"distances": str(distances),
+                  **({} if labels is None else {"labels": str(labels)}),
+                  **({} if layout_rows is None else {"layout_rows": str(layout_rows)})},
+        "exit_status": status,
+    }
+    with open(path, "w") as handle:
+        json.dump(summary, handle, indent=2, default=str)
+        handle.write("\n")
+    return summary

@@ -80,3 +80,14 @@ def test_serve_and_join_as_separate_commands(tmp_path):
     q = np.floor(np.clip(x, -2, 2) * 256 + 0.5).astype(np.int64)
     expected = ((q[:, None, :] - q[None, :, :]) ** 2).sum(-1) / 256.0**2
     assert np.array_equal(np.load(tmp_path / "D.npy"), expected)
+
+
+@pytest.mark.timeout(300)
+def test_demo_names_each_party_exit_code_and_the_rows_the_split_leaves_out(capsys):
+    # iris has 150 rows; the paper's split gives 4 parties 37 rows each
+    code = main(["demo", "--no-progress", "--deadline", "30"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "148 of the data set's 150 rows are used" in out
+    assert "150 // 4 = 37 rows, so 2 rows are left out" in out and "not duplicates" in out
+    assert ("(party exit codes: party-0 0, party-1 0, party-2 0, party-3 0)") in out

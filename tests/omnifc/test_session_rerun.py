@@ -80,7 +80,7 @@ def test_rerun_keeps_earlier_results_and_points_to_session_new(tmp_path, session
     first = tmp_path / "omnifc-results" / session_id
     before = {p.name: p.read_bytes() for p in first.iterdir()}
     assert sorted(before) == ["a-labels.npy", "b-labels.npy", "c-labels.npy",
-                              "distances.npy", "labels.npy"]
+                              "distances.npy", "labels.npy", "summary.json"]
     assert "was already run" not in err
     # the earlier results get a marker we can recognise: a rerun must not replace them
     marked = {name: data + b"earlier run" for name, data in before.items()}

@@ -400,7 +400,20 @@ def test_abort_tells_every_connected_party_who_failed_in_which_phase():
     for _, env in reports:
         assert env.error == pb.ErrorReport(
             session_id=SID, reporter="coordinator", party="party-2", phase="confirm",
-            kind="peer", message=str(error))
+            kind="peer", message=error.detail)  # who and where are the report's fields
+    assert str(error) == f"party 'party-2' in phase 'confirm': {error.detail}"
+
+
+def test_a_party_that_connects_after_the_abort_gets_the_same_report():
+    session = _session()
+    hellos = session.hellos()
+    session.coordinator.receive("party-0", hellos["party-0"])
+    _refused(session.coordinator, "party-2",
+             _envelope(ready=pb.Ready(session_id=SID, party_id="party-0")))
+    everyone = session.coordinator.abort()
+    late = session.coordinator.abort(names=["party-1"])
+    assert [d for d, _ in late] == ["party-1"]
+    assert late[0][1] == dict(everyone)["party-1"]
 
 
 def test_abort_of_a_deadline_skips_the_lost_party_and_says_deadline():

@@ -340,14 +340,19 @@ def test_a_result_keeps_the_labels_and_logs_every_deviation(caplog):
         "party-4 deviated"]
 
 
-@pytest.mark.parametrize("named, blamed", [("", "coordinator"), ("party-2", "party-2")])
-def test_an_error_report_is_raised_blaming_the_party_it_names(named, blamed):
+@pytest.mark.parametrize("named, blamed, who", [
+    ("", "coordinator", "the session"), ("party-2", "party-2", "party 'party-2'"),
+    ("party-0", "party-0", "party 'party-0' (this party)")])
+def test_an_error_report_is_raised_blaming_the_party_it_names(named, blamed, who):
+    # said as the coordinator's report, never as if this party's own check had failed
     session, _ = _in_phase("evaluation")
     party = session.parties["party-0"]
     report = pb.ErrorReport(session_id="test-session", reporter="coordinator", party=named,
                             phase="shares", kind="peer", message="it went wrong")
-    _says(_refusal(party, _envelope(error=report)), blamed, "shares",
-          "the coordinator aborted the session: it went wrong")
+    error = _refusal(party, _envelope(error=report))
+    assert (error.party, error.phase, error.reporter) == (blamed, "shares", "coordinator")
+    assert str(error) == (f"coordinator reports: {who} failed in phase 'shares', so it "
+                          "aborted the session: it went wrong")
 
 
 # -- roster entries: each field checked on its own ------------------------------------------
