@@ -4,6 +4,7 @@ doubles or the cause changes (issue 25 item 9), not every 5 s of a 300 s deadlin
 from __future__ import annotations
 
 import logging
+import types
 
 import grpc
 import pytest
@@ -44,7 +45,8 @@ def waiting_lines(monkeypatch, caplog, deadline, causes=None):
                         lambda target, tls: (False, causes(clock.now)))
     with caplog.at_level(logging.INFO, logger="protocols"):
         with pytest.raises(PeerError, match=f"within {deadline:g} s"):
-            _grpc_party._wait_until_ready(None, "127.0.0.1:1", deadline, None)
+            _grpc_party._wait_until_ready(None, "127.0.0.1:1", deadline, None,
+                                          types.SimpleNamespace(party_id="a"))
     assert future.cancelled
     return [(r.levelname, r.getMessage()) for r in caplog.records
             if "waiting for the coordinator" in r.getMessage()]
