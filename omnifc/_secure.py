@@ -73,7 +73,8 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
                            memory_budget=None, integrity: str = "detect",
                            adversaries: int | None = None,
                            mask_degree: int = 0, layout: str = "full", landmarks=None,
-                           n_landmarks: int = 0, pairs=None) -> DistanceResult:
+                           n_landmarks: int = 0, pairs=None,
+                           max_pairs: int | None = None) -> DistanceResult:
     """Exact pairwise squared distances of all parties' rows, computed on Lagrange shares.
 
     Each party quantizes its rows with the public ``bound`` and ``scale_bits``, encodes them
@@ -155,6 +156,10 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
         pairs ``pairs`` ((i, j) global rows). The coordinator learns only those entries;
         the result holds them (``layout``, ``landmarks``, ``pairs``), in memory (``out``
         is for the full layout).
+    max_pairs : int, optional
+        The public cap on the number of pairs of a ``"pairs"`` layout (default and at most
+        2^19: the list travels in the roster); a longer list is refused before anything
+        runs.
 
     Returns
     -------
@@ -195,7 +200,8 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
                                    nonnegative=nonnegative, primes=plan.primes, mode=mode,
                                    integrity=integrity, adversaries=adversaries,
                                    mask_degree=mask_degree,
-                                   **_layout_parameters(layout, landmarks, n_landmarks, pairs))
+                                   **_layout_parameters(layout, landmarks, n_landmarks, pairs,
+                                                        max_pairs))
     chosen = None if responders is None else [names[j] for j in responder_idx]
     outcome = _run(dict(zip(names, arrays)), parameters, transport=transport,
                    responders=chosen, cluster=cluster, deadline=deadline, insecure=insecure,
@@ -229,14 +235,15 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     return result
 
 
-def _layout_parameters(layout, landmarks, n_landmarks, pairs) -> dict:
+def _layout_parameters(layout, landmarks, n_landmarks, pairs, max_pairs=None) -> dict:
     """The session's layout fields from the call's arguments (each for its own layout)."""
     if landmarks is not None and layout != "landmarks":
         raise ParameterError(f"landmarks= is for layout='landmarks', got layout={layout!r}")
     if pairs is not None and layout != "pairs":
         raise ParameterError(f"pairs= is for layout='pairs', got layout={layout!r}")
     rows = landmarks if layout == "landmarks" else pairs
-    return {"layout": layout, "layout_rows": rows, "n_landmarks": n_landmarks}
+    cap = {} if max_pairs is None else {"max_pairs": max_pairs}
+    return {"layout": layout, "layout_rows": rows, "n_landmarks": n_landmarks, **cap}
 
 
 def _run(party_data: dict, parameters, *, transport: str, responders, cluster, deadline,
