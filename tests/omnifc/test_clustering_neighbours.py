@@ -101,10 +101,11 @@ def test_dbscan_on_the_complete_graph_is_dbscan_on_sqrt_d():
     x, sq = _grid(seed=5, n=40)
     d = np.array(sq)
     graph = _complete(d)
-    for eps in (1.0, 1.5, 2.0):
-        found = omnifc.cluster(graph, "dbscan", eps=eps, min_samples=4)
-        expected = DBSCAN(eps=eps, min_samples=4, metric="precomputed").fit(
+    for eps, min_samples in ((1.0, 4), (1.0, 6), (1.45, 10)):  # 3-4 clusters and noise
+        found = omnifc.cluster(graph, "dbscan", eps=eps, min_samples=min_samples)
+        expected = DBSCAN(eps=eps, min_samples=min_samples, metric="precomputed").fit(
             np.sqrt(d)).labels_
+        assert len(set(expected.tolist())) >= 3 and -1 in expected
         assert found.tolist() == _first_appearance(expected)
 
 
