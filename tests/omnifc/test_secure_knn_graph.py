@@ -160,12 +160,13 @@ def _planted(n, d, clusters, latent, noise, seed):
 @pytest.mark.timeout(600)
 def test_recall_of_the_exact_10_nn_graph_on_planted_clusters():
     """n = 2000, d = 64, L = 32 < d: the embedding is a projection, so candidates can miss.
-    Measured (plaintext, same code): recall 0.891 at c = 10, 0.9977 at c = 20, 1.0 at
-    c = 30; the secure rounds give the same graph."""
+    Measured over six landmark draws (plaintext, same code): recall 0.890-0.894 at c = 10,
+    0.9974-0.9982 at c = 20 (0.9977 for the draw below), >= 0.9999 at c = 30."""
     x, _ = _planted(2000, 64, 6, 8, 0.2, seed=0)
     parts = [x[:700], x[700:1300], x[1300:]]
-    knn = omnifc.secure_knn_graph(parts, k=10, n_landmarks=32, candidates=20, bound=1.0,
-                                  nonnegative=True, scale_bits=8)
+    landmarks = np.sort(np.random.default_rng(1).choice(2000, 32, replace=False))
+    knn = omnifc.secure_knn_graph(parts, k=10, landmarks=landmarks.tolist(), candidates=20,
+                                  bound=1.0, nonnegative=True, scale_bits=8)
     q = np.floor(x * 256 + 0.5).astype(np.int64)
     norms = (q * q).sum(1)
     d = norms[:, None] + norms[None, :] - 2 * q @ q.T  # exact in int64 (< 2^23)
