@@ -192,3 +192,26 @@ def test_spectral_on_the_secure_graph_recovers_planted_blobs():
     assert omnifc.adjusted_rand(labels, found) == 1.0
     found = omnifc.cluster(knn, "dbscan")
     assert omnifc.adjusted_rand(labels, found) == 1.0
+
+
+@pytest.mark.network
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_over_grpc_both_rounds_give_the_same_graph_as_in_memory(oracle):
+    """Two loopback gRPC sessions (one process per party each, mutual TLS)."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-1, 1, (18, 3))
+    parts = [x[:6], x[6:11], x[11:]]
+    sq = oracle.sq_distances(oracle.quantize(x, 8, 1.0))
+    knn = omnifc.secure_knn_graph(parts, k=3, n_landmarks=4, candidates=5, bound=1.0,
+                                  scale_bits=8, transport="grpc", deadline=30)
+    assert knn.landmark_result.parameters["transport"] == "grpc"
+    assert knn.pair_result.parameters["transport"] == "grpc"
+    assert knn.pair_result.integer_distances.tolist() == [sq[i][j]
+                                                          for i, j in knn.pairs.tolist()]
+    in_memory = omnifc.secure_knn_graph(parts, k=3, landmarks=knn.landmarks.tolist(),
+                                        candidates=5, bound=1.0, scale_bits=8)
+    assert knn.pairs.tolist() == in_memory.pairs.tolist()
+    assert knn.indices.tolist() == in_memory.indices.tolist()
+    assert knn.integer_distances.tolist() == [[sq[i][j] for j in row]
+                                              for i, row in enumerate(knn.indices.tolist())]
