@@ -73,8 +73,8 @@ def secure_knn_graph(parties, *, k: int, n_landmarks: int | None = None, landmar
     >>> import numpy as np, omnifc
     >>> parties = [np.array([[0.0, 0.0], [0.0, 1.0]]), np.array([[5.0, 5.0], [5.0, 6.0]]),
     ...            np.array([[1.0, 0.0], [6.0, 6.0]])]
-    >>> knn = omnifc.secure_knn_graph(parties, k=1, n_landmarks=3, candidates=2,
-    ...                               bound=8.0, scale_bits=4)
+    >>> knn = omnifc.secure_knn_graph(parties, k=1, n_landmarks=3, candidates=5,
+    ...                               bound=8.0, scale_bits=4)  # c = n - 1: exact
     >>> knn.indices.ravel().tolist()
     [1, 0, 3, 2, 0, 3]
     """
