@@ -20,11 +20,12 @@ from ._result import DistanceResult, PhaseStats
 from ._store import DistanceAccumulator, DistanceStore, TiledDistances, plaintext_distance_store
 from ._plaintext import plaintext_sq_distances
 from ._secure import secure_distance_matrix
+from ._secure_knn import secure_knn_graph
 from ._secure_sum import SumResult, secure_sum
 from .experiments import DATASETS, Dataset, load_dataset
 from ._geometry import centroid_sq_distances, check_distance_matrix, classical_mds, to_euclidean
 from .experiments import split_non_iid
-from ._clustering import METHODS, canonical_order, cluster
+from ._clustering import METHODS, KNNGraph, canonical_order, cluster
 from ._estimators import (DistanceDBSCAN, DistanceFuzzyCMeans, DistanceHierarchical,
                           DistanceKMeans, DistanceKMedoids, DistanceNMF, DistanceSpectral)
 from ._federated import FederatedClustering
@@ -37,7 +38,7 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 __version__ = "0.1.0"
 
 __all__ = [
-    "secure_distance_matrix", "plaintext_sq_distances", "secure_sum", "SumResult", "DistanceResult", "PhaseStats", "DistanceAccumulator", "DistanceStore", "TiledDistances", "plaintext_distance_store", "split_non_iid", "classical_mds", "centroid_sq_distances", "check_distance_matrix",
+    "secure_distance_matrix", "secure_knn_graph", "KNNGraph", "plaintext_sq_distances", "secure_sum", "SumResult", "DistanceResult", "PhaseStats", "DistanceAccumulator", "DistanceStore", "TiledDistances", "plaintext_distance_store", "split_non_iid", "classical_mds", "centroid_sq_distances", "check_distance_matrix",
     "to_euclidean", "load_dataset", "Dataset", "DATASETS",
     "cluster", "METHODS", "canonical_order", "DistanceKMeans", "DistanceSpectral",
     "DistanceFuzzyCMeans", "DistanceNMF", "DistanceDBSCAN", "DistanceHierarchical",

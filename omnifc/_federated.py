@@ -186,13 +186,21 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         Bytes of n x n data kept in RAM (default 2 GiB); above it the coordinator
         accumulates D in a temporary memory-mapped file, clustered out of core
         (docs/scale.md).
-    distances : {"full", "landmarks"}
+    distances : {"full", "landmarks", "knn"}
         Which entries of D the session computes (docs/protocol.md, "Layouts"): all
         (default), or D[:, L] for ``n_landmarks`` landmark rows drawn from the session's
         public randomness, clustered by k-means on landmark (Nyström) MDS coordinates
-        (``method="kmeans"`` only; the coordinator then learns n x L entries of D).
+        (``method="kmeans"`` only; the coordinator then learns n x L entries of D), or
+        ``"knn"``: D[:, L] and then the distances of every row's ``candidates`` nearest
+        rows in its landmark embedding, a second session, giving the exact
+        ``n_neighbors``-NN graph (:func:`omnifc.secure_knn_graph`), clustered by
+        ``method="spectral"`` or ``"dbscan"`` on that graph.
     n_landmarks : int, optional
-        L, for ``distances="landmarks"``.
+        L, for ``distances="landmarks"`` or ``"knn"``.
+    n_neighbors : int, optional
+        k of the k-NN graph, for ``distances="knn"`` (default 10, at most n - 1).
+    candidates : int, optional
+        Candidate neighbours per row for ``distances="knn"`` (default ``4 * n_neighbors``).
 
     Attributes
     ----------
@@ -218,7 +226,10 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     clipped_ : dict of str to (int, float)
         Per party: clipped entries and their fraction of the party's entries.
     distance_result_ : DistanceResult
-        The reconstruction (distances, integer distances, owners, parameters, stats).
+        The reconstruction (distances, integer distances, owners, parameters, stats); with
+        ``distances="knn"`` the landmarks session's.
+    knn_graph_ : KNNGraph
+        With ``distances="knn"``: the exact k-NN graph (both sessions' results in it).
     details_ : dict
         Method-specific results (e.g. ``init_indices``, ``medoid_indices``, ``eps``).
     """
@@ -227,7 +238,7 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                  scale_bits=16, bound=None, nonnegative=False, clip="clip",
                  max_clipped=MAX_CLIPPED, n_parties=None, random_state=None, options=None,
                  integrity="detect", adversaries=None, mask_degree=0, memory_budget=None,
-                 distances="full", n_landmarks=None):
+                 distances="full", n_landmarks=None, n_neighbors=None, candidates=None):
         self.method = method
         self.n_clusters = n_clusters
         self.segments = segments
@@ -246,6 +257,8 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         self.memory_budget = memory_budget
         self.distances = distances
         self.n_landmarks = n_landmarks
+        self.n_neighbors = n_neighbors
+        self.candidates = candidates
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -273,9 +286,18 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         if self.nonnegative and any((x < 0).any() for x in arrays):
             raise InputError("Negative values in data passed to FederatedClustering with "
                              "nonnegative=True: features must lie in [0, bound]")
-        result = self._secure(dict(zip(names, arrays)), n_landmarks=self.n_landmarks)
-        # a landmarks result is clustered as a whole (D[:, L] and its landmarks)
-        source = result if result.layout == "landmarks" else result.distances
+        if self.distances == "knn":  # two sessions: D[:, L], then the candidate pairs
+            from ._secure_knn import secure_knn_graph
+
+            source = secure_knn_graph(dict(zip(names, arrays)), k=self._n_neighbors(),
+                                      n_landmarks=int(self.n_landmarks),
+                                      candidates=self.candidates, **self._session())
+            result = source.landmark_result
+            self.knn_graph_ = source
+        else:
+            result = self._secure(dict(zip(names, arrays)), n_landmarks=self.n_landmarks)
+            # a landmarks result is clustered as a whole (D[:, L] and its landmarks)
+            source = result if result.layout == "landmarks" else result.distances
         details = fit_method(source, self.method, self.n_clusters,
                              random_state=self.random_state, **dict(self.options or {}))
         labels = np.asarray(details["labels"])
@@ -297,18 +319,32 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         return self
 
     def _check_distances(self) -> None:
-        if self.distances not in ("full", "landmarks"):
-            raise ParameterError(f"distances must be 'full' or 'landmarks', got "
+        if self.distances not in ("full", "landmarks", "knn"):
+            raise ParameterError(f"distances must be 'full' or 'landmarks' or 'knn', got "
                                  f"{self.distances!r}")
-        if self.distances == "landmarks":
-            if self.method != "kmeans":
+        if self.distances == "knn":
+            from ._clustering._neighbours import KNN_METHODS
+
+            if self.method not in KNN_METHODS:
+                raise ParameterError(f"distances='knn' clusters the k-NN graph: method must "
+                                     f"be one of {list(KNN_METHODS)}, got {self.method!r}")
+            self._n_neighbors()
+        if self.distances in ("landmarks", "knn"):
+            if self.distances == "landmarks" and self.method != "kmeans":
                 raise ParameterError(f"distances='landmarks' clusters by k-means on landmark "
                                      f"MDS coordinates: method must be 'kmeans', got "
                                      f"{self.method!r}")
             if isinstance(self.n_landmarks, bool) or not isinstance(
                     self.n_landmarks, (int, np.integer)) or self.n_landmarks < 1:
-                raise ParameterError(f"distances='landmarks' needs n_landmarks, an integer "
-                                     f">= 1, got {self.n_landmarks!r}")
+                raise ParameterError(f"distances={self.distances!r} needs n_landmarks, an "
+                                     f"integer >= 1, got {self.n_landmarks!r}")
+
+    def _n_neighbors(self) -> int:
+        k = 10 if self.n_neighbors is None else self.n_neighbors
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ParameterError(f"distances='knn' needs n_neighbors, an integer >= 1, got "
+                                 f"{self.n_neighbors!r}")
+        return int(k)
 
     def _layout(self, *, n_landmarks=None, landmarks=None) -> dict:
         if self.distances != "landmarks":
@@ -320,15 +356,15 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
     def _secure(self, parties: dict, **layout):
         """One secure reconstruction of D (or of the layout's entries) with this
         estimator's public parameters."""
-        return secure_distance_matrix(parties, **self._layout(**layout),
-                                      bound=self.bound, scale_bits=self.scale_bits,
-                                      segments=self.segments,
-                                      noise_segments=self.noise_segments,
-                                      nonnegative=self.nonnegative, clip=self.clip,
-                                      max_clipped=self.max_clipped, integrity=self.integrity,
-                                      adversaries=self.adversaries,
-                                      mask_degree=self.mask_degree,
+        return secure_distance_matrix(parties, **self._layout(**layout), **self._session(),
                                       memory_budget=self.memory_budget)
+
+    def _session(self) -> dict:
+        """This estimator's public session parameters (every layout)."""
+        return dict(bound=self.bound, scale_bits=self.scale_bits, segments=self.segments,
+                    noise_segments=self.noise_segments, nonnegative=self.nonnegative,
+                    clip=self.clip, max_clipped=self.max_clipped, integrity=self.integrity,
+                    adversaries=self.adversaries, mask_degree=self.mask_degree)
 
     @_predict_if_method
     def predict(self, X, *, owners=None):

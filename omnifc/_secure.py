@@ -12,6 +12,7 @@ import logging
 import numpy as np
 
 from finite_field import InputError, ParameterError, check_adversaries, make_plan
+from protocols import DEFAULT_MAX_PAIRS
 
 from ._clipping import MAX_CLIPPED, check_clipping, clip_report
 from ._result import DistanceResult, PhaseStats
@@ -37,7 +38,6 @@ NOT_KEYWORDS = {
     "betas": "the default points (pairwise distinct, checked by the plan)",
     "layout_rows": "given as landmarks= (layout 'landmarks') or pairs= (layout 'pairs')",
     "max_landmarks": "the caller holds every row: the table's cap bounds landmarks=",
-    "max_pairs": "the caller holds every row: the table's cap bounds pairs=",
 }
 
 
@@ -101,7 +101,8 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
                            memory_budget=None, integrity: str = "detect",
                            adversaries: int | None = None,
                            mask_degree: int = 0, layout: str = "full", landmarks=None,
-                           n_landmarks: int = 0, pairs=None) -> DistanceResult:
+                           n_landmarks: int = 0, pairs=None,
+                           max_pairs: int = DEFAULT_MAX_PAIRS) -> DistanceResult:
     """Exact pairwise squared distances of all parties' rows, computed on Lagrange shares.
 
     Each party quantizes its rows with the public ``bound`` and ``scale_bits``, encodes them
@@ -183,6 +184,10 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
         pairs ``pairs`` ((i, j) global rows). The coordinator learns only those entries;
         the result holds them (``layout``, ``landmarks``, ``pairs``), in memory (``out``
         is for the full layout).
+    max_pairs : int
+        The public cap on the number of pairs of a ``"pairs"`` layout (default and at most
+        2^19: the list travels in the roster); a longer list is refused before anything
+        runs.
 
     Returns
     -------

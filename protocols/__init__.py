@@ -33,6 +33,7 @@ from ._crypto import EphemeralKey, PairKeys
 from ._files import prepare_output_folder
 from ._generated import omnifc_pb2
 from ._grpc_coordinator import coordinator_from_config
+from ._layouts import DEFAULT_MAX_PAIRS
 from ._log_once import log_once, log_once_scope
 from ._mask_graph import check_distance_mask_degree, collusion_threshold
 from ._messages import envelope, row_tiles

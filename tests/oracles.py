@@ -61,3 +61,11 @@ def graph_connected(n, edges, removed) -> bool:
                     seen.add(y)
                     stack.append(y)
     return len(seen) == len(alive)
+
+
+def k_nearest(sq, k):
+    """Each row's k nearest other rows of a square list-of-lists of exact squared distances,
+    nearest first, ties to the lower row index (a stable sort of each row by distance)."""
+    n = len(sq)
+    return [sorted((j for j in range(n) if j != i), key=lambda j: (sq[i][j], j))[:k]
+            for i in range(n)]

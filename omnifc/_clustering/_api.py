@@ -52,6 +52,10 @@ def fit_method(distances, method: str, n_clusters=None, *, random_state=None,
     if method not in _FUNCTIONS:
         raise ParameterError(f"unknown clustering method {method!r}; choose one of "
                              f"{list(METHODS)}")
+    from ._neighbours import KNNGraph, fit_knn
+
+    if isinstance(distances, KNNGraph):  # the exact k-NN graph (secure_knn_graph)
+        return fit_knn(distances, method, n_clusters, random_state=random_state, **options)
     if getattr(distances, "landmarks", None) is not None or \
             getattr(distances, "pairs", None) is not None:  # a layout's result
         from ._landmarks import fit_layout
@@ -165,7 +169,10 @@ def cluster(distances, method: str = "kmeans", n_clusters=None, *, random_state=
         fit its memory budget, and otherwise by the streamed ones (see ``out_of_core``).
         The result of a ``landmarks`` session (D[:, L] with its ``landmarks``, e.g. what
         the coordinator's callback receives) is clustered by ``"kmeans"`` on landmark MDS
-        coordinates (:func:`~omnifc._clustering.landmark_kmeans`).
+        coordinates (:func:`~omnifc._clustering.landmark_kmeans`). A
+        :class:`~omnifc.KNNGraph` (:func:`omnifc.secure_knn_graph`) is clustered by
+        ``"spectral"`` (``affinity`` "gaussian" or "connectivity" on its symmetric edges)
+        or ``"dbscan"`` (on its Euclidean edges).
     method : str
         ``"kmeans"`` exact k-means (classical MDS of D, then Lloyd from k-means++ seeds
         chosen on D; equals k-means on the plaintext rows with the same seed rows),
