@@ -85,7 +85,7 @@ __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "Peer
            "DEFAULT_MEMORY_BUDGET", "DEFAULT_TILE_BYTES", "DistanceAccumulator",
            "DistanceStore", "TiledDistances", "storage_dtype", "rows_per_tile",
            "EphemeralKey", "PairKeys", "prepare_output_folder", "omnifc_pb2",
-           "coordinator_from_config", "log_once", "log_once_scope",
+           "coordinator_from_config", "DEFAULT_MAX_PAIRS", "log_once", "log_once_scope",
            "check_distance_mask_degree", "collusion_threshold", "envelope", "row_tiles",
            "PARAMETER", "PARAMETERS", "add_parameter_options", "check_parameters",
            "parameter_fields", "table_fields", "values_from_options", "as_protocol_error",

@@ -369,7 +369,7 @@ def test_the_keywords_are_the_parameter_tables_rows():
 
     from omnifc._secure import NOT_KEYWORDS, session_keywords
     assert keyword_mismatches(PARAMETERS, secure_distance_matrix, NOT_KEYWORDS) == []
-    assert session_keywords() == ('bound', 'scale_bits', 'segments', 'noise_segments', 'nonnegative', 'primes', 'mode', 'integrity', 'mask_degree', 'adversaries', 'layout', 'n_landmarks')
+    assert session_keywords() == ('bound', 'scale_bits', 'segments', 'noise_segments', 'nonnegative', 'primes', 'mode', 'integrity', 'mask_degree', 'adversaries', 'layout', 'n_landmarks', 'max_pairs')
 
 
 def test_a_new_table_row_is_flagged_until_it_is_a_keyword_or_excused():
