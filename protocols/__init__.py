@@ -1,28 +1,32 @@
 """The share-exchange protocol: sans-IO state machines, cryptography and transports."""
 
 from finite_field import (DeadlineError, DeviationError, InputError, IntegrityError,
-                          OmniFCError,
-                          ParameterError, PeerError, ProtocolError)
+                          OmniFCError, ParameterError, PeerError, ProtocolError)
+from finite_field._lazy import lazy_exports
 
-from ._config import (ClusteringRequest, ConfigParameters, Deadlines, PartyEntry,
-                      SessionConfig, TLSFiles, TLSSettings, dump_session_config,
-                      load_session_config, new_session_id, parameters_from_config,
-                      session_fingerprint, validate_party_name)
-from ._cards import Card, generate_keys, load_card, new_session_config
-from ._identity import (generate_identity, identity_fingerprint, load_identity,
-                        public_key_bytes, public_key_hex, save_identity, sign, verify)
-from ._tls import (MAX_MESSAGE_BYTES, CertificateSet, PartyFiles, authenticated_party,
-                   certificate_sha256, channel_credentials, coordinator_credentials,
-                   check_own_keys, generate_certificates, make_channel, make_server,
-                   party_credentials,
-                   peer_certificate_sha256, peer_common_name, server_credentials)
-from ._coordinator import PHASES, Coordinator, Outcome
-from ._crypto import PROTOCOL_VERSION
-from ._memory import ReceivedMessage, Transcript, run_memory_session
-from ._messages import SessionParameters, parse_envelope
-from ._party import Party
-from ._grpc_coordinator import CoordinatorServer
-from ._grpc_local import LocalSession, run_local_grpc_session
+# Submodules load on first use (PEP 562): a command or a party process pays only for the
+# parts it touches (gRPC, cryptography, the numba kernels).
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "._config": ["ClusteringRequest", "ConfigParameters", "Deadlines", "PartyEntry",
+                 "SessionConfig", "TLSFiles", "TLSSettings", "dump_session_config",
+                 "load_session_config", "new_session_id", "parameters_from_config",
+                 "session_fingerprint", "validate_party_name"],
+    "._cards": ["Card", "generate_keys", "load_card", "new_session_config"],
+    "._identity": ["generate_identity", "identity_fingerprint", "load_identity",
+                   "public_key_bytes", "public_key_hex", "save_identity", "sign", "verify"],
+    "._tls": ["MAX_MESSAGE_BYTES", "CertificateSet", "PartyFiles", "authenticated_party",
+              "certificate_sha256", "channel_credentials", "coordinator_credentials",
+              "check_own_keys", "generate_certificates", "make_channel", "make_server",
+              "party_credentials", "peer_certificate_sha256", "peer_common_name",
+              "server_credentials"],
+    "._coordinator": ["PHASES", "Coordinator", "Outcome"],
+    "._crypto": ["PROTOCOL_VERSION"],
+    "._memory": ["ReceivedMessage", "Transcript", "run_memory_session"],
+    "._messages": ["SessionParameters", "parse_envelope"],
+    "._party": ["Party"],
+    "._grpc_coordinator": ["CoordinatorServer"],
+    "._grpc_local": ["LocalSession", "run_local_grpc_session"],
+})
 
 __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
            "DeadlineError", "IntegrityError", "DeviationError",
