@@ -182,3 +182,21 @@ def test_omnifc_bench_knows_every_benchmark_script():
     done = run("-m", "omnifc.cli", "bench", "integrity-protocol", "--help", timeout=120)
     assert done.returncode == 0, done.stderr
     assert "usage: bench_integrity_protocol.py" in done.stdout and "--quick" in done.stdout
+
+
+@pytest.mark.timeout(600)
+def test_bench_startup_quick_reports_each_subject_against_import_numpy():
+    done = run(BENCH / "bench_startup.py", "--quick")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= 100 for line in lines), max(lines, key=len)
+    assert "ratio = subject wall / baseline wall (import numpy), lower is better" in lines
+    rows = {line[:26].strip(): line[26:].split() for line in lines
+            if line[:26].strip() in ("import numpy (baseline)", "import omnifc",
+                                     "omnifc --help")}
+    assert set(rows) == {"import numpy (baseline)", "import omnifc", "omnifc --help"}
+    assert rows["import numpy (baseline)"][2] == "1.00x"
+    for wall, cpu, ratio, *verdict in rows.values():
+        assert float(wall.rstrip("s")) > 0 and float(cpu.rstrip("s")) >= 0
+    assert rows["omnifc --help"][-1] in ("met", "NOT") or rows["omnifc --help"][-2:] == [
+        "NOT", "met"]

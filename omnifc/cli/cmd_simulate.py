@@ -8,7 +8,7 @@ import numpy as np
 
 from protocols._parameters import add_parameter_options
 
-from ..experiments import DATASETS
+from ..experiments import DATASETS, load_dataset, split_non_iid  # light: no sklearn model
 
 
 def register(subparsers) -> None:
@@ -52,8 +52,7 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, parties: int = 3) 
 
 
 def run(args) -> int:
-    from .._secure import secure_distance_matrix
-    from ..experiments import load_dataset, split_non_iid
+    from .._secure import secure_distance_matrix  # here: the protocol loads numba
 
     if getattr(args, "adapter", None):
         return run_adapter(args)
