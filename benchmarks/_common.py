@@ -17,6 +17,7 @@ import gc
 import os
 import platform
 import statistics
+import textwrap
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -24,7 +25,11 @@ from typing import Callable
 import numpy as np
 
 __all__ = ["Row", "time_round_robin", "SETTLE_SECONDS", "environment", "print_environment",
-           "print_grid", "print_table", "blas_threads", "format_seconds"]
+           "print_grid", "print_table", "print_ratio_tables", "blas_threads", "format_seconds",
+           "WIDTH", "wrapped"]
+
+#: Every line a benchmark prints fits this many columns.
+WIDTH = 100
 
 _ENV_PREFIXES = ("OPENBLAS_", "GOTO", "OMP_", "MKL_", "NUMBA_", "BLIS_", "VECLIB_",
                  "KMP_", "GOMP_")
@@ -136,19 +141,24 @@ def environment() -> dict:
     return info
 
 
+def wrapped(text: str) -> str:
+    """``text`` folded to :data:`WIDTH` columns, continuation lines indented."""
+    return textwrap.fill(text, WIDTH, subsequent_indent="    ", break_on_hyphens=False)
+
+
 def print_environment(info: dict) -> None:
-    print(f"python {info['python']} on {info['machine']}, {info.get('cpu', '?')}, "
-          f"{info['cpu_count']} CPUs; numpy {info['numpy']}, numba {info['numba']} "
-          f"({info['numba_threads']} threads, layer {info['numba_threading_layer']})")
+    print(wrapped(f"python {info['python']} on {info['machine']}, {info.get('cpu', '?')}, "
+                  f"{info['cpu_count']} CPUs; numpy {info['numpy']}, numba {info['numba']} "
+                  f"({info['numba_threads']} threads, layer {info['numba_threading_layer']})"))
     pools = info["threadpools"]
     if isinstance(pools, str):
-        print(f"thread pools: {pools}")
+        print(wrapped(f"thread pools: {pools}"))
     else:
         for pool in pools:
-            print("thread pool: " + ", ".join(f"{k}={v}" for k, v in pool.items()))
+            print(wrapped("thread pool: " + ", ".join(f"{k}={v}" for k, v in pool.items())))
     env = info["env"]
-    print("thread environment: " + (", ".join(f"{k}={v}" for k, v in env.items())
-                                    if env else "(no OPENBLAS_*/OMP_*/NUMBA_*/MKL_* set)"))
+    print(wrapped("thread environment: " + (", ".join(f"{k}={v}" for k, v in env.items())
+                                            if env else "(no OPENBLAS_*/OMP_*/NUMBA_*/MKL_* set)")))
     print(f"load average: {info['loadavg']}")
 
 
@@ -166,10 +176,10 @@ def print_grid(header: list[str], lines: list[list[str]]) -> None:
     """Print ``lines`` (lists of strings) as left-aligned columns under ``header``."""
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    print(fmt.format(*header))
+    print(fmt.format(*header).rstrip())
     print(fmt.format(*("-" * w for w in widths)))
     for line in lines:
-        print(fmt.format(*line))
+        print(fmt.format(*line).rstrip())
 
 
 def print_table(rows: list[Row]) -> None:
@@ -187,3 +197,42 @@ def print_table(rows: list[Row]) -> None:
     notes = [(row.kernel, row.note) for row in rows if row.note]
     for kernel, note in notes:
         print(f"  note [{kernel}]: {note}")
+
+
+def print_ratio_tables(rows: list[Row], *, reference: list[Row] = ()) -> None:
+    """The results as tables of at most :data:`WIDTH` columns, each saying what it shows.
+
+    1. speed: each kernel's median, its baseline's median (measured in the same run) and
+       ``ratio = kernel / baseline``: lower is better, 1.00x is as fast as the baseline;
+       a rate target (``>= ... G el/s``) is judged on the rate, not on the ratio.
+    2. what was measured: the shape, the baseline and the rate (higher is better).
+    3. ``reference`` rows (an independent library doing the same work): how many times
+       slower it is than ours (higher means ours is faster).
+    """
+    print("speed: ratio = kernel median / baseline median, same run; lower is better")
+    print("(a target in G el/s is judged on the rate of the next table, not on the ratio)")
+    lines = []
+    for row in rows:
+        ratio = row.ratio
+        verdict = "-" if row.passed is None else ("pass" if row.passed else "FAIL")
+        lines.append([row.kernel, format_seconds(row.seconds),
+                      format_seconds(row.baseline_seconds),
+                      "-" if ratio is None else f"{ratio:.2f}x",
+                      row.target if row.passed is not None else "-", verdict])
+    print_grid(["kernel", "median", "baseline", "ratio", "target", "verdict"], lines)
+    print()
+    print("what was measured (rate: higher is better)")
+    print_grid(["kernel", "shape", "baseline", "rate"],
+               [[row.kernel, row.shape, row.baseline_name, row.rate or "-"] for row in rows])
+    if reference:
+        print()
+        print("reference: galois (the test oracle) doing the same work; "
+              "x slower = galois / ours")
+        print_grid(["work", "galois", "ours", "x slower", "shape"],
+                   [[row.kernel, format_seconds(row.seconds),
+                     format_seconds(row.baseline_seconds),
+                     "-" if row.ratio is None else f"{row.ratio:.0f}x", row.shape]
+                    for row in reference])
+    for row in [*rows, *reference]:
+        if row.note:
+            print(wrapped(f"  note [{row.kernel}]: {row.note}"))

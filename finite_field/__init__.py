@@ -1,36 +1,43 @@
 """Exact finite-field arithmetic for OmniFC: quantization, Lagrange coding, modular kernels.
 
 This is the low-level layer ("hazmat"): it computes exactly what it is told and assumes the
-caller keeps noise and shares secret. It imports only numpy, numba, galois (for setup-time
-primality) and threadpoolctl (BLAS thread counts); a test proves it never imports the
-layers above.
+caller keeps noise and shares secret. It imports only numpy, numba and threadpoolctl (BLAS
+thread counts; galois is the test oracle, never imported here); a test proves it never
+imports the layers above. Names load lazily: importing the package costs only the
+exception classes until a kernel is used.
 """
 
 import logging
 
-from ._aggregate import (add_reduced, add_upload, mask_words, masked_upload,
-                         masked_upload_streams, symmetrize_mod)
-from ._attribution import Attribution, attribute, located_errors
-from ._crt import crt_combine
-from ._decode import WrapAroundError, decode_residues, decode_upper
 from ._errors import (AuthenticationError, DeadlineError, DeviationError, InputError,
                       IntegrityError, OmniFCError, ParameterError, PeerError, ProtocolError)
-from ._kernels import (DistanceTiles, cross_sq_distances, distances_from_gram, encode_blocks,
-                       gram_matrix, paired_sq_distances, sq_distances, sq_distances_tile,
-                       weighted_sum)
-from ._integrity_masks import (MaskGroup, choose_mask_groups, cyclic_groups,
-                               exposed_coalitions, integrity_rows, integrity_upload,
-                               mask_groups, null_space,
-                               party_mask, rank_mod, spans_complement)
-from ._lagrange import LagrangeCode, lagrange_basis_at, min_parties
-from ._plan import (INTEGRITY_POLICIES, CodingPlan, Tolerance, check_adversaries,
-                    decoding_radius, make_plan, parties_needed, tolerance)
-from ._primes import MAX_PRIME, choose_primes, fast_primes, validate_prime
-from ._quantize import Quantized, Quantizer
-from ._reed_solomon import (CheckedSum, Decoding, ReedSolomonCheck, checked_sum,
-                             decode_evaluations, dual_multipliers, weighted_sums)
-from ._random import SYSTEM_RANDOM, ByteSource, SystemRandom, uniform_elements
-from ._steps import decode_sum, encode_rows, evaluate_shares, weight_evaluation
+from ._lazy import lazy_exports
+
+# Everything else loads on first use (PEP 562): ``from finite_field import ParameterError``
+# must not pay for compiling or loading the numba kernels.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "._aggregate": ["add_reduced", "add_upload", "mask_words", "masked_upload",
+                    "masked_upload_streams", "symmetrize_mod"],
+    "._attribution": ["Attribution", "attribute", "located_errors"],
+    "._crt": ["crt_combine"],
+    "._decode": ["WrapAroundError", "decode_residues", "decode_upper"],
+    "._kernels": ["DistanceTiles", "cross_sq_distances", "distances_from_gram", "encode_blocks",
+                  "gram_matrix", "paired_sq_distances", "sq_distances", "sq_distances_tile",
+                  "weighted_sum"],
+    "._integrity_masks": ["MaskGroup", "choose_mask_groups", "cyclic_groups",
+                          "exposed_coalitions", "integrity_rows", "integrity_upload",
+                          "mask_groups", "null_space", "party_mask", "rank_mod",
+                          "spans_complement"],
+    "._lagrange": ["LagrangeCode", "lagrange_basis_at", "min_parties"],
+    "._plan": ["INTEGRITY_POLICIES", "CodingPlan", "Tolerance", "check_adversaries",
+               "decoding_radius", "make_plan", "parties_needed", "tolerance"],
+    "._primes": ["MAX_PRIME", "choose_primes", "fast_primes", "validate_prime"],
+    "._quantize": ["Quantized", "Quantizer"],
+    "._reed_solomon": ["CheckedSum", "Decoding", "ReedSolomonCheck", "checked_sum",
+                       "decode_evaluations", "dual_multipliers", "weighted_sums"],
+    "._random": ["SYSTEM_RANDOM", "ByteSource", "SystemRandom", "uniform_elements"],
+    "._steps": ["decode_sum", "encode_rows", "evaluate_shares", "weight_evaluation"],
+})
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 

@@ -291,8 +291,13 @@ def masked_upload_streams(values, weight: int, streams, p: int) -> np.ndarray:
     rows, cols = grid.shape
     out = np.empty(grid.shape, dtype=np.uint32)
     step = max(1, STREAM_CHUNK // max(cols, 1))
-    acc = np.empty(min(step, rows) * cols, dtype=np.int64)
     weight = int(weight) % p
+    if all(coefficient in (1, p - 1) for _, coefficient in plan):
+        # Pairwise masks only (+1/-1): each chunk's words land in two stacked buffers and
+        # one pass of _masked_upload_kernel weights, adds, subtracts and reduces them.
+        _masked_chunks(grid, weight, plan, p, out, step)
+        return out.reshape(shape)
+    acc = np.empty(min(step, rows) * cols, dtype=np.int64)
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
         chunk = acc[:(r1 - r0) * cols]
@@ -311,6 +316,33 @@ def masked_upload_streams(values, weight: int, streams, p: int) -> np.ndarray:
                 _accumulate_scaled(chunk, words, p, coefficient)
         _reduce_into(chunk, p, out[r0:r1])
     return out.reshape(shape)
+
+
+def _masked_chunks(grid, weight: int, plan, p: int, out, step: int) -> None:
+    # masked_upload_streams for coefficients +1 / -1, chunk by chunk (see there).
+    rows, cols = grid.shape
+    signs = [coefficient == p - 1 for _, coefficient in plan]
+    width = min(step, rows) * cols
+    if width == 0:
+        return
+    adds = np.empty(signs.count(False) * width, dtype=np.uint32)
+    subs = np.empty(signs.count(True) * width, dtype=np.uint32)
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        size = (r1 - r0) * cols
+        add_rows = adds[:adds.size // width * size].reshape(-1, size)
+        sub_rows = subs[:subs.size // width * size].reshape(-1, size)
+        filled = {False: 0, True: 0}
+        for (stream, _), negate in zip(plan, signs):
+            target = (sub_rows if negate else add_rows)[filled[negate]]
+            filled[negate] += 1
+            words = stream.next(size)
+            if words.shape != (size,) or words.dtype != np.uint32:
+                raise ParameterError(f"a mask stream returned {words.shape} {words.dtype}, "
+                                     f"expected ({size},) uint32")
+            target[:] = words
+        if _masked_upload_kernel(grid[r0:r1], weight, add_rows, sub_rows, p, out[r0:r1]):
+            raise ParameterError(f"values must be reduced field elements in [0, {p})")
 
 
 def add_upload(target: np.ndarray, upload, p: int) -> None:

@@ -19,8 +19,6 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-import galois
-
 from ._errors import ParameterError
 
 __all__ = ["MAX_PRIME", "MAX_EXACT_INTEGER", "validate_prime", "fast_primes", "choose_primes"]
@@ -30,6 +28,42 @@ MAX_PRIME = 2**31 - 1
 
 #: Reconstructed integers (squared distances) must stay below this to fit in int64.
 MAX_EXACT_INTEGER = 2**63 - 1
+
+
+def _is_prime(n: int) -> bool:
+    """Deterministic Miller-Rabin: bases 2, 3, 5, 7 are exact for n < 3,215,031,751 > 2^31.
+
+    (galois, the test oracle, checks this against its own primality test.)
+
+    >>> [q for q in range(20) if _is_prime(q)]
+    [2, 3, 5, 7, 11, 13, 17, 19]
+    """
+    if n < 2:
+        return False
+    for small in (2, 3, 5, 7):
+        if n % small == 0:
+            return n == small
+    if n >= _MILLER_RABIN_EXACT_BELOW:
+        raise ParameterError(f"primality is decided only below {_MILLER_RABIN_EXACT_BELOW}, "
+                             f"got {n}")
+    odd, twos = n - 1, 0
+    while odd % 2 == 0:
+        odd, twos = odd // 2, twos + 1
+    for base in (2, 3, 5, 7):
+        x = pow(base, odd, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(twos - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+# The bases 2, 3, 5, 7 decide primality exactly below this (Jaeschke 1993).
+_MILLER_RABIN_EXACT_BELOW = 3_215_031_751
 
 
 def validate_prime(p: int, *, what: str = "modulus") -> int:
@@ -43,7 +77,7 @@ def validate_prime(p: int, *, what: str = "modulus") -> int:
     p = int(p)
     if not 3 <= p <= MAX_PRIME:
         raise ParameterError(f"{what} must be a prime in [3, 2^31-1], got {p}")
-    if not galois.is_prime(p):
+    if not _is_prime(p):
         raise ParameterError(f"{what} must be prime, got {p} (composite)")
     return p
 
@@ -59,7 +93,9 @@ def fast_primes(count: int) -> tuple[int, ...]:
     p = MAX_PRIME
     while len(primes) < count:
         primes.append(p)
-        p = galois.prev_prime(p - 1)
+        p -= 2
+        while not _is_prime(p):
+            p -= 2
     return tuple(int(q) for q in primes)
 
 

@@ -15,23 +15,29 @@ import logging
 from finite_field import (AuthenticationError, DeadlineError, DeviationError, InputError,
                           IntegrityError, OmniFCError, ParameterError, PeerError,
                           ProtocolError)
+from finite_field._lazy import lazy_exports
 
-from ._result import DistanceResult, PhaseStats
-from ._store import DistanceAccumulator, DistanceStore, TiledDistances, plaintext_distance_store
-from ._plaintext import plaintext_sq_distances
-from ._secure import secure_distance_matrix
-from ._secure_knn import secure_knn_graph
-from ._secure_sum import SumResult, secure_sum
-from .experiments import DATASETS, Dataset, load_dataset
-from ._geometry import centroid_sq_distances, check_distance_matrix, classical_mds, to_euclidean
-from .experiments import split_non_iid
-from ._clustering import METHODS, KNNGraph, canonical_order, cluster
-from ._estimators import (DistanceDBSCAN, DistanceFuzzyCMeans, DistanceHierarchical,
-                          DistanceKMeans, DistanceKMedoids, DistanceNMF, DistanceSpectral)
-from ._federated import FederatedClustering
-from .experiments import KFed, adjusted_rand, clustering_scores, kappa, nmi
-from . import audit
-from . import adapters
+# Every name loads on first use (PEP 562): ``import omnifc`` costs only the exception
+# classes; scikit-learn, gRPC and the numba kernels load with the first name that needs them.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "._result": ["DistanceResult", "PhaseStats"],
+    "._store": ["DistanceAccumulator", "DistanceStore", "TiledDistances",
+                "plaintext_distance_store"],
+    "._plaintext": ["plaintext_sq_distances"],
+    "._secure": ["secure_distance_matrix"],
+    "._secure_knn": ["secure_knn_graph"],
+    "._secure_sum": ["SumResult", "secure_sum"],
+    ".experiments": ["DATASETS", "Dataset", "load_dataset", "split_non_iid", "KFed",
+                     "adjusted_rand", "clustering_scores", "kappa", "nmi"],
+    "._geometry": ["centroid_sq_distances", "check_distance_matrix", "classical_mds",
+                   "to_euclidean"],
+    "._clustering": ["METHODS", "KNNGraph", "canonical_order", "cluster"],
+    "._estimators": ["DistanceDBSCAN", "DistanceFuzzyCMeans", "DistanceHierarchical",
+                     "DistanceKMeans", "DistanceKMedoids", "DistanceNMF", "DistanceSpectral"],
+    "._federated": ["FederatedClustering"],
+    ".audit": ["audit"],
+    ".adapters": ["adapters"],
+})
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 

@@ -5,57 +5,44 @@ import logging
 from finite_field import (AuthenticationError, DeadlineError, DeviationError, InputError,
                           IntegrityError, OmniFCError, ParameterError, PeerError,
                           ProtocolError)
+from finite_field._lazy import lazy_exports
 
-from ._config import (ClusteringRequest, ConfigParameters, Deadlines, PartyEntry,
-                      SessionConfig, TLSFiles, TLSSettings, dump_session_config,
-                      load_session_config, new_session_id, parameters_from_config,
-                      session_fingerprint, validate_party_name)
-from ._cards import Card, generate_keys, load_card, new_session_config
-from ._identity import (generate_identity, identity_fingerprint, load_identity,
-                        public_key_bytes, public_key_hex, save_identity, sign, verify)
-from ._tls import (MAX_MESSAGE_BYTES, CertificateSet, PartyFiles, authenticated_party,
-                   certificate_sha256, channel_credentials, coordinator_credentials,
-                   check_own_keys, generate_certificates, make_channel, make_server,
-                   party_credentials,
-                   peer_certificate_sha256, peer_common_name, server_credentials)
-from ._coordinator import PHASES, Coordinator, Outcome
-from ._crypto import PROTOCOL_VERSION
-from ._memory import ReceivedMessage, Transcript, run_memory_session
-from ._messages import SessionParameters, parse_envelope
-from ._party import Party
-from ._grpc_coordinator import CoordinatorServer
-from ._grpc_local import LocalSession, run_local_grpc_session
-# what omnifc (the next layer) uses besides the above; omnifc imports no private module
-from ._accumulator import (DEFAULT_MEMORY_BUDGET, DEFAULT_TILE_BYTES, DistanceAccumulator,
-                           DistanceStore, TiledDistances, storage_dtype)
-from ._accumulator import _rows_per_tile as rows_per_tile
-from ._crypto import EphemeralKey, PairKeys
-from ._files import prepare_output_folder
-from ._generated import omnifc_pb2
-from ._grpc_coordinator import coordinator_from_config
-from ._layouts import DEFAULT_MAX_PAIRS
-from ._log_once import log_once, log_once_scope
-from ._mask_graph import check_distance_mask_degree, collusion_threshold
-from ._messages import envelope, row_tiles
-from ._parameters import (PARAMETER, PARAMETERS, add_parameter_options, check_parameters,
-                          parameter_fields, table_fields, values_from_options)
-from ._party import as_protocol_error
-from ._tls import IMPERSONATION_WARNING
-
-#: Names of ``protocols._grpc_party``, imported on first use: that module is also run as
-#: ``python -m protocols._grpc_party`` (every party process), and importing it with the
-#: package would make runpy warn that it was imported before it ran.
-_PARTY_PROCESS = ("join_from_config", "load_party_data")
-
-
-def __getattr__(name):
-    if name in _PARTY_PROCESS:
-        from . import _grpc_party
-        return getattr(_grpc_party, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-logging.getLogger(__name__).addHandler(logging.NullHandler())
+# Submodules load on first use (PEP 562): a command or a party process pays only for the
+# parts it touches (gRPC, cryptography, the numba kernels).
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "._config": ["ClusteringRequest", "ConfigParameters", "Deadlines", "PartyEntry",
+                 "SessionConfig", "TLSFiles", "TLSSettings", "dump_session_config",
+                 "load_session_config", "new_session_id", "parameters_from_config",
+                 "session_fingerprint", "validate_party_name"],
+    "._cards": ["Card", "generate_keys", "load_card", "new_session_config"],
+    "._identity": ["generate_identity", "identity_fingerprint", "load_identity",
+                   "public_key_bytes", "public_key_hex", "save_identity", "sign", "verify"],
+    "._tls": ["MAX_MESSAGE_BYTES", "CertificateSet", "PartyFiles", "authenticated_party",
+              "certificate_sha256", "channel_credentials", "coordinator_credentials",
+              "check_own_keys", "generate_certificates", "make_channel", "make_server",
+              "party_credentials", "peer_certificate_sha256", "peer_common_name",
+              "server_credentials", "IMPERSONATION_WARNING"],
+    "._coordinator": ["PHASES", "Coordinator", "Outcome"],
+    "._crypto": ["PROTOCOL_VERSION", "EphemeralKey", "PairKeys"],
+    "._memory": ["ReceivedMessage", "Transcript", "run_memory_session"],
+    "._messages": ["SessionParameters", "parse_envelope", "envelope", "row_tiles"],
+    "._party": ["Party", "as_protocol_error"],
+    "._grpc_coordinator": ["CoordinatorServer", "coordinator_from_config"],
+    "._grpc_local": ["LocalSession", "run_local_grpc_session"],
+    # what omnifc (the next layer) uses besides the above; omnifc imports no private module
+    "._accumulator": ["DEFAULT_MEMORY_BUDGET", "DEFAULT_TILE_BYTES", "DistanceAccumulator",
+                      "DistanceStore", "TiledDistances", "storage_dtype", "rows_per_tile"],
+    "._files": ["prepare_output_folder"],
+    "._generated.omnifc_pb2": ["omnifc_pb2"],
+    "._layouts": ["DEFAULT_MAX_PAIRS"],
+    "._log_once": ["log_once", "log_once_scope"],
+    "._mask_graph": ["check_distance_mask_degree", "collusion_threshold"],
+    "._parameters": ["PARAMETER", "PARAMETERS", "add_parameter_options", "check_parameters",
+                     "parameter_fields", "table_fields", "values_from_options"],
+    # also run as ``python -m protocols._grpc_party`` (every party process): loading it only
+    # on first use keeps runpy from warning that it was imported before it ran
+    "._grpc_party": ["join_from_config", "load_party_data"],
+})
 
 __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
            "DeadlineError", "AuthenticationError", "IntegrityError", "DeviationError",
@@ -90,3 +77,5 @@ __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "Peer
            "PARAMETER", "PARAMETERS", "add_parameter_options", "check_parameters",
            "parameter_fields", "table_fields", "values_from_options", "as_protocol_error",
            "IMPERSONATION_WARNING", "join_from_config", "load_party_data"]
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())

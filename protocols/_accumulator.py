@@ -102,6 +102,9 @@ def _rows_per_tile(n: int, bytes_per_row: int, tile_bytes: int) -> int:
     return max(1, min(n, tile_bytes // max(1, bytes_per_row)))
 
 
+rows_per_tile = _rows_per_tile  # public for omnifc (protocols.rows_per_tile)
+
+
 def storage_dtype(distance_bound: int | None, n_primes: int) -> np.dtype:
     """int32 when one prime is used and every distance fits below 2^31, else int64."""
     if n_primes == 1 and distance_bound is not None and distance_bound < 2**31:

@@ -61,7 +61,7 @@ from ._identity import verify
 from ._integrity import Findings, OpenTileSums, verdict
 from ._generated import omnifc_pb2 as pb
 from ._messages import (SessionParameters, body_of, check_row_caps, chunk_rows, envelope,
-                        phase_of, packed_view)
+                        phase_of, packed_view, wire_size)
 from ._party import (as_protocol_error, confirmation_transcript, hello_transcript,
                      roster_digest_of)
 from ._log_once import log_once
@@ -308,7 +308,7 @@ class Coordinator:
     def _count(self, env: pb.Envelope) -> None:
         phase = phase_of(env.WhichOneof("body"))
         if phase in self.stats:
-            self.stats[phase][1] += env.ByteSize()
+            self.stats[phase][1] += wire_size(env)  # ByteSize would encode a tile
 
     def _send(self, dest: str, env: pb.Envelope) -> tuple[str, pb.Envelope]:
         self._count(env)

@@ -66,7 +66,8 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from finite_field import AuthenticationError, ParameterError, mask_words
+import finite_field
+from finite_field import AuthenticationError, ParameterError
 
 __all__ = ["PROTOCOL_VERSION", "EphemeralKey", "PairKeys", "KeyStream", "MaskView",
            "transcript", "roster_digest", "view_mask_key", "group_mask_key", "stream_elements",
@@ -197,7 +198,9 @@ class ElementStream:
         # Masked words of the stream into ``out`` (contiguous uint32, <= MASK_CHUNK); how
         # many of them are >= p.
         self._encryptor.update_into(_ZEROS[:4 * out.size], out.view(np.uint8))
-        return mask_words(out, self._mask, self._prime)
+        # looked up on use: the numba kernels load with the first mask, not with the
+        # config schema that imports PROTOCOL_VERSION from here
+        return finite_field.mask_words(out, self._mask, self._prime)
 
     def fill(self, out: np.ndarray) -> np.ndarray:
         """Write the next ``out.size`` elements into ``out`` (contiguous uint32, 1-D)."""

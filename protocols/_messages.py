@@ -21,7 +21,7 @@ from ._generated import omnifc_pb2 as pb
 from ._parameters import (DEFAULT_CHUNK_BYTES, DEFAULT_MAX_ROWS_PER_PARTY,
                           DEFAULT_MAX_ROWS_TOTAL, INTEGRITY, KINDS, MODES, SessionParameters)
 
-__all__ = ["SessionParameters", "SumPlan", "pack", "unpack", "row_tiles", "vector_tiles",
+__all__ = ["SessionParameters", "SumPlan", "pack", "unpack", "wire_size", "row_tiles", "vector_tiles",
            "chunk_rows", "envelope", "body_of", "phase_of", "parse_envelope",
            "DEFAULT_CHUNK_BYTES", "DEFAULT_MAX_ROWS_PER_PARTY", "DEFAULT_MAX_ROWS_TOTAL",
            "MODES", "KINDS", "INTEGRITY", "check_row_caps"]
@@ -79,6 +79,37 @@ def check_row_caps(parameters: SessionParameters, rows: dict, *, blame, phase: s
 def pack(values: np.ndarray) -> bytes:
     """Field elements (< 2^31) as uint32 little-endian bytes."""
     return np.ascontiguousarray(values, dtype="<u4").tobytes()
+
+
+def _varint_bytes(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
+
+
+def wire_size(env: pb.Envelope) -> int:
+    """``env.ByteSize()``, without encoding an evaluation tile's payload to count it.
+
+    upb computes ByteSize by encoding the whole message, which for a MB-sized tile costs
+    about as much as sending it; here the payload only counts its length (tag, length
+    varint, bytes) next to the encoded size of the tile's other fields.
+
+    >>> env = envelope(tile=pb.EvaluationTile(session_id="s", row_stop=300, values=bytes(999)))
+    >>> wire_size(env) == env.ByteSize()
+    True
+    """
+    if env.WhichOneof("body") != "tile":
+        return env.ByteSize()
+    head, payload = pb.EvaluationTile(), 0
+    for field, value in env.tile.ListFields():
+        if field.name == "values":
+            payload = _varint_bytes(field.number << 3) + _varint_bytes(len(value)) + len(value)
+        elif (field.is_repeated if hasattr(field, "is_repeated")  # protobuf >= 5.x
+              else field.label == field.LABEL_REPEATED) or field.type == field.TYPE_MESSAGE:
+            return env.ByteSize()  # a field this shortcut does not know: count it exactly
+        else:
+            setattr(head, field.name, value)
+    tile = head.ByteSize() + payload
+    number = pb.Envelope.DESCRIPTOR.fields_by_name["tile"].number
+    return _varint_bytes(number << 3) + _varint_bytes(tile) + tile
 
 
 def packed_view(data: bytes, count: int, *, party, phase: str) -> np.ndarray:

@@ -568,8 +568,9 @@ class Party:
                 tile.session_id, tile.round, tile.sender = self.session_id, round_, self.party_id
                 tile.prime_index, tile.tile_index = k, tile_index
                 tile.row_start, tile.row_stop = a, b
-                tile.values = pack(values)
-                timings["bytes_uploaded"] += len(tile.values)
+                payload = pack(values)
+                tile.values = payload
+                timings["bytes_uploaded"] += len(payload)  # tile.values would copy it
                 timings["evaluation_seconds"] += time.perf_counter() - started
                 timings["evaluation_cpu_seconds"] += time.process_time() - cpu
                 yield env  # the time the transport holds this generator is not counted

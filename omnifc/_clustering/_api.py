@@ -16,7 +16,6 @@ from ._hierarchical import hierarchical
 from ._kmeans import exact_kmeans, rows_kmeans
 from ._kmedoids import kmedoids
 from ._outofcore import streamed_function
-from .._store import as_tiled
 from ._spectral import nmf, spectral
 
 __all__ = ["cluster", "fit_method", "METHODS"]
@@ -62,6 +61,8 @@ def fit_method(distances, method: str, n_clusters=None, *, random_state=None,
 
         return fit_layout(distances, method, n_clusters, random_state=random_state,
                           **options)
+    from .._store import as_tiled  # here: the method names load without the tile store
+
     tiled = as_tiled(distances)
     if out_of_core not in (None, True, False):
         raise ParameterError(f"out_of_core must be None, True or False, got {out_of_core!r}")

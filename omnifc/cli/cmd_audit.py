@@ -10,8 +10,8 @@ import sys
 
 from protocols import add_parameter_options, values_from_options
 
-from ..audit import CHECKS, DEMO_DEFAULTS, AuditParameters, run_audit
-from ..audit._params import AUDIT_FIELDS
+# --help needs only the parameter table: the checks (scipy, galois) load in run().
+from ..audit._params import AUDIT_FIELDS, DEMO_DEFAULTS, AuditParameters
 
 #: The options generated from the parameter table (``--nonnegative`` / ``--signed`` are
 #: written out below: the audit defaults to signed features without --config).
@@ -73,6 +73,8 @@ def parameters_from_args(args) -> AuditParameters:
 
 
 def run(args) -> int:
+    from ..audit import CHECKS, run_audit
+
     params = parameters_from_args(args)
     checks = None if args.checks is None else [c.strip() for c in args.checks.split(",")]
 

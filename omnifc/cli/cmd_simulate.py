@@ -6,14 +6,9 @@ import argparse
 
 import numpy as np
 
-from scipy.spatial.distance import pdist, squareform
-
 from protocols import add_parameter_options
 
-from ..experiments import DATASETS, load_dataset
-from .._plaintext import plaintext_sq_distances
-from .._secure import secure_distance_matrix
-from ..experiments import split_non_iid
+from ..experiments import DATASETS, load_dataset, split_non_iid  # light: no sklearn model
 
 
 def register(subparsers) -> None:
@@ -57,6 +52,8 @@ def add_session_arguments(parser: argparse.ArgumentParser, *, parties: int = 3) 
 
 
 def run(args) -> int:
+    from .._secure import secure_distance_matrix  # here: the protocol loads numba
+
     if getattr(args, "adapter", None):
         return run_adapter(args)
     data = load_dataset(args.dataset)
@@ -74,6 +71,8 @@ def run(args) -> int:
 
 def plaintext_integer_distances(result, features: np.ndarray) -> np.ndarray:
     """The reference: squared distances of the quantized rows, computed in the clear."""
+    from .._plaintext import plaintext_sq_distances
+
     params = result.parameters
     return plaintext_sq_distances(features, bound=params["bound"],
                                   scale_bits=params["scale_bits"],
@@ -86,6 +85,8 @@ def exact(result, features: np.ndarray) -> bool:
 
 
 def report(result, features: np.ndarray, dataset: str, is_exact: bool) -> str:
+    from scipy.spatial.distance import pdist, squareform
+
     from finite_field import Quantizer
 
     params = result.parameters

@@ -8,10 +8,15 @@
 - :mod:`.reproduce`: ``omnifc reproduce`` (the OmniFC evaluation and each adapter's paper).
 """
 
-from ._datasets import DATASETS, Dataset, load_dataset
-from ._metrics import adjusted_rand, align_labels, clustering_scores, kappa, nmi
-from ._splits import split_non_iid
-from .baselines import KFed, federated_fcm, federated_mufc, fedsc_style
+from finite_field._lazy import lazy_exports
+
+# Loaded on first use (PEP 562): the data sets and splits need no scikit-learn estimator.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "._datasets": ["DATASETS", "Dataset", "load_dataset"],
+    "._metrics": ["adjusted_rand", "align_labels", "clustering_scores", "kappa", "nmi"],
+    "._splits": ["split_non_iid"],
+    ".baselines": ["KFed", "federated_fcm", "federated_mufc", "fedsc_style"],
+})
 
 __all__ = ["DATASETS", "Dataset", "load_dataset", "split_non_iid", "clustering_scores",
            "kappa", "nmi", "adjusted_rand", "align_labels", "KFed", "federated_mufc",

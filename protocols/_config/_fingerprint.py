@@ -11,9 +11,6 @@ import hashlib
 import json
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-
 from finite_field import ParameterError
 
 from .._fingerprint import readable_fingerprint
@@ -53,6 +50,9 @@ def canonical_session(config: SessionConfig) -> dict:
     its own private keys) are not: they differ between copies and do not change what the
     session does.
     """
+    from cryptography import x509  # here: `omnifc --help` never reads a certificate
+    from cryptography.hazmat.primitives import serialization
+
     def der_sha256(data: bytes):
         try:  # every certificate of a PEM file: TLS trusts each one of a bundle
             certs = x509.load_pem_x509_certificates(data) if b"-----BEGIN" in data \

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from finite_field import ParameterError, add_upload, masked_upload, symmetrize_mod
+from finite_field import (ParameterError, add_upload, masked_upload, masked_upload_streams,
+                          symmetrize_mod)
 
 
 def _reference_upload(values, weight, adds, subs, p):
@@ -96,3 +97,48 @@ def test_kernels_are_right_uncompiled():
             "assert r.attempted > 0 and r.failed == 0, r\n")
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+
+
+class _Words:
+    """A mask stream over fixed words (``next(count)``, as masked_upload_streams expects)."""
+
+    def __init__(self, words):
+        self.words, self.at = np.asarray(words, dtype=np.uint32), 0
+
+    def next(self, count):
+        self.at += count
+        return self.words[self.at - count:self.at]
+
+
+@pytest.mark.parametrize("shape", [(1, 5), (3, 40000), (70, 700), (0, 9), (4, 0)])
+@pytest.mark.parametrize("signs", [(), (False,), (True,), (False, True, True, False)])
+def test_masked_upload_streams_with_pairwise_signs_equals_python_integers(shape, signs):
+    # +1/-1 streams take the one-pass path (stacked words, one kernel call per chunk); the
+    # same result as Python integers for every chunking (40000 columns: a row per chunk).
+    p = 2**31 - 1
+    rng = np.random.default_rng(sum(shape) + len(signs))
+    values = rng.integers(0, p, (shape[0], shape[1] + 2))[:, 2:]  # a strided view
+    words = [rng.integers(0, p, values.size, dtype=np.uint32) for _ in signs]
+    got = masked_upload_streams(values, 99, [(_Words(w), s) for w, s in zip(words, signs)], p)
+    expected = [99 * int(v) for v in values.reshape(-1)]
+    for w, negate in zip(words, signs):
+        expected = [e - int(m) if negate else e + int(m) for e, m in zip(expected, w)]
+    assert got.dtype == np.uint32 and got.shape == values.shape
+    assert got.reshape(-1).tolist() == [e % p for e in expected]
+
+
+@pytest.mark.parametrize("signs", [(False, True), (1, 5)])
+def test_masked_upload_streams_refuses_unreduced_values_on_both_paths(signs):
+    p = 13
+    values = np.array([[1, 2], [3, 13]])
+    streams = [(_Words([0] * 4), s) for s in signs]
+    with pytest.raises(ParameterError, match=r"reduced field elements in \[0, 13\)"):
+        masked_upload_streams(values, 1, streams, p)
+
+
+def test_masked_upload_streams_refuses_a_short_stream_on_both_paths():
+    for signs in ((True,), (3,)):
+        with pytest.raises(ParameterError, match=r"a mask stream returned \(3,\) uint32, "
+                                                 r"expected \(4,\) uint32"):
+            masked_upload_streams(np.zeros((2, 2), dtype=np.int64), 1,
+                                  [(_Words([1, 2, 3]), s) for s in signs], 13)

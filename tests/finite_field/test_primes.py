@@ -116,3 +116,36 @@ def test_choose_primes_validates_user_primes(bad, message):
 def test_choose_primes_rejects_repeated_primes():
     with pytest.raises(ParameterError, match=r"distinct, got \[13, 13\]"):
         choose_primes(100, [13, 13])
+
+
+# Strong pseudoprimes to the first bases (OEIS A014233): each fools Miller-Rabin with fewer
+# bases than _is_prime uses; 3215031751 fools all four and is where exactness ends.
+STRONG_PSEUDOPRIMES = [2047, 1373653, 25326001]
+
+
+@pytest.mark.parametrize("start", [0, 65_000, 2**31 - 3000])
+def test_own_primality_test_agrees_with_the_oracle_on_ranges(start, oracle):
+    from finite_field._primes import _is_prime
+    numbers = range(start, start + 3000)
+    assert [n for n in numbers if _is_prime(n)] == [n for n in numbers if oracle.is_prime(n)]
+
+
+@pytest.mark.parametrize("composite", STRONG_PSEUDOPRIMES + [561, 41041, 2**31 - 1 - 2 * 3])
+def test_own_primality_test_rejects_pseudoprimes_and_carmichael_numbers(composite, oracle):
+    from finite_field._primes import _is_prime
+    assert not oracle.is_prime(composite) and not _is_prime(composite)
+
+
+def test_own_primality_test_refuses_where_it_stops_being_exact():
+    from finite_field._primes import _is_prime
+    with pytest.raises(ParameterError, match="primality is decided only below 3215031751"):
+        _is_prime(3_215_031_751)  # composite, yet passes all four bases
+
+
+def test_fast_primes_are_the_oracles_previous_primes(oracle):
+    import galois
+    expected, p = [], MAX_PRIME
+    while len(expected) < 40:
+        expected.append(p)
+        p = int(galois.prev_prime(p - 1))
+    assert fast_primes(40) == tuple(expected)

@@ -60,7 +60,9 @@ def test_digits_with_two_segments(capsys, small_digits):
 
 def test_reports_a_mismatch_and_fails(capsys, monkeypatch):
     # The exactness check can fail: corrupt one reconstructed distance.
-    real = cmd_simulate.secure_distance_matrix
+    # simulate imports it when it runs (start-up stays light): patch its home module.
+    import omnifc._secure
+    real = omnifc._secure.secure_distance_matrix
 
     def corrupted(*args, **kwargs):
         result = real(*args, **kwargs)
@@ -68,7 +70,7 @@ def test_reports_a_mismatch_and_fails(capsys, monkeypatch):
         result.integer_distances[0, 1] += 1
         return result
 
-    monkeypatch.setattr(cmd_simulate, "secure_distance_matrix", corrupted)
+    monkeypatch.setattr(omnifc._secure, "secure_distance_matrix", corrupted)
     assert main(["simulate"]) == 1
     out = capsys.readouterr().out
     assert re.search(r"^exact\s+NO", out, re.MULTILINE)

@@ -5,8 +5,16 @@ One module per paper, experiment only (``_omnifc``, ``_clove``, ``_client2vec``,
 calls :func:`reproduce_paper`.
 """
 
-from ._omnifc import LEVELS, METHOD_OPTIONS, REPRO_DATASETS, run_reproduction
-from ._papers import PAPERS, reproduce_paper
+from finite_field._lazy import lazy_exports
+
+#: The papers ``omnifc reproduce --paper`` knows (here, so the CLI lists them without
+#: importing the experiments).
+PAPERS = ("clove", "client2vec", "flux", "fmcl", "omnifc")
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "._omnifc": ["LEVELS", "METHOD_OPTIONS", "REPRO_DATASETS", "run_reproduction"],
+    "._papers": ["reproduce_paper"],
+})
 
 __all__ = ["PAPERS", "reproduce_paper", "run_reproduction", "LEVELS", "REPRO_DATASETS",
            "METHOD_OPTIONS"]

@@ -19,15 +19,13 @@ from pathlib import Path
 
 from finite_field import ParameterError
 
-from . import _client2vec, _clove, _flux, _fmcl
+from . import PAPERS, _client2vec, _clove, _flux, _fmcl
 from ._omnifc import run_reproduction
 from ._report import require_plots, write_paper_report
 
 __all__ = ["PAPERS", "reproduce_paper"]
 
 logger = logging.getLogger(__name__)
-
-PAPERS = ("clove", "client2vec", "flux", "fmcl", "omnifc")
 
 _RUNNERS = {"fmcl": _fmcl, "client2vec": _client2vec, "clove": _clove, "flux": _flux}
 
