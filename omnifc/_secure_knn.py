@@ -20,7 +20,7 @@ from ._secure import normalize_parties, secure_distance_matrix
 
 __all__ = ["secure_knn_graph"]
 
-logger = logging.getLogger("omnifc")
+logger = logging.getLogger(__name__)
 
 #: Arguments of secure_distance_matrix that the two rounds set themselves.
 _OWN = ("layout", "landmarks", "pairs", "n_landmarks", "out", "cluster", "max_pairs")

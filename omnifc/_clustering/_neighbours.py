@@ -43,7 +43,7 @@ from ._landmarks import _columns, landmark_mds
 __all__ = ["KNNGraph", "candidate_pairs", "knn_from_entries", "knn_spectral", "knn_dbscan",
            "fit_knn", "KNN_METHODS"]
 
-logger = logging.getLogger("omnifc.cluster")
+logger = logging.getLogger(__name__)
 
 #: Methods :func:`omnifc.cluster` runs on a :class:`KNNGraph`.
 KNN_METHODS = ("spectral", "dbscan")
