@@ -61,5 +61,5 @@ __all__ = [
     "dual_multipliers",
     "MaskGroup", "integrity_rows", "null_space", "rank_mod", "cyclic_groups", "mask_groups",
     "choose_mask_groups", "party_mask", "exposed_coalitions", "spans_complement",
-    "integrity_upload", "Attribution", "attribute", "located_errors",
+    "integrity_upload", "Attribution", "attribute", "located_errors", "lazy_exports",
 ]

@@ -15,7 +15,7 @@ import logging
 from finite_field import (AuthenticationError, DeadlineError, DeviationError, InputError,
                           IntegrityError, OmniFCError, ParameterError, PeerError,
                           ProtocolError)
-from finite_field._lazy import lazy_exports
+from finite_field import lazy_exports
 
 # Every name loads on first use (PEP 562): ``import omnifc`` costs only the exception
 # classes; scikit-learn, gRPC and the numba kernels load with the first name that needs them.

@@ -5,7 +5,7 @@ import logging
 from finite_field import (AuthenticationError, DeadlineError, DeviationError, InputError,
                           IntegrityError, OmniFCError, ParameterError, PeerError,
                           ProtocolError)
-from finite_field._lazy import lazy_exports
+from finite_field import lazy_exports
 
 # Submodules load on first use (PEP 562): a command or a party process pays only for the
 # parts it touches (gRPC, cryptography, the numba kernels).

@@ -32,7 +32,7 @@ False
 
 from __future__ import annotations
 
-from finite_field._lazy import lazy_exports
+from finite_field import lazy_exports
 
 # Loaded on first use (PEP 562): ``omnifc audit --help`` needs the parameters, not the
 # checks (scipy.stats, galois, a recorded session).

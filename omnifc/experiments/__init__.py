@@ -8,7 +8,7 @@
 - :mod:`.reproduce`: ``omnifc reproduce`` (the OmniFC evaluation and each adapter's paper).
 """
 
-from finite_field._lazy import lazy_exports
+from finite_field import lazy_exports
 
 # Loaded on first use (PEP 562): the data sets and splits need no scikit-learn estimator.
 __getattr__, __dir__ = lazy_exports(__name__, {

@@ -5,7 +5,7 @@ One module per paper, experiment only (``_omnifc``, ``_clove``, ``_client2vec``,
 calls :func:`reproduce_paper`.
 """
 
-from finite_field._lazy import lazy_exports
+from finite_field import lazy_exports
 
 #: The papers ``omnifc reproduce --paper`` knows (here, so the CLI lists them without
 #: importing the experiments).
