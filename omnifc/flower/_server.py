@@ -93,7 +93,7 @@ class SecureDistanceWorkflow:
 
     # -- messages ------------------------------------------------------------------------
     def _message(self, grid, node_id: int, envelopes: list, *, start: bool = False):
-        from flwr.app import ConfigRecord, RecordDict
+        from flwr.app import ConfigRecord, Message, RecordDict
 
         data = [env.SerializeToString() for env in envelopes]
         if self.observe is not None:
@@ -101,9 +101,9 @@ class SecureDistanceWorkflow:
         values = {C.KEY_SESSION: self.session_id, C.KEY_START: start}
         if data:
             values[C.KEY_ENVELOPES] = data
-        return grid.create_message(RecordDict({C.RECORD: ConfigRecord(values)}),
-                                   C.MESSAGE_TYPE, node_id, self.session_id,
-                                   ttl=max(self.phase_timeout, 1.0) * 2)
+        return Message(RecordDict({C.RECORD: ConfigRecord(values)}), dst_node_id=node_id,
+                       message_type=C.MESSAGE_TYPE, group_id=self.session_id,
+                       ttl=max(self.phase_timeout, 1.0) * 2)
 
     def _exchange(self, grid, outgoing: dict, *, start: bool = False) -> tuple[dict, set]:
         """Send {node_id: [envelope]}; return ({node_id: [bytes] or Exception}, silent)."""
