@@ -332,3 +332,34 @@ def test_each_embedding_clusters_two_planted_groups(name, options):
     d = ((x[:, None] - x[None]) ** 2).sum(-1)
     labels = embedding(name, **options).cluster(d)
     assert partition(dict(enumerate(labels))) == {frozenset({0, 1, 2}), frozenset({3, 4, 5})}
+
+
+@pytest.mark.timeout(120)
+def test_reclustering_every_k_rounds_runs_a_fresh_session_and_keeps_the_cluster_models():
+    rows, targets, group = planted(seed=5)
+    parameters = SessionParameters(dim=DIM, bound=BOUND, scale_bits=SCALE_BITS)
+    federation = Federation(rows, parameters, register=trainer(rows, targets),
+                            sessions={"c0": list(rows), "c1": list(rows)}, session_id="c0")
+    strategy = ClusteredFedAvg(lambda k: federation.workflow(f"c{k}"),
+                               embedding("raw", n_clusters=GROUPS), recluster_every=2)
+    w0 = np.zeros(DIM)
+    result = strategy.start(federation.grid, ArrayRecord({"w": Array(w0)}), num_rounds=ROUNDS,
+                            timeout=5.0)
+    assert len(result.outcomes) == 2  # before round 1 and before round 3
+    expected = plaintext_sq_distances(np.concatenate(list(rows.values())), BOUND, SCALE_BITS)
+    for outcome in result.outcomes:
+        assert np.array_equal(outcome.integer, expected)
+    assert {m.metadata.group_id for m in federation.grid.sent
+            if m.metadata.message_type == C.MESSAGE_TYPE} == {"c0", "c1"}
+    name_of = {node: name for name, node in federation.node_of.items()}
+    labels = {name_of[node]: c for node, c in result.labels.items()}
+    assert partition(labels) == partition(group)
+    members_of = {}
+    for name, c in labels.items():
+        members_of.setdefault(c, []).append(name)
+    oracle = replay(rows, targets, members_of, w0, ROUNDS)  # the same clusters: continued
+    for c, model in result.models.items():
+        np.testing.assert_allclose(model["w"].numpy(), oracle[c], rtol=1e-12, atol=1e-12)
+    with pytest.raises(ParameterError, match="fresh session"):
+        ClusteredFedAvg(federation.workflow("c0"), embedding("raw", n_clusters=2),
+                        recluster_every=2)
