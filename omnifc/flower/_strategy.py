@@ -218,6 +218,8 @@ class ClusteredFedAvg(_fedavg_base()):
     newcomer_workflow : SecureDistanceWorkflow, optional
         A session over the clustered parties and the newcomers (clustered parties first, in
         the clustering's roster order), run after the last round.
+    poll_interval : float or None
+        Seconds between pulls of a round's replies (0.1); None: ``grid.send_and_receive``.
     **fedavg_options
         Flower's FedAvg options (``weighted_by_key``, ``arrayrecord_key``, ...).
         ``fraction_train``/``fraction_evaluate`` of 0 skip that step.
@@ -232,7 +234,8 @@ class ClusteredFedAvg(_fedavg_base()):
     """
 
     def __init__(self, workflow, embedding: Embedding, *, recluster_every: int | None = None,
-                 newcomer_workflow=None, **fedavg_options) -> None:
+                 newcomer_workflow=None, poll_interval: float | None = 0.1,
+                 **fedavg_options) -> None:
         fedavg_options.setdefault("min_train_nodes", 0)
         fedavg_options.setdefault("min_evaluate_nodes", 0)
         fedavg_options.setdefault("min_available_nodes", 0)
@@ -248,6 +251,14 @@ class ClusteredFedAvg(_fedavg_base()):
         self.embedding = embedding
         self.recluster_every = None if recluster_every is None else int(recluster_every)
         self.newcomer_workflow = newcomer_workflow
+        self.poll_interval = None if poll_interval is None else float(poll_interval)
+
+    def _send(self, grid, messages, timeout: float):
+        from ._server import send_and_poll
+
+        if self.poll_interval is None:
+            return grid.send_and_receive(messages, timeout=timeout)
+        return send_and_poll(grid, messages, timeout=timeout, poll_interval=self.poll_interval)
 
     def summary(self) -> None:
         logger.info("ClusteredFedAvg: embedding %r, recluster every %s rounds, newcomers: %s",
@@ -330,9 +341,9 @@ class ClusteredFedAvg(_fedavg_base()):
                                   else sorted(old_models)[0])
                     models[c] = old_models[start_from]
             if self.fraction_train != 0.0:
-                replies = grid.send_and_receive(
+                replies = self._send(grid,
                     self._messages(models, labels, train_config, MessageType.TRAIN,
-                                   server_round), timeout=timeout)
+                                   server_round), timeout)
                 metrics = {}
                 for c, group in sorted(self._by_cluster(replies, labels).items()):
                     arrays, aggregated = self.aggregate_train(server_round, group)
@@ -342,9 +353,9 @@ class ClusteredFedAvg(_fedavg_base()):
                         metrics[c] = aggregated
                 result.train_metrics[server_round] = metrics
             if self.fraction_evaluate != 0.0:
-                replies = grid.send_and_receive(
+                replies = self._send(grid,
                     self._messages(models, labels, evaluate_config, MessageType.EVALUATE,
-                                   server_round), timeout=timeout)
+                                   server_round), timeout)
                 metrics = {}
                 for c, group in sorted(self._by_cluster(replies, labels).items()):
                     aggregated = self.aggregate_evaluate(server_round, group)
@@ -385,9 +396,9 @@ class ClusteredFedAvg(_fedavg_base()):
         result.newcomers = {nodes[i]: int(c) for i, c in zip(new, assigned)}
         if self.fraction_evaluate != 0.0:
             config = ConfigRecord() if evaluate_config is None else evaluate_config
-            replies = grid.send_and_receive(
+            replies = self._send(grid,
                 self._messages(result.models, result.newcomers, config, MessageType.EVALUATE,
-                               0), timeout=timeout)
+                               0), timeout)
             for reply in replies:
                 if not reply.has_error() and reply.content.metric_records:
                     result.newcomer_metrics[reply.metadata.src_node_id] = next(

@@ -176,7 +176,7 @@ class Federation:
         session = self.session_id if session_id is None else session_id
         pinned = {p: self.public[p] for p in self.sessions[session]}
         return SecureDistanceWorkflow(session, self.parameters, pinned,
-                                      phase_timeout=5.0, join_timeout=1.0, **options)
+                                      phase_timeout=2.0, join_timeout=1.0, **options)
 
     def status(self, name: str) -> dict:
         from omnifc.flower import party_status

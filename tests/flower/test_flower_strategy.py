@@ -121,7 +121,7 @@ def run_strategy(federation, **options):
                                embedding("raw", n_clusters=GROUPS), **options)
     w0 = np.zeros(DIM)
     result = strategy.start(federation.grid, ArrayRecord({"w": Array(w0)}), num_rounds=ROUNDS,
-                            timeout=5.0)
+                            timeout=2.0)
     return strategy, result, w0
 
 
