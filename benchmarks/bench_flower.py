@@ -22,7 +22,7 @@ both paths; Flower's own framing is not counted. Both paths must return the same
 
 Needs flwr (``pip install "omnifc[flower]"``) and its ``flower-superlink``,
 ``flower-supernode`` and ``flwr`` commands beside this interpreter. ``--quick``: n = 200,
-m = 3, one run each (a smoke run: its ratios say little); ``--json PATH`` saves the figures;
+m = 3, one run each, no warm-up (a smoke run: its ratios say little); ``--json PATH`` saves the figures;
 ``--check`` exits 1 when the goal is missed.
 """
 
@@ -188,7 +188,8 @@ def _digest(outcome) -> str:
                           ).hexdigest()
 
 
-def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout: float):
+def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout: float,
+          warmup: bool = True):
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (n, dim))
     bounds = np.linspace(0, n, parties + 1).astype(int)
@@ -206,8 +207,9 @@ def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout
         deployment = FlowerDeployment(folder, data, certs.config, identity)
         native, flower, flower_run, digests = [], [], [], set()
         try:
-            deployment.run(certs.config, timeout)  # warm-up: app install, first imports
-            run_local_grpc_session(data, params, deadline=timeout)
+            if warmup:  # app install, first imports and numba caches, on both paths
+                deployment.run(certs.config, timeout)
+                run_local_grpc_session(data, params, deadline=timeout)
             for _ in range(repeats):
                 start = time.perf_counter()
                 outcome = run_local_grpc_session(data, params, deadline=timeout)
@@ -254,7 +256,8 @@ def main(argv=None) -> int:
     now = datetime.datetime.now(datetime.timezone.utc)
     rows = []
     for m in parties:
-        row = bench(args.n, args.dim, m, args.scale_bits, args.repeats, args.timeout)
+        row = bench(args.n, args.dim, m, args.scale_bits, args.repeats, args.timeout,
+                    warmup=not args.quick)
         rows.append(row)
         print(f"m={m:<3} native gRPC+TLS {row['native_seconds']:8.2f} s "
               f"{row['native_bytes'] / 1e6:9.2f} MB | Flower {row['flower_seconds']:8.2f} s "

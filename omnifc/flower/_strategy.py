@@ -195,9 +195,11 @@ def _fedavg_base():
     try:
         from flwr.serverapp.strategy import FedAvg
     except ImportError:  # pragma: no cover - the extra is missing
-        class FedAvg:  # noqa: D401 - a stand-in that fails on use
+        class FedAvg:
+            """A stand-in: omnifc.flower imports without flwr, the strategy needs it."""
+
             def __init__(self, *args, **kwargs):
-                raise ProtocolError("ClusteredFedAvg needs flwr: pip install 'omnifc[flower]'")
+                raise ImportError("ClusteredFedAvg needs flwr: pip install 'omnifc[flower]'")
     return FedAvg
 
 
