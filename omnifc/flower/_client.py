@@ -13,8 +13,8 @@ dropped). A process that still holds it (the usual case) skips the replay.
 The key never leaves the node: ``context.state`` is kept by the SuperNode (or the simulation
 engine's node), never sent to the SuperLink. It is as secret as the party's shares' noise:
 whoever reads it and the relayed ciphertexts can decrypt this party's shares. One key serves
-one session; a second ``start`` of a session this node has seen is refused, so randomness is
-never reused.
+one session; a second ``start`` of any session this node has started (the node's Context lists
+them) is refused, so randomness is never reused.
 
 Everything the party's own rules say holds unchanged (pinned identity keys, roster checks,
 masks bound to the view, fail closed): this module only carries bytes. A failure leaves the
@@ -162,11 +162,15 @@ class PartyHandler:
 
         state = context.state.config_records.get(C.STATE_RECORD)
         if start:
-            if state is not None and str(state[C.STATE_SESSION]) == session:
+            started = context.state.config_records.get(C.STARTED_RECORD)
+            seen = [str(s) for s in (started.get(C.STARTED_SESSIONS) or [])] if started else []
+            if session in seen or (state is not None and str(state[C.STATE_SESSION]) == session):
                 raise ProtocolError(f"session {session!r} was already started on this node; "
                                     "a session is started once (its randomness is never "
                                     "reused)")
             setup = self._setup_for(context, session)
+            context.state.config_records[C.STARTED_RECORD] = ConfigRecord(
+                {C.STARTED_SESSIONS: seen + [session]})
             state = ConfigRecord({C.STATE_SESSION: session, C.STATE_SEED: os.urandom(_SEED_BYTES),
                                   C.STATE_PHASE: "init", C.STATE_ERROR: ""})
             context.state.config_records[C.STATE_RECORD] = state

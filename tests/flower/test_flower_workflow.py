@@ -233,3 +233,19 @@ def test_a_second_start_of_the_same_session_is_refused():
     federation.workflow()(federation.grid)
     with pytest.raises(ProtocolError):
         federation.workflow()(federation.grid)
+
+
+@pytest.mark.timeout(60)
+def test_a_session_is_started_once_per_node_even_after_another_session():
+    """A node in several sessions (clustering, newcomer assignment) refuses a second start
+    of any session it ran, not only of the last one."""
+    data, _ = planted(8)
+    parameters = SessionParameters(dim=DIM, bound=8.0, scale_bits=8)
+    federation = Federation(data, parameters, sessions={"s1": list(data), "s2": list(data)},
+                            session_id="s1")
+    federation.workflow("s1")(federation.grid)
+    federation.workflow("s2")(federation.grid)
+    with pytest.raises(ProtocolError):
+        federation.workflow("s1")(federation.grid)
+    for name in data:  # every node refused; its record still holds session s2
+        assert federation.status(name)["session"] == "s2"
