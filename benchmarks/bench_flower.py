@@ -5,10 +5,13 @@ n = 2000 rows, d = 16, at m = 3 and m = 10 parties (l = 1, t = 1, masked mode, q
 
 - **native**: ``run_local_grpc_session`` (one process per party, mutual TLS on loopback),
   wall time from the parties' process start to the result;
-- **Flower**: a local deployment (one ``flower-superlink`` and m ``flower-supernode``
-  processes on 127.0.0.1, Flower's insecure transport: omnifc's shares stay end-to-end
-  encrypted and its evaluations masked), ``flwr run`` of ``benchmarks/flower_app``, whose
-  ServerApp runs :class:`omnifc.flower.SecureDistanceWorkflow`. Its wall time is the
+- **Flower**: ``flwr run`` of ``benchmarks/flower_app``, whose ServerApp runs
+  :class:`omnifc.flower.SecureDistanceWorkflow`, on a local deployment (``--engine
+  deployment``, the default: one ``flower-superlink`` and m ``flower-supernode`` processes on
+  127.0.0.1, Flower's insecure transport: omnifc's shares stay end-to-end encrypted and its
+  evaluations masked; every message runs in a fresh ClientApp process, which imports omnifc
+  and rebuilds the party from its Context) or in Flower's simulation engine (``--engine
+  simulation``: the ClientApps live in Ray actors, so the party stays in memory). Its wall time is the
   workflow's (from the first message to the result; Flower starts a ClientApp process per
   message, which is included); ``flwr run`` end to end (app install, ServerApp start) is
   shown too. The SuperLink and SuperNodes are started once per m and are not timed (a
@@ -88,18 +91,27 @@ def _descendants(roots) -> set:
 
 
 class FlowerDeployment:
-    """A SuperLink and one SuperNode per party on loopback, each in its own session; closing
-    kills them and every process they started."""
+    """A SuperLink and one SuperNode per party on loopback (``engine="deployment"``), or a
+    SuperLink running Flower's simulation engine with one simulated SuperNode per party
+    (``engine="simulation"``), each process in its own session; closing kills them and
+    every process they started."""
 
     def __init__(self, folder: pathlib.Path, data: dict, session_config: pathlib.Path,
-                 identity: dict) -> None:
+                 identity: dict, engine: str = "deployment") -> None:
         self.folder = folder
+        self.engine = engine
         self.port = _free_port()
         self.home = folder / "flwr-home"
         self.home.mkdir()
+        options = ""
+        if engine == "simulation":
+            options = (f"options.num-supernodes = {len(data)}\n"
+                       "options.backend.client-resources.num-cpus = 1\n")
         (self.home / "config.toml").write_text(
             '[superlink]\ndefault = "bench"\n\n[superlink.bench]\n'
-            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n')
+            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n{options}')
+        self.extra = (f' keys-dir="{pathlib.Path(str(identity[next(iter(data))])).parent}"'
+                      f' data-dir="{folder}"')
         env = dict(os.environ)
         env.update({"FLWR_HOME": str(self.home), "FLWR_DISABLE_UPDATE_CHECK": "1",
                     "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
@@ -112,11 +124,14 @@ class FlowerDeployment:
             self._start("superlink", [_tool("flower-superlink"), "--insecure", "--host",
                                       "127.0.0.1", "--port", str(self.port), "--database",
                                       ":flwr-in-memory:",
-                                      "--disable-runtime-dependency-installation"])
+                                      "--disable-runtime-dependency-installation"]
+                        + (["--simulation"] if engine == "simulation" else []))
             self._wait_listening()
             for i, name in enumerate(data):
                 rows = folder / f"data-{i}.npy"
                 np.save(rows, np.asarray(data[name], dtype=np.float64))
+                if engine == "simulation":
+                    continue
                 config = (f'omnifc-party="{name}" omnifc-session-config="{session_config}" '
                           f'omnifc-identity="{identity[name]}" bench-data="{rows}"')
                 self._start(f"supernode-{i}", [
@@ -144,7 +159,7 @@ class FlowerDeployment:
 
     def run(self, session_config: pathlib.Path, timeout: float) -> tuple[dict, float]:
         result = self.folder / f"result-{time.monotonic_ns()}.json"
-        overrides = f'session-config="{session_config}" result-file="{result}"'
+        overrides = f'session-config="{session_config}" result-file="{result}"' + self.extra
         start = time.perf_counter()
         done = subprocess.run([_tool("flwr"), "run", ".", "bench", "--stream", "--run-config",
                                overrides], cwd=APP, env=self.env, capture_output=True,
@@ -189,7 +204,7 @@ def _digest(outcome) -> str:
 
 
 def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout: float,
-          warmup: bool = True):
+          warmup: bool = True, engine: str = "deployment"):
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (n, dim))
     bounds = np.linspace(0, n, parties + 1).astype(int)
@@ -204,7 +219,7 @@ def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout
                                 result=timeout),
             **{f.name: getattr(params, f.name) for f in SESSION_FIELDS})
         identity = {name: folder / "certs" / f"{name}.identity.pem" for name in data}
-        deployment = FlowerDeployment(folder, data, certs.config, identity)
+        deployment = FlowerDeployment(folder, data, certs.config, identity, engine)
         native, flower, flower_run, digests = [], [], [], set()
         try:
             if warmup:  # app install, first imports and numba caches, on both paths
@@ -227,7 +242,7 @@ def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout
         raise RuntimeError(f"the two paths returned different D: {sorted(digests)}")
     native_s = statistics.median(s for s, _ in native)
     flower_s = statistics.median(s for s, _ in flower)
-    return {"parties": parties, "runs": repeats,
+    return {"parties": parties, "runs": repeats, "engine": engine,
             "native_seconds": native_s, "native_bytes": statistics.median(b for _, b in native),
             "flower_seconds": flower_s, "flower_bytes": statistics.median(b for _, b in flower),
             "flower_run_seconds": statistics.median(flower_run),
@@ -244,6 +259,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds allowed per run and per phase")
+    parser.add_argument("--engine", choices=("deployment", "simulation"), default="deployment",
+                        help="the Flower runtime: SuperNode processes (a ClientApp process "
+                             "per message) or the simulation engine (Ray actors)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: n = 200, m = 3, one run each")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
@@ -257,9 +275,9 @@ def main(argv=None) -> int:
     rows = []
     for m in parties:
         row = bench(args.n, args.dim, m, args.scale_bits, args.repeats, args.timeout,
-                    warmup=not args.quick)
+                    warmup=not args.quick, engine=args.engine)
         rows.append(row)
-        print(f"m={m:<3} native gRPC+TLS {row['native_seconds']:8.2f} s "
+        print(f"m={m:<3} [{args.engine}] native gRPC+TLS {row['native_seconds']:8.2f} s "
               f"{row['native_bytes'] / 1e6:9.2f} MB | Flower {row['flower_seconds']:8.2f} s "
               f"{row['flower_bytes'] / 1e6:9.2f} MB (flwr run end to end "
               f"{row['flower_run_seconds']:.2f} s) | ratio {row['ratio']:5.2f}x "
