@@ -13,8 +13,8 @@ dropped). A process that still holds it (the usual case) skips the replay.
 The key never leaves the node: ``context.state`` is kept by the SuperNode (or the simulation
 engine's node), never sent to the SuperLink. It is as secret as the party's shares' noise:
 whoever reads it and the relayed ciphertexts can decrypt this party's shares. One key serves
-one session; a second ``start`` of a session this node has seen is refused, so randomness is
-never reused.
+one session; a second ``start`` of any session this node has started (the node's Context lists
+them) is refused, so randomness is never reused.
 
 Everything the party's own rules say holds unchanged (pinned identity keys, roster checks,
 masks bound to the view, fail closed): this module only carries bytes. A failure leaves the
@@ -25,6 +25,7 @@ why.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 import os
 from dataclasses import dataclass
@@ -80,21 +81,29 @@ class PartySetup:
                 f"parties={sorted(self.pinned)})")
 
 
-def setup_from_node_config(context) -> PartySetup:
-    """The node's party: ``omnifc-party``, ``omnifc-session-config`` (the session config
-    TOML every participant checked by its fingerprint) and ``omnifc-identity`` (this
-    party's Ed25519 identity key file) from ``context.node_config``."""
+def setup_from_node_config(context) -> list:
+    """The node's party in each of its sessions: ``omnifc-party``, ``omnifc-session-config``
+    (the session config TOML every participant checked by its fingerprint; several paths
+    separated by ``;`` when the node takes part in several sessions, e.g. the clustering
+    session and a newcomer-assignment session) and ``omnifc-identity`` (this party's Ed25519
+    identity key file) from ``context.node_config``. Returns one :class:`PartySetup` per
+    session config."""
     config_of = context.node_config
     missing = [key for key in (C.NODE_PARTY, C.NODE_SESSION_CONFIG, C.NODE_IDENTITY)
                if key not in config_of]
     if missing:
         raise ProtocolError(f"the node config lacks {missing} (expected keys "
                             f"{C.NODE_PARTY!r}, {C.NODE_SESSION_CONFIG!r}, {C.NODE_IDENTITY!r})")
-    config = load_session_config(str(config_of[C.NODE_SESSION_CONFIG]))
-    return PartySetup(str(config_of[C.NODE_PARTY]), config.session_id,
-                      parameters_from_config(config),
-                      load_identity(str(config_of[C.NODE_IDENTITY])),
-                      {e.name: e.identity_public_key for e in config.parties})
+    identity = load_identity(str(config_of[C.NODE_IDENTITY]))
+    setups = []
+    for path in str(config_of[C.NODE_SESSION_CONFIG]).split(";"):
+        if not path.strip():
+            continue
+        config = load_session_config(path.strip())
+        setups.append(PartySetup(str(config_of[C.NODE_PARTY]), config.session_id,
+                                 parameters_from_config(config), identity,
+                                 {e.name: e.identity_public_key for e in config.parties}))
+    return setups
 
 
 def party_status(context) -> dict:
@@ -113,9 +122,12 @@ class PartyHandler:
     ----------
     rows : callable
         ``rows(context) -> array (n_i, d)``: this node's private vectors (raw samples or an
-        adapter's client embedding). Called when the party is built.
+        adapter's client embedding). Called when the party is built; a ``rows`` with a
+        parameter named ``session`` also gets the session id (a node in several sessions,
+        e.g. FLUX's full descriptor for clustering and its prefix for assignment).
     setup : callable, optional
-        ``setup(context) -> PartySetup``; :func:`setup_from_node_config` by default.
+        ``setup(context) -> PartySetup`` or a list of them (one per session this node may
+        take part in); :func:`setup_from_node_config` by default.
     on_result : callable, optional
         ``on_result(party, context)`` once the result arrived (``party.labels`` holds the
         labels of this node's rows).
@@ -150,14 +162,15 @@ class PartyHandler:
 
         state = context.state.config_records.get(C.STATE_RECORD)
         if start:
-            if state is not None and str(state[C.STATE_SESSION]) == session:
+            started = context.state.config_records.get(C.STARTED_RECORD)
+            seen = [str(s) for s in (started.get(C.STARTED_SESSIONS) or [])] if started else []
+            if session in seen or (state is not None and str(state[C.STATE_SESSION]) == session):
                 raise ProtocolError(f"session {session!r} was already started on this node; "
                                     "a session is started once (its randomness is never "
                                     "reused)")
-            setup = self.setup(context)
-            if setup.session_id != session:
-                raise ProtocolError(f"the server started session {session!r}, this node's "
-                                    f"session config is for {setup.session_id!r}")
+            setup = self._setup_for(context, session)
+            context.state.config_records[C.STARTED_RECORD] = ConfigRecord(
+                {C.STARTED_SESSIONS: seen + [session]})
             state = ConfigRecord({C.STATE_SESSION: session, C.STATE_SEED: os.urandom(_SEED_BYTES),
                                   C.STATE_PHASE: "init", C.STATE_ERROR: ""})
             context.state.config_records[C.STATE_RECORD] = state
@@ -200,8 +213,26 @@ class PartyHandler:
     def _key(self, context, state):
         return (context.run_id, context.node_id, str(state[C.STATE_SESSION]))
 
+    def _setup_for(self, context, session: str) -> PartySetup:
+        setups = self.setup(context)
+        if isinstance(setups, PartySetup):
+            setups = [setups]
+        for setup in setups:
+            if setup.session_id == session:
+                return setup
+        raise ProtocolError(f"the server started session {session!r}, this node's session "
+                            f"configs are for {[s.session_id for s in setups]}")
+
+    def _rows(self, context, session: str):
+        try:
+            takes_session = "session" in inspect.signature(self.rows).parameters
+        except (TypeError, ValueError):  # a builtin or C callable: no signature
+            takes_session = False
+        return self.rows(context, session=session) if takes_session else self.rows(context)
+
     def _build(self, context, setup: PartySetup, state) -> Party:
-        return Party(setup.party_id, self.rows(context), session_id=setup.session_id,
+        return Party(setup.party_id, self._rows(context, setup.session_id),
+                     session_id=setup.session_id,
                      parameters=setup.parameters, identity_key=setup.identity_key,
                      pinned=setup.pinned, source=KeystreamSource(bytes(state[C.STATE_SEED])))
 
@@ -211,7 +242,8 @@ class PartyHandler:
         live = self._live.get(self._key(context, state))
         if live is not None and live[1] == len(received) and live[2] == digest:
             return live[0]
-        party = self._build(context, self.setup(context), state)
+        party = self._build(context, self._setup_for(context, str(state[C.STATE_SESSION])),
+                            state)
         list(party.start())
         for data in received:  # replay: same randomness, same inputs -> same state
             for _ in party.receive(pb.Envelope.FromString(bytes(data))):

@@ -26,6 +26,11 @@ STATE_RECEIVED = "received"      # list[bytes]: every envelope the party consume
 STATE_PHASE = "phase"            # str: the party's phase after the last message
 STATE_ERROR = "error"            # str: why the party failed ("" while it has not)
 
+#: The ConfigRecord of the node's ``context.state`` listing every session this node started
+#: (a session is started once per node, whichever sessions came between).
+STARTED_RECORD = "omnifc.started"
+STARTED_SESSIONS = "sessions"    # list[str]
+
 #: Node-config keys (``flower-supernode --node-config`` / the simulation's node config).
 NODE_PARTY = "omnifc-party"                     # the party id of this node
 NODE_SESSION_CONFIG = "omnifc-session-config"   # path of the session config TOML

@@ -2,8 +2,9 @@
 
 :class:`SecureDistanceWorkflow` is one more transport for the sans-IO coordinator, shaped
 like Flower's SecAgg+ workflow: every step sends **one message per node** that has something
-to receive (its envelopes, in order, as bytes in a ``ConfigRecord``) with one
-``grid.send_and_receive`` and feeds every reply's envelopes to ``Coordinator.receive``,
+to receive (its envelopes, in order, as bytes in a ``ConfigRecord``), pushes them at once,
+pulls the replies (every ``poll_interval`` seconds until all arrived or the phase deadline
+passed) and feeds every reply's envelopes to ``Coordinator.receive``,
 attributing them to the party that node is bound to. Party-to-party ciphertexts (encrypted
 shares, group seeds) come back from the coordinator with their destination and go out in the
 next step: relayed by destination, never opened.
@@ -40,9 +41,27 @@ from protocols import omnifc_pb2 as pb
 
 from . import _constants as C
 
-__all__ = ["SecureDistanceWorkflow"]
+__all__ = ["SecureDistanceWorkflow", "send_and_poll"]
 
 logger = logging.getLogger(__name__)
+
+
+def send_and_poll(grid, messages, *, timeout: float, poll_interval: float = 0.1) -> list:
+    """``grid.send_and_receive`` with a short poll: push every message, then pull the replies
+    every ``poll_interval`` seconds until all arrived or ``timeout`` passed. (Flower's own
+    pulls every 3 s in flwr 1.42's deployment runtime: a floor under every step of a
+    multi-step protocol.)"""
+    waiting = set(grid.push_messages(messages))
+    deadline = time.monotonic() + float(timeout)
+    replies: list = []
+    while waiting:
+        pulled = list(grid.pull_messages(waiting))
+        replies.extend(pulled)
+        waiting.difference_update(m.metadata.reply_to_message_id for m in pulled)
+        if not waiting or time.monotonic() >= deadline:
+            break
+        time.sleep(min(poll_interval, max(0.0, deadline - time.monotonic())))
+    return replies
 
 
 class SecureDistanceWorkflow:
@@ -66,6 +85,9 @@ class SecureDistanceWorkflow:
         The first round's responding set (all parties by default).
     coordinator_class : callable, optional
         Builds the coordinator (tests: a deviating one); :class:`protocols.Coordinator`.
+    poll_interval : float or None
+        Seconds between the pulls of one step's replies (0.1 by default); None uses
+        ``grid.send_and_receive``, which pulls every 3 s in flwr 1.42's deployment runtime.
     observe : callable, optional
         ``observe(direction, node_id, envelopes_bytes)`` sees every payload the server
         sends (``"out"``) and receives (``"in"``): a spy for tests and audits.
@@ -77,7 +99,8 @@ class SecureDistanceWorkflow:
     def __init__(self, session_id: str, parameters, pinned: dict, *,
                  phase_timeout: float = 60.0, join_timeout: float = 60.0,
                  cluster: Callable | None = None, responders=None,
-                 coordinator_class=Coordinator, observe: Callable | None = None) -> None:
+                 coordinator_class=Coordinator, observe: Callable | None = None,
+                 poll_interval: float | None = 0.1) -> None:
         self.session_id = str(session_id)
         self.parameters = parameters
         self.pinned = {str(k): bytes(v) for k, v in pinned.items()}
@@ -87,13 +110,14 @@ class SecureDistanceWorkflow:
         self.responders = responders
         self.coordinator_class = coordinator_class
         self.observe = observe
+        self.poll_interval = None if poll_interval is None else float(poll_interval)
         self.outcome = None
         self.coordinator = None
         self.nodes: dict = {}
 
     # -- messages ------------------------------------------------------------------------
     def _message(self, grid, node_id: int, envelopes: list, *, start: bool = False):
-        from flwr.app import ConfigRecord, RecordDict
+        from flwr.app import ConfigRecord, Message, RecordDict
 
         data = [env.SerializeToString() for env in envelopes]
         if self.observe is not None:
@@ -101,15 +125,19 @@ class SecureDistanceWorkflow:
         values = {C.KEY_SESSION: self.session_id, C.KEY_START: start}
         if data:
             values[C.KEY_ENVELOPES] = data
-        return grid.create_message(RecordDict({C.RECORD: ConfigRecord(values)}),
-                                   C.MESSAGE_TYPE, node_id, self.session_id,
-                                   ttl=max(self.phase_timeout, 1.0) * 2)
+        return Message(RecordDict({C.RECORD: ConfigRecord(values)}), dst_node_id=node_id,
+                       message_type=C.MESSAGE_TYPE, group_id=self.session_id,
+                       ttl=max(self.phase_timeout, 1.0) * 2)
 
     def _exchange(self, grid, outgoing: dict, *, start: bool = False) -> tuple[dict, set]:
         """Send {node_id: [envelope]}; return ({node_id: [bytes] or Exception}, silent)."""
         messages = [self._message(grid, node, envs, start=start)
                     for node, envs in outgoing.items()]
-        replies = grid.send_and_receive(messages, timeout=self.phase_timeout)
+        if self.poll_interval is None:
+            replies = grid.send_and_receive(messages, timeout=self.phase_timeout)
+        else:
+            replies = send_and_poll(grid, messages, timeout=self.phase_timeout,
+                                    poll_interval=self.poll_interval)
         answered: dict = {}
         for reply in replies:
             node = reply.metadata.src_node_id

@@ -9,7 +9,11 @@ process per message, so the party must come back from the Context alone).
 
 A node can be made to stop answering (``silence(node_id)``): ``send_and_receive`` then
 returns without its reply, as Flower's does when the timeout passes (no real waiting: the
-grid knows no reply will come).
+grid knows no reply will come). A ClientApp that raises answers with a Flower ``Error``
+reply, as a SuperNode's does. Nodes can join later (``add_node``: a newcomer).
+
+``Federation`` builds such a grid of omnifc parties (one identity key and Context each);
+``register(app, name)`` adds the ClientApp's other handlers (train, evaluate).
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ import pytest
 pytest.importorskip("flwr", reason="flwr is not installed (pip install 'omnifc[flower]'); "
                     ".ci/protobuf_matrix.sh runs these tests in its low venv")
 
-from flwr.app import Context, Message, RecordDict  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+from flwr.app import Context, Error, Message, RecordDict  # noqa: E402
+from flwr.clientapp import ClientApp  # noqa: E402
+from flwr.common.constant import ErrorCode  # noqa: E402
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.serverapp.grid import Grid
 from flwr.supercore.task_identity import TaskIdentity
@@ -52,6 +59,14 @@ class LoopbackGrid(Grid):
     def silence(self, node_id: int) -> None:
         self.silent.add(node_id)
 
+    def add_node(self, node_id: int, app, node_config: dict, factory=None) -> None:
+        self.apps[node_id] = app
+        if factory is not None:
+            self.fresh_apps[node_id] = factory
+        self.contexts[node_id] = Context(run_id=self._run_id, node_id=node_id,
+                                         node_config=dict(node_config), state=RecordDict(),
+                                         run_config={})
+
     # -- Grid API --------------------------------------------------------------------
     def set_run(self, run) -> None:
         self._run = run
@@ -79,7 +94,12 @@ class LoopbackGrid(Grid):
                 ids.append(message.metadata.message_id)
                 continue
             app = self.fresh_apps[node]() if node in self.fresh_apps else self.apps[node]
-            reply = app(message, self.contexts[node])
+            try:
+                reply = app(message, self.contexts[node])
+            except Exception as exc:  # a SuperNode answers with an error reply
+                reply = Message(Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
+                                      f"{type(exc).__name__}: {exc}"), reply_to=message)
+            reply.metadata.__dict__["_src_node_id"] = node
             self._replies[message.metadata.message_id] = reply
             ids.append(message.metadata.message_id)
         return ids
@@ -91,3 +111,80 @@ class LoopbackGrid(Grid):
 
     def send_and_receive(self, messages, *, timeout=None):
         return self.pull_messages(self.push_messages(messages))
+
+
+class Federation:
+    """Flower nodes, each an omnifc party with its own identity key and Context.
+
+    ``data``: party -> rows. ``sessions``: session id -> the parties it pins (all of
+    ``data`` in one session ``session_id`` by default). ``newcomers`` (party names of
+    ``data``) join the grid only when :meth:`join` is called.
+    """
+
+    def __init__(self, data: dict, parameters, *, fresh: bool = True,
+                 session_id: str = "flower-session-1", sessions=None, register=None,
+                 newcomers=()) -> None:
+        from omnifc.flower import PartySetup, add_party
+        from omnifc.flower import _constants as C
+        from protocols._identity import public_key_bytes
+
+        self._PartySetup, self._add_party, self.C = PartySetup, add_party, C
+        self.data = data
+        self.parameters = parameters
+        self.session_id = session_id
+        self.sessions = dict(sessions or {session_id: list(data)})
+        self.register = register
+        self.keys = {name: Ed25519PrivateKey.generate() for name in data}
+        self.public = {name: public_key_bytes(key) for name, key in self.keys.items()}
+        self.pinned = {name: self.public[name] for name in self.sessions[session_id]}
+        self.node_of = {name: 1000 + i for i, name in enumerate(data)}
+        self.handlers = {}
+        self.fresh = fresh
+        waiting = set(newcomers)
+        apps = {node: self._app(name) for name, node in self.node_of.items()
+                if name not in waiting}
+        factories = ({node: (lambda name=name: self._app(name))
+                      for name, node in self.node_of.items() if name not in waiting}
+                     if fresh else None)
+        configs = {node: {C.NODE_PARTY: name} for name, node in self.node_of.items()
+                   if name not in waiting}
+        self.grid = LoopbackGrid(apps, configs, fresh_apps=factories)
+
+    def join(self, name: str) -> None:
+        node = self.node_of[name]
+        self.grid.add_node(node, self._app(name), {self.C.NODE_PARTY: name},
+                           (lambda: self._app(name)) if self.fresh else None)
+
+    def _app(self, name: str) -> ClientApp:
+        app = ClientApp()
+
+        def setup(context):
+            assert context.node_config[self.C.NODE_PARTY] == name
+            return [self._PartySetup(name, session, self.parameters, self.keys[name],
+                                     {p: self.public[p] for p in parties})
+                    for session, parties in self.sessions.items() if name in parties]
+
+        self.handlers[name] = self._add_party(app, lambda context: self.data[name],
+                                              setup=setup)
+        if self.register is not None:
+            self.register(app, name)
+        return app
+
+    def workflow(self, session_id=None, **options):
+        from omnifc.flower import SecureDistanceWorkflow
+
+        session = self.session_id if session_id is None else session_id
+        pinned = {p: self.public[p] for p in self.sessions[session]}
+        return SecureDistanceWorkflow(session, self.parameters, pinned,
+                                      phase_timeout=2.0, join_timeout=1.0, **options)
+
+    def status(self, name: str) -> dict:
+        from omnifc.flower import party_status
+
+        return party_status(self.grid.contexts[self.node_of[name]])
+
+    def rebuilt_party(self, name: str):
+        """The party as its node's Context alone rebuilds it (replay)."""
+        context = self.grid.contexts[self.node_of[name]]
+        handler = self.handlers[name]
+        return handler._restore(context, context.state.config_records[self.C.STATE_RECORD])

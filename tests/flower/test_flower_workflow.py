@@ -33,7 +33,7 @@ from protocols import ReceivedMessage, SessionParameters, Transcript  # noqa: E4
 from protocols._identity import public_key_bytes  # noqa: E402
 from protocols._messages import phase_of  # noqa: E402
 
-from flower_helpers import LoopbackGrid  # noqa: E402
+from flower_helpers import Federation, LoopbackGrid  # noqa: E402
 
 TESTS = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS / "protocols"))
@@ -66,49 +66,6 @@ def planted(seed: int = 0):
         data[f"org-{i}"] = centers[group] + rng.normal(0, 0.1, (ROWS, DIM))
         truth += [group] * ROWS
     return data, np.array(truth)
-
-
-class Federation:
-    """Six Flower nodes, each an omnifc party with its own identity key and Context."""
-
-    def __init__(self, data: dict, parameters: SessionParameters, *, fresh: bool = True,
-                 session_id: str = "flower-session-1") -> None:
-        self.data = data
-        self.parameters = parameters
-        self.session_id = session_id
-        self.keys = {name: Ed25519PrivateKey.generate() for name in data}
-        self.pinned = {name: public_key_bytes(key) for name, key in self.keys.items()}
-        self.node_of = {name: 1000 + i for i, name in enumerate(data)}
-        self.handlers = {}
-        apps = {node: self._app(name) for name, node in self.node_of.items()}
-        factories = ({node: (lambda name=name: self._app(name))
-                      for name, node in self.node_of.items()} if fresh else None)
-        configs = {node: {C.NODE_PARTY: name} for name, node in self.node_of.items()}
-        self.grid = LoopbackGrid(apps, configs, fresh_apps=factories)
-
-    def _app(self, name: str) -> ClientApp:
-        app = ClientApp()
-
-        def setup(context):
-            assert context.node_config[C.NODE_PARTY] == name
-            return PartySetup(name, self.session_id, self.parameters, self.keys[name],
-                              self.pinned)
-
-        self.handlers[name] = add_party(app, lambda context: self.data[name], setup=setup)
-        return app
-
-    def workflow(self, **options) -> SecureDistanceWorkflow:
-        return SecureDistanceWorkflow(self.session_id, self.parameters, self.pinned,
-                                      phase_timeout=5.0, join_timeout=1.0, **options)
-
-    def status(self, name: str) -> dict:
-        return party_status(self.grid.contexts[self.node_of[name]])
-
-    def rebuilt_party(self, name: str):
-        """The party as its node's Context alone rebuilds it (replay)."""
-        context = self.grid.contexts[self.node_of[name]]
-        handler = self.handlers[name]
-        return handler._restore(context, context.state.config_records[C.STATE_RECORD])
 
 
 def recorder():
@@ -210,7 +167,9 @@ class SilentAfter:
             for message in messages:
                 if message.metadata.dst_node_id != self.node:
                     continue
-                record = message.content.config_records[C.RECORD]
+                record = message.content.config_records.get(C.RECORD)
+                if record is None:  # a train or evaluate message
+                    continue
                 kinds = {parse_envelope(b).WhichOneof("body")
                          for b in (record.get(C.KEY_ENVELOPES) or [])}
                 if self.kind in kinds:
@@ -274,3 +233,19 @@ def test_a_second_start_of_the_same_session_is_refused():
     federation.workflow()(federation.grid)
     with pytest.raises(ProtocolError):
         federation.workflow()(federation.grid)
+
+
+@pytest.mark.timeout(60)
+def test_a_session_is_started_once_per_node_even_after_another_session():
+    """A node in several sessions (clustering, newcomer assignment) refuses a second start
+    of any session it ran, not only of the last one."""
+    data, _ = planted(8)
+    parameters = SessionParameters(dim=DIM, bound=8.0, scale_bits=8)
+    federation = Federation(data, parameters, sessions={"s1": list(data), "s2": list(data)},
+                            session_id="s1")
+    federation.workflow("s1")(federation.grid)
+    federation.workflow("s2")(federation.grid)
+    with pytest.raises(ProtocolError):
+        federation.workflow("s1")(federation.grid)
+    for name in data:  # every node refused; its record still holds session s2
+        assert federation.status(name)["session"] == "s2"

@@ -15,6 +15,9 @@ import pytest
 
 from protocols import _codegen
 
+#: run on the lowest and the highest protobuf (.ci/protobuf_matrix.sh)
+pytestmark = pytest.mark.protobuf
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PINNED = _codegen.tools_version() == _codegen.GRPCIO_TOOLS_VERSION
 

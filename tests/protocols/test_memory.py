@@ -9,6 +9,9 @@ from finite_field import DeadlineError, AuthenticationError, PeerError
 from protocols import SessionParameters, run_memory_session
 from protocol_helpers import lagrange_weights, plaintext_sq_distances, quantize, random_data
 
+#: run on the lowest and the highest protobuf (.ci/protobuf_matrix.sh)
+pytestmark = pytest.mark.protobuf
+
 
 def all_rows(data):
     return np.concatenate(list(data.values()))

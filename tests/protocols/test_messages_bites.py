@@ -18,6 +18,9 @@ from protocols._generated import omnifc_pb2 as pb
 from protocols._messages import (body_of, chunk_rows, envelope, pack, packed_view, phase_of,
                                  row_tiles, unpack, vector_tiles)
 
+#: run on the lowest and the highest protobuf (.ci/protobuf_matrix.sh)
+pytestmark = pytest.mark.protobuf
+
 
 def exactly(message: str) -> str:
     return f"^{re.escape(message)}$"

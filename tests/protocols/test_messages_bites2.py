@@ -19,7 +19,7 @@ from protocols import SessionParameters
 from protocols._generated import omnifc_pb2 as pb
 from protocols._messages import check_row_caps, row_tiles
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.protobuf, pytest.mark.timeout(120)]
 
 
 def exactly(message: str) -> str:

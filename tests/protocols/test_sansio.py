@@ -12,6 +12,9 @@ from protocols._generated import omnifc_pb2 as pb
 from protocols._messages import envelope
 from protocol_helpers import Session, random_data
 
+#: run on the lowest and the highest protobuf (.ci/protobuf_matrix.sh)
+pytestmark = pytest.mark.protobuf
+
 PARAMS = SessionParameters(dim=3, bound=1.0, scale_bits=8)
 
 

@@ -27,7 +27,7 @@ from protocols._cards import generate_keys, load_card, new_session_config
 from protocols._config import (SessionConfig, TLSSettings, canonical_session,
                                dump_session_config, load_session_config)
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.protobuf, pytest.mark.timeout(120)]
 
 SID = "cd" * 16
 

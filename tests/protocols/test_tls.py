@@ -33,6 +33,9 @@ from protocols import (MAX_MESSAGE_BYTES, authenticated_party, certificate_sha25
 from protocols._cards import generate_keys
 from protocols._tls import IMPERSONATION_WARNING, check_own_keys
 
+#: run on the lowest and the highest protobuf (.ci/protobuf_matrix.sh)
+pytestmark = pytest.mark.protobuf
+
 METHOD = "/omnifc.test.Echo/Call"
 TIMEOUT = 5.0
 PARTIES = ["a", "b", "c"]

@@ -20,6 +20,9 @@ from protocols._generated import omnifc_pb2 as pb
 from protocols._messages import pack, packed_view, unpack
 from protocol_helpers import Session, random_data
 
+#: run on the lowest and the highest protobuf (.ci/protobuf_matrix.sh)
+pytestmark = pytest.mark.protobuf
+
 PARAMS = SessionParameters(dim=3, bound=1.0, scale_bits=8)
 
 # -- AES-GCM: the associated data binds every documented field -----------------------------

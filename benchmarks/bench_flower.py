@@ -1,0 +1,302 @@
+"""Flower path vs omnifc's native gRPC path: one secure-distance session, same data, same run.
+
+n = 2000 rows, d = 16, at m = 3 and m = 10 parties (l = 1, t = 1, masked mode, q = 12), as
+``bench_protocol.py``. Alternating, ``--repeats`` times each:
+
+- **native**: ``run_local_grpc_session`` (one process per party, mutual TLS on loopback),
+  wall time from the parties' process start to the result;
+- **Flower**: ``flwr run`` of ``benchmarks/flower_app``, whose ServerApp runs
+  :class:`omnifc.flower.SecureDistanceWorkflow`, on a local deployment (``--engine
+  deployment``, the default: one ``flower-superlink`` and m ``flower-supernode`` processes on
+  127.0.0.1, Flower's insecure transport: omnifc's shares stay end-to-end encrypted and its
+  evaluations masked; every message runs in a fresh ClientApp process, which imports omnifc
+  and rebuilds the party from its Context) or in Flower's simulation engine (``--engine
+  simulation``: the ClientApps live in Ray actors, so the party stays in memory). Its wall time is the
+  workflow's (from the first message to the result; Flower starts a ClientApp process per
+  message, which is included); ``flwr run`` end to end (app install, ServerApp start) is
+  shown too. The SuperLink and SuperNodes are started once per m and are not timed (a
+  deployment runs them all along).
+
+Bytes are omnifc's envelopes as the coordinator counts them (``Outcome.stats``), the same for
+both paths; Flower's own framing is not counted. Both paths must return the same integer D
+(compared by digest). Goal (issue 21): the Flower path within 2x of the native one.
+
+    python benchmarks/bench_flower.py [--n 2000] [--dim 16] [--parties 3,10] [--repeats 3]
+
+Needs flwr (``pip install "omnifc[flower]"``) and its ``flower-superlink``,
+``flower-supernode`` and ``flwr`` commands beside this interpreter. ``--quick``: n = 200,
+m = 3, one run each, no warm-up (a smoke run: its ratios say little); ``--json PATH`` saves the figures;
+``--check`` exits 1 when the goal is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from protocols import SessionParameters
+from protocols._config import SESSION_FIELDS, ConfigParameters, Deadlines
+from protocols._grpc_local import run_local_grpc_session
+from protocols._tls import generate_certificates
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+APP = ROOT / "benchmarks" / "flower_app"
+BIN = pathlib.Path(sys.executable).parent
+GOAL = 2.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tool(name: str) -> str:
+    path = BIN / name
+    if not path.exists():
+        raise SystemExit(f"bench_flower: {name} is not installed beside {sys.executable} "
+                         "(pip install 'omnifc[flower]')")
+    return str(path)
+
+
+def _descendants(roots) -> set:
+    children: dict = {}
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in tree:
+            tree.add(pid)
+            todo += children.get(pid, [])
+    return tree
+
+
+class FlowerDeployment:
+    """A SuperLink and one SuperNode per party on loopback (``engine="deployment"``), or a
+    SuperLink running Flower's simulation engine with one simulated SuperNode per party
+    (``engine="simulation"``), each process in its own session; closing kills them and
+    every process they started."""
+
+    def __init__(self, folder: pathlib.Path, data: dict, session_config: pathlib.Path,
+                 identity: dict, engine: str = "deployment") -> None:
+        self.folder = folder
+        self.engine = engine
+        self.port = _free_port()
+        self.home = folder / "flwr-home"
+        self.home.mkdir()
+        options = ""
+        if engine == "simulation":
+            options = (f"options.num-supernodes = {len(data)}\n"
+                       "options.backend.client-resources.num-cpus = 1\n")
+        (self.home / "config.toml").write_text(
+            '[superlink]\ndefault = "bench"\n\n[superlink.bench]\n'
+            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n{options}')
+        self.extra = (f' keys-dir="{pathlib.Path(str(identity[next(iter(data))])).parent}"'
+                      f' data-dir="{folder}"')
+        env = dict(os.environ)
+        env.update({"FLWR_HOME": str(self.home), "FLWR_DISABLE_UPDATE_CHECK": "1",
+                    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+                    "PATH": f"{BIN}{os.pathsep}{env['PATH']}",
+                    "PYTHONPATH": os.pathsep.join([str(ROOT)] + [
+                        p for p in [env.get("PYTHONPATH")] if p])})
+        self.env = env
+        self.processes: list = []
+        try:
+            self._start("superlink", [_tool("flower-superlink"), "--insecure", "--host",
+                                      "127.0.0.1", "--port", str(self.port), "--database",
+                                      ":flwr-in-memory:",
+                                      "--disable-runtime-dependency-installation"]
+                        + (["--simulation"] if engine == "simulation" else []))
+            self._wait_listening()
+            for i, name in enumerate(data):
+                rows = folder / f"data-{i}.npy"
+                np.save(rows, np.asarray(data[name], dtype=np.float64))
+                if engine == "simulation":
+                    continue
+                config = (f'omnifc-party="{name}" omnifc-session-config="{session_config}" '
+                          f'omnifc-identity="{identity[name]}" bench-data="{rows}"')
+                self._start(f"supernode-{i}", [
+                    _tool("flower-supernode"), "--insecure", "--superlink",
+                    f"127.0.0.1:{self.port}", "--host", "127.0.0.1", "--port",
+                    str(_free_port()), "--node-config", config])
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, name: str, argv: list) -> None:
+        log = open(self.folder / f"{name}.log", "wb")
+        self.processes.append((subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                                env=self.env, cwd=self.folder,
+                                                start_new_session=True), log))
+
+    def _wait_listening(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.2)
+        raise RuntimeError(f"the SuperLink did not listen within {timeout:g} s")
+
+    def run(self, session_config: pathlib.Path, timeout: float) -> tuple[dict, float]:
+        result = self.folder / f"result-{time.monotonic_ns()}.json"
+        overrides = f'session-config="{session_config}" result-file="{result}"' + self.extra
+        start = time.perf_counter()
+        done = subprocess.run([_tool("flwr"), "run", ".", "bench", "--stream", "--run-config",
+                               overrides], cwd=APP, env=self.env, capture_output=True,
+                              timeout=timeout)
+        deadline = time.monotonic() + 30
+        while not result.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        wall = time.perf_counter() - start
+        if not result.exists():
+            raise RuntimeError("the Flower run produced no result:\n"
+                               + (done.stdout + done.stderr).decode(errors="replace")[-3000:])
+        return json.loads(result.read_text()), wall
+
+    def close(self) -> None:
+        tree = _descendants(p.pid for p, _ in self.processes)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in sorted(tree | _descendants(tree)):
+                for kill in (os.killpg, os.kill):
+                    try:
+                        kill(pid, sig)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            if sig == signal.SIGTERM:
+                deadline = time.monotonic() + 10
+                for process, _ in self.processes:
+                    try:
+                        process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                    except subprocess.TimeoutExpired:
+                        pass
+        for process, log in self.processes:
+            process.wait(timeout=10)
+            log.close()
+
+
+def _total_bytes(stats: dict) -> int:
+    return int(sum(v[1] for v in stats.values()))
+
+
+def _digest(outcome) -> str:
+    return hashlib.sha256(np.ascontiguousarray(outcome.integer, dtype=np.int64).tobytes()
+                          ).hexdigest()
+
+
+def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout: float,
+          warmup: bool = True, engine: str = "deployment"):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (n, dim))
+    bounds = np.linspace(0, n, parties + 1).astype(int)
+    data = {f"party-{i}": x[bounds[i]:bounds[i + 1]] for i in range(parties)}
+    params = SessionParameters(dim=dim, bound=1.0, scale_bits=scale_bits)
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="omnifc-bench-flower-"))
+    try:
+        certs = generate_certificates(
+            folder / "certs", list(data), coordinator_address="127.0.0.1:0",
+            parameters=ConfigParameters.of(params),
+            deadlines=Deadlines(join=timeout, shares=timeout, evaluation=timeout,
+                                result=timeout),
+            **{f.name: getattr(params, f.name) for f in SESSION_FIELDS})
+        identity = {name: folder / "certs" / f"{name}.identity.pem" for name in data}
+        deployment = FlowerDeployment(folder, data, certs.config, identity, engine)
+        native, flower, flower_run, digests = [], [], [], set()
+        try:
+            if warmup:  # app install, first imports and numba caches, on both paths
+                deployment.run(certs.config, timeout)
+                run_local_grpc_session(data, params, deadline=timeout)
+            for _ in range(repeats):
+                start = time.perf_counter()
+                outcome = run_local_grpc_session(data, params, deadline=timeout)
+                native.append((time.perf_counter() - start, _total_bytes(outcome.stats)))
+                digests.add(("native", _digest(outcome)))
+                figures, wall = deployment.run(certs.config, timeout)
+                flower.append((figures["seconds"], _total_bytes(figures["stats"])))
+                flower_run.append(wall)
+                digests.add(("flower", figures["sha256"]))
+        finally:
+            deployment.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if len({d for _, d in digests}) != 1:
+        raise RuntimeError(f"the two paths returned different D: {sorted(digests)}")
+    native_s = statistics.median(s for s, _ in native)
+    flower_s = statistics.median(s for s, _ in flower)
+    return {"parties": parties, "runs": repeats, "engine": engine,
+            "native_seconds": native_s, "native_bytes": statistics.median(b for _, b in native),
+            "flower_seconds": flower_s, "flower_bytes": statistics.median(b for _, b in flower),
+            "flower_run_seconds": statistics.median(flower_run),
+            "native_all": [s for s, _ in native], "flower_all": [s for s, _ in flower],
+            "ratio": flower_s / native_s, "goal_met": flower_s / native_s <= GOAL}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--dim", type=int, default=16)
+    parser.add_argument("--parties", default="3,10", help="comma-separated m values")
+    parser.add_argument("--scale-bits", type=int, default=12)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="seconds allowed per run and per phase")
+    parser.add_argument("--engine", choices=("deployment", "simulation"), default="deployment",
+                        help="the Flower runtime: SuperNode processes (a ClientApp process "
+                             "per message) or the simulation engine (Ray actors)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: n = 200, m = 3, one run each")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the goal is missed")
+    args = parser.parse_args(argv)
+    parties = [int(m) for m in str(args.parties).split(",") if m.strip()]
+    if args.quick:
+        args.n, args.repeats, parties = min(args.n, 200), 1, [3]
+    load_before = os.getloadavg()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    rows = []
+    for m in parties:
+        row = bench(args.n, args.dim, m, args.scale_bits, args.repeats, args.timeout,
+                    warmup=not args.quick, engine=args.engine)
+        rows.append(row)
+        print(f"m={m:<3} [{args.engine}] native gRPC+TLS {row['native_seconds']:8.2f} s "
+              f"{row['native_bytes'] / 1e6:9.2f} MB | Flower {row['flower_seconds']:8.2f} s "
+              f"{row['flower_bytes'] / 1e6:9.2f} MB (flwr run end to end "
+              f"{row['flower_run_seconds']:.2f} s) | ratio {row['ratio']:5.2f}x "
+              f"(goal <= {GOAL:g}x: {'met' if row['goal_met'] else 'NOT met'})", flush=True)
+    print(f"bench_flower: n={args.n} d={args.dim} q={args.scale_bits} l=1 t=1 masked, "
+          f"medians of {args.repeats} runs; same integer D on both paths; load average "
+          f"{load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after, on "
+          f"{os.cpu_count()} CPUs")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"date": f"{now:%Y-%m-%d %H:%M} UTC", "quick": bool(args.quick),
+                       "n": args.n, "dim": args.dim, "scale_bits": args.scale_bits,
+                       "cpu_count": os.cpu_count(), "load_before": list(load_before),
+                       "load_after": list(os.getloadavg()), "rows": rows}, fh, indent=2)
+    missed = [row["parties"] for row in rows if not row["goal_met"]]
+    if missed:
+        print(f"goal missed at m = {missed}", file=sys.stderr)
+    return 1 if (args.check and missed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""One secure-distance session over the Grid; its time, bytes and result digest as JSON."""
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from flwr.serverapp import ServerApp
+
+from omnifc.flower import SecureDistanceWorkflow
+from protocols import load_session_config
+from protocols._grpc_coordinator import parameters_from_config
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid, context):
+    run = context.run_config
+    config = load_session_config(str(run["session-config"]))
+    workflow = SecureDistanceWorkflow(
+        config.session_id, parameters_from_config(config),
+        {p.name: p.identity_public_key for p in config.parties},
+        phase_timeout=float(run["phase-timeout"]), join_timeout=float(run["phase-timeout"]))
+    start = time.perf_counter()
+    outcome = workflow(grid)
+    seconds = time.perf_counter() - start
+    integer = np.ascontiguousarray(outcome.integer, dtype=np.int64)
+    Path(str(run["result-file"])).write_text(json.dumps({
+        "seconds": seconds, "stats": outcome.stats, "round": outcome.round,
+        "responders": outcome.responders, "primes": outcome.parameters["primes"],
+        "sha256": hashlib.sha256(integer.tobytes()).hexdigest()}))

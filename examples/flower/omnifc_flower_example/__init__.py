@@ -1,0 +1,1 @@
+"""omnifc on Flower: secure client clustering, then one FedAvg model per cluster."""
