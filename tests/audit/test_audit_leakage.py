@@ -104,3 +104,19 @@ def test_known_sample_check_reports_exactness_from_d_plus_one():
     assert first["k"] == 1 and first["rms_error"] > 1.0
     assert "Inherent to revealing D" in check.finding
     assert len(check.evidence["mitigations"]) >= 3
+
+
+def test_known_sample_text_and_plot_say_what_was_measured(tmp_path):
+    from omnifc.audit import AuditParameters, check_known_sample_attack
+
+    params = AuditParameters(rows=569, parties=3, nonnegative=True)
+    check = check_known_sample_attack(params, repeats=2)
+    text = " ".join(check.details)
+    assert "each party holds about 189 rows (569 rows over 3 parties" in text
+    assert "about 100 rows" not in text
+    exact_from = check.evidence["exact_from_k"]
+    assert exact_from is not None
+    (name, draw), = check.plots
+    texts = draw(tmp_path / name)
+    assert f"observed here: exact from k = {exact_from}" in texts
+    assert any(t.startswith("k = d + 1 = 5") for t in texts)

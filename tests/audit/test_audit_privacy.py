@@ -142,3 +142,17 @@ def test_coalition_test_does_not_flag_the_correct_encoder_for_t_2():
     check = check_empirical_privacy(params, noise_source=seeded(5))
     assert check.verdict == "pass", check.reasons
     assert check.evidence["family_false_positive_rate"] == 1e-3
+
+
+def test_privacy_views_plot_has_the_uniform_reference_and_p_values(tmp_path):
+    from omnifc.audit import AuditParameters, check_empirical_privacy
+
+    check = check_empirical_privacy(AuditParameters(), noise_source=np.random.Generator(
+        np.random.PCG64(7)))
+    (name, draw), = check.plots
+    texts = draw(tmp_path / name)
+    assert "uniform" in texts and "uniform ± 2σ" in texts
+    titles = [t for t in texts if "A vs B: p = " in t]
+    assert len(titles) == 2                    # both panels state their test's p-value
+    assert any("in 20 equal bins" in t for t in texts)
+    assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
