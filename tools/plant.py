@@ -49,7 +49,7 @@ BUGS = {
                               "tests/protocols/test_wire.py"),
     "roster-duplicate": ("protocols/_party.py",
                          [("if names != order:", "if set(names) != set(order):")],
-                         "tests/protocols/test_party_bites.py"),
+                         "tests/protocols/party/test_refusals.py"),
     "fixed-ephemeral-key": ("protocols/_crypto.py",
                             [("return cls(X25519PrivateKey.generate())",
                               "return cls(X25519PrivateKey.from_private_bytes(bytes(range(32))))")],
