@@ -133,6 +133,7 @@ def test_adam_trainer_is_adam():
     np.testing.assert_allclose(long_run, clove.local_update(theta, x, y), atol=1e-3)
 
 
+@pytest.mark.slow
 def test_ifca_with_the_papers_adam_training_keeps_round0_merges():
     """The paper's local training (Adam, lr 1e-3, 25 epochs, batch 100) at delta = 1: the same
     picture as exact local fits. Measured final ARI, seeds 0-4: 0.44, 0.75, 0.44, 0.75, 0.75."""

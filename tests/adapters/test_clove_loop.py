@@ -38,6 +38,7 @@ def concept_runs():
     return data, model, start, secure, plain
 
 
+@pytest.mark.slow
 def test_clove_on_a_classifier_recovers_the_planted_clusters(concept_runs):
     data, model, start, run, _ = concept_runs
     assert adjusted_rand_score(data.groups, run.assignments[0]) < 0.5    # random round 0
@@ -90,6 +91,7 @@ def test_ward_gap_rule_against_sklearn_merge_distances():
     assert clove.choose_k_gap((far - far.T) ** 2) == 3 and clove.choose_k((far - far.T) ** 2) == 2
 
 
+@pytest.mark.slow
 def test_newcomers_after_the_freeze_get_their_groups_model():
     """Seed 24: the clusters are right before the freeze (with K_hat = K = 3 the random
     round 0 sometimes merges two groups for good, e.g. seed 23: see docs/adapters.md), so

@@ -92,6 +92,7 @@ def test_secure_thermometer_equals_plaintext_thermometer():
     assert np.array_equal(a.labels, b.labels) and a.n_clusters == b.n_clusters
 
 
+@pytest.mark.slow
 def test_domains_recovered_and_kmeans_on_means_is_worse(three_domains):
     clients, domains, means, weights = three_domains
     direct = fmcl.fmcl_server(fmcl.fmcl_distances(means, weights))

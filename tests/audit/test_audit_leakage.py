@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from omnifc.audit import (AuditParameters, check_coordinator_view, check_known_sample_attack,
                           coordinator_matrices, interpolate_segments, known_sample_attack,
@@ -106,6 +107,7 @@ def test_known_sample_check_reports_exactness_from_d_plus_one():
     assert len(check.evidence["mitigations"]) >= 3
 
 
+@pytest.mark.slow
 def test_known_sample_text_and_plot_say_what_was_measured(tmp_path):
     from omnifc.audit import AuditParameters, check_known_sample_attack
 

@@ -39,6 +39,7 @@ def interpolation_matrix(p, points, targets):
 
 # --- encode_blocks --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_encode_blocks_matches_galois_matrix_product(prime, seeded_source):
     gf = galois_field(prime)
     l_t, m, n, s = 4, 7, 6, 5

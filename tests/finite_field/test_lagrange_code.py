@@ -65,6 +65,7 @@ def galois_basis_at(points, targets, p):
     return np.stack([np.asarray(c) for c in columns], axis=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("l, t, m", CONFIGS)
 def test_encoding_matrix_matches_galois(prime, l, t, m):
     if prime <= l + t + m:

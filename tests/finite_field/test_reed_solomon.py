@@ -86,6 +86,7 @@ def _brute_force(points, received, dimension, p, radius):
     return None
 
 
+@pytest.mark.slow
 def test_brute_force_oracle_agrees_with_galois():
     # The oracle's interpolation is itself checked against galois.lagrange_poly.
     GF = galois_field(251)
@@ -159,6 +160,7 @@ def test_weighted_sums_refuses_unreduced_values():
         weighted_sums([[1, 1, 1]], [[1, 1], [0, 0]], 13)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p", SMALL)
 @pytest.mark.parametrize("dimension,redundancy", [(3, 1), (3, 2), (3, 4), (5, 5), (1, 6)])
 def test_decoding_matches_brute_force(p, dimension, redundancy):
@@ -209,6 +211,7 @@ def test_decoding_matches_brute_force(p, dimension, redundancy):
                 assert fixed[:, e].tolist() == honest[:, e].tolist()
 
 
+@pytest.mark.slow
 def test_decoding_agrees_with_galois_reed_solomon():
     # galois's narrow-sense RS(12, k) over GF(13) is our code on the points alpha^i,
     # positions reversed (galois lists the highest-degree coefficient first).

@@ -57,6 +57,7 @@ DECLARED = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("estimator", DECLARED, ids=repr)
 def test_scikit_learn_check_estimator_with_the_declared_failures(estimator):

@@ -329,12 +329,14 @@ def test_strings_are_escaped_in_toml(tmp_path):
     assert load_session_config(path).tls.ca == tmp_path / 'we"ird\\ca\t.pem'
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",))))
 def test_any_string_survives_the_toml_emitter(text):
     assert tomllib.loads(f"x = {_toml_value(text)}\n")["x"] == text
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.floats(allow_nan=False, allow_infinity=False), st.integers(-2**63, 2**63 - 1))
 def test_numbers_survive_the_toml_emitter(number, integer):

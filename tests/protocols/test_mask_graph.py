@@ -195,6 +195,7 @@ def _reference_mask(mask_key, view_digest, p, tile_index, size):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p, shape", [(257, (7, 300)), (2**31 - 1, (3, 40000)),
                                       (1073741827, (90, 700)), (13, (1, 5)), (65537, (2, 3))])
 def test_fused_masked_upload_equals_the_one_shot_construction(p, shape):
@@ -289,6 +290,7 @@ def test_the_audit_reports_the_collusion_threshold_of_the_mask_graph(tmp_path):
     assert found[3] == "ok" and "up to 2 parties" in found[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p", [257, 2**31 - 1, 1073741827])
 def test_streams_with_any_coefficient_equal_python_integers(p):
     # The integrity group masks add rho_G * z_G[j]: coefficients other than +-1.

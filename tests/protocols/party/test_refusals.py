@@ -453,6 +453,7 @@ def test_a_share_value_of_p_or_more_is_blamed_on_its_sender():
     assert (error.party, error.phase) == ("party-1", "shares") and f">= p = {p}" in str(error)
 
 
+@pytest.mark.slow
 def test_shares_of_several_chunks_are_placed_where_they_belong():
     # 700 rows of 3 columns at 4096-byte chunks: the first party's shares arrive in 3
     # chunks; D must be exact (a chunk placed or sized wrongly breaks it).
