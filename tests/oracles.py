@@ -1,10 +1,33 @@
-"""Independent Python-integer oracles shared by the test packages.
+"""The one home of the independent oracles shared by the test packages.
 
 Each function recomputes a quantity of the library from its textbook definition with
-Python integers, never with the library's own algorithm.
+Python integers or exact fractions, never with the library's own algorithm; galois, the
+project's reference for field arithmetic, is reached through :func:`galois_field`.
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+
+def galois_field(p: int):
+    """galois' GF(p), computing in Python (``compile="python-calculate"``).
+
+    galois is the project's oracle for field arithmetic, Lagrange polynomials and
+    Reed-Solomon decoding. Its default modes JIT-compile lookup or calculation kernels for
+    every field, a minute or more per field on a loaded 2-core machine; the tests use
+    small arrays, for which galois' own pure-Python arithmetic is the same oracle at no
+    compile cost. (galois caches one class per order, so every caller shares this mode.)
+
+    >>> gf = galois_field(13)
+    >>> int(gf(7) * gf(2)), int(gf(1) / gf(2))
+    (1, 7)
+    """
+    import galois
+
+    return galois.GF(p, compile="python-calculate")
 
 
 def parity_rows(points, checks, p):
@@ -69,3 +92,87 @@ def k_nearest(sq, k):
     n = len(sq)
     return [sorted((j for j in range(n) if j != i), key=lambda j: (sq[i][j], j))[:k]
             for i in range(n)]
+
+
+def quantize(x, bound, scale_bits, nonnegative=False):
+    lower = 0.0 if nonnegative else -bound
+    return np.floor(np.clip(np.asarray(x, float), lower, bound) * 2.0**scale_bits + 0.5) \
+        .astype(np.int64)
+
+
+def plaintext_sq_distances(x, bound, scale_bits, nonnegative=False):
+    """Integer squared distances of the quantized rows with exact Python integers."""
+    q = quantize(x, bound, scale_bits, nonnegative).tolist()
+    return np.array([[sum((a - b) ** 2 for a, b in zip(u, v)) for v in q] for u in q],
+                    dtype=np.int64)
+
+
+def lagrange_weights(points, x, p):
+    """[L_j(x) mod p] for the Lagrange basis on ``points``.
+
+    Independent of the library's modular algorithm: each L_j(x) is evaluated exactly over
+    the rationals (``fractions.Fraction``) and only then mapped to GF(p), which is valid
+    because the points are distinct modulo p (no denominator vanishes mod p).
+    tests/protocols/test_helper_oracle.py checks this against galois.
+    """
+    out = []
+    for j, xj in enumerate(points):
+        value = Fraction(1)
+        for k, xk in enumerate(points):
+            if k != j:
+                value *= Fraction(int(x) - int(xk), int(xj) - int(xk))
+        out.append(value.numerator % p * pow(value.denominator % p, -1, p) % p)
+    return out
+
+
+class Oracle:
+    """Independent reference computations with exact Python integers and fractions.
+
+    Nothing here calls omnifc: tests compare the library against these.
+    """
+
+    @staticmethod
+    def quantize_value(x: float, scale_bits: int, bound: float, nonnegative: bool = False) -> int:
+        """round-half-up(2^q * clip(x, lower, R)), computed exactly with fractions."""
+        from fractions import Fraction
+        import math
+
+        lower = 0.0 if nonnegative else -float(bound)
+        clipped = min(max(float(x), lower), float(bound))
+        return math.floor(Fraction(clipped) * 2**scale_bits + Fraction(1, 2))
+
+    @classmethod
+    def quantize(cls, rows, scale_bits: int, bound: float, nonnegative: bool = False):
+        """A list of lists of Python ints."""
+        return [[cls.quantize_value(v, scale_bits, bound, nonnegative) for v in row]
+                for row in np.asarray(rows, dtype=np.float64).tolist()]
+
+    @staticmethod
+    def sq_distances(rows):
+        """Pairwise squared distances of integer rows, as a list of lists of Python ints."""
+        rows = [[int(v) for v in row] for row in rows]
+        return [[sum((a - b) * (a - b) for a, b in zip(u, v)) for v in rows] for u in rows]
+
+    @staticmethod
+    def is_prime(n: int) -> bool:
+        """Deterministic Miller-Rabin for n < 3.3e24 (bases are the first 13 primes)."""
+        if n < 2:
+            return False
+        bases = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41)
+        for b in bases:
+            if n % b == 0:
+                return n == b
+        d, s = n - 1, 0
+        while d % 2 == 0:
+            d, s = d // 2, s + 1
+        for b in bases:
+            x = pow(b, d, n)
+            if x in (1, n - 1):
+                continue
+            for _ in range(s - 1):
+                x = x * x % n
+                if x == n - 1:
+                    break
+            else:
+                return False
+        return True

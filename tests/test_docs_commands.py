@@ -119,6 +119,7 @@ def test_the_docs_show_commands():
 OMNIFC_COMMANDS = [(w, c) for w, c in COMMANDS if c[0] == "omnifc"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where, words", OMNIFC_COMMANDS,
                          ids=[f"{w}:{' '.join(c)[:60]}" for w, c in OMNIFC_COMMANDS])
 def test_documented_omnifc_command_parses(where, words):

@@ -34,6 +34,7 @@ def _collect(*args):
     return {line for line in done.stdout.splitlines() if "::" in line}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_fast_subset_leaves_out_the_process_tests_and_keeps_the_rest():
     every = _collect()

@@ -19,6 +19,7 @@ FORBIDDEN = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_package_does_not_import_higher_layers(package):
     code = (
@@ -34,6 +35,7 @@ def test_package_does_not_import_higher_layers(package):
     assert out.stdout.strip() == "", f"{package} imports {out.stdout.strip()}"
 
 
+@pytest.mark.slow
 def test_check_detects_a_forbidden_import():
     # The check above must be able to fail: importing sklearn in the same way is caught.
     code = "import sys, sklearn\nprint(','.join(m for m in sys.modules if m == 'sklearn'))"

@@ -13,7 +13,7 @@ Usage::
 
     pip install mutmut              # 3.x; not a dependency of the package or its extras
     python tools/mutation.py protocols/_crypto.py tests/protocols/test_crypto.py \\
-        tests/protocols/test_crypto_bites.py tests/protocols/test_wire_bites.py
+        tests/protocols/test_crypto.py tests/protocols/test_wire.py
 
 ``--keep DIR`` works in DIR and keeps it (``cd DIR/tree && mutmut browse`` to explore);
 ``--max-children`` sets mutmut's parallelism (default 2, the machine's cores).

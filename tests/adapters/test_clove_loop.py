@@ -4,12 +4,18 @@ after the freeze, silhouette auto-K, and secure == plaintext down to the models.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
+from scipy.cluster.hierarchy import linkage
+from scipy.spatial.distance import pdist
 from sklearn.metrics import adjusted_rand_score
 
 from omnifc import fl
 from omnifc.adapters import clove
+
+from .test_clove import MODELS, TARGETS, _fl_clients, _keep, _Scalar
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -32,6 +38,7 @@ def concept_runs():
     return data, model, start, secure, plain
 
 
+@pytest.mark.slow
 def test_clove_on_a_classifier_recovers_the_planted_clusters(concept_runs):
     data, model, start, run, _ = concept_runs
     assert adjusted_rand_score(data.groups, run.assignments[0]) < 0.5    # random round 0
@@ -84,6 +91,7 @@ def test_ward_gap_rule_against_sklearn_merge_distances():
     assert clove.choose_k_gap((far - far.T) ** 2) == 3 and clove.choose_k((far - far.T) ** 2) == 2
 
 
+@pytest.mark.slow
 def test_newcomers_after_the_freeze_get_their_groups_model():
     """Seed 24: the clusters are right before the freeze (with K_hat = K = 3 the random
     round 0 sometimes merges two groups for good, e.g. seed 23: see docs/adapters.md), so
@@ -120,3 +128,309 @@ def test_partial_participation():
         idle = np.setdiff1d(np.arange(15), run.run.history[r].participants)
         before, now = run.assignments[r - 1], run.assignments[r]
         assert np.array_equal(before[idle], now[idle])
+
+
+# -- folded in from test_clove_bites2.py --------------------------------------------------
+# omnifc.adapters.clove: the documented defaults and rules of the round loops (issue 14).
+#
+# Spies (monkeypatch) check that the documented default arguments reach the building blocks
+# (``choose_k`` / ``choose_k_gap`` / ``cluster_clients`` / ``protect`` / ``is_stable``);
+# the K rules are recomputed with scipy on plaintext; the random first round and the freeze
+# are checked against the rules written in ``run_clove_fl``'s docstring.
+
+def _sq(x):
+    x = np.asarray(x, dtype=np.float64)
+    return ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+
+
+def _spy(monkeypatch, name):
+    """Record the keyword arguments of ``clove._simulation.<name>`` and call the real function."""
+    real = getattr(clove._simulation, name)
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(clove._simulation, name, spy)
+    return calls
+
+
+def _gap_reference(points, method="ward", k_upper=15):
+    """The widest relative gap of scipy's merge heights on the points themselves."""
+    x = np.asarray(points, dtype=np.float64)
+    n = len(x)
+    heights = np.sort(linkage(pdist(x), method)[:, 2])
+    best_k, best = 2, -1.0
+    for k in range(2, min(k_upper, n // 2) + 1):
+        low, high = heights[n - k - 1], heights[n - k]
+        ratio = high / low if low > 0 else (np.inf if high > 0 else 1.0)
+        if ratio > best:
+            best_k, best = k, ratio
+    return best_k
+
+
+# ----------------------------------------------------------------------------- run_clove_fl
+
+def test_run_clove_fl_default_k_rule_arguments_reach_choose_k_gap(monkeypatch):
+    gap = _spy(monkeypatch, "choose_k_gap")
+    km = _spy(monkeypatch, "cluster_clients")
+    clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, rounds=1, local_train=_keep,
+                       first_round="evaluation_based", secure=False)
+    assert gap == [dict(k_upper=15)]                 # the paper's K_ub = 15
+    assert [c["random_state"] for c in km] == [0]    # seed = 0 by default
+    km.clear()
+    clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, rounds=1, local_train=_keep,
+                       first_round="evaluation_based", secure=False, seed=7, k_upper=4)
+    assert gap[-1] == dict(k_upper=4)
+    assert [c["random_state"] for c in km] == [7]
+
+
+def test_run_clove_fl_silhouette_rule_gets_tolerance_and_k_upper(monkeypatch):
+    sil = _spy(monkeypatch, "choose_k")
+    models = [np.array([c]) for c in TARGETS]      # K_hat = 6: any K the rule picks fits
+    common = dict(rounds=1, local_train=_keep, first_round="evaluation_based", secure=False,
+                  k_rule="silhouette")
+    clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), models, **common)
+    assert sil == [dict(k_upper=15, tolerance=0.10)]
+    clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), models, **common, k_upper=3,
+                       k_tolerance=0.5)
+    assert sil[-1] == dict(k_upper=3, tolerance=0.5)
+
+
+def test_run_clove_fl_secure_without_parties_passes_none(monkeypatch):
+    prot = _spy(monkeypatch, "protect")
+    sums = _spy(monkeypatch, "secure_group_sums")
+    clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, n_clusters=3, rounds=1,
+                       local_train=_keep, first_round="evaluation_based", secure=True)
+    assert [c["parties"] for c in prot] == [None]    # the protocol's own party names
+    assert [c["parties"] for c in sums] == [None]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
+def test_random_round_gives_every_model_a_client_when_exactly_enough(seed):
+    # 3 clients, 3 models: "repaired so every model gets a client when there are enough"
+    run = clove.run_clove_fl(_fl_clients([0.0, 1.5, 3.0]), _Scalar(), MODELS, n_clusters=3,
+                             rounds=1, local_train=_keep, seed=seed, secure=False)
+    assert sorted(run.assignments[0].tolist()) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_participation_one_means_everyone_and_draws_nothing(seed):
+    # a fraction >= 1 is full participation: the same run as participation=None
+    common = dict(rounds=3, local_train=_keep, seed=seed, secure=False, n_clusters=3)
+    full = clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, **common)
+    one = clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, participation=1.0,
+                             **common)
+    assert [a.tolist() for a in one.assignments] == [a.tolist() for a in full.assignments]
+
+
+def test_freeze_counts_only_the_last_held_random_round():
+    # random_rounds=2: round 0 is held (not counted), round 1 counts; with stability
+    # window 1 every client is stable at the check of round 2 -> frozen from round 2
+    common = dict(n_clusters=3, local_train=_keep, secure=False, stability_rounds=1)
+    held = clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, rounds=4,
+                              random_rounds=2, **common)
+    assert held.frozen_from == 2
+    # the paper's single random round counts: stable (window 1) at round 1
+    paper = clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, rounds=3, **common)
+    assert paper.frozen_from == 1
+
+
+def test_freeze_history_lengths_with_held_rounds(monkeypatch):
+    # is_stable sees each client's history: 0 entries in round 1 (round 0 held), then one
+    seen = []
+    real = clove.is_stable
+
+    def spy(history, *args, **kwargs):
+        seen.append(len(history))
+        return real(history, *args, **kwargs)
+
+    monkeypatch.setattr(clove._simulation, "is_stable", spy)
+    clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, rounds=3, random_rounds=2,
+                       n_clusters=3, local_train=_keep, secure=False, stability_rounds=3)
+    # round 0: no check; round 1: first client has 0 entries -> all() stops there;
+    # round 2: 1 entry each (first client unstable -> stops)
+    assert seen == [0, 1]
+
+
+# ----------------------------------------------------------------------------- run_clove
+
+def _linear_clients():
+    rng = np.random.default_rng(5)
+    clients = []
+    for theta in ([1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [-1.0, 0.0], [-1.0, 0.0]):
+        x = rng.standard_normal((20, 2))
+        clients.append((x, x @ np.array(theta)))
+    return clients
+
+
+def test_run_clove_defaults_reach_choose_k_kmeans_and_is_stable(monkeypatch):
+    ck = _spy(monkeypatch, "choose_k")
+    km = _spy(monkeypatch, "cluster_clients")
+    start = np.array([[1.0, 0.1], [0.1, 1.0], [-1.0, 0.1], [0.5, 0.5], [-0.5, 0.5],
+                      [0.0, -1.0]])                 # K_hat = 6 >= any K chosen from 6
+    clove.run_clove(_linear_clients(), start, rounds=1, secure=False)
+    assert ck == [dict(k_upper=15)]
+    assert km == [dict(random_state=0)]
+    ck.clear()
+    km.clear()
+    clove.run_clove(_linear_clients(), start, rounds=1, secure=False, seed=9, k_upper=3)
+    assert ck == [dict(k_upper=3)] and km == [dict(random_state=9)]
+
+
+def test_run_clove_passes_the_stability_rule(monkeypatch):
+    rules = []
+    real = clove.is_stable
+
+    def spy(history, rounds=3, rule="intended"):
+        rules.append((rounds, rule))
+        return real(history, rounds, rule)
+
+    monkeypatch.setattr(clove._simulation, "is_stable", spy)
+    start = np.array([[1.0, 0.1], [0.1, 1.0], [-1.0, 0.1]])
+    clove.run_clove(_linear_clients(), start, n_clusters=3, rounds=3, secure=False,
+                    stability_rounds=2, stability_rule="literal")
+    assert rules and set(rules) == {(2, "literal")}
+    rules.clear()
+    clove.run_clove(_linear_clients(), start, n_clusters=3, rounds=3, secure=False)
+    assert rules and set(rules) == {(3, "intended")}
+
+
+# ----------------------------------------------------------------------------- K rules
+
+def test_choose_k_gap_identical_clients_keep_the_smallest_k():
+    # every merge height is 0: every ratio is 1 and the first (K = 2) is kept, silently
+    x = np.zeros((8, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert clove.choose_k_gap(_sq(x)) == 2
+
+
+def test_choose_k_gap_duplicates_do_not_divide_by_zero():
+    # three pairs of identical clients: heights 0, 0, 0, h1, h2; K = 3 has an infinite gap
+    x = np.array([[0.0], [0.0], [4.0], [4.0], [10.0], [10.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert clove.choose_k_gap(_sq(x)) == _gap_reference(x) == 3
+
+
+def test_choose_k_gap_uses_ward_not_single_linkage():
+    # on these 8 clients ward's widest gap is at K = 3, single linkage's at K = 2
+    x = np.array([[18.0], [12.0], [13.0], [17.0], [11.0], [15.0], [16.0], [4.0]])
+    assert _gap_reference(x, "ward") != _gap_reference(x, "single")
+    assert clove.choose_k_gap(_sq(x)) == _gap_reference(x, "ward")
+
+
+# ----------------------------------------------------------------------------- synthetic data
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_true_models_pairwise_gaps_within_delta_and_spread_delta(seed):
+    # "pairwise distances in [delta, spread*delta]": a tight spread (1.2 x 0.5 = 0.6) binds
+    delta, spread = 0.5, 1.2
+    thetas = clove.true_models(4, 6, delta, np.random.default_rng(seed), spread=spread)
+    gaps = pdist(thetas)
+    assert thetas.shape == (4, 6)
+    np.testing.assert_allclose(np.linalg.norm(thetas, axis=1), 1.0)
+    assert gaps.min() >= delta and gaps.max() <= spread * delta
+
+
+# ----------------------------------------------------------------------------- run_clove_fl, more
+
+def test_run_clove_fl_default_trainer_is_sgd_1_epoch_batch_20_rate_0_3(monkeypatch):
+    from omnifc import fl
+
+    made = []
+
+    def spy(model, **kwargs):                       # record the arguments; _Scalar has no
+        made.append((model, kwargs))                # gradient, so train nothing
+        return _keep
+
+    monkeypatch.setattr(fl, "sgd_trainer", spy)
+    model = _Scalar()
+    clove.run_clove_fl(_fl_clients(TARGETS), model, MODELS, n_clusters=3, rounds=1,
+                       secure=False)
+    assert len(made) == 1 and made[0][0] is model
+    assert made[0][1] == dict(epochs=1, batch_size=20, learning_rate=0.3)
+
+
+def test_run_clove_fl_participation_callable_gets_the_round_and_a_generator():
+    calls = []
+
+    def pick(r, rng):
+        calls.append((r, isinstance(rng, np.random.Generator)))
+        return np.array([0, 1, 2, 3, 4, 5])
+
+    clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, n_clusters=3, rounds=3,
+                       local_train=_keep, participation=pick, secure=False)
+    assert calls == [(0, True), (1, True), (2, True)]
+
+
+def test_run_clove_fl_parties_reach_every_protocol_call(monkeypatch):
+    # the secure calls get the party labels of exactly the clients they cover, in order
+    prot = _spy(monkeypatch, "protect")
+    sums = _spy(monkeypatch, "secure_group_sums")
+    names = ["p0", "p1", "p2", "p3", "p4", "p5", "p6"]
+    join = [0, 0, 0, 0, 0, 0, 4]
+    run = clove.run_clove_fl(_fl_clients(TARGETS + [0.75]), _Scalar(), MODELS, n_clusters=3,
+                             rounds=5, local_train=_keep, join_round=join,
+                             first_round="evaluation_based", secure=True, parties=names,
+                             stability_rounds=1)
+    assert run.frozen_from == 1 and run.newcomers.keys() == {6}
+    assert [c["parties"] for c in prot] == [names[:6], names]   # round 0, newcomer round 4
+    assert [c["parties"] for c in sums] == [names[:6]]
+
+
+def test_only_round_zero_is_repaired():
+    # "round 0 gives each participant a random model, repaired so every model gets a
+    # client": 3 newcomers in the held random round 1 draw uniformly with no repair, so
+    # they miss a model with probability 7/9 per seed; over 10 seeds some seed must miss
+    # one (all 10 covering is (2/9)^10 ~ 3e-7), while round 0 (3 clients) always covers
+    join = [0, 0, 0, 1, 1, 1]
+    missing = 0
+    for seed in range(10):
+        run = clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, n_clusters=3,
+                                 rounds=2, random_rounds=2, join_round=join,
+                                 local_train=_keep, seed=seed, secure=False)
+        assert sorted(run.assignments[0][:3].tolist()) == [0, 1, 2]
+        newcomers = run.assignments[1][3:].tolist()
+        assert set(newcomers) <= {0, 1, 2}
+        missing += len(set(newcomers)) < 3
+    assert missing > 0
+
+
+def _exact_silhouette(x, labels):
+    """The silhouette of D = squared differences in exact fractions (singletons score 0)."""
+    from fractions import Fraction
+
+    pts = [Fraction(int(v)) for v in x]
+    total = Fraction(0)
+    for i, li in enumerate(labels):
+        own = [j for j, lj in enumerate(labels) if lj == li and j != i]
+        if not own:
+            continue
+        a = sum((pts[i] - pts[j]) ** 2 for j in own) / len(own)
+        b = min(sum((pts[i] - pts[j]) ** 2 for j, lj in enumerate(labels) if lj == c)
+                / sum(1 for lj in labels if lj == c) for c in set(labels) if c != li)
+        total += (b - a) / max(a, b)
+    return total / len(labels)
+
+
+def test_choose_k_keeps_the_first_k_on_an_exact_silhouette_tie():
+    # K replaces the best only if its silhouette EXCEEDS (1 + tolerance) x the best: with
+    # tolerance 0 and K = 4, 5 tied exactly (fractions), K = 4 stays
+    from sklearn.cluster import AgglomerativeClustering
+
+    x = np.array([2.0, 3.0, 0.0, 5.0, 2.0, 5.0, 4.0])
+    exact = {k: _exact_silhouette(x, AgglomerativeClustering(n_clusters=k).fit(
+        x[:, None]).labels_.tolist()) for k in range(2, 7)}
+    assert exact[4] == exact[5] == max(exact.values())
+    assert clove.choose_k(_sq(x[:, None]), k_upper=6, tolerance=0.0) == 4
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_true_models_default_spread_is_five(seed):
+    # 14 unit models in 3-d at delta 0.3 crowd enough for the default bound 5 x 0.3 to bind
+    delta = 0.3
+    gaps = pdist(clove.true_models(14, 3, delta, np.random.default_rng(seed)))
+    assert gaps.min() >= delta and gaps.max() <= 5.0 * delta

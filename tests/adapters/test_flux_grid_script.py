@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(300)
 
 
+@pytest.mark.slow
 def test_quick_grid_caches_d_and_counts_what_the_rules_find_on_it(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "flux_k_grid.py"),
                            "--quick", "--cache", str(tmp_path), "--rules", "ward,paper_knee"],

@@ -114,6 +114,7 @@ def _found(data, labels):
             and adjusted_rand_score(data.groups, labels) == 1.0)
 
 
+@pytest.mark.slow
 def test_defaults_find_k_under_label_shift_where_dbscan_chains():
     """Label shift (Dirichlet group priors), seeds 20-23 (never used to design the Ward rule
     or its threshold: design seeds 0-2, docs/adapters.md), K = 2, 3, 5. The default (Ward

@@ -6,12 +6,14 @@ import functools
 import json
 
 import numpy as np
+import pytest
 
 import omnifc.audit
 import omnifc.cli.cmd_audit as cmd_audit
 from omnifc.cli import main
 
 
+@pytest.mark.slow
 def test_defaults_pass_and_write_the_report(tmp_path, capsys, monkeypatch):
     # Seed the share noise and ephemeral keys (hence masks) of checks 2 and 3 so the run is
     # reproducible: the tests' family-wise false-positive rate of 1e-3 is then fixed.

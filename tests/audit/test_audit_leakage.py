@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from omnifc.audit import (AuditParameters, check_coordinator_view, check_known_sample_attack,
                           coordinator_matrices, interpolate_segments, known_sample_attack,
@@ -104,3 +105,46 @@ def test_known_sample_check_reports_exactness_from_d_plus_one():
     assert first["k"] == 1 and first["rms_error"] > 1.0
     assert "Inherent to revealing D" in check.finding
     assert len(check.evidence["mitigations"]) >= 3
+
+
+@pytest.mark.slow
+def test_known_sample_text_and_plot_say_what_was_measured(tmp_path):
+    from omnifc.audit import AuditParameters, check_known_sample_attack
+
+    params = AuditParameters(rows=569, parties=3, nonnegative=True)
+    check = check_known_sample_attack(params, repeats=2)
+    text = " ".join(check.details)
+    assert "each party holds about 189 rows (569 rows over 3 parties" in text
+    assert "about 100 rows" not in text
+    exact_from = check.evidence["exact_from_k"]
+    assert exact_from is not None
+    (name, draw), = check.plots
+    texts = draw(tmp_path / name)
+    assert f"observed here: exact from k = {exact_from}" in texts
+    assert any(t.startswith("k = d + 1 = 5") for t in texts)
+
+
+@pytest.mark.slow
+def test_known_sample_text_does_not_quote_an_assumed_row_count_as_the_sessions():
+    """issue 25: `omnifc audit --config` said "~50 rows" for parties of 300-800 rows."""
+    from omnifc.audit import check_known_sample_attack
+    from omnifc.cli import build_parser
+    from omnifc.cli.cmd_audit import parameters_from_args
+
+    args = build_parser().parse_args(["audit", "--nonnegative", "--checks", "4"])
+    assumed = parameters_from_args(args)
+    assert assumed.rows_assumed and (assumed.rows, assumed.parties) == (150, 4)
+    given = parameters_from_args(build_parser().parse_args(
+        ["audit", "--nonnegative", "--rows", "1500", "--checks", "4"]))
+    assert not given.rows_assumed
+    check = check_known_sample_attack(assumed, repeats=2)
+    text = " ".join(check.details) + check.finding
+    assert "about 37 rows" not in text and "~37" not in text
+    assert "assumed n = 150 rows over 4 parties (pass --rows" in text
+    assert f"at least d + 1 = {assumed.dim + 1} rows" in text
+    assert check.evidence["rows_assumed"] is True
+    exact_from = check.evidence["exact_from_k"]
+    assert f"any one party holding at least {exact_from} rows has enough" in check.finding
+    check = check_known_sample_attack(given, repeats=2)
+    assert "each party holds about 375 rows (1500 rows over 4 parties" in " ".join(check.details)
+

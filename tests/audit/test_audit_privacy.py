@@ -41,6 +41,7 @@ def test_default_configuration_passes_checks_1_and_2():
     assert check.evidence["tightness"]["rows_recovered_exactly"] == check.evidence["rows_per_set"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("changes, check_1_reason, check_2_fails", [
     (dict(betas=(3, 4, 5, 5)), "parties 3 and 4 share the point 5", False),
     (dict(betas=(1, 4, 5, 6)), "beta_1 = 1 equals the data point alpha_1", True),
@@ -82,6 +83,7 @@ def _det_mod(matrix, p):
                for j in range(len(matrix))) % p
 
 
+@pytest.mark.slow
 def test_ranks_agree_with_determinants_including_singular_points():
     p, l, t = 13, 1, 2
     alphas, betas = (1, 2, 3), (4, 5, 1, 6, 7)  # party 3 sits on a data point
@@ -118,6 +120,7 @@ def test_l_plus_t_parties_reconstruct_rows_exactly(l, t, m):
         reconstruct_rows(shares, coalition[1:], params, plan.primes[0])
 
 
+@pytest.mark.slow
 def test_t_plus_one_noise_free_combination_for_l_greater_than_one():
     params = AuditParameters(parties=5, segments=2, noise_segments=1)
     check = check_empirical_privacy(params, noise_source=seeded())
@@ -142,3 +145,18 @@ def test_coalition_test_does_not_flag_the_correct_encoder_for_t_2():
     check = check_empirical_privacy(params, noise_source=seeded(5))
     assert check.verdict == "pass", check.reasons
     assert check.evidence["family_false_positive_rate"] == 1e-3
+
+
+@pytest.mark.slow
+def test_privacy_views_plot_has_the_uniform_reference_and_p_values(tmp_path):
+    from omnifc.audit import AuditParameters, check_empirical_privacy
+
+    check = check_empirical_privacy(AuditParameters(), noise_source=np.random.Generator(
+        np.random.PCG64(7)))
+    (name, draw), = check.plots
+    texts = draw(tmp_path / name)
+    assert "uniform" in texts and "uniform ± 2σ" in texts
+    titles = [t for t in texts if "A vs B: p = " in t]
+    assert len(titles) == 2                    # both panels state their test's p-value
+    assert any("in 20 equal bins" in t for t in texts)
+    assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"

@@ -11,13 +11,13 @@ from __future__ import annotations
 import itertools
 import os
 
-import galois
 import numpy as np
 import pytest
 from scipy import stats
 
 from finite_field import (InputError, encode_blocks, encode_rows, make_plan,
                           uniform_elements)
+from oracles import galois_field
 
 FAMILY_ALPHA = 1e-3
 
@@ -32,15 +32,16 @@ def vandermonde(gf, points, columns: int):
 
 def interpolation_matrix(p, points, targets):
     """M with M @ y = values at ``targets`` of the polynomial through (points, y), in GF(p)."""
-    gf = galois.GF(p)
+    gf = galois_field(p)
     k = len(points)
     return vandermonde(gf, targets, k) @ np.linalg.inv(vandermonde(gf, points, k))
 
 
 # --- encode_blocks --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_encode_blocks_matches_galois_matrix_product(prime, seeded_source):
-    gf = galois.GF(prime)
+    gf = galois_field(prime)
     l_t, m, n, s = 4, 7, 6, 5
     matrix = uniform_elements(prime, (l_t, m), seeded_source)
     blocks = uniform_elements(prime, (n, l_t, s), seeded_source)
@@ -85,7 +86,7 @@ def test_encode_rows_shares_interpolate_to_the_data(l, t, m, dim, seeded_source)
         for share in per_party:
             assert share.shape == (rows.shape[0], s) and share.dtype == np.int64
             assert ((share >= 0) & (share < p)).all()
-        gf = galois.GF(p)
+        gf = galois_field(p)
         # Any l+t parties determine the polynomial: interpolate from a random coalition.
         coalition = sorted(rng.choice(m, size=l + t, replace=False).tolist())
         stacked = gf(np.stack([per_party[j].reshape(-1) for j in coalition]))
@@ -232,7 +233,7 @@ def test_a_coalition_of_l_plus_t_reads_the_data():
     rows = privacy_rows("mixed", 50, 2, 2.0)
     shares = encode_rows(plan, rows)[0]
     code = plan.codes[0]
-    gf = galois.GF(P_SMALL)
+    gf = galois_field(P_SMALL)
     coalition = [1, 3, 4]
     stacked = gf(np.stack([shares[j][:, 0] for j in coalition]))
     at_alphas = interpolation_matrix(P_SMALL, [code.betas[j] for j in coalition],

@@ -23,6 +23,7 @@ import finite_field._kernels._pairwise as pairwise
 from finite_field import (DistanceTiles, ParameterError, cross_sq_distances, distances_from_gram,
                           encode_blocks, gram_matrix, sq_distances, sq_distances_tile,
                           weighted_sum)
+from oracles import galois_field
 
 PRIMES = [13, 251, 65521, 2147483629, 2147483647]  # as tests/conftest.py (the fixture `prime`)
 
@@ -87,12 +88,12 @@ def rng():
 
 @pytest.fixture(scope="module")
 def galois_fields():
-    galois = pytest.importorskip("galois")
+    pytest.importorskip("galois")
     cache = {}
 
     def get(p):
         if p not in cache:
-            cache[p] = galois.GF(p)
+            cache[p] = galois_field(p)
         return cache[p]
     return get
 

@@ -5,8 +5,10 @@ Two independent oracles, both computing in galois' GF(p):
 * interpolation as linear algebra: the values at the betas of the polynomial through
   (alpha_a, y_a) are ``V(betas) @ inv(V(alphas)) @ y`` with Vandermonde matrices V, so the
   encoding matrix is ``(V(betas) inv(V(alphas)))^T``; used for every fixture prime;
-* ``galois.lagrange_poly``; it JIT-compiles once per field (2-8 s each on this machine), so
-  it runs for the two extreme fixture primes, 13 and 2^31-1.
+* ``galois.lagrange_poly``, for the two extreme fixture primes, 13 and 2^31-1.
+
+Both run galois in its pure-Python mode (tests/oracles.py ``galois_field``): no field is
+JIT-compiled in the run.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 import pytest
 
 from finite_field import LagrangeCode, ParameterError, min_parties
+from oracles import galois_field
 
 #: (l, t, m) configurations; some exceed the small primes (p <= l+t+m) on purpose.
 CONFIGS = [(1, 1, 3), (1, 2, 6), (2, 1, 5), (2, 3, 9), (3, 2, 12), (4, 3, 13)]
@@ -25,7 +28,7 @@ LAGRANGE_POLY_PRIMES = (13, 2_147_483_647)
 
 
 def field(p: int):
-    return galois.GF(p)  # galois caches field classes
+    return galois_field(p)  # galois caches field classes
 
 
 def vandermonde(gf, points, columns: int):
@@ -62,6 +65,7 @@ def galois_basis_at(points, targets, p):
     return np.stack([np.asarray(c) for c in columns], axis=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("l, t, m", CONFIGS)
 def test_encoding_matrix_matches_galois(prime, l, t, m):
     if prime <= l + t + m:

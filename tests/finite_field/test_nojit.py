@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 SCRIPT = r"""
 import json, sys
@@ -55,6 +56,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_end_to_end_without_jit(oracle):
     x = np.random.Generator(np.random.PCG64(12)).uniform(-2.5, 2.5, size=(4, 3))
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")

@@ -22,6 +22,7 @@ from finite_field import (LagrangeCode, ParameterError, ReedSolomonCheck, checke
                           weighted_sums)
 from finite_field._reed_solomon import dual_multipliers
 from oracles import parity_rows
+from oracles import galois_field
 
 PRIMES = [13, 251, 65521, 2147483629, 2147483647]  # as tests/conftest.py
 
@@ -85,9 +86,10 @@ def _brute_force(points, received, dimension, p, radius):
     return None
 
 
+@pytest.mark.slow
 def test_brute_force_oracle_agrees_with_galois():
     # The oracle's interpolation is itself checked against galois.lagrange_poly.
-    GF = galois.GF(251)
+    GF = galois_field(251)
     xs, ys = [3, 9, 27, 81], [5, 200, 17, 0]
     poly = galois.lagrange_poly(GF(xs), GF(ys))
     assert [_interpolate_at(xs, ys, x, 251) for x in range(20)] == \
@@ -158,6 +160,7 @@ def test_weighted_sums_refuses_unreduced_values():
         weighted_sums([[1, 1, 1]], [[1, 1], [0, 0]], 13)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p", SMALL)
 @pytest.mark.parametrize("dimension,redundancy", [(3, 1), (3, 2), (3, 4), (5, 5), (1, 6)])
 def test_decoding_matches_brute_force(p, dimension, redundancy):
@@ -208,10 +211,11 @@ def test_decoding_matches_brute_force(p, dimension, redundancy):
                 assert fixed[:, e].tolist() == honest[:, e].tolist()
 
 
+@pytest.mark.slow
 def test_decoding_agrees_with_galois_reed_solomon():
     # galois's narrow-sense RS(12, k) over GF(13) is our code on the points alpha^i,
     # positions reversed (galois lists the highest-degree coefficient first).
-    GF = galois.GF(13)
+    GF = galois_field(13)
     rng = _rng(5)
     for k in (6, 9):
         rs = galois.ReedSolomon(12, k, field=GF)

@@ -62,6 +62,7 @@ def test_secure_matrix_is_the_plaintext_quantized_matrix(case):
     assert np.array_equal(case.secure, cdist(case.plain, case.plain, "sqeuclidean"))
 
 
+@pytest.mark.slow
 def test_exact_kmeans_equals_sklearn_kmeans_on_plaintext(case):
     details = fit_method(case.secure, "kmeans", case.k, random_state=3, n_init=4)
     seeds = details["init_indices"]
@@ -90,6 +91,7 @@ def test_dbscan_equals_sklearn_dbscan_on_plaintext(case):
     assert len(set(details["labels"].tolist()) - {-1}) >= 1
 
 
+@pytest.mark.slow
 def test_spectral_equals_sklearn_rbf_spectral_on_plaintext(case):
     details = fit_method(case.secure, "spectral", case.k, random_state=5)
     sigma = details["bandwidth"]
@@ -112,6 +114,7 @@ def test_kmedoids_equals_pam_on_plaintext_distances(case):
     assert same_partition(details["labels"], reference["labels"])
 
 
+@pytest.mark.slow
 def test_fcm_on_embedding_equals_fcm_on_plaintext(case):
     details = fit_method(case.secure, "fcm", case.k, random_state=2)
     reference = fcm_points(case.plain, case.plain[details["init_indices"]])
@@ -119,6 +122,7 @@ def test_fcm_on_embedding_equals_fcm_on_plaintext(case):
     np.testing.assert_allclose(details["memberships"], reference["memberships"], atol=1e-8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["nmf", "kmeans-rows"])
 def test_surrogates_equal_on_plaintext_matrix(case, method):
     details = fit_method(case.secure, method, case.k, random_state=1)
@@ -127,6 +131,7 @@ def test_surrogates_equal_on_plaintext_matrix(case, method):
     assert same_partition(details["labels"], reference["labels"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,parties,subset", CASES, ids=[c[0] for c in CASES])
 def test_federated_partition_does_not_depend_on_the_split(name, parties, subset):
     """p = 0 and p = 1 put the rows in different parties and orders; same partition."""

@@ -33,6 +33,7 @@ def no_matplotlib(tmp_path):
     return shim.parent
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("paper", ["fmcl", "omnifc", "all"])
 def test_missing_plots_extra_is_refused_before_any_work(tmp_path, no_matplotlib, paper):
@@ -60,6 +61,7 @@ def test_default_folder_is_omnifc_reproduce_in_the_working_directory(tmp_path):
     assert not (tmp_path / "docs").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_help_names_the_default_folder_and_the_extra(tmp_path):
     done = _omnifc("reproduce", "--help", cwd=tmp_path, env=_env())

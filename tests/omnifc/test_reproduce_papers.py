@@ -14,6 +14,7 @@ pytestmark = pytest.mark.timeout(300)
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("paper", ["fmcl", "client2vec", "flux", "omnifc"])
 def test_quick_reproduction_writes_table_and_plot(paper, tmp_path):
     outcome = reproduce_paper(paper, tmp_path, quick=True)
@@ -38,6 +39,7 @@ def test_quick_reproduction_writes_table_and_plot(paper, tmp_path):
         assert outcome["rows"] and not any("differs" in row[4] for row in outcome["rows"])
 
 
+@pytest.mark.slow
 def test_cli_writes_to_the_folder_it_names_and_says_so(tmp_path):
     out = tmp_path / "results"
     done = subprocess.run([sys.executable, "-m", "omnifc.cli", "reproduce", "--paper", "clove",
@@ -52,6 +54,7 @@ def test_cli_writes_to_the_folder_it_names_and_says_so(tmp_path):
         "run_clove_fl` is not in this tree" in (out / "clove.md").read_text()
 
 
+@pytest.mark.slow
 def test_cli_offers_every_paper_and_names_its_default_folder():
     done = subprocess.run([sys.executable, "-m", "omnifc.cli", "reproduce", "--help"],
                           capture_output=True, text=True, timeout=120)

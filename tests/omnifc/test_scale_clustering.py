@@ -61,6 +61,7 @@ def test_canonical_order_streamed_on_blobs(blobs):
     assert np.array_equal(omnifc.canonical_order(store), omnifc.canonical_order(dense))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver", ["randomized", "lanczos"])
 def test_streamed_mds_is_isometric_for_low_rank_data(blobs, solver):
     store, dense, _, _ = blobs
@@ -79,6 +80,7 @@ def _centre(d):
     return c - c.mean(axis=1, keepdims=True)
 
 
+@pytest.mark.slow
 def test_streamed_mds_top_eigenvalues_of_full_rank_data():
     rng = np.random.default_rng(3)
     rows = rng.integers(0, 64, size=(150, 40))
@@ -92,6 +94,7 @@ def test_streamed_mds_top_eigenvalues_of_full_rank_data():
     assert np.allclose(randomized, exact[:5], rtol=1e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver", ["randomized", "lanczos"])
 def test_kmeans_out_of_core_equals_dense_and_sklearn(blobs, solver):
     store, dense, truth, rows = blobs
@@ -245,6 +248,7 @@ def test_methods_needing_memory_fail_clearly(blobs, method):
         omnifc.cluster(store, method, 3, out_of_core=True)
 
 
+@pytest.mark.slow
 def test_automatic_choice_by_memory_budget(blobs):
     _, _, truth, rows = blobs
     roomy = plaintext_distance_store(rows, scale_bits=4, memory_budget=2**30)
@@ -265,6 +269,7 @@ def test_automatic_choice_by_memory_budget(blobs):
         omnifc.cluster(tight, "kmeans", 4, linkage="ward")
 
 
+@pytest.mark.slow
 def test_result_and_view_are_accepted(blobs):
     store, dense, _, _ = blobs
     result = DistanceResult.from_store(store)

@@ -19,6 +19,7 @@ def parties():
     return {"a": x[:25], "b": x[25:40], "c": x[40:]}
 
 
+@pytest.mark.slow
 def test_secure_result_on_disk_equals_in_memory(parties, tmp_path):
     kwargs = dict(bound=1.0, scale_bits=10, nonnegative=True)
     dense = omnifc.secure_distance_matrix(parties, **kwargs)
@@ -43,6 +44,7 @@ def test_secure_result_on_disk_equals_in_memory(parties, tmp_path):
                 omnifc.cluster(result, method, k, random_state=0, out_of_core=True), expected)
 
 
+@pytest.mark.slow
 def test_estimators_accept_the_on_disk_result(parties):
     result = omnifc.secure_distance_matrix(parties, bound=1.0, scale_bits=10,
                                            nonnegative=True, memory_budget=0)

@@ -196,6 +196,7 @@ def test_open_refuses_unfinished_and_existing_paths(tmp_path):
         DistanceAccumulator(2, (13,), scale_bits=0, out=out)
 
 
+@pytest.mark.slow
 def test_temporary_file_is_removed_with_the_store():
     store = plaintext_distance_store(np.arange(12).reshape(6, 2), scale_bits=0, memory_budget=0)
     path = store.path
@@ -205,6 +206,7 @@ def test_temporary_file_is_removed_with_the_store():
     assert not path.exists() and not path.parent.exists()
 
 
+@pytest.mark.slow
 def test_dropped_accumulator_removes_its_file(tmp_path):
     acc = DistanceAccumulator(4, (13,), scale_bits=0, out=tmp_path / "d.npy")
     assert (tmp_path / "d.npy").exists()

@@ -43,6 +43,7 @@ def l_t_m_cases():
         yield l, t, smallest if index % 2 == 0 else smallest + 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("l, t, m", list(l_t_m_cases()))
 def test_exact_through_the_public_api(l, t, m, oracle):
     index = list(l_t_m_cases()).index((l, t, m))
@@ -67,6 +68,7 @@ def test_exact_through_the_public_api(l, t, m, oracle):
             result.parameters["parties"]) == (l, t, m)
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, derandomize=True)
 @given(l=st.integers(1, 2), t=st.integers(1, 2), extra=st.integers(0, 2), d=st.integers(2, 6),
        q=st.integers(0, 20), bound=st.sampled_from([0.5, 1.0, 4.0]), nonnegative=st.booleans(),
@@ -87,6 +89,7 @@ def test_property_public_api_is_exact(l, t, extra, d, q, bound, nonnegative, dat
     assert result.integer_distances.tolist() == oracle.sq_distances(rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scale_bits, bound, n_primes", [(12, 1.0, 2), (25, 1.2, 3)])
 def test_exact_with_several_rns_primes(scale_bits, bound, n_primes, oracle):
     # d = 784, q = 12, R = 1: 4 d M^2 = 2^37.6 needs two primes; q = 25, R = 1.2 needs
@@ -137,6 +140,7 @@ def test_docstring_example():
     assert result.distances[0].tolist() == [0.0, 25.0, 2.0]
 
 
+@pytest.mark.slow
 def test_default_noise_comes_from_the_os_csprng(monkeypatch):
     # Every noise element is drawn from finite_field's SYSTEM_RANDOM (os.urandom): at least
     # 4 bytes per noise element, n rows x t segments x s features, per prime.

@@ -102,6 +102,7 @@ def test_rerun_keeps_earlier_results_and_points_to_session_new(tmp_path, session
         assert "fresh session with `omnifc certs`" not in text
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_explicit_out_with_earlier_results_is_refused_before_connecting(tmp_path, session):
     out = tmp_path / "mine"

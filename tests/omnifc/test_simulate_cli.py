@@ -47,6 +47,7 @@ def small_digits(monkeypatch):
     monkeypatch.setattr(cmd_simulate, "load_dataset", load)
 
 
+@pytest.mark.slow
 def test_digits_with_two_segments(capsys, small_digits):
     argv = ["simulate", "--dataset", "digits", "--segments", "2", "--noise-segments", "1",
             "--parties", "5"]

@@ -1,8 +1,6 @@
-"""Shared helpers of the protocol tests: plaintext references and a manual session driver."""
+"""Shared helpers of the protocol tests: random party data and a manual session driver."""
 
 from __future__ import annotations
-
-from fractions import Fraction
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -10,36 +8,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from protocols import Coordinator, Party, SessionParameters
 from protocols import public_key_bytes
 
-
-def quantize(x, bound, scale_bits, nonnegative=False):
-    lower = 0.0 if nonnegative else -bound
-    return np.floor(np.clip(np.asarray(x, float), lower, bound) * 2.0**scale_bits + 0.5) \
-        .astype(np.int64)
-
-
-def plaintext_sq_distances(x, bound, scale_bits, nonnegative=False):
-    """Integer squared distances of the quantized rows with exact Python integers."""
-    q = quantize(x, bound, scale_bits, nonnegative).tolist()
-    return np.array([[sum((a - b) ** 2 for a, b in zip(u, v)) for v in q] for u in q],
-                    dtype=np.int64)
-
-
-def lagrange_weights(points, x, p):
-    """[L_j(x) mod p] for the Lagrange basis on ``points``.
-
-    Independent of the library's modular algorithm: each L_j(x) is evaluated exactly over
-    the rationals (``fractions.Fraction``) and only then mapped to GF(p), which is valid
-    because the points are distinct modulo p (no denominator vanishes mod p).
-    tests/protocols/test_helper_oracle.py checks this against galois.
-    """
-    out = []
-    for j, xj in enumerate(points):
-        value = Fraction(1)
-        for k, xk in enumerate(points):
-            if k != j:
-                value *= Fraction(int(x) - int(xk), int(xj) - int(xk))
-        out.append(value.numerator % p * pow(value.denominator % p, -1, p) % p)
-    return out
+# The plaintext references live in the one oracle module (tests/oracles.py); they are
+# re-exported here for the protocol tests that import them from this module.
+from oracles import lagrange_weights, plaintext_sq_distances, quantize  # noqa: F401
 
 
 def random_data(sizes, dim, seed=0, low=-1.0, high=1.0):

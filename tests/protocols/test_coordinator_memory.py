@@ -161,6 +161,7 @@ def _delayed_run(data, parameters=None, held="party-2", budget=BUDGET, **storage
 
 # -- the attack ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_party_that_delays_its_stream_cannot_push_the_coordinator_past_its_budget(temporary):
     data = _data()
     driver, (held, working) = _delayed_run(data)
@@ -184,6 +185,7 @@ def test_a_party_that_delays_its_stream_cannot_push_the_coordinator_past_its_bud
     assert _spill_dirs(temporary) == []
 
 
+@pytest.mark.slow
 def test_the_result_held_in_ram_counts_against_the_budget(temporary):
     data = _data()
     result = 400 * 400 * 4                       # int32, one prime
@@ -197,6 +199,7 @@ def test_the_result_held_in_ram_counts_against_the_budget(temporary):
     assert np.array_equal(driver.coordinator.outcome.integer, _expected(data))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk", [16 * 1024, 64 * 1024])
 def test_the_working_memory_of_one_tile_is_the_stated_constant(chunk, temporary):
     data = _data(rows=120)
@@ -207,6 +210,7 @@ def test_the_working_memory_of_one_tile_is_the_stated_constant(chunk, temporary)
     assert np.array_equal(driver.coordinator.outcome.integer, _expected(data))
 
 
+@pytest.mark.slow
 def test_honest_parties_streaming_in_order_spill_nothing(temporary):
     # the memory transport pulls the parties' tiles round-robin: one tile open at a time
     data = _data()
@@ -218,6 +222,7 @@ def test_honest_parties_streaming_in_order_spill_nothing(temporary):
 
 # -- exactness on disk ---------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,integrity,faults", [
     ("masked", "detect", {}),
     ("masked", "correct", {"party-3": "corrupt-upload"}),
@@ -280,6 +285,7 @@ def test_open_sums_fill_the_budget_then_go_to_disk_and_free_it(tmp_path):
 
 # -- lifetime: nothing left behind ---------------------------------------------------------
 
+@pytest.mark.slow
 def test_spilled_sums_live_next_to_out_and_are_deleted_with_the_round(tmp_path):
     data = _data()
     out = tmp_path / "D.npy"
@@ -295,6 +301,7 @@ def test_spilled_sums_live_next_to_out_and_are_deleted_with_the_round(tmp_path):
     assert np.array_equal(np.load(out), _expected(data))
 
 
+@pytest.mark.slow
 def test_an_aborted_session_deletes_the_spilled_sums(temporary):
     data = _data()
     driver = _Driver(data, _params(), memory_budget=BUDGET)
@@ -307,6 +314,7 @@ def test_an_aborted_session_deletes_the_spilled_sums(temporary):
     assert list(temporary.iterdir()) == []           # sums and the result's file
 
 
+@pytest.mark.slow
 def test_a_rerun_round_starts_without_the_previous_rounds_sums(temporary):
     data = _data()
     # A = 1 of r = 2: one check is left for the straggler's rerun

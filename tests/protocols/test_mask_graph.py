@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import itertools
+import re
 import struct
 
 import numpy as np
@@ -13,13 +14,17 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from finite_field import ParameterError, masked_upload_streams
-from protocols import SessionParameters
-from protocols._crypto import PROTOCOL_VERSION, ElementStream, MaskView
-from protocols._mask_graph import collusion_threshold, mask_edges, mask_neighbours
-from protocols._memory import run_memory_session
-
 from oracles import graph_connected
 from protocol_helpers import plaintext_sq_distances, quantize, random_data
+from protocols import SessionParameters
+from protocols._crypto import PROTOCOL_VERSION, ElementStream, MaskView
+from protocols._mask_graph import (
+    check_mask_degree,
+    collusion_threshold,
+    mask_edges,
+    mask_neighbours,
+)
+from protocols._memory import run_memory_session
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -190,6 +195,7 @@ def _reference_mask(mask_key, view_digest, p, tile_index, size):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p, shape", [(257, (7, 300)), (2**31 - 1, (3, 40000)),
                                       (1073741827, (90, 700)), (13, (1, 5)), (65537, (2, 3))])
 def test_fused_masked_upload_equals_the_one_shot_construction(p, shape):
@@ -261,10 +267,9 @@ def test_config_key_loads_validates_round_trips_and_reaches_the_parameters(tmp_p
 
 
 def test_the_audit_reports_the_collusion_threshold_of_the_mask_graph(tmp_path):
-    from test_config import BASE, _write
-
     from omnifc.audit import AuditParameters
     from omnifc.audit._transport import check_transport
+    from test_config import BASE, _write
 
     def row(degree, t, m_extra=0):
         text = BASE.replace("primes = []", f"primes = []\nmask_degree = {degree}") \
@@ -285,6 +290,7 @@ def test_the_audit_reports_the_collusion_threshold_of_the_mask_graph(tmp_path):
     assert found[3] == "ok" and "up to 2 parties" in found[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p", [257, 2**31 - 1, 1073741827])
 def test_streams_with_any_coefficient_equal_python_integers(p):
     # The integrity group masks add rho_G * z_G[j]: coefficients other than +-1.
@@ -328,3 +334,141 @@ def test_a_partys_streamed_integrity_upload_equals_integrity_upload():
                                     checks.index(name), rho, p)
         got = np.frombuffer(tile.values, "<u4").reshape(values.shape)
         assert np.array_equal(got, expected)
+
+
+# -- folded in from test_mask_graph_bites.py ----------------------------------------------
+# protocols/_mask_graph.py pinned down (issue 14, mutation testing).
+#
+# The expected graphs are built here from the module docstring's definition of the Harary
+# graph H_{k,n} with frozensets (position i joined to i +- 1..floor(k/2) mod n; odd k: even n
+# adds {i, i + n/2}, odd n adds {i, i + (n+1)/2 mod n} for i = 0..(n-1)/2; H_{1,n} the path;
+# k = 0 or k >= n - 1 the complete graph), and small cases are written out by hand.
+
+def exactly(message: str) -> str:
+    return f"^{re.escape(message)}$"
+
+
+def _harary(n: int, k: int) -> set:
+    if k == 0 or k >= n - 1:
+        return {frozenset(e) for e in itertools.combinations(range(n), 2)}
+    if k == 1:
+        return {frozenset((i, i + 1)) for i in range(n - 1)}
+    edges = set()
+    for i in range(n):
+        for step in range(1, k // 2 + 1):
+            edges.add(frozenset((i, (i + step) % n)))
+            edges.add(frozenset((i, (i - step) % n)))
+    if k % 2 == 1:
+        if n % 2 == 0:
+            edges |= {frozenset((i, i + n // 2)) for i in range(n // 2)}
+        else:
+            edges |= {frozenset((i, (i + (n + 1) // 2) % n)) for i in range((n - 1) // 2 + 1)}
+    return edges
+
+
+@pytest.mark.parametrize("n", range(2, 12))
+def test_mask_edges_are_the_harary_graph_of_the_docstring(n):
+    for k in range(0, n + 2):
+        got = mask_edges(n, k)
+        assert all(type(e) is tuple and len(e) == 2 and e[0] < e[1] for e in got), (n, k)
+        assert {frozenset(e) for e in got} == _harary(n, k), (n, k)
+        assert len(got) == len(_harary(n, k))
+
+
+def test_small_graphs_written_out():
+    assert mask_edges(2, 0) == {(0, 1)}
+    assert mask_edges(2, 1) == {(0, 1)}
+    assert mask_edges(4, 1) == {(0, 1), (1, 2), (2, 3)}                 # a path, no cycle
+    assert mask_edges(5, 2) == {(0, 1), (1, 2), (2, 3), (3, 4), (0, 4)}  # the cycle
+    assert mask_edges(6, 3) == {(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (0, 5),
+                                (0, 3), (1, 4), (2, 5)}
+    # odd n, odd k: the cycle plus {0,3}, {1,4}, {2,0}: vertex 0 has degree k + 1 = 4
+    assert mask_edges(5, 3) == {(0, 1), (1, 2), (2, 3), (3, 4), (0, 4), (0, 3), (1, 4),
+                                (0, 2)}
+    assert mask_edges(7, 4) == {(i, j) for i in range(7) for j in range(i + 1, 7)
+                                if (j - i) % 7 in (1, 2, 5, 6)}
+
+
+def test_neighbours_and_degrees():
+    assert mask_neighbours(5, 0, 3) == [1, 2, 3, 4]
+    assert mask_neighbours(5, 2, 3) == [0, 1, 3]
+    assert mask_neighbours(5, 4, 3) == [0, 1, 3]
+    assert mask_neighbours(4, 0, 1) == [1] and mask_neighbours(4, 3, 1) == [2]
+    assert mask_neighbours(4, 1, 1) == [0, 2]
+    assert mask_neighbours(3, 2, 0) == [0, 1]
+    for n in range(2, 10):
+        for k in range(0, n + 1):
+            edges = _harary(n, k)
+            for position in range(n):
+                expected = sorted(j for e in edges if position in e for j in e
+                                  if j != position)
+                assert mask_neighbours(n, position, k) == expected, (n, k, position)
+
+
+@pytest.mark.parametrize("position", [-1, 5, 6, 100])
+def test_a_position_outside_the_responders_is_refused(position):
+    with pytest.raises(ParameterError, match=exactly(f"position must be in [0, 5), got "
+                                                     f"{position}")):
+        mask_neighbours(5, position, 2)
+
+
+def test_collusion_threshold_is_the_effective_degree_minus_one():
+    assert collusion_threshold(6, 3) == 2
+    assert collusion_threshold(6, 0) == 4 and collusion_threshold(6, 5) == 4
+    assert collusion_threshold(6, 9) == 4 and collusion_threshold(6, 4) == 3
+    assert collusion_threshold(2, 0) == 0 and collusion_threshold(2, 1) == 0
+    assert collusion_threshold(3, 1) == 0 and collusion_threshold(3, 2) == 1
+    # a degree of exactly n (or more) is the complete graph too
+    assert collusion_threshold(6, 6) == 4 and collusion_threshold(2, 2) == 0
+    for n in range(2, 9):
+        for k in range(0, n + 3):
+            assert collusion_threshold(n, k) == (n - 2 if k == 0 or k >= n - 1 else k - 1)
+
+
+@pytest.mark.parametrize("n", [1, 0, -3])
+def test_a_graph_needs_two_responders(n):
+    for degree in (0, 1, 3):
+        with pytest.raises(ParameterError, match=exactly(
+                f"a mask graph needs at least 2 responders, got {n}")):
+            mask_edges(n, degree)
+        with pytest.raises(ParameterError, match=exactly(
+                f"a mask graph needs at least 2 responders, got {n}")):
+            collusion_threshold(n, degree)
+
+
+class _Index:
+    def __init__(self, value):
+        self.value = value
+
+    def __index__(self):
+        return self.value
+
+    def __int__(self):
+        return self.value
+
+    def __repr__(self):
+        return f"_Index({self.value})"
+
+
+def test_check_mask_degree_accepts_integers_and_returns_an_int():
+    for good, value in [(0, 0), (1, 1), ((1 << 20) - 1, (1 << 20) - 1), (np.int64(3), 3),
+                        (np.uint8(2), 2), (_Index(4), 4)]:
+        got = check_mask_degree(good)
+        assert got == value and type(got) is int
+    assert mask_edges(4, np.int64(1)) == {(0, 1), (1, 2), (2, 3)}
+
+
+@pytest.mark.parametrize("bad", [True, False, np.True_, 1.0, 2.5, "2", None, [1]])
+def test_check_mask_degree_refuses_what_is_not_an_integer(bad):
+    with pytest.raises(ParameterError, match=exactly(
+            f"mask_degree must be an integer (0 = every pair), got {bad!r}")):
+        check_mask_degree(bad)
+
+
+@pytest.mark.parametrize("bad", [-1, -7, 1 << 20, (1 << 20) + 1, np.int64(-2)])
+def test_check_mask_degree_refuses_negative_or_huge_degrees(bad):
+    with pytest.raises(ParameterError, match=exactly(
+            f"mask_degree must be 0 (every pair masks) or k >= 1, got {int(bad)}")):
+        check_mask_degree(bad)
+    with pytest.raises(ParameterError):
+        mask_edges(6, bad)

@@ -294,6 +294,7 @@ print("reached everything")
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_row_added_to_the_table_reaches_config_fingerprint_cli_and_audit():
     done = subprocess.run([sys.executable, "-c", THROWAWAY_RUN,

@@ -218,12 +218,14 @@ def _child(case: str) -> int:
     return 4
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc")
 @pytest.mark.parametrize("case", sorted(CAP_CASES))
 def test_a_roster_over_the_row_caps_is_refused_before_any_allocation(case):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT), str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+        [str(ROOT), str(Path(__file__).parent), str(Path(__file__).parents[1]),
+         os.environ.get("PYTHONPATH", "")]))
     child = subprocess.run([sys.executable, __file__, case], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=150)
     out = child.stdout

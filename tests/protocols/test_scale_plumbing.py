@@ -76,6 +76,7 @@ def test_secure_distance_matrix_takes_the_mask_degree_and_reports_it():
         omnifc.secure_distance_matrix(data, bound=1.0, mask_degree=5)
 
 
+@pytest.mark.slow
 def test_federated_clustering_passes_mask_degree_and_memory_budget():
     import omnifc
 

@@ -43,6 +43,7 @@ def private_tmp(tmp_path, monkeypatch):
 
 
 # -- streaming == exact, bit for bit --------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk_bytes", [4096, 16384, 3 << 20])
 @pytest.mark.parametrize("scale_bits, n_primes", [(8, 1), (24, 2)])
 @pytest.mark.parametrize("mode", ["masked", "transparent"])
@@ -202,6 +203,7 @@ def test_out_must_be_new(tmp_path):
 
 
 # -- the public API writes D once, where asked ---------------------------------------
+@pytest.mark.slow
 def test_library_call_with_out_clusters_like_the_in_memory_result(tmp_path):
     import omnifc
     from omnifc._clustering._streamed import knn_graph
@@ -290,6 +292,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_coordinator_memory_stays_bounded_under_an_address_space_limit(tmp_path):
     n = 10000

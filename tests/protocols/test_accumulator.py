@@ -267,6 +267,7 @@ def test_from_integer_refuses_an_existing_file_or_sidecar(tmp_path):
         DistanceStore.from_integer(np.zeros((2, 2), np.int64), scale_bits=0, out=out)
 
 
+@pytest.mark.slow
 def test_from_integer_in_ram_and_in_a_temporary_file(private_tmp):
     exact = np.array([[0, 9], [9, 0]], dtype=np.int64)
     ram = DistanceStore.from_integer(exact, scale_bits=0, memory_budget=32)  # 2x2 int64 fits
@@ -508,6 +509,7 @@ def test_finalize_names_the_first_row_that_differs_from_the_most():
                                "13, expected 4 like the others")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_primes", [1, 2, 3])
 @pytest.mark.parametrize("where", ["ram", "temp", "out"])
 def test_finalize_is_exact_against_python_integers(n_primes, where, tmp_path, private_tmp):
@@ -618,6 +620,7 @@ def test_entries_left_of_the_diagonal_are_ignored():
     assert acc.finalize().integer.tolist() == (upper + upper.T).tolist()
 
 
+@pytest.mark.slow
 def test_a_dropped_store_of_the_accumulator_removes_its_temporary_folder(private_tmp):
     acc = DistanceAccumulator(2, (13,), scale_bits=0, memory_budget=0)
     acc.add_tile(0, 0, 2, [[0, 3], [0, 0]])
@@ -723,6 +726,7 @@ def test_take_rows_of_no_rows_and_of_whole_floats():
                                                              [1.0, 1.25, 1.5, 1.75]]
 
 
+@pytest.mark.slow
 def test_one_prime_finish_covers_rows_past_2048():
     n = 2100  # three blocks of 1,024 rows
     acc = DistanceAccumulator(n, (2147483647,), scale_bits=0, distance_bound=1000)

@@ -50,6 +50,7 @@ def _raw_expected(seed):
     return parties, truth, plain
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 3])
 def test_raw_example_lines(seed, monkeypatch):
     from omnifc.adapters import raw
@@ -154,6 +155,7 @@ def small_fmcl(monkeypatch):
     return real, seeds
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 2])
 def test_fmcl_example_lines(small_fmcl, seed):
     from omnifc.adapters import fmcl

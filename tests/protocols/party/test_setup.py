@@ -16,7 +16,7 @@ from finite_field import AuthenticationError, InputError, IntegrityError, PeerEr
 from protocols import Party, SessionParameters, public_key_bytes
 from protocols._crypto import PROTOCOL_VERSION
 from protocol_helpers import Session, quantize, random_data
-from test_party_bites import PARAMS, _in_phase, _refusal, _result
+from .test_refusals import PARAMS, _in_phase, _refusal, _result
 
 
 def _party(data, params=PARAMS, name="party-0", **kwargs):

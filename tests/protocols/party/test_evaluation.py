@@ -99,6 +99,7 @@ def _check_metadata(tiles, name, round_, n, chunk_bytes, primes):
 
 # -- pairwise masked uploads (no integrity checks): every tile recomputed ----------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sizes, degree, chunk_bytes, scale_bits, responders", [
     ((5, 4, 6, 3, 4), 0, 4096, 16, None),          # 2 primes, every pair masks
     ((5, 4, 6, 3, 4), 2, 4096, 8, None),           # the cycle H_{2,5}

@@ -16,7 +16,7 @@ import pytest
 from protocols import Coordinator, SessionParameters
 from protocols._generated import omnifc_pb2 as pb
 from protocol_helpers import Session, plaintext_sq_distances, quantize, random_data
-from test_coordinator_bites import PARAMS, SID, _copy, _pump, _refused, _says
+from .test_refusals import PARAMS, SID, _copy, _pump, _refused, _says
 
 pytestmark = pytest.mark.timeout(120)
 
