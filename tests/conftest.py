@@ -49,3 +49,19 @@ def _fresh_log_once():
     from protocols._log_once import restore
     restore(())
     yield
+
+
+@pytest.fixture(autouse=True)
+def _package_loggers_as_found():
+    """A command run in-process (``omnifc.cli.main``) puts its stderr handler and level on
+    the package loggers, as it should in its own process; here the next test must find them
+    as they were, or caplog misses what a quiet level drops."""
+    import logging
+
+    roots = [logging.getLogger(name) for name in ("omnifc", "protocols", "finite_field")]
+    saved = [(logger, logger.level, list(logger.handlers), logger.propagate) for logger in roots]
+    yield
+    for logger, level, handlers, propagate in saved:
+        logger.setLevel(level)
+        logger.handlers[:] = handlers
+        logger.propagate = propagate

@@ -39,7 +39,7 @@ from finite_field import ParameterError, ProtocolError
 __all__ = ["Embedding", "EMBEDDINGS", "embedding", "client_distances", "ClusteredFedAvg",
            "ClusteredResult"]
 
-logger = logging.getLogger("omnifc.flower")
+logger = logging.getLogger(__name__)
 
 
 def client_distances(distances, rows) -> np.ndarray:

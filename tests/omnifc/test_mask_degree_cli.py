@@ -58,14 +58,19 @@ def _certs(folder, degree, parties="a,b,c,d,e"):
 
 @pytest.fixture
 def stop_before_the_network(monkeypatch):
+    import protocols
     import protocols._grpc_coordinator as coordinator
     import protocols._grpc_party as party
 
     def stop(*args, **kwargs):
         raise ProtocolError("stopped before the network (test)")
 
-    monkeypatch.setattr(coordinator, "CoordinatorServer", stop)
-    monkeypatch.setattr(party, "join_from_config", stop)
+    # the package's lazy names too: the CLI looks them up there, and a name resolved once
+    # stays in the package's namespace (monkeypatch puts the real one back afterwards)
+    for module in (coordinator, protocols):
+        monkeypatch.setattr(module, "CoordinatorServer", stop)
+    for module in (party, protocols):
+        monkeypatch.setattr(module, "join_from_config", stop)
 
 
 def _warnings(caplog):

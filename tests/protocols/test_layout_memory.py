@@ -57,7 +57,8 @@ def _child(layout: str) -> int:
 
 def _run(layout: str) -> str:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT), str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+        [str(ROOT), str(Path(__file__).parent), str(Path(__file__).parent.parent),
+         os.environ.get("PYTHONPATH", "")]))  # tests/ holds the oracles module
     child = subprocess.run([sys.executable, __file__, layout], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=280)
     assert f"MODULE {ROOT}" in child.stdout, child.stdout + child.stderr[-2000:]
