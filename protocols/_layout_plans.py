@@ -38,7 +38,7 @@ from finite_field import (ParameterError, ProtocolError, WrapAroundError, add_re
 from ._accumulator import _allocate, _check_budget, _check_tile_bytes, _remove
 from ._layouts import resolve_layout
 from ._messages import vector_tiles
-from ._plans import _BLOCK_ELEMENTS, DistanceSession, decode_failure
+from ._plans import _BLOCK_ELEMENTS, DistanceSession, decode_failure, out_of_bound
 
 __all__ = ["LandmarkSession", "PairSession", "EntryAccumulator", "LandmarkDistances",
            "PairDistances", "layout_session_type"]
@@ -220,11 +220,7 @@ class _LayoutSession(DistanceSession):
         try:
             integer = acc.finalize()
         except (ProtocolError, ParameterError):
-            raise decode_failure(
-                f"every decoded squared distance must lie in [0, "
-                f"{self.plan.distance_bound}] (the no-wrap bound of the public parameters)"
-                f"; some do not: an uploaded evaluation of {responders} was corrupted"
-            ) from None
+            raise decode_failure(out_of_bound(self.plan, responders)) from None
         return integer, integer * (1.0 / float(4 ** self.plan.quantizer.scale_bits)), None
 
 

@@ -72,6 +72,13 @@ def decode_failure(checked: str) -> IntegrityError:
                           f"{checked}", phase="decode")
 
 
+
+def out_of_bound(plan, responders) -> str:
+    """What a decode that left the no-wrap bound says (the evaluations were corrupted)."""
+    return (f"every decoded squared distance must lie in [0, {plan.distance_bound}] (the "
+            f"no-wrap bound of the public parameters); some do not: an uploaded evaluation "
+            f"of {responders} was corrupted")
+
 class SessionPlan:
     """The interface the state machines call; :class:`DistanceSession` and
     :class:`SumSession` implement it.
@@ -197,11 +204,7 @@ class DistanceSession(SessionPlan):
         try:
             store = acc.finalize()
         except (ProtocolError, ParameterError):
-            raise decode_failure(
-                f"every decoded squared distance must lie in [0, "
-                f"{self.plan.distance_bound}] (the no-wrap bound of the public parameters)"
-                f"; some do not: an uploaded evaluation of {responders} was corrupted"
-            ) from None
+            raise decode_failure(out_of_bound(self.plan, responders)) from None
         return None, None, store
 
 
