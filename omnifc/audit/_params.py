@@ -155,7 +155,7 @@ class AuditParameters:
 
         values, transport = read_session_config(path)
         values.update({k: v for k, v in overrides.items() if v is not None})
-        values.setdefault("rows_assumed", overrides.get("rows") is None)
+        values["rows_assumed"] = overrides.get("rows") is None
         if not values.get("dim"):
             raise ParameterError(f"the session config {path} leaves [parameters] dim = 0 "
                                  "(taken from the data at join); pass the data's d with --dim")

@@ -69,26 +69,31 @@ def legend_overlaps(fig) -> list[str]:
     ["legend of 'a line' covers 'covered'"]
     """
     return [f"legend of {ax.get_legend().get_texts()[0].get_text()!r} covers "
-            f"{text.get_text()!r}" for ax in fig.axes for text in _covered(fig, ax)]
+            f"{text.get_text()!r}" for ax, texts in _covered(fig).items() for text in texts]
 
 
 def place_legends(fig) -> None:
     """Move every legend that covers a text of its axes below the axes, where it cannot."""
-    for ax in fig.axes:
-        if _covered(fig, ax):
-            size = ax.get_legend().get_texts()[0].get_fontsize()
-            ax.legend(fontsize=size, loc="upper center", bbox_to_anchor=(0.5, -0.18),
-                      frameon=False)
+    for ax in _covered(fig):
+        size = ax.get_legend().get_texts()[0].get_fontsize()
+        ax.legend(fontsize=size, loc="upper center", bbox_to_anchor=(0.5, -0.18),
+                  frameon=False)
 
 
-def _covered(fig, ax) -> list:
-    legend = ax.get_legend()
-    if legend is None:
-        return []
+def _covered(fig) -> dict:
+    """{axes: the texts its legend covers} for the axes where there are any, from one draw."""
     renderer = fig.canvas.get_renderer()
     fig.draw_without_rendering()
-    box = legend.get_window_extent(renderer)
-    return [t for t in ax.texts if t.get_text() and box.overlaps(t.get_window_extent(renderer))]
+    covered = {}
+    for ax in fig.axes:
+        if ax.get_legend() is None:
+            continue
+        box = ax.get_legend().get_window_extent(renderer)
+        texts = [t for t in ax.texts
+                 if t.get_text() and box.overlaps(t.get_window_extent(renderer))]
+        if texts:
+            covered[ax] = texts
+    return covered
 
 
 def write_paper_report(out: Path, paper: str, title: str, claim_rows, notes, fig, seconds, quick) -> dict:
