@@ -23,15 +23,15 @@ __all__ = ["secure_distance_matrix", "normalize_parties", "session_keywords",
 logger = logging.getLogger(__name__)
 
 #: The session parameters of the table (:data:`protocols.PARAMETERS`) that
-#: :func:`secure_distance_matrix` does not take as keywords, and why. Every other row of
-#: the table is a keyword with the table's default (a test checks both ways), and its
-#: value reaches :class:`~protocols.SessionParameters` by name: a new parameter is added
-#: to the table, and here or to the signature.
+#: :func:`secure_distance_matrix` does not take, and why (a call that names one gets a
+#: TypeError with the reason). Every other row of the table is taken: the common ones as
+#: the keywords written out in the signature (with the table's defaults; a test checks),
+#: the rest by name through ``**options``, so a new row of the table is a parameter of this
+#: function without an edit here.
 NOT_KEYWORDS = {
     "dim": "taken from the parties' rows",
     "kind": "always a distance session (omnifc.secure_sum is the sum)",
     "rows": "sum sessions only",
-    "chunk_bytes": "transport tuning; the default fits gRPC's limits",
     "max_rows_per_party": "the caller holds every row: no cap to announce",
     "max_rows_total": "the caller holds every row: no cap to announce",
     "alphas": "the default points (pairwise distinct, checked by the plan)",
@@ -42,11 +42,29 @@ NOT_KEYWORDS = {
 
 
 def session_keywords() -> tuple:
-    """The keywords of :func:`secure_distance_matrix` that are session parameters, in the
-    table's order."""
+    """The session parameters :func:`secure_distance_matrix` takes, in the table's order:
+    the keywords of its signature, then the rows it takes by name through ``**options``."""
     from protocols import PARAMETERS
 
     return tuple(p.name for p in PARAMETERS if p.name not in NOT_KEYWORDS)
+
+
+def _session_options(options: dict) -> dict:
+    """``**options`` of :func:`secure_distance_matrix`, checked against the table: only its
+    rows that are neither keywords of the signature nor refused (:data:`NOT_KEYWORDS`)."""
+    import inspect
+
+    written = inspect.signature(secure_distance_matrix).parameters
+    taken = set(session_keywords()) - set(written)
+    for name in options:
+        if name in NOT_KEYWORDS:
+            raise TypeError(f"secure_distance_matrix() does not take {name!r}: "
+                            f"{NOT_KEYWORDS[name]}")
+        if name not in taken:
+            raise TypeError(f"secure_distance_matrix() got an unexpected keyword argument "
+                            f"{name!r} (the session parameters it takes: "
+                            f"{', '.join(session_keywords())})")
+    return dict(options)
 
 
 def normalize_parties(parties) -> tuple[list[str], list[np.ndarray]]:
@@ -102,7 +120,7 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
                            adversaries: int | None = None,
                            mask_degree: int = 0, layout: str = "full", landmarks=None,
                            n_landmarks: int = 0, pairs=None,
-                           max_pairs: int = DEFAULT_MAX_PAIRS) -> DistanceResult:
+                           max_pairs: int = DEFAULT_MAX_PAIRS, **options) -> DistanceResult:
     """Exact pairwise squared distances of all parties' rows, computed on Lagrange shares.
 
     Each party quantizes its rows with the public ``bound`` and ``scale_bits``, encodes them
@@ -188,6 +206,11 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
         The public cap on the number of pairs of a ``"pairs"`` layout (default and at most
         2^19: the list travels in the roster); a longer list is refused before anything
         runs.
+    **options
+        Any other session parameter of the table (:data:`protocols.PARAMETERS`, listed in
+        docs/deployment.md) by name, e.g. ``chunk_bytes=1 << 18``, with the table's default
+        and checks; the ones this function cannot take (:data:`NOT_KEYWORDS`, e.g.
+        ``dim``: taken from the rows) raise TypeError with the reason.
 
     Returns
     -------
@@ -205,8 +228,9 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     from protocols import SessionParameters
     from protocols import check_distance_mask_degree
 
-    given = locals()
-    session = {name: given[name] for name in session_keywords()}  # by name, from the table
+    given = locals() | _session_options(options)
+    session = {name: given[name] for name in session_keywords()  # by name, from the table
+               if name in given}
     # The weakest masks a session allows, before any data is read (SessionParameters
     # refuses the same below).
     check_distance_mask_degree(mask_degree, noise_segments)

@@ -342,13 +342,15 @@ def test_errors_are_exported_from_omnifc():
 
 def keyword_mismatches(parameters, function, not_keywords):
     """What keeps the table and ``function``'s signature from agreeing: a table row that is
-    neither a keyword nor excused, a keyword default that is not the table's, an excuse
-    for a name that is not in the table or that is a keyword after all."""
+    neither taken (a keyword, or by name through ``**options``) nor excused, a keyword
+    default that is not the table's, an excuse for a name that is not in the table or that
+    is a keyword after all."""
     import inspect
 
     from protocols._parameters import REQUIRED
 
     signature = inspect.signature(function).parameters
+    by_name = any(p.kind is p.VAR_KEYWORD for p in signature.values())
     problems = []
     names = {p.name for p in parameters}
     for p in parameters:
@@ -357,7 +359,11 @@ def keyword_mismatches(parameters, function, not_keywords):
                 problems.append(f"{p.name}: excused, yet a keyword")
             continue
         keyword = signature.get(p.name)
-        if keyword is None or keyword.kind is not keyword.KEYWORD_ONLY:
+        if keyword is None:
+            if not by_name:
+                problems.append(f"{p.name}: in the table, not taken")
+            continue
+        if keyword.kind is not keyword.KEYWORD_ONLY:
             problems.append(f"{p.name}: in the table, not a keyword")
             continue
         expected = inspect.Parameter.empty if p.default is REQUIRED else p.default
@@ -373,24 +379,61 @@ def test_the_keywords_are_the_parameter_tables_rows():
 
     from omnifc._secure import NOT_KEYWORDS, session_keywords
     assert keyword_mismatches(PARAMETERS, secure_distance_matrix, NOT_KEYWORDS) == []
-    assert session_keywords() == ('bound', 'scale_bits', 'segments', 'noise_segments', 'nonnegative', 'primes', 'mode', 'integrity', 'mask_degree', 'adversaries', 'layout', 'n_landmarks', 'max_pairs')
+    assert session_keywords() == ('bound', 'scale_bits', 'segments', 'noise_segments',
+                                  'nonnegative', 'primes', 'mode', 'chunk_bytes', 'integrity',
+                                  'mask_degree', 'adversaries', 'layout', 'n_landmarks',
+                                  'max_pairs')
 
 
-def test_a_new_table_row_is_flagged_until_it_is_a_keyword_or_excused():
+def test_a_new_table_row_is_taken_by_name_without_an_edit_of_the_function():
     from protocols._parameters import PARAMETERS, Parameter
 
     from omnifc._secure import NOT_KEYWORDS
     extra = (*PARAMETERS, Parameter("throwaway", "int", "throwaway", 0))
-    assert keyword_mismatches(extra, secure_distance_matrix, NOT_KEYWORDS) == [
-        "throwaway: in the table, not a keyword"]
-    assert keyword_mismatches(extra, secure_distance_matrix,
-                              {**NOT_KEYWORDS, "throwaway": "why"}) == []
+    # taken through **options: nothing to add to the signature or to the excuses
+    assert keyword_mismatches(extra, secure_distance_matrix, NOT_KEYWORDS) == []
+
+    def written_out(parties, *, bound, scale_bits=16):  # a signature without **options
+        ...
+    assert "throwaway: in the table, not taken" in keyword_mismatches(
+        extra, written_out, NOT_KEYWORDS)
     assert keyword_mismatches(PARAMETERS, secure_distance_matrix,
                               {**NOT_KEYWORDS, "mode": "?", "gone": "?"}) == [
         "mode: excused, yet a keyword", "gone: excused, not in the table"]
 
 
+def test_a_table_row_outside_the_signature_reaches_the_session_by_name(monkeypatch):
+    import protocols
+
+    seen = []
+    real = protocols.run_memory_session
+
+    def spy(party_data, parameters, **kwargs):
+        seen.append(parameters)
+        return real(party_data, parameters, **kwargs)
+
+    monkeypatch.setattr(protocols, "run_memory_session", spy)
+    rng = np.random.default_rng(11)
+    parties = [rng.uniform(-1, 1, (4, 3)) for _ in range(3)]
+    result = secure_distance_matrix(parties, bound=2.0, scale_bits=6, chunk_bytes=4096)
+    assert [p.chunk_bytes for p in seen] == [4096]
+    x = np.concatenate([np.round(p * 64).astype(np.int64) for p in parties])
+    assert result.integer_distances.tolist() == [  # Python integers
+        [sum((int(a) - int(b)) ** 2 for a, b in zip(u, v)) for v in x] for u in x]
+    with pytest.raises(ParameterError, match="chunk_bytes must be in"):  # the table's check
+        secure_distance_matrix(parties, bound=2.0, chunk_bytes=64)
+
+
+def test_rows_the_function_cannot_take_are_refused_with_the_reason():
+    parties = [np.zeros((1, 2)), np.ones((1, 2)), np.full((1, 2), 2.0)]
+    with pytest.raises(TypeError, match="does not take 'dim': taken from the parties' rows"):
+        secure_distance_matrix(parties, bound=4.0, dim=2)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'chunkbytes'.*chunk_bytes"):
+        secure_distance_matrix(parties, bound=4.0, chunkbytes=4096)
+
+
 def test_every_session_keyword_is_documented():
+    import inspect
     import re
 
     from omnifc._secure import session_keywords
@@ -400,7 +443,10 @@ def test_every_session_keyword_is_documented():
                   for name in line.split(",")}
     documented |= {name.strip() for line in re.findall(r"^    ([\w, ]+)$", section, re.M)
                    for name in line.split(",")}
-    assert set(session_keywords()) <= documented, set(session_keywords()) - documented
+    written = set(inspect.signature(secure_distance_matrix).parameters)
+    keywords = set(session_keywords()) & written
+    assert keywords <= documented, keywords - documented
+    assert "**options" in section  # the rest of the table, by name
 
 
 def test_each_session_keyword_reaches_the_session_by_name():

@@ -3,7 +3,8 @@ session parameters: every row reaches SessionParameters, the session config (TOM
 and read back), the proto, the session fingerprint, the CLI options and AuditParameters.
 
 The last test adds a throwaway row to the table's source (and nothing else) in a fresh
-interpreter and follows it through every layer: adding a parameter is one edit.
+interpreter and follows it through every layer, ``omnifc.secure_distance_matrix`` included:
+adding a parameter is one edit (two when it goes on the wire: the row and its proto field).
 """
 
 from __future__ import annotations
@@ -290,6 +291,23 @@ certs = generate_certificates(tempfile.mkdtemp(), ["a", "b", "c"], session_knob=
 assert load_session_config(certs.config).session_knob == "b"
 args = parser.parse_args(["certs", "--out", "x", "--parties", "a,b", "--session-knob", "b"])
 assert session_settings(args)["session_knob"] == "b"
+# the library call takes both by name (**options), into the session's parameters
+import numpy as np
+import omnifc
+import protocols
+seen = []
+real = protocols.run_memory_session
+protocols.run_memory_session = lambda data, p, **k: (seen.append(p), real(data, p, **k))[1]
+try:
+    omnifc.secure_distance_matrix([np.zeros((1, 2)), np.ones((1, 2)), np.full((1, 2), 2.0)],
+                                  bound=4.0, throwaway=4, session_knob="b")
+    raise SystemExit("a value off the wire was not refused")
+except omnifc.OmniFCError as error:
+    # declared wire=None, the rows do not travel in the roster: every party refuses a
+    # roster whose parameters differ from its own, rather than computing with another value
+    assert "roster parameters differ from the session config in ['throwaway', " \
+        "'session_knob']" in str(error), error
+assert [(p.throwaway, p.session_knob) for p in seen] == [(4, "b")], seen
 print("reached everything")
 '''
 
