@@ -234,6 +234,11 @@ class Parameter:
         field means (proto3 has no "unset" for scalars), and ``from_plan(parameters,
         plan)``: the value sent when the plan fixes it (the primes chosen, A resolved, the
         points).
+    example
+        A valid value other than the default, valid together with every other row's
+        example (a session of 9 parties): tests/protocols/test_parameter_table.py writes,
+        reads, fingerprints, sends and parses every config and audit row with it, so a new
+        row brings its own test value. Required of the rows in the config or the audit.
     """
 
     name: str
@@ -260,6 +265,7 @@ class Parameter:
     repeated: bool = False
     optional_on_wire: bool = False
     from_plan: Optional[Callable] = None
+    example: Any = _SAME
 
     @property
     def in_config(self) -> bool:
@@ -298,29 +304,31 @@ PARAMETERS: tuple[Parameter, ...] = (
             "distance session means \"taken from the data\": every party must then hold "
             "the same d.",
         table="parameters", config_default=0, comment="d; 0 = taken from the data at join "
-        "(must match)", config_check=lambda v, k: _integer(v, k, 0, MAX_DIM), audit=True),
+        "(must match)", config_check=lambda v, k: _integer(v, k, 0, MAX_DIM), audit=True,
+        example=6),
     Parameter(
         "bound", "float", "R: public clip bound",
         doc="R, the public clip bound of the quantization.",
         table="parameters", config_default=8.0, config_check=_positive_number, audit=True,
-        cli_type=float),
+        cli_type=float, example=3.0),
     Parameter(
         "scale_bits", "int", "q: quantization step 2^-q", 16,
-        table="parameters", config_check=lambda v, k: _integer(v, k, 0, 30), audit=True),
+        table="parameters", config_check=lambda v, k: _integer(v, k, 0, 30), audit=True,
+        example=12),
     Parameter(
         "segments", "int", "l: data segments per row", 1, comment="l",
         doc="l, the data segments of a row (distance sessions).",
-        table="parameters", config_check=lambda v, k: _integer(v, k, 1), audit=True),
+        table="parameters", config_check=lambda v, k: _integer(v, k, 1), audit=True, example=2),
     Parameter(
         "noise_segments", "int", "t: random segments; any t parties learn nothing", 1,
         comment="t: any t parties learn nothing",
         doc="t, the random segments (distance sessions): any t parties learn nothing.",
-        table="parameters", config_check=lambda v, k: _integer(v, k, 1), audit=True),
+        table="parameters", config_check=lambda v, k: _integer(v, k, 1), audit=True, example=2),
     Parameter(
         "nonnegative", "bool", "all features lie in [0, R]", False,
         comment="all features in [0, R]",
         doc="All features lie in [0, R] (a fourfold smaller no-wrap bound).",
-        table="parameters", config_check=_boolean, audit=True, cli_type=bool),
+        table="parameters", config_check=_boolean, audit=True, cli_type=bool, example=True),
     Parameter(
         "primes", "tuple | None", "explicit moduli (default: chosen automatically)", None,
         comment="empty: chosen automatically",
@@ -329,7 +337,7 @@ PARAMETERS: tuple[Parameter, ...] = (
         check=lambda v, k: None if v is None else tuple(int(p) for p in v),
         table="parameters", config_default=(), config_check=_config_primes, audit=True,
         metavar="P1,P2", cli_type=tuple, repeated=True, wire_missing=None,
-        from_plan=lambda parameters, plan: tuple(plan.primes)),
+        from_plan=lambda parameters, plan: tuple(plan.primes), example=(2147483647, 2147483629)),
     Parameter(
         "mode", "str", "masked (default): the coordinator learns only D; transparent leaks "
         "per-segment distances", "masked",
@@ -338,7 +346,7 @@ PARAMETERS: tuple[Parameter, ...] = (
             "distances).",
         check=lambda v, k: _choice(v, k, MODES, listed=False), table="session",
         config_check=lambda v, k: _choice(v, k, MODES, listed=True), choices=MODES,
-        audit=True),
+        audit=True, example="transparent"),
     Parameter(
         "kind", "str", "distance: pairwise squared distances; sum: a secure sum", "distance",
         check=lambda v, k: _choice(v, k, KINDS, listed=False), choices=KINDS),
@@ -346,20 +354,20 @@ PARAMETERS: tuple[Parameter, ...] = (
         "rows", "int", "sum sessions: rows of every contribution (shape (rows, dim))", 1),
     Parameter(
         "chunk_bytes", "int", "payload bytes per share chunk or evaluation tile",
-        DEFAULT_CHUNK_BYTES, check=_chunk_bytes),
+        DEFAULT_CHUNK_BYTES, check=_chunk_bytes, example=8192),
     Parameter(
         "max_rows_per_party", "int", "public row cap per party", DEFAULT_MAX_ROWS_PER_PARTY,
         doc="Public row cap: the coordinator refuses a hello, and every party a roster, "
             "announcing more rows for one party, before allocating anything.",
         check=_row_cap, table="parameters",
         config_check=lambda v, k: _integer(v, k, 1, MAX_ROWS),
-        wire_missing=DEFAULT_MAX_ROWS_PER_PARTY),
+        wire_missing=DEFAULT_MAX_ROWS_PER_PARTY, example=500),
     Parameter(
         "max_rows_total", "int", "public row cap, all parties", DEFAULT_MAX_ROWS_TOTAL,
         doc="Public row cap over all parties (checked like ``max_rows_per_party``).",
         check=_row_cap, table="parameters",
         config_check=lambda v, k: _integer(v, k, 1, MAX_ROWS),
-        wire_missing=DEFAULT_MAX_ROWS_TOTAL),
+        wire_missing=DEFAULT_MAX_ROWS_TOTAL, example=900),
     Parameter(
         "integrity", "str", "Reed-Solomon checks on the uploads: detect (default: exclude "
         "and rerun, or abort), correct (correct and name), off", "detect",
@@ -372,7 +380,7 @@ PARAMETERS: tuple[Parameter, ...] = (
             "unchecked uploads.",
         check=lambda v, k: _choice(v, k, INTEGRITY, listed=False), table="session",
         config_check=lambda v, k: _choice(v, k, INTEGRITY, listed=True), choices=INTEGRITY,
-        audit=True, wire_missing="detect"),
+        audit=True, wire_missing="detect", example="correct"),
     Parameter(
         "mask_degree", "int", "pairwise-mask partners per party: 0 (default) every other "
         "party; else K >= t + 1, the masks then withstand K - 1 colluding parties", 0,
@@ -386,7 +394,7 @@ PARAMETERS: tuple[Parameter, ...] = (
             "so k >= t + 1 is required (sums: any k >= 1). At most m - 1; a round with "
             "|B| - 1 <= k uses every pair.",
         cross_check=_session_mask_degree, table="parameters",
-        config_cross=_config_mask_degree, fingerprint="unless-default", metavar="K"),
+        config_cross=_config_mask_degree, fingerprint="unless-default", metavar="K", example=3),
     Parameter(
         "adversaries", "int | None", "the most parties that may deviate together; detect "
         "needs r >= A, correct r >= 2A (r = m - (2l+2t-1)); default: the largest the "
@@ -404,7 +412,7 @@ PARAMETERS: tuple[Parameter, ...] = (
             "no one outside them (docs/integrity.md, \"Declared adversaries\").",
         check=_adversaries, table="session", metavar="A", audit=True,
         optional_on_wire=True,
-        from_plan=lambda parameters, plan: parameters.adversary_bound(plan.parties)),
+        from_plan=lambda parameters, plan: parameters.adversary_bound(plan.parties), example=1),
     Parameter(
         "layout", "str", "which entries of D: full (default), landmarks (D[:, L]) or pairs "
         "(listed pairs)", "full",
@@ -417,7 +425,7 @@ PARAMETERS: tuple[Parameter, ...] = (
         check=lambda v, k: _choice(v, k, LAYOUTS, listed=False), cross_check=_session_layout,
         table="parameters", config_check=lambda v, k: _choice(v, k, LAYOUTS, listed=True),
         config_cross=_config_layout, fingerprint="unless-default", choices=LAYOUTS,
-        wire_missing="full"),
+        wire_missing="full", example="landmarks"),
     Parameter(
         "layout_rows", "tuple", "landmarks: the landmark rows; pairs: i0,j0,i1,j1,... "
         "(global row indices)", (),
@@ -428,7 +436,8 @@ PARAMETERS: tuple[Parameter, ...] = (
             "accepted and flattened). Every party checks them against the roster's n "
             "before anything is shared.",
         check=layout_rows, table="parameters", config_check=layout_rows,
-        fingerprint="unless-default", metavar="I,J", cli_type=tuple, repeated=True),
+        fingerprint="unless-default", metavar="I,J", cli_type=tuple, repeated=True,
+        example=(1, 4)),
     Parameter(
         "n_landmarks", "int", "landmarks: L rows drawn from the run's public randomness "
         "(0: the listed rows)", 0, comment="L drawn from the run's randomness (0: listed)",
@@ -437,29 +446,29 @@ PARAMETERS: tuple[Parameter, ...] = (
             "``layout_rows`` is empty; 0 or len(layout_rows) otherwise.",
         check=lambda v, k: _integer(v, k, 0, MAX_ROWS), table="parameters",
         config_check=lambda v, k: _integer(v, k, 0, MAX_ROWS),
-        fingerprint="unless-default", metavar="L"),
+        fingerprint="unless-default", metavar="L", example=2),
     Parameter(
         "max_landmarks", "int", "public cap on L (at most 2^18: a row of D[:, L] fills one "
         "tile)", DEFAULT_MAX_LANDMARKS,
         check=lambda v, k: _integer(v, k, 1, 1 << 18), table="parameters",
         config_check=lambda v, k: _integer(v, k, 1, 1 << 18),
-        fingerprint="unless-default", wire_missing=DEFAULT_MAX_LANDMARKS),
+        fingerprint="unless-default", wire_missing=DEFAULT_MAX_LANDMARKS, example=64),
     Parameter(
         "max_pairs", "int", "public cap on the number of pairs (at most 2^19: the list "
         "travels in the roster)", DEFAULT_MAX_PAIRS,
         check=lambda v, k: _integer(v, k, 1, MAX_PAIRS), table="parameters",
         config_check=lambda v, k: _integer(v, k, 1, MAX_PAIRS),
-        fingerprint="unless-default", wire_missing=DEFAULT_MAX_PAIRS),
+        fingerprint="unless-default", wire_missing=DEFAULT_MAX_PAIRS, example=1000),
     Parameter(
         "alphas", "tuple | None", "interpolation points (l+t)", None,
         doc="Interpolation points alpha_1..alpha_{l+t} (default 1..l+t).",
         check=_points, metavar="A1,A2", cli_type=tuple, audit=True, repeated=True,
-        wire_missing=None, from_plan=_coding_points(0)),
+        wire_missing=None, from_plan=_coding_points(0), example=(11, 12, 13, 14)),
     Parameter(
         "betas", "tuple | None", "party points (m)", None,
         doc="Party points beta_1..beta_m (default l+t+1..l+t+m).",
         check=_points, metavar="B1,B2", cli_type=tuple, audit=True, repeated=True,
-        wire_missing=None, from_plan=_coding_points(1)),
+        wire_missing=None, from_plan=_coding_points(1), example=tuple(range(21, 30))),
 )
 
 #: The table by name.

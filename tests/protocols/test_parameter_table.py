@@ -28,14 +28,12 @@ pytestmark = pytest.mark.timeout(120)
 
 ROOT = Path(__file__).resolve().parents[2]
 SID = "ab" * 16
-#: A value other than the default for every config parameter (valid together, m = 9).
+#: The rows' own examples (``Parameter.example``): a value other than the default for every
+#: config and audit parameter, valid together in a session of M = 9 parties, so a new row
+#: brings its test value with it.
 M = 9
-CONFIG_VALUES = {"dim": 6, "bound": 3.0, "scale_bits": 12, "segments": 2, "noise_segments": 2,
-                 "nonnegative": True, "primes": (2147483647, 2147483629),
-                 "max_rows_per_party": 500, "max_rows_total": 900, "mask_degree": 3,
-                 "mode": "transparent", "integrity": "correct", "adversaries": 1,
-                 "layout": "landmarks", "layout_rows": (1, 4), "n_landmarks": 2,
-                 "max_landmarks": 64, "max_pairs": 1000}
+CONFIG_VALUES = {p.name: p.example for p in PARAMETERS if p.in_config}
+AUDIT_VALUES = {p.name: p.example for p in PARAMETERS if p.audit}
 #: Other values for the fingerprint test where the default alone would be refused (the
 #: full layout lists no rows).
 OTHER_VALUES = {"dim": {"dim": 7}, "max_rows_per_party": {"max_rows_per_party": 400},
@@ -51,10 +49,17 @@ def _config(**changes) -> SessionConfig:
                          parameters=ConfigParameters(**changes), **session)
 
 
-def test_the_table_covers_every_config_value_chosen_here():
-    assert set(CONFIG_VALUES) == {f.name for f in PARAMETERS if f.in_config}
-    for name, value in CONFIG_VALUES.items():
-        assert value != PARAMETER[name].default_in_config, name
+def test_every_config_and_audit_row_has_an_example_other_than_its_default():
+    from protocols._parameters import _SAME
+
+    for p in PARAMETERS:
+        if p.in_config or p.audit:
+            assert p.example is not _SAME, f"{p.name}: no example"
+            assert p.example != p.default_in_config and p.example != p.default, p.name
+    # the examples hold together: one valid session of M parties, and a valid config
+    params = SessionParameters(**{**AUDIT_VALUES, **CONFIG_VALUES})
+    params.plan(M)
+    _config(**CONFIG_VALUES)
 
 
 def test_session_parameters_has_exactly_the_table_as_fields_with_its_defaults():
@@ -115,11 +120,10 @@ def test_every_config_parameter_is_in_the_fingerprint():
 def test_every_wire_parameter_round_trips_through_the_proto():
     wire = {p.name for p in PARAMETERS if p.wire_name is not None}
     assert wire <= {f.name for f in pb.Parameters.DESCRIPTOR.fields}
-    params = SessionParameters(dim=6, bound=3.0, scale_bits=12, segments=2, noise_segments=2,
-                               nonnegative=True, mode="transparent", chunk_bytes=8192,
-                               max_rows_per_party=500, max_rows_total=900,
-                               integrity="correct", mask_degree=3, adversaries=1,
-                               alphas=(11, 12, 13, 14), betas=tuple(range(21, 21 + M)))
+    from protocols._parameters import _SAME
+    params = SessionParameters(**{p.name: p.example for p in PARAMETERS  # the rows' examples
+                                  if p.example is not _SAME})
+    assert params.chunk_bytes == 8192
     plan = params.plan(M)
     message = params.to_proto(plan)
     back = SessionParameters.from_proto(pb.Parameters.FromString(message.SerializeToString()))
@@ -164,11 +168,7 @@ def test_every_audit_parameter_is_a_field_of_audit_parameters_and_an_audit_optio
     audited = [p for p in PARAMETERS if p.audit]
     names = [f.name for f in dataclasses.fields(AuditParameters)]
     assert names[:len(audited)] == [p.name for p in audited]
-    values = {"dim": 6, "bound": 3.0, "scale_bits": 12, "segments": 2, "noise_segments": 2,
-              "nonnegative": True, "primes": (2147483647,), "mode": "transparent",
-              "integrity": "correct", "adversaries": 1, "alphas": (11, 12, 13, 14),
-              "betas": tuple(range(21, 21 + M))}
-    assert set(values) == {p.name for p in audited}
+    values = AUDIT_VALUES
     flags = []
     for p in audited:
         value = values[p.name]
