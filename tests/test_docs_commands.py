@@ -39,7 +39,7 @@ NOT_RUN = {
     ("omnifc", "demo"): "one process per party over gRPC, tens of seconds; run end to end by "
                         "tests/omnifc/test_demo.py",
     ("omnifc", "serve"): "waits for parties on the network; run end to end (with join) by "
-                         "tests/omnifc/test_first_day_cli.py",
+                         "tests/omnifc/test_cli_serve_join.py",
     ("omnifc", "join"): "needs a running coordinator; see omnifc serve",
     ("python", "-m", "protocols._codegen"): "without --check it rewrites the checked-in "
                                             "generated code (the --check form runs)",

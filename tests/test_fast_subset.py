@@ -42,7 +42,7 @@ def test_the_fast_subset_leaves_out_the_process_tests_and_keeps_the_rest():
     assert fast < every
     left_out = every - fast
     # every test that starts serve/join/demo processes or party processes over gRPC
-    for module in ("tests/omnifc/test_first_day_cli.py", "tests/omnifc/test_demo.py",
+    for module in ("tests/omnifc/test_cli_serve_join.py", "tests/omnifc/test_demo.py",
                    "tests/protocols/test_grpc.py", "tests/protocols/test_integrity_grpc.py"):
         in_module = {t for t in every if t.startswith(module + "::")}
         assert in_module and in_module <= left_out, module

@@ -59,7 +59,7 @@ BUGS = {
                            "tests/protocols/test_wire.py"),
     "second-grpc-stream": ("protocols/_grpc_coordinator.py",
                            [("if name in self.outboxes:", "if False:")],
-                           "tests/protocols/test_grpc_bites.py"),
+                           "tests/protocols/test_grpc_streams.py"),
     "kmeanspp-side": ("omnifc/_clustering/_common.py",
                       [("np.searchsorted(np.cumsum(closest), draws)",
                         "np.searchsorted(np.cumsum(closest), draws, side='right')")],

@@ -1,4 +1,4 @@
-"""protocols/_crypto.py, protocol version 2, pinned down (issue 14, mutation testing).
+"""protocols/_crypto.py, protocol version 2, pinned down by known answers (mutation testing).
 
 Known answers recomputed here from docs/protocol.md with hashlib, hmac, ``int.to_bytes``
 and the primitives of pyca/cryptography, never with the module's helpers:

@@ -1,5 +1,6 @@
-"""Issue 13, a new user's first day: the command line, through ``python -m omnifc.cli`` in
-subprocesses (each with a timeout, loopback only, every process cleaned up)."""
+"""The command line as a new user meets it (serve and join, input and certificate errors,
+help), through ``python -m omnifc.cli`` in subprocesses (each with a timeout, loopback only,
+every process cleaned up)."""
 
 from __future__ import annotations
 
