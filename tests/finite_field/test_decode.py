@@ -146,3 +146,22 @@ def test_add_reduced_wraps_a_sum_of_exactly_p_to_zero(dtype):
     target = np.array([[p - 1, 0, p - 1, 5]], dtype=dtype)
     add_reduced(target, np.array([[1, 0, p - 1, p - 5]], dtype=np.uint32), p)
     assert target.tolist() == [[0, 0, p - 2, 0]]
+
+
+def test_signed_uint32_residues_with_a_bound_past_their_range_are_decoded_exactly():
+    # residues as the wire carries them (uint32) under a bound that only several primes
+    # allow: the shift by the bound is done in int64, not in the residues' dtype
+    primes = (2147483647, 2147483629)
+    bound = 2**60
+    values = [-bound, bound, -1, 0, 12345678901234567]
+    residues = [np.array([v % p for v in values], dtype=np.uint32) for p in primes]
+    assert decode_residues(residues, primes, bound, signed=True).tolist() == values
+
+
+def test_decode_upper_names_decoded_distances_unless_told_otherwise():
+    primes = (65521, 65519)
+    upper = np.triu(np.full((3, 3), 7, dtype=np.int64), 1)
+    with pytest.raises(WrapAroundError, match=r"^decoded distances exceed the largest "
+                                              r"possible value \(7 > 6\)"):
+        decode_upper(upper % primes[0], [(upper % primes[1]).astype(np.uint32)], primes,
+                     bound=6)
