@@ -50,20 +50,21 @@ def settings():
     return out
 
 
-#: Federations up to this size run every coalition of every size <= A; larger ones run
-#: every coalition of size 1 and a fixed spread of SAMPLE coalitions of size exactly A
-#: (the strongest; the sizes between are run exhaustively in the smaller federations).
+#: Federations up to this size run every coalition of every size <= A; larger ones run the
+#: strongest coalitions only, those of size exactly A: all of them when A = 1, else a fixed
+#: spread of SAMPLE (the smaller sizes are run exhaustively in the smaller federations).
 #: OMNIFC_BRUTE_FORCE=all runs every coalition everywhere: about 7,700 sessions.
 EXHAUSTIVE_UP_TO = 8 if os.environ.get("OMNIFC_BRUTE_FORCE") == "all" else 6
 SAMPLE = 4
 
 
 def coalitions(names, at_most):
-    """Every coalition of 1..at_most parties (sampled above EXHAUSTIVE_UP_TO parties)."""
+    """Every coalition of 1..at_most parties (of size at_most only, sampled, above
+    EXHAUSTIVE_UP_TO parties)."""
     out = []
     sampled = len(names) > EXHAUSTIVE_UP_TO
     for size in range(1, at_most + 1):
-        if sampled and 1 < size < at_most:
+        if sampled and size < at_most:
             continue
         every = list(itertools.combinations(names, size))
         if sampled and size > 1 and len(every) > SAMPLE:
@@ -141,6 +142,20 @@ def test_settings_cover_the_bounds():
     assert ("detect", 5) in {(i, a) for _, _, _, i, a in SETTINGS}
     assert ("correct", 2) in {(i, a) for _, _, _, i, a in SETTINGS}
 
+
+
+def test_small_federations_run_every_coalition_and_larger_ones_the_strongest():
+    from math import comb
+    six = [f"party-{i}" for i in range(6)]
+    assert len(set(coalitions(six, 3))) == comb(6, 1) + comb(6, 2) + comb(6, 3)
+    eight = [f"party-{i}" for i in range(8)]
+    if EXHAUSTIVE_UP_TO >= 8:  # OMNIFC_BRUTE_FORCE=all: every coalition everywhere
+        assert len(set(coalitions(eight, 3))) == comb(8, 1) + comb(8, 2) + comb(8, 3)
+        return
+    assert coalitions(eight, 1) == [(name,) for name in eight]  # every single deviator
+    strongest = coalitions(eight, 3)
+    assert len(set(strongest)) == SAMPLE and {len(c) for c in strongest} == {3}
+    assert strongest[0] == tuple(eight[:3]) and strongest[-1] == tuple(eight[-3:])
 
 # -- the attacks of issue 19, at the bound and one step past it ------------------------------
 
