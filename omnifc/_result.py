@@ -35,7 +35,8 @@ class DistanceResult:
         ``owners[r]`` is the index (into ``party_names``) of the party that holds row r.
     parameters : dict
         The public parameters (see :meth:`finite_field.CodingPlan.describe`) plus mode,
-        transport and the responding parties.
+        transport and the responding parties; ``"undelivered"``: the parties that did not
+        confirm receiving the result (over gRPC), with the reason (D itself is whole).
     stats : dict of str to PhaseStats
         Per-phase seconds and bytes sent.
     clipped : dict of str to int

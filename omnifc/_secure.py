@@ -259,7 +259,10 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
     owners = np.concatenate([np.full(x.shape[0], i) for i, x in enumerate(arrays)])
     described = outcome.parameters | {"party_names": names, "transport": transport,
                                       "integrity_status": outcome.integrity,
-                                      "deviations": list(outcome.deviations)}
+                                      "deviations": list(outcome.deviations),
+                                      "undelivered": dict(outcome.undelivered)}
+    for name, reason in outcome.undelivered.items():  # D is whole; that party's copy is not
+        logger.warning("party %r did not receive the result: %s", name, reason)
     clipped_fraction = {n: r[2] for n, r in report.items()}
     if outcome.layout != "full":  # only the layout's entries, held in memory
         return DistanceResult(distances=outcome.values, integer_distances=outcome.integer,

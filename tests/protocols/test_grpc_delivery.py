@@ -73,3 +73,31 @@ def test_labels_a_party_confirmed_are_the_ones_it_saved():
             assert np.array_equal(local.received_labels(name),
                                   outcome.labels[start:start + outcome.rows[i]])
     assert outcome.undelivered == {}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_library_call_reports_a_party_that_never_got_its_result(monkeypatch, caplog):
+    # secure_distance_matrix(transport="grpc") passes Outcome.undelivered on: D is whole,
+    # and the result says which local party process never confirmed its copy
+    import protocols
+
+    import omnifc
+
+    real = protocols.run_local_grpc_session
+
+    def with_a_crash(party_data, parameters, **kwargs):
+        return real(party_data, parameters, faults={"party-2": "exit-at-result"}, **kwargs)
+
+    monkeypatch.setattr(protocols, "run_local_grpc_session", with_a_crash)
+    data = random_data([3, 4, 2], 3, seed=8)
+    with caplog.at_level("WARNING", logger="omnifc"):
+        result = omnifc.secure_distance_matrix(list(data.values()), bound=1.0, scale_bits=8,
+                                               transport="grpc", deadline=20)
+    assert np.array_equal(result.integer_distances,
+                          plaintext_sq_distances(rows(data), 1.0, 8))
+    assert list(result.parameters["undelivered"]) == ["party-2"]
+    assert "before it confirmed" in result.parameters["undelivered"]["party-2"]
+    assert "party 'party-2' did not receive the result" in caplog.text
+    clean = omnifc.secure_distance_matrix(list(data.values()), bound=1.0, scale_bits=8)
+    assert clean.parameters["undelivered"] == {}
