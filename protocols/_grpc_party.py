@@ -352,6 +352,10 @@ def _diagnose(target: str, tls_files) -> tuple:
                 tls.recv(1)  # TLS 1.3: a refused client certificate shows up here
             except (TimeoutError, socket.timeout):
                 pass
+    except (ssl.SSLEOFError, ssl.SSLZeroReturnError) as error:
+        # the peer hung up without a TLS alert (a restart, a proxy, a dropped connection):
+        # nothing was refused, keep waiting (an alert below is what a refusal looks like)
+        return False, f"connection closed during the TLS handshake ({error.reason})"
     except ssl.SSLCertVerificationError as error:
         return True, (f"the coordinator's certificate does not verify against this config's "
                       f"pinned coordinator certificate (CERTIFICATE_VERIFY_FAILED: "
