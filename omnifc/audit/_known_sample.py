@@ -244,9 +244,9 @@ def check_known_sample_attack(params: AuditParameters, *, rows: int | None = Non
 
 
 def _plot(path, errors, d, step, spread, exact_from=None) -> list:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ._figures import pyplot, save_figure
+
+    plt = pyplot()
 
     ks = [e["k"] for e in errors]
     fig, ax = plt.subplots(figsize=(6.4, 4))
@@ -265,9 +265,4 @@ def _plot(path, errors, d, step, spread, exact_from=None) -> list:
     ax.set_ylabel("distance of estimate to the real record")
     ax.set_title("Known-sample attack on D: classical MDS + Procrustes")
     ax.legend(fontsize=7, loc="center right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    texts = [t for ax in fig.axes for t in [ax.get_title(), ax.get_xlabel()] + (
-        [x.get_text() for x in ax.get_legend().get_texts()] if ax.get_legend() else [])]
-    plt.close(fig)
-    return texts  # what a reader sees (titles, axis labels, legend entries), for tests
+    return save_figure(fig, path)  # what a reader sees, for tests

@@ -535,9 +535,9 @@ def _tightness(params, base, bigger, matrix_small, small_prime, shares, data_a, 
 def _plot_views(path, shares, coalition, tight, values, p, t, p_left=None,
                 p_right=None, bins=20) -> list:
     """Two panels of binned frequencies (A, B and the uniform reference with its ±2σ band)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ._figures import pyplot, save_figure
+
+    plt = pyplot()
 
     edges = np.linspace(0, p, bins + 1)
 
@@ -576,9 +576,4 @@ def _plot_views(path, shares, coalition, tight, values, p, t, p_left=None,
               p_right, "center right")
     else:
         axes[1].axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    texts = [t for ax in fig.axes for t in [ax.get_title(), ax.get_xlabel()] + (
-        [x.get_text() for x in ax.get_legend().get_texts()] if ax.get_legend() else [])]
-    plt.close(fig)
-    return texts  # what a reader sees (titles, axis labels, legend entries), for tests
+    return save_figure(fig, path)  # what a reader sees, for tests
