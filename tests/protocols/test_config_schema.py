@@ -393,6 +393,32 @@ def test_canonical_session_of_a_config_without_tls():
     assert canonical_session(masked)["parameters"]["mask_degree"] == 2
 
 
+
+def test_the_fingerprint_hashes_utf_8_text_not_ascii_escapes():
+    # a coordinator host outside ASCII is written as itself (UTF-8), as documented
+    config = _plain().with_(coordinator="h\u00f4pital.example:50051")
+    text = json.dumps(canonical_session(config), sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False)
+    assert "h\u00f4pital" in text
+    assert session_fingerprint(config) == _readable(text.encode("utf-8"), "session")
+
+
+def test_a_default_valued_row_left_out_does_not_end_the_rows_after_it():
+    # mask_degree at its default is left out; max_pairs after it, not at its default, is in
+    config = _plain(parameters=ConfigParameters(max_pairs=1000))
+    parameters = canonical_session(config)["parameters"]
+    assert "mask_degree" not in parameters and parameters["max_pairs"] == 1000
+
+
+def test_a_row_marked_never_is_not_fingerprinted():
+    from protocols._config._fingerprint import _fingerprinted
+    from protocols._parameters import Parameter
+
+    rows = [Parameter("a", "int", "a", 1, table="parameters", fingerprint="never"),
+            Parameter("b", "int", "b", 2, table="parameters")]
+    obj = type("Values", (), {"a": 5, "b": 6})()
+    assert _fingerprinted(obj, rows) == {"b": 6}
+
 def test_canonical_session_pins_certificates(ceremony, tmp_path):
     root, cards, hub = ceremony
     config = new_session_config(cards, hub, "127.0.0.1:1", session_id=SID)
