@@ -55,7 +55,7 @@ import numpy as np
 from finite_field import (AuthenticationError, DeadlineError, DeviationError, IntegrityError, ParameterError,
                           PeerError, ProtocolError, masked_upload)
 
-from ._accumulator import DistanceAccumulator, DistanceStore, discard_store
+from ._accumulator import DistanceAccumulator, DistanceStore, TileLedger, discard_store
 from ._crypto import PROTOCOL_VERSION, RUN_NONCE_BYTES
 from ._identity import verify
 from ._integrity import Findings, OpenTileSums, verdict
@@ -594,6 +594,7 @@ class Coordinator:
                                         storage=self.storage)
         self.memory.update(session.result_memory(self._acc, self.memory))
         self.delivered = {r: set() for r in responders}
+        self._ledger = TileLedger()  # the tiles taken this round, per party and prime
         self.checks = None
         if session.has_checks:
             self.checks = session.round_checks(self.names, responders, self.parameters,
@@ -676,9 +677,11 @@ class Coordinator:
             raise PeerError(f"evaluation tile (prime {k}, tile {index}, rows "
                             f"{tile.row_start}:{tile.row_stop}) does not fit the schedule",
                             party=sender, phase="evaluation")
-        if (k, index) in self.delivered[sender]:
-            raise PeerError(f"duplicate evaluation tile {index} for prime {k} (rejected)",
-                            party=sender, phase="evaluation")
+        if self._ledger.seen(sender, k, index):
+            # no tile twice: an identical copy (re-sent after a reconnect) is ignored, a
+            # different one fails the session naming the sender (TileLedger.take)
+            self._ledger.take(sender, k, index, tile.values)
+            return []
         p = self.plan.primes[k]
         a, b = self.tiles[index]
         shape = self.session.tile_shape(a, b, self.n_total)
@@ -696,6 +699,7 @@ class Coordinator:
         except ParameterError:
             raise PeerError(f"evaluation tile holds a value >= p = {p}", party=sender,
                             phase="evaluation") from None
+        self._ledger.take(sender, k, index, tile.values)
         self.delivered[sender].add((k, index))
         if self.progress is not None:
             done = sum(len(tiles) for tiles in self.delivered.values())
