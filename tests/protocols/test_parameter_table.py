@@ -34,7 +34,7 @@ CONFIG_VALUES = {"dim": 6, "bound": 3.0, "scale_bits": 12, "segments": 2, "noise
                  "max_rows_per_party": 500, "max_rows_total": 900, "mask_degree": 3,
                  "mode": "transparent", "integrity": "correct", "adversaries": 1,
                  "layout": "landmarks", "layout_rows": (1, 4), "n_landmarks": 2,
-                 "max_landmarks": 64, "max_pairs": 1000}
+                 "max_landmarks": 64, "max_pairs": 1000, "reconnect_grace": 5.0}
 #: Other values for the fingerprint test where the default alone would be refused (the
 #: full layout lists no rows).
 OTHER_VALUES = {"dim": {"dim": 7}, "max_rows_per_party": {"max_rows_per_party": 400},
