@@ -163,6 +163,8 @@ DEFAULT_RECONNECT_GRACE = 30.0
 
 
 def _grace(value, key: str) -> float:
+    if value is None:  # unset on the wire: the default (0.0 is a value: no reconnect)
+        return DEFAULT_RECONNECT_GRACE
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
             or not math.isfinite(value) or not 0 <= value <= MAX_RECONNECT_GRACE:
         raise ParameterError(f"{key} must be a number of seconds in [0, "
@@ -476,7 +478,7 @@ PARAMETERS: tuple[Parameter, ...] = (
             "passed is it a dropout. 0: no reconnect (a broken stream is a dropout at once). "
             "At most 3600.",
         check=_grace, table="parameters", config_check=_grace, cli_type=float,
-        fingerprint="unless-default", metavar="SECONDS"),
+        fingerprint="unless-default", metavar="SECONDS", optional_on_wire=True),
     Parameter(
         "alphas", "tuple | None", "interpolation points (l+t)", None,
         doc="Interpolation points alpha_1..alpha_{l+t} (default 1..l+t).",
