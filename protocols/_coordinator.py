@@ -162,6 +162,7 @@ class Outcome:
         self.layout = layout
         self.landmarks = None if landmarks is None else np.array(landmarks, dtype=np.int64)
         self.pairs = None if pairs is None else np.array(pairs, dtype=np.int64)
+        self.resumes = 0
         self.undelivered = {name: "lost before the result (it dropped out; the session went "
                                   "on without it)" for name in self.lost}
 
@@ -1028,6 +1029,7 @@ class Coordinator:
             store=store, memory=dict(self.memory), layout=self.session.layout,
             landmarks=getattr(self.session, "landmarks", None),
             pairs=getattr(self.session, "pairs", None))
+        self.outcome.resumes = self.resumes  # reconnects resumed before the result
         return out
 
     def _describe(self) -> dict:
