@@ -38,6 +38,8 @@ NOT_KEYWORDS = {
     "betas": "the default points (pairwise distinct, checked by the plan)",
     "layout_rows": "given as landmarks= (layout 'landmarks') or pairs= (layout 'pairs')",
     "max_landmarks": "the caller holds every row: the table's cap bounds landmarks=",
+    "reconnect_grace": "transport behaviour of deployments (omnifc serve / join); the "
+                       "loopback and in-memory sessions keep the default",
 }
 
 

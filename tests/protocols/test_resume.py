@@ -402,3 +402,18 @@ def test_reconnect_grace_defaults_to_30_s_and_travels_in_the_roster():
     assert SessionParameters.from_proto(msg).reconnect_grace == 0.0
     msg.ClearField("reconnect_grace")
     assert SessionParameters.from_proto(msg).reconnect_grace == 30.0
+
+
+def test_the_grace_period_holds_at_exactly_grace_and_ends_one_step_past_it():
+    from protocols._grpc_coordinator import Absences
+    clock = [100.0]
+    away = Absences(2.0, clock=lambda: clock[0])
+    away.mark("party-1")
+    clock[0] = 101.0
+    away.mark("party-1")  # a second report of the same break keeps the first time
+    clock[0] = 102.0
+    assert away.expired() == [] and "party-1" in away
+    clock[0] = 102.001
+    assert away.expired() == ["party-1"]
+    away.clear("party-1")
+    assert away.expired() == [] and "party-1" not in away
