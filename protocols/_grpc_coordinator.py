@@ -524,6 +524,10 @@ class CoordinatorServer:
             for name in sent:
                 if name in self.unconfirmed:
                     outcome.undelivered[name] = self.unconfirmed[name]
+                elif name not in self.confirmed and name in self.away:
+                    outcome.undelivered[name] = (
+                        f"its connection ended before it confirmed receipt, and it did not "
+                        f"resume within the result deadline ({self.deadlines.result:g} s)")
                 elif name not in self.confirmed:
                     outcome.undelivered[name] = (
                         f"it did not confirm receipt within the result deadline "

@@ -90,6 +90,27 @@ def test_a_pause_within_the_grace_resumes_and_one_past_it_is_a_dropout(pause, re
             assert f"could not resume within reconnect_grace = {grace:g} s" in log
 
 
+def test_a_stream_dropped_after_the_last_tile_resumes_to_fetch_its_result():
+    # 4 tiles per party: the stream breaks after the last one, and the party is back
+    # 1.5 s later, when the coordinator has (usually) decoded: the result is re-sent on
+    # the resumed stream and the party confirms it
+    data = _data(34)
+    with LocalSession(data, _params(10.0), deadline=60) as local:
+        server = local.server().start()
+        try:
+            for name in local.names:
+                fault = "drop-stream-in-evaluation:4:1.5" if name == "party-1" else None
+                local.start_party(name, server.port, fault=fault)
+            outcome = server.run(poll=lambda: local.watch(server))
+        finally:
+            server.stop()
+        assert np.array_equal(outcome.integer, _exact(data))
+        assert (outcome.round, outcome.lost) == (1, [])
+        assert outcome.undelivered == {}
+        assert local.processes["party-1"].wait(30) == 0
+        assert "resumed the session" in local.party_log("party-1")
+
+
 # -- forged reconnects while the real party is away ------------------------------------------
 
 def _requests(box):
