@@ -158,7 +158,11 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
                     kind = env.WhichOneof("body")
                     fault.on_message(kind)
                     progress.received(kind)
-                    pending = party.receive(env)
+                    try:
+                        pending = party.receive(env)
+                    except ProtocolError as error:
+                        _report(party, link, error, kind)
+                        raise
                     _drain(party, link, pending, progress, kind)
                     if on_message is not None:
                         on_message(kind)
@@ -196,13 +200,18 @@ def _drain(party: Party, link: "_Link", pending, progress, kind=None) -> None:
             link.send(out)
             progress.sent(out)
     except ProtocolError as error:
-        if kind != "error" and not link.responses.done():
-            try:
-                link.send(party.error_report(error))
-            except _Broken:
-                pass
-            time.sleep(0.2)  # let the report go out before the stream closes
+        _report(party, link, error, kind)
         raise
+
+
+def _report(party: Party, link: "_Link", error: Exception, kind) -> None:
+    """Tell the coordinator why this party stops (unless it told this party)."""
+    if kind != "error" and not link.responses.done():
+        try:
+            link.send(party.error_report(error))
+        except _Broken:
+            return
+        time.sleep(0.2)  # let the report go out before the stream closes
 
 
 class _Link:
