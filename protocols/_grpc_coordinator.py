@@ -49,6 +49,9 @@ _END = object()
 #: (each is told the cause as soon as it connects); it stops as soon as every party of the
 #: session has been told, so a failure never keeps it waiting for a phase deadline.
 ABORT_GRACE = 10.0
+#: Seconds a new stream of a party that is already known gets to complete its resume
+#: handshake; then it ends (it never holds a server thread for longer).
+RESUME_HANDSHAKE = 10.0
 
 
 def coordinator_from_config(config, *, cluster=None, responders=None,
@@ -117,6 +120,7 @@ class _Servicer(pb_grpc.CoordinatorServicer):
         reader.start()
         with owner.lock:
             owner.streams += 1
+        handshake_end = time.monotonic() + RESUME_HANDSHAKE if resuming else None
         try:
             while True:
                 try:
@@ -125,6 +129,11 @@ class _Servicer(pb_grpc.CoordinatorServicer):
                     if not context.is_active():
                         owner.stream_ended(who[0], token)
                         return
+                    if handshake_end is not None and time.monotonic() > handshake_end:
+                        with owner.lock:
+                            if owner.tokens.get(who[0]) is not token:
+                                return  # no resume on this stream in time: it ends
+                        handshake_end = None
                     continue
                 if item is _END:
                     if owner.coordinator.outcome is not None:

@@ -215,3 +215,48 @@ def test_forged_reconnects_get_nothing_and_the_real_party_still_resumes():
         assert np.array_equal(outcome.integer, _exact(data))
         assert (outcome.round, outcome.lost, outcome.resumes) == (1, [], 1)
         assert local.processes["party-1"].wait(30) == 0
+
+
+def test_a_new_stream_that_does_not_resume_in_time_is_ended(monkeypatch):
+    # a second stream of a known party holds a server thread only RESUME_HANDSHAKE
+    # seconds (1 s here) unless it resumes; the first stream and the session are untouched
+    import protocols._grpc_coordinator as grpc_coordinator
+    from protocols._grpc_party import party_from_config
+
+    monkeypatch.setattr(grpc_coordinator, "RESUME_HANDSHAKE", 1.0)
+    data = random_data([2, 2, 2], 2, seed=5)
+    params = SessionParameters(dim=2, bound=1.0, scale_bits=8, reconnect_grace=30.0)
+    with LocalSession(data, params, deadline=30) as local:
+        server = local.server().start()
+        first_box, channels = queue.Queue(), []
+        try:
+            target = f"127.0.0.1:{server.port}"
+            credentials = party_credentials(local.config, "party-0")
+            party = party_from_config(local.config, "party-0", data["party-0"],
+                                      parameters=params)
+            for _ in range(2):
+                channels.append(make_channel(target, credentials))
+                grpc.channel_ready_future(channels[-1]).result(timeout=10)
+            for env in party.start():
+                first_box.put(env)
+            first = pb_grpc.CoordinatorStub(channels[0]).Session(_requests(first_box),
+                                                                 timeout=30)
+            end = time.monotonic() + 10
+            while "party-0" not in server.coordinator.hellos:
+                assert time.monotonic() < end
+                time.sleep(0.05)
+            second_box = queue.Queue()
+            started = time.monotonic()
+            second = pb_grpc.CoordinatorStub(channels[1]).Session(_requests(second_box),
+                                                                  timeout=20)
+            got = list(second)  # ends without a message, well before its own deadline
+            took = time.monotonic() - started
+            second_box.put(None)
+            assert got == [] and 1.0 <= took < 8.0, (got, took)
+            assert server.coordinator.error is None and not first.done()
+            assert server.coordinator.phase == "join" and not server.coordinator.away
+        finally:
+            first_box.put(None)
+            for channel in channels:
+                channel.close()
+            server.stop()
