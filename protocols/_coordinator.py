@@ -32,6 +32,13 @@ naming the sender. When all m are in, it relays them in roster order to every pa
 party encrypts nothing before it verified them all itself, and a share chunk or Ready
 before the relay is refused as out of order.
 
+Reconnect (docs/protocol.md, "Reconnect"): with ``reconnect_grace`` > 0 a party whose
+stream broke is *away* (:meth:`Coordinator.party_away`), not lost, until it resumes
+(:meth:`Coordinator.resume_challenge`, :meth:`Coordinator.resume`: identity signature,
+run nonce, a fresh challenge and a proof of the run's ephemeral key, checked against the
+roster; then what it did not receive is re-sent) or the transport's grace period ends
+(:meth:`party_lost`). A tile is never taken twice (:class:`~protocols._accumulator.TileLedger`).
+
 Dropouts during evaluation: if a party of the responding set B disappears or misses the
 deadline before it delivered every tile, the round is abandoned without unmasking, and a
 new round with B' = the remaining parties of B (a strict subset: parties accept nothing

@@ -2,7 +2,10 @@
 
 :func:`run_party` opens one ``Session`` stream to the coordinator, sends what the state
 machine emits and feeds it what arrives, until the result (or an error). Every wait is
-bounded: connecting by ``connect_timeout``, the whole stream by ``timeout``.
+bounded: connecting by ``connect_timeout``, the whole stream by ``timeout``. When the
+stream breaks (a gRPC error, not a protocol error) and the session's ``reconnect_grace``
+is positive, it reconnects with bounded backoff and resumes within that many seconds
+(docs/protocol.md, "Reconnect"), else it fails as before.
 
 ``python -m protocols._grpc_party --config session.toml --party NAME --data FILE`` runs one
 party as a process (what ``omnifc join``, ``omnifc demo`` and
