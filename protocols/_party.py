@@ -315,15 +315,18 @@ class Party:
     def answer_challenge(self, env: pb.Envelope) -> pb.Envelope:
         """The signed ``Resume`` for the coordinator's challenge on the new stream."""
         kind, challenge = body_of(env)
-        if kind == "error":
-            self._on_error(challenge)
-        if kind != "resume_challenge":
-            raise PeerError(f"expected a resume challenge on the new stream, got {kind!r}",
-                            party=COORDINATOR, phase=self.phase)
-        self._expect_session(challenge.session_id, self.phase)
-        if len(challenge.challenge) != 32 or len(challenge.ephemeral_public_key) != 32:
-            raise PeerError("the resume challenge must hold a 32-byte challenge and a "
-                            "32-byte key", party=COORDINATOR, phase=self.phase)
+        try:
+            if kind == "error":  # told at once: the session failed, or no resume
+                self._on_error(challenge)
+            if kind != "resume_challenge":
+                raise PeerError(f"expected a resume challenge on the new stream, got "
+                                f"{kind!r}", party=COORDINATOR, phase=self.phase)
+            self._expect_session(challenge.session_id, self.phase)
+            if len(challenge.challenge) != 32 or len(challenge.ephemeral_public_key) != 32:
+                raise PeerError("the resume challenge must hold a 32-byte challenge and a "
+                                "32-byte key", party=COORDINATOR, phase=self.phase)
+        except Exception as error:
+            raise self._fail(as_protocol_error(error, f"party {self.party_id!r}", self.phase))
         received = self.received
         message = resume_transcript(self.session_id, self.party_id, self._run_nonce,
                                     self._ephemeral.public_bytes, challenge.challenge,

@@ -417,3 +417,16 @@ def test_the_grace_period_holds_at_exactly_grace_and_ends_one_step_past_it():
     assert away.expired() == ["party-1"]
     away.clear("party-1")
     assert away.expired() == [] and "party-1" not in away
+
+
+def test_a_party_told_the_session_failed_when_it_reconnects_stops_with_that_cause():
+    session, link, data = _broken_session()
+    party = session.parties["party-1"]
+    report = envelope(error=pb.ErrorReport(session_id="test-session", reporter="coordinator",
+                                           party="party-3", phase="evaluation", kind="peer",
+                                           message="its stream ended"))
+    with pytest.raises(PeerError, match="party 'party-3' failed in phase 'evaluation', so "
+                       "it aborted the session: its stream ended") as info:
+        party.answer_challenge(report)
+    assert info.value.party == "party-3" and party.phase == "failed"
+    assert not party.can_resume
