@@ -32,6 +32,13 @@ naming the sender. When all m are in, it relays them in roster order to every pa
 party encrypts nothing before it verified them all itself, and a share chunk or Ready
 before the relay is refused as out of order.
 
+Reconnect (docs/protocol.md, "Reconnect"): with ``reconnect_grace`` > 0 a party whose
+stream broke is *away* (:meth:`Coordinator.party_away`), not lost, until it resumes
+(:meth:`Coordinator.resume_challenge`, :meth:`Coordinator.resume`: identity signature,
+run nonce, a fresh challenge and a proof of the run's ephemeral key, checked against the
+roster; then what it did not receive is re-sent) or the transport's grace period ends
+(:meth:`party_lost`). A tile is never taken twice (:class:`~protocols._accumulator.TileLedger`).
+
 Dropouts during evaluation: if a party of the responding set B disappears or misses the
 deadline before it delivered every tile, the round is abandoned without unmasking, and a
 new round with B' = the remaining parties of B (a strict subset: parties accept nothing
@@ -55,7 +62,8 @@ import numpy as np
 from finite_field import (AuthenticationError, DeadlineError, DeviationError, IntegrityError, ParameterError,
                           PeerError, ProtocolError, masked_upload)
 
-from ._accumulator import DistanceAccumulator, DistanceStore, discard_store
+from ._accumulator import (DEFAULT_MEMORY_BUDGET, DistanceAccumulator, DistanceStore,
+                           TileLedger, discard_store)
 from ._crypto import PROTOCOL_VERSION, RUN_NONCE_BYTES
 from ._identity import verify
 from ._integrity import Findings, OpenTileSums, verdict
@@ -66,6 +74,8 @@ from ._party import (as_protocol_error, confirmation_transcript, hello_transcrip
                      roster_digest_of)
 from ._log_once import log_once
 from ._plans import SumAccumulator, session_plan, session_type
+from ._resume import CHALLENGE_BYTES, Outlog, check_resume_proof, resume_transcript
+from ._crypto import EphemeralKey
 
 __all__ = ["Coordinator", "Outcome", "PHASES"]
 
@@ -159,6 +169,7 @@ class Outcome:
         self.layout = layout
         self.landmarks = None if landmarks is None else np.array(landmarks, dtype=np.int64)
         self.pairs = None if pairs is None else np.array(pairs, dtype=np.int64)
+        self.resumes = 0
         self.undelivered = {name: "lost before the result (it dropped out; the session went "
                                   "on without it)" for name in self.lost}
 
@@ -285,6 +296,18 @@ class Coordinator:
         #: called (synchronously, no IO here) on every phase change (detail None), on every
         #: evaluation tile ("k of n tiles") and between the decode's steps
         self.progress = None
+        # reconnect (docs/protocol.md, "Reconnect"): what was sent to each party since it
+        # last (implicitly) acknowledged it, how many envelopes came from it since its
+        # last (re)connect, the parties whose stream broke and who may still resume
+        self.reconnect_grace = float(self.parameters.reconnect_grace)
+        self._outlogs = {name: Outlog() for name in self.names}
+        self._received = {name: 0 for name in self.names}
+        self._unresumable: dict[str, str] = {}
+        self._challenges: dict[bytes, tuple] = {}
+        self.away: set[str] = set()
+        self.resumes = 0
+        self.hold_budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else \
+            int(memory_budget)
         self.stats = {phase: [0.0, 0] for phase in PHASES}
         self._phase_started = time.perf_counter()
         if self.parameters.mode == "transparent":
@@ -312,7 +335,29 @@ class Coordinator:
 
     def _send(self, dest: str, env: pb.Envelope) -> tuple[str, pb.Envelope]:
         self._count(env)
+        if self.reconnect_grace > 0 and dest not in self._unresumable:
+            self._hold(dest, env)
         return dest, env
+
+    def _hold(self, dest: str, env: pb.Envelope) -> None:
+        """Log ``env`` for a replay to ``dest`` after a reconnect. Relayed share chunks
+        are held within ``memory_budget`` (all parties together): beyond it, a party that
+        is away is lost (in the shares phase the session fails, as without a grace
+        period) and a connected one can no longer resume (its log is dropped)."""
+        log = self._outlogs[dest]
+        size = len(env.share.ciphertext) if env.HasField("share") else 0
+        held = sum(o.bytes for o in self._outlogs.values())
+        if size and held + size > self.hold_budget:
+            reason = (f"holding the relayed share chunks for {dest!r} until it resumes "
+                      f"would exceed memory_budget = {self.hold_budget} bytes ({held} held, "
+                      f"{size} more)")
+            if dest in self.away:
+                raise PeerError(reason, party=dest, phase=self._step)
+            logger.warning("%s: it can no longer resume in this phase", reason)
+            self._unresumable[dest] = reason
+            log.drop()
+            return
+        log.append(env, size)
 
     def _broadcast(self, make) -> list:
         return [self._send(name, make(name)) for name in self.names if name not in self.lost]
@@ -388,6 +433,7 @@ class Coordinator:
                 raise ProtocolError(f"unknown party {sender!r}; the session's parties are "
                                     f"{self.names}")
             self._count(env)
+            self._received[sender] += 1
             kind, body = body_of(env)
             handler = {"hello": self._on_hello, "confirmation": self._on_confirmation,
                        "share": self._on_share,
@@ -422,6 +468,104 @@ class Coordinator:
             return []
         except Exception as error:
             raise self._fail(error)
+
+    # -- reconnect (docs/protocol.md, "Reconnect") -------------------------------------
+    def resumable(self, name: str) -> bool:
+        """Whether ``name``'s broken stream may be resumed (it is then *away*, not lost,
+        until it resumes or the transport's grace period ends)."""
+        return (self.reconnect_grace > 0 and self.error is None and name in self.hellos
+                and name not in self.lost and name not in self._unresumable)
+
+    def party_away(self, name: str, reason: str = "its stream broke") -> list:
+        """The transport lost ``name``'s stream; it may resume within the grace period
+        (the transport calls :meth:`party_lost` when it ends). What is sent to it
+        meanwhile is held for the replay."""
+        if not self.resumable(name):
+            return self.party_lost(name, reason)
+        if name not in self.away:
+            self.away.add(name)
+            logger.warning("party %r away in phase %r (%s); it may resume within %g s",
+                           name, self.phase, reason, self.reconnect_grace)
+        return []
+
+    def resume_challenge(self, name: str, source=None) -> pb.Envelope:
+        """A fresh challenge for a new stream that claims to be ``name`` (valid once)."""
+        import os
+
+        challenge = os.urandom(CHALLENGE_BYTES) if source is None else \
+            bytes(source.bytes(CHALLENGE_BYTES))
+        key = EphemeralKey.generate(source)
+        mine = [c for c, v in self._challenges.items() if v[0] == name]
+        for old in mine[:-3]:  # at most 4 outstanding per party
+            del self._challenges[old]
+        self._challenges[challenge] = (name, key)
+        return envelope(resume_challenge=pb.ResumeChallenge(
+            session_id=self.session_id, challenge=challenge,
+            ephemeral_public_key=key.public_bytes))
+
+    def resume(self, name: str, env: pb.Envelope) -> list:
+        """Check a ``Resume`` from the (TLS-authenticated) stream of ``name``; when it
+        holds, the party is back: returns the ``ResumeAccepted`` and what it did not
+        receive, in order. A refused resume raises :class:`AuthenticationError` or
+        :class:`PeerError` and changes nothing: the session goes on (the party stays away
+        until its grace period ends); the transport tells that stream only."""
+        kind, msg = body_of(env)
+        phase = self.phase
+        if kind != "resume":
+            raise PeerError(f"expected a resume on the new stream, got {kind!r}",
+                            party=name, phase=phase)
+        taken = self._challenges.pop(bytes(msg.challenge), None)
+        if self.error is not None:
+            raise PeerError(f"session {self.session_id!r} failed; no resume", party=name,
+                            phase=phase)
+        if name not in self.names or msg.party_id != name or \
+                msg.session_id != self.session_id:
+            raise PeerError(f"resume of {msg.party_id!r} for session {msg.session_id!r} on "
+                            f"the stream of {name!r}", party=name, phase=phase)
+        if name not in self.hellos:
+            raise PeerError("no hello of this party arrived in this run: nothing to resume",
+                            party=name, phase=phase)
+        if name in self.lost or name in self._unresumable:
+            why = self._unresumable.get(name, "it is a dropout (its grace period ended, or "
+                                              "it was lost)")
+            raise PeerError(f"cannot resume: {why}", party=name, phase=phase)
+        if taken is None or taken[0] != name:
+            raise _refused(name, phase, "unknown or used resume challenge "
+                                      "(a replayed handshake)")
+        hello = self.hellos[name]
+        if bytes(msg.run_nonce) != bytes(hello.run_nonce):
+            raise _refused(name, phase, "the run nonce is not this run's")
+        message = resume_transcript(self.session_id, name, msg.run_nonce,
+                                    hello.ephemeral_public_key, msg.challenge,
+                                    taken[1].public_bytes, msg.received)
+        try:
+            verify(self.identities[name], message, msg.signature, party=name, phase=phase)
+        except AuthenticationError:
+            raise _refused(name, phase, "the identity signature does not verify") from None
+        if not check_resume_proof(taken[1], hello.ephemeral_public_key, message, msg.proof):
+            raise _refused(name, phase, "no proof of possession of the "
+                                      "run's ephemeral key")
+        log = self._outlogs[name]
+        replay = log.since(msg.received, party=name, phase=phase)
+        accepted = pb.ResumeAccepted(session_id=self.session_id,
+                                     received=self._received[name], round=self.round,
+                                     replayed=len(replay))
+        if self.phase == "evaluation" and name in self.responders:
+            for k in range(len(self.plan.primes)):
+                accepted.held.add(indices=sorted(i for kk, i in self._ledger.taken(name)
+                                                 if kk == k))
+        self._received[name] = 0
+        log.restart(replay, [len(e.share.ciphertext) if e.HasField("share") else 0
+                             for e in replay])
+        self.away.discard(name)
+        self.resumes += 1
+        logger.warning("party %r resumed in phase %r: %d envelope(s) re-sent to it, it had "
+                       "sent %d", name, self.phase, len(replay), accepted.received)
+        out = [(name, envelope(resume_accepted=accepted))]
+        for e in replay:
+            self._count(e)
+            out.append((name, e))
+        return out
 
     def expire(self) -> list:
         """The current phase's deadline passed: retry (evaluation) or fail."""
@@ -575,6 +719,8 @@ class Coordinator:
         if sender in self.ready:
             raise PeerError("duplicate ready (rejected)", party=sender, phase="shares")
         self.ready.add(sender)
+        # it holds every share: everything sent to it so far arrived
+        self._outlogs[sender].acknowledge_all()
         if len(self.ready) < len(self.names):
             return []
         responders = self._first_responders or self.names
@@ -594,6 +740,7 @@ class Coordinator:
                                         storage=self.storage)
         self.memory.update(session.result_memory(self._acc, self.memory))
         self.delivered = {r: set() for r in responders}
+        self._ledger = TileLedger()  # the tiles taken this round, per party and prime
         self.checks = None
         if session.has_checks:
             self.checks = session.round_checks(self.names, responders, self.parameters,
@@ -676,9 +823,11 @@ class Coordinator:
             raise PeerError(f"evaluation tile (prime {k}, tile {index}, rows "
                             f"{tile.row_start}:{tile.row_stop}) does not fit the schedule",
                             party=sender, phase="evaluation")
-        if (k, index) in self.delivered[sender]:
-            raise PeerError(f"duplicate evaluation tile {index} for prime {k} (rejected)",
-                            party=sender, phase="evaluation")
+        if self._ledger.seen(sender, k, index):
+            # no tile twice: an identical copy (re-sent after a reconnect) is ignored, a
+            # different one fails the session naming the sender (TileLedger.take)
+            self._ledger.take(sender, k, index, tile.values)
+            return []
         p = self.plan.primes[k]
         a, b = self.tiles[index]
         shape = self.session.tile_shape(a, b, self.n_total)
@@ -696,6 +845,7 @@ class Coordinator:
         except ParameterError:
             raise PeerError(f"evaluation tile holds a value >= p = {p}", party=sender,
                             phase="evaluation") from None
+        self._ledger.take(sender, k, index, tile.values)
         self.delivered[sender].add((k, index))
         if self.progress is not None:
             done = sum(len(tiles) for tiles in self.delivered.values())
@@ -886,6 +1036,7 @@ class Coordinator:
             store=store, memory=dict(self.memory), layout=self.session.layout,
             landmarks=getattr(self.session, "landmarks", None),
             pairs=getattr(self.session, "pairs", None))
+        self.outcome.resumes = self.resumes  # reconnects resumed before the result
         return out
 
     def _describe(self) -> dict:
@@ -906,6 +1057,14 @@ class Coordinator:
             report.party != sender else ""
         raise PeerError(f"reported by {sender!r}{claim}: {report.kind or 'error'}: "
                         f"{report.message[:500]}", party=sender, phase=phase)
+
+
+def _refused(name: str, phase: str, reason: str) -> AuthenticationError:
+    """A refused resume: opaque to the stream it is told to (like every authentication
+    failure), with the reason kept for the coordinator's log (``error.reason``)."""
+    error = AuthenticationError(name, phase)
+    error.reason = reason
+    return error
 
 
 def _deviation_message(record: dict) -> pb.Deviation:

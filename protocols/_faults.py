@@ -12,6 +12,11 @@ the party process (:meth:`Fault.before_send`, :meth:`Fault.on_message`). Specs:
                          whole upload (killed while the coordinator decoded);
 ``hold-tiles:PATH``      its first evaluation tile is held back until the file PATH exists
                          (at most the session timeout), then it uploads as usual;
+``drop-stream-in-evaluation[:AFTER[:PAUSE]]``
+                         its stream breaks once (cancelled by the party) right after
+                         its AFTER-th evaluation tile (default 1) went into the stream;
+                         it waits PAUSE seconds (default 0), then reconnects and resumes
+                         within ``reconnect_grace`` (docs/protocol.md, "Reconnect");
 ``garbage-tiles``        uniformly random in-range evaluation tiles;
 ``oversized-hello``      a (validly signed) hello announcing 2^44 rows;
 ``corrupt-upload``, ``bad-share:RECEIVER[:AMOUNT]``, ``collude:PEER``
@@ -76,6 +81,32 @@ class Fault:
 
     def __init__(self, spec: str | None) -> None:
         self.spec = spec or None
+        self._tiles_sent = 0
+        self._dropped = False
+
+    def _drop_spec(self):
+        if not self.spec or not self.spec.startswith("drop-stream-in-evaluation"):
+            return None
+        _, *rest = self.spec.split(":")
+        after = int(rest[0]) if rest and rest[0] else 1
+        pause = float(rest[1]) if len(rest) > 1 else 0.0
+        return after, pause
+
+    def drop_after(self, env) -> bool:
+        """``drop-stream-in-evaluation``: True once, after the AFTER-th tile sent."""
+        spec = self._drop_spec()
+        if spec is None or self._dropped or not env.HasField("tile"):
+            return False
+        self._tiles_sent += 1
+        if self._tiles_sent >= spec[0]:
+            self._dropped = True
+            return True
+        return False
+
+    def reconnect_pause(self) -> float:
+        """Seconds to wait before reconnecting after the drop (``PAUSE``)."""
+        spec = self._drop_spec()
+        return spec[1] if spec is not None and self._dropped else 0.0
 
     def rewrite(self, party, env):
         """What the party sends instead of ``env`` (:func:`corrupt`)."""

@@ -30,7 +30,7 @@ import time
 
 import grpc
 
-from finite_field import PeerError, ProtocolError
+from finite_field import AuthenticationError, OmniFCError, PeerError, ProtocolError
 
 from ._config import parameters_from_config  # re-exported: its home is the config
 from ._coordinator import Coordinator, Outcome
@@ -38,7 +38,8 @@ from ._generated import omnifc_pb2_grpc as pb_grpc
 from ._messages import SessionParameters
 from ._tls import authenticated_party, make_server, peer_common_name
 
-__all__ = ["CoordinatorServer", "parameters_from_config", "coordinator_from_config"]
+__all__ = ["CoordinatorServer", "parameters_from_config", "coordinator_from_config",
+           "Absences"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,9 @@ _END = object()
 #: (each is told the cause as soon as it connects); it stops as soon as every party of the
 #: session has been told, so a failure never keeps it waiting for a phase deadline.
 ABORT_GRACE = 10.0
+#: Seconds a new stream of a party that is already known gets to complete its resume
+#: handshake; then it ends (it never holds a server thread for longer).
+RESUME_HANDSHAKE = 10.0
 
 
 def coordinator_from_config(config, *, cluster=None, responders=None,
@@ -62,6 +66,39 @@ def coordinator_from_config(config, *, cluster=None, responders=None,
                        memory_budget=memory_budget)
 
 
+class Absences:
+    """Parties whose stream broke and who may still resume: the grace period's clock.
+
+    ``expired()`` names those away for longer than ``grace`` seconds: a party that is back
+    after exactly ``grace`` seconds resumes, one step later it is a dropout.
+
+    >>> clock = [0.0]
+    >>> away = Absences(2.0, clock=lambda: clock[0])
+    >>> away.mark("a"); clock[0] = 2.0; away.expired()
+    []
+    >>> clock[0] = 2.001; away.expired()
+    ['a']
+    """
+
+    def __init__(self, grace: float, clock=time.monotonic) -> None:
+        self.grace = float(grace)
+        self.clock = clock
+        self.since: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        self.since.setdefault(name, self.clock())
+
+    def clear(self, name: str) -> None:
+        self.since.pop(name, None)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.since
+
+    def expired(self) -> list:
+        now = self.clock()
+        return sorted(n for n, t in self.since.items() if now - t > self.grace)
+
+
 class _Servicer(pb_grpc.CoordinatorServicer):
     def __init__(self, owner: "CoordinatorServer") -> None:
         self.owner = owner
@@ -71,24 +108,32 @@ class _Servicer(pb_grpc.CoordinatorServicer):
         name = owner.identify(context)
         if name is None:
             return
-        outbox = owner.connect(name, context)
+        token = object()  # this stream; a resume on a new stream supersedes it
+        outbox, resuming = owner.connect(name, context, token)
         if outbox is None:
             return
         who = [name]  # resolved from the hello when insecure
-        context.add_callback(lambda: owner.lost(who[0]))
-        reader = threading.Thread(target=owner.read, args=(who, outbox, request_iterator),
+        context.add_callback(lambda: owner.stream_ended(who[0], token))
+        reader = threading.Thread(target=owner.read,
+                                  args=(who, outbox, request_iterator, token, resuming),
                                   name=f"omnifc-read-{name}", daemon=True)
         reader.start()
         with owner.lock:
             owner.streams += 1
+        handshake_end = time.monotonic() + RESUME_HANDSHAKE if resuming else None
         try:
             while True:
                 try:
                     item = outbox.get(timeout=0.25)
                 except queue.Empty:
                     if not context.is_active():
-                        owner.lost(who[0])
+                        owner.stream_ended(who[0], token)
                         return
+                    if handshake_end is not None and time.monotonic() > handshake_end:
+                        with owner.lock:
+                            if owner.tokens.get(who[0]) is not token:
+                                return  # no resume on this stream in time: it ends
+                        handshake_end = None
                     continue
                 if item is _END:
                     if owner.coordinator.outcome is not None:
@@ -141,6 +186,11 @@ class CoordinatorServer:
         # side of the stream), and those that did not (stream broken, result refused)
         self.confirmed: set[str] = set()
         self.unconfirmed: dict[str, str] = {}
+        # reconnect (docs/protocol.md, "Reconnect"): the current stream of every party,
+        # and the parties away (stream broken) that may still resume
+        self.grace = float(coordinator.reconnect_grace)
+        self.tokens: dict[str, object] = {}
+        self.away = Absences(self.grace)
         self.server, self.port = make_server(address, credentials, insecure=insecure,
                                              max_workers=len(coordinator.names) + 4)
         pb_grpc.add_CoordinatorServicer_to_server(_Servicer(self), self.server)
@@ -161,19 +211,30 @@ class CoordinatorServer:
             logger.warning("refused a connection: %s", error)
             context.abort(grpc.StatusCode.PERMISSION_DENIED, str(error))
 
-    def connect(self, name: str, context) -> queue.Queue | None:
+    def connect(self, name: str, context, token=None) -> tuple:
+        """``(outbox, resuming)`` of a new stream: a party's first stream is registered
+        at once; a later one (a reconnect, when the session allows it) must resume first."""
         with self.lock:
             if name == "?":
-                return queue.Queue()  # registered when the hello names the stream
-            if self.closed.is_set():  # too late: told the cause at once, never left waiting
+                return queue.Queue(), False  # registered when the first message names it
+            late = self.closed.is_set() and not self._accepts_resume()
+            if late:  # too late: told the cause at once, never left waiting
                 self.seen.add(name)
-                return self._told_late(name, queue.Queue())
+                return self._told_late(name, queue.Queue()), False
             if name in self.outboxes:
+                if self.grace > 0:
+                    return queue.Queue(), True  # only a resume opens it
                 context.abort(grpc.StatusCode.ALREADY_EXISTS,
                               f"party {name!r} is already connected")
             self.seen.add(name)
             self.outboxes[name] = queue.Queue()
-            return self.outboxes[name]
+            self.tokens[name] = token
+            return self.outboxes[name], False
+
+    def _accepts_resume(self) -> bool:
+        """After the session: a party may still resume to fetch its result."""
+        c = self.coordinator
+        return self.grace > 0 and c.outcome is not None and c.error is None
 
     def _told_late(self, name: str, box: queue.Queue) -> queue.Queue:
         """``box`` with what a party that connects after the session ended is told: the
@@ -184,20 +245,37 @@ class CoordinatorServer:
         box.put(_END)
         return box
 
-    def read(self, who: list, outbox: queue.Queue, request_iterator) -> None:
+    def read(self, who: list, outbox: queue.Queue, request_iterator, token=None,
+             resuming: bool = False) -> None:
         try:
-            for env in request_iterator:
-                if who[0] == "?":  # insecure: the first hello names the stream
-                    claimed = env.hello.party_id if env.HasField("hello") else ""
+            requests = iter(request_iterator)
+            for env in requests:
+                if who[0] == "?":  # insecure: the first message names the stream
+                    claimed = env.hello.party_id if env.HasField("hello") else \
+                        env.resume_request.party_id if env.HasField("resume_request") else ""
                     with self.lock:
-                        if claimed in self.outboxes or claimed not in self.coordinator.names:
+                        if claimed not in self.coordinator.names:
+                            return
+                        if claimed in self.outboxes and not (
+                                self.grace > 0 and env.HasField("resume_request")):
                             return
                         who[0] = claimed
                         self.seen.add(claimed)
-                        if self.closed.is_set():
+                        if self.closed.is_set() and not self._accepts_resume():
                             self._told_late(claimed, outbox)
                             return
-                        self.outboxes[claimed] = outbox
+                        resuming = claimed in self.outboxes
+                        if not resuming:
+                            self.outboxes[claimed] = outbox
+                            self.tokens[claimed] = token
+                if resuming:
+                    resuming = False
+                    if not self._resume(who[0], env, outbox, requests, token):
+                        return
+                    continue
+                with self.lock:
+                    if self.tokens.get(who[0]) is not token:
+                        return  # superseded by a resumed stream: nothing more from it
                 self._receive(who[0], env)  # after the end too: until the party closes
         except grpc.RpcError:
             pass
@@ -205,7 +283,63 @@ class CoordinatorServer:
             logger.exception("reading from %r failed", who[0])
             self.fail(error)
             return
-        self._ended(who[0])
+        self.stream_ended(who[0], token)
+
+    def _resume(self, name: str, first, outbox: queue.Queue, requests, token) -> bool:
+        """The resume handshake on a new stream of ``name`` (docs/protocol.md,
+        "Reconnect"); True when it is accepted and the stream now carries the session."""
+        from ._messages import envelope
+        from ._generated import omnifc_pb2 as pb
+
+        def refuse(why: str, kind: str = "authentication") -> bool:
+            outbox.put(envelope(error=pb.ErrorReport(
+                session_id=self.coordinator.session_id, reporter="coordinator", party=name,
+                phase=self.coordinator.phase, kind=kind,
+                message=f"resume refused: {why}")))
+            outbox.put(_END)
+            return False
+
+        if not first.HasField("resume_request"):
+            return refuse(f"party {name!r} is already connected; a new stream must resume",
+                          "peer")
+        with self.lock:
+            challenge = self.coordinator.resume_challenge(name)
+        outbox.put(challenge)
+        answer = next(requests, None)  # bounded by the stream's deadline
+        if answer is None:
+            outbox.put(_END)
+            return False
+        with self.lock:
+            try:
+                out = self.coordinator.resume(name, answer)
+            except OmniFCError as error:
+                logger.warning("refused a resume of %r: %s", name,
+                               getattr(error, "reason", None) or error)
+                opaque = "authentication failed" if isinstance(error, AuthenticationError) \
+                    else str(error)
+                return refuse(opaque, "authentication" if isinstance(
+                    error, AuthenticationError) else "peer")
+            old = self.outboxes.get(name)
+            self.outboxes[name] = outbox
+            self.tokens[name] = token
+            self.away.clear(name)
+            if old is not None and old is not outbox:
+                old.put(_END)  # the superseded stream ends; nothing more is read from it
+            self._route(out)
+            if self.closed.is_set():  # fetched its result: the stream ends after it
+                outbox.put(_END)
+            self.changed.set()
+        return True
+
+    def stream_ended(self, name: str, token=None) -> None:
+        """A stream's end, once: ignored when a resumed stream superseded it."""
+        with self.lock:
+            # only the party's current stream: a resume candidate that failed, or a
+            # stream a resume superseded, says nothing about the party
+            if name == "?" or self.tokens.get(name) is not token:
+                return
+            del self.tokens[name]
+        self._ended(name)
 
     def _receive(self, name: str, env) -> None:
         with self.lock:
@@ -236,8 +370,11 @@ class CoordinatorServer:
         with self.lock:
             if self.coordinator.outcome is not None and name in self.coordinator.names:
                 if name not in self.confirmed:
-                    self.unconfirmed.setdefault(
-                        name, "its connection ended before it confirmed receipt")
+                    if self._accepts_resume() and name not in self.unconfirmed:
+                        self.away.mark(name)  # it may resume to fetch its result
+                    else:
+                        self.unconfirmed.setdefault(
+                            name, "its connection ended before it confirmed receipt")
                 self.changed.set()
                 return
         self.lost(name)
@@ -251,10 +388,35 @@ class CoordinatorServer:
             self._route(self.coordinator.abort())
             self._finish()
 
-    def lost(self, name: str, reason: str = "its stream ended") -> None:
-        """A party's stream ended (closed, cancelled, process gone)."""
-        if name != "?" and not self.closed.is_set():
-            self._handle(self.coordinator.party_lost, name, reason)
+    def lost(self, name: str, reason: str = "its stream ended", *, final: bool = False) -> None:
+        """A party's stream ended (closed, cancelled): away while it may resume (within
+        the grace period), else lost; ``final``: it cannot come back (its process is gone),
+        lost at once."""
+        if name == "?" or self.closed.is_set():
+            return
+        with self.lock:
+            if not final and self.grace > 0 and self.coordinator.resumable(name):
+                self._handle(self.coordinator.party_away, name, reason)
+                if name in self.coordinator.away:
+                    self.away.mark(name)
+                return
+        with self.lock:
+            self.away.clear(name)
+        self._handle(self.coordinator.party_lost, name, reason)
+
+    def _expire_absences(self) -> None:
+        """Parties away for longer than the grace period are dropouts, as today."""
+        for name in self.away.expired():
+            self.away.clear(name)
+            with self.lock:
+                if self.coordinator.outcome is not None:
+                    self.unconfirmed.setdefault(
+                        name, f"its connection ended before it confirmed receipt and it "
+                              f"did not resume within reconnect_grace = {self.grace:g} s")
+                    self.changed.set()
+                    continue
+            self._handle(self.coordinator.party_lost, name,
+                         f"did not reconnect within reconnect_grace = {self.grace:g} s")
 
     def _handle(self, call, *args) -> None:
         with self.lock:
@@ -332,6 +494,7 @@ class CoordinatorServer:
                     on_phase(*current)
             if poll is not None:
                 poll()
+            self._expire_absences()
             if deadline is not None and time.monotonic() > deadline:
                 self._handle(coordinator.expire)
                 deadline = None  # a retry changes the round, which sets a new deadline
@@ -363,12 +526,17 @@ class CoordinatorServer:
                            and n not in self.unconfirmed]
             if not pending or time.monotonic() >= end:
                 break
+            self._expire_absences()
             self.changed.wait(0.05)
             self.changed.clear()
         with self.lock:
             for name in sent:
                 if name in self.unconfirmed:
                     outcome.undelivered[name] = self.unconfirmed[name]
+                elif name not in self.confirmed and name in self.away:
+                    outcome.undelivered[name] = (
+                        f"its connection ended before it confirmed receipt, and it did not "
+                        f"resume within the result deadline ({self.deadlines.result:g} s)")
                 elif name not in self.confirmed:
                     outcome.undelivered[name] = (
                         f"it did not confirm receipt within the result deadline "

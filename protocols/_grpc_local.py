@@ -125,7 +125,8 @@ class LocalSession:
             code = process.poll()
             if code not in (None, 0) and name not in server.coordinator.lost:
                 last = self.party_log(name).strip().splitlines()[-1:] or ["no output"]
-                server.lost(name, f"its process exited with code {code} ({last[0][-300:]})")
+                server.lost(name, f"its process exited with code {code} ({last[0][-300:]})",
+                            final=True)
 
     def party_log(self, name: str) -> str:
         path = self.directory / f"{name}.log"

@@ -2,7 +2,10 @@
 
 :func:`run_party` opens one ``Session`` stream to the coordinator, sends what the state
 machine emits and feeds it what arrives, until the result (or an error). Every wait is
-bounded: connecting by ``connect_timeout``, the whole stream by ``timeout``.
+bounded: connecting by ``connect_timeout``, the whole stream by ``timeout``. When the
+stream breaks (a gRPC error, not a protocol error) and the session's ``reconnect_grace``
+is positive, it reconnects with bounded backoff and resumes within that many seconds
+(docs/protocol.md, "Reconnect"), else it fails as before.
 
 ``python -m protocols._grpc_party --config session.toml --party NAME --data FILE`` runs one
 party as a process (what ``omnifc join``, ``omnifc demo`` and
@@ -19,6 +22,7 @@ import os
 import pathlib
 import queue
 import sys
+import threading
 import time
 
 import grpc
@@ -142,73 +146,183 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
     ------
     PeerError, DeadlineError, AuthenticationError, IntegrityError, ProtocolError
     """
-    channel = make_channel(target, credentials, insecure=insecure)
-    outgoing: queue.Queue = queue.Queue(maxsize=8)
-
-    def requests():
-        while True:
-            item = outgoing.get()
-            if item is _END:
-                return
-            yield item
-
     fault = Fault(fault)
     progress = _Progress(party, on_progress)
+    link = _Link(party, target, credentials, insecure, timeout, fault)
     try:
         progress.phase("join")
-        _wait_until_ready(channel, target, connect_timeout, tls_files, party)
-        for env in party.start():
-            outgoing.put(fault.rewrite(party, env))
-        stub = pb_grpc.CoordinatorStub(channel)
-        responses = stub.Session(requests(), timeout=timeout)
-
-        def send(env) -> None:  # bounded queue: memory stays bounded by a few tiles
-            env = fault.rewrite(party, env)
-            fault.before_send(env, timeout)
-            while True:
-                try:
-                    outgoing.put(env, timeout=0.5)
-                    return
-                except queue.Full:
-                    if responses.done():
-                        raise _connection_error(party, party.phase,
-                                                "the stream to the coordinator closed") \
-                            from None
-
-        try:
-            for env in responses:
-                kind = env.WhichOneof("body")
-                fault.on_message(kind)
-                progress.received(kind)
-                try:
-                    for out in party.receive(env):
-                        send(out)
-                        progress.sent(out)
-                except ProtocolError as error:
-                    if kind != "error" and not responses.done():
-                        send(party.error_report(error))
-                        time.sleep(0.2)  # let the report go out before the stream closes
-                    raise
-                if on_message is not None:
-                    on_message(kind)
-                if party.done:
-                    _confirm(party, responses, outgoing)
-                    return party
-        except grpc.RpcError as error:
-            code = error.code()
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise _connection_error(party, party.phase, f"the session did not finish "
-                                        f"within {timeout:g} s", DeadlineError) from None
-            raise _connection_error(party, party.phase, f"the stream to the coordinator "
-                                    f"failed: {code.name} ({error.details()})") from None
-        raise _connection_error(party, party.phase, "the coordinator closed the stream "
-                                "before sending a result")
+        _wait_until_ready(link.channel, target, connect_timeout, tls_files, party)
+        link.open(party.start())
+        pending = iter(())  # what the party still has to send (an interrupted generator)
+        while True:
+            try:
+                _drain(party, link, pending, progress)
+                for env in link.responses:
+                    kind = env.WhichOneof("body")
+                    fault.on_message(kind)
+                    progress.received(kind)
+                    try:
+                        pending = party.receive(env)
+                    except ProtocolError as error:
+                        _report(party, link, error, kind)
+                        raise
+                    _drain(party, link, pending, progress, kind)
+                    if on_message is not None:
+                        on_message(kind)
+                    if party.done:
+                        _confirm(party, link.responses, link.outgoing)
+                        return party
+                broken = "the coordinator closed the stream before sending a result"
+            except grpc.RpcError as error:
+                code = error.code()
+                if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise _connection_error(party, party.phase, f"the session did not "
+                                            f"finish within {timeout:g} s",
+                                            DeadlineError) from None
+                broken = f"the stream to the coordinator failed: {code.name} " \
+                         f"({error.details()})"
+            except _Broken as error:
+                broken = str(error)
+            if not party.can_resume:
+                raise _connection_error(party, party.phase, broken)
+            link.reconnect(broken)  # within reconnect_grace, or raises; then go on
     finally:
+        link.close()
+
+
+class _Broken(Exception):
+    """The stream broke while sending (a transport failure, not a protocol error)."""
+
+
+def _drain(party: Party, link: "_Link", pending, progress, kind=None) -> None:
+    """Send everything ``pending`` yields. A protocol error is reported to the coordinator
+    and raised; a broken stream raises :class:`_Broken` and leaves ``pending`` where it
+    stopped (what it yielded last is in the party's log: re-sent after a resume)."""
+    try:
+        for out in pending:
+            link.send(out)
+            progress.sent(out)
+    except ProtocolError as error:
+        _report(party, link, error, kind)
+        raise
+
+
+def _report(party: Party, link: "_Link", error: Exception, kind) -> None:
+    """Tell the coordinator why this party stops (unless it told this party)."""
+    if kind != "error" and not link.responses.done():
         try:
-            outgoing.put_nowait(_END)
+            link.send(party.error_report(error))
+        except _Broken:
+            return
+        time.sleep(0.2)  # let the report go out before the stream closes
+
+
+class _Link:
+    """The party's stream to the coordinator, and its reconnect (docs/protocol.md,
+    "Reconnect")."""
+
+    def __init__(self, party: Party, target: str, credentials, insecure: bool,
+                 timeout: float, fault: Fault) -> None:
+        self.party, self.target, self.credentials = party, target, credentials
+        self.insecure, self.timeout, self.fault = insecure, timeout, fault
+        self.started = time.monotonic()
+        self.channel = make_channel(target, credentials, insecure=insecure)
+        self.outgoing: queue.Queue = queue.Queue(maxsize=8)
+        self.responses = None
+
+    def _stream(self, first) -> None:
+        outgoing = self.outgoing
+
+        def requests():
+            while True:
+                item = outgoing.get()
+                if item is _END:
+                    return
+                yield item
+
+        for env in first:
+            outgoing.put(env)
+        remaining = max(1.0, self.timeout - (time.monotonic() - self.started))
+        self.responses = pb_grpc.CoordinatorStub(self.channel).Session(requests(),
+                                                                      timeout=remaining)
+
+    def open(self, hello) -> None:
+        self._stream([self.fault.rewrite(self.party, env) for env in hello])
+
+    def send(self, env) -> None:  # bounded queue: memory stays bounded by a few tiles
+        env = self.fault.rewrite(self.party, env)
+        self.fault.before_send(env, self.timeout)
+        while True:
+            try:
+                self.outgoing.put(env, timeout=0.5)
+                break
+            except queue.Full:
+                if self.responses.done():
+                    raise _Broken("the stream to the coordinator closed") from None
+        if self.fault.drop_after(env):  # test fault: the stream breaks once, here
+            self.responses.cancel()
+            raise _Broken("the stream was dropped (test fault drop-stream-in-evaluation)")
+
+    def close(self) -> None:
+        try:
+            self.outgoing.put_nowait(_END)
         except queue.Full:
             pass
-        channel.close()
+        self.channel.close()
+
+    def reconnect(self, broken: str) -> None:
+        """Open a new stream and resume within ``reconnect_grace`` seconds of the break
+        (bounded backoff), or raise. A refused resume is final."""
+        party = self.party
+        grace = party.parameters.reconnect_grace
+        phase = party.phase
+        end = time.monotonic() + grace
+        logger.warning("party %r: %s (phase %r); reconnecting within %g s", party.party_id,
+                       broken, phase, grace)
+        self.close()
+        pause = self.fault.reconnect_pause()
+        if pause:
+            time.sleep(pause)
+        delay, cause = 0.1, broken
+        while True:
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                raise _connection_error(party, phase, f"{broken}; could not resume within "
+                                        f"reconnect_grace = {grace:g} s ({cause})")
+            self.channel = make_channel(self.target, self.credentials, insecure=self.insecure)
+            self.outgoing = queue.Queue(maxsize=8)
+            try:
+                grpc.channel_ready_future(self.channel).result(timeout=min(remaining, 5.0))
+                self._handshake(min(remaining, 10.0))
+                logger.warning("party %r resumed the session", party.party_id)
+                return
+            except (grpc.FutureTimeoutError, grpc.RpcError, _Broken) as error:
+                details = getattr(error, "details", None)
+                cause = (details() if callable(details) else None) or str(error) or \
+                    type(error).__name__
+                self.close()
+                time.sleep(max(0.0, min(delay, end - time.monotonic())))
+                delay = min(2 * delay, 2.0)
+
+    def _handshake(self, seconds: float) -> None:
+        """ResumeRequest, challenge, Resume, acceptance; then re-send what is due."""
+        party = self.party
+        self._stream([party.resume_request()])
+        timer = threading.Timer(seconds, self.responses.cancel)  # a silent coordinator
+        timer.start()
+        try:
+            replies = iter(self.responses)
+            challenge = next(replies, None)
+            if challenge is None:
+                raise _Broken("the coordinator closed the new stream")
+            self.outgoing.put(party.answer_challenge(challenge))
+            accepted = next(replies, None)
+            if accepted is None:
+                raise _Broken("the coordinator closed the new stream")
+        finally:
+            timer.cancel()
+        for env in party.resumed(accepted):
+            self.send(env)
 
 
 class _Progress:

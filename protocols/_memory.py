@@ -167,6 +167,11 @@ def run_memory_session(party_data: dict, parameters: SessionParameters, *, sessi
                                              ("tile_bytes", tile_bytes)) if value is not None}
     coordinator = coordinator_class(session_id, parameters, names, pinned,
                                     responders=responders, cluster=cluster, **storage)
+    # in memory no stream breaks: nothing is logged for a replay (docs/protocol.md,
+    # "Reconnect"), whatever reconnect_grace says
+    coordinator.reconnect_grace = 0.0
+    for party in parties.values():
+        party.resumable = False
     transcript = observe if observe is not None else Transcript()
     transcript.parties, transcript.session_id = parties, session_id
     transcript.coordinator = coordinator

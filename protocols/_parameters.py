@@ -155,6 +155,23 @@ def _adversaries(value, key: str):
     return int(value)
 
 
+#: Longest reconnect grace period a session accepts (seconds).
+MAX_RECONNECT_GRACE = 3600.0
+#: The default grace period (seconds): a connection reset, a NAT timeout or a brief outage
+#: costs a reconnect, not the round.
+DEFAULT_RECONNECT_GRACE = 30.0
+
+
+def _grace(value, key: str) -> float:
+    if value is None:  # unset on the wire: the default (0.0 is a value: no reconnect)
+        return DEFAULT_RECONNECT_GRACE
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(value) or not 0 <= value <= MAX_RECONNECT_GRACE:
+        raise ParameterError(f"{key} must be a number of seconds in [0, "
+                             f"{MAX_RECONNECT_GRACE:g}] (0: no reconnect), got {show(value)}")
+    return float(value)
+
+
 def _points(value, key: str):
     return None if value is None else tuple(int(v) for v in value)
 
@@ -459,6 +476,19 @@ PARAMETERS: tuple[Parameter, ...] = (
         check=lambda v, k: _integer(v, k, 1, MAX_PAIRS), table="parameters",
         config_check=lambda v, k: _integer(v, k, 1, MAX_PAIRS),
         fingerprint="unless-default", wire_missing=DEFAULT_MAX_PAIRS, example=1000),
+    Parameter(
+        "reconnect_grace", "float", "seconds a party whose connection broke may take to "
+        "reconnect and resume (0: no reconnect, it is a dropout at once)",
+        DEFAULT_RECONNECT_GRACE,
+        comment="seconds to reconnect and resume after a broken stream (0: dropout at once)",
+        doc="Seconds a party whose stream to the coordinator broke (a transport error, not "
+            "a protocol error) may take to reconnect, authenticate as the same party of the "
+            "same run and resume (docs/protocol.md, \"Reconnect\"); only when they have "
+            "passed is it a dropout. 0: no reconnect (a broken stream is a dropout at once). "
+            "At most 3600.",
+        check=_grace, table="parameters", config_check=_grace, cli_type=float,
+        fingerprint="unless-default", metavar="SECONDS", optional_on_wire=True,
+        example=5.0),
     Parameter(
         "alphas", "tuple | None", "interpolation points (l+t)", None,
         doc="Interpolation points alpha_1..alpha_{l+t} (default 1..l+t).",

@@ -75,6 +75,7 @@ from ._generated import omnifc_pb2 as pb
 from ._messages import (SessionParameters, body_of, check_row_caps, chunk_rows, envelope, pack,
                         unpack)
 from ._plans import _BLOCK_ELEMENTS, _block_stop, session_plan, session_type  # noqa: F401
+from ._resume import TILE, Outlog, resume_proof, resume_transcript
 
 __all__ = ["Party", "hello_transcript", "roster_digest_of", "confirmation_transcript",
            "COORDINATOR"]
@@ -184,6 +185,13 @@ class Party:
         self._seeds: dict = {}       # member set -> 32-byte seed of this round
         self._seed_wait: set = set()  # member sets whose seed has not arrived yet
         self._warned_unchecked = False
+        # reconnect (docs/protocol.md, "Reconnect"): what this party sent since the
+        # coordinator last (implicitly) acknowledged it, and how many envelopes it received
+        # since its last (re)connect; kept only when the session allows a reconnect
+        self.resumable = parameters.reconnect_grace > 0
+        self._log = Outlog()
+        self.received = 0
+        self._round = 0
 
     # -- input checks (before any share leaves) -----------------------------------------
     def _check_data(self, data):
@@ -245,7 +253,9 @@ class Party:
         hello.signature = sign(self._identity, hello_transcript(hello))
         self._hello = hello
         self.phase = "join"
-        return [envelope(hello=hello)]
+        out = envelope(hello=hello)
+        self._record(out)
+        return [out]
 
     def receive(self, env: pb.Envelope) -> Iterator[pb.Envelope]:
         """Consume one envelope from the coordinator; return what to send back."""
@@ -253,6 +263,7 @@ class Party:
             raise ProtocolError(f"party {self.party_id!r} received a message after the "
                                 f"session ended (phase {self.phase!r})")
         kind, body = body_of(env)
+        self.received += 1
         try:
             handler = {"roster": self._on_roster, "confirmations": self._on_confirmations,
                        "share": self._on_share,
@@ -268,9 +279,107 @@ class Party:
 
     def _guard(self, out) -> Iterator[pb.Envelope]:
         try:
-            yield from out
+            for env in out:
+                self._record(env)
+                yield env
         except Exception as error:
             raise self._fail(as_protocol_error(error, f"party {self.party_id!r}", self.phase))
+
+    # -- reconnect (docs/protocol.md, "Reconnect") --------------------------------------
+    def _record(self, env: pb.Envelope) -> None:
+        """Log what is sent (a tile by its coordinates: it is computed again if needed)."""
+        if not self.resumable:
+            return
+        if env.HasField("tile"):
+            t = env.tile
+            self._log.append((TILE, t.round, t.prime_index, t.tile_index))
+        else:
+            self._log.append(env, env.ByteSize())
+
+    @property
+    def can_resume(self) -> bool:
+        """Whether a broken stream may be resumed: the session allows it and this party
+        is neither finished nor failed."""
+        return self.resumable and self.phase in ("join", "confirm", "shares", "ready",
+                                                 "evaluation")
+
+    def resume_request(self) -> pb.Envelope:
+        """The first envelope on a new stream after the old one broke."""
+        if not self.can_resume:
+            raise ProtocolError(f"party {self.party_id!r} cannot resume in phase "
+                                f"{self.phase!r} (reconnect_grace = "
+                                f"{self.parameters.reconnect_grace:g} s)")
+        return envelope(resume_request=pb.ResumeRequest(session_id=self.session_id,
+                                                        party_id=self.party_id))
+
+    def answer_challenge(self, env: pb.Envelope) -> pb.Envelope:
+        """The signed ``Resume`` for the coordinator's challenge on the new stream."""
+        kind, challenge = body_of(env)
+        try:
+            if kind == "error":  # told at once: the session failed, or no resume
+                self._on_error(challenge)
+            if kind != "resume_challenge":
+                raise PeerError(f"expected a resume challenge on the new stream, got "
+                                f"{kind!r}", party=COORDINATOR, phase=self.phase)
+            self._expect_session(challenge.session_id, self.phase)
+            if len(challenge.challenge) != 32 or len(challenge.ephemeral_public_key) != 32:
+                raise PeerError("the resume challenge must hold a 32-byte challenge and a "
+                                "32-byte key", party=COORDINATOR, phase=self.phase)
+        except Exception as error:
+            raise self._fail(as_protocol_error(error, f"party {self.party_id!r}", self.phase))
+        received = self.received
+        message = resume_transcript(self.session_id, self.party_id, self._run_nonce,
+                                    self._ephemeral.public_bytes, challenge.challenge,
+                                    challenge.ephemeral_public_key, received)
+        return envelope(resume=pb.Resume(
+            session_id=self.session_id, party_id=self.party_id, run_nonce=self._run_nonce,
+            challenge=challenge.challenge, received=received,
+            proof=resume_proof(self._ephemeral, challenge.ephemeral_public_key, message),
+            signature=sign(self._identity, message)))
+
+    def resumed(self, env: pb.Envelope) -> list[pb.Envelope]:
+        """The coordinator accepted the resume: what to send again, in order (everything
+        after what it received, but the tiles it holds; a tile is computed again, the
+        identical bytes). Then the coordinator re-sends what this party did not receive;
+        those envelopes go to :meth:`receive` as usual."""
+        kind, accepted = body_of(env)
+        if kind == "error":
+            try:
+                self._on_error(accepted)
+            except Exception as error:
+                raise self._fail(error)
+        if kind != "resume_accepted":
+            raise self._fail(PeerError(f"expected the resume's acceptance, got {kind!r}",
+                                       party=COORDINATOR, phase=self.phase))
+        try:
+            self._expect_session(accepted.session_id, self.phase)
+            entries = self._log.since(accepted.received, party=COORDINATOR,
+                                      phase=self.phase)
+            held = {k: set(t.indices) for k, t in enumerate(accepted.held)}
+            out = []
+            for entry in entries:
+                if isinstance(entry, tuple):  # a tile: the same bytes, computed again
+                    _, round_, k, index = entry
+                    if round_ != self._round or index in held.get(k, ()):
+                        continue  # an abandoned round's, or held already
+                    out.append(self._tile_envelope(round_, self._responders, k, index))
+                else:
+                    out.append(entry)
+        except Exception as error:
+            raise self._fail(as_protocol_error(error, f"party {self.party_id!r}", self.phase))
+        self._log.restart([])
+        for e in out:
+            self._record(e)
+        self.received = 0
+        logger.info("party %r resumed: %d envelope(s) re-sent, %d to come from the "
+                    "coordinator", self.party_id, len(out), accepted.replayed)
+        return out
+
+    def _tile_envelope(self, round_: int, responders, k: int, tile_index: int) -> pb.Envelope:
+        """One tile of this round, computed again (deterministic: identical bytes)."""
+        tiles = self.session.tiles(self.n_total)
+        values = self.session.tile_values(self, k, tiles)(tile_index)
+        return self._pack_tile(round_, responders, k, tile_index, tiles, values)
 
     def _require_phase(self, kind: str, *allowed: str) -> None:
         if self.phase not in allowed:
@@ -474,6 +583,9 @@ class Party:
                             f"has at most m - (2l+2t-1) + 1 = {len(self.names) - need + 1} "
                             "rounds)", party=COORDINATOR, phase="evaluation")
         order = sorted(responders, key=self.names.index)
+        # the coordinator starts a round only with every party's Ready in: what this
+        # party sent before it arrived (a round abandoned since needs nothing again)
+        self._log.acknowledge_all()
         self._round = start.round
         self._responders = order
         self.phase = "evaluation"
@@ -552,28 +664,46 @@ class Party:
             values_of = session.tile_values(self, k, tiles)  # g(beta_j), or the sum's values
             for tile_index, (a, b) in enumerate(tiles):
                 started, cpu = time.perf_counter(), time.process_time()
-                values = values_of(tile_index)
-                if masked and checks is not None:  # U_j = g(beta_j) + M_j (unweighted)
-                    streams = [(stream, z) for _, stream, z in group_streams(
-                        checks, k, self.party_id, self._seeds, view, tile_index)]
-                    values = masked_upload_streams(values, 1, streams, p)
-                elif masked:  # c_j * g(beta_j) + PRG for later peers - PRG for earlier ones
-                    streams = [(keys.mask_stream(p, view=view, tile_index=tile_index),
-                                peer_index < self.index) for peer_index, keys in others]
-                    values = masked_upload_streams(values, weights[k], streams, p)
-                # Filled in place: pb.Envelope(tile=pb.EvaluationTile(values=...)) copies
-                # the payload twice more (about 10 ms per MB-sized tile).
-                env = pb.Envelope()
-                tile = env.tile
-                tile.session_id, tile.round, tile.sender = self.session_id, round_, self.party_id
-                tile.prime_index, tile.tile_index = k, tile_index
-                tile.row_start, tile.row_stop = a, b
-                payload = pack(values)
-                tile.values = payload
-                timings["bytes_uploaded"] += len(payload)  # tile.values would copy it
+                env = self._pack_tile(round_, responders, k, tile_index, tiles,
+                                      values_of(tile_index), view=view, others=others,
+                                      weights=weights)
                 timings["evaluation_seconds"] += time.perf_counter() - started
                 timings["evaluation_cpu_seconds"] += time.process_time() - cpu
                 yield env  # the time the transport holds this generator is not counted
+
+    def _pack_tile(self, round_: int, responders, k: int, tile_index: int, tiles, values,
+                   *, view=None, others=None, weights=None) -> pb.Envelope:
+        """The upload of one tile: ``values`` (g(beta_j), or the sum's) masked for the
+        round's view, packed. A function of the shares and the view only (masks from the
+        pair keys and the view, group masks from the round's seeds): computed again, the
+        bytes are identical."""
+        p = self.plan.primes[k]
+        masked = self.parameters.mode == "masked"
+        checks = self._checks
+        view = self._view(round_, responders) if view is None else view
+        if masked and checks is not None:  # U_j = g(beta_j) + M_j (unweighted)
+            streams = [(stream, z) for _, stream, z in group_streams(
+                checks, k, self.party_id, self._seeds, view, tile_index)]
+            values = masked_upload_streams(values, 1, streams, p)
+        elif masked:  # c_j * g(beta_j) + PRG for later peers - PRG for earlier ones
+            others = self._mask_partners(responders) if others is None else others
+            if weights is None:
+                weights = self.session.weights(self.names, responders)[self.party_id]
+            streams = [(keys.mask_stream(p, view=view, tile_index=tile_index),
+                        peer_index < self.index) for peer_index, keys in others]
+            values = masked_upload_streams(values, weights[k], streams, p)
+        a, b = tiles[tile_index]
+        # Filled in place: pb.Envelope(tile=pb.EvaluationTile(values=...)) copies the
+        # payload twice more (about 10 ms per MB-sized tile).
+        env = pb.Envelope()
+        tile = env.tile
+        tile.session_id, tile.round, tile.sender = self.session_id, round_, self.party_id
+        tile.prime_index, tile.tile_index = k, tile_index
+        tile.row_start, tile.row_stop = a, b
+        payload = pack(values)
+        tile.values = payload
+        self.timings["bytes_uploaded"] += len(payload)  # tile.values would copy it
+        return env
 
     def _mask_partners(self, responders: list[str]) -> list:
         """(roster index, pair keys) of this party's neighbours in the round's mask graph:

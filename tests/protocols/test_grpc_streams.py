@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from protocols import SessionParameters
+from protocols._generated import omnifc_pb2 as pb
 from protocols._generated import omnifc_pb2_grpc as pb_grpc
 from protocols._grpc_local import LocalSession
 from protocols._grpc_party import party_from_config
@@ -38,9 +39,13 @@ def _wait_for(condition, seconds):
     return True
 
 
-def test_second_stream_for_a_connected_party_is_refused_and_the_first_survives():
+@pytest.mark.parametrize("grace", [0.0, 30.0])
+def test_second_stream_for_a_connected_party_is_refused_and_the_first_survives(grace):
+    # without a grace period a second stream is refused at once (ALREADY_EXISTS); with
+    # one, a second stream must resume first (docs/protocol.md, "Reconnect"): a replayed
+    # hello on it gets an ErrorReport on that stream only
     data = random_data([2, 2, 2], 2, seed=5)
-    params = SessionParameters(dim=2, bound=1.0, scale_bits=8)
+    params = SessionParameters(dim=2, bound=1.0, scale_bits=8, reconnect_grace=grace)
     with LocalSession(data, params, deadline=10) as local:
         server = local.server().start()
         channels = []
@@ -64,16 +69,28 @@ def test_second_stream_for_a_connected_party_is_refused_and_the_first_survives()
             channels.append(second)
             grpc.channel_ready_future(second).result(timeout=10)
             second_out: queue.Queue = queue.Queue()
+            if grace:
+                hello = pb.Envelope()
+                hello.hello.CopyFrom(party._hello)  # the first stream's hello, replayed
+                second_out.put(hello)
             second_stream = pb_grpc.CoordinatorStub(second).Session(_requests(second_out),
                                                                     timeout=10)
             got = []
-            reader = threading.Thread(target=lambda: got.append(_first_outcome(second_stream)),
-                                      daemon=True)
+            reader = threading.Thread(
+                target=lambda: got.append(_first_outcome(second_stream, messages=bool(grace))),
+                daemon=True)
             reader.start()
             reader.join(15)
             second_out.put(_END)
             assert got, "the second stream neither got an answer nor ended"
-            assert got[0] == grpc.StatusCode.ALREADY_EXISTS, got[0]
+            if grace:
+                (report,), status = got[0]
+                assert status == grpc.StatusCode.OK
+                assert (report.error.kind, report.error.party, report.error.message) == (
+                    "peer", "party-0", "resume refused: party 'party-0' is already "
+                    "connected; a new stream must resume")
+            else:
+                assert got[0] == grpc.StatusCode.ALREADY_EXISTS, got[0]
             # The first connection is untouched: the coordinator still waits in join,
             # with party-0's hello, and has not failed.
             assert server.coordinator.error is None
@@ -87,8 +104,17 @@ def test_second_stream_for_a_connected_party_is_refused_and_the_first_survives()
             server.stop()
 
 
-def _first_outcome(stream):
-    """The status code that ends ``stream``, or "message" if it delivered one."""
+def _first_outcome(stream, messages=False):
+    """The status code that ends ``stream``, or "message" if it delivered one
+    (``messages``: every message and the status)."""
+    if messages:
+        got = []
+        try:
+            for env in stream:
+                got.append(env)
+            return got, grpc.StatusCode.OK
+        except grpc.RpcError as error:
+            return got, error.code()
     try:
         for _ in stream:
             return "message"

@@ -258,7 +258,7 @@ def _distinct_params():
                              rows=3, chunk_bytes=8192, max_rows_per_party=77,
                              max_rows_total=99, integrity="correct", mask_degree=3,
                              adversaries=1, alphas=(1, 2, 3),
-                             betas=(10, 11, 12, 13, 14, 15, 16))
+                             betas=(10, 11, 12, 13, 14, 15, 16), reconnect_grace=7.5)
 
 
 def test_to_proto_writes_every_field():
@@ -291,8 +291,9 @@ def test_from_proto_reads_every_field():
                         primes=[65521], alphas=[1, 2, 3],
                         betas=[10, 11, 12, 13, 14, 15, 16], rows=3, chunk_bytes=8192,
                         max_rows_per_party=77, max_rows_total=99, integrity="correct",
-                        mask_degree=3, adversaries=1)
+                        mask_degree=3, adversaries=1, reconnect_grace=7.5)
     params = SessionParameters.from_proto(msg)
+    assert params.reconnect_grace == 7.5
     assert params == _distinct_params().with_plan(_distinct_params().plan(7))
     assert (params.kind, params.mode, params.dim, params.segments, params.noise_segments,
             params.scale_bits, params.bound, params.nonnegative, params.primes, params.rows,

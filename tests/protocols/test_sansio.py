@@ -127,8 +127,13 @@ def test_party_rejects_roster_parameters_that_differ_from_its_config(session):
 def test_duplicate_and_malformed_tiles_are_rejected(session):
     sender, tile = session.tiles()[0]
     session.coordinator.receive(sender, tile)
-    with pytest.raises(PeerError, match="duplicate evaluation tile") as info:
-        session.coordinator.receive(sender, tile)
+    assert session.coordinator.receive(sender, tile) == []  # an identical copy: ignored
+    changed = pb.Envelope()
+    changed.CopyFrom(tile)
+    changed.tile.values = bytes([tile.tile.values[0] ^ 1]) + tile.tile.values[1:]
+    with pytest.raises(PeerError, match="a second, different copy of evaluation tile") \
+            as info:
+        session.coordinator.receive(sender, changed)
     assert (info.value.party, info.value.phase) == (sender, "evaluation")
 
 
