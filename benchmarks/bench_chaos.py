@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 
 from protocols import SessionParameters  # noqa: E402
 from protocols._config import Deadlines  # noqa: E402
-from protocols._fault_sessions import (SLACK, classify, party_bound,  # noqa: E402
-                                       run_faulted_session)
+from protocols._fault_sessions import (MAX_SLACK, SLACK, classify,  # noqa: E402
+                                       party_bound, run_faulted_session)
 
 #: Kinds of link fault the schedule draws from (with "none" for a clean link).
 FAULT_KINDS = ("none", "latency", "rate", "reset", "short-pause", "long-pause", "half-open",
@@ -194,6 +194,10 @@ def main(argv=None) -> int:
                          "fired": fired, "verdict": verdict, "reason": reason[:300],
                          "coordinator_seconds": run.seconds,
                          "party_seconds": {n: p.seconds for n, p in run.parties.items()},
+                         "party_errors": {n: p.error for n, p in run.parties.items()
+                                          if p.error},
+                         "logs": {n: p.log for n, p in run.parties.items()
+                                  if verdict not in ("exact", "abort")},
                          "wall_seconds": time.monotonic() - wall})
         print(f"    -> {verdict}: {reason[:160]}", file=sys.stderr, flush=True)
     load_after = os.getloadavg()[0]
@@ -203,7 +207,7 @@ def main(argv=None) -> int:
     print(f"deadlines: join {deadlines.join:g} s, shares {deadlines.shares:g} s, evaluation "
           f"{deadlines.evaluation:g} s, result {deadlines.result:g} s (calibration "
           f"evaluation {evaluation_seconds:.2f} s); party bound {party_bound(deadlines):g} s "
-          f"+ {SLACK:g} s slack")
+          f"+ slack ({SLACK:g} s x load per CPU, <= {MAX_SLACK:g} s)")
     print(f"load average {load_before:.2f} before, {load_after:.2f} after, on "
           f"{os.cpu_count()} CPUs; {time.monotonic() - started:.0f} s in all")
     labels = {"exact": "exact D", "undelivered_reported": "  of which a party reported "

@@ -18,6 +18,7 @@ deadlines stay meaningful.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import time
@@ -39,9 +40,18 @@ logger = logging.getLogger(__name__)
 #: What a faulted session can end as (see :func:`classify`).
 VERDICTS = ("exact", "abort", "unclear-abort", "hung", "wrong", "lost")
 
-#: Seconds allowed on top of a computed bound for process exit and scheduling on a loaded
-#: machine (no timing claim: a process past bound + slack is counted as hung).
+#: Seconds allowed on top of a computed bound for process exit and scheduling on a quiet
+#: machine (no timing claim: a process past bound + slack is counted as hung); scaled up by
+#: the load per CPU when the run starts (:func:`slack`), at most :data:`MAX_SLACK`.
 SLACK = 15.0
+MAX_SLACK = 150.0
+
+
+def slack() -> float:
+    """:data:`SLACK` times the load average per CPU (at least 1), at most :data:`MAX_SLACK`:
+    on a machine shared by many processes, a process exits late without hanging."""
+    per_cpu = os.getloadavg()[0] / max(1, os.cpu_count() or 1)
+    return min(MAX_SLACK, SLACK * max(1.0, per_cpu))
 
 
 def party_bound(deadlines) -> float:
@@ -74,6 +84,8 @@ class PartyEnd:
         The labels it saved (None: it got none).
     killed : bool
         Killed by the fault schedule (not a verdict).
+    log : str
+        The end of its log (for a diagnosis; the processes log no secrets).
     """
 
     code: int | None
@@ -81,6 +93,7 @@ class PartyEnd:
     error: str
     labels: np.ndarray | None
     killed: bool = False
+    log: str = ""
 
 
 @dataclass
@@ -99,6 +112,7 @@ class FaultedRun:
     volumes: dict = field(default_factory=dict)   # name -> {"up": bytes, "down": bytes}
     bound: float = 0.0                # the coordinator's bound (seconds)
     party_bound: float = 0.0
+    slack: float = SLACK              # allowed on top of either bound (see slack())
 
     def phase_at(self, seconds: float) -> tuple:
         """``(phase, round)`` the coordinator was in at ``seconds``."""
@@ -145,7 +159,7 @@ def run_faulted_session(party_data: dict, parameters, deadlines, *, faults=None,
     """
     faults, kills = dict(faults or {}), dict(kills or {})
     run = FaultedRun(bound=coordinator_bound(deadlines, rounds),
-                     party_bound=party_bound(deadlines))
+                     party_bound=party_bound(deadlines), slack=slack())
     with LocalSession(party_data, parameters, deadline=deadlines) as local:
         directory = local.directory
         server = local.server(cluster=cluster, memory_budget=memory_budget).start()
@@ -155,22 +169,12 @@ def run_faulted_session(party_data: dict, parameters, deadlines, *, faults=None,
             for i, name in enumerate(local.names):
                 proxies[name] = FaultProxy(f"127.0.0.1:{server.port}", faults.get(name),
                                            seed=seed * 1000 + i)
-            for name in local.names:
-                local.start_party(name, proxies[name].port)
-            # process start-up is not what is tested: the clock starts once every stream is
-            # open (or a process died: the coordinator's poll reports it)
-            end = time.monotonic() + ready_timeout
-            while time.monotonic() < end:
-                with server.lock:
-                    if server.seen >= set(local.names):
-                        break
-                if any(p.poll() is not None for p in local.processes.values()):
-                    break
-                time.sleep(0.05)
-            start = time.monotonic()
+            opened = time.monotonic()
 
-            def phase_changed(phase, round_):
-                run.phases.append((time.monotonic() - start, phase, round_))
+            def phase_changed(phase, round_, detail):
+                if detail is not None:
+                    return
+                run.phases.append((time.monotonic(), phase, round_))
                 for name, when in kills.items():
                     process = local.processes.get(name)
                     if when == phase and process is not None and process.poll() is None:
@@ -179,20 +183,36 @@ def run_faulted_session(party_data: dict, parameters, deadlines, *, faults=None,
                         process.kill()
                         killed.add(name)
 
+            # every phase change as the coordinator makes it, also before run() starts
+            server.coordinator.progress = phase_changed
+            for name in local.names:
+                local.start_party(name, proxies[name].port)
+            # process start-up is not what is tested: the clock starts once every stream is
+            # open (or a process died: the coordinator's poll reports it)
+            end = opened + ready_timeout
+            while time.monotonic() < end:
+                with server.lock:
+                    if server.seen >= set(local.names):
+                        break
+                if any(p.poll() is not None for p in local.processes.values()):
+                    break
+                time.sleep(0.01)
+            start = time.monotonic()
+
             def serve():
                 try:
-                    run.outcome = server.run(on_phase=phase_changed,
-                                             poll=lambda: local.watch(server))
+                    run.outcome = server.run(poll=lambda: local.watch(server))
                 except BaseException as error:  # noqa: BLE001 - recorded, judged by classify
                     run.error = error
                 run.seconds = time.monotonic() - start
 
             thread = threading.Thread(target=serve, name="omnifc-faulted-serve", daemon=True)
             thread.start()
-            thread.join(run.bound + SLACK)
+            thread.join(run.bound + run.slack)
             hung = thread.is_alive()
             if hung:  # stopping the server below ends run()
-                logger.warning("the coordinator did not end within %.0f s", run.bound + SLACK)
+                logger.warning("the coordinator did not end within %.0f s",
+                               run.bound + run.slack)
         finally:
             server.stop()
         if thread is not None:
@@ -202,7 +222,7 @@ def run_faulted_session(party_data: dict, parameters, deadlines, *, faults=None,
         # every party process ends within its own session timeout (plus slack); polled
         # together, so each one's exit time is its own
         exits: dict = {}
-        end = start + run.party_bound + SLACK
+        end = start + run.party_bound + run.slack
         while len(exits) < len(local.processes) and time.monotonic() < end:
             for name, process in local.processes.items():
                 if name not in exits and process.poll() is not None:
@@ -218,7 +238,9 @@ def run_faulted_session(party_data: dict, parameters, deadlines, *, faults=None,
                                          seconds=exits.get(name),
                                          error=_last_error(local.party_log(name)),
                                          labels=local.received_labels(name),
-                                         killed=name in killed)
+                                         killed=name in killed,
+                                         log=local.party_log(name)[-3000:])
+        run.phases = [(t - start, phase, round_) for t, phase, round_ in run.phases]
         for name, proxy in proxies.items():
             run.fired[name] = [(t - start, what, direction, offset)
                                for t, _, what, direction, offset in proxy.events
@@ -245,11 +267,11 @@ def classify(run: FaultedRun, expected: np.ndarray) -> tuple:
     differ. ``lost``: success reported, but a party without its labels that the coordinator
     did not report as undelivered.
     """
-    if run.seconds is None or run.seconds > run.bound + SLACK:
-        return "hung", f"the coordinator did not end within {run.bound + SLACK:.0f} s"
+    if run.seconds is None or run.seconds > run.bound + run.slack:
+        return "hung", f"the coordinator did not end within {run.bound + run.slack:.0f} s"
     overstayed = [n for n, p in run.parties.items() if p.code is None]
     if overstayed:
-        return "hung", f"party processes killed after {run.party_bound + SLACK:.0f} s: " \
+        return "hung", f"party processes killed after {run.party_bound + run.slack:.0f} s: " \
             f"{overstayed}"
     outcome = run.outcome
     if outcome is not None:

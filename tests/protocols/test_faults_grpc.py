@@ -28,7 +28,7 @@ import pytest
 from finite_field import DeadlineError, PeerError
 from protocols import SessionParameters
 from protocols._config import Deadlines
-from protocols._fault_sessions import SLACK, classify, run_faulted_session
+from protocols._fault_sessions import classify, run_faulted_session
 from protocol_helpers import plaintext_sq_distances, random_data
 
 pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.protobuf]
@@ -94,9 +94,13 @@ OUTCOMES = {
         party_code=1, party_says="the stream to the coordinator failed: UNAVAILABLE",
         others_say="coordinator reports: party 'party-1' failed in phase 'evaluation'",
         fired="reset")),
+    # which the paused party sees depends on whether the coordinator stopped (its abort
+    # grace is min(ABORT_GRACE, result) = 5 s after the abort) before the pause ended
     "pause longer than the deadline, no spare responder": (f"pause=8s@bytes={AT}", 3, Expected(
         "abort", error=DeadlineError, error_says="missed the deadline",
-        party_code=1, party_says="the stream to the coordinator failed: UNAVAILABLE",
+        party_code=1, party_says=("the stream to the coordinator failed: UNAVAILABLE",
+                                  "the coordinator closed the stream before sending a "
+                                  "result"),
         others_say="coordinator reports: party 'party-1' failed in phase 'evaluation'",
         fired="pause")),
     "half-open, no spare responder": (f"half-open@bytes={AT}", 3, Expected(
@@ -146,13 +150,14 @@ def test_each_fault_ends_exactly_or_aborts_cleanly_within_its_deadline(fault):
     # every end within its deadline; nothing left behind
     assert run.seconds is not None and run.seconds <= run.bound, run.seconds
     for name, end in run.parties.items():
-        assert end.seconds is not None and end.seconds <= run.party_bound + SLACK, \
+        assert end.seconds is not None and end.seconds <= run.party_bound + run.slack, \
             (name, end.seconds)
     assert run.files_left == [] and run.processes_left == [] and run.threads_left == 0
 
     faulted = run.parties[FAULTED]
     assert faulted.code == want.party_code, (faulted.code, faulted.error)
-    assert want.party_says in faulted.error, faulted.error
+    says = (want.party_says,) if isinstance(want.party_says, str) else want.party_says
+    assert any(phrase in faulted.error for phrase in says), faulted.error
     assert "Traceback" not in faulted.error
     if want.verdict == "exact":
         outcome = run.outcome
