@@ -206,8 +206,10 @@ def main(argv=None) -> int:
           f"{args.dim}, l = t = 1, integrity detect, A = {args.adversaries}, seed {args.seed}")
     print(f"deadlines: join {deadlines.join:g} s, shares {deadlines.shares:g} s, evaluation "
           f"{deadlines.evaluation:g} s, result {deadlines.result:g} s (calibration "
-          f"evaluation {evaluation_seconds:.2f} s); party bound {party_bound(deadlines):g} s "
-          f"+ slack ({SLACK:g} s x load per CPU, <= {MAX_SLACK:g} s)")
+          f"evaluation {evaluation_seconds:.2f} s)")
+    print(f"bounds: party {party_bound(deadlines):g} s (its session timeout), coordinator its "
+          f"deadlines; + slack")
+    print(f"        (slack: {SLACK:g} s x load per CPU, at most {MAX_SLACK:g} s)")
     print(f"load average {load_before:.2f} before, {load_after:.2f} after, on "
           f"{os.cpu_count()} CPUs; {time.monotonic() - started:.0f} s in all")
     labels = {"exact": "exact D", "undelivered_reported": "  of which a party reported "

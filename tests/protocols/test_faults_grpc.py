@@ -20,7 +20,7 @@ Short pause 2 s (< the evaluation deadline), long pause 8 s (> it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
