@@ -231,3 +231,58 @@ def test_bench_protocol_judges_the_target_at_the_size_it_is_defined_for(tmp_path
     line = next(l for l in done.stdout.splitlines() if l.startswith("in memory, end to end"))
     assert line.endswith(" met") and ("NOT met" in line) == (not met)
     assert "not judged" not in done.stdout
+
+
+@pytest.mark.network
+@pytest.mark.timeout(900)
+def test_bench_chaos_quick_counts_every_session_and_check_follows_the_counts(tmp_path):
+    out = tmp_path / "chaos.json"
+    done = run(BENCH / "bench_chaos.py", "--quick", "--check", "--json", out, timeout=900)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    sessions, counts = figures["sessions"], figures["counts"]
+    assert len(sessions) == 3 and (figures["n"], figures["m"]) == (60, 4)
+    verdicts = [s["verdict"] for s in sessions]
+    for verdict in ("exact", "abort", "unclear-abort", "hung", "wrong", "lost"):
+        assert counts[verdict] == verdicts.count(verdict)
+    assert counts["undelivered_reported"] <= counts["exact"]
+    bad = {k: counts[k] for k in ("hung", "unclear-abort", "wrong", "lost", "files_left",
+                                  "processes_left", "threads_left") if counts[k]}
+    assert figures["bad"] == bad
+    assert done.returncode == (1 if bad else 0)
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= 100 for line in lines), max(lines, key=len)
+    for label in ("exact D", "clean abort within the deadline", "hung", "wrong D or labels",
+                  "results lost", "files left behind", "processes left behind"):
+        row = [line for line in lines if line.startswith(label + " ")]
+        assert len(row) == 1 and row[0].split()[-1].isdigit(), (label, lines)
+
+
+def test_bench_chaos_schedule_is_seeded_and_draws_offsets_within_the_volume():
+    import importlib.util
+
+    from protocols._config import Deadlines
+    from protocols._fault_proxy import FaultSpec
+
+    spec = importlib.util.spec_from_file_location("bench_chaos", BENCH / "bench_chaos.py")
+    chaos = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(chaos)
+    names = [f"party-{i}" for i in range(7)]
+    volume = {n: {"up": 5000, "down": 700} for n in names}
+    deadlines = Deadlines(join=10, shares=8, evaluation=5, result=5)
+    drawn = [chaos.schedule(3, i, names, volume, deadlines, 0.6, 0.5) for i in range(40)]
+    assert drawn == [chaos.schedule(3, i, names, volume, deadlines, 0.6, 0.5)
+                     for i in range(40)]
+    assert drawn != [chaos.schedule(4, i, names, volume, deadlines, 0.6, 0.5)
+                     for i in range(40)]
+    kinds = {kind for _, k, _ in drawn for kind in k.values()}
+    assert kinds == set(chaos.FAULT_KINDS)          # 40 sessions of 7 links draw every kind
+    for faults, _, kills in drawn:
+        assert len(kills) <= 1 and set(kills.values()) <= set(chaos.KILL_PHASES)
+        for text in faults.values():
+            fault = FaultSpec.parse(text)
+            if fault.action is not None:
+                limit = 700 if fault.direction == "down" else 5000
+                assert 1 <= fault.at_bytes < limit
+            if fault.action == "pause":
+                assert fault.pause in (1.5, 7.5)    # 0.3 E and 1.5 E
