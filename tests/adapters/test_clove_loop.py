@@ -12,6 +12,7 @@ from scipy.cluster.hierarchy import linkage
 from scipy.spatial.distance import pdist
 from sklearn.metrics import adjusted_rand_score
 
+from finite_field import ParameterError
 from omnifc import fl
 from omnifc.adapters import clove
 
@@ -266,7 +267,7 @@ def _linear_clients():
 
 
 def test_run_clove_defaults_reach_choose_k_kmeans_and_is_stable(monkeypatch):
-    ck = _spy(monkeypatch, "choose_k")
+    ck = _spy(monkeypatch, "choose_k_gap")         # DEFAULT_K_RULE = "gap" (issue 24)
     km = _spy(monkeypatch, "cluster_clients")
     start = np.array([[1.0, 0.1], [0.1, 1.0], [-1.0, 0.1], [0.5, 0.5], [-0.5, 0.5],
                       [0.0, -1.0]])                 # K_hat = 6 >= any K chosen from 6
@@ -277,6 +278,15 @@ def test_run_clove_defaults_reach_choose_k_kmeans_and_is_stable(monkeypatch):
     km.clear()
     clove.run_clove(_linear_clients(), start, rounds=1, secure=False, seed=9, k_upper=3)
     assert ck == [dict(k_upper=3)] and km == [dict(random_state=9)]
+    paper = _spy(monkeypatch, "choose_k")
+    clove.run_clove(_linear_clients(), start, rounds=1, secure=False, k_rule="silhouette")
+    assert paper == [dict(k_upper=15)]
+    seen = []
+    clove.run_clove(_linear_clients(), start, rounds=1, secure=False, k_upper=4,
+                    k_rule=lambda d, k_upper: seen.append((d.shape, k_upper)) or 2)
+    assert seen == [((6, 6), 4)]
+    with pytest.raises(ParameterError, match="k_rule must be"):
+        clove.run_clove(_linear_clients(), start, rounds=1, secure=False, k_rule="elbow")
 
 
 def test_run_clove_passes_the_stability_rule(monkeypatch):
@@ -434,3 +444,50 @@ def test_true_models_default_spread_is_five(seed):
     delta = 0.3
     gaps = pdist(clove.true_models(14, 3, delta, np.random.default_rng(seed)))
     assert gaps.min() >= delta and gaps.max() <= 5.0 * delta
+
+
+# -- round 0 restarts (issue 24): a random round 0 must not lock merged groups in ----------
+
+def _unequal_mlp_case(name, k, seed, train_samples=150):
+    """5 clients in group 0, 2 in every other group (unequal groups), a small MLP."""
+    data = fl.make_federated(name, shift="feature", n_groups=k, clients_per_group=5,
+                             new_per_group=0, train_samples=train_samples, test_samples=30,
+                             seed=seed)
+    keep = [i for i, c in enumerate(data.clients)
+            if c.group == 0 or sum(1 for j in range(i) if data.clients[j].group == c.group) < 2]
+    clients = [data.clients[i] for i in keep]
+    model = fl.MLP(data.n_features, 16, data.n_classes)
+    return clients, np.array([c.group for c in clients]), model, [model.init(seed * 100 + j)
+                                                                   for j in range(k)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_restarts_undo_a_round0_merge_and_keep_the_lowest_matched_loss():
+    from scipy.optimize import linear_sum_assignment
+
+    clients, groups, model, start = _unequal_mlp_case("breast_cancer", 2, 12)
+    one = clove.run_clove_fl(clients, model, start, n_clusters=2, rounds=8, secure=False,
+                             seed=12, restarts=1)
+    assert adjusted_rand_score(groups, one.assignments[-1]) < 0.5     # round 0 merged them
+    four = clove.run_clove_fl(clients, model, start, n_clusters=2, rounds=8, secure=False,
+                              seed=12, restarts=4)
+    assert adjusted_rand_score(groups, four.assignments[-1]) == 1.0
+    assert len(four.restart_losses) == 4 and one.restart_losses is None
+    # the kept run is the one with the lowest mean matched loss, recomputed here from its
+    # last cluster-cost matrix (Hungarian by scipy) and the number of clients seen
+    cost = next(c for c in reversed(four.costs) if c is not None)
+    rows, cols = linear_sum_assignment(cost)
+    mine = cost[rows, cols].sum() / len(clients)
+    assert mine == pytest.approx(min(four.restart_losses), rel=1e-12)
+    assert four.restart_losses[0] == pytest.approx(
+        next(c for c in reversed(one.costs) if c is not None)[
+            linear_sum_assignment(next(c for c in reversed(one.costs) if c is not None))
+        ].sum() / len(clients), rel=1e-12)                  # restart 0 is the restarts=1 run
+
+
+def test_restarts_must_be_positive():
+    clients, _, model, start = _unequal_mlp_case("breast_cancer", 2, 0, train_samples=20)
+    with pytest.raises(ParameterError, match="restarts must be >= 1"):
+        clove.run_clove_fl(clients, model, start, n_clusters=2, rounds=1, secure=False,
+                           restarts=0)
