@@ -94,7 +94,7 @@ def _reference(clients, *, n_features, n_classes, rounds, per_round, sampling, m
                 similarity=similarity, network=network)
 
 
-DOCUMENTED_DEFAULTS = dict(rounds=20, per_round=4, sampling=True, mwu=True, regularizer=True,
+DOCUMENTED_DEFAULTS = dict(rounds=20, per_round=4, sampling=True, mwu=True, regularizer=False,
                            tau=1.0, lambda_1=1.0, gamma=0.9, encoder_dim=32, index_dim=16,
                            proxy_rows=500, learning_rate=0.5, lambda_orth=0.05, lambda_kd=0.1,
                            seed=0)
