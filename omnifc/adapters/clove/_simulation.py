@@ -268,7 +268,8 @@ class CloveFLRun:
     models: list
     accuracy: float
     run: object
-    restart_losses: list | None = None
+    restart_scores: list | None = None
+    labels: list = field(default_factory=list)
 
 def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = None,
                  rounds: int = 10, local_train=None, participation=None, join_round=None,
@@ -324,26 +325,31 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
         return _run_clove_fl_once(clients, model, initial_models, restart=0, **options)
     runs = [_run_clove_fl_once(clients, model, initial_models, restart=r, **options)
             for r in range(restarts)]
-    scores = [_matched_loss(run) for run in runs]
-    best = int(np.argmin(scores))      # ties: the first restart
-    logger.info("CLoVE restarts: mean matched loss per client %s; kept restart %d",
+    scores = [_separation(run) for run in runs]
+    best = int(np.argmax(scores))      # ties: the first restart
+    logger.info("CLoVE restarts: silhouette of the last clustering %s; kept restart %d",
                 ["%.4g" % v for v in scores], best)
-    runs[best].restart_losses = scores
+    runs[best].restart_scores = scores
     return runs[best]
 
 
-def _matched_loss(run) -> float:
-    """Mean loss of each client on its matched model in the last clustered round.
+def _separation(run) -> float:
+    """Silhouette of the last clustered round's partition on its D (server-side only).
 
-    From the K x K_hat cluster loss totals the server already holds (secure sum): the sum of
-    ``cost[k, model_k]`` over clusters divided by the participants of that round.
+    ``sqrt(D)`` of that round's participants and the clusters k-means gave them: how well
+    the loss vectors separate into the K clusters. A merged pair of groups plus a split-off
+    client scores low (the merged cluster is wide, the split one sits near its group). -1
+    when no round was clustered or the partition has one cluster.
     """
-    for cost, shown in zip(reversed(run.costs), reversed(run.assignments)):
-        if cost is not None:
-            matched = match_clusters(cost)
-            return float(cost[np.arange(cost.shape[0]), matched].sum()
-                         / max(1, int((shown >= 0).sum())))
-    return float("inf")
+    from sklearn.metrics import silhouette_score
+
+    for d, labels in zip(reversed(run.distances), reversed(run.labels)):
+        if d is not None and labels is not None:
+            if len(set(labels.tolist())) < 2 or len(labels) < 3:
+                return -1.0
+            return float(silhouette_score(np.sqrt(np.maximum(d, 0.0)), labels,
+                                          metric="precomputed"))
+    return -1.0
 
 
 def _run_clove_fl_once(clients, model, initial_models, *, restart, n_clusters, rounds,
@@ -438,6 +444,7 @@ def _run_clove_fl_once(clients, model, initial_models, *, restart, n_clusters, r
                                                   scale_bits=scale_bits, nonnegative=True),
                                     labels, k_used)
             assignment[part] = match_clusters(cost)[labels]
+        out.labels.append(None if cost is None else np.asarray(labels).copy())
         for i in part:
             seen[i] = True
             if first_round != "random" or r >= random_rounds - 1:
