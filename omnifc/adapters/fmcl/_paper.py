@@ -15,12 +15,15 @@ from .._k_selection import DEFAULT_RULE, MAX_CLUSTERS, choose_clusters
 __all__ = ["ALPHA", "BETA", "COORDINATOR_LEARNS", "DEFAULT_RESOLUTION", "EPS", "FmclResult",
            "exact_resolution", "fill_missing", "fmcl_distances", "fmcl_from_thermometer",
            "fmcl_server", "geodesic_fill", "round_weights", "signature", "thermometer_rows",
-           "LevelCode", "MAX_LEVELS", "MAX_LEVEL_SCALE", "check_level_counts", "class_counts", "level_code", "level_rows", "sum_of_squares"]
+           "LevelCode", "MAX_LEVELS", "MAX_LEVEL_SCALE", "check_level_counts",
+           "class_counts", "level_code", "level_rows", "sum_of_squares"]
 
 
 COORDINATOR_LEARNS = ("the two squared-distance matrices D^z and D^t of the thermometer "
                       "codes: per pair the rounded class overlap and the overlap-weighted "
-                      "cosine sum; no weights, means or counts")
+                      "cosine sum; no weights, means or class counts (with the exact "
+                      "level-set code, the default end to end, every client's sample count "
+                      "is public: the code is built from them)")
 
 #: alpha, beta (cap of the inverse-overlap factor) and eps: the paper's values as the
 #: reference notes read them ([2nd]; the form of g is omnifc's reading, unverified).
