@@ -59,7 +59,7 @@ def test_page_states_seeds_noise_and_refuses_hand_written_comparisons(tmp_path):
                                    seeds="", not_reproduced=[], noise="n")
 
 
-@pytest.mark.parametrize("page", ["flux", "clove", "client2vec"])
+@pytest.mark.parametrize("page", ["flux", "clove", "fmcl", "client2vec"])
 def test_committed_pages_state_their_seeds_and_carry_no_hand_written_beats(page):
     text = (DOCS / f"{page}.md").read_text()
     assert "**Seeds:**" in text and ("held out" in text or "design seed" in text)
