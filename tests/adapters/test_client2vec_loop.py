@@ -94,7 +94,7 @@ def _reference(clients, *, n_features, n_classes, rounds, per_round, sampling, m
                 similarity=similarity, network=network)
 
 
-DOCUMENTED_DEFAULTS = dict(rounds=20, per_round=4, sampling=True, mwu=True, regularizer=True,
+DOCUMENTED_DEFAULTS = dict(rounds=20, per_round=4, sampling=True, mwu=True, regularizer=False,
                            tau=1.0, lambda_1=1.0, gamma=0.9, encoder_dim=32, index_dim=16,
                            proxy_rows=500, learning_rate=0.5, lambda_orth=0.05, lambda_kd=0.1,
                            seed=0)
@@ -171,7 +171,7 @@ def _spy(monkeypatch, seen):
 
 @pytest.mark.parametrize("parties", [None, [1, 0, 1, 0, 2, 2]])
 def test_secure_run_equals_plaintext_and_passes_the_owners(clients, monkeypatch, parties):
-    opts = dict(rounds=2, per_round=3, seed=1, **SMALL)
+    opts = dict(rounds=2, per_round=3, seed=1, regularizer=True, **SMALL)   # every use on
     seen = {}
     _spy(monkeypatch, seen)
     secure = c2v.run_federated_client2vec(clients, n_features=64, n_classes=10, secure=True,
@@ -191,7 +191,7 @@ def test_secure_run_equals_plaintext_and_passes_the_owners(clients, monkeypatch,
                                          parties=parties, **opts)
     assert seen == {}                   # the plaintext path runs no protocol
     ref = _reference(clients, n_features=64, n_classes=10, sampling=True, mwu=True,
-                     regularizer=True, tau=1.0, lambda_1=1.0, gamma=0.9, learning_rate=0.5,
+                     tau=1.0, lambda_1=1.0, gamma=0.9, learning_rate=0.5,
                      lambda_orth=0.05, lambda_kd=0.1, **opts)
     _assert_same(secure, ref)
     _assert_same(plain, ref)
@@ -208,7 +208,8 @@ def test_the_regularizer_gets_each_clients_decoded_direction(clients, monkeypatc
     monkeypatch.setattr(c2v._simulation, "regularized_trainer", trainer)
     result = c2v.run_federated_client2vec(clients, n_features=64, n_classes=10, rounds=1,
                                           per_round=2, secure=False, learning_rate=0.25,
-                                          lambda_orth=0.3, lambda_kd=0.6, seed=4, **SMALL)
+                                          lambda_orth=0.3, lambda_kd=0.6, seed=4,
+                                          regularizer=True, **SMALL)
     assert seen["kw"] == dict(learning_rate=0.25, lambda_orth=0.3, lambda_kd=0.6)
     network = result["network"]
     encode = fixed_encoder(64, SMALL["encoder_dim"], seed=4)

@@ -598,7 +598,7 @@ def test_run_clove_unknown_k_uses_the_silhouette_rule_with_k_upper():
     start = clove.random_unit_models(8, 3, seed=1)      # K_hat = n: any K fits
     for k_upper in (15, 3):
         run = clove.run_clove(clients, start, rounds=2, secure=False, k_upper=k_upper,
-                              stability_rounds=None)
+                              stability_rounds=None, k_rule="silhouette")
         ref = _reference_clove(clients, start, n_clusters=None, rounds=2, k_upper=k_upper,
                                stability_rounds=None)
         _same(run, ref)

@@ -12,6 +12,7 @@ from scipy.cluster.hierarchy import linkage
 from scipy.spatial.distance import pdist
 from sklearn.metrics import adjusted_rand_score
 
+from finite_field import ParameterError
 from omnifc import fl
 from omnifc.adapters import clove
 
@@ -266,7 +267,7 @@ def _linear_clients():
 
 
 def test_run_clove_defaults_reach_choose_k_kmeans_and_is_stable(monkeypatch):
-    ck = _spy(monkeypatch, "choose_k")
+    ck = _spy(monkeypatch, "choose_k_gap")         # DEFAULT_K_RULE = "gap" (issue 24)
     km = _spy(monkeypatch, "cluster_clients")
     start = np.array([[1.0, 0.1], [0.1, 1.0], [-1.0, 0.1], [0.5, 0.5], [-0.5, 0.5],
                       [0.0, -1.0]])                 # K_hat = 6 >= any K chosen from 6
@@ -277,6 +278,15 @@ def test_run_clove_defaults_reach_choose_k_kmeans_and_is_stable(monkeypatch):
     km.clear()
     clove.run_clove(_linear_clients(), start, rounds=1, secure=False, seed=9, k_upper=3)
     assert ck == [dict(k_upper=3)] and km == [dict(random_state=9)]
+    paper = _spy(monkeypatch, "choose_k")
+    clove.run_clove(_linear_clients(), start, rounds=1, secure=False, k_rule="silhouette")
+    assert paper == [dict(k_upper=15)]
+    seen = []
+    clove.run_clove(_linear_clients(), start, rounds=1, secure=False, k_upper=4,
+                    k_rule=lambda d, k_upper: seen.append((d.shape, k_upper)) or 2)
+    assert seen == [((6, 6), 4)]
+    with pytest.raises(ParameterError, match="k_rule must be"):
+        clove.run_clove(_linear_clients(), start, rounds=1, secure=False, k_rule="elbow")
 
 
 def test_run_clove_passes_the_stability_rule(monkeypatch):
@@ -434,3 +444,63 @@ def test_true_models_default_spread_is_five(seed):
     delta = 0.3
     gaps = pdist(clove.true_models(14, 3, delta, np.random.default_rng(seed)))
     assert gaps.min() >= delta and gaps.max() <= 5.0 * delta
+
+
+# -- round 0 restarts (issue 24): a random round 0 must not lock merged groups in ----------
+
+def _unequal_mlp_case(name, k, seed, train_samples=150):
+    """5 clients in group 0, 2 in every other group (unequal groups), a small MLP."""
+    data = fl.make_federated(name, shift="feature", n_groups=k, clients_per_group=5,
+                             new_per_group=0, train_samples=train_samples, test_samples=30,
+                             seed=seed)
+    keep = [i for i, c in enumerate(data.clients)
+            if c.group == 0 or sum(1 for j in range(i) if data.clients[j].group == c.group) < 2]
+    clients = [data.clients[i] for i in keep]
+    model = fl.MLP(data.n_features, 16, data.n_classes)
+    return clients, np.array([c.group for c in clients]), model, [model.init(seed * 100 + j)
+                                                                   for j in range(k)]
+
+
+def _silhouette(d, labels):
+    """Mean silhouette on sqrt(D), from its definition (plain Python)."""
+    r = np.sqrt(np.maximum(np.asarray(d, dtype=float), 0.0))
+    n, out = len(labels), []
+    for i in range(n):
+        own = [r[i, j] for j in range(n) if j != i and labels[j] == labels[i]]
+        if not own:
+            out.append(0.0)
+            continue
+        a = sum(own) / len(own)
+        b = min(np.mean([r[i, j] for j in range(n) if labels[j] == c])
+                for c in set(labels) if c != labels[i])
+        out.append((b - a) / max(a, b))
+    return sum(out) / n
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_restarts_undo_a_round0_merge_and_keep_the_best_separated_run():
+    clients, groups, model, start = _unequal_mlp_case("breast_cancer", 2, 12)
+    one = clove.run_clove_fl(clients, model, start, n_clusters=2, rounds=8, secure=False,
+                             seed=12, restarts=1)
+    assert adjusted_rand_score(groups, one.assignments[-1]) < 0.5     # round 0 merged them
+    four = clove.run_clove_fl(clients, model, start, n_clusters=2, rounds=8, secure=False,
+                              seed=12, restarts=4)
+    assert adjusted_rand_score(groups, four.assignments[-1]) == 1.0
+    assert len(four.restart_scores) == 4 and one.restart_scores is None
+
+    def last(run):
+        return next((d, lab) for d, lab in zip(reversed(run.distances), reversed(run.labels))
+                    if d is not None and lab is not None)
+
+    # the kept run has the largest silhouette of its last clustering (recomputed here), and
+    # restart 0 is the restarts=1 run
+    assert _silhouette(*last(four)) == pytest.approx(max(four.restart_scores), rel=1e-9)
+    assert _silhouette(*last(one)) == pytest.approx(four.restart_scores[0], rel=1e-9)
+
+
+def test_restarts_must_be_positive():
+    clients, _, model, start = _unequal_mlp_case("breast_cancer", 2, 0, train_samples=20)
+    with pytest.raises(ParameterError, match="restarts must be >= 1"):
+        clove.run_clove_fl(clients, model, start, n_clusters=2, rounds=1, secure=False,
+                           restarts=0)

@@ -1261,7 +1261,7 @@ def test_run_federated_fmcl_wiring(monkeypatch, secure, parties, rule, seed):
             return result
         monkeypatch.setattr(owner, name, wrapped)
 
-    spy("secure_thermometer_distances", fmcl._simulation)
+    spy("exact_fmcl_distances", fmcl._simulation)
     spy("fmcl_server", fmcl._simulation)
     spy("sgd_trainer", fl)
     spy("run_federated", fl)
@@ -1271,17 +1271,17 @@ def test_run_federated_fmcl_wiring(monkeypatch, secure, parties, rule, seed):
     rng = np.random.Generator(np.random.PCG64(seed))
     w = rng.standard_normal((data.n_features, 4)) / math.sqrt(data.n_features)
     b = 0.1 * rng.standard_normal(4)
-    (args, kwargs, d), = calls["secure_thermometer_distances"]
+    (args, kwargs, d), = calls["exact_fmcl_distances"]     # exact weights: class counts
     for i, c in enumerate(data.clients):
         emb = np.maximum(c.x_train @ w + b, 0.0)
         for cls in range(data.n_classes):
             rows = emb[c.y_train == cls]
             want = rows.mean(axis=0) if len(rows) else np.zeros(4)
             np.testing.assert_allclose(args[0][i, cls], want, rtol=1e-12, atol=1e-15)
-            assert args[1][i, cls] == len(rows) / c.n_train
+            assert args[1][i, cls] == len(rows)
     owners = np.arange(6) % 3 if parties is None else parties
     assert np.array_equal(kwargs.pop("parties"), owners)
-    assert kwargs == {"resolution": 120, "secure": secure, "scale_bits": 12}   # lcm(30, 40)
+    assert kwargs == {"secure": secure, "scale_bits": 12}
     (args, kwargs, server), = calls["fmcl_server"]
     assert args[0] is d and kwargs == {"rule": rule}
     (args, kwargs, trainer), = calls["sgd_trainer"]
@@ -1296,7 +1296,7 @@ def test_run_federated_fmcl_wiring(monkeypatch, secure, parties, rule, seed):
     assert np.array_equal(kwargs["assign"](None), server.labels)
     assert sorted(kwargs) == ["assign", "evaluate", "local_train", "rounds", "seed"]
     assert out["labels"] is server.labels and out["n_clusters"] == server.n_clusters
-    assert out["distances"] is d and out["resolution"] == 120 and out["run"] is run
+    assert out["distances"] is d and out["resolution"] == 120 and out["run"] is run  # lcm(30, 40)
     assert out["server"] is server
     assert out["accuracy"] == run.history[-1].metrics["accuracy"]
     assert out["accuracy"] == pytest.approx(
@@ -1471,22 +1471,22 @@ def test_run_federated_fmcl_defaults(monkeypatch):
                              train_samples=30, test_samples=20, seed=1)
     seen = {}
     real_encoder, real_secure, real_run = (fmcl.fixed_encoder,
-                                           fmcl.secure_thermometer_distances, fl.run_federated)
+                                           fmcl.exact_fmcl_distances, fl.run_federated)
 
     def encoder(n_features, dim, **kwargs):
         seen["encoder"] = (n_features, dim, kwargs)
         return real_encoder(n_features, dim, **kwargs)
 
-    def secure(means, weights, **kwargs):
+    def secure(means, counts, **kwargs):     # the default: exact class weights
         seen["secure"] = kwargs["secure"]
-        return real_secure(means, weights, **kwargs)
+        return real_secure(means, counts, **kwargs)
 
     def run(*args, **kwargs):
         seen["run"] = (kwargs["rounds"], kwargs["seed"])
         return real_run(*args, **kwargs)
 
     monkeypatch.setattr(fmcl._simulation, "fixed_encoder", encoder)
-    monkeypatch.setattr(fmcl._simulation, "secure_thermometer_distances", secure)
+    monkeypatch.setattr(fmcl._simulation, "exact_fmcl_distances", secure)
     monkeypatch.setattr(fl, "run_federated", run)
     out = fmcl.run_federated_fmcl(data)
     assert seen == {"encoder": (data.n_features, 16, {"seed": 0}), "secure": True,

@@ -21,6 +21,24 @@ __all__ = ["CLASSIFIER_MAX_LOSS", "CloveFLRun", "CloveRun", "adam_trainer", "lin
 
 logger = logging.getLogger(__name__)
 
+#: The K rule of run_clove / run_clove_fl when K is unknown. The one line to change when
+#: the calibrated rule lands (issue 24, "kcal"): "gap" = choose_k_gap (omnifc's ward gap),
+#: "silhouette" = choose_k (the paper's), or a callable ``rule(d, k_upper) -> K``.
+DEFAULT_K_RULE = "gap"
+
+
+def _choose_k(rule, d, k_upper, tolerance=None):
+    """K from D by ``rule`` ("gap", "silhouette" or a callable ``rule(d, k_upper)``)."""
+    if callable(rule):
+        return int(rule(d, k_upper))
+    if rule == "gap":
+        return choose_k_gap(d, k_upper=k_upper)
+    if rule == "silhouette":
+        if tolerance is None:
+            return choose_k(d, k_upper=k_upper)
+        return choose_k(d, k_upper=k_upper, tolerance=tolerance)
+    raise ParameterError(f"k_rule must be 'gap', 'silhouette' or a callable, got {rule!r}")
+
 
 def local_update(theta, features, targets, *, local_steps: int | None = None,
                  learning_rate: float = 0.1) -> np.ndarray:
@@ -105,7 +123,8 @@ def run_clove(clients, initial_models, *, n_clusters: int | None = None, rounds:
               max_loss: float = DEFAULT_MAX_LOSS, scale_bits: int = DEFAULT_SCALE_BITS,
               transform: str = "identity", local_steps: int | None = None,
               learning_rate: float = 0.1, stability_rounds: int | None = 3,
-              stability_rule: str = "intended", parties=None, trainer=None) -> CloveRun:
+              stability_rule: str = "intended", parties=None, trainer=None,
+              k_rule=DEFAULT_K_RULE) -> CloveRun:
     """The whole CLoVE round loop for numpy linear-regression clients.
 
     Parameters
@@ -115,7 +134,11 @@ def run_clove(clients, initial_models, *, n_clusters: int | None = None, rounds:
         a protected loss vector and its model update).
     initial_models : array (K_hat, d)
     n_clusters : int, optional
-        Known K; ``None`` chooses K each round with :func:`choose_k` (K_ub = ``k_upper``).
+        Known K; ``None`` chooses K each round with ``k_rule`` (K_ub = ``k_upper``).
+    k_rule : {"gap", "silhouette"} or callable
+        :data:`DEFAULT_K_RULE` ("gap", :func:`choose_k_gap`, omnifc's) by default;
+        "silhouette" is the paper's ward + silhouette (:func:`choose_k`); a callable
+        ``rule(d, k_upper) -> K``.
     secure : bool
         ``True``: D from :func:`omnifc.adapters.protect` and C from the secure sum.
         ``False``: the plaintext reference on the same quantized loss vectors (identical
@@ -153,7 +176,7 @@ def run_clove(clients, initial_models, *, n_clusters: int | None = None, rounds:
             else:
                 d = plaintext_distances(quantize_rows(vectors, bound=max_loss,
                                                       scale_bits=scale_bits, nonnegative=True))
-            k = n_clusters if n_clusters is not None else choose_k(d, k_upper=k_upper)
+            k = n_clusters if n_clusters is not None else _choose_k(k_rule, d, k_upper)
             labels = cluster_clients(d, k, random_state=seed)
             if secure:
                 cost = secure_group_sums(vectors, labels, n_groups=k, bound=max_loss,
@@ -245,14 +268,16 @@ class CloveFLRun:
     models: list
     accuracy: float
     run: object
+    restart_scores: list | None = None
+    labels: list = field(default_factory=list)
 
 def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = None,
                  rounds: int = 10, local_train=None, participation=None, join_round=None,
                  first_round: str = "random", k_upper: int = 15, seed: int = 0,
                  secure: bool = True, max_loss: float = CLASSIFIER_MAX_LOSS,
                  scale_bits: int = DEFAULT_SCALE_BITS, stability_rounds: int | None = 3,
-                 k_rule: str = "gap", k_tolerance: float = 0.10,
-                 random_rounds: int = 1,
+                 k_rule=DEFAULT_K_RULE, k_tolerance: float = 0.10,
+                 random_rounds: int = 1, restarts: int = 1,
                  parties=None) -> CloveFLRun:
     """CLoVE on a classifier in the :mod:`omnifc.fl` loop, with partial participation and
     newcomers.
@@ -287,6 +312,50 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
     ``secure=False`` runs the plaintext reference on the same quantized vectors; the loop's
     per-(round, client) seeding makes equal assignments give bit-identical models.
     """
+    options = dict(n_clusters=n_clusters, rounds=rounds, local_train=local_train,
+                   participation=participation, join_round=join_round,
+                   first_round=first_round, k_upper=k_upper, seed=seed, secure=secure,
+                   max_loss=max_loss, scale_bits=scale_bits,
+                   stability_rounds=stability_rounds, k_rule=k_rule, k_tolerance=k_tolerance,
+                   random_rounds=random_rounds, parties=parties)
+    restarts = int(restarts)
+    if restarts < 1:
+        raise ParameterError(f"restarts must be >= 1, got {restarts}")
+    if restarts == 1 or first_round != "random":
+        return _run_clove_fl_once(clients, model, initial_models, restart=0, **options)
+    runs = [_run_clove_fl_once(clients, model, initial_models, restart=r, **options)
+            for r in range(restarts)]
+    scores = [_separation(run) for run in runs]
+    best = int(np.argmax(scores))      # ties: the first restart
+    logger.info("CLoVE restarts: silhouette of the last clustering %s; kept restart %d",
+                ["%.4g" % v for v in scores], best)
+    runs[best].restart_scores = scores
+    return runs[best]
+
+
+def _separation(run) -> float:
+    """Silhouette of the last clustered round's partition on its D (server-side only).
+
+    ``sqrt(D)`` of that round's participants and the clusters k-means gave them: how well
+    the loss vectors separate into the K clusters. A merged pair of groups plus a split-off
+    client scores low (the merged cluster is wide, the split one sits near its group). -1
+    when no round was clustered or the partition has one cluster.
+    """
+    from sklearn.metrics import silhouette_score
+
+    for d, labels in zip(reversed(run.distances), reversed(run.labels)):
+        if d is not None and labels is not None:
+            if len(set(labels.tolist())) < 2 or len(labels) < 3:
+                return -1.0
+            return float(silhouette_score(np.sqrt(np.maximum(d, 0.0)), labels,
+                                          metric="precomputed"))
+    return -1.0
+
+
+def _run_clove_fl_once(clients, model, initial_models, *, restart, n_clusters, rounds,
+                       local_train, participation, join_round, first_round, k_upper, seed,
+                       secure, max_loss, scale_bits, stability_rounds, k_rule, k_tolerance,
+                       random_rounds, parties) -> CloveFLRun:
     from ... import fl
 
     n = len(clients)
@@ -351,19 +420,19 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
                     out.newcomers[i] = (r, int(assignment[i]))
         elif r < random_rounds and first_round == "random":
             fresh = np.array([i for i in part if not seen[i]], dtype=np.int64)
-            picks = state.rng.integers(0, n_models, size=fresh.size)
+            rng = (state.rng if not restart
+                   else np.random.default_rng([int(seed), r, int(restart), 2**30]))
+            picks = rng.integers(0, n_models, size=fresh.size)
             if r == 0 and fresh.size >= n_models:   # repair: every model gets a client
-                picks[state.rng.permutation(fresh.size)[:n_models]] = np.arange(n_models)
+                picks[rng.permutation(fresh.size)[:n_models]] = np.arange(n_models)
             assignment[fresh] = picks
         else:
             vectors = losses(state.models, part)
             d = distances_of(vectors, part)
             if n_clusters is not None:
                 k_used = n_clusters
-            elif k_rule == "gap":
-                k_used = choose_k_gap(d, k_upper=k_upper)
             else:
-                k_used = choose_k(d, k_upper=k_upper, tolerance=k_tolerance)
+                k_used = _choose_k(k_rule, d, k_upper, k_tolerance)
             labels = cluster_clients(d, k_used, random_state=seed)
             if secure:
                 sub = None if labels_of is None else [labels_of[i] for i in part]
@@ -375,6 +444,7 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
                                                   scale_bits=scale_bits, nonnegative=True),
                                     labels, k_used)
             assignment[part] = match_clusters(cost)[labels]
+        out.labels.append(None if cost is None else np.asarray(labels).copy())
         for i in part:
             seen[i] = True
             if first_round != "random" or r >= random_rounds - 1:

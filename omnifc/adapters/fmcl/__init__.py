@@ -28,7 +28,10 @@ With ``D^t = ||t_i - t_j||^2 / q`` and ``D^z = ||z_i - z_j||^2 / q``::
     sum_c m_c (1 - cos_c) = (D^z - D^t) / 2,      Omega = 1 - D^t / 2
 
 exactly for the rounded weights (and unit-norm means); the error bound against the exact
-weights and the exact resolution are in docs/adapters.md. K is chosen by :func:`choose_clusters`
+weights and the exact resolution are in docs/adapters.md. For any sample counts the weights
+are carried exactly by :func:`exact_fmcl_distances` (the level-set code of
+:func:`level_code`: one slot per weight any client can have, each slot's integer parts
+squaring to the gap to the previous level), the default of :func:`run_federated_fmcl`. K is chosen by :func:`choose_clusters`
 (rules ``"tested"``, the default, ``"silhouette"`` and ``"paper"``).
 
 What the coordinator learns beyond the distances
@@ -54,9 +57,12 @@ Examples
 from .._k_selection import (choose_clusters, coefficient_of_variation, DEFAULT_RULE, k_window,
                             MAX_CLUSTERS, one_cluster_test, OneClusterTest, OVERLAP_STRATA, RULES,
                             silhouette_profile)
+from ._paper import (check_level_counts, class_counts, LevelCode, level_code, level_rows,
+                     MAX_LEVEL_SCALE, MAX_LEVELS, sum_of_squares)
 from ._paper import (COORDINATOR_LEARNS, DEFAULT_RESOLUTION, exact_resolution, fill_missing,
                      fmcl_distances, fmcl_from_thermometer, fmcl_server, FmclResult, geodesic_fill,
                      round_weights, signature, thermometer_rows)
+from ._secure import (EXACT_SCALE_BITS, exact_fmcl_distances, exact_scale_bits)
 from ._secure import (class_overlap, fmcl_from_anchored, quantized_fmcl_distances,
                       secure_thermometer_distances, thermometer_error_bound)
 from ._simulation import (fixed_encoder, kmeans_on_mean_embeddings, run_federated_fmcl, SHIFTS,
@@ -68,4 +74,5 @@ from .._k_selection import CV_THRESHOLDS, NULL_ALPHA, NULL_PERMUTATIONS  # noqa:
 #: (simulation, baselines, synthetic data, constants) stay importable from here.
 __all__ = ["COORDINATOR_LEARNS", "signature", "fmcl_distances", "fmcl_server", "FmclResult",
            "choose_clusters", "one_cluster_test", "secure_thermometer_distances",
-           "exact_resolution", "thermometer_rows"]
+           "exact_resolution", "thermometer_rows", "class_counts", "level_code",
+           "exact_fmcl_distances"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,12 +14,16 @@ from .._k_selection import DEFAULT_RULE, MAX_CLUSTERS, choose_clusters
 
 __all__ = ["ALPHA", "BETA", "COORDINATOR_LEARNS", "DEFAULT_RESOLUTION", "EPS", "FmclResult",
            "exact_resolution", "fill_missing", "fmcl_distances", "fmcl_from_thermometer",
-           "fmcl_server", "geodesic_fill", "round_weights", "signature", "thermometer_rows"]
+           "fmcl_server", "geodesic_fill", "round_weights", "signature", "thermometer_rows",
+           "LevelCode", "MAX_LEVELS", "MAX_LEVEL_SCALE", "check_level_counts",
+           "class_counts", "level_code", "level_rows", "sum_of_squares"]
 
 
 COORDINATOR_LEARNS = ("the two squared-distance matrices D^z and D^t of the thermometer "
                       "codes: per pair the rounded class overlap and the overlap-weighted "
-                      "cosine sum; no weights, means or counts")
+                      "cosine sum; no weights, means or class counts (with the exact "
+                      "level-set code, the default end to end, every client's sample count "
+                      "is public: the code is built from them)")
 
 #: alpha, beta (cap of the inverse-overlap factor) and eps: the paper's values as the
 #: reference notes read them ([2nd]; the form of g is omnifc's reading, unverified).
@@ -211,3 +216,186 @@ def fmcl_server(distances, *, rule: str = DEFAULT_RULE,
                                                 overlap=overlap)
     return FmclResult(labels=labels, n_clusters=k, window=window, silhouettes=scores,
                       distances=d)
+
+
+# -- exact class weights for any sample counts: the level-set thermometer -----------------
+
+def sum_of_squares(value: int) -> tuple[int, ...]:
+    """A few positive integers whose squares sum to ``value`` (non-increasing).
+
+    Values up to 2^16: the fewest parts (Lagrange: at most 4), among those the smallest
+    largest part. Above: the largest square first until the rest is below 2^16 (a handful of
+    parts; each part is at most sqrt(value) either way).
+
+    Examples
+    --------
+    >>> sum_of_squares(9), sum_of_squares(5), sum_of_squares(6), sum_of_squares(7)
+    ((3,), (2, 1), (2, 1, 1), (2, 1, 1, 1))
+    >>> sum_of_squares(2**40 + 5)
+    (1048576, 2, 1)
+    """
+    value = int(value)
+    if value < 1:
+        raise ParameterError(f"value must be a positive integer, got {value}")
+    head = []
+    while value > _FEWEST_BELOW:
+        root = math.isqrt(value)
+        head.append(root)
+        value -= root * root
+    return tuple(head) + (_sum_of_squares(value) if value else ())
+
+
+_FEWEST_BELOW = 2**16
+
+
+@lru_cache(maxsize=None)
+def _sum_of_squares(value: int) -> tuple[int, ...]:
+    for parts in (1, 2, 3, 4):
+        found = _squares(value, parts, math.isqrt(value))
+        if found is not None:
+            return found
+    raise AssertionError("Lagrange's four-square theorem")  # pragma: no cover
+
+
+def _squares(value: int, parts: int, largest: int):
+    """``parts`` positive squares summing to ``value``, each part <= ``largest``, the largest
+    part as small as possible (parts in non-increasing order); None if there is none."""
+    if parts == 1:
+        root = math.isqrt(value)
+        return (root,) if root * root == value and root <= largest else None
+    # the largest part a satisfies a^2 >= value / parts: try the smallest such a first
+    low = math.isqrt((value - 1) // parts) + 1 if value > parts else 1
+    for a in range(max(low, 1), min(largest, math.isqrt(value - (parts - 1))) + 1):
+        rest = _squares(value - a * a, parts - 1, a)
+        if rest is not None:
+            return (a,) + rest
+    return None
+
+
+#: The largest lcm L of the sample counts :func:`level_code` accepts (derived, not tuned):
+#: two clients' z codes have squared norms L 4^s, so their squared distance can reach
+#: 4 L 4^s, and with the least scale s = 8 of the unit means this fits the protocol's
+#: 63-bit integers only for L <= 2^45.
+MAX_LEVEL_SCALE = 2**45
+
+#: The most distinct sample counts' levels a code may have (sum of the distinct counts):
+#: every level is a slot of every client's code (C * slots * d entries per client).
+MAX_LEVELS = 2**20
+
+
+@dataclass(frozen=True)
+class LevelCode:
+    """The public level-set thermometer of a federation's sample counts.
+
+    Attributes
+    ----------
+    scale : int
+        L = lcm of the sample counts: every class weight ``n_ic / n_i`` is ``v / L`` with
+        ``v = n_ic (L / n_i)`` an integer.
+    levels : tuple of int
+        Every weight any client can have, in units of 1/L: the sorted union of
+        ``k L / n_i`` (1 <= k <= n_i) over the clients.
+    parts : tuple of tuple of int
+        Slot s (level ``levels[s]``) carries the integers ``parts[s]`` whose squares sum to
+        the gap ``levels[s] - levels[s-1]`` (:func:`sum_of_squares`).
+    """
+
+    scale: int
+    levels: tuple
+    parts: tuple
+
+    @property
+    def width(self) -> int:
+        """Coordinates per class."""
+        return sum(len(p) for p in self.parts)
+
+    @property
+    def largest_part(self) -> int:
+        return max(max(p) for p in self.parts)
+
+    def code(self, value: int) -> np.ndarray:
+        """One class's code: the parts of every level <= value, zeros above (int64)."""
+        out = np.zeros(self.width, dtype=np.int64)
+        pos = 0
+        for level, part in zip(self.levels, self.parts):
+            if level > value:
+                break
+            out[pos:pos + len(part)] = part
+            pos += len(part)
+        return out
+
+
+def check_level_counts(sample_counts) -> tuple[list, int]:
+    """The sample counts as ints and their lcm L, or :class:`ParameterError` past a limit.
+
+    Cheap (no code is built): the distinct counts must sum to at most :data:`MAX_LEVELS`
+    and L must be at most :data:`MAX_LEVEL_SCALE`.
+    """
+    counts = [int(c) for c in np.asarray(sample_counts).ravel()]
+    if not counts or min(counts) < 1:
+        raise ParameterError(f"sample counts must be positive integers, got {sample_counts}")
+    if sum(set(counts)) > MAX_LEVELS:
+        raise ParameterError(
+            f"the distinct sample counts sum to {sum(set(counts))}, above {MAX_LEVELS}: "
+            "the level code would have that many slots per class; pass resolution=q for "
+            "the rounded thermometer")
+    scale = math.lcm(*counts)
+    if scale > MAX_LEVEL_SCALE:
+        raise ParameterError(
+            f"the least common multiple of the sample counts is {scale} (2^"
+            f"{math.log2(scale):.1f}), above 2^45: exact "
+            "class weights would need squared distances beyond the protocol's 63-bit "
+            "integers; pass resolution=q for the rounded thermometer (error bounded by "
+            "thermometer_error_bound) or let clients report counts on a common grid")
+    return counts, scale
+
+
+def level_code(sample_counts) -> LevelCode:
+    """The public level code of a federation (from the clients' sample counts alone).
+
+    The inner product of two class codes is ``min(v_i, v_j)`` for any two values on the
+    level set: the slots active in both are the levels up to the smaller value, and each
+    contributes its gap. The Gram matrix ``min(a, b)`` of |levels| distinct positive values
+    has rank |levels|, so no exact inner-product encoding is shorter than one slot per level.
+
+    Examples
+    --------
+    >>> code = level_code([2, 3])
+    >>> code.scale, code.levels
+    (6, (2, 3, 4, 6))
+    >>> int(code.code(3) @ code.code(4)), int(code.code(6) @ code.code(6))
+    (3, 6)
+    """
+    counts, scale = check_level_counts(sample_counts)
+    levels = sorted({k * (scale // n) for n in set(counts) for k in range(1, n + 1)})
+    gaps = [b - a for a, b in zip([0] + levels[:-1], levels)]
+    return LevelCode(scale=scale, levels=tuple(levels),
+                     parts=tuple(sum_of_squares(g) for g in gaps))
+
+
+def class_counts(labels, n_classes: int) -> np.ndarray:
+    """Client side: the number of samples of each class (int64, length ``n_classes``)."""
+    y = np.asarray(labels)
+    return np.bincount(y, minlength=n_classes)[:n_classes].astype(np.int64)
+
+
+def level_rows(unit_ints, counts, code: LevelCode):
+    """Client side: the two integer rows to protect, ``z_i`` (C W d) and ``t_i`` (C W).
+
+    ``unit_ints`` (C, d): the client's unit class means quantized to integers (multiples of
+    2^-s times 2^s); ``counts`` (C,): its class counts. Class c's value is
+    ``v_ic = n_ic L / n_i``; ``t`` holds its level code, ``z`` the code times the mean.
+    Then ``<t_i, t_j> = L Omega_ij`` and ``<z_i, z_j> = L 4^s sum_c m_c cos_q,c`` exactly.
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    total = int(counts.sum())
+    if total < 1 or code.scale % total:
+        raise ParameterError(f"the client's sample count {total} is not one of the counts "
+                             "the level code was built from")
+    t_parts, z_parts = [], []
+    for cls, n in enumerate(counts.tolist()):
+        value = n * (code.scale // total)
+        t = code.code(value) if n else np.zeros(code.width, dtype=np.int64)
+        t_parts.append(t)
+        z_parts.append(np.outer(t, np.asarray(unit_ints[cls], dtype=np.int64)).ravel())
+    return np.concatenate(z_parts), np.concatenate(t_parts)

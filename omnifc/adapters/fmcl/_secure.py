@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
-from .._common import plaintext_distances, protect, quantize_rows
-from ._paper import DEFAULT_RESOLUTION, EPS, _combine, _fill, _g, round_weights, thermometer_rows
+from finite_field import InputError, ParameterError
 
-__all__ = ["class_overlap", "fmcl_from_anchored", "quantized_fmcl_distances",
+from .._common import plaintext_distances, protect, quantize_rows
+from ._paper import (BETA, DEFAULT_RESOLUTION, EPS, LevelCode, _combine, _fill, _g, level_code,
+                     level_rows, round_weights, thermometer_rows)
+
+__all__ = ["EXACT_SCALE_BITS", "class_overlap", "exact_fmcl_distances", "exact_scale_bits",
+           "fmcl_from_anchored", "quantized_fmcl_distances",
            "secure_thermometer_distances", "thermometer_error_bound"]
 
 
@@ -134,3 +139,133 @@ def thermometer_error_bound(means, weights, *, resolution: int = DEFAULT_RESOLUT
     bound = np.where(overlap > delta, bound, np.inf)
     np.fill_diagonal(bound, 0.0)
     return bound
+
+
+# -- exact class weights for any sample counts ----------------------------------------------
+
+#: Scale bits of the unit class means on the exact path: the largest s <= 16 whose no-wrap
+#: bound fits; below 8 the exact path refuses (cosines would be coarser than 2^-8).
+EXACT_SCALE_BITS = (16, 8)
+
+_INT64_DISTANCE = 2**63 - 1
+
+
+def exact_scale_bits(code: LevelCode, n_classes: int, dim: int) -> int:
+    """The largest s in 16..8 for which the z codes' worst-case squared distance fits 63 bits.
+
+    The protocol bounds a squared distance by ``dims (2 M)^2`` with M the public bound
+    ``largest part * 2^s`` (signed entries); ``ParameterError`` when even s = 8 does not fit.
+    """
+    dims = n_classes * code.width * int(dim)
+    high, low = EXACT_SCALE_BITS
+    for bits in range(high, low - 1, -1):
+        if dims * (2 * code.largest_part * 2**bits) ** 2 <= _INT64_DISTANCE:
+            return bits
+    raise ParameterError(
+        f"exact class weights need C W d (2 A 2^s)^2 < 2^63 with s >= {low}: C W d = {dims}, "
+        f"A = {code.largest_part} (L = {code.scale}); the sample counts' lcm is too large "
+        "for this signature size; pass resolution=q for the rounded thermometer")
+
+
+def _unit_ints(means, counts, scale_bits):
+    """Unit class means quantized to integers in [-2^s, 2^s] (0 for absent classes)."""
+    means = np.asarray(means, dtype=np.float64)
+    n, c, dim = means.shape
+    norms = np.linalg.norm(means, axis=2)
+    present = np.asarray(counts) > 0
+    if np.any(present & (norms == 0)):
+        raise InputError("a class with samples has a zero mean embedding")
+    unit = np.divide(means, norms[..., None], out=np.zeros_like(means), where=norms[..., None] > 0)
+    unit = np.where(present[..., None], unit, 0.0)
+    scale = 2.0 ** scale_bits
+    return np.rint(quantize_rows(unit.reshape(n * c, dim), bound=1.0, scale_bits=scale_bits)
+                   * scale).astype(np.int64).reshape(n, c, dim)
+
+
+def _exact_combine(gram_z, gram_t, scale, scale_bits, fill):
+    """FMCL distances from exact integer Gram matrices, in Python fractions, then float.
+
+    ``Omega = G^t / L`` and ``N = (G^t 4^s - G^z) / (L 4^s)`` are exact rationals;
+    ``D = N / (Omega + eps) * min(Omega^-1, beta)`` is evaluated exactly and rounded once.
+    Returns ``(distances, overlap)`` (overlap as floats).
+    """
+    n = len(gram_t)
+    eps, beta = Fraction(EPS).limit_denominator(10**6), Fraction(BETA)
+    unit = 4 ** int(scale_bits)
+    d = np.zeros((n, n))
+    overlap = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            om = Fraction(int(gram_t[i][j]), scale)
+            overlap[i, j] = float(om)
+            if i == j:
+                continue
+            if om == 0:
+                d[i, j] = np.inf
+                continue
+            num = Fraction(int(gram_t[i][j]) * unit - int(gram_z[i][j]), scale * unit)
+            num = max(num, Fraction(0))
+            d[i, j] = float(num / (om + eps) * min(1 / om, beta))
+    return _fill(d, fill), overlap
+
+
+def _exact_grams(z, t):
+    """Exact Python-integer Gram matrices of integer rows (the plaintext reference)."""
+    zo = [[int(v) for v in row] for row in z]
+    to = [[int(v) for v in row] for row in t]
+    n = len(zo)
+    gz = [[sum(a * b for a, b in zip(zo[i], zo[j])) for j in range(n)] for i in range(n)]
+    gt = [[sum(a * b for a, b in zip(to[i], to[j])) for j in range(n)] for i in range(n)]
+    return gz, gt
+
+
+def _anchored_grams(integer_distances):
+    """Exact Gram of n rows from the integer squared distances of ``[rows; 0]``."""
+    d = [[int(v) for v in row] for row in np.asarray(integer_distances)]
+    n = len(d) - 1
+    return [[(d[i][n] + d[j][n] - d[i][j]) // 2 for j in range(n)] for i in range(n)]
+
+
+def exact_fmcl_distances(means, counts, *, secure: bool = True, parties=None,
+                         fill="geodesic", return_overlap: bool = False, scale_bits=None,
+                         **options):
+    """FMCL distances with the class weights carried exactly, for any sample counts.
+
+    ``means`` (n, C, d): the clients' class mean embeddings; ``counts`` (n, C): their class
+    counts (:func:`class_counts`; the row sums are the public sample counts). Every client
+    protects its level-set rows (:func:`level_rows` on :func:`level_code` of the sample
+    counts) plus the public zero anchor, so the coordinator gets ``G^t = L Omega`` and
+    ``G^z`` as exact integers and evaluates D in exact fractions (one rounding to float).
+    ``scale_bits`` of the unit means: :func:`exact_scale_bits` by default. ``secure=False``
+    computes the same integers in the clear. Raises :class:`ParameterError` (before any
+    share is made) when the counts' lcm is too large for the protocol's 63-bit integers.
+
+    Returns the filled distance matrix, or ``(distances, overlap)`` with
+    ``return_overlap=True`` (the exact overlap Omega the coordinator holds, as floats).
+    """
+    means = np.asarray(means, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.int64)
+    if means.ndim != 3 or counts.shape != means.shape[:2]:
+        raise InputError(f"expected means (n, C, d) and counts (n, C), got {means.shape} and "
+                         f"{counts.shape}")
+    if np.any(counts < 0) or np.any(counts.sum(axis=1) < 1):
+        raise InputError("class counts must be >= 0 with at least one sample per client")
+    n, c, dim = means.shape
+    code = level_code(counts.sum(axis=1))
+    bits = exact_scale_bits(code, c, dim) if scale_bits is None else int(scale_bits)
+    ints = _unit_ints(means, counts, bits)
+    rows = [level_rows(ints[i], counts[i], code) for i in range(n)]
+    z = np.stack([r[0] for r in rows] + [np.zeros_like(rows[0][0])])
+    t = np.stack([r[1] for r in rows] + [np.zeros_like(rows[0][1])])
+    if secure:
+        owners = None if parties is None else list(parties) + [list(parties)[0]]
+        bound_z = float(code.largest_part * 2**bits)
+        d_z = protect(z.astype(np.float64), bound=bound_z, scale_bits=0, parties=owners,
+                      **options).integer_distances
+        d_t = protect(t.astype(np.float64), bound=float(code.largest_part), scale_bits=0,
+                      nonnegative=True, parties=owners, **options).integer_distances
+        gram_z, gram_t = _anchored_grams(d_z), _anchored_grams(d_t)
+    else:
+        gram_z, gram_t = _exact_grams(z[:n], t[:n])
+    distances, overlap = _exact_combine(gram_z, gram_t, code.scale, bits, fill)
+    return (distances, overlap) if return_overlap else distances

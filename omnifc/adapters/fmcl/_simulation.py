@@ -10,8 +10,8 @@ from finite_field import ParameterError
 
 from ..._clustering import kmeans_from_distances
 from .._k_selection import DEFAULT_RULE
-from ._paper import exact_resolution, fmcl_server, signature
-from ._secure import secure_thermometer_distances
+from ._paper import check_level_counts, class_counts, fmcl_server, signature
+from ._secure import exact_fmcl_distances, secure_thermometer_distances
 
 __all__ = ["SHIFTS", "fixed_encoder", "kmeans_on_mean_embeddings", "run_federated_fmcl",
            "synthetic_domains"]
@@ -86,7 +86,7 @@ def fixed_encoder(n_features: int, dim: int = 16, *, seed: int = 0):
 
 def run_federated_fmcl(data, *, rounds: int = 10, encoder_dim: int = 16, secure: bool = True,
                        parties=None, model=None, trainer=None, rule: str = DEFAULT_RULE,
-                       seed: int = 0, **protect_options) -> dict:
+                       seed: int = 0, resolution=None, **protect_options) -> dict:
     """FMCL end to end: signatures from a fixed encoder -> auto-K -> per-cluster FedAvg.
 
     Parameters
@@ -100,6 +100,11 @@ def run_federated_fmcl(data, *, rounds: int = 10, encoder_dim: int = 16, secure:
         and identical models.
     parties : sequence, optional
         Party label per client (organizations); default three organizations (i mod 3).
+    resolution : int, optional
+        None (default): the class weights are carried exactly whatever the sample counts
+        (:func:`exact_fmcl_distances`, the level-set code); an int q: the rounded
+        thermometer on the grid 1/q (lossy unless every ``q n_ic / n_i`` is an integer;
+        only when asked for, never as a silent fallback).
     model, trainer
         Default: :class:`omnifc.fl.SoftmaxRegression` and ``sgd_trainer(epochs=2,
         batch_size=20, learning_rate=0.5)`` (omnifc's choice).
@@ -107,6 +112,7 @@ def run_federated_fmcl(data, *, rounds: int = 10, encoder_dim: int = 16, secure:
     Returns
     -------
     dict with ``labels`` (cluster per client), ``n_clusters``, ``distances``, ``resolution``,
+    ``resolution`` (the common denominator L of the exact weights, or q),
     ``run`` (the :class:`omnifc.fl.FederatedRun`) and ``accuracy`` (final pooled test
     accuracy of each client's cluster model).
     """
@@ -115,11 +121,17 @@ def run_federated_fmcl(data, *, rounds: int = 10, encoder_dim: int = 16, secure:
     encode = fixed_encoder(data.n_features, encoder_dim, seed=seed)
     sig = [signature(encode(c.x_train), c.y_train, data.n_classes) for c in data.clients]
     means = np.stack([s[0] for s in sig])
-    weights = np.stack([s[1] for s in sig])
-    q = exact_resolution([c.n_train for c in data.clients])
     owners = np.arange(len(data.clients)) % 3 if parties is None else parties
-    d = secure_thermometer_distances(means, weights, resolution=q, secure=secure,
-                                     parties=owners, **protect_options)
+    if resolution is None:
+        counts = np.stack([class_counts(c.y_train, data.n_classes) for c in data.clients])
+        q = check_level_counts(counts.sum(axis=1))[1]
+        d = exact_fmcl_distances(means, counts, secure=secure, parties=owners,
+                                 **protect_options)
+    else:
+        q = int(resolution)
+        weights = np.stack([s[1] for s in sig])
+        d = secure_thermometer_distances(means, weights, resolution=q, secure=secure,
+                                         parties=owners, **protect_options)
     server = fmcl_server(d, rule=rule)
     model = model or fl.SoftmaxRegression(data.n_features, data.n_classes)
     trainer = trainer or fl.sgd_trainer(model, epochs=2, batch_size=20, learning_rate=0.5)

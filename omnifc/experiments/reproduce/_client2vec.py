@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._report import figure, yes
+from ._report import compared, figure, paired_noise, yes
 
 __all__ = ["run"]
 
@@ -18,7 +18,7 @@ def run(quick: bool):
     from ...adapters import client2vec as c2v
     from ...adapters.fmcl import fixed_encoder
 
-    seeds = (0,) if quick else (0, 1, 2, 3)
+    seeds = (100,) if quick else (100, 101, 102, 103)
     rounds = 20
     variants = (("FedAvg", dict(sampling=False, mwu=False, regularizer=False)),
                 ("MWU aggregation", dict(sampling=False, mwu=True, regularizer=False)),
@@ -65,8 +65,18 @@ def run(quick: bool):
              f"{np.mean([a for a, _ in sims]):.2f} vs {np.mean([b for _, b in sims]):.2f}",
              f"{np.mean([a for a, _ in sims]):.2f} vs {np.mean([b for _, b in sims]):.2f}",
              "bit-identical D (tested)")]
+    def column(name, secure, which):
+        return [v[which] for v in results[(name, secure)]]
+
     for name, _ in variants[1:]:
-        rows.append((f"{name} vs FedAvg (majority-domain accuracy)",
+        ours, base = column(name, True, 0), column("FedAvg", True, 0)
+        pooled, pooled_base = column(name, True, 1), column("FedAvg", True, 1)
+        rows.append((f"{name} against FedAvg: majority domain "
+                     + compared("FedAvg", float(np.mean(ours)), float(np.mean(base)),
+                                paired_noise(ours, base))
+                     + "; pooled " + compared("FedAvg", float(np.mean(pooled)),
+                                              float(np.mean(pooled_base)),
+                                              paired_noise(pooled, pooled_base)),
                      "each use improves FL; the regularizer gains most in the ablation",
                      f"{mean(name, False, 0):.3f} vs {mean('FedAvg', False, 0):.3f} "
                      f"(better on {wins(name, False)}/{len(seeds)} seeds); pooled "
@@ -99,11 +109,22 @@ def run(quick: bool):
         "unshifted digits; indices centred by the federation's mean embedding (secure sum).",
         "Omnifc's choices: S = cos_f + cos_l, mean pairwise set similarity, tau = 1, "
         "lambda_1 = 1, gamma = 0.9, lambda_orth = 0.05, lambda_kd = 0.1 (see the module).",
-        "MWU improves the majority domain at the minority's expense (the pooled accuracy "
-        "drops): it moves weight toward clients similar to the sampled sets. The local "
-        "regularizer's gain is small here (the table's row; +0.011 to +0.014 pooled accuracy on "
-        "held-out seeds in docs/adapters.md): the paper's ablation, where it gains most, is **not** "
-        "reproduced in this set-up.",
+        "MWU moves weight toward clients similar to the sampled sets (it serves the majority "
+        "population; see the rows' pooled verdicts for the minority's side).",
     ]
-    return "Client2Vec: client indices for sampling, aggregation and local training", rows, \
-        notes, fig
+    return {"title": "Client2Vec: client indices for sampling, aggregation and local training",
+            "rows": rows, "notes": notes, "figure": fig,
+            "seeds": (f"{', '.join(map(str, seeds))} (data, encoder and training); held out: "
+                      "lambda_kd was chosen on seeds 0-4 of another federation (docs/"
+                      "adapters.md); tau, lambda_1, gamma and lambda_orth were set, not tuned "
+                      "on these."),
+            "noise": "two standard errors of the mean paired difference over the seeds "
+                     "(`paired_noise`; same sampled sets for both sides of a pair).",
+            "not_reproduced": [
+                "The paper's CLIP / DomainNet set-up and its accuracy tables (no public "
+                "code; offline digits with a random ReLU encoder here).",
+                "The ablation's claim that the local regularizer gains most of the three "
+                "uses: see the rows' verdicts; docs/adapters.md says where the regularizer "
+                "helps (feature shift) and where it hurts (label shift).",
+                "The exact form of the paper's ||z_P B^f||_1 term (our reading, "
+                "docs/adapters.md)."]}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.metrics import adjusted_rand_score
 
-from ._report import figure, pair_lines, yes
+from ._report import accuracy_noise, compared, figure, pair_lines, yes
 
 __all__ = ["run"]
 
@@ -17,7 +17,7 @@ __all__ = ["run"]
 def run(quick: bool):
     from ...adapters import clove
 
-    seeds = (0,) if quick else (0, 1, 2)
+    seeds = (100,) if quick else tuple(range(100, 110))
     rows, curves = [], {}
     for delta in (1.0, 0.1):
         aris = {"plain": [], "secure": [], "ifca": []}
@@ -35,9 +35,14 @@ def run(quick: bool):
                 aris[key].append([adjusted_rand_score(truth, a) for a in run.assignments])
         curves[delta] = {k: np.mean(v, axis=0) for k, v in aris.items()}
         final = {k: [v[-1] for v in vals] for k, vals in aris.items()}
+        ones = sum(a == 1.0 for a in final["plain"])
+        stuck = sum(a < 1.0 for a in final["ifca"])
         rows.append((f"loss-vector clustering recovers 5 clusters (linear regression, "
-                     f"Delta = {delta:g})", "ARI = 1 within 2 rounds; IFCA stuck",
-                     f"final ARI {', '.join(f'{a:.2f}' for a in final['plain'])}; IFCA "
+                     f"Delta = {delta:g}); IFCA stuck (final ARI < 1) in {stuck}/{len(seeds)} "
+                     f"seeds: the claim holds at this Delta in {stuck}/{len(seeds)}",
+                     "ARI = 1 within 2 rounds; IFCA stuck",
+                     f"ARI 1 in {ones}/{len(seeds)}; final ARI "
+                     f"{', '.join(f'{a:.2f}' for a in final['plain'])}; IFCA "
                      f"{', '.join(f'{a:.2f}' for a in final['ifca'])}",
                      f"final ARI {', '.join(f'{a:.2f}' for a in final['secure'])}",
                      yes(same)))
@@ -61,7 +66,11 @@ def run(quick: bool):
                                 assign=fl.ifca_assign(model),
                                 evaluate=fl.accuracy_evaluator(model), seed=21)
         same = all(np.array_equal(a, b) for a, b in zip(sec.models, pla.models))
-        rows.append(("CLoVE on a classifier (digits, concept shift, 3 groups)",
+        ifca_acc = ifca.history[-1].metrics["accuracy"]
+        n_test = sum(c.y_test.size for c in data.clients)
+        rows.append(("CLoVE on a classifier (digits, concept shift, 3 groups): accuracy "
+                     + compared("IFCA", sec.accuracy, ifca_acc,
+                                accuracy_noise(sec.accuracy, ifca_acc, n_test)),
                      "clusters recovered; accuracy above IFCA",
                      f"ARI {adjusted_rand_score(data.groups, pla.assignments[-1]):.2f}, "
                      f"accuracy {pla.accuracy:.3f}; IFCA ARI "
@@ -70,8 +79,8 @@ def run(quick: bool):
                      f"ARI {adjusted_rand_score(data.groups, sec.assignments[-1]):.2f}, "
                      f"accuracy {sec.accuracy:.3f}", yes(same)))
         classifier_note = ("CLoVE on a classifier: `clove.run_clove_fl` (softmax regression, "
-                           "random round-0 assignment, K known) against IFCA from the same "
-                           "models.")
+                           "random round-0 assignment, one draw (restarts=1, the default), K known) "
+                           "against IFCA from the same models, seed 21.")
     fig, axes = figure(2)
     for ax, (delta, c) in zip(axes, curves.items()):
         r = np.arange(len(c["plain"]))
@@ -86,4 +95,22 @@ def run(quick: bool):
     notes = ["Paper: CLoVE (ICML 2026, arXiv 2506.22427), official code; set-up of its "
              "runs 800-804 (5 clusters x 5 clients, d = 20, 900 points; exact local fits "
              "instead of Adam, see docs/adapters.md).", classifier_note]
-    return "CLoVE: clustering loss vectors", rows, notes, fig
+    return {"title": "CLoVE: clustering loss vectors", "rows": rows, "notes": notes,
+            "figure": fig,
+            "seeds": (f"linear regression: data seeds {', '.join(map(str, seeds))}, initial "
+                      "models 1000 + seed; held out (no rule of `run_clove` was tuned on "
+                      "them: K is known here and the rest is the paper's algorithm). "
+                      "Classifier: seed 21, held out (the ward-gap K rule was designed on "
+                      "seeds 0, 1, 22; the round-0 restarts option, not used on this page, on seeds "
+                      "0-2 and 10-13)."),
+            "noise": "two binomial standard errors of the difference of two pooled test "
+                     "accuracies (`accuracy_noise`); ARI counts are exact.",
+            "not_reproduced": [
+                "The paper's CNN experiments (random round 0, Adam, unknown K with K_hat = "
+                "15-20 on image data sets such as FEMNIST and MNIST, per the reference "
+                "notes): only linear regression and a softmax-regression classifier on "
+                "digits run here.",
+                "FINCH as the clustering algorithm (not implemented).",
+                "'IFCA stuck' as a general statement: see the rows' counts per Delta "
+                "(docs/adapters.md, seeds 0-29 at Delta = 1: IFCA ends below ARI 0.5 on "
+                "11/30 and reaches 1 on one)."]}

@@ -55,7 +55,9 @@ def reproduce_paper(paper: str, out_dir, *, quick: bool = False) -> dict:
 
     start = time.perf_counter()
     with threadpool_limits(limits=1):
-        title, rows, notes, fig = _RUNNERS[paper].run(quick)
+        page = _RUNNERS[paper].run(quick)
     seconds = time.perf_counter() - start
     logger.info("%s reproduced in %.1f s", paper, seconds)
-    return write_paper_report(out, paper, title, rows, notes, fig, seconds, quick)
+    return write_paper_report(out, paper, page["title"], page["rows"], page["notes"],
+                              page["figure"], seconds, quick, seeds=page["seeds"],
+                              not_reproduced=page["not_reproduced"], noise=page["noise"])
