@@ -4,14 +4,17 @@
 federations of the **same size and the same spread** as the one observed, drawn from a
 one-cluster null fitted to D itself:
 
-1. *One cluster or more* (a parametric bootstrap, SigClust's idea: Liu, Hayes, Nobel &
-   Marron 2008, with Ward's split in place of 2-means). D is embedded by classical MDS
-   (``X``, isometric to the descriptors when D is Euclidean); its principal variances
-   ``lambda_j`` define the null, a Gaussian ``N(0, diag(lambda) / (n - 1))`` in those axes (or
-   Tibshirani's uniform box in the same axes, ``null="uniform"``). Statistic:
-   ``T = log(W_1 / W_2)``, how much Ward's best split into two lowers the within-cluster
-   sum of squares ``W``; ``p = (1 + #{T_b >= T}) / (1 + B)`` over ``B`` reference draws of
-   ``n`` points. One cluster when ``p > alpha``.
+1. *One cluster or more* (a parametric bootstrap in the spirit of SigClust: Liu, Hayes,
+   Nobel & Marron 2008). D is embedded by classical MDS (``X``, isometric to the
+   descriptors when D is Euclidean); its principal variances ``lambda_j`` define the null,
+   one Gaussian in those axes (in high dimension with its noise floor spread over the
+   descriptors' estimated dimension: :func:`_null_spectrum`; or Tibshirani's uniform box,
+   ``null="uniform"``). For ``k = 2..K_max`` the drop ``log W_1 - log W_k`` of Ward's cut
+   (``W`` = within-cluster sum of squares) is standardized by the references' mean and sd
+   of the same drop; the statistic ``T`` is the largest standardized drop (one test over
+   every k, so three equal groups, which Ward's first split halves badly, are seen), and
+   ``p = (1 + #{T_b >= T}) / (1 + B)`` over ``B`` reference draws of ``n`` points.
+   One cluster when ``p > alpha``.
 2. *Which K >= 2* (the gap statistic: Tibshirani, Walther & Hastie 2001, on the same draws):
    ``Gap(k) = mean_b log W_k^b - log W_k`` and ``s_k = sd_b(log W_k^b) sqrt(1 + 1/B)``;
    K = the smallest ``k >= 2`` with ``Gap(k) >= Gap(k + 1) - s_{k+1}`` (the largest gap
@@ -47,6 +50,7 @@ import numpy as np
 from finite_field import ParameterError
 
 from .._geometry import check_distance_matrix
+from ._k_selection import GAP_SEARCH_FROM, _widest_gap
 
 __all__ = ["CALIBRATED_ALPHA", "CALIBRATED_REFERENCES", "NULLS", "KDecision", "calibrated_k",
            "mds_embedding", "within_sums"]
@@ -67,6 +71,12 @@ NULLS = ("gaussian", "uniform")
 #: the descriptors' spread exceeds this many times the rank of the embedding (n - 1 at most).
 HDLSS_FACTOR = 2.0
 
+#: Statistics of the one-cluster test: ``"ward_gap"`` (default: the widest relative gap of
+#: Ward's merge heights, the statistic of :func:`ward_gap`, here against its reference
+#: distribution instead of a fixed threshold; K = Ward's cut at that gap) and ``"drop"``
+#: (the largest standardized drop of log W; K by the gap statistic).
+STATISTICS = ("ward_gap", "drop")
+
 #: Largest K searched (as FMCL's ``MAX_CLUSTERS``; the top of the FMCL paper's window).
 MAX_K = 10
 
@@ -75,8 +85,8 @@ MAX_K = 10
 class KDecision:
     """The decision of :func:`calibrated_k` and the evidence behind it.
 
-    ``k`` and ``labels`` (Ward's cut, numbered by first appearance); ``statistic`` =
-    ``log(W_1 / W_2)`` observed, ``null_mean`` / ``null_sd`` its reference mean and sd,
+    ``k`` and ``labels`` (Ward's cut, numbered by first appearance); ``statistic`` = the
+    largest standardized drop ``T`` observed, ``null_mean`` / ``null_sd`` its reference mean and sd,
     ``p_value`` against ``alpha``; ``gap`` / ``gap_sd``: ``Gap(k)`` and ``s_k`` for
     ``k = 1..len(gap)``; ``margin``: for K >= 2, ``Gap(K) - (Gap(K+1) - s_{K+1})`` (how far
     inside the rule K is; ``inf`` at the top of the range), for K = 1, ``p - alpha``.
@@ -103,7 +113,9 @@ class KDecision:
 
     def summary(self) -> str:
         """One line: K and its evidence (what the adapters log at INFO)."""
-        return (f"K={self.k} ({self.rule}: max standardized drop={self.statistic:.3g} vs "
+        what = ("widest Ward gap ratio" if self.rule.endswith("ward_gap")
+                else "largest standardized drop")
+        return (f"K={self.k} ({self.rule}: {what} {self.statistic:.4g} vs "
                 f"{self.null} reference {self.null_mean:.4g} +- {self.null_sd:.3g}, "
                 f"p={self.p_value:.3g} at alpha={self.alpha:g}, B={self.references}, "
                 f"margin {self.margin:.3g})")
@@ -189,14 +201,21 @@ def _draw(rng, null, n, spectrum, lows, highs):
 
 def calibrated_k(distances, *, max_clusters: int = MAX_K,
                  references: int = CALIBRATED_REFERENCES, alpha: float = CALIBRATED_ALPHA,
-                 null: str = "gaussian", random_state: int = 0) -> KDecision:
+                 null: str = "gaussian", random_state: int = 0,
+                 min_clusters: int = 1, statistic: str = "ward_gap") -> KDecision:
     """K from D: a one-cluster bootstrap test, then the gap statistic (module docstring).
 
     ``distances``: squared distances (FLUX's D is exactly that; FMCL's is used through its
     MDS embedding's positive part). ``max_clusters``: largest K tried (and at most n - 1).
     ``references`` (B), ``alpha``, ``null`` (``"gaussian"`` or ``"uniform"``) and the public
     ``random_state`` of the draws. Fewer than 3 clients: K = 1 (nothing to test).
+    ``min_clusters=2`` skips step 1 (a caller that has its own one-cluster test, FMCL's,
+    and has rejected one cluster): K >= 2 by the gap rule.
     """
+    if statistic not in STATISTICS:
+        raise ParameterError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
+    if int(min_clusters) not in (1, 2):
+        raise ParameterError(f"min_clusters must be 1 or 2, got {min_clusters}")
     if null not in NULLS:
         raise ParameterError(f"null must be one of {NULLS}, got {null!r}")
     if int(references) < 1:
@@ -222,9 +241,12 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
     spectrum = _null_spectrum(d, values) if null == "gaussian" else None
     lows, highs = x.min(axis=0), x.max(axis=0)
     ref = np.empty((b, top))
+    ref_ratio = np.empty(b)
     for i in range(b):
         z = _draw(rng, null, n, spectrum, lows, highs)
-        ref[i] = np.log(np.maximum(within_sums(z, top), np.finfo(np.float64).tiny))
+        z_tree = _ward(z)
+        ref[i] = np.log(np.maximum(within_sums(z, top, z_tree), np.finfo(np.float64).tiny))
+        ref_ratio[i] = _widest_gap(z_tree[:, 2], GAP_SEARCH_FROM)[1]
     gap = ref.mean(axis=0) - log_w
     sd = ref.std(axis=0) * np.sqrt(1.0 + 1.0 / b)
     # drops log W_1 - log W_k, k = 2..top_k, standardized by the reference's own spread
@@ -232,11 +254,19 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
     ref_drop = ref[:, :1] - ref[:, 1:top_k]
     centre, spread = ref_drop.mean(axis=0), ref_drop.std(axis=0)
     spread = np.where(spread > 0, spread, np.finfo(np.float64).tiny)
-    statistic = float(((drop - centre) / spread).max()) if top_k >= 2 else 0.0
-    null_t = (((ref_drop - centre) / spread).max(axis=1) if top_k >= 2 else np.zeros(b))
-    p = (1.0 + float(np.count_nonzero(null_t >= statistic))) / (1.0 + b)
-    if p > alpha or top_k < 2:
+    j, ratio, _ = _widest_gap(tree[:, 2], GAP_SEARCH_FROM)
+    if statistic == "ward_gap":
+        observed, null_t = ratio, ref_ratio
+    else:
+        observed = float(((drop - centre) / spread).max()) if top_k >= 2 else 0.0
+        null_t = (((ref_drop - centre) / spread).max(axis=1) if top_k >= 2 else np.zeros(b))
+    p = (1.0 + float(np.count_nonzero(null_t >= observed))) / (1.0 + b)
+    one = p > alpha and int(min_clusters) == 1       # min_clusters=2: the caller decided
+    if one or top_k < 2:
         k, margin = 1, p - float(alpha)
+    elif statistic == "ward_gap":
+        k = min(n - 1 - j, top_k) if n - 1 - j >= 2 else 2
+        margin = float(observed / np.quantile(null_t, 1.0 - float(alpha)))
     else:
         k, margin = None, float("inf")
         for cand in range(2, top_k + 1):
@@ -256,9 +286,9 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
         from scipy.cluster.hierarchy import cut_tree
 
         labels = cut_tree(tree, n_clusters=k).ravel().astype(np.int64)
-    out = KDecision(k=k, labels=labels, statistic=statistic, null_mean=float(null_t.mean()),
+    out = KDecision(k=k, labels=labels, statistic=float(observed), null_mean=float(null_t.mean()),
                     null_sd=float(null_t.std()), p_value=p, alpha=float(alpha), gap=gap,
                     gap_sd=sd, margin=margin, references=b, null=null,
-                    seed=int(random_state))
+                    seed=int(random_state), rule=f"calibrated/{statistic}")
     logger.info("%s", out.summary())
     return out

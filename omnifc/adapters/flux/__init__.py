@@ -67,7 +67,8 @@ Examples
 from .._k_selection import (DbscanResult, gap_eps, MIN_GAP, ward_gap, WARD_MIN_GAP)
 from ._paper import (adaptive_dbscan, assign_new_clients, cluster_clients, COORDINATOR_LEARNS,
                      descriptor, descriptor_bound, DESCRIPTOR_FORMS, EPS_RULES, K_RULES,
-                     NORMALIZATIONS, shared_projection)
+                     flux_components, FLUX_MIN_COMPONENTS, NORMALIZATIONS, shared_projection)
+from .._calibrated_k import calibrated_k, KDecision  # noqa: F401
 from ._secure import (block_distances, block_ranges, block_slices, combine_blocks,
                       neighbour_scales, prefix_distances)
 from ._simulation import (client_descriptors, flux_baselines, FluxRun, run_flux, shift_scenario,
@@ -78,5 +79,5 @@ from .._k_selection import GAP_SEARCH_FROM  # noqa: F401 (module attributes befo
 #: The paper's API: the client embedding and the server algorithm. The other names above
 #: (simulation, baselines, synthetic data, constants) stay importable from here.
 __all__ = ["COORDINATOR_LEARNS", "shared_projection", "descriptor", "descriptor_bound",
-           "block_distances", "cluster_clients", "ward_gap", "adaptive_dbscan",
+           "block_distances", "cluster_clients", "calibrated_k", "ward_gap", "adaptive_dbscan",
            "prefix_distances", "assign_new_clients"]
