@@ -36,7 +36,8 @@ def feature_runs():
 
 def test_flux_finds_the_planted_k_and_beats_fedavg(feature_runs):
     data, model, run, _ = feature_runs
-    assert run.n_clusters == 3 and run.gap >= flux.WARD_MIN_GAP
+    assert run.n_clusters == 3 and run.decision.p_value <= run.decision.alpha
+    assert run.gap == run.decision.p_value and run.decision.k == 3    # the calibrated rule
     assert adjusted_rand_score(data.groups, run.labels) == 1.0
     # unseen clients, no labels used: each lands in its own group's cluster
     cluster_group = {c: data.groups[run.labels == c][0] for c in range(run.n_clusters)}

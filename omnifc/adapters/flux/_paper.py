@@ -50,8 +50,10 @@ FLUX_MIN_COMPONENTS = 10
 def flux_components(n_classes: int, latent_dim: int) -> int:
     """l = max(number of classes, ``FLUX_MIN_COMPONENTS``), at most the latent dimension.
 
-    >>> flux_components(2, 32), flux_components(10, 32), flux_components(2, 4)
-    (10, 10, 4)
+    >>> flux_components(2, 32), flux_components(10, 32), flux_components(11, 32)
+    (10, 10, 11)
+    >>> flux_components(2, 4), flux_components(9, 9), flux_components(9, 8)
+    (4, 9, 8)
     """
     return int(min(int(latent_dim), max(int(n_classes), FLUX_MIN_COMPONENTS)))
 

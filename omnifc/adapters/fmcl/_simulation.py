@@ -118,10 +118,9 @@ def run_federated_fmcl(data, *, rounds: int = 10, encoder_dim: int = 16, secure:
     weights = np.stack([s[1] for s in sig])
     q = exact_resolution([c.n_train for c in data.clients])
     owners = np.arange(len(data.clients)) % 3 if parties is None else parties
-    d, overlap = secure_thermometer_distances(means, weights, resolution=q, secure=secure,
-                                              parties=owners, return_overlap=True,
-                                              **protect_options)
-    server = fmcl_server(d, rule=rule, overlap=overlap)
+    d = secure_thermometer_distances(means, weights, resolution=q, secure=secure,
+                                     parties=owners, **protect_options)
+    server = fmcl_server(d, rule=rule)
     model = model or fl.SoftmaxRegression(data.n_features, data.n_classes)
     trainer = trainer or fl.sgd_trainer(model, epochs=2, batch_size=20, learning_rate=0.5)
     start = [model.init(seed) for _ in range(server.n_clusters)]
