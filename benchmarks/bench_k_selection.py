@@ -31,7 +31,8 @@ Usage::
 
 Resumable: every (cell, seed) result is appended to ``DIR/results.jsonl`` and skipped when
 re-run; every D is cached as ``DIR/d_<cell>_s<seed>.npz`` (delete results.jsonl to re-apply
-changed rules to the cached D in a fraction of the time). ``--quick``: 3 small cells, one seed, seconds.
+changed rules to the cached D in a fraction of the time). ``--quick``: 3 small cells, one
+seed, seconds.
 """
 
 from __future__ import annotations
