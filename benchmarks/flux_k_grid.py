@@ -12,7 +12,8 @@ Usage::
                                      [--rules ward,dbscan_gap,...] [--verbose] [--quick]
 
 ``--quick``: one setting (label shift, K = 2, seed 0), seconds; the smoke test runs it.
-Rules (applied to the same cached D): ``ward`` (the default), ``dbscan_gap``,
+Rules (applied to the same cached D): ``calibrated`` (the default since issue 24),
+``ward`` (the previous default), ``dbscan_gap``,
 ``dbscan_knee`` on the default descriptor's D; ``paper_ward``, ``paper_dbscan_gap``,
 ``paper_knee`` (the paper's pipeline) on the paper descriptor's MinMax-scaled D.
 
@@ -114,11 +115,12 @@ def main(argv=None) -> int:
 #: rule name -> labels from the cached D ("default": weighted descriptor, unscaled D;
 #: "paper": the paper's descriptor, MinMax 'ranges').
 RULES = {
-    "ward": lambda rec: flux.cluster_clients(rec["default"]).labels,
+    "calibrated": lambda rec: flux.cluster_clients(rec["default"]).labels,
+    "ward": lambda rec: flux.cluster_clients(rec["default"], k_rule="ward").labels,
     "dbscan_gap": lambda rec: flux.cluster_clients(rec["default"], k_rule="dbscan").labels,
     "dbscan_knee": lambda rec: flux.cluster_clients(rec["default"], k_rule="dbscan",
                                                     eps_rule="knee").labels,
-    "paper_ward": lambda rec: flux.cluster_clients(rec["paper"]).labels,
+    "paper_ward": lambda rec: flux.cluster_clients(rec["paper"], k_rule="ward").labels,
     "paper_dbscan_gap": lambda rec: flux.cluster_clients(rec["paper"], k_rule="dbscan").labels,
     "paper_knee": lambda rec: flux.cluster_clients(rec["paper"], k_rule="dbscan",
                                                    eps_rule="knee").labels,

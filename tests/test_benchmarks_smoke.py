@@ -286,3 +286,21 @@ def test_bench_chaos_schedule_is_seeded_and_draws_offsets_within_the_volume():
                 assert 1 <= fault.at_bytes < limit
             if fault.action == "pause":
                 assert fault.pause in (1.5, 7.5)    # 0.3 E and 1.5 E
+
+
+@pytest.mark.timeout(600)
+def test_bench_k_selection_quick_counts_what_its_rules_returned(tmp_path):
+    out = tmp_path / "k.json"
+    done = run(BENCH / "bench_k_selection.py", "--quick", "--json", out)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    assert [tuple(r["cell"]) for r in rows] == [("label", 6, 20, 1, 10),
+                                                ("feature", 20, 20, 10, 2),
+                                                ("none", 20, 20, 1, 2)]
+    assert [r["planted"] for r in rows] == [2, 2, 1]
+    names = ["flux:calibrated", "flux:cal_l=C", "flux:ward", "flux:paper",
+             "fmcl:calibrated", "fmcl:tested", "fmcl:paper"]
+    total = next(l for l in done.stdout.splitlines() if l.startswith("total K right"))
+    counts = [f"{sum(r['rules'][n][0] == r['planted'] for r in rows)}/3" for n in names]
+    assert total[44:].split()[::2] == counts
+    assert "held out: [1000, 1001, 1002]; design: [900]" in done.stdout

@@ -119,6 +119,8 @@ class DbscanResult:
     knee_found: bool
     n_clusters: int
     gap: float | None = None
+    #: the evidence of FLUX's calibrated rule (:class:`KDecision`), None for the others
+    decision: object = None
 
 #: (our choice) the gap rule looks for the widest gap among the upper half of the MST edges
 #: (each planted cluster has >= 2 clients, so at least half of the edges are within-cluster).
@@ -249,8 +251,11 @@ def ward_gap(distances, *, search_from: float = GAP_SEARCH_FROM,
                         n_clusters=int(np.unique(labels).size), gap=ratio)
 
 #: K selection rules: "tested" (omnifc's default: the one-cluster permutation test, then
-#: "silhouette"), "silhouette" (K >= 2 always) and "paper" (CV window).
-RULES = ("tested", "silhouette", "paper")
+#: "silhouette"), "calibrated" (the one-cluster test, with the overlap-stratified null when
+#: the overlap is given, then the gap statistic of :func:`calibrated_k` for K >= 2; measured
+#: below "tested" on the held-out grid, docs/adapters.md), "silhouette" (K >= 2 always) and
+#: "paper" (CV window).
+RULES = ("calibrated", "tested", "silhouette", "paper")
 
 DEFAULT_RULE = "tested"
 
@@ -445,12 +450,17 @@ def choose_clusters(distances, *, rule: str = DEFAULT_RULE, max_clusters: int = 
                     overlap=None):
     """Choose K and cluster a filled FMCL distance matrix.
 
+    ``rule="calibrated"`` (an option): K = 1 when :func:`one_cluster_test` (with
+    the overlap-stratified null when ``overlap`` is given) does not reject "one cluster",
+    else K >= 2 by the gap statistic of :func:`calibrated_k` (``min_clusters=2``: Ward's
+    tree on the positive part of D's MDS embedding, Gaussian reference); ``scores`` holds
+    ``Gap(k)`` and ``decision`` (see below) the evidence. ``window`` is ``(1, top)``.
     ``rule="tested"`` (default, omnifc's): K = 1 when :func:`one_cluster_test` does not
     reject "one cluster", else the silhouette rule's K; ``window`` is ``(1, top)``.
     ``rule="silhouette"``: K in ``2..min(max_clusters, n - 1)`` with the
     largest average-linkage silhouette; ``window`` is reported as ``(2, top)``.
     ``rule="paper"``: the CV window and the largest silhouette local maximum.
-    ``overlap``: passed to :func:`one_cluster_test` (rule "tested" only).
+    ``overlap``: passed to :func:`one_cluster_test` (rules "calibrated" and "tested").
 
     Returns ``(labels, K, window, scores)`` with ``scores[K]`` the silhouette per K tried.
     """
@@ -458,6 +468,22 @@ def choose_clusters(distances, *, rule: str = DEFAULT_RULE, max_clusters: int = 
         raise ParameterError(f"rule must be one of {RULES}, got {rule!r}")
     d = np.asarray(distances, dtype=np.float64)
     n = d.shape[0]
+    if rule == "calibrated":
+        top = max(2, min(int(max_clusters), n - 1))
+        if n < 3:
+            return np.zeros(n, dtype=np.int64), 1, (1, top), {1: 0.0}
+        test = one_cluster_test(d, overlap=overlap)
+        if test.one_cluster:
+            logger.info("K=1 (one-cluster test%s: silhouette %.4g, p=%.3g > alpha=%g)",
+                        "" if overlap is None else ", overlap-stratified null",
+                        test.statistic, test.p_value, test.alpha)
+            return np.zeros(n, dtype=np.int64), 1, (1, top), {1: 0.0}
+        from ._calibrated_k import calibrated_k
+
+        decision = calibrated_k(d, max_clusters=top, min_clusters=2)
+        logger.info("one-cluster test rejected (p=%.3g); %s", test.p_value, decision.summary())
+        scores = {k + 1: float(v) for k, v in enumerate(decision.gap)}
+        return decision.labels, decision.k, (1, top), scores
     if rule == "tested":
         labels, k, window, scores = choose_clusters(d, rule="silhouette",
                                                     max_clusters=max_clusters)

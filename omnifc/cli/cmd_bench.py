@@ -18,8 +18,9 @@ BENCHMARKS = {"kernels": "bench_kernels.py", "protocol": "bench_protocol.py",
               "reproduce": "reproduce.py", "scale": "bench_scale.py",
               "masks": "bench_masks.py", "integrity": "bench_integrity.py",
               "integrity-protocol": "bench_integrity_protocol.py",
-              "flux-k-grid": "flux_k_grid.py", "startup": "bench_startup.py",
-              "flower": "bench_flower.py", "chaos": "bench_chaos.py"}
+              "flux-k-grid": "flux_k_grid.py", "k-selection": "bench_k_selection.py",
+              "startup": "bench_startup.py", "flower": "bench_flower.py",
+              "chaos": "bench_chaos.py"}
 
 
 def benchmarks_dir() -> Path:

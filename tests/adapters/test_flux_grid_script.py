@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.mark.slow
 def test_quick_grid_caches_d_and_counts_what_the_rules_find_on_it(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "flux_k_grid.py"),
-                           "--quick", "--cache", str(tmp_path), "--rules", "ward,paper_knee"],
+                           "--quick", "--cache", str(tmp_path), "--rules", "calibrated,ward,paper_knee"],
                           cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-2000:]
     cached = list(tmp_path.glob("label_k2_s0_g5_n2.npz"))
@@ -28,7 +28,8 @@ def test_quick_grid_caches_d_and_counts_what_the_rules_find_on_it(tmp_path):
     rec = np.load(cached[0])
     # recount from the cached D with the library and sklearn's ARI, independently
     expected = {}
-    for name, d, kwargs in (("ward", rec["default"], {}),
+    for name, d, kwargs in (("calibrated", rec["default"], {}),
+                            ("ward", rec["default"], dict(k_rule="ward")),
                             ("paper_knee", rec["paper"], dict(k_rule="dbscan",
                                                               eps_rule="knee"))):
         labels = flux.cluster_clients(d, **kwargs).labels

@@ -6,11 +6,13 @@ import warnings
 
 import numpy as np
 import pytest
+
 from sklearn.cluster import AgglomerativeClustering
 from sklearn.metrics import adjusted_rand_score
 
 from finite_field import ParameterError
 from omnifc.adapters import flux
+from omnifc.adapters._calibrated_k import calibrated_k
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -152,7 +154,7 @@ def test_ward_does_not_chain_where_single_linkage_does():
     x = np.concatenate([np.arange(5.0), 5.1 + np.arange(5.0)])
     d = _sq(x)
     assert flux.adaptive_dbscan(d).n_clusters == 1
-    out = flux.cluster_clients(d)
+    out = flux.cluster_clients(d, k_rule="ward")     # the Ward rule, pinned by name
     assert out.labels.tolist() == [0] * 5 + [1] * 5
     assert out.gap > 2.0
 
@@ -161,7 +163,14 @@ def test_cluster_clients_dispatch_and_errors():
     rng = np.random.default_rng(3)
     x = np.concatenate([rng.normal(0, 1, (6, 4)), rng.normal(8, 1, (6, 4))])
     d = _sq(x)
-    assert np.array_equal(flux.cluster_clients(d).labels, flux.ward_gap(d).labels)
+    assert np.array_equal(flux.cluster_clients(d, k_rule="ward").labels,
+                          flux.ward_gap(d).labels)
+    default = flux.cluster_clients(d)                   # the calibrated rule, with evidence
+    ref = calibrated_k(d)
+    assert np.array_equal(default.labels, ref.labels) and default.n_clusters == ref.k == 2
+    assert default.decision.p_value == ref.p_value == default.gap and np.isnan(default.eps)
+    with pytest.raises(ParameterError, match="apply to k_rule='dbscan'"):
+        flux.cluster_clients(d, k_rule="ward", eps_rule="knee")
     for rule, scaling in (("gap", 1.0), ("knee", 1.0), ("knee", 1.5)):
         got = flux.cluster_clients(d, k_rule="dbscan", eps_rule=rule, eps_scaling=scaling)
         ref = flux.adaptive_dbscan(d, eps_rule=rule, eps_scaling=scaling)

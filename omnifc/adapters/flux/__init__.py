@@ -18,9 +18,11 @@ the label mix (what label shift changes) enters every class block and rare class
 little (see :func:`descriptor` and docs/adapters.md for the measured reason).
 
 Server side: optional per-block scaling (none by default), automatic K from D
-(:func:`cluster_clients`): omnifc's Ward gap rule by default (``k_rule="ward"``,
-:func:`ward_gap`: Ward's tree on D cut at the widest relative gap of its merge heights,
-*our choice*, measured in docs/adapters.md) or FLUX's adaptive DBSCAN (``k_rule="dbscan"``,
+(:func:`cluster_clients`): omnifc's calibrated rule by default (``k_rule="calibrated"``,
+:func:`calibrated_k`: Ward's widest merge-height gap tested against Gaussian reference
+federations of the same size fitted to D, p <= 0.05, evidence in ``FluxRun.decision``),
+the previous Ward gap rule (``k_rule="ward"``, :func:`ward_gap`: Ward's tree on D cut at
+the widest relative gap of its merge heights above ``WARD_MIN_GAP``) or FLUX's adaptive DBSCAN (``k_rule="dbscan"``,
 ``min_samples = 2``; every noise point becomes its own cluster) with eps from omnifc's gap
 rule (:func:`gap_eps`: the widest relative gap of the MST edge lengths, the previous
 default) or the paper's knee (``eps_rule="knee"``: the Kneedle knee, convex/increasing, of
@@ -67,7 +69,8 @@ Examples
 from .._k_selection import (DbscanResult, gap_eps, MIN_GAP, ward_gap, WARD_MIN_GAP)
 from ._paper import (adaptive_dbscan, assign_new_clients, cluster_clients, COORDINATOR_LEARNS,
                      descriptor, descriptor_bound, DESCRIPTOR_FORMS, EPS_RULES, K_RULES,
-                     NORMALIZATIONS, shared_projection)
+                     flux_components, FLUX_MIN_COMPONENTS, NORMALIZATIONS, shared_projection)
+from .._calibrated_k import calibrated_k, KDecision  # noqa: F401
 from ._secure import (block_distances, block_ranges, block_slices, combine_blocks,
                       neighbour_scales, prefix_distances)
 from ._simulation import (client_descriptors, flux_baselines, FluxRun, run_flux, shift_scenario,
@@ -78,5 +81,5 @@ from .._k_selection import GAP_SEARCH_FROM  # noqa: F401 (module attributes befo
 #: The paper's API: the client embedding and the server algorithm. The other names above
 #: (simulation, baselines, synthetic data, constants) stay importable from here.
 __all__ = ["COORDINATOR_LEARNS", "shared_projection", "descriptor", "descriptor_bound",
-           "block_distances", "cluster_clients", "ward_gap", "adaptive_dbscan",
+           "block_distances", "cluster_clients", "calibrated_k", "ward_gap", "adaptive_dbscan",
            "prefix_distances", "assign_new_clients"]

@@ -12,11 +12,12 @@ from finite_field import InputError, ParameterError
 
 from ..._clustering import kneedle_knee
 from ..._geometry import centroid_sq_distances, check_distance_matrix, to_euclidean
+from .._calibrated_k import calibrated_k
 from .._k_selection import DbscanResult, MIN_GAP, gap_eps, ward_gap
 
 __all__ = ["COORDINATOR_LEARNS", "DESCRIPTOR_FORMS", "EPS_RULES", "K_RULES", "NORMALIZATIONS",
            "adaptive_dbscan", "assign_new_clients", "cluster_clients", "descriptor",
-           "descriptor_bound", "shared_projection"]
+           "descriptor_bound", "flux_components", "FLUX_MIN_COMPONENTS", "shared_projection"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,21 @@ def shared_projection(latent_dim: int, n_components: int, *, max_value: float = 
     """
     points = np.random.RandomState(seed).uniform(0.0, max_value, size=(n_points, latent_dim))
     return PCA(n_components=n_components).fit(points)
+
+#: (our choice) the least number of shared PCA components l (the paper takes l = the number
+#: of classes U, so a binary task gets 2(U+1) l = 12 numbers per client, too few to carry a
+#: label or feature shift through the per-class blocks; docs/adapters.md, FLUX).
+FLUX_MIN_COMPONENTS = 10
+
+def flux_components(n_classes: int, latent_dim: int) -> int:
+    """l = max(number of classes, ``FLUX_MIN_COMPONENTS``), at most the latent dimension.
+
+    >>> flux_components(2, 32), flux_components(10, 32), flux_components(11, 32)
+    (10, 10, 11)
+    >>> flux_components(2, 4), flux_components(9, 9), flux_components(9, 8)
+    (4, 9, 8)
+    """
+    return int(min(int(latent_dim), max(int(n_classes), FLUX_MIN_COMPONENTS)))
 
 #: Descriptor forms: ``"weighted"`` (**default, omnifc's**) and ``"paper"`` (the paper's).
 DESCRIPTOR_FORMS = ("weighted", "paper")
@@ -172,25 +188,31 @@ def adaptive_dbscan(distances, *, eps_rule: str = "gap", eps_scaling: float = 1.
     return DbscanResult(labels=labels, eps=eps, knee_found=found,
                         n_clusters=len(set(labels.tolist())), gap=gap)
 
-#: How :func:`cluster_clients` chooses K: ``"ward"`` (**default, omnifc's**: :func:`ward_gap`)
-#: or ``"dbscan"`` (FLUX's adaptive DBSCAN, :func:`adaptive_dbscan`, with ``eps_rule``).
-K_RULES = ("ward", "dbscan")
+#: How :func:`cluster_clients` chooses K: ``"calibrated"`` (**default, omnifc's**:
+#: :func:`calibrated_k`), ``"ward"`` (the previous default: :func:`ward_gap`) or ``"dbscan"``
+#: (FLUX's adaptive DBSCAN, :func:`adaptive_dbscan`, with ``eps_rule``).
+K_RULES = ("calibrated", "ward", "dbscan")
 
 def _check_k_rule(k_rule: str, eps_rule: str, eps_scaling: float) -> None:
     if k_rule not in K_RULES:
         raise ParameterError(f"k_rule must be one of {K_RULES}, got {k_rule!r}")
     if eps_rule not in EPS_RULES:
         raise ParameterError(f"eps_rule must be one of {EPS_RULES}, got {eps_rule!r}")
-    if k_rule == "ward" and (eps_rule != "gap" or eps_scaling != 1.0):
+    if k_rule != "dbscan" and (eps_rule != "gap" or eps_scaling != 1.0):
         raise ParameterError(f"eps_rule and eps_scaling apply to k_rule='dbscan'; got "
                              f"eps_rule={eps_rule!r}, eps_scaling={eps_scaling} with "
-                             f"k_rule='ward'")
+                             f"k_rule={k_rule!r}")
 
-def cluster_clients(distances, *, k_rule: str = "ward", eps_rule: str = "gap",
-                    eps_scaling: float = 1.0) -> DbscanResult:
+def cluster_clients(distances, *, k_rule: str = "calibrated", eps_rule: str = "gap",
+                    eps_scaling: float = 1.0, random_state: int = 0) -> DbscanResult:
     """The server's clustering of the training clients from D, K chosen automatically.
 
-    ``k_rule="ward"`` (**default, omnifc's**): :func:`ward_gap`. ``k_rule="dbscan"``:
+    ``k_rule="calibrated"`` (**default, omnifc's**): :func:`calibrated_k` (a one-cluster
+    bootstrap test against a Gaussian fitted to D, then the gap statistic; the public
+    ``random_state`` seeds its reference draws); the result's ``decision`` holds the
+    evidence, ``gap`` its p-value, ``knee_found`` whether one cluster was rejected, ``eps``
+    is NaN (no cut height). ``k_rule="ward"`` (the previous default): :func:`ward_gap`.
+    ``k_rule="dbscan"``:
     FLUX's adaptive DBSCAN (:func:`adaptive_dbscan`) with ``eps_rule`` (``"gap"``, omnifc's
     data-driven eps, or ``"knee"``, the paper's) and ``eps_scaling``. The DBSCAN options
     have no meaning for Ward: passing them with ``k_rule="ward"`` is an error (a silently
@@ -202,11 +224,15 @@ def cluster_clients(distances, *, k_rule: str = "ward", eps_rule: str = "gap",
     >>> from omnifc.adapters import flux
     >>> x = np.array([[0.0], [0.1], [0.2], [5.0], [5.1], [5.2]])
     >>> d = (x - x.T) ** 2
-    >>> flux.cluster_clients(d).labels.tolist() == flux.cluster_clients(
+    >>> flux.cluster_clients(d, k_rule="ward").labels.tolist() == flux.cluster_clients(
     ...     d, k_rule="dbscan").labels.tolist()
     True
     """
     _check_k_rule(k_rule, eps_rule, eps_scaling)
+    if k_rule == "calibrated":
+        out = calibrated_k(distances, random_state=random_state)
+        return DbscanResult(labels=out.labels, eps=float("nan"), knee_found=out.k > 1,
+                            n_clusters=out.k, gap=out.p_value, decision=out)
     if k_rule == "ward":
         return ward_gap(distances)
     return adaptive_dbscan(distances, eps_rule=eps_rule, eps_scaling=eps_scaling)

@@ -10,7 +10,7 @@ from sklearn.decomposition import PCA
 from finite_field import ParameterError
 
 from ._paper import (_check_k_rule, assign_new_clients, cluster_clients, descriptor,
-                     descriptor_bound, shared_projection)
+                     descriptor_bound, flux_components, shared_projection)
 from ._secure import block_distances, prefix_distances
 
 __all__ = ["ACTIVATION_MARGIN", "CLUSTER_ROUNDS", "FluxRun", "SHIFTS", "WARMUP_ROUNDS",
@@ -61,10 +61,12 @@ class FluxRun:
     prefix: np.ndarray
     global_model: np.ndarray
     max_activation: float
+    #: the calibrated rule's evidence (:class:`omnifc.adapters._calibrated_k.KDecision`)
+    decision: object = None
 
 def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
              cluster_rounds: int = CLUSTER_ROUNDS, local_train=None, seed: int = 0,
-             secure: bool = True, normalization: str = "none", k_rule: str = "ward",
+             secure: bool = True, normalization: str = "none", k_rule: str = "calibrated",
              eps_rule: str = "gap", eps_scaling: float = 1.0, n_components: int | None = None,
              descriptor_form: str = "weighted",
              scale_bits: int = 16, parties=None, new_parties=None) -> FluxRun:
@@ -72,12 +74,16 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
 
     1. FedAvg warm-up of ``model`` for ``warmup_rounds`` (the global model is the encoder);
     2. clients compute descriptors of their training rows (latents of the global model,
-       the shared data-independent PCA with ``l = n_classes`` components, ``M`` = 1.02 x the
+       the shared data-independent PCA with ``l = flux_components(n_classes, latent_dim)``
+       components (at least ``FLUX_MIN_COMPONENTS``; the paper's ``l = n_classes`` with
+       ``n_components=n_classes``), ``M`` = 1.02 x the
        largest activation the clients report; ``descriptor_form="weighted"`` by default,
        ``"paper"`` for the paper's descriptor);
     3. the server gets the (per-block) squared distances through the secure reconstruction
        (``normalization="none"`` by default: D only) and chooses the clusters with
-       :func:`cluster_clients`: ``k_rule="ward"`` by default (:func:`ward_gap`, omnifc's);
+       :func:`cluster_clients`: ``k_rule="calibrated"`` by default (:func:`calibrated_k`,
+       omnifc's, seeded by ``seed``; its evidence is ``FluxRun.decision``), ``"ward"``
+       (:func:`ward_gap`, the previous default);
        ``k_rule="dbscan"`` runs FLUX's adaptive DBSCAN with ``eps_rule`` (``"gap"``, the
        previous default, or the paper's ``"knee"`` with ``eps_scaling``);
     4. per-cluster FedAvg from the global model for ``cluster_rounds``;
@@ -103,7 +109,7 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     largest = max(float(model.latents(encoder, c.x_train).max(initial=0.0))
                   for c in list(data.clients) + list(data.new_clients))
     max_value = ACTIVATION_MARGIN * max(largest, 1e-12)
-    l = data.n_classes if n_components is None else int(n_components)
+    l = flux_components(data.n_classes, latent_dim) if n_components is None else int(n_components)
     projection = shared_projection(latent_dim, l, max_value=max_value)
     bound = descriptor_bound(projection, max_value)
     desc = client_descriptors(model, encoder, data.clients, projection, data.n_classes,
@@ -111,7 +117,8 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     d, _, scales = block_distances(desc, n_components=l, n_classes=data.n_classes,
                                    bound=bound, normalization=normalization, secure=secure,
                                    scale_bits=scale_bits, parties=parties)
-    found = cluster_clients(d, k_rule=k_rule, eps_rule=eps_rule, eps_scaling=eps_scaling)
+    found = cluster_clients(d, k_rule=k_rule, eps_rule=eps_rule, eps_scaling=eps_scaling,
+                            random_state=seed)
     labels = found.labels
     clustered = fl.run_federated(data.clients, [encoder] * found.n_clusters,
                                  rounds=cluster_rounds, local_train=local_train,
@@ -132,7 +139,7 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     return FluxRun(labels=labels, n_clusters=found.n_clusters, eps=found.eps, gap=found.gap,
                    models=clustered.models, new_labels=new_labels, accuracy=accuracy,
                    new_accuracy=new_accuracy, distances=d, prefix=prefix,
-                   global_model=encoder, max_activation=largest)
+                   global_model=encoder, max_activation=largest, decision=found.decision)
 
 def flux_baselines(data, model, flux_run: FluxRun, *, warmup_rounds: int = WARMUP_ROUNDS,
                    cluster_rounds: int = CLUSTER_ROUNDS, local_train=None,

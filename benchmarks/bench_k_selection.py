@@ -1,0 +1,243 @@
+"""Automatic K on a held-out grid: how often each adapter's K rule finds the planted K.
+
+Not a speed benchmark. Grid (issue 24): client counts (6, 20, 100, 300), rows per client
+(20, 50, 500), group-size imbalance (1:1, 1:10), the four shifts (label, feature, concept,
+conditional) with 2 planted groups, class counts (2: breast cancer, 10: digits); plus iid
+federations (K = 1) of 6, 20, 100, 300 and 500 clients. For every cell and seed it builds
+the clients (``omnifc.fl.make_federated``), embeds their rows with one public frozen encoder
+(``fmcl.fixed_encoder``, dim 32: FMCL's encoder; FLUX's FedAvg warm-up is replaced by it
+so that the grid fits in minutes, the K rules see D only), computes the plaintext D of
+each adapter's embedding (FLUX: the project's quantized plaintext path, equal to the secure
+D bit for bit; FMCL: its direct formula) and applies every rule to the same D:
+
+- FLUX: ``calibrated`` (the default now: :func:`calibrated_k` on the weighted descriptor
+  with at least ``FLUX_MIN_COMPONENTS`` PCA components), ``ward`` (the previous default:
+  Ward gap with the previous descriptor, l = number of classes), ``paper`` (the paper's
+  descriptor, MinMax ``ranges``, DBSCAN with the knee);
+- FMCL: ``calibrated`` (the default now: overlap-stratified one-cluster test, then the gap
+  statistic), ``tested`` (the previous default: exchangeable null, then silhouette),
+  ``paper`` (the paper's fill, CV window and silhouette maximum).
+
+A rule is right in a run when it returns exactly the planted number of clusters; the table
+also shows how often the partition is exact (ARI 1). **Seeds:** the calibrated rule was
+developed on synthetic Gaussian clusters and on the design seed ``DESIGN_SEEDS`` of this
+grid; the figures are for the held-out seeds ``HELD_OUT_SEEDS`` (default), never looked at
+before the rule was frozen.
+
+Usage::
+
+    python benchmarks/bench_k_selection.py [--seeds 1000-1002] [--cache DIR] [--quick]
+        [--clients 6,20,100,300] [--rows 20,50,500] [--classes 2,10] [--json FILE]
+
+Resumable: every (cell, seed) result is appended to ``DIR/results.jsonl`` and skipped when
+re-run; every D is cached as ``DIR/d_<cell>_s<seed>.npz`` (delete results.jsonl to re-apply
+changed rules to the cached D in a fraction of the time). ``--quick``: 3 small cells, one
+seed, seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+from sklearn.metrics import adjusted_rand_score
+
+from omnifc import fl
+from omnifc.adapters import flux, fmcl
+from omnifc.adapters._calibrated_k import calibrated_k
+
+SHIFTS = ("label", "feature", "concept", "conditional")
+DATA = {2: "breast_cancer", 10: "digits"}
+DESIGN_SEEDS = (900,)
+HELD_OUT_SEEDS = (1000, 1001, 1002)
+IID_CLIENTS = (6, 20, 100, 300, 500)
+ENCODER_DIM = 32
+
+
+def _ints(text):
+    out = []
+    for part in str(text).split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def group_sizes(n: int, imbalance: int) -> tuple[int, int]:
+    """Two group sizes summing to n, in ratio about 1:imbalance, each >= 2 clients."""
+    small = max(2, int(round(n / (imbalance + 1))))
+    return n - small, small
+
+
+def federation(shift, n, rows, imbalance, classes, seed):
+    """The clients of one run: (list of clients, planted group per client)."""
+    name = DATA[classes]
+    if shift == "none":
+        data = fl.make_federated(name, shift="none", n_groups=1, clients_per_group=n,
+                                 new_per_group=0, train_samples=rows, test_samples=1,
+                                 seed=seed)
+        return data.clients, np.zeros(n, dtype=np.int64), data.n_classes, data.n_features
+    big, small = group_sizes(n, imbalance)
+    data = fl.make_federated(name, shift=shift, n_groups=2, clients_per_group=big,
+                             new_per_group=0, train_samples=rows, test_samples=1, seed=seed)
+    keep = [i for i, g in enumerate(data.groups) if g == 0 or i < big + small]
+    return ([data.clients[i] for i in keep], data.groups[keep], data.n_classes,
+            data.n_features)
+
+
+def distances(shift, n, rows, imbalance, classes, seed, *, secure=False):
+    """Every D the rules read, for one run (plaintext unless ``secure``)."""
+    clients, groups, c, features = federation(shift, n, rows, imbalance, classes, seed)
+    encode = fmcl.fixed_encoder(features, ENCODER_DIM, seed=seed)
+    latents = [encode(cl.x_train) for cl in clients]
+    largest = max(float(z.max(initial=0.0)) for z in latents)
+    m = flux.ACTIVATION_MARGIN * max(largest, 1e-12)
+    out = {"groups": groups}
+    for key, l, form, norm in (("flux", flux.flux_components(c, ENCODER_DIM), "weighted",
+                                "none"),
+                               ("flux_old", c, "weighted", "none"),
+                               ("flux_paper", c, "paper", "ranges")):
+        proj = flux.shared_projection(ENCODER_DIM, l, max_value=m)
+        desc = np.stack([flux.descriptor(z, cl.y_train, proj, c, form=form)
+                         for z, cl in zip(latents, clients)])
+        out[key] = flux.block_distances(desc, n_components=l, n_classes=c,
+                                        bound=flux.descriptor_bound(proj, m),
+                                        normalization=norm, secure=secure)[0]
+    sig = [fmcl.signature(z, cl.y_train, c) for z, cl in zip(latents, clients)]
+    means, weights = np.stack([s[0] for s in sig]), np.stack([s[1] for s in sig])
+    out["fmcl"] = fmcl.fmcl_distances(means, weights)
+    out["fmcl_paper"] = fmcl.fmcl_distances(means, weights, fill="paper")
+    out["overlap"] = fmcl.class_overlap(weights)
+    return out
+
+
+RULES = {
+    "flux:calibrated": lambda r: calibrated_k(r["flux"]).labels,
+    "flux:cal_l=C": lambda r: calibrated_k(r["flux_old"]).labels,
+    "flux:ward": lambda r: flux.ward_gap(r["flux_old"]).labels,
+    "flux:paper": lambda r: flux.adaptive_dbscan(r["flux_paper"], eps_rule="knee").labels,
+    "fmcl:calibrated": lambda r: fmcl.fmcl_server(r["fmcl"], rule="calibrated",
+                                                  overlap=r["overlap"]).labels,
+    "fmcl:tested": lambda r: fmcl.fmcl_server(r["fmcl"], rule="tested").labels,
+    "fmcl:paper": lambda r: fmcl.fmcl_server(r["fmcl_paper"], rule="paper").labels,
+}
+
+
+def cells(clients, rows, classes):
+    """Every cell, smallest federations first (a partial run covers every regime)."""
+    iid = IID_CLIENTS if list(clients) == [6, 20, 100, 300] else list(clients)
+    for n in sorted(set(clients) | set(iid)):
+        for c in classes:
+            for m in rows:
+                if n in clients:
+                    for shift in SHIFTS:
+                        for imb in (1, 10):
+                            yield shift, n, m, imb, c
+                if n in iid:
+                    yield "none", n, m, 1, c
+
+
+def cached_distances(cell, seed, cache):
+    """:func:`distances`, cached as one .npz per (cell, seed) under ``cache`` (None: none)."""
+    if cache is None:
+        return distances(*cell, seed)
+    path = os.path.join(cache, "d_" + "_".join(map(str, cell)) + f"_s{seed}.npz")
+    if os.path.exists(path):
+        return dict(np.load(path))
+    rec = distances(*cell, seed)
+    np.savez(path, **rec)
+    return rec
+
+
+def evaluate(cell, seed, cache=None):
+    rec = cached_distances(cell, seed, cache)
+    planted = len(set(rec["groups"].tolist()))
+    out = {}
+    for name, rule in RULES.items():
+        labels = np.asarray(rule(rec))
+        k = len(set(labels.tolist()))
+        out[name] = [k, bool(k == planted and adjusted_rand_score(rec["groups"], labels) == 1)]
+    return planted, out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default=",".join(map(str, HELD_OUT_SEEDS)))
+    parser.add_argument("--clients", default="6,20,100,300")
+    parser.add_argument("--rows", default="20,50,500")
+    parser.add_argument("--classes", default="2,10")
+    parser.add_argument("--cache", default="/tmp/bench_k_selection")
+    parser.add_argument("--json", help="write the per-cell counts here")
+    parser.add_argument("--quick", action="store_true", help="3 small cells, one seed")
+    args = parser.parse_args(argv)
+    seeds = _ints(args.seeds)
+    if args.quick:
+        todo = [("label", 6, 20, 1, 10), ("feature", 20, 20, 10, 2), ("none", 20, 20, 1, 2)]
+        seeds = seeds[:1]
+    else:
+        todo = list(cells(_ints(args.clients), _ints(args.rows), _ints(args.classes)))
+    os.makedirs(args.cache, exist_ok=True)
+    store = os.path.join(args.cache, "results.jsonl")
+    done = {}
+    if os.path.exists(store) and not args.quick:
+        with open(store) as fh:
+            for line in fh:
+                row = json.loads(line)
+                done[(tuple(row["cell"]), row["seed"])] = row
+    start = time.process_time()
+    rows = []
+    for cell in todo:
+        for seed in seeds:
+            key = (tuple(cell), seed)
+            if key not in done:
+                planted, out = evaluate(cell, seed, None if args.quick else args.cache)
+                done[key] = {"cell": list(cell), "seed": seed, "planted": planted,
+                             "rules": out}
+                if not args.quick:
+                    with open(store, "a") as fh:
+                        fh.write(json.dumps(done[key]) + "\n")
+            rows.append(done[key])
+    report(rows, seeds)
+    print(f"cpu {time.process_time() - start:.1f} s (this process), seeds {seeds} "
+          f"(held out: {list(HELD_OUT_SEEDS)}; design: {list(DESIGN_SEEDS)})")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh)
+    return 0
+
+
+def report(rows, seeds):
+    names = list(RULES)
+    by_cell = {}
+    for row in rows:
+        by_cell.setdefault(tuple(row["cell"]), []).append(row)
+    print("cell (shift, clients, rows, 1:imbalance, classes)".ljust(44)
+          + "".join(n.ljust(17) for n in names))
+    totals = {n: [0, 0, 0, 0] for n in names}    # K right, exact, runs, cells >= 2/3
+    for cell, group in by_cell.items():
+        line = f"{cell[0]:11s} {cell[1]:4d} {cell[2]:4d} 1:{cell[3]:<3d} {cell[4]:3d}".ljust(44)
+        for n in names:
+            right = sum(r["rules"][n][0] == r["planted"] for r in group)
+            exact = sum(r["rules"][n][1] for r in group)
+            totals[n][0] += right
+            totals[n][1] += exact
+            totals[n][2] += len(group)
+            totals[n][3] += right * 3 >= 2 * len(group)
+            line += f"{right}/{len(group)} ({exact})".ljust(17)
+        print(line)
+    print("total K right (exact)".ljust(44) + "".join(
+        f"{t[0]}/{t[2]} ({t[1]})".ljust(17) for t in totals.values()))
+    for label, pick in (("iid (K = 1)", lambda c: c[0] == "none"),
+                        ("planted K = 2", lambda c: c[0] != "none")):
+        sub = [r for r in rows if pick(r["cell"])]
+        if sub:
+            print(f"{label}: ".ljust(44) + "".join(
+                f"{sum(r['rules'][n][0] == r['planted'] for r in sub)}/{len(sub)}".ljust(17)
+                for n in names))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

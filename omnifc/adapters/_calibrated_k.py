@@ -1,0 +1,294 @@
+"""Calibrated automatic K from D: a reference computed from the same D, no fitted threshold.
+
+:func:`calibrated_k` decides "how many clusters" in two steps, both against reference
+federations of the **same size and the same spread** as the one observed, drawn from a
+one-cluster null fitted to D itself:
+
+1. *One cluster or more* (a parametric bootstrap in the spirit of SigClust: Liu, Hayes,
+   Nobel & Marron 2008). D is embedded by classical MDS (``X``, isometric to the
+   descriptors when D is Euclidean); its principal variances ``lambda_j`` define the null,
+   one Gaussian in those axes (in high dimension with its noise floor spread over the
+   descriptors' estimated dimension: :func:`_null_spectrum`; or Tibshirani's uniform box,
+   ``null="uniform"``). For ``k = 2..K_max`` the drop ``log W_1 - log W_k`` of Ward's cut
+   (``W`` = within-cluster sum of squares) is standardized by the references' mean and sd
+   of the same drop; the statistic ``T`` is the largest standardized drop (one test over
+   every k, so three equal groups, which Ward's first split halves badly, are seen), and
+   ``p = (1 + #{T_b >= T}) / (1 + B)`` over ``B`` reference draws of ``n`` points.
+   One cluster when ``p > alpha``.
+2. *Which K >= 2* (the gap statistic: Tibshirani, Walther & Hastie 2001, on the same draws):
+   ``Gap(k) = mean_b log W_k^b - log W_k`` and ``s_k = sd_b(log W_k^b) sqrt(1 + 1/B)``;
+   K = the smallest ``k >= 2`` with ``Gap(k) >= Gap(k + 1) - s_{k+1}`` (the largest gap
+   when no k qualifies).
+
+``W_k`` comes from Ward's tree on the embedding: the tree's merge heights ``h`` satisfy
+``Delta W = h^2 / 2`` (scipy's Ward distance), so ``W_k = W_1 - sum`` of the ``n - k`` lowest
+``h^2 / 2`` for every k at once. Every quantity is scale-free (a ratio of W's), so the rule
+has no unit to tune; ``alpha``, ``B`` and the null's form are the only choices, stated below.
+The draws come from a public seed (they are reference noise, not secrets).
+
+Examples
+--------
+>>> import numpy as np
+>>> from omnifc.adapters._calibrated_k import calibrated_k
+>>> rng = np.random.default_rng(0)
+>>> x = np.concatenate([rng.normal(0, 1, (10, 3)), rng.normal(8, 1, (10, 3))])
+>>> d = ((x[:, None] - x[None]) ** 2).sum(-1)
+>>> out = calibrated_k(d)
+>>> out.k, out.p_value < out.alpha, out.labels.tolist() == [0] * 10 + [1] * 10
+(2, True, True)
+>>> calibrated_k(((x[:10, None] - x[None, :10]) ** 2).sum(-1)).k   # one Gaussian: K = 1
+1
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from finite_field import ParameterError
+
+from .._geometry import check_distance_matrix
+from ._k_selection import GAP_SEARCH_FROM, _widest_gap
+
+__all__ = ["CALIBRATED_ALPHA", "CALIBRATED_REFERENCES", "NULLS", "KDecision", "calibrated_k",
+           "mds_embedding", "within_sums"]
+
+logger = logging.getLogger(__name__)
+
+#: (our choice) level of the one-cluster test: "one cluster" is rejected only at p <= 0.05.
+CALIBRATED_ALPHA = 0.05
+
+#: (our choice) reference draws B: the smallest p is 1/(B + 1) = 0.025 < alpha, and the
+#: gap's s_k carries the sqrt(1 + 1/B) of the paper.
+CALIBRATED_REFERENCES = 39
+
+#: One-cluster nulls: ``"gaussian"`` (default) and ``"uniform"`` (Tibshirani's box).
+NULLS = ("gaussian", "uniform")
+
+#: (our choice) the null corrects for the noise floor only when the estimated dimension of
+#: the descriptors' spread exceeds this many times the rank of the embedding (n - 1 at most).
+HDLSS_FACTOR = 2.0
+
+#: Statistics of the one-cluster test: ``"ward_gap"`` (default: the widest relative gap of
+#: Ward's merge heights, the statistic of :func:`ward_gap`, here against its reference
+#: distribution instead of a fixed threshold; K = Ward's cut at that gap) and ``"drop"``
+#: (the largest standardized drop of log W; K by the gap statistic).
+STATISTICS = ("ward_gap", "drop")
+
+#: Largest K searched (as FMCL's ``MAX_CLUSTERS``; the top of the FMCL paper's window).
+MAX_K = 10
+
+
+@dataclass
+class KDecision:
+    """The decision of :func:`calibrated_k` and the evidence behind it.
+
+    ``k`` and ``labels`` (Ward's cut, numbered by first appearance); ``statistic`` = the
+    largest standardized drop ``T`` observed, ``null_mean`` / ``null_sd`` its reference mean and sd,
+    ``p_value`` against ``alpha``; ``gap`` / ``gap_sd``: ``Gap(k)`` and ``s_k`` for
+    ``k = 1..len(gap)``; ``margin``: for K >= 2, ``Gap(K) - (Gap(K+1) - s_{K+1})`` (how far
+    inside the rule K is; ``inf`` at the top of the range), for K = 1, ``p - alpha``.
+    """
+
+    k: int
+    labels: np.ndarray
+    statistic: float
+    null_mean: float
+    null_sd: float
+    p_value: float
+    alpha: float
+    gap: np.ndarray
+    gap_sd: np.ndarray
+    margin: float
+    references: int
+    null: str
+    seed: int
+    rule: str = field(default="calibrated")
+
+    @property
+    def n_clusters(self) -> int:
+        return self.k
+
+    def summary(self) -> str:
+        """One line: K and its evidence (what the adapters log at INFO)."""
+        what = ("widest Ward gap ratio" if self.rule.endswith("ward_gap")
+                else "largest standardized drop")
+        return (f"K={self.k} ({self.rule}: {what} {self.statistic:.4g} vs "
+                f"{self.null} reference {self.null_mean:.4g} +- {self.null_sd:.3g}, "
+                f"p={self.p_value:.3g} at alpha={self.alpha:g}, B={self.references}, "
+                f"margin {self.margin:.3g})")
+
+
+def mds_embedding(distances) -> tuple[np.ndarray, np.ndarray]:
+    """Classical MDS of a squared-distance matrix: ``(X, lambda)`` with the positive part.
+
+    ``X`` (n x r, centred) has ``X^T X = diag(lambda)``; for a Euclidean D its squared
+    distances are D. Non-Euclidean D (FMCL's) keeps the positive-eigenvalue part only.
+    """
+    d = np.asarray(distances, dtype=np.float64)
+    n = d.shape[0]
+    j = d - d.mean(axis=0, keepdims=True)
+    j -= j.mean(axis=1, keepdims=True)
+    gram = -0.5 * (j + j.T) / 2
+    values, vectors = np.linalg.eigh(gram)
+    values, vectors = values[::-1], vectors[:, ::-1]
+    tol = max(n, 1) * np.finfo(np.float64).eps * max(abs(values[0]), 1e-300) * 16
+    keep = values > tol
+    if not keep.any():
+        return np.zeros((n, 1)), np.zeros(1)
+    return vectors[:, keep] * np.sqrt(values[keep]), values[keep]
+
+
+def _ward(x):
+    from scipy.cluster.hierarchy import linkage
+
+    return linkage(x, method="ward")
+
+
+def within_sums(x, top: int, tree=None) -> np.ndarray:
+    """``W_k`` (within-cluster sum of squares of Ward's cut into k) for ``k = 1..top``.
+
+    ``W_1`` = the total sum of squares; each Ward merge of height h adds ``h^2 / 2``.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    n = x.shape[0]
+    total = float(((x - x.mean(axis=0)) ** 2).sum())
+    if n < 2:
+        return np.array([total])
+    tree = _ward(x) if tree is None else tree
+    added = np.cumsum(tree[:, 2] ** 2 / 2.0)          # W after m merges = added[m - 1]
+    ks = np.arange(1, top + 1)
+    merges = n - ks                                    # W_k: n - k merges done
+    w = np.where(merges > 0, added[np.maximum(merges - 1, 0)], 0.0)
+    # the last merge ends at the total; rescale the rounding so that W_1 = total exactly
+    return np.where(ks == 1, total, np.minimum(w, total))
+
+
+def _null_spectrum(d, values):
+    """The one-cluster null's variances: ``(spikes, noise_var, noise_dims)``.
+
+    The sample eigenvalues of n points in p >> n dimensions all carry the same noise floor
+    (isotropic noise adds a constant to every pairwise distance: a regular simplex, whose
+    n - 1 MDS eigenvalues are equal), and a Gaussian drawn in the n - 1 MDS axes alone is
+    far less regular than that, which makes the test blind. So the null keeps each
+    eigenvalue's excess over the floor ``f`` (their median) as one direction, and spreads
+    the floor's mass ``f r`` over ``q = max(r, PR)`` isotropic directions, with
+    ``PR = 2 mean(D)^2 / var(D)`` the participation ratio ``tr(S)^2 / tr(S^2)`` of a Gaussian's
+    covariance S, estimated from the moments of D (``E D = 2 tr S``, ``var D = 8 tr S^2``).
+    """
+    r = values.size
+    off = d[~np.eye(d.shape[0], dtype=bool)]
+    var = float(off.var())
+    ratio = 2.0 * float(off.mean()) ** 2 / var if var > 0 else float(r)
+    if not ratio > HDLSS_FACTOR * r:         # enough clients: the sample spectrum is the null's
+        return values, 0.0, 0
+    floor = float(np.median(values))
+    q = int(min(np.ceil(ratio), 20 * r + 1000))
+    spikes = np.clip(values - floor, 0.0, None)
+    return spikes, floor * r / q, q
+
+
+def _draw(rng, null, n, spectrum, lows, highs):
+    if null == "gaussian":
+        spikes, noise_var, q = spectrum
+        z = rng.standard_normal((n, spikes.size)) * np.sqrt(spikes / (n - 1))
+        noise = rng.standard_normal((n, q)) * np.sqrt(noise_var / (n - 1))
+        return np.concatenate([z, noise], axis=1)
+    return rng.uniform(lows, highs, size=(n, lows.size))
+
+
+def calibrated_k(distances, *, max_clusters: int = MAX_K,
+                 references: int = CALIBRATED_REFERENCES, alpha: float = CALIBRATED_ALPHA,
+                 null: str = "gaussian", random_state: int = 0,
+                 min_clusters: int = 1, statistic: str = "ward_gap") -> KDecision:
+    """K from D: a one-cluster bootstrap test, then the gap statistic (module docstring).
+
+    ``distances``: squared distances (FLUX's D is exactly that; FMCL's is used through its
+    MDS embedding's positive part). ``max_clusters``: largest K tried (and at most n - 1).
+    ``references`` (B), ``alpha``, ``null`` (``"gaussian"`` or ``"uniform"``) and the public
+    ``random_state`` of the draws. Fewer than 3 clients: K = 1 (nothing to test).
+    ``min_clusters=2`` skips step 1 (a caller that has its own one-cluster test, FMCL's,
+    and has rejected one cluster): K >= 2 by the gap rule.
+    """
+    if statistic not in STATISTICS:
+        raise ParameterError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
+    if int(min_clusters) not in (1, 2):
+        raise ParameterError(f"min_clusters must be 1 or 2, got {min_clusters}")
+    if null not in NULLS:
+        raise ParameterError(f"null must be one of {NULLS}, got {null!r}")
+    if int(references) < 1:
+        raise ParameterError(f"references must be >= 1, got {references}")
+    if not 0.0 < float(alpha) < 1.0:
+        raise ParameterError(f"alpha must be in (0, 1), got {alpha}")
+    if int(max_clusters) < 1:
+        raise ParameterError(f"max_clusters must be >= 1, got {max_clusters}")
+    d = check_distance_matrix(distances)
+    n = d.shape[0]
+    b = int(references)
+    x, values = mds_embedding(d)
+    if n < 3 or values.sum() <= 0:
+        return KDecision(k=1, labels=np.zeros(n, dtype=np.int64), statistic=0.0,
+                         null_mean=0.0, null_sd=0.0, p_value=1.0, alpha=float(alpha),
+                         gap=np.zeros(1), gap_sd=np.zeros(1), margin=1.0 - float(alpha),
+                         references=b, null=null, seed=int(random_state))
+    top_k = min(int(max_clusters), n - 1)
+    top = min(top_k + 1, n - 1)                       # W_{k+1} needed for the gap rule
+    tree = _ward(x)
+    log_w = np.log(np.maximum(within_sums(x, top, tree), np.finfo(np.float64).tiny))
+    rng = np.random.Generator(np.random.PCG64(int(random_state)))
+    spectrum = _null_spectrum(d, values) if null == "gaussian" else None
+    lows, highs = x.min(axis=0), x.max(axis=0)
+    ref = np.empty((b, top))
+    ref_ratio = np.empty(b)
+    for i in range(b):
+        z = _draw(rng, null, n, spectrum, lows, highs)
+        z_tree = _ward(z)
+        ref[i] = np.log(np.maximum(within_sums(z, top, z_tree), np.finfo(np.float64).tiny))
+        ref_ratio[i] = _widest_gap(z_tree[:, 2], GAP_SEARCH_FROM)[1]
+    gap = ref.mean(axis=0) - log_w
+    sd = ref.std(axis=0) * np.sqrt(1.0 + 1.0 / b)
+    # drops log W_1 - log W_k, k = 2..top_k, standardized by the reference's own spread
+    drop = log_w[0] - log_w[1:top_k]
+    ref_drop = ref[:, :1] - ref[:, 1:top_k]
+    centre, spread = ref_drop.mean(axis=0), ref_drop.std(axis=0)
+    spread = np.where(spread > 0, spread, np.finfo(np.float64).tiny)
+    j, ratio, _ = _widest_gap(tree[:, 2], GAP_SEARCH_FROM)
+    if statistic == "ward_gap":
+        observed, null_t = ratio, ref_ratio
+    else:
+        observed = float(((drop - centre) / spread).max()) if top_k >= 2 else 0.0
+        null_t = (((ref_drop - centre) / spread).max(axis=1) if top_k >= 2 else np.zeros(b))
+    p = (1.0 + float(np.count_nonzero(null_t >= observed))) / (1.0 + b)
+    one = p > alpha and int(min_clusters) == 1       # min_clusters=2: the caller decided
+    if one or top_k < 2:
+        k, margin = 1, p - float(alpha)
+    elif statistic == "ward_gap":
+        k = min(n - 1 - j, top_k) if n - 1 - j >= 2 else 2
+        margin = float(observed / np.quantile(null_t, 1.0 - float(alpha)))
+    else:
+        k, margin = None, float("inf")
+        for cand in range(2, top_k + 1):
+            if cand + 1 > top:                        # no W_{k+1}: the top of the range
+                k = cand
+                break
+            slack = gap[cand - 1] - (gap[cand] - sd[cand])
+            if slack >= 0:
+                k, margin = cand, float(slack)
+                break
+        if k is None:
+            k = 2 + int(np.argmax(gap[1:top_k]))
+            margin = float(gap[k - 1] - (gap[k] - sd[k])) if k < top else float("inf")
+    if k == 1:
+        labels = np.zeros(n, dtype=np.int64)
+    else:
+        from scipy.cluster.hierarchy import cut_tree
+
+        labels = cut_tree(tree, n_clusters=k).ravel().astype(np.int64)
+    out = KDecision(k=k, labels=labels, statistic=float(observed), null_mean=float(null_t.mean()),
+                    null_sd=float(null_t.std()), p_value=p, alpha=float(alpha), gap=gap,
+                    gap_sd=sd, margin=margin, references=b, null=null,
+                    seed=int(random_state), rule=f"calibrated/{statistic}")
+    logger.info("%s", out.summary())
+    return out
