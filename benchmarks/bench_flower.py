@@ -6,7 +6,10 @@ n = 2000 rows, d = 16, at m = 3 and m = 10 parties (l = 1, t = 1, masked mode, q
 - **native**: ``run_local_grpc_session`` (one process per party, mutual TLS on loopback),
   wall time from the parties' process start to the result;
 - **Flower**: ``flwr run`` of ``benchmarks/flower_app``, whose ServerApp runs
-  :class:`omnifc.flower.SecureDistanceWorkflow`, on a local deployment (``--engine
+  :class:`omnifc.flower.GrpcDataPlaneWorkflow` (``--transport grpc``, the default: one Flower
+  message per node, the session over omnifc's gRPC + mutual TLS to the coordinator the
+  ServerApp hosts) or :class:`omnifc.flower.SecureDistanceWorkflow` (``--transport flower``:
+  one Flower message per node per step), on a local deployment (``--engine
   deployment``, the default: one ``flower-superlink`` and m ``flower-supernode`` processes on
   127.0.0.1, Flower's insecure transport: omnifc's shares stay end-to-end encrypted and its
   evaluations masked; every message runs in a fresh ClientApp process, which imports omnifc
@@ -38,8 +41,6 @@ import json
 import os
 import pathlib
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +49,7 @@ import time
 
 import numpy as np
 
+from omnifc.flower._local import LocalProcesses, free_port, wait_listening
 from protocols import SessionParameters
 from protocols._config import SESSION_FIELDS, ConfigParameters, Deadlines
 from protocols._grpc_local import run_local_grpc_session
@@ -59,35 +61,12 @@ BIN = pathlib.Path(sys.executable).parent
 GOAL = 2.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _tool(name: str) -> str:
     path = BIN / name
     if not path.exists():
         raise SystemExit(f"bench_flower: {name} is not installed beside {sys.executable} "
                          "(pip install 'omnifc[flower]')")
     return str(path)
-
-
-def _descendants(roots) -> set:
-    children: dict = {}
-    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    tree, todo = set(), list(roots)
-    while todo:
-        pid = todo.pop()
-        if pid not in tree:
-            tree.add(pid)
-            todo += children.get(pid, [])
-    return tree
 
 
 class FlowerDeployment:
@@ -97,10 +76,10 @@ class FlowerDeployment:
     every process they started."""
 
     def __init__(self, folder: pathlib.Path, data: dict, session_config: pathlib.Path,
-                 identity: dict, engine: str = "deployment") -> None:
+                 identity: dict, engine: str = "deployment", transport: str = "grpc") -> None:
         self.folder = folder
         self.engine = engine
-        self.port = _free_port()
+        self.port = free_port()
         self.home = folder / "flwr-home"
         self.home.mkdir()
         options = ""
@@ -110,23 +89,28 @@ class FlowerDeployment:
         (self.home / "config.toml").write_text(
             '[superlink]\ndefault = "bench"\n\n[superlink.bench]\n'
             f'address = "127.0.0.1:{self.port}"\ninsecure = true\n{options}')
-        self.extra = (f' keys-dir="{pathlib.Path(str(identity[next(iter(data))])).parent}"'
+        self.extra = (f' transport="{transport}"'
+                      f' keys-dir="{pathlib.Path(str(identity[next(iter(data))])).parent}"'
                       f' data-dir="{folder}"')
         env = dict(os.environ)
         env.update({"FLWR_HOME": str(self.home), "FLWR_DISABLE_UPDATE_CHECK": "1",
                     "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+                    # the SuperExecs look for a ClientApp / ServerApp to start every 1 s by
+                    # default (flwr 1.42's run_superexec.py); the SuperNode's 3 s idle poll
+                    # has no option
+                    "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1",
                     "PATH": f"{BIN}{os.pathsep}{env['PATH']}",
                     "PYTHONPATH": os.pathsep.join([str(ROOT)] + [
                         p for p in [env.get("PYTHONPATH")] if p])})
         self.env = env
-        self.processes: list = []
+        self.processes = LocalProcesses(folder)
         try:
-            self._start("superlink", [_tool("flower-superlink"), "--insecure", "--host",
-                                      "127.0.0.1", "--port", str(self.port), "--database",
-                                      ":flwr-in-memory:",
-                                      "--disable-runtime-dependency-installation"]
-                        + (["--simulation"] if engine == "simulation" else []))
-            self._wait_listening()
+            superlink = self.processes.start("superlink", [
+                _tool("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port",
+                str(self.port), "--database", ":flwr-in-memory:",
+                "--disable-runtime-dependency-installation"]
+                + (["--simulation"] if engine == "simulation" else []), env)
+            wait_listening(self.port, superlink)
             for i, name in enumerate(data):
                 rows = folder / f"data-{i}.npy"
                 np.save(rows, np.asarray(data[name], dtype=np.float64))
@@ -134,28 +118,13 @@ class FlowerDeployment:
                     continue
                 config = (f'omnifc-party="{name}" omnifc-session-config="{session_config}" '
                           f'omnifc-identity="{identity[name]}" bench-data="{rows}"')
-                self._start(f"supernode-{i}", [
+                self.processes.start(f"supernode-{i}", [
                     _tool("flower-supernode"), "--insecure", "--superlink",
                     f"127.0.0.1:{self.port}", "--host", "127.0.0.1", "--port",
-                    str(_free_port()), "--node-config", config])
+                    str(free_port()), "--node-config", config], env)
         except BaseException:
             self.close()
             raise
-
-    def _start(self, name: str, argv: list) -> None:
-        log = open(self.folder / f"{name}.log", "wb")
-        self.processes.append((subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                                env=self.env, cwd=self.folder,
-                                                start_new_session=True), log))
-
-    def _wait_listening(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.2)
-        raise RuntimeError(f"the SuperLink did not listen within {timeout:g} s")
 
     def run(self, session_config: pathlib.Path, timeout: float) -> tuple[dict, float]:
         result = self.folder / f"result-{time.monotonic_ns()}.json"
@@ -174,24 +143,7 @@ class FlowerDeployment:
         return json.loads(result.read_text()), wall
 
     def close(self) -> None:
-        tree = _descendants(p.pid for p, _ in self.processes)
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in sorted(tree | _descendants(tree)):
-                for kill in (os.killpg, os.kill):
-                    try:
-                        kill(pid, sig)
-                    except (ProcessLookupError, PermissionError):
-                        pass
-            if sig == signal.SIGTERM:
-                deadline = time.monotonic() + 10
-                for process, _ in self.processes:
-                    try:
-                        process.wait(timeout=max(0.1, deadline - time.monotonic()))
-                    except subprocess.TimeoutExpired:
-                        pass
-        for process, log in self.processes:
-            process.wait(timeout=10)
-            log.close()
+        self.processes.stop()
 
 
 def _total_bytes(stats: dict) -> int:
@@ -204,7 +156,7 @@ def _digest(outcome) -> str:
 
 
 def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout: float,
-          warmup: bool = True, engine: str = "deployment"):
+          warmup: bool = True, engine: str = "deployment", transport: str = "grpc"):
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (n, dim))
     bounds = np.linspace(0, n, parties + 1).astype(int)
@@ -213,13 +165,14 @@ def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout
     folder = pathlib.Path(tempfile.mkdtemp(prefix="omnifc-bench-flower-"))
     try:
         certs = generate_certificates(
-            folder / "certs", list(data), coordinator_address="127.0.0.1:0",
+            # the gRPC data plane's coordinator listens in the ServerApp on this port
+            folder / "certs", list(data), coordinator_address=f"127.0.0.1:{free_port()}",
             parameters=ConfigParameters.of(params),
             deadlines=Deadlines(join=timeout, shares=timeout, evaluation=timeout,
                                 result=timeout),
             **{f.name: getattr(params, f.name) for f in SESSION_FIELDS})
         identity = {name: folder / "certs" / f"{name}.identity.pem" for name in data}
-        deployment = FlowerDeployment(folder, data, certs.config, identity, engine)
+        deployment = FlowerDeployment(folder, data, certs.config, identity, engine, transport)
         native, flower, flower_run, digests = [], [], [], set()
         try:
             if warmup:  # app install, first imports and numba caches, on both paths
@@ -242,7 +195,7 @@ def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout
         raise RuntimeError(f"the two paths returned different D: {sorted(digests)}")
     native_s = statistics.median(s for s, _ in native)
     flower_s = statistics.median(s for s, _ in flower)
-    return {"parties": parties, "runs": repeats, "engine": engine,
+    return {"parties": parties, "runs": repeats, "engine": engine, "transport": transport,
             "native_seconds": native_s, "native_bytes": statistics.median(b for _, b in native),
             "flower_seconds": flower_s, "flower_bytes": statistics.median(b for _, b in flower),
             "flower_run_seconds": statistics.median(flower_run),
@@ -262,6 +215,10 @@ def main(argv=None) -> int:
     parser.add_argument("--engine", choices=("deployment", "simulation"), default="deployment",
                         help="the Flower runtime: SuperNode processes (a ClientApp process "
                              "per message) or the simulation engine (Ray actors)")
+    parser.add_argument("--transport", choices=("grpc", "flower"), default="grpc",
+                        help="the Flower path's data plane: one Flower message per node and "
+                             "the session over omnifc's gRPC (GrpcDataPlaneWorkflow), or one "
+                             "Flower message per node per step (SecureDistanceWorkflow)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: n = 200, m = 3, one run each")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
@@ -275,9 +232,9 @@ def main(argv=None) -> int:
     rows = []
     for m in parties:
         row = bench(args.n, args.dim, m, args.scale_bits, args.repeats, args.timeout,
-                    warmup=not args.quick, engine=args.engine)
+                    warmup=not args.quick, engine=args.engine, transport=args.transport)
         rows.append(row)
-        print(f"m={m:<3} [{args.engine}] native gRPC+TLS {row['native_seconds']:8.2f} s "
+        print(f"m={m:<3} [{args.engine}, {args.transport}] native gRPC+TLS {row['native_seconds']:8.2f} s "
               f"{row['native_bytes'] / 1e6:9.2f} MB | Flower {row['flower_seconds']:8.2f} s "
               f"{row['flower_bytes'] / 1e6:9.2f} MB (flwr run end to end "
               f"{row['flower_run_seconds']:.2f} s) | ratio {row['ratio']:5.2f}x "

@@ -185,3 +185,17 @@ def test_documented_command_runs(where, words, tmp_path):
     assert result.returncode == 0, (f"{where}: `{' '.join(words)}` exited "
                                     f"{result.returncode}\n{result.stdout[-2000:]}\n"
                                     f"{result.stderr[-2000:]}")
+
+
+def test_ci_run_is_exactly_the_readme_test_command():
+    """.ci/run runs README's test command, word for word (the main suite, then the protobuf
+    matrix), so what the README promises is what CI runs."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"Install the test extras and run the tests.*?```bash\n(.*?)\n```",
+                      readme, re.S)
+    assert block is not None, "README lost its test command"
+    (command,) = block.group(1).splitlines()
+    assert "bash .ci/protobuf_matrix.sh" in command
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.strip() and not line.lstrip().startswith("#")]
+    assert ci[-1] == command

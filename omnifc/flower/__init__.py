@@ -16,11 +16,11 @@ imports it.
 from ._client import (KeystreamSource, PartyHandler, PartySetup, add_party, party_status,
                       setup_from_node_config)
 from ._constants import ACTION, MESSAGE_TYPE
-from ._server import SecureDistanceWorkflow
+from ._server import GrpcDataPlaneWorkflow, SecureDistanceWorkflow
 from ._strategy import (EMBEDDINGS, ClusteredFedAvg, ClusteredResult, Embedding,
                         client_distances, embedding)
 
-__all__ = ["SecureDistanceWorkflow", "ClusteredFedAvg", "ClusteredResult", "Embedding",
+__all__ = ["SecureDistanceWorkflow", "GrpcDataPlaneWorkflow", "ClusteredFedAvg", "ClusteredResult", "Embedding",
            "EMBEDDINGS", "embedding", "client_distances", "PartyHandler", "PartySetup", "add_party",
            "party_status", "setup_from_node_config", "KeystreamSource", "ACTION",
            "MESSAGE_TYPE"]

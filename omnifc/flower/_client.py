@@ -16,6 +16,14 @@ whoever reads it and the relayed ciphertexts can decrypt this party's shares. On
 one session; a second ``start`` of any session this node has started (the node's Context lists
 them) is refused, so randomness is never reused.
 
+**The gRPC data plane** (a start message with ``transport = "grpc"``, sent by
+:class:`omnifc.flower.GrpcDataPlaneWorkflow`): the handler runs the whole session in that
+one message, over omnifc's own gRPC with mutual TLS to the coordinator address of the
+session config this node pinned (:func:`protocols.run_party`, what ``omnifc join`` does),
+with the OS CSPRNG and nothing kept in the Context but the session's end (phase, error). The
+message names no address: a server cannot point the party anywhere else, and the party's
+TLS pins the coordinator's certificate.
+
 Everything the party's own rules say holds unchanged (pinned identity keys, roster checks,
 masks bound to the view, fail closed): this module only carries bytes. A failure leaves the
 party failed; the reply carries its ErrorReport, and :func:`party_status` tells the ClientApp
@@ -75,6 +83,9 @@ class PartySetup:
     parameters: object  # protocols.SessionParameters
     identity_key: object  # Ed25519PrivateKey
     pinned: dict
+    #: the whole session config (protocols.SessionConfig): its coordinator address and TLS
+    #: files are what the gRPC data plane uses; None: that data plane is refused
+    config: object = None
 
     def __repr__(self) -> str:
         return (f"PartySetup(party_id={self.party_id!r}, session_id={self.session_id!r}, "
@@ -102,7 +113,8 @@ def setup_from_node_config(context) -> list:
         config = load_session_config(path.strip())
         setups.append(PartySetup(str(config_of[C.NODE_PARTY]), config.session_id,
                                  parameters_from_config(config), identity,
-                                 {e.name: e.identity_public_key for e in config.parties}))
+                                 {e.name: e.identity_public_key for e in config.parties},
+                                 config))
     return setups
 
 
@@ -152,25 +164,82 @@ class PartyHandler:
         session = str(record[C.KEY_SESSION])
         incoming = [bytes(b) for b in (record.get(C.KEY_ENVELOPES) or [])]
         start = bool(record.get(C.KEY_START, False))
+        transport = str(record.get(C.KEY_TRANSPORT, C.TRANSPORT_FLOWER))
+        if transport == C.TRANSPORT_GRPC and start:
+            phase, error = self._run_grpc(context, session)
+            return Message(RecordDict({C.RECORD: ConfigRecord(
+                {C.KEY_SESSION: session, C.KEY_PHASE: phase, C.KEY_ERROR: error})}),
+                reply_to=message)
+        if transport != C.TRANSPORT_FLOWER:
+            raise ProtocolError(f"an omnifc message with transport {transport!r} (expected "
+                                f"{C.TRANSPORT_FLOWER!r}, or {C.TRANSPORT_GRPC!r} to start)")
         out = self._handle(context, session, start, incoming)
         reply = ConfigRecord({C.KEY_SESSION: session, C.KEY_ENVELOPES: out} if out
                              else {C.KEY_SESSION: session})
         return Message(RecordDict({C.RECORD: reply}), reply_to=message)
+
+    def _start_once(self, context, session: str) -> PartySetup:
+        """Refuse a session this node started before; else record it as started and
+        return this node's setup for it."""
+        from flwr.app import ConfigRecord
+
+        state = context.state.config_records.get(C.STATE_RECORD)
+        started = context.state.config_records.get(C.STARTED_RECORD)
+        seen = [str(s) for s in (started.get(C.STARTED_SESSIONS) or [])] if started else []
+        if session in seen or (state is not None and str(state[C.STATE_SESSION]) == session):
+            raise ProtocolError(f"session {session!r} was already started on this node; "
+                                "a session is started once (its randomness is never "
+                                "reused)")
+        setup = self._setup_for(context, session)
+        context.state.config_records[C.STARTED_RECORD] = ConfigRecord(
+            {C.STARTED_SESSIONS: seen + [session]})
+        return setup
+
+    def _run_grpc(self, context, session: str) -> tuple[str, str]:
+        """The whole session over omnifc's gRPC data plane; returns (phase, error)."""
+        from flwr.app import ConfigRecord
+
+        from protocols import party_credentials
+        from protocols._grpc_party import run_party
+
+        setup = self._start_once(context, session)
+        config = setup.config
+        if config is None:
+            raise ProtocolError(f"session {session!r} over omnifc's gRPC needs the session "
+                                "config on the node (PartySetup.config)")
+        state = ConfigRecord({C.STATE_SESSION: session, C.STATE_SEED: b"",
+                              C.STATE_PHASE: "init", C.STATE_ERROR: ""})
+        context.state.config_records[C.STATE_RECORD] = state
+        party = Party(setup.party_id, self._rows(context, session), session_id=session,
+                      parameters=setup.parameters, identity_key=setup.identity_key,
+                      pinned=setup.pinned)  # the OS CSPRNG: the party lives in this call
+        d = config.deadlines
+        try:
+            run_party(party, config.coordinator,
+                      credentials=None if config.insecure
+                      else party_credentials(config, setup.party_id),
+                      insecure=config.insecure,
+                      timeout=d.join + d.shares + d.evaluation * 4 + d.result,
+                      connect_timeout=d.join,
+                      tls_files=None if config.insecure else config.party_tls(setup.party_id))
+        except Exception as exc:  # fail closed: the party failed, the node says why
+            error = as_protocol_error(exc, f"party {setup.party_id!r}", party.phase)
+            if party.phase != "failed":
+                party._fail(error)
+            logger.warning("party %r failed: %s", party.party_id, error)
+        state[C.STATE_PHASE] = party.phase
+        state[C.STATE_ERROR] = "" if party.error is None else str(party.error)
+        context.state.config_records[C.STATE_RECORD] = state
+        if party.phase == "done" and self.on_result is not None:
+            self.on_result(party, context)
+        return str(state[C.STATE_PHASE]), str(state[C.STATE_ERROR])
 
     def _handle(self, context, session: str, start: bool, incoming: list) -> list:
         from flwr.app import ConfigRecord
 
         state = context.state.config_records.get(C.STATE_RECORD)
         if start:
-            started = context.state.config_records.get(C.STARTED_RECORD)
-            seen = [str(s) for s in (started.get(C.STARTED_SESSIONS) or [])] if started else []
-            if session in seen or (state is not None and str(state[C.STATE_SESSION]) == session):
-                raise ProtocolError(f"session {session!r} was already started on this node; "
-                                    "a session is started once (its randomness is never "
-                                    "reused)")
-            setup = self._setup_for(context, session)
-            context.state.config_records[C.STARTED_RECORD] = ConfigRecord(
-                {C.STARTED_SESSIONS: seen + [session]})
+            setup = self._start_once(context, session)
             state = ConfigRecord({C.STATE_SESSION: session, C.STATE_SEED: os.urandom(_SEED_BYTES),
                                   C.STATE_PHASE: "init", C.STATE_ERROR: ""})
             context.state.config_records[C.STATE_RECORD] = state

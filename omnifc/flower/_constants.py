@@ -17,6 +17,15 @@ RECORD = "omnifc"
 KEY_SESSION = "session"          # str: the session id
 KEY_START = "start"              # bool: start the party (send the hello)
 KEY_ENVELOPES = "envelopes"      # list[bytes]: serialized omnifc.v1.Envelope, in order
+KEY_TRANSPORT = "transport"      # str: "flower" (envelopes in messages; the default) or
+                                 # "grpc" (the whole session over omnifc's own gRPC + mutual
+                                 # TLS, to the coordinator address of the pinned session config)
+KEY_PHASE = "phase"              # str, in a "grpc" reply: the party's phase at its end
+KEY_ERROR = "error"              # str, in a "grpc" reply: why it failed ("" if it did not)
+
+#: The two data planes (:data:`KEY_TRANSPORT`).
+TRANSPORT_FLOWER = "flower"
+TRANSPORT_GRPC = "grpc"
 
 #: The ConfigRecord of the node's ``context.state`` that holds the party between messages.
 STATE_RECORD = "omnifc.party"

@@ -41,7 +41,7 @@ from protocols import omnifc_pb2 as pb
 
 from . import _constants as C
 
-__all__ = ["SecureDistanceWorkflow", "send_and_poll"]
+__all__ = ["SecureDistanceWorkflow", "GrpcDataPlaneWorkflow", "send_and_poll"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,20 @@ def send_and_poll(grid, messages, *, timeout: float, poll_interval: float = 0.1)
             break
         time.sleep(min(poll_interval, max(0.0, deadline - time.monotonic())))
     return replies
+
+
+def _wait_for_nodes(grid, needed: int, timeout: float) -> list:
+    """The grid's node ids once at least ``needed`` are connected (PeerError after
+    ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = sorted(grid.get_node_ids())
+        if len(nodes) >= needed:
+            return nodes
+        if time.monotonic() >= deadline:
+            raise PeerError(f"{len(nodes)} Flower nodes connected within {timeout:g} s, "
+                            f"the session needs {needed}", party="nodes", phase="join")
+        time.sleep(0.2)
 
 
 class SecureDistanceWorkflow:
@@ -160,17 +174,7 @@ class SecureDistanceWorkflow:
 
     # -- the session ---------------------------------------------------------------------
     def _wait_for_nodes(self, grid) -> list:
-        needed = len(self.pinned)
-        deadline = time.monotonic() + self.join_timeout
-        while True:
-            nodes = sorted(grid.get_node_ids())
-            if len(nodes) >= needed:
-                return nodes
-            if time.monotonic() >= deadline:
-                raise PeerError(f"{len(nodes)} Flower nodes connected within "
-                                f"{self.join_timeout:g} s, the session needs {needed}",
-                                party="nodes", phase="join")
-            time.sleep(0.2)
+        return _wait_for_nodes(grid, len(self.pinned), self.join_timeout)
 
     def __call__(self, grid, context=None):
         """Run the session; return the :class:`protocols.Outcome` (raise on failure)."""
@@ -272,3 +276,123 @@ class SecureDistanceWorkflow:
                 self._exchange(grid, reports)
             except Exception:  # the session failed already; the reports are best effort
                 logger.warning("could not deliver the error reports to every node")
+
+
+class GrpcDataPlaneWorkflow:
+    """One omnifc session over omnifc's own gRPC data plane, orchestrated by Flower.
+
+    The ServerApp hosts omnifc's gRPC coordinator (:class:`protocols.CoordinatorServer`,
+    mutual TLS, what ``omnifc serve`` runs) at the session config's ``coordinator``
+    address, and sends every node **one** Flower message (``transport = "grpc"``, no
+    address, no data). Each node's party handler then runs the whole session in that
+    message (``protocols.run_party``: what ``omnifc join`` does) against the coordinator
+    address of the session config *it* pinned, and replies with its end (phase, error).
+    So a session costs one Flower message per node instead of one per step; the phases,
+    deadlines, dropouts, integrity checks and fail-closed rules are those of the native gRPC
+    path (docs/protocol.md), unchanged. What changes is the topology: the nodes must reach
+    the ServerApp's host on omnifc's port (besides the SuperLink's), and omnifc's TLS
+    certificates (from its key ceremony) authenticate both ends.
+
+    Parameters
+    ----------
+    config : protocols.SessionConfig
+        The session config every party pinned, with the coordinator's TLS key (or
+        ``insecure``, tests only).
+    cluster, responders : optional
+        As for :class:`protocols.Coordinator`.
+    join_timeout : float
+        Seconds to wait for the Flower nodes to connect (before any message).
+    address : str, optional
+        Where the coordinator listens (default: the config's ``coordinator``).
+    poll_interval : float
+        Seconds between pulls of the nodes' replies.
+
+    Calling it returns the :class:`protocols.Outcome` or raises the coordinator's error
+    (after every node that still answers said how its party ended, within the result
+    deadline). :attr:`ends` maps node id -> (phase, error) as the nodes replied.
+    """
+
+    def __init__(self, config, *, cluster: Callable | None = None, responders=None,
+                 join_timeout: float = 60.0, address: str | None = None,
+                 poll_interval: float = 0.1) -> None:
+        self.config = config
+        self.session_id = str(config.session_id)
+        self.cluster = cluster
+        self.responders = responders
+        self.join_timeout = float(join_timeout)
+        self.address = address
+        self.poll_interval = float(poll_interval)
+        self.outcome = None
+        self.coordinator = None
+        self.server = None
+        self.ends: dict = {}
+
+    def _session_seconds(self) -> float:
+        d = self.config.deadlines
+        return d.join + d.shares + d.evaluation * 4 + d.result
+
+    def __call__(self, grid, context=None):
+        from flwr.app import ConfigRecord, Message, RecordDict
+
+        from protocols import CoordinatorServer, coordinator_credentials
+        from protocols._grpc_coordinator import coordinator_from_config
+
+        config = self.config
+        coordinator = coordinator_from_config(config, cluster=self.cluster,
+                                              responders=self.responders)
+        self.coordinator = coordinator
+        server = CoordinatorServer(
+            coordinator, config.deadlines, address=self.address or config.coordinator,
+            credentials=None if config.insecure else coordinator_credentials(config),
+            insecure=config.insecure, config=config).start()
+        self.server = server
+        waiting: set = set()
+        try:
+            nodes = _wait_for_nodes(grid, len(config.party_names), self.join_timeout)
+            ttl = self._session_seconds() + 60.0
+            record = {C.KEY_SESSION: self.session_id, C.KEY_START: True,
+                      C.KEY_TRANSPORT: C.TRANSPORT_GRPC}
+            waiting = set(grid.push_messages([
+                Message(RecordDict({C.RECORD: ConfigRecord(dict(record))}), dst_node_id=node,
+                        message_type=C.MESSAGE_TYPE, group_id=self.session_id, ttl=ttl)
+                for node in nodes]))
+            outcome = server.run()  # the coordinator's deadlines; raises its error
+        except ProtocolError as error:
+            if coordinator.error is None and coordinator.outcome is None:
+                server.fail(error)  # every connected party hears why
+            raise
+        except Exception as error:  # fail closed on anything else too
+            wrapped = ProtocolError(f"the Flower workflow failed: unexpected "
+                                    f"{type(error).__name__}")
+            if coordinator.error is None and coordinator.outcome is None:
+                server.fail(wrapped)
+            raise wrapped from error
+        finally:
+            server.stop()
+            self._collect(grid, waiting)
+        self.outcome = outcome
+        return outcome
+
+    def _collect(self, grid, waiting: set) -> None:
+        """The nodes' replies (how each party ended), at most the result deadline."""
+        if not waiting:
+            return
+        try:
+            deadline = time.monotonic() + max(self.config.deadlines.result, 1.0)
+            while waiting and time.monotonic() < deadline:
+                for reply in grid.pull_messages(set(waiting)):
+                    waiting.discard(reply.metadata.reply_to_message_id)
+                    node = reply.metadata.src_node_id
+                    if reply.has_error():
+                        self.ends[node] = ("failed", f"Flower error: {reply.error.reason}")
+                        continue
+                    record = reply.content.config_records.get(C.RECORD)
+                    if record is None:
+                        self.ends[node] = ("failed", f"no {C.RECORD!r} record")
+                        continue
+                    self.ends[node] = (str(record.get(C.KEY_PHASE, "")),
+                                       str(record.get(C.KEY_ERROR, "")))
+                if waiting:
+                    time.sleep(self.poll_interval)
+        except Exception:  # the session's end is decided; the replies are best effort
+            logger.warning("could not collect every node's reply")

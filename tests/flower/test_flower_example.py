@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +22,8 @@ import pytest
 
 pytest.importorskip("flwr", reason="flwr is not installed (pip install 'omnifc[flower]'); "
                     ".ci/protobuf_matrix.sh runs these tests in its low venv")
+
+from omnifc.flower._local import LocalProcesses, free_port, wait_listening  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "flower"
@@ -41,16 +41,12 @@ def _tool(name: str) -> str:
     return str(path)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _env(home: pathlib.Path) -> dict:
     env = dict(os.environ)
     env.update({"FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-                "FLWR_DISABLE_UPDATE_CHECK": "1", "PATH": f"{BIN}{os.pathsep}{env['PATH']}",
+                "FLWR_DISABLE_UPDATE_CHECK": "1",
+                # the SuperExecs look for an app to start every 0.1 s, not every 1 s
+                "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1", "PATH": f"{BIN}{os.pathsep}{env['PATH']}",
                 # the ServerApp and ClientApp processes import this checkout's packages
                 "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])})
     return env
@@ -73,103 +69,18 @@ def _connection(home: pathlib.Path, port: int, options: str = "") -> None:
         f'address = "127.0.0.1:{port}"\ninsecure = true\n{options}')
 
 
-class Processes:
-    """Started processes, each in its own session; ``stop`` kills their process groups."""
-
-    def __init__(self, folder: pathlib.Path) -> None:
-        self.folder = folder
-        self.started: list = []
-
-    def start(self, name: str, argv: list, env: dict) -> subprocess.Popen:
-        log = open(self.folder / f"{name}.log", "wb")
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                   cwd=self.folder, start_new_session=True)
-        self.started.append((name, process, log))
-        return process
-
-    def log(self, name: str) -> str:
-        return (self.folder / f"{name}.log").read_text(errors="replace")
-
-    def _tree(self) -> set:
-        """The started processes and all their descendants (Flower's SuperExec starts its
-        ServerApp and ClientApp processes in sessions of their own)."""
-        children: dict = {}
-        for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        tree, todo = set(), [process.pid for _, process, _ in self.started]
-        while todo:
-            pid = todo.pop()
-            if pid not in tree:
-                tree.add(pid)
-                todo += children.get(pid, [])
-        return tree
-
-    def stop(self) -> None:
-        tree = self._tree()
-        for pid in tree:
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(pid, signal.SIGTERM)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        deadline = time.monotonic() + 10
-        for _, process, _ in self.started:
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for pid in tree | self._tree():  # stragglers
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        for _, process, log in self.started:
-            process.wait(timeout=10)
-            log.close()
-        self.stopped = tree
-
-    def alive(self) -> list:
-        """Processes of the stopped tree that still run (zombies excepted)."""
-        out = []
-        for pid in getattr(self, "stopped", ()):
-            try:
-                state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except OSError:
-                continue
-            if state != "Z":
-                out.append(pid)
-        return out
-
-
-def _wait_listening(port: int, process: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"the SuperLink exited with {process.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise AssertionError(f"nothing listened on 127.0.0.1:{port} within {timeout} s")
-
-
-def _superlink(processes: Processes, env: dict, port: int, *, simulation: bool):
+def _superlink(processes: LocalProcesses, env: dict, port: int, *, simulation: bool):
     argv = [_tool("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port",
             str(port), "--database", ":flwr-in-memory:",
             "--disable-runtime-dependency-installation"]
     if simulation:
         argv += ["--simulation"]
     process = processes.start("superlink", argv, env)
-    _wait_listening(port, process)
+    wait_listening(port, process)
     return process
 
 
-def _flwr_run(processes: Processes, env: dict, keys: pathlib.Path, result: pathlib.Path,
+def _flwr_run(processes: LocalProcesses, env: dict, keys: pathlib.Path, result: pathlib.Path,
               timeout: float, rounds: int) -> None:
     overrides = (f'keys-dir="{keys}" result-file="{result}" phase-timeout=120.0 '
                  f'num-server-rounds={rounds}')
@@ -205,11 +116,11 @@ def test_example_runs_with_flwr_run_in_the_simulation_engine(tmp_path):
     pytest.importorskip("ray", reason="Flower's simulation engine needs flwr[simulation]")
     keys = _keys(tmp_path / "keys")
     home = tmp_path / "flwr-home"
-    port = _free_port()
+    port = free_port()
     _connection(home, port, f"options.num-supernodes = {NODES}\n"
                             "options.backend.client-resources.num-cpus = 1\n")
     env = _env(home)
-    processes = Processes(tmp_path)
+    processes = LocalProcesses(tmp_path)
     try:
         _superlink(processes, env, port, simulation=True)
         _flwr_run(processes, env, keys, tmp_path / "result.json", timeout=480, rounds=3)
@@ -223,10 +134,10 @@ def test_example_runs_with_flwr_run_in_the_simulation_engine(tmp_path):
 def test_example_runs_as_a_local_deployment_of_superlink_and_supernodes(tmp_path):
     keys = _keys(tmp_path / "keys")
     home = tmp_path / "flwr-home"
-    port = _free_port()
+    port = free_port()
     _connection(home, port)
     env = _env(home)
-    processes = Processes(tmp_path)
+    processes = LocalProcesses(tmp_path)
     try:
         superlink = _superlink(processes, env, port, simulation=False)
         for i in range(NODES):
@@ -235,7 +146,7 @@ def test_example_runs_as_a_local_deployment_of_superlink_and_supernodes(tmp_path
                            f'omnifc-identity="{keys / f"org-{i}.identity.pem"}"')
             processes.start(f"supernode-{i}", [
                 _tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{port}",
-                "--host", "127.0.0.1", "--port", str(_free_port()),
+                "--host", "127.0.0.1", "--port", str(free_port()),
                 "--node-config", node_config], env)
         # a ClientApp process per message (Flower's subprocess isolation): one round
         _flwr_run(processes, env, keys, tmp_path / "result.json", timeout=600, rounds=1)

@@ -18,6 +18,9 @@ flwr = pytest.importorskip(
     "flwr", reason="flwr is not installed (pip install 'omnifc[flower]'); "
     ".ci/protobuf_matrix.sh runs these tests in its low venv, which has flwr 1.42")
 
+#: in-process Grid, no sockets: .ci/run runs these in the matrix's low venv (flwr 1.42)
+pytestmark = pytest.mark.protobuf_matrix
+
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict  # noqa: E402
 from flwr.common import MessageType  # noqa: E402
 

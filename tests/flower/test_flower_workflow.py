@@ -20,6 +20,9 @@ flwr = pytest.importorskip(
     "flwr", reason="flwr is not installed (pip install 'omnifc[flower]'); "
     ".ci/protobuf_matrix.sh runs these tests in its low venv, which has flwr 1.42")
 
+#: in-process Grid, no sockets: .ci/run runs these in the matrix's low venv (flwr 1.42)
+pytestmark = pytest.mark.protobuf_matrix
+
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 from scipy.cluster.hierarchy import fcluster, linkage  # noqa: E402

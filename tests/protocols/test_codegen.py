@@ -15,8 +15,8 @@ import pytest
 
 from protocols import _codegen
 
-#: run on the lowest and the highest protobuf (.ci/protobuf_matrix.sh)
-pytestmark = pytest.mark.protobuf
+#: run by .ci/run on the lowest and the highest protobuf too (.ci/protobuf_matrix.sh)
+pytestmark = [pytest.mark.protobuf, pytest.mark.protobuf_matrix]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PINNED = _codegen.tools_version() == _codegen.GRPCIO_TOOLS_VERSION

@@ -22,6 +22,7 @@ def rows(data):
     return np.concatenate(list(data.values()))
 
 
+@pytest.mark.protobuf_matrix  # the one gRPC + mutual TLS session of .ci/protobuf_matrix.sh
 def test_library_call_over_grpc_equals_memory_and_plaintext():
     data = random_data([6, 4, 5], 4, seed=21)  # m = 3, l = 1
     over_grpc = omnifc.secure_distance_matrix(data, bound=1.0, scale_bits=10,

@@ -24,8 +24,8 @@ from protocols._memory import ReceivedMessage
 from protocols._party import Party
 
 
-#: run on the lowest and the highest protobuf (.ci/protobuf_matrix.sh)
-pytestmark = [pytest.mark.protobuf, pytest.mark.timeout(120)]
+#: run by .ci/run on the lowest and the highest protobuf too (.ci/protobuf_matrix.sh)
+pytestmark = [pytest.mark.protobuf, pytest.mark.protobuf_matrix, pytest.mark.timeout(120)]
 
 
 def all_rows(data):

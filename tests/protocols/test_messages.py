@@ -29,7 +29,8 @@ from protocols._messages import (
     vector_tiles,
 )
 
-pytestmark = [pytest.mark.protobuf, pytest.mark.timeout(120)]
+#: run by .ci/run on the lowest and the highest protobuf too (.ci/protobuf_matrix.sh)
+pytestmark = [pytest.mark.protobuf, pytest.mark.protobuf_matrix, pytest.mark.timeout(120)]
 
 
 def exactly(message: str) -> str:

@@ -12,8 +12,8 @@ from protocols._generated import omnifc_pb2 as pb
 from protocols._messages import envelope
 from protocol_helpers import Session, random_data
 
-#: run on the lowest and the highest protobuf (.ci/protobuf_matrix.sh)
-pytestmark = pytest.mark.protobuf
+#: run by .ci/run on the lowest and the highest protobuf too (.ci/protobuf_matrix.sh)
+pytestmark = [pytest.mark.protobuf, pytest.mark.protobuf_matrix]
 
 PARAMS = SessionParameters(dim=3, bound=1.0, scale_bits=8)
 

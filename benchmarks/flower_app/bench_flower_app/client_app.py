@@ -32,7 +32,7 @@ def setup(context):
     return PartySetup(name, config.session_id, parameters_from_config(config),
                       load_identity(Path(str(context.run_config["keys-dir"]))
                                     / f"{name}.identity.pem"),
-                      {p.name: p.identity_public_key for p in config.parties})
+                      {p.name: p.identity_public_key for p in config.parties}, config)
 
 
 add_party(app, rows, setup=setup)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from flwr.serverapp import ServerApp
 
-from omnifc.flower import SecureDistanceWorkflow
+from omnifc.flower import GrpcDataPlaneWorkflow, SecureDistanceWorkflow
 from protocols import load_session_config
 from protocols._grpc_coordinator import parameters_from_config
 
@@ -19,10 +19,14 @@ app = ServerApp()
 def main(grid, context):
     run = context.run_config
     config = load_session_config(str(run["session-config"]))
-    workflow = SecureDistanceWorkflow(
-        config.session_id, parameters_from_config(config),
-        {p.name: p.identity_public_key for p in config.parties},
-        phase_timeout=float(run["phase-timeout"]), join_timeout=float(run["phase-timeout"]))
+    if str(run["transport"]) == "grpc":  # one Flower message per node, omnifc's gRPC
+        workflow = GrpcDataPlaneWorkflow(config, join_timeout=float(run["phase-timeout"]))
+    else:  # one Flower message per node per step
+        workflow = SecureDistanceWorkflow(
+            config.session_id, parameters_from_config(config),
+            {p.name: p.identity_public_key for p in config.parties},
+            phase_timeout=float(run["phase-timeout"]),
+            join_timeout=float(run["phase-timeout"]))
     start = time.perf_counter()
     outcome = workflow(grid)
     seconds = time.perf_counter() - start
@@ -30,4 +34,5 @@ def main(grid, context):
     Path(str(run["result-file"])).write_text(json.dumps({
         "seconds": seconds, "stats": outcome.stats, "round": outcome.round,
         "responders": outcome.responders, "primes": outcome.parameters["primes"],
-        "sha256": hashlib.sha256(integer.tobytes()).hexdigest()}))
+        "sha256": hashlib.sha256(integer.tobytes()).hexdigest(),
+        "transport": str(run["transport"])}))

@@ -1,0 +1,148 @@
+"""GrpcDataPlaneWorkflow: Flower orchestrates (one message per node), omnifc's own gRPC with
+mutual TLS on 127.0.0.1 carries the session. The nodes are real ClientApps with real Contexts
+(tests/flower/flower_helpers.py), each handling its message in a thread of its own, as
+SuperNodes run them concurrently."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import threading
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+flwr = pytest.importorskip(
+    "flwr", reason="flwr is not installed (pip install 'omnifc[flower]'); "
+    ".ci/protobuf_matrix.sh runs these tests in its low venv, which has flwr 1.42")
+
+from flwr.app import Error, Message  # noqa: E402
+from flwr.clientapp import ClientApp  # noqa: E402
+from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode  # noqa: E402
+
+from finite_field import DeadlineError, ProtocolError  # noqa: E402
+from omnifc.flower import GrpcDataPlaneWorkflow, PartySetup, add_party, party_status  # noqa: E402
+from omnifc.flower import _constants as C  # noqa: E402
+from omnifc.flower._local import free_port  # noqa: E402
+from protocols import SessionParameters, generate_certificates, load_session_config  # noqa: E402
+from protocols import load_identity, parameters_from_config  # noqa: E402
+from protocols._config import SESSION_FIELDS, ConfigParameters, Deadlines  # noqa: E402
+
+from flower_helpers import LoopbackGrid  # noqa: E402
+
+TESTS = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS))
+from oracles import plaintext_sq_distances  # noqa: E402
+
+#: .ci/run runs these in the matrix's low venv (flwr 1.42): one session each, on loopback
+pytestmark = [pytest.mark.protobuf_matrix, pytest.mark.network, pytest.mark.slow,
+              pytest.mark.timeout(120)]
+
+BOUND, SCALE_BITS, DIM = 1.0, 8, 4
+
+
+class ThreadedGrid(LoopbackGrid):
+    """LoopbackGrid whose nodes handle their messages concurrently (a thread per message),
+    the replies pulled when ready."""
+
+    def push_messages(self, messages):
+        ids = []
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+            message.metadata.__dict__["_run_id"] = self._run_id
+            message.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+            self.sent.append(message)
+            ids.append(message.metadata.message_id)
+            node = message.metadata.dst_node_id
+            if node in self.silent or node not in self.apps:
+                continue
+            threading.Thread(target=self._answer, args=(node, message), daemon=True).start()
+        return ids
+
+    def _answer(self, node, message):
+        try:
+            reply = self.apps[node](message, self.contexts[node])
+        except Exception as exc:  # a SuperNode answers with an error reply
+            reply = Message(Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
+                                  f"{type(exc).__name__}: {exc}"), reply_to=message)
+        reply.metadata.__dict__["_src_node_id"] = node
+        self._replies[message.metadata.message_id] = reply
+
+
+def _session(tmp_path, data, deadline=20.0):
+    params = SessionParameters(dim=DIM, bound=BOUND, scale_bits=SCALE_BITS)
+    certs = generate_certificates(
+        tmp_path / "certs", list(data), coordinator_address=f"127.0.0.1:{free_port()}",
+        parameters=ConfigParameters.of(params),
+        deadlines=Deadlines(join=deadline, shares=deadline, evaluation=deadline, result=5.0),
+        **{f.name: getattr(params, f.name) for f in SESSION_FIELDS})
+    config = load_session_config(certs.config)
+    apps, configs = {}, {}
+    for i, name in enumerate(data):
+        app = ClientApp()
+        setup = PartySetup(name, config.session_id, parameters_from_config(config),
+                           load_identity(tmp_path / "certs" / f"{name}.identity.pem"),
+                           {p.name: p.identity_public_key for p in config.parties}, config)
+        add_party(app, lambda context, name=name: data[name], setup=lambda context, s=setup: s)
+        apps[2000 + i], configs[2000 + i] = app, {C.NODE_PARTY: name}
+    return config, ThreadedGrid(apps, configs)
+
+
+def _data():
+    rng = np.random.default_rng(5)
+    return {f"org-{i}": rng.uniform(-1, 1, (n, DIM)) for i, n in enumerate([5, 4, 6])}
+
+
+def test_one_flower_message_per_node_and_d_exact_over_the_grpc_data_plane(tmp_path):
+    data = _data()
+    config, grid = _session(tmp_path, data)
+    outcome = GrpcDataPlaneWorkflow(config, join_timeout=5)(grid)
+    expected = plaintext_sq_distances(np.concatenate(list(data.values())), BOUND, SCALE_BITS)
+    assert np.array_equal(np.asarray(outcome.integer), expected)
+    # Flower carried one start message per node and one reply each: no envelope, no row
+    assert sorted(m.metadata.dst_node_id for m in grid.sent) == [2000, 2001, 2002]
+    for message in grid.sent:
+        record = message.content.config_records[C.RECORD]
+        assert dict(record) == {C.KEY_SESSION: config.session_id, C.KEY_START: True,
+                                C.KEY_TRANSPORT: C.TRANSPORT_GRPC}
+        assert not message.content.array_records
+    assert len(grid.received) == 3
+    for reply in grid.received:
+        assert dict(reply.content.config_records[C.RECORD]) == {
+            C.KEY_SESSION: config.session_id, C.KEY_PHASE: "done", C.KEY_ERROR: ""}
+    workflow_ends = {node: party_status(grid.contexts[node])["phase"] for node in grid.apps}
+    assert workflow_ends == {2000: "done", 2001: "done", 2002: "done"}
+
+
+def test_a_node_that_never_runs_its_party_ends_the_session_with_a_clear_error(tmp_path):
+    data = _data()
+    config, grid = _session(tmp_path, data, deadline=3.0)
+    grid.silence(2001)  # its ClientApp never runs: org-1 never connects
+    workflow = GrpcDataPlaneWorkflow(config, join_timeout=5)
+    start = time.monotonic()
+    with pytest.raises(DeadlineError, match="join") as caught:
+        workflow(grid)
+    # the join deadline, the abort grace and the replies (each at most the result deadline),
+    # with slack for a loaded machine: not the 120 s a session may take
+    assert time.monotonic() - start < 3.0 + 5.0 + 5.0 + 15.0
+    assert caught.value.phase == "join"
+    # the parties that did connect were told and failed closed, with the reason
+    time.sleep(0.5)
+    for node in (2000, 2002):
+        status = party_status(grid.contexts[node])
+        assert status["phase"] == "failed", status
+        assert "join" in status["error"]
+
+
+def test_a_second_start_of_a_grpc_session_on_a_node_is_refused(tmp_path):
+    data = _data()
+    config, grid = _session(tmp_path, data)
+    GrpcDataPlaneWorkflow(config, join_timeout=5)(grid)
+    sent = len(grid.sent)
+    with pytest.raises(ProtocolError):
+        GrpcDataPlaneWorkflow(config, join_timeout=5)(grid)
+    errors = [r for r in grid.received[3:] if r.has_error()]
+    assert len(grid.sent) == sent + 3 and len(errors) == 3
+    assert all("already started on this node" in r.error.reason for r in errors)
