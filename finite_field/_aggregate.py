@@ -32,16 +32,16 @@ The same upload with the masks drawn chunk by chunk from streams (``next(count)`
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from ._jit import kernel
 from ._errors import ParameterError
 
 __all__ = ["masked_upload", "masked_upload_streams", "mask_words", "add_upload",
            "add_reduced", "symmetrize_mod"]
 
 
-@numba.njit("int64(int64, int64, float64)", cache=True, nogil=True)
+@kernel(cache=True)
 def _reduce(x, p, p_inv):
     # x mod p in [0, p) for |x| < 2^63 - 3p: a float64 quotient estimate (off by at most
     # one or two) and branch-free integer fix-ups ((r >> 63) & p is p for negative r, else
@@ -56,7 +56,7 @@ def _reduce(x, p, p_inv):
     return rest
 
 
-@numba.njit("int64(int64[:, :], int64, uint32[:, ::1], uint32[:, ::1], int64, uint32[:, ::1])",
+@kernel("int64(int64[:, :], int64, uint32[:, ::1], uint32[:, ::1], int64, uint32[:, ::1])",
             cache=True, nogil=True)
 def _masked_upload_kernel(values, weight, adds, subs, p, out):
     # acc = v*w + sum(adds) + sum(p - subs) < 2^62 + k 2^32 stays in int64 (see _reduce).
@@ -81,7 +81,7 @@ def _masked_upload_kernel(values, weight, adds, subs, p, out):
     return bad
 
 
-@numba.njit("int64(int64[:, :], int64, int64, int64[::1])", cache=True, nogil=True)
+@kernel("int64(int64[:, :], int64, int64, int64[::1])", cache=True, nogil=True)
 def _weighted_start(values, weight, p, acc):
     # acc (row-major) = weight * values; returns how many values are outside [0, p).
     rows, cols = values.shape
@@ -95,7 +95,7 @@ def _weighted_start(values, weight, p, acc):
     return bad
 
 
-@numba.njit("int64(uint32[::1], uint32, int64)", cache=True, nogil=True)
+@kernel("int64(uint32[::1], uint32, int64)", cache=True, nogil=True)
 def _mask_words_kernel(words, bits, p):
     rejected = 0
     for i in range(words.shape[0]):
@@ -118,7 +118,7 @@ def mask_words(words: np.ndarray, bits: int, p: int) -> int:
     return int(_mask_words_kernel(words, np.uint32(bits), int(p)))
 
 
-@numba.njit("void(int64[::1], uint32[::1], int64, int64)", cache=True, nogil=True)
+@kernel("void(int64[::1], uint32[::1], int64, int64)", cache=True, nogil=True)
 def _accumulate_words(acc, words, p, negate):
     # acc += w (negate = 0) or p - w (negate = 1), branch-free so that it vectorizes.
     offset = p * negate
@@ -127,7 +127,7 @@ def _accumulate_words(acc, words, p, negate):
         acc[i] += offset + sign * np.int64(words[i])
 
 
-@numba.njit("void(int64[::1], uint32[::1], int64, int64)", cache=True, nogil=True)
+@kernel("void(int64[::1], uint32[::1], int64, int64)", cache=True, nogil=True)
 def _accumulate_scaled(acc, words, p, coefficient):
     # acc = (acc mod p) + coefficient * w: both terms < 2^31, so it stays below 2^63 - 3p.
     p_inv = 1.0 / p
@@ -135,7 +135,7 @@ def _accumulate_scaled(acc, words, p, coefficient):
         acc[i] = _reduce(acc[i], p, p_inv) + coefficient * np.int64(words[i])
 
 
-@numba.njit("void(int64[::1], int64, uint32[:, ::1])", cache=True, nogil=True)
+@kernel("void(int64[::1], int64, uint32[:, ::1])", cache=True, nogil=True)
 def _reduce_into(acc, p, out):
     rows, cols = out.shape
     p_inv = 1.0 / p
@@ -145,12 +145,28 @@ def _reduce_into(acc, p, out):
             out[r, c] = _reduce(acc[base + c], p, p_inv)
 
 
-# Uploads arrive as read-only views of the received bytes (no copy).
-_READONLY_U32_2D = numba.types.Array(numba.types.uint32, 2, "A", readonly=True)
+def _readonly_u32(layout: str):
+    # Uploads arrive as read-only views of the received bytes (no copy). A numba type, so
+    # the signatures below are functions (called when the kernel first compiles).
+    import numba
+
+    return numba.types.Array(numba.types.uint32, 2, layout, readonly=True)
 
 
-@numba.njit(numba.types.int64(numba.types.int64[:, :], _READONLY_U32_2D, numba.types.int64),
-            cache=True, nogil=True)
+def _signature(target: str, *middle: str, last: str, upload_layout: str = "C"):
+    """``int64(target, *middle, read-only uint32 2-D upload, last)`` as numba types."""
+    def signature():
+        import numba
+
+        t = numba.types
+        kinds = {"int64": t.int64, "uint32": t.uint32, "int64[:, :]": t.int64[:, :],
+                 "int64[:, ::1]": t.int64[:, ::1], "uint32[:, ::1]": t.uint32[:, ::1]}
+        upload = _readonly_u32(upload_layout)
+        return t.int64(kinds[target], *(kinds[m] for m in middle), upload, kinds[last])
+    return signature
+
+
+@kernel(_signature("int64[:, :]", last="int64", upload_layout="A"), cache=True, nogil=True)
 def _add_upload_kernel(target, upload, p):
     # Returns how many values were >= p (counted, not branched on, so the loop vectorizes).
     rows, cols = upload.shape
@@ -182,18 +198,13 @@ def _add_reduced_impl(base, row0, col0, upload, p):
     return bad
 
 
-_READONLY_U32_C = numba.types.Array(numba.types.uint32, 2, "C", readonly=True)
-_add_reduced_u32 = numba.njit(numba.types.int64(numba.types.uint32[:, ::1], numba.types.int64,
-                                                numba.types.int64, _READONLY_U32_C,
-                                                numba.types.uint32),
-                              cache=True, nogil=True)(_add_reduced_impl)
-_add_reduced_i64 = numba.njit(numba.types.int64(numba.types.int64[:, ::1], numba.types.int64,
-                                                numba.types.int64, _READONLY_U32_C,
-                                                numba.types.int64),
-                              cache=True, nogil=True)(_add_reduced_impl)
+_add_reduced_u32 = kernel(_signature("uint32[:, ::1]", "int64", "int64", last="uint32"),
+                          cache=True, nogil=True)(_add_reduced_impl)
+_add_reduced_i64 = kernel(_signature("int64[:, ::1]", "int64", "int64", last="int64"),
+                          cache=True, nogil=True)(_add_reduced_impl)
 
 
-@numba.njit("void(int64[:, ::1], int64)", cache=True, nogil=True)
+@kernel("void(int64[:, ::1], int64)", cache=True, nogil=True)
 def _symmetrize_kernel(matrix, p):
     # In 64 x 64 blocks, so that the mirrored (column) writes stay in cache. Entries are
     # non-negative sums of uploads (< 2^62).
@@ -358,7 +369,7 @@ def _rows_of(view: np.ndarray):
     return None
 
 
-@numba.njit("void(int64[:, ::1], int64, int64, int64, int64, uint32[:, ::1], uint32[:, ::1],"
+@kernel("void(int64[:, ::1], int64, int64, int64, int64, uint32[:, ::1], uint32[:, ::1],"
             " int64, uint32[:, ::1], int64[::1])", cache=True, nogil=True)
 def _pairwise_upload_kernel(base, row0, col0, weight, weight_shoup, adds, subs, p, out,
                             counts):
