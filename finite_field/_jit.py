@@ -15,6 +15,10 @@ just as lazily: the functions that kernels call (``_mod_float``, ``_reduce``) ar
 Before a kernel compiles, the lazy kernels it names are replaced in its module's
 namespace by their numba dispatchers, so numba types them inside their callers.
 
+A process that knows it will need its kernels soon but is waiting now (a party that sent
+its hello and waits for the roster) calls :func:`warm_up` in a background thread: the
+loads then overlap the wait instead of the next phase.
+
 With ``NUMBA_DISABLE_JIT=1`` the first call finds the plain Python function (what
 ``numba.njit`` returns then), so the same source runs uncompiled.
 
@@ -30,11 +34,16 @@ False
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 
-__all__ = ["kernel", "num_threads"]
+__all__ = ["kernel", "num_threads", "warm_up"]
+
+logger = logging.getLogger(__name__)
 
 _LOCK = threading.RLock()
+#: Every kernel defined so far (in the modules imported so far), in definition order.
+_REGISTRY: list = []
 
 
 def num_threads() -> int:
@@ -52,6 +61,7 @@ class LazyKernel:
         self._py_func, self._signature, self._options = py_func, signature, options
         self._dispatcher = None
         functools.update_wrapper(self, py_func)
+        _REGISTRY.append(self)
 
     @property
     def compiled(self) -> bool:
@@ -101,3 +111,20 @@ def kernel(signature=None, **options):
     def wrap(py_func):
         return LazyKernel(py_func, signature, options)
     return wrap
+
+
+def warm_up() -> int:
+    """Compile (load from the cache) every kernel of the modules imported so far that has
+    not run yet; how many. Meant for a background thread: a kernel that fails here fails
+    again, with its error, where it is called."""
+    done = 0
+    for lazy in list(_REGISTRY):
+        if lazy.compiled:
+            continue
+        try:
+            lazy.dispatcher()
+        except Exception as error:  # pragma: no cover - reported again by the real call
+            logger.debug("warming %s failed: %s", lazy.__qualname__, error)
+            continue
+        done += 1
+    return done
