@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 __all__ = ["Row", "time_round_robin", "SETTLE_SECONDS", "environment", "print_environment",
-           "print_grid", "print_table", "print_ratio_tables", "blas_threads", "format_seconds",
+           "print_grid", "print_ratio_tables", "blas_threads", "format_seconds",
            "WIDTH", "wrapped"]
 
 #: Every line a benchmark prints fits this many columns.
@@ -180,23 +180,6 @@ def print_grid(header: list[str], lines: list[list[str]]) -> None:
     print(fmt.format(*("-" * w for w in widths)))
     for line in lines:
         print(fmt.format(*line).rstrip())
-
-
-def print_table(rows: list[Row]) -> None:
-    header = ["kernel", "shape", "median", "baseline", "baseline median", "ratio", "rate",
-              "target", "vs target"]
-    lines = []
-    for row in rows:
-        ratio = row.ratio
-        verdict = "-" if row.passed is None else ("pass" if row.passed else "FAIL")
-        lines.append([row.kernel, row.shape, format_seconds(row.seconds), row.baseline_name,
-                      format_seconds(row.baseline_seconds),
-                      "-" if ratio is None else f"{ratio:.2f}x", row.rate or "-", row.target,
-                      verdict])
-    print_grid(header, lines)
-    notes = [(row.kernel, row.note) for row in rows if row.note]
-    for kernel, note in notes:
-        print(f"  note [{kernel}]: {note}")
 
 
 def print_ratio_tables(rows: list[Row], *, reference: list[Row] = ()) -> None:

@@ -32,14 +32,20 @@ import time
 
 import numpy as np
 
-from protocols import SessionParameters
-from protocols._crypto import PairKeys
-from protocols._party import Party, _block_stop
-from protocols._identity import public_key_bytes
-from protocols._messages import row_tiles
-from protocols._plans import session_plan
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import print_grid, wrapped  # noqa: E402
+
+from protocols import SessionParameters  # noqa: E402
+from protocols._crypto import PairKeys  # noqa: E402
+from protocols._party import Party, _block_stop  # noqa: E402
+from protocols._identity import public_key_bytes  # noqa: E402
+from protocols._messages import row_tiles  # noqa: E402
+from protocols._plans import session_plan  # noqa: E402
 
 M, D, L, T, Q = 17, 784, 8, 1, 8
+#: The issue-11 goal: a masked evaluation within 2x of the kernel alone, judged at the
+#: default n (the ratios hold at any n: every part is linear in the entries).
+TARGET, TARGET_N = 2.0, 10_000
 
 
 def _party(n: int, degree: int, mode: str, seed: int = 0) -> Party:
@@ -91,13 +97,16 @@ def evaluation(party: Party) -> tuple[float, int]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=10_000)
+    parser.add_argument("--n", type=int, default=TARGET_N, help="rows in total")
     parser.add_argument("--degrees", type=int, nargs="*", default=[2],
                         help=f"mask degrees besides 0 (every pair); each at least t + 1 = "
                              f"{T + 1} (a distance session refuses 1 <= k <= t)")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--extrapolate", type=int, default=70_000)
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each variant (alternating)")
+    parser.add_argument("--extrapolate", type=int, default=70_000, metavar="N",
+                        help="also print each median scaled to N rows")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: n = 2,000, one run (target not judged)")
     args = parser.parse_args(argv)
     from protocols._mask_graph import check_distance_mask_degree
 
@@ -129,14 +138,27 @@ def main(argv=None) -> int:
             del party
     kern = statistics.median(times["kernel"])
     scale = (args.extrapolate / args.n) ** 2
-    print(f"bench_masks: one party of m={M}, n={args.n}, d={D}, l={L}, t={T}, q={Q}, "
-          f"upload {nbytes / 1e6:.0f} MB; {now:%Y-%m-%d %H:%M} UTC; load average "
-          f"{load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after, "
-          f"{os.cpu_count()} CPUs; medians of {args.repeats}")
-    print(f"{'variant':<32}{'seconds':>10}{'x kernel':>10}{'at ' + str(args.extrapolate):>14}")
-    for name, _, _ in variants:
+    print(wrapped(f"bench_masks: one party of m={M}, n={args.n}, d={D}, l={L}, t={T}, q={Q}, "
+                  f"upload {nbytes / 1e6:.0f} MB; {now:%Y-%m-%d %H:%M} UTC; load average "
+                  f"{load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after, "
+                  f"{os.cpu_count()} CPUs; medians of {args.repeats}"))
+    print("ratio = variant median / kernel median (same run); lower is better, 1.00x = "
+          "free")
+    print(wrapped(f"at N: the median scaled by (N / n)^2 to N = {args.extrapolate:,}; "
+                  f"target: masked <= {TARGET:g}x the kernel, judged at n = {TARGET_N:,} "
+                  "only"))
+    judged = args.n == TARGET_N
+    lines = []
+    for name, _, mode in variants:
         med = statistics.median(times[name])
-        print(f"{name:<32}{med:10.2f}{med / kern:10.2f}{med * scale:12.0f} s")
+        target, verdict = "-", "-"
+        if mode == "masked":
+            target = f"<= {TARGET:g}x"
+            verdict = ("met" if med / kern <= TARGET else "NOT met") if judged else \
+                "not judged"
+        lines.append([name, f"{med:.2f} s", f"{med / kern:.2f}x",
+                      f"{med * scale:.0f} s", target, verdict])
+    print_grid(["variant", "median", "ratio", "at N", "target", "verdict"], lines)
     return 0
 
 

@@ -394,26 +394,33 @@ def bench_size(n, args, workdir: Path) -> dict:
 
 
 def print_results(results) -> None:
-    from _common import print_grid  # benchmarks/ is on sys.path (see main)
+    from _common import print_grid, wrapped  # benchmarks/ is on sys.path (see main)
 
     print("The whole session (gRPC, mutual TLS, every party its own process; D accumulated "
           "on disk):")
-    header = ["n", "m (l, k)", "session", "evaluation", "party eval CPU (vs own kernel)",
-              "sent / party", "party peak anon/RSS", "coord. peak anon/RSS", "D on disk"]
-    print_grid(header, [[
+    print(wrapped("x kernel = a party's evaluation CPU / the CPU of its own distance kernel "
+                  "in it (masks, packing and sending on top); lower is better, 1.00x = free"))
+    print_grid(["n", "m (l, k)", "session", "evaluation", "party eval CPU", "x kernel",
+                "D on disk"], [[
         f"{r['n']:,}", f"{r['parties']} ({r['segments']}, {r['mask_degree'] or 'all'})",
         f"{r['session_seconds']:.1f} s", f"{r['evaluation_seconds']:.1f} s",
-        f"{r['party_evaluation_cpu_seconds']:.1f} s "
-        f"({r['party_evaluation_cpu_seconds'] / r['party_kernel_cpu_seconds']:.2f}x)",
-        _gb(r["party_bytes_uploaded"]),
-        f"{_gb(r['party_peak_anon'])} / {_gb(r['party_peak_rss'])}",
-        f"{_gb(r['coordinator_peak_anon'])} / {_gb(r['coordinator_peak_rss'])}",
+        f"{r['party_evaluation_cpu_seconds']:.1f} s",
+        f"{r['party_evaluation_cpu_seconds'] / r['party_kernel_cpu_seconds']:.2f}x",
         f"{_gb(r['file_bytes'])} {r['dtype']}"] for r in results])
+    print()
+    print("Memory and traffic of the same sessions (peaks: anonymous memory / resident set):")
+    print_grid(["n", "sent / party", "party peak", "coordinator peak"], [[
+        f"{r['n']:,}", _gb(r["party_bytes_uploaded"]),
+        f"{_gb(r['party_peak_anon'])} / {_gb(r['party_peak_rss'])}",
+        f"{_gb(r['coordinator_peak_anon'])} / {_gb(r['coordinator_peak_rss'])}"]
+        for r in results])
     clustered = [r for r in results if "cluster_seconds" in r]
     if clustered:
         print()
         print("k-means via MDS on the result on disk:")
-        header = ["n", "k-means (order)", "vs 1 pass", "peak anon/RSS", "MDS explained",
+        print(wrapped("x 1 pass = clustering time / one read pass over D on disk; lower is "
+                      "better"))
+        header = ["n", "k-means (order)", "x 1 pass", "peak anon/RSS", "MDS explained",
                   "ARI"]
         print_grid(header, [[
             f"{r['n']:,}", f"{r['cluster_seconds']:.1f} s ({r['order_seconds']:.1f} s)",
@@ -425,18 +432,19 @@ def print_results(results) -> None:
     if built:
         print()
         print("D of the plaintext rows built tile by tile (no protocol) vs a same-shape GEMM:")
-        print_grid(["n", "build", "vs GEMM", "peak anon/RSS"], [[
+        print("x GEMM = build time / GEMM time (same run); lower is better")
+        print_grid(["n", "build", "x GEMM", "peak anon/RSS"], [[
             f"{r['n']:,}", f"{r['build_seconds']:.1f} s",
             f"{r['build_seconds'] / r['gemm_seconds']:.2f}x",
             f"{_gb(r['build_peak_anon'])} / {_gb(r['build_peak_rss'])}"] for r in built])
     for r in results:
-        print(f"  n = {r['n']:,}: D exact on {r['checked_entries']:,} sampled entries; party "
-              f"process CPU {r['party_cpu_seconds']:.1f} s, evaluation wall "
-              f"{r['party_evaluation_seconds']:.1f} s (kernel "
-              f"{r['party_kernel_seconds']:.1f} s), medians over parties; medians of "
-              f"{r['repeats']} run(s)")
-    print(f"  the OmniFC paper, n = 70,000 MNIST, whole protocol with 17 parties: "
-          f"{PAPER_SECONDS_70K:,} s")
+        print(wrapped(f"  n = {r['n']:,}: D exact on {r['checked_entries']:,} sampled "
+                      f"entries; party process CPU {r['party_cpu_seconds']:.1f} s, "
+                      f"evaluation wall {r['party_evaluation_seconds']:.1f} s (kernel "
+                      f"{r['party_kernel_seconds']:.1f} s), medians over parties; medians "
+                      f"of {r['repeats']} run(s)"))
+    print(wrapped(f"  the OmniFC paper, n = 70,000 MNIST, whole protocol with 17 parties: "
+                  f"{PAPER_SECONDS_70K:,} s"))
 
 
 def main(argv=None) -> int:

@@ -6,6 +6,10 @@ medians of several runs. The ratio column is subject / baseline: lower is better
 means "as cheap as importing numpy". CPU seconds (user + system of the child) are shown
 too: on a shared machine they move less than wall time.
 
+"party: up to its hello" is what a party process pays before it can join (imports,
+config, identity key, rows, the signed hello): its CPU column is the join phase's cost per
+party, which the demo's 4 parties pay on the machine's cores at once.
+
 Targets (issue 25, item 7; wall seconds on a quiet machine): ``omnifc --help`` <= 1 s,
 ``import omnifc`` <= 1.5 s, the demo's join phase (iris, 4 parties over gRPC with mutual
 TLS, one process per party) <= 1.25 s, half of the 2.5 s measured before.
@@ -38,6 +42,26 @@ SUBJECTS = {
 }
 BASELINE = "import numpy (baseline)"
 JOIN_TARGET = 1.25
+
+#: What a party process does before it can join: its imports, the session config, its
+#: identity key and rows, and the signed hello (``python -m protocols._grpc_party`` stops
+#: here only to connect). Arguments: config, party, rows.
+HELLO_CHILD = """
+import sys
+import numpy as np
+import protocols._grpc_party as gp
+from protocols._config import load_session_config
+party = gp.party_from_config(load_session_config(sys.argv[1]), sys.argv[2],
+                             gp.load_party_data(sys.argv[3]))
+assert [env.WhichOneof("body") for env in party.start()] == ["hello"]
+"""
+HELLO_SUBJECT = "party: up to its hello"
+
+
+def hello_subject(local) -> list[str]:
+    """The python arguments of :data:`HELLO_CHILD` for party-0 of an open LocalSession."""
+    return ["-c", HELLO_CHILD, str(local.config_path), "party-0",
+            str(local.data_paths["party-0"])]
 
 
 def run_child(args: list[str]) -> tuple[float, float]:
@@ -87,13 +111,31 @@ def main(argv=None) -> int:
     if args.quick:
         args.repeats, args.skip_demo = 1, True
 
-    for subject_args, _ in SUBJECTS.values():  # warm-up: bytecode and numba caches
+    sys.path.insert(0, str(ROOT))
+    import numpy as np
+
+    from protocols import SessionParameters
+    from protocols._grpc_local import LocalSession
+
+    rng = np.random.default_rng(0)
+    local = LocalSession({f"party-{i}": rng.uniform(0, 1, (37, 4)) for i in range(4)},
+                         SessionParameters(dim=4, bound=1.0, scale_bits=16, nonnegative=True))
+    subjects = dict(SUBJECTS)
+    subjects[HELLO_SUBJECT] = (hello_subject(local), None)
+    try:
+        return _measure(args, subjects)
+    finally:
+        local.close()
+
+
+def _measure(args, subjects) -> int:
+    for subject_args, _ in subjects.values():  # warm-up: bytecode and numba caches
         run_child(subject_args)
-    wall = {name: [] for name in SUBJECTS}
-    cpu = {name: [] for name in SUBJECTS}
+    wall = {name: [] for name in subjects}
+    cpu = {name: [] for name in subjects}
     joins = []
     for _ in range(args.repeats):
-        for name, (subject_args, _) in SUBJECTS.items():
+        for name, (subject_args, _) in subjects.items():
             seconds, cpu_seconds = run_child(subject_args)
             wall[name].append(seconds)
             cpu[name].append(cpu_seconds)
@@ -109,7 +151,7 @@ def main(argv=None) -> int:
     print(header)
     print("-" * len(header))
     missed = []
-    for name, (_, target) in SUBJECTS.items():
+    for name, (_, target) in subjects.items():
         seconds, cpu_seconds = statistics.median(wall[name]), statistics.median(cpu[name])
         verdict = "-"
         if target is not None:

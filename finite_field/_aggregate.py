@@ -32,16 +32,16 @@ The same upload with the masks drawn chunk by chunk from streams (``next(count)`
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from ._jit import kernel
 from ._errors import ParameterError
 
 __all__ = ["masked_upload", "masked_upload_streams", "mask_words", "add_upload",
            "add_reduced", "symmetrize_mod"]
 
 
-@numba.njit("int64(int64, int64, float64)", cache=True, nogil=True)
+@kernel(cache=True)
 def _reduce(x, p, p_inv):
     # x mod p in [0, p) for |x| < 2^63 - 3p: a float64 quotient estimate (off by at most
     # one or two) and branch-free integer fix-ups ((r >> 63) & p is p for negative r, else
@@ -56,7 +56,7 @@ def _reduce(x, p, p_inv):
     return rest
 
 
-@numba.njit("int64(int64[:, :], int64, uint32[:, ::1], uint32[:, ::1], int64, uint32[:, ::1])",
+@kernel("int64(int64[:, :], int64, uint32[:, ::1], uint32[:, ::1], int64, uint32[:, ::1])",
             cache=True, nogil=True)
 def _masked_upload_kernel(values, weight, adds, subs, p, out):
     # acc = v*w + sum(adds) + sum(p - subs) < 2^62 + k 2^32 stays in int64 (see _reduce).
@@ -81,7 +81,7 @@ def _masked_upload_kernel(values, weight, adds, subs, p, out):
     return bad
 
 
-@numba.njit("int64(int64[:, :], int64, int64, int64[::1])", cache=True, nogil=True)
+@kernel("int64(int64[:, :], int64, int64, int64[::1])", cache=True, nogil=True)
 def _weighted_start(values, weight, p, acc):
     # acc (row-major) = weight * values; returns how many values are outside [0, p).
     rows, cols = values.shape
@@ -95,7 +95,7 @@ def _weighted_start(values, weight, p, acc):
     return bad
 
 
-@numba.njit("int64(uint32[::1], uint32, int64)", cache=True, nogil=True)
+@kernel("int64(uint32[::1], uint32, int64)", cache=True, nogil=True)
 def _mask_words_kernel(words, bits, p):
     rejected = 0
     for i in range(words.shape[0]):
@@ -118,7 +118,7 @@ def mask_words(words: np.ndarray, bits: int, p: int) -> int:
     return int(_mask_words_kernel(words, np.uint32(bits), int(p)))
 
 
-@numba.njit("void(int64[::1], uint32[::1], int64, int64)", cache=True, nogil=True)
+@kernel("void(int64[::1], uint32[::1], int64, int64)", cache=True, nogil=True)
 def _accumulate_words(acc, words, p, negate):
     # acc += w (negate = 0) or p - w (negate = 1), branch-free so that it vectorizes.
     offset = p * negate
@@ -127,7 +127,7 @@ def _accumulate_words(acc, words, p, negate):
         acc[i] += offset + sign * np.int64(words[i])
 
 
-@numba.njit("void(int64[::1], uint32[::1], int64, int64)", cache=True, nogil=True)
+@kernel("void(int64[::1], uint32[::1], int64, int64)", cache=True, nogil=True)
 def _accumulate_scaled(acc, words, p, coefficient):
     # acc = (acc mod p) + coefficient * w: both terms < 2^31, so it stays below 2^63 - 3p.
     p_inv = 1.0 / p
@@ -135,7 +135,7 @@ def _accumulate_scaled(acc, words, p, coefficient):
         acc[i] = _reduce(acc[i], p, p_inv) + coefficient * np.int64(words[i])
 
 
-@numba.njit("void(int64[::1], int64, uint32[:, ::1])", cache=True, nogil=True)
+@kernel("void(int64[::1], int64, uint32[:, ::1])", cache=True, nogil=True)
 def _reduce_into(acc, p, out):
     rows, cols = out.shape
     p_inv = 1.0 / p
@@ -145,12 +145,28 @@ def _reduce_into(acc, p, out):
             out[r, c] = _reduce(acc[base + c], p, p_inv)
 
 
-# Uploads arrive as read-only views of the received bytes (no copy).
-_READONLY_U32_2D = numba.types.Array(numba.types.uint32, 2, "A", readonly=True)
+def _readonly_u32(layout: str):
+    # Uploads arrive as read-only views of the received bytes (no copy). A numba type, so
+    # the signatures below are functions (called when the kernel first compiles).
+    import numba
+
+    return numba.types.Array(numba.types.uint32, 2, layout, readonly=True)
 
 
-@numba.njit(numba.types.int64(numba.types.int64[:, :], _READONLY_U32_2D, numba.types.int64),
-            cache=True, nogil=True)
+def _signature(target: str, *middle: str, last: str, upload_layout: str = "C"):
+    """``int64(target, *middle, read-only uint32 2-D upload, last)`` as numba types."""
+    def signature():
+        import numba
+
+        t = numba.types
+        kinds = {"int64": t.int64, "uint32": t.uint32, "int64[:, :]": t.int64[:, :],
+                 "int64[:, ::1]": t.int64[:, ::1], "uint32[:, ::1]": t.uint32[:, ::1]}
+        upload = _readonly_u32(upload_layout)
+        return t.int64(kinds[target], *(kinds[m] for m in middle), upload, kinds[last])
+    return signature
+
+
+@kernel(_signature("int64[:, :]", last="int64", upload_layout="A"), cache=True, nogil=True)
 def _add_upload_kernel(target, upload, p):
     # Returns how many values were >= p (counted, not branched on, so the loop vectorizes).
     rows, cols = upload.shape
@@ -163,30 +179,32 @@ def _add_upload_kernel(target, upload, p):
     return bad
 
 
-def _add_reduced_impl(target, upload, p):
-    # target <- (target + upload) mod p for target, upload in [0, p), p < 2^31: the sum is
-    # below 2^32, so it fits the uint32 view of an int32 matrix too. Returns how many
-    # uploaded values were >= p (counted, not branched on, so the loop vectorizes).
+def _add_reduced_impl(base, row0, col0, upload, p):
+    # base[row0:, col0:] (upload's shape) <- (that + upload) mod p for both in [0, p),
+    # p < 2^31: the sum is below 2^32, so it fits the uint32 view of an int32 matrix too.
+    # The target is given as its C-contiguous base and offsets (see _rows_of), so that
+    # the loop vectorizes. Returns how many uploaded values were >= p (counted, not
+    # branched on).
     rows, cols = upload.shape
     bad = 0
     for r in range(rows):
+        target = base[row0 + r, col0:col0 + cols]
+        src = upload[r]
         for c in range(cols):
-            v = upload[r, c]
+            v = src[c]
             bad += v >= p
-            s = target[r, c] + v
-            target[r, c] = s - p if s >= p else s
+            s = target[c] + v
+            target[c] = s - p if s >= p else s
     return bad
 
 
-_add_reduced_u32 = numba.njit(numba.types.int64(numba.types.uint32[:, :], _READONLY_U32_2D,
-                                                numba.types.uint32),
-                              cache=True, nogil=True)(_add_reduced_impl)
-_add_reduced_i64 = numba.njit(numba.types.int64(numba.types.int64[:, :], _READONLY_U32_2D,
-                                                numba.types.int64),
-                              cache=True, nogil=True)(_add_reduced_impl)
+_add_reduced_u32 = kernel(_signature("uint32[:, ::1]", "int64", "int64", last="uint32"),
+                          cache=True, nogil=True)(_add_reduced_impl)
+_add_reduced_i64 = kernel(_signature("int64[:, ::1]", "int64", "int64", last="int64"),
+                          cache=True, nogil=True)(_add_reduced_impl)
 
 
-@numba.njit("void(int64[:, ::1], int64)", cache=True, nogil=True)
+@kernel("void(int64[:, ::1], int64)", cache=True, nogil=True)
 def _symmetrize_kernel(matrix, p):
     # In 64 x 64 blocks, so that the mirrored (column) writes stay in cache. Entries are
     # non-negative sums of uploads (< 2^62).
@@ -275,7 +293,10 @@ def masked_upload_streams(values, weight: int, streams, p: int) -> np.ndarray:
         contiguous uint32 array of values in [0, p) (flattened in row-major order of
         ``values``); ``coefficient`` is an int (taken mod p; ``True``/``False`` are
         accepted as -1/+1 for "negate"). +1 and -1 are plain additions, any other
-        coefficient a multiply-and-reduce per element.
+        coefficient a multiply-and-reduce per element. A stream that also has
+        ``fill(out)`` (write the next ``out.size`` elements into the contiguous uint32
+        ``out`` and return it) is drawn straight into the kernel's buffer on the +1/-1
+        path; a word >= p from either raises ParameterError.
     p : int
         The prime (< 2^31).
     """
@@ -318,13 +339,95 @@ def masked_upload_streams(values, weight: int, streams, p: int) -> np.ndarray:
     return out.reshape(shape)
 
 
+def _rows_of(view: np.ndarray):
+    """``(base, row0, col0)`` with ``base`` C-contiguous 2-D and ``view`` equal to
+    ``base[row0:row0 + rows, col0:col0 + cols]``, or None.
+
+    The numba kernels take that C-contiguous base and offsets rather than the strided view
+    itself: a loop over a view of unknown strides does not vectorize (measured: 2 to 3
+    times slower), and the views here (a tile cut from its row block, a block of the
+    result matrix) are plain row and column ranges of a contiguous array.
+    """
+    if view.ndim != 2:
+        return None
+    if view.flags.c_contiguous:
+        return view, 0, 0
+    base = view.base
+    while isinstance(base, np.ndarray):
+        if (base.ndim == 2 and base.flags.c_contiguous and base.itemsize == view.itemsize
+                and base.strides == view.strides):
+            # (an int32 matrix's uint32 view has the int32 matrix as its base)
+            base = base if base.dtype == view.dtype else base.view(view.dtype)
+            offset = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+            row0, col0 = divmod(offset // view.itemsize, base.shape[1])
+            if (offset >= 0 and offset % view.itemsize == 0
+                    and row0 + view.shape[0] <= base.shape[0]
+                    and col0 + view.shape[1] <= base.shape[1]):
+                return base, int(row0), int(col0)
+            return None
+        base = base.base
+    return None
+
+
+@kernel("void(int64[:, ::1], int64, int64, int64, int64, uint32[:, ::1], uint32[:, ::1],"
+            " int64, uint32[:, ::1], int64[::1])", cache=True, nogil=True)
+def _pairwise_upload_kernel(base, row0, col0, weight, weight_shoup, adds, subs, p, out,
+                            counts):
+    # out = (weight * values + sum(adds) - sum(subs)) mod p for values = base[row0:, col0:]
+    # (out's shape), with every word of adds and subs in [0, p) (stream elements). All in
+    # int64 and branch-free, so that each loop vectorizes:
+    #   weight * v mod p by Shoup's method: weight_shoup = floor(weight 2^32 / p) and
+    #   q = (v weight_shoup) >> 32 give v weight - q p in [0, 2p) (v, weight < p < 2^31,
+    #   so v weight_shoup < 2^63); then x - p, plus p if negative ((x >> 63) & p).
+    #   Each word then moves x by +w or -w and one conditional p brings it back to [0, p).
+    # counts[0] += values outside [0, p), counts[1] += words outside [0, p).
+    rows, cols = out.shape
+    bad_values = 0
+    bad_words = 0
+    acc = np.empty(cols, dtype=np.int64)
+    for r in range(rows):
+        src = base[row0 + r, col0:col0 + cols]
+        for c in range(cols):
+            v = src[c]
+            bad_values += (v < 0) | (v >= p)
+            q = (v * weight_shoup) >> 32
+            x = v * weight - q * p - p
+            acc[c] = x + ((x >> 63) & p)
+        at = r * cols
+        for a in range(adds.shape[0]):
+            words = adds[a, at:at + cols]
+            for c in range(cols):
+                w = np.int64(words[c])
+                bad_words += w >= p
+                x = acc[c] + w - p
+                acc[c] = x + ((x >> 63) & p)
+        for s in range(subs.shape[0]):
+            words = subs[s, at:at + cols]
+            for c in range(cols):
+                w = np.int64(words[c])
+                bad_words += w >= p
+                x = acc[c] - w
+                acc[c] = x + ((x >> 63) & p)
+        dest = out[r]
+        for c in range(cols):
+            dest[c] = np.uint32(acc[c])
+    counts[0] += bad_values
+    counts[1] += bad_words
+
+
 def _masked_chunks(grid, weight: int, plan, p: int, out, step: int) -> None:
-    # masked_upload_streams for coefficients +1 / -1, chunk by chunk (see there).
+    # masked_upload_streams for coefficients +1 / -1, chunk by chunk (see there). Each
+    # stream writes its words straight into its row of the stacked buffers (``fill``
+    # where the stream has it: no copy), and one kernel call per chunk does the rest.
     rows, cols = grid.shape
     signs = [coefficient == p - 1 for _, coefficient in plan]
     width = min(step, rows) * cols
     if width == 0:
         return
+    located = _rows_of(grid)
+    base, row0, col0 = located if located is not None else (np.ascontiguousarray(grid), 0, 0)
+    weight_shoup = (weight << 32) // p
+    counts = np.zeros(2, dtype=np.int64)
     adds = np.empty(signs.count(False) * width, dtype=np.uint32)
     subs = np.empty(signs.count(True) * width, dtype=np.uint32)
     for r0 in range(0, rows, step):
@@ -336,13 +439,20 @@ def _masked_chunks(grid, weight: int, plan, p: int, out, step: int) -> None:
         for (stream, _), negate in zip(plan, signs):
             target = (sub_rows if negate else add_rows)[filled[negate]]
             filled[negate] += 1
-            words = stream.next(size)
+            fill = getattr(stream, "fill", None)
+            words = fill(target) if fill is not None else stream.next(size)
             if words.shape != (size,) or words.dtype != np.uint32:
                 raise ParameterError(f"a mask stream returned {words.shape} {words.dtype}, "
                                      f"expected ({size},) uint32")
-            target[:] = words
-        if _masked_upload_kernel(grid[r0:r1], weight, add_rows, sub_rows, p, out[r0:r1]):
+            if fill is None:
+                target[:] = words
+        _pairwise_upload_kernel(base, row0 + r0, col0, weight, weight_shoup, add_rows,
+                                sub_rows, p, out[r0:r1], counts)
+        if counts[0]:
             raise ParameterError(f"values must be reduced field elements in [0, {p})")
+        if counts[1]:
+            raise ParameterError(f"a mask stream returned words outside [0, {p}) (its "
+                                 "elements must be reduced)")
 
 
 def add_upload(target: np.ndarray, upload, p: int) -> None:
@@ -373,7 +483,15 @@ def add_reduced(target: np.ndarray, upload, p: int) -> None:
     [[1, 6]]
     """
     kernel = _add_reduced_u32 if target.dtype == np.uint32 else _add_reduced_i64
-    if kernel(target, np.asarray(upload, dtype=np.uint32), target.dtype.type(p)):
+    upload = np.ascontiguousarray(np.asarray(upload, dtype=np.uint32)).reshape(target.shape)
+    located = _rows_of(target)
+    if located is None:  # not a row/column block of a contiguous matrix: via a copy
+        block = np.ascontiguousarray(target)
+        bad = kernel(block, 0, 0, upload, target.dtype.type(p))
+        target[...] = block
+    else:
+        bad = kernel(*located, upload, target.dtype.type(p))
+    if bad:
         raise ParameterError(f"upload holds a value >= p = {p}")
 
 

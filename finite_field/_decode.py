@@ -30,10 +30,10 @@ Examples
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from ._crt import crt_combine
+from ._jit import kernel
 from ._errors import ParameterError
 
 __all__ = ["decode_residues", "decode_upper", "WrapAroundError"]
@@ -64,7 +64,7 @@ def _exceeds(what: str, largest: int, bound: int) -> WrapAroundError:
                            "a contribution was corrupted", largest=largest, bound=bound)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _finish_rows_one_prime(result, a, b):
     # One prime (D < p, so the residues are D itself): rows [a, b) hold the strip
     # [a, b) x [a, n) of the uploads. Zero its diagonal and mirror its upper part into the

@@ -55,9 +55,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
+from ._jit import kernel
 from ._aggregate import _reduce
 from ._errors import ParameterError
 from ._kernels._checks import _check_field_array, _check_modulus
@@ -279,7 +279,7 @@ def choose_mask_groups(rows, p: int, colluders: int) -> list[MaskGroup]:
     return groups
 
 
-@numba.njit("int64(int64[::1], int64[::1], int64[:, ::1], int64, uint32[::1])",
+@kernel("int64(int64[::1], int64[::1], int64[:, ::1], int64, uint32[::1])",
             cache=True, nogil=True)
 def _integrity_upload_kernel(values, weights, coefficients, p, out):
     # out = (values + sum_k weights[k] * coefficients[k]) mod p, one pass; each product

@@ -57,9 +57,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
+from ._jit import kernel
 from ._errors import ParameterError
 from ._kernels._checks import _check_field_array
 from ._kernels._encode import weighted_sums
@@ -91,7 +91,7 @@ def dual_multipliers(points, p: int) -> list[int]:
 
 # --------------------------------------------------------------------------- decoder kernel
 
-@numba.njit("int64(int64, int64)", cache=True, nogil=True)
+@kernel(cache=True)
 def _inverse(a, p):
     # a^-1 mod p by the extended Euclidean algorithm (a != 0 mod p).
     t, new_t, r, new_r = np.int64(0), np.int64(1), p, a % p
@@ -102,7 +102,7 @@ def _inverse(a, p):
     return t + p if t < 0 else t
 
 
-@numba.njit("void(int64[:,::1], int64[::1], int64[::1], int64, int64, int64[:,::1],"
+@kernel("void(int64[:,::1], int64[::1], int64[::1], int64, int64, int64[:,::1],"
             " int64[:,::1], int64[::1])", cache=True, nogil=True)
 def _decode_kernel(syndromes, points, multipliers, p, radius, positions, errors, located):
     # For each entry f (column of ``syndromes``, shape (s, F)): Berlekamp-Massey on

@@ -63,7 +63,7 @@ from typing import Iterator
 import numpy as np
 
 from finite_field import (AuthenticationError, InputError, IntegrityError, OmniFCError, PeerError, ProtocolError,
-                          Quantizer, cross_sq_distances, encode_rows, masked_upload_streams)
+                          DistanceTiles, Quantizer, encode_rows, masked_upload_streams)
 
 from ._log_once import log_once
 from ._crypto import (PROTOCOL_VERSION, RUN_NONCE_BYTES, EphemeralKey, MaskView, PairKeys,
@@ -714,10 +714,16 @@ class Party:
                 for i in mask_neighbours(len(responders), me, self.parameters.mask_degree)]
 
     def _evaluate(self, k: int, a: int, b: int) -> np.ndarray:
-        """g(beta_j) for rows [a, b) against columns a..n-1, modulo prime k."""
+        """g(beta_j) for rows [a, b) against columns a..n-1, modulo prime k.
+
+        The held shares' GEMM operands are prepared (and checked) once per prime, not
+        once per row block (:class:`finite_field.DistanceTiles`)."""
         x = self.held[k]
         started, cpu = time.perf_counter(), time.process_time()
-        out = cross_sq_distances(x[a:b], x[a:], self.plan.primes[k])
+        cache = self.__dict__.setdefault("_distance_tiles", {})
+        if k not in cache or cache[k][0] is not x:
+            cache[k] = (x, DistanceTiles(x, self.plan.primes[k]))
+        out = cache[k][1].tile(a, b, upper=True)
         self.timings["kernel_seconds"] += time.perf_counter() - started
         self.timings["kernel_cpu_seconds"] += time.process_time() - cpu
         return out

@@ -126,15 +126,23 @@ def test_write_figures_refuses_a_doc_without_markers(tmp_path):
 def test_bench_masks_quick_reports_every_variant_against_the_kernel():
     done = run(BENCH / "bench_masks.py", "--quick", "--degrees", "2")
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = {line[:32].strip(): line[32:].split() for line in done.stdout.splitlines()[2:]}
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= 100 for line in lines), max(lines, key=len)
+    assert "ratio = variant median / kernel median (same run); lower is better, 1.00x = " \
+        "free" in lines
+    rows = _grid(lines, "variant", "median")
     assert set(rows) == {"kernel", "transparent", "masked, degree 0 (every pair)",
                          "masked, degree 2"}
-    assert rows["kernel"][1] == "1.00"  # ratios are to the kernel measured in the same run
-    for seconds, ratio, extrapolated, unit in rows.values():
-        assert float(seconds) > 0 and unit == "s"
-        kernel = float(rows["kernel"][0])  # both printed to 2 decimals: rounding slack
-        assert abs(float(ratio) * kernel - float(seconds)) <= \
-            0.005 * kernel + 0.005 * float(ratio) + 0.005 + 1e-9
+    assert rows["kernel"][2] == "1.00x"  # ratios are to the kernel measured in the same run
+    kernel = _seconds(rows["kernel"][1])
+    for name, (_, median, ratio, at_n, target, verdict) in rows.items():
+        seconds = _seconds(median)
+        assert seconds > 0 and at_n.endswith(" s")
+        ratio = float(ratio.rstrip("x"))  # both printed to 2 decimals: rounding slack
+        assert abs(ratio * kernel - seconds) <= 0.005 * kernel + 0.005 * ratio + 0.005 + 1e-9
+        # the 2x goal is defined at n = 10,000: a --quick run (n = 2,000) does not judge it
+        assert (target, verdict) == (("<= 2x", "not judged") if name.startswith("masked")
+                                     else ("-", "-"))
     assert "m=17, n=2000, d=784, l=8, t=1, q=8" in done.stdout
 
 
@@ -143,32 +151,40 @@ def _seconds(text):
     return float(value) * {"s": 1.0, "ms": 1e-3, "us": 1e-6}[unit]
 
 
+def _grid(lines, *header):
+    """{first cell: cells} of the table whose header line starts with the words ``header``."""
+    at = next(i for i, line in enumerate(lines) if line.split()[:len(header)] == list(header))
+    rows = {}
+    for line in lines[at + 2:]:
+        if not line.strip() or line.startswith(" "):  # the end, or the notes below it
+            break
+        cells = [cell.strip() for cell in line.split("  ") if cell.strip()]
+        rows[cells[0]] = cells
+    return rows
+
+
 @pytest.mark.timeout(600)
 def test_bench_integrity_quick_reports_each_row_against_its_baseline():
     done = run(BENCH / "bench_integrity.py", "--quick")
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("kernel "))
-    rows = {}
-    for line in lines[header + 2:]:
-        if not line.strip() or line.startswith(("  note", "total")):
-            continue
-        cells = [cell.strip() for cell in line.split("  ") if cell.strip()]
-        rows[cells[0]] = cells
+    assert all(len(line) <= 100 for line in lines), max(lines, key=len)
+    assert "speed: ratio = kernel median / baseline median, same run; lower is better" in lines
+    rows = _grid(lines, "kernel", "median")
     assert set(rows) == {"D + syndromes", "checked_sum honest", "checked_sum 1% bad",
                          "decode (BM, 1 error)", "party mask + upload"}
-    for name, (_, shape, median, baseline, base_median, ratio, *rest) in rows.items():
-        assert shape.startswith("n=600")
+    for name, (_, median, base_median, ratio, target, verdict) in rows.items():
         subject, base = _seconds(median), _seconds(base_median)
         assert subject > 0 and base > 0
         # Printed to 2 decimals (ms): the ratio must be the subject over the baseline of
         # the same run, up to that rounding.
         assert float(ratio.rstrip("x")) == pytest.approx(subject / base, rel=0.02, abs=0.01)
-        target, verdict = rest[-2:]
-        if target != "-":
-            met = float(ratio.rstrip("x")) <= float(target.split()[1].rstrip("x"))
-            assert verdict == ("pass" if met else "FAIL"), (name, ratio, target, verdict)
-    assert rows["party mask + upload"][3] == "masked_upload, 6 masks"
+        assert (target, verdict) == ("-", "-")  # n = 600: the targets are not judged
+    assert "targets not judged at this size: defined for n=2000 and the 500-row tile of " \
+        "n=10000 (this run:" in " ".join(lines)
+    measured = _grid(lines, "kernel", "shape")
+    assert all(cells[1].startswith("n=600") for cells in measured.values())
+    assert measured["party mask + upload"][2] == "masked_upload, 6 masks"
 
 
 @pytest.mark.timeout(600)

@@ -1,7 +1,8 @@
 """Exact modular kernels: encoding, weighted combination, Gram matrices and squared distances.
 
 These are the hot paths. Each numba kernel is written once in plain Python over int64 and
-float64 and compiled with an explicit signature (``cache=True``); with
+float64 and compiled with an explicit signature (``cache=True``) on its first call, not at
+import (:mod:`finite_field._jit`: a party process joins before numba loads); with
 ``NUMBA_DISABLE_JIT=1`` the same code runs uncompiled, which the tests use to check the
 source itself.
 

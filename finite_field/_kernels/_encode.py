@@ -3,9 +3,9 @@ one-row form :func:`weighted_sum`."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from .._jit import kernel
 from .._errors import ParameterError
 from ._checks import _as_int64, _check_field_array, _check_modulus
 from ._exact import _balanced, _column_plan, _mod_float, _split, _split_coefficients
@@ -17,7 +17,7 @@ __all__ = ["encode_blocks", "weighted_sum", "weighted_sums"]
 # Inner loops index contiguous 1-d slices with the bare loop variable: offset indices such as
 # ``a[r, e0 + e]`` carry negative-index checks that stop LLVM from vectorizing the loop.
 
-@numba.njit("int64(int64[:,:,::1], float64[:,::1], float64[:,::1], int64, int64, int64,"
+@kernel("int64(int64[:,:,::1], float64[:,::1], float64[:,::1], int64, int64, int64,"
             " int64[:,::1], int64, int64)", cache=True, nogil=True)
 def _encode_kernel(blocks, m_high, m_low, bits, chunk, p, out, task_lo, task_hi):
     # out[j, i*s + c] = sum_a matrix[a, j] * blocks[i, a, c] mod p, with the encoding matrix
@@ -117,7 +117,7 @@ def _encode_kernel(blocks, m_high, m_low, bits, chunk, p, out, task_lo, task_hi)
     return bad
 
 
-@numba.njit("int64(int64[:,::1], float64[:,::1], float64[:,::1], int64, int64, float64,"
+@kernel("int64(int64[:,::1], float64[:,::1], float64[:,::1], int64, int64, float64,"
             " int64[:,::1], int64, int64)", cache=True, nogil=True)
 def _weighted_sums_kernel(rows, w_high, w_low, chunk, p, shift, out, task_lo, task_hi):
     # out[q, e] = sum_r (w_high[q, r] * shift + w_low[q, r]) * rows[r, e] mod p for every q,

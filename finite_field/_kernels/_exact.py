@@ -31,14 +31,15 @@ intermediate value leave that range:
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from .._jit import kernel
 
 #: Float64 represents every integer of magnitude <= 2^53 exactly.
 _FLOAT_EXACT = 2**53
 
 
-@numba.njit("float64(float64, float64, float64)", cache=True)
+@kernel(cache=True)
 def _mod_float(v, p, p_inv):
     # v is an exact integer with |v| <= 2^53 - 2p; returns v mod p in [0, p) exactly.
     # q = floor(v / p) up to +-1 (two roundings of relative size 2^-53), so |q p| <= |v| + 2p

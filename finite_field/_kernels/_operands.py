@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from .._jit import kernel, num_threads
 from .._errors import ParameterError
 from ._exact import _column_plan, _mod_float
 from ._tasks import _run_threads, _split_range
@@ -74,7 +74,7 @@ def _operands(x, p, bits, chunk, augment, left, right, norms):
     return bad
 
 
-_operands_kernel = numba.njit(
+_operands_kernel = kernel(
     "int64(int64[:,::1], int64, int64, int64, int64, float64[:,::1], float64[:,::1],"
     " float64[::1])", cache=True, nogil=True)(_operands)
 
@@ -102,7 +102,7 @@ class _Operands:
         self.norms = np.empty(n, dtype=np.float64)
         args = (p, bits, max(chunk, 1), int(self.halved))
         # Rows are independent: large inputs are prepared by several threads (GIL-free).
-        parts = _split_range(n, numba.get_num_threads() if n * k >= 2**18 else 1)
+        parts = _split_range(n, num_threads() if n * k >= 2**18 else 1)
         bad = _run_threads(_operands_kernel, [
             (x[a:b], *args, left[a:b], right[a:b], self.norms[a:b]) for a, b in parts])
         if sum(bad):

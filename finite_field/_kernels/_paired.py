@@ -15,16 +15,16 @@ sum of k reduced terms stays below 2^63 for any k < 2^32, so int64 is exact.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from .._errors import ParameterError
+from .._jit import kernel
 from ._checks import _as_int64, _check_modulus
 
 __all__ = ["paired_sq_distances"]
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _paired_kernel(x, rows, cols, p, out):
     k = x.shape[1]
     for q in range(rows.shape[0]):

@@ -14,9 +14,9 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import numba
 import numpy as np
 
+from .._jit import kernel, num_threads
 from .._errors import ParameterError
 from ._blas_threads import _single_threaded_blas
 from ._checks import _as_int64, _check_matrix, _check_modulus
@@ -59,7 +59,7 @@ def _accumulate(out, part, row0, col0, first, p):
                 dest[c] = _mod_float(dest[c] + src[c], pf, p_inv)
 
 
-_accumulate_kernel = numba.njit("void(int64[:,::1], float64[:,::1], int64, int64, int64, int64)",
+_accumulate_kernel = kernel("void(int64[:,::1], float64[:,::1], int64, int64, int64, int64)",
                                 cache=True, nogil=True)(_accumulate)
 
 
@@ -113,11 +113,11 @@ def _panel(out, row0, row1, col0, row_norms, col_norms, c_lo, c_hi, mirror_from,
 
 
 # Serial and GIL-free: :func:`_pairwise` runs it in several Python threads, one tile each.
-_panel_kernel = numba.njit("void(int64[:,::1], int64, int64, int64, float64[::1], float64[::1],"
+_panel_kernel = kernel("void(int64[:,::1], int64, int64, int64, float64[::1], float64[::1],"
                            " int64, int64, int64, int64, int64)", cache=True, nogil=True)(_panel)
 
 
-@numba.njit("int64(int64[:,::1], int64[::1], int64[:,::1], int64, int64, int64, int64)",
+@kernel("int64(int64[:,::1], int64[::1], int64[:,::1], int64, int64, int64, int64)",
             cache=True, nogil=True)
 def _gram_to_distances_kernel(gram, diag, out, in_place, p, row_lo, row_hi):
     # out[i, j] = diag[i] + diag[j] - 2 gram[i, j] mod p for rows [row_lo, row_hi), with
@@ -214,7 +214,7 @@ def _pairwise(rows: _Operands, cols: _Operands, p: int, out: np.ndarray, *, symm
     def new_buffer():
         return np.empty(rb * tile_cols, dtype=np.float64) if len(chunks) > 1 else None
 
-    threads = max(1, min(numba.get_num_threads(), len(tiles), 8))
+    threads = max(1, min(num_threads(), len(tiles), 8))
     with _single_threaded_blas() as blas_single:
         if threads == 1:
             buffer = new_buffer()

@@ -9,7 +9,8 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import numba
+from .._jit import num_threads
+
 
 #: Elements per inner block of the vectorized loops (two float64 accumulators each).
 _BLOCK = 2048
@@ -45,7 +46,7 @@ def _run_tasks(kernel, args: tuple, n_tasks: int, grain: int) -> int:
     next kernel.
     """
     grain = max(1, grain)
-    threads = max(1, min(numba.get_num_threads(), 8, -(-n_tasks // grain)))
+    threads = max(1, min(num_threads(), 8, -(-n_tasks // grain)))
     if threads == 1:
         return int(kernel(*args, 0, n_tasks))
     counter = iter(range(0, n_tasks, grain))

@@ -13,6 +13,7 @@
   ``landmarks`` session)
 - ``_neighbours``: the exact k-NN graph from D[:, L] plus listed pairs, and spectral
   clustering and DBSCAN on it
+- ``_progress``: rate-limited INFO records from inside the long steps (the CLI renders them)
 - ``_api``: :func:`cluster` dispatching to all of them
 """
 

@@ -19,6 +19,7 @@ from finite_field import ParameterError
 
 from .._geometry import classical_mds
 from ._common import kmeans_plusplus_indices
+from ._progress import Steps, started
 
 __all__ = ["fuzzy_cmeans", "fcm_points", "fcm_memberships", "fcm_objective"]
 
@@ -60,7 +61,9 @@ def fcm_points(points: np.ndarray, init_centers: np.ndarray, *, fuzzifier: float
     centers = np.asarray(init_centers, dtype=np.float64).copy()
     memberships = fcm_memberships(points, centers, fuzzifier)
     n_iter = 0
+    steps = Steps("fuzzy c-means", "iteration", at_most=int(max_iter))
     for n_iter in range(1, int(max_iter) + 1):
+        steps.step(n_iter)
         weights = memberships ** fuzzifier
         centers = (weights.T @ points) / weights.sum(axis=0)[:, None]
         updated = fcm_memberships(points, centers, fuzzifier)
@@ -77,6 +80,8 @@ def fuzzy_cmeans(distances: np.ndarray, n_clusters: int, rng: np.random.Generato
                  fuzzifier: float = 2.0, max_iter: int = 300, tol: float = 1e-6,
                  n_init: int = 1) -> dict:
     """FCM on classical_mds(D), seeded with k-means++ rows; best objective of ``n_init``."""
+    started("fuzzy c-means", f"classical MDS of the {len(distances)} x {len(distances)} "
+                             "matrix")
     embedding = classical_mds(distances)
     best = None
     for _ in range(int(n_init)):

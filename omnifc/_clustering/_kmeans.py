@@ -21,6 +21,7 @@ from finite_field import ParameterError
 
 from .._geometry import check_distance_matrix, classical_mds
 from ._common import kmeans_plusplus_indices, seed_from
+from ._progress import Steps, started
 
 __all__ = ["exact_kmeans", "rows_kmeans", "kmeans_from_distances"]
 
@@ -28,6 +29,7 @@ __all__ = ["exact_kmeans", "rows_kmeans", "kmeans_from_distances"]
 def exact_kmeans(distances: np.ndarray, n_clusters: int, rng: np.random.Generator, *,
                  n_init: int = 10, max_iter: int = 300, tol: float = 0.0) -> dict:
     """Lloyd's k-means on the classical-MDS embedding of D; best of ``n_init`` seedings."""
+    started("k-means", f"classical MDS of the {len(distances)} x {len(distances)} matrix")
     embedding = classical_mds(distances)
     seed_sets = [kmeans_plusplus_indices(distances, n_clusters, rng) for _ in range(int(n_init))]
     return best_lloyd(embedding, seed_sets, n_clusters, max_iter=max_iter, tol=tol)
@@ -42,7 +44,9 @@ def best_lloyd(embedding: np.ndarray, seed_sets, n_clusters: int, *, max_iter: i
     from sklearn.exceptions import ConvergenceWarning
 
     best = None
-    for seeds in seed_sets:
+    steps = Steps("k-means", "Lloyd run", total=len(seed_sets))
+    for run, seeds in enumerate(seed_sets, 1):
+        steps.step(run)
         model = KMeans(n_clusters=n_clusters, init=embedding[seeds], n_init=1,
                        max_iter=max_iter, tol=tol, algorithm="lloyd")
         with warnings.catch_warnings():

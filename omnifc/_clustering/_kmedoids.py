@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._progress import Steps
+
 __all__ = ["kmedoids", "pam", "medoid_cost"]
 
 
@@ -41,7 +43,9 @@ def pam(dist: np.ndarray, n_clusters: int, *, max_iter: int = 100) -> dict:
     medoids = _build(dist, n_clusters)
     n_iter = 0
     if n_clusters < n:
+        steps = Steps("k-medoids", "swap round", at_most=int(max_iter))
         for n_iter in range(1, int(max_iter) + 1):
+            steps.step(n_iter)
             to_medoids = dist[:, medoids]                       # (n, k)
             order = np.argsort(to_medoids, axis=1, kind="stable")
             nearest_k = order[:, 0]

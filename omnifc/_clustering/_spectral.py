@@ -21,6 +21,7 @@ import numpy as np
 from finite_field import ParameterError
 
 from ._common import gaussian_affinity, gaussian_bandwidth, seed_from
+from ._progress import started
 
 __all__ = ["spectral", "nmf"]
 
@@ -35,6 +36,8 @@ def spectral(distances: np.ndarray, n_clusters: int, rng: np.random.Generator, *
     if n_clusters == 1:  # scikit-learn needs two rows; one cluster is the trivial answer
         return {"labels": np.zeros(distances.shape[0], dtype=np.int64), "bandwidth": sigma,
                 "affinity": affinity}
+    started("spectral", f"eigenvectors of the {len(affinity)} x {len(affinity)} affinity, "
+                        f"then {assign_labels} on them")
     model = SpectralClustering(n_clusters=n_clusters, affinity="precomputed", n_init=n_init,
                                assign_labels=assign_labels, random_state=seed_from(rng))
     with warnings.catch_warnings():

@@ -42,6 +42,8 @@ import numpy as np
 
 from finite_field import ParameterError
 
+from ._progress import Steps, started
+
 __all__ = ["PermutedRows", "canonical_order_streamed", "centered_gram_operator",
            "streamed_mds", "knn_graph", "radius_graph", "min_above", "mean_euclidean"]
 
@@ -171,9 +173,13 @@ def streamed_mds(view, n_components: int, rng: np.random.Generator, *,
                 return qr(y, mode="economic", overwrite_a=True)[0]
 
         width = min(n, r + int(n_oversamples))
+        steps = Steps("streamed MDS", "pass over D", total=int(n_iter) + 2)
+        steps.step(1)
         q = orthonormal(op.matmat(rng.standard_normal((n, width))))
-        for _ in range(int(n_iter)):
+        for number in range(int(n_iter)):
+            steps.step(number + 2)
             q = orthonormal(op.matmat(q))
+        steps.step(int(n_iter) + 2)
         small = q.T @ op.matmat(q)
         values, vectors = eigh((small + small.T) / 2)
         vectors = q @ vectors
@@ -183,6 +189,8 @@ def streamed_mds(view, n_components: int, rng: np.random.Generator, *,
         if r >= n - 1:  # ARPACK needs k < n
             raise ParameterError(f"solver='lanczos' needs n_components < n - 1 = {n - 1}, "
                                  f"got {r}; use solver='randomized'")
+        started("streamed MDS", f"Lanczos iterations for {r} components (one pass over D "
+                                "each)")
         values, vectors = eigsh(op, k=r, which="LA", tol=tol, v0=rng.standard_normal(n))
     else:
         raise ParameterError(f"solver must be 'randomized' or 'lanczos', got {solver!r}")

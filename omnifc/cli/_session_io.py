@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import pathlib
@@ -145,3 +146,41 @@ def phase_progress(total_phases: int = 5, disable: bool = False, desc: str = "jo
                 last[0] = now
                 print(f"      {label}: {detail}", file=sys.stderr, flush=True)
     return bar, on_phase
+
+
+#: The logger under which the clusterings say how far their long steps are.
+CLUSTERING_PROGRESS = "omnifc._clustering._progress"
+
+
+class _Forward(logging.Handler):
+    def __init__(self, on_detail) -> None:
+        super().__init__(logging.INFO)
+        self.on_detail = on_detail
+
+    def emit(self, record) -> None:
+        try:
+            self.on_detail(record.getMessage())
+        except Exception:  # a display must never break the clustering
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def clustering_progress(on_detail):
+    """Inside the block, the clusterings' progress records (rate-limited INFO records of
+    :mod:`omnifc._clustering._progress`) go to ``on_detail(text)`` (the phase display)
+    instead of the log; ``on_detail=None`` leaves them as they are."""
+    if on_detail is None:
+        yield
+        return
+    progress = logging.getLogger(CLUSTERING_PROGRESS)
+    handler = _Forward(on_detail)
+    before = progress.level, progress.propagate
+    progress.setLevel(logging.INFO)
+    progress.propagate = False  # rendered as progress, not printed again as a log line
+    progress.addHandler(handler)
+    try:
+        yield
+    finally:
+        progress.removeHandler(handler)
+        progress.setLevel(before[0])
+        progress.propagate = before[1]

@@ -55,7 +55,7 @@ def run(args) -> int:
     from finite_field import Quantizer
 
     from .. import cluster, load_dataset, plaintext_sq_distances, split_non_iid
-    from ._session_io import phase_progress
+    from ._session_io import clustering_progress, phase_progress
     from .cmd_serve import format_stats
     from .cmd_session import parse_deadlines
 
@@ -94,7 +94,13 @@ def run(args) -> int:
                       insecure=args.insecure) as local:
         print(f"certificates, identity keys and session config in {local.directory} "
               f"({'INSECURE: no TLS' if args.insecure else 'mutual TLS'})")
-        server = local.server(cluster=lambda d: cluster(d, args.method, k, random_state=0))
+
+        def clustering(d):  # runs in the decode, when on_phase below exists
+            def on_detail(detail):
+                on_phase("decode", server.coordinator.round, f"clustering: {detail}")
+            with clustering_progress(on_detail):
+                return cluster(d, args.method, k, random_state=0)
+        server = local.server(cluster=clustering)
         server.start()
         bar, on_phase = phase_progress(disable=args.no_progress)
         try:

@@ -8,7 +8,8 @@ import sys
 import numpy as np
 
 from ._session_io import (add_output_arguments, add_tls_refusal, output_dir,
-                          phase_progress, refuse_insecure_flag, save_folder, warn_if_reused)
+                          clustering_progress, phase_progress, refuse_insecure_flag, save_folder,
+                          warn_if_reused)
 
 #: ``omnifc serve``'s exit status when the session finished and its results are saved, but
 #: some party's result did not reach it (0: every party got its result; 1: the session
@@ -47,12 +48,17 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=run)
 
 
-def clustering_callback(config):
-    """The coordinator's clustering, from the config's [clustering] table."""
+def clustering_callback(config, on_detail=None):
+    """The coordinator's clustering, from the config's [clustering] table; its progress
+    inside the long steps goes to ``on_detail(text)`` (:func:`clustering_progress`)."""
     from .. import cluster
 
     method, n_clusters = config.clustering.method, config.clustering.n_clusters
-    return lambda distances: cluster(distances, method, n_clusters, random_state=0)
+
+    def clustering(distances):
+        with clustering_progress(on_detail):
+            return cluster(distances, method, n_clusters, random_state=0)
+    return clustering
 
 
 def save_distances(distances, path) -> None:
@@ -114,7 +120,12 @@ def run(args) -> int:
     refuse_insecure_flag(args)
     config = load_config(args.config, keys=args.keys, who="coordinator")
     announce_session(config, "the coordinator")
-    cluster = None if args.no_cluster else clustering_callback(config)
+    display = {}  # the phase display, once it exists (the clustering runs long after)
+
+    def on_clustering(detail):
+        if "on_phase" in display:
+            display["on_phase"]("decode", coordinator.round, f"clustering: {detail}")
+    cluster = None if args.no_cluster else clustering_callback(config, on_clustering)
     coordinator = coordinator_from_config(config, cluster=cluster)
     credentials = None if config.insecure else coordinator_credentials(config)
     results = ["summary.json"] + ([] if args.data_out else ["distances.npy"])
@@ -133,6 +144,7 @@ def run(args) -> int:
           f"({'INSECURE, no TLS' if config.insecure else 'mutual TLS'}); waiting for "
           f"{', '.join(config.party_names)}", flush=True)
     bar, on_phase = phase_progress(disable=args.no_progress, desc="serve")
+    display["on_phase"] = on_phase
     try:
         outcome = server.run(on_phase=on_phase, on_progress=lambda phase, detail: on_phase(
             phase, server.coordinator.round, detail))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from finite_field import (ParameterError, add_upload, masked_upload, masked_upload_streams,
-                          symmetrize_mod)
+from finite_field import (ParameterError, add_reduced, add_upload, masked_upload,
+                          masked_upload_streams, symmetrize_mod)
 
 
 def _reference_upload(values, weight, adds, subs, p):
@@ -125,6 +125,68 @@ def test_masked_upload_streams_with_pairwise_signs_equals_python_integers(shape,
         expected = [e - int(m) if negate else e + int(m) for e, m in zip(expected, w)]
     assert got.dtype == np.uint32 and got.shape == values.shape
     assert got.reshape(-1).tolist() == [e % p for e in expected]
+
+
+class _FillWords(_Words):
+    """A stream that also writes in place (``fill(out)``, as ElementStream does)."""
+
+    def fill(self, out):
+        out[:] = self.next(out.size)
+        return out
+
+
+@pytest.mark.parametrize("p", [2, 3, 65521, 2**31 - 1])
+@pytest.mark.parametrize("stream", [_Words, _FillWords])
+def test_pairwise_upload_at_the_extremes_of_the_field_equals_python_integers(p, stream):
+    # Shoup's multiplication by the weight is exact for every weight and value in
+    # [0, p): the largest ones (p - 1), zero, and words at 0 and p - 1, on a view cut
+    # from inside a larger matrix (rows and columns) and on a copy of it.
+    rng = np.random.default_rng(p)
+    big = rng.integers(0, p, (9, 40))
+    big[2, 3:8] = [0, p - 1, p - 1, 1, p - 1]
+    view = big[2:8, 3:]
+    words = [rng.integers(0, p, view.size).astype(np.uint32) for _ in range(3)]
+    words[0][:3], words[2][:3] = [p - 1, 0, p - 1], [p - 1, p - 1, 0]
+    signs = (False, True, True)
+    for weight in (0, 1, p - 1, int(rng.integers(0, p))):
+        for values in (view, view.copy()):
+            got = masked_upload_streams(values, weight,
+                                        [(stream(w), s) for w, s in zip(words, signs)], p)
+            expected = [weight * int(v) + int(words[0][i]) - int(words[1][i])
+                        - int(words[2][i]) for i, v in enumerate(values.reshape(-1))]
+            assert got.reshape(-1).tolist() == [e % p for e in expected]
+
+
+@pytest.mark.parametrize("stream", [_Words, _FillWords])
+def test_pairwise_upload_refuses_a_stream_word_of_p_or_more(stream):
+    # The +1/-1 path relies on stream elements being reduced; a word >= p is refused,
+    # not folded in silently.
+    p = 13
+    for bad in (13, 2**32 - 1):
+        words = np.array([1, 2, bad, 4], dtype=np.uint32)
+        with pytest.raises(ParameterError, match=r"mask stream returned words outside "
+                                                 r"\[0, 13\)"):
+            masked_upload_streams(np.ones((2, 2), dtype=np.int64), 1,
+                                  [(stream(words), True)], p)
+
+
+def test_add_reduced_on_views_of_every_shape_equals_python_integers():
+    # A block of an int32 matrix's uint32 view (the accumulator's result), a read-only
+    # upload as received, and views that are no row/column block of a contiguous matrix
+    # (a transposed one, every other column): each is updated in place, nothing else.
+    p = 2147483647
+    rng = np.random.default_rng(4)
+    result = rng.integers(0, p, (7, 9)).astype(np.int32)
+    for view_of in (lambda m: m[2:6, 3:], lambda m: m.T[1:4], lambda m: m[:, ::2]):
+        matrix = result.copy()
+        view = view_of(matrix.view(np.uint32))
+        data = rng.integers(0, p, view.shape).astype("<u4")
+        data[0, :2] = [p - 1, 0]
+        upload = np.frombuffer(data.tobytes(), dtype="<u4").reshape(view.shape)
+        expected = result.astype(np.int64)
+        view_of(expected)[...] = (view_of(expected) + data) % p
+        add_reduced(view, upload, p)
+        assert matrix.astype(np.int64).tolist() == expected.tolist()
 
 
 @pytest.mark.parametrize("signs", [(False, True), (1, 5)])

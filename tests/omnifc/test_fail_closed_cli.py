@@ -6,6 +6,7 @@ folder. Loopback only, ephemeral ports, every process cleaned up."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import queue
@@ -20,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from protocols._grpc_coordinator import ABORT_GRACE
+
 pytestmark = [pytest.mark.network]
 
 CLI = [sys.executable, "-m", "omnifc.cli"]
@@ -27,6 +30,10 @@ NAMES = ["a", "b", "c"]
 #: Seconds within which every process must be gone after a failure: far below the sessions'
 #: 60 s deadlines that a process left waiting would run into.
 BOUND = 30.0
+#: Seconds a process may take to end once it stopped serving: the gRPC server's stop (at
+#: most 2 s, ``CoordinatorServer.stop``), the run loop's 0.1 s tick and the interpreter's
+#: exit (about 1.5 s on a loaded 2-core machine). ``ABORT_GRACE`` itself is not widened.
+TEARDOWN = 5.0
 ROOT = Path(__file__).resolve().parents[2]
 # the subprocesses run in a temporary folder: import this checkout's packages, not another's
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1",
@@ -38,14 +45,23 @@ def omnifc(*args, cwd, timeout=180):
                           timeout=timeout, env=ENV)
 
 
-def make_session(folder, *extra):
-    out = omnifc("certs", "--out", folder, "--parties", ",".join(NAMES),
+def make_session(folder, *extra, names=NAMES):
+    out = omnifc("certs", "--out", folder, "--parties", ",".join(names),
                  "--coordinator-address", "127.0.0.1:0", "--bound", "2", "--scale-bits", "8",
                  "--n-clusters", "2", "--deadline", "join=120", "--deadline", "shares=60",
                  "--deadline", "evaluation=60", "--deadline", "result=60", *extra,
                  cwd=folder.parent)
     assert out.returncode == 0, out.stderr
     return folder / "session.toml"
+
+
+def failure_time(process) -> float:
+    """Wall-clock seconds of the coordinator's own abort record (its log timestamp, in
+    milliseconds, truncated: never later than the failure itself)."""
+    found = re.search(r"^(\S+ \S+) protocols\._coordinator WARNING session .* failed in "
+                      r"phase", process.err, re.M)
+    assert found, process.err
+    return datetime.datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 class Process:
@@ -63,7 +79,12 @@ class Process:
                                             (self.popen.stderr, "err"))]
         for reader in self.readers:
             reader.start()
-        self.ended_at = None
+        self.ended_at = None  # wall-clock seconds of the exit, seen by a waiting thread
+        threading.Thread(target=self._wait_exit, daemon=True).start()
+
+    def _wait_exit(self):
+        self.popen.wait()
+        self.ended_at = time.time()
 
     def _read(self, stream, key):
         for line in stream:
@@ -169,6 +190,9 @@ def test_a_column_mismatch_reaches_every_party_and_every_process_exits_in_second
         left = wait_all(everyone, BOUND)
         assert not left, "\n".join(p.err + p.out + serve.err for p in left)
         assert time.monotonic() - aborted < BOUND
+        # the documented bound: serve is gone at most ABORT_GRACE after the failure (its
+        # own log record), plus its teardown; every party was told, so it did not wait
+        assert serve.ended_at - failure_time(serve) <= ABORT_GRACE + TEARDOWN
         assert serve.popen.returncode == 1
         for name, party in parties.items():
             assert party.popen.returncode == 1, (name, party.err)
@@ -183,6 +207,49 @@ def test_a_column_mismatch_reaches_every_party_and_every_process_exits_in_second
             assert said, line
             assert bool(said.group(2)) == (said.group(1) == name), line
         assert results_dirs(tmp_path) == []           # nothing half-made on any side
+    finally:
+        for process in [serve, *parties.values()]:
+            process.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_serve_answers_late_parties_for_abort_grace_seconds_and_is_gone_right_after(tmp_path):
+    # docs/protocol.md: a party that connects after the failure is told the cause at once,
+    # and serve stops once every party has been told, at most ABORT_GRACE after the
+    # failure. Here d never connects, so serve waits the whole grace -- no less (b,
+    # connecting half-way through it, is told the cause) and no more (one step past the
+    # bound serve is gone, not waiting for d until a phase deadline). Measured from the
+    # coordinator's own log record of the failure to each process's exit.
+    names = ["a", "b", "c", "d"]
+    config = make_session(tmp_path / "s", names=names)
+    rng = np.random.default_rng(7)
+    for name, columns in zip(names, (3, 3, 4, 3)):    # c has one column too many
+        np.save(tmp_path / f"{name}.npy", rng.uniform(-1, 1, (5, columns)))
+    serve, port = start_serve(tmp_path, config)
+    parties = {}
+    try:
+        parties["b"] = join(tmp_path, config, "b", port, "b.npy")
+        parties["b"].wait_for(r"fingerprint", timeout=120)   # just before it connects
+        parties["b"].popen.send_signal(signal.SIGSTOP)
+        for name in ("a", "c"):
+            parties[name] = join(tmp_path, config, name, port, f"{name}.npy")
+        serve.wait_for(r"failed in phase 'join'", timeout=120)
+        failed = failure_time(serve)
+        time.sleep(max(0.0, failed + ABORT_GRACE / 2 - time.time()))
+        assert serve.popen.poll() is None                  # still there for late parties
+        parties["b"].popen.send_signal(signal.SIGCONT)
+        left = wait_all([serve, *parties.values()], ABORT_GRACE + BOUND)
+        assert not left, "\n".join(p.err + p.out for p in left)
+        assert serve.popen.returncode == 1
+        waited = serve.ended_at - failed
+        assert ABORT_GRACE <= waited <= ABORT_GRACE + TEARDOWN, (waited, serve.err)
+        for name, party in parties.items():
+            assert party.popen.returncode == 1, (name, party.err)
+            assert re.search(r"coordinator reports: party '[ac]'.*d must be equal for all "
+                             r"parties", party.err), (name, party.err)
+        # b was told at once, well before serve gave up on d
+        assert parties["b"].ended_at < serve.ended_at, (parties["b"].ended_at, waited)
     finally:
         for process in [serve, *parties.values()]:
             process.stop()

@@ -25,6 +25,13 @@ def test_bench_scale_quick_runs_and_reports(tmp_path):
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "4,352 s" in done.stdout
+    # the shared tables: every line fits 100 columns, each ratio says what it is
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= 100 for line in lines), max(lines, key=len)
+    for ratio in ("x kernel = a party's evaluation CPU / the CPU of its own distance kernel",
+                  "x 1 pass = clustering time / one read pass over D on disk; lower is better",
+                  "x GEMM = build time / GEMM time (same run); lower is better"):
+        assert ratio in done.stdout
     (result,) = json.loads(out.read_text())["results"]
     assert result["n"] == 600 and result["dtype"] == "int32"
     assert (result["parties"], result["segments"], result["mask_degree"]) == (3, 1, 2)

@@ -439,7 +439,7 @@ def test_an_unexpected_exception_in_a_party_becomes_an_error_report_naming_the_p
 
     def broken(*args, **kwargs):
         raise MemoryError("simulated")
-    monkeypatch.setattr(party_module, "cross_sq_distances", broken)
+    monkeypatch.setattr(party_module.DistanceTiles, "tile", broken)
     data = random_data([2, 3, 2], 3, seed=19)
     seen = Transcript()
     with pytest.raises(PeerError, match="unexpected MemoryError") as info:

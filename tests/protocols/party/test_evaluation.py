@@ -306,9 +306,10 @@ def test_timings_add_up_every_tile_and_every_kernel_call(monkeypatch, mode):
     session, _ = _ready(sizes, params, seed=5)
     party = session.parties["party-1"]
     calls = []
-    kernel = party_module.cross_sq_distances
-    monkeypatch.setattr(party_module, "cross_sq_distances",
-                        lambda *args: calls.append(args[0].shape) or kernel(*args))
+    kernel = party_module.DistanceTiles.tile
+    monkeypatch.setattr(party_module.DistanceTiles, "tile",
+                        lambda self, a, b, **kw: calls.append((b - a, None)) or
+                        kernel(self, a, b, **kw))
     monkeypatch.setattr(party_module, "time", _Clock())
     before = dict(party.timings)
     assert before == {"evaluation_seconds": 0.0, "kernel_seconds": 0.0,
