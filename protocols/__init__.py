@@ -41,7 +41,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
                      "parameter_fields", "table_fields", "values_from_options"],
     # also run as ``python -m protocols._grpc_party`` (every party process): loading it only
     # on first use keeps runpy from warning that it was imported before it ran
-    "._grpc_party": ["join_from_config", "load_party_data"],
+    "._grpc_party": ["join_from_config", "load_party_data", "run_party"],
 })
 
 __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
@@ -76,6 +76,6 @@ __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "Peer
            "check_distance_mask_degree", "collusion_threshold", "envelope", "row_tiles",
            "PARAMETER", "PARAMETERS", "add_parameter_options", "check_parameters",
            "parameter_fields", "table_fields", "values_from_options", "as_protocol_error",
-           "IMPERSONATION_WARNING", "join_from_config", "load_party_data"]
+           "IMPERSONATION_WARNING", "join_from_config", "load_party_data", "run_party"]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -199,8 +199,7 @@ class PartyHandler:
         """The whole session over omnifc's gRPC data plane; returns (phase, error)."""
         from flwr.app import ConfigRecord
 
-        from protocols import party_credentials
-        from protocols._grpc_party import run_party
+        from protocols import party_credentials, run_party
 
         setup = self._start_once(context, session)
         config = setup.config

@@ -334,8 +334,8 @@ class GrpcDataPlaneWorkflow:
     def __call__(self, grid, context=None):
         from flwr.app import ConfigRecord, Message, RecordDict
 
-        from protocols import CoordinatorServer, coordinator_credentials
-        from protocols._grpc_coordinator import coordinator_from_config
+        from protocols import (CoordinatorServer, coordinator_credentials,
+                               coordinator_from_config)
 
         config = self.config
         coordinator = coordinator_from_config(config, cluster=self.cluster,
