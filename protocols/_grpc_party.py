@@ -29,7 +29,6 @@ import grpc
 import numpy as np
 
 from finite_field import DeadlineError, InputError, OmniFCError, PeerError, ProtocolError
-from finite_field._jit import warm_up
 
 from ._faults import Fault
 from ._generated import omnifc_pb2_grpc as pb_grpc
@@ -156,7 +155,10 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         link.open(party.start())
         # the kernels load (numba included) while this party waits for the others to join,
         # not in the share exchange, whose deadline would pay for them
-        threading.Thread(target=warm_up, name="omnifc-warm-up", daemon=True).start()
+        import finite_field  # warm_up loads lazily, and so does everything it compiles
+
+        threading.Thread(target=finite_field.warm_up, name="omnifc-warm-up",
+                         daemon=True).start()
         pending = iter(())  # what the party still has to send (an interrupted generator)
         while True:
             try:
