@@ -172,7 +172,9 @@ def clustering_progress(on_detail):
     if on_detail is None:
         yield
         return
-    progress = logging.getLogger(CLUSTERING_PROGRESS)
+    from .._clustering import _progress as steps  # the module whose records these are
+
+    progress = logging.getLogger(steps.__name__)
     handler = _Forward(on_detail)
     before = progress.level, progress.propagate
     progress.setLevel(logging.INFO)

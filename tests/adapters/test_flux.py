@@ -86,7 +86,10 @@ def _paper_dbscan(vectors, eps_scaling=1.0):
         knee = KneeLocator(range(len(nearest)), nearest, curve="convex",
                            direction="increasing").knee
     eps = nearest[knee] * eps_scaling
-    labels = DBSCAN(eps=eps, min_samples=2).fit(vectors).labels_
+    # eps is itself a pair's distance (the knee's nearest neighbour): DBSCAN's "<= eps" holds
+    # for that pair in exact arithmetic, but NearestNeighbors and DBSCAN may compute it an ulp
+    # apart; 1e-9 relative keeps the defining pair in, as exact arithmetic does
+    labels = DBSCAN(eps=eps * (1 + 1e-9), min_samples=2).fit(vectors).labels_
     nxt = labels.max() + 1
     for i in np.flatnonzero(labels == -1):
         labels[i] = nxt

@@ -38,7 +38,7 @@ def verdict(ours: float, theirs: float, noise: float) -> str:
     errors: :func:`accuracy_noise`, :func:`paired_noise`); a difference exactly at the
     noise is a tie.
 
-    >>> verdict(0.90, 0.85, 0.03), verdict(0.85, 0.90, 0.03), verdict(0.88, 0.85, 0.03)
+    >>> verdict(0.90, 0.85, 0.03), verdict(0.85, 0.90, 0.03), verdict(0.87, 0.85, 0.03)
     ('better', 'worse', 'tie within noise')
     """
     if not (math.isfinite(ours) and math.isfinite(theirs) and math.isfinite(noise)) \
@@ -69,8 +69,8 @@ def accuracy_noise(a: float, b: float, n: int) -> float:
 def paired_noise(ours, theirs) -> float:
     """Two standard errors of the mean paired difference over seeds (0 for one seed).
 
-    >>> paired_noise([0.5, 0.7], [0.4, 0.4])
-    0.1
+    >>> round(paired_noise([0.5, 0.7], [0.4, 0.4]), 6)  # d = 0.1, 0.3: 2 * sqrt(0.02 / 2)
+    0.2
     """
     d = [float(a) - float(b) for a, b in zip(ours, theirs)]
     if len(d) < 2:
