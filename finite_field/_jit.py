@@ -37,7 +37,7 @@ import functools
 import logging
 import threading
 
-__all__ = ["kernel", "num_threads", "warm_up"]
+__all__ = ["Warming", "kernel", "num_threads", "warm_up", "warm_up_in_background"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,12 +113,15 @@ def kernel(signature=None, **options):
     return wrap
 
 
-def warm_up() -> int:
+def warm_up(stop: threading.Event | None = None) -> int:
     """Compile (load from the cache) every kernel of the modules imported so far that has
-    not run yet; how many. Meant for a background thread: a kernel that fails here fails
-    again, with its error, where it is called."""
+    not run yet; how many. Meant for a background thread (see :func:`warm_up_in_background`):
+    a kernel that fails here fails again, with its error, where it is called. With
+    ``stop`` it ends before the next kernel once ``stop`` is set."""
     done = 0
     for lazy in list(_REGISTRY):
+        if stop is not None and stop.is_set():
+            break
         if lazy.compiled:
             continue
         try:
@@ -128,3 +131,39 @@ def warm_up() -> int:
             continue
         done += 1
     return done
+
+
+class Warming:
+    """:func:`warm_up` in a background thread, stopped by :meth:`stop`."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=warm_up, args=(self._stop,),
+                                        name="omnifc-warm-up", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 60.0) -> bool:
+        """Stop before the next kernel and wait (at most ``timeout`` s) for the one
+        loading; whether the thread has ended.
+
+        A process must not exit while the thread is inside numba's compiler: the exit
+        freezes it there, holding numba's lock, and whatever needs that lock during the
+        exit waits forever.
+        """
+        self._stop.set()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            logger.warning("the kernel warm-up did not stop within %g s", timeout)
+            return False
+        return True
+
+
+def warm_up_in_background() -> Warming:
+    """Start :func:`warm_up` in a background thread; call ``stop()`` on the result before
+    the process exits.
+
+    >>> warming = warm_up_in_background()
+    >>> warming.stop()
+    True
+    """
+    return Warming()

@@ -40,6 +40,8 @@ __all__ = ["run_party", "party_from_config", "load_party_data", "main"]
 logger = logging.getLogger(__name__)
 
 _END = object()
+#: Seconds :meth:`_Link.close` waits for gRPC's thread that sends the stream.
+_CLOSE_WAIT = 5.0
 
 
 def load_party_data(path) -> np.ndarray:
@@ -149,6 +151,7 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
     fault = Fault(fault)
     progress = _Progress(party, on_progress)
     link = _Link(party, target, credentials, insecure, timeout, fault)
+    warming = None
     try:
         progress.phase("join")
         _wait_until_ready(link.channel, target, connect_timeout, tls_files, party)
@@ -157,8 +160,7 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
         # not in the share exchange, whose deadline would pay for them
         import finite_field  # warm_up loads lazily, and so does everything it compiles
 
-        threading.Thread(target=finite_field.warm_up, name="omnifc-warm-up",
-                         daemon=True).start()
+        warming = finite_field.warm_up_in_background()
         pending = iter(())  # what the party still has to send (an interrupted generator)
         while True:
             try:
@@ -194,6 +196,8 @@ def run_party(party: Party, target: str, *, credentials=None, insecure: bool = F
             link.reconnect(broken)  # within reconnect_grace, or raises; then go on
     finally:
         link.close()
+        if warming is not None:
+            warming.stop()
 
 
 class _Broken(Exception):
@@ -235,11 +239,13 @@ class _Link:
         self.channel = make_channel(target, credentials, insecure=insecure)
         self.outgoing: queue.Queue = queue.Queue(maxsize=8)
         self.responses = None
+        self._senders: list[threading.Thread] = []  # gRPC's threads that read requests()
 
     def _stream(self, first) -> None:
         outgoing = self.outgoing
 
         def requests():
+            self._senders.append(threading.current_thread())
             while True:
                 item = outgoing.get()
                 if item is _END:
@@ -270,11 +276,33 @@ class _Link:
             raise _Broken("the stream was dropped (test fault drop-stream-in-evaluation)")
 
     def close(self) -> None:
-        try:
-            self.outgoing.put_nowait(_END)
-        except queue.Full:
-            pass
-        self.channel.close()
+        """End the stream and the channel, wait for gRPC's sending thread (a few seconds
+        at most), and drop both.
+
+        A gRPC call or channel left for the interpreter's exit to collect can hang the
+        exit for good: its ``__del__`` takes a lock that one of gRPC's daemon threads may
+        hold when the exit freezes it (seen as a party process that logged its error and
+        never exited). So nothing of the stream outlives this call.
+        """
+        if self.responses is not None and not self.responses.done():
+            self.responses.cancel()
+        while True:  # a full queue is drained: the end marker must get in
+            try:
+                self.outgoing.put_nowait(_END)
+                break
+            except queue.Full:
+                try:
+                    self.outgoing.get_nowait()
+                except queue.Empty:
+                    pass
+        if self.channel is not None:
+            self.channel.close()
+        self.channel = None
+        end = time.monotonic() + _CLOSE_WAIT
+        for sender in self._senders:
+            sender.join(timeout=max(0.0, end - time.monotonic()))
+        self._senders.clear()
+        self.responses = None  # collected now, while gRPC's threads can still run
 
     def reconnect(self, broken: str) -> None:
         """Open a new stream and resume within ``reconnect_grace`` seconds of the break
