@@ -68,8 +68,8 @@ from ._crypto import PROTOCOL_VERSION, RUN_NONCE_BYTES
 from ._identity import verify
 from ._integrity import Findings, OpenTileSums, verdict
 from ._generated import omnifc_pb2 as pb
-from ._messages import (SessionParameters, body_of, check_row_caps, chunk_rows, envelope,
-                        phase_of, packed_view, wire_size)
+from ._messages import (DROPPED, SessionParameters, body_of, check_row_caps, chunk_rows,
+                        envelope, phase_of, packed_view, wire_size)
 from ._party import (as_protocol_error, confirmation_transcript, hello_transcript,
                      roster_digest_of)
 from ._log_once import log_once
@@ -422,6 +422,15 @@ class Coordinator:
             return self._broadcast(report)
         return [self._send(name, report(name)) for name in names]
 
+    def _dropped(self, name: str, why: str) -> pb.Envelope:
+        """The ErrorReport (kind ``dropped``) telling ``name`` that the session goes on
+        without it, and why; the transport ends its stream after it."""
+        return envelope(error=pb.ErrorReport(
+            session_id=self.session_id, reporter="coordinator", party=name,
+            phase=self.phase, kind=DROPPED,
+            message=f"{why}; the session goes on without this party from round "
+                    f"{self.round}"))
+
     # -- entry points -------------------------------------------------------------------
     def receive(self, sender: str, env: pb.Envelope) -> list:
         """Consume one envelope from the authenticated ``sender``."""
@@ -577,7 +586,14 @@ class Coordinator:
                 return []
             if self.phase == "evaluation":
                 self.lost.update(missing)
-                return self._retry(missing, "missed the deadline", DeadlineError)
+                try:
+                    out = self._retry(missing, "missed the deadline", DeadlineError)
+                except Exception:
+                    self.lost.difference_update(missing)  # told of the abort like the rest
+                    raise
+                # told why, if their stream still carries anything (the transport ends it)
+                return [self._send(name, self._dropped(name, "missed the deadline of phase "
+                                                       "'evaluation'")) for name in missing] + out
             what = " of the roster confirmation" if self._step == "confirm" else ""
             raise DeadlineError(f"missed the deadline{what} (still waiting for {missing})",
                                 party=missing[0], phase=self._step)

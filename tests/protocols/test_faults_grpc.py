@@ -13,7 +13,9 @@ The table is today's behaviour with reconnect (reconnect_grace 30 s unless a row
 a fault that breaks the stream (reset, corrupted byte) is reconnected through the proxy,
 which faults only the first connection, and resumed (exact D, round 1, every result
 delivered); a fault that only stalls it (pause, half-open) is judged by the phase deadline
-as before. The "Faults on the network" section of docs/protocol.md states the same
+as before. A party dropped at a deadline is told so (an ErrorReport of kind "dropped"),
+and reads it once its link moves again; the party of an aborted session is told of the
+abort like the rest. The "Faults on the network" section of docs/protocol.md states the same
 outcomes (kept equal by hand: this test reads nothing from the docs).
 
 Deadlines: join 10 s (from the moment every stream is open), shares 8 s, evaluation 5 s,
@@ -81,9 +83,18 @@ OUTCOMES = {
         party_says="the stream to the coordinator failed: UNAVAILABLE", fired="reset")),
     "pause shorter than the deadline": (f"pause=2s@bytes={AT}", 4, Expected(
         "exact", fired="pause")),
+    # the coordinator drops the party at the deadline and tells it why; the party reads
+    # that when the pause ends, unless the session ended first: the coordinator's exit
+    # then resets the link (unread bytes), the report is lost, and the party tries to
+    # resume within reconnect_grace
     "pause longer than the deadline": (f"pause=8s@bytes={AT}", 4, Expected(
-        "exact", **DROPPED, party_says="the stream to the coordinator failed: UNAVAILABLE",
-        fired="pause")),
+        "exact", **DROPPED, party_says=(
+            "coordinator reports: dropped this party in phase 'evaluation': missed the "
+            "deadline of phase 'evaluation'; the session goes on without this party "
+            "from round 2",
+            "the stream to the coordinator failed: UNAVAILABLE"), fired="pause")),
+    # nothing notices the silent link but the deadlines: the party is dropped, is told
+    # so on a link that never moves again, and ends at its own session timeout
     "half-open": (f"half-open@bytes={AT}", 4, Expected(
         "exact", **DROPPED, party_says="the session did not finish within 43 s",
         fired="half-open")),
@@ -101,11 +112,14 @@ OUTCOMES = {
         party_code=1, party_says="the stream to the coordinator failed: UNAVAILABLE",
         others_say="coordinator reports: party 'party-1' failed in phase 'evaluation'",
         fired="reset", grace=0.0)),
-    # which the paused party sees depends on whether the coordinator stopped (its abort
-    # grace is min(ABORT_GRACE, result) = 5 s after the abort) before the pause ended
+    # the paused party is told of the abort like the rest, and reads it when the pause
+    # ends (8 s), unless the coordinator stopped first (its abort grace is
+    # min(ABORT_GRACE, result) = 5 s after the abort, at 10 s)
     "pause longer than the deadline, no spare responder": (f"pause=8s@bytes={AT}", 3, Expected(
         "abort", error=DeadlineError, error_says="missed the deadline",
-        party_code=1, party_says=("the stream to the coordinator failed: UNAVAILABLE",
+        party_code=1, party_says=("coordinator reports: party 'party-1' (this party) "
+                                  "failed in phase 'evaluation'",
+                                  "the stream to the coordinator failed: UNAVAILABLE",
                                   "the coordinator closed the stream before sending a "
                                   "result"),
         others_say="coordinator reports: party 'party-1' failed in phase 'evaluation'",
@@ -195,7 +209,7 @@ def test_each_fault_ends_exactly_or_aborts_cleanly_within_its_deadline(fault):
     if fault == "bandwidth cap":  # the cap held: the upload took at least volume / rate
         assert run.seconds >= 0.5 * run.volumes[FAULTED]["up"] / RATE, \
             (run.seconds, run.volumes[FAULTED])
-    if fault.startswith("half-open"):  # the party waited for its own session timeout, no longer
+    if fault.startswith("half-open"):  # it waited for its own session timeout, no longer
         assert faulted.seconds >= 43 - 1, faulted.seconds
     if fault == "pause shorter than the deadline":
         assert run.seconds >= 2.0

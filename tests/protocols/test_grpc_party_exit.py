@@ -20,7 +20,7 @@ import grpc
 import pytest
 
 from finite_field import _jit
-from protocols import _grpc_party
+from protocols import SessionParameters, _grpc_party
 from protocols._faults import Fault
 from protocols._generated import omnifc_pb2 as pb
 from protocols._generated import omnifc_pb2_grpc as pb_grpc
@@ -55,6 +55,7 @@ def silent_server():
 
 class _Party:
     party_id = "party-0"
+    parameters = SessionParameters(dim=2, bound=1.0, scale_bits=8)
 
 
 def envelope():

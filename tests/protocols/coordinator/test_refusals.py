@@ -721,6 +721,20 @@ def test_a_responder_missing_its_tiles_starts_round_2_without_it(how):
     coordinator = session.coordinator
     assert held and coordinator.waiting_for() == ["party-4"] and coordinator.round == 1
     out = coordinator.party_lost("party-4") if how == "lost" else coordinator.expire()
+    if how == "deadline":  # told why first (its stream may still carry it); not when gone
+        dropped = _envelope(error=pb.ErrorReport(
+            session_id=SID, reporter="coordinator", party="party-4", phase="evaluation",
+            kind="dropped", message="missed the deadline of phase 'evaluation'; the "
+            "session goes on without this party from round 2"))
+        assert out[0] == ("party-4", dropped)
+        with pytest.raises(PeerError) as info:
+            list(session.parties["party-4"].receive(dropped))
+        assert str(info.value) == (
+            "coordinator reports: dropped this party in phase 'evaluation': missed the "
+            "deadline of phase 'evaluation'; the session goes on without this party from "
+            "round 2")
+        assert (info.value.party, info.value.phase) == ("party-4", "evaluation")
+        out = out[1:]
     assert out == [(n, _start(2, FIVE[:4])) for n in FIVE[:4]]
     assert (coordinator.round, coordinator.responders, coordinator.lost) == \
         (2, FIVE[:4], {"party-4"})
@@ -787,7 +801,10 @@ def test_a_deadline_in_evaluation_with_too_few_left_names_the_first_missing_part
         coordinator.expire()
     _says(info.value, "party-1", "evaluation", "missed the deadline; only 2 parties remain "
           "(['party-0', 'party-2']) and decoding needs 3", kind=DeadlineError)
-    assert coordinator.lost == {"party-1", "party-3"}
+    # not dropped (there is no session to go on with): told of the abort like the rest
+    assert coordinator.lost == set()
+    assert [name for name, _ in coordinator.abort()] == ["party-0", "party-1", "party-2",
+                                                          "party-3"]
 
 
 def test_a_deadline_in_shares_names_the_first_party_without_ready():
