@@ -3,6 +3,7 @@ subset relies on select something sensible (process and gRPC tests out, unit tes
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
@@ -14,6 +15,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 FAST = 'python -m pytest -m "not slow and not network"'
+MIXED = "tests/protocols/test_malicious_coordinator.py"  # in-memory and gRPC tests
 
 
 def test_readme_shows_the_fast_subset_and_the_suite_duration():
@@ -25,20 +27,45 @@ def test_readme_shows_the_fast_subset_and_the_suite_duration():
         assert f"`{marker}`" in test_section
 
 
-def _collect(*args):
+PLUGIN = """
+import json, os
+
+def pytest_collection_finish(session):
+    with open(os.environ["OMNIFC_MARKERS_OUT"], "w") as out:
+        json.dump({item.nodeid: sorted({m.name for m in item.iter_markers()})
+                   for item in session.items}, out)
+"""
+
+
+def _collect_markers(tmp_path):
+    """Every test of tests/omnifc and tests/protocols with its markers: one collection
+    (the subset's own ``-m`` is this expression over the same marker names)."""
+    (tmp_path / "marker_dump.py").write_text(PLUGIN)
+    out = tmp_path / "markers.json"
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
-                           "-p", "no:cacheprovider", *args, "tests/omnifc", "tests/protocols"],
+                           "-p", "no:cacheprovider", "-p", "marker_dump",
+                           "tests/omnifc", "tests/protocols"],
                           cwd=ROOT, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, "OMNIFC_MARKERS_OUT": str(out),
+                               "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return {line for line in done.stdout.splitlines() if "::" in line}
+    return json.loads(out.read_text())
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_the_fast_subset_leaves_out_the_process_tests_and_keeps_the_rest():
-    every = _collect()
-    fast = _collect("-m", "not slow and not network")
+def test_the_fast_subset_leaves_out_the_process_tests_and_keeps_the_rest(tmp_path):
+    markers = _collect_markers(tmp_path)
+    every = set(markers)
+    fast = {t for t, names in markers.items() if "slow" not in names and "network" not in names}
+    listed = [line for line in subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "-m", "not slow and not network", MIXED],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.splitlines() if "::" in line]
+    # pytest's own -m selects what the marker names say (checked on a mixed module)
+    assert listed and set(listed) == {t for t in fast
+                                      if t.startswith(MIXED + "::")}
     assert fast < every
     left_out = every - fast
     # every test that starts serve/join/demo processes or party processes over gRPC
@@ -50,7 +77,7 @@ def test_the_fast_subset_leaves_out_the_process_tests_and_keeps_the_rest():
     assert any("test_rerun_keeps_earlier_results" in t for t in left_out)
     assert any("test_default_folder_is_omnifc_reproduce" in t for t in left_out)
     # a file that mixes both keeps its in-memory attacks and leaves out its gRPC ones
-    mixed = {t for t in every if t.startswith("tests/protocols/test_malicious_coordinator.py")}
+    mixed = {t for t in every if t.startswith(MIXED)}
     assert mixed & fast and mixed & left_out
     # and the bulk stays: unit, oracle and in-memory tests
     assert len(fast) > 0.8 * len(every)
