@@ -258,7 +258,8 @@ def test_serve_answers_late_parties_for_abort_grace_seconds_and_is_gone_right_af
 # -- item 4: a result that did not reach its party is reported by the coordinator -------
 @pytest.mark.timeout(300)
 def test_serve_reports_a_party_that_never_got_its_labels(tmp_path):
-    config = make_session(tmp_path / "s")
+    # the coordinator waits reconnect_grace for c to come back for its result: 3 s here
+    config = make_session(tmp_path / "s", "--reconnect-grace", "3")
     rng = np.random.default_rng(6)
     for i, name in enumerate(NAMES):
         np.save(tmp_path / f"{name}.npy", rng.uniform(-1, 1, (4 + i, 3)))

@@ -32,7 +32,8 @@ def test_a_party_gone_when_its_result_arrives_is_reported_undelivered():
     # party-2 uploads everything, then its process ends when the result arrives (killed
     # while the coordinator decoded): D is exact, but party-2 never got its labels
     data = random_data([3, 4, 2], 3, seed=8)
-    params = SessionParameters(dim=3, bound=1.0, scale_bits=8)
+    # the coordinator waits reconnect_grace for party-2 to come back for it: 3 s here
+    params = SessionParameters(dim=3, bound=1.0, scale_bits=8, reconnect_grace=3.0)
     outcome = run_local_grpc_session(
         data, params, deadline=20, faults={"party-2": "exit-at-result"},
         cluster=lambda d: np.zeros(len(d), dtype=np.int64))
@@ -93,7 +94,8 @@ def test_the_library_call_reports_a_party_that_never_got_its_result(monkeypatch,
     data = random_data([3, 4, 2], 3, seed=8)
     with caplog.at_level("WARNING", logger="omnifc"):
         result = omnifc.secure_distance_matrix(list(data.values()), bound=1.0, scale_bits=8,
-                                               transport="grpc", deadline=20)
+                                               transport="grpc", deadline=20,
+                                               reconnect_grace=3.0)
     assert np.array_equal(result.integer_distances,
                           plaintext_sq_distances(rows(data), 1.0, 8))
     assert list(result.parameters["undelivered"]) == ["party-2"]
