@@ -13,6 +13,15 @@ from protocols import public_key_bytes
 from oracles import lagrange_weights, plaintext_sq_distances, quantize  # noqa: F401
 
 
+def queued_requests(box, end=None):
+    """A gRPC request iterator fed by a queue: its items, in order, until ``end``."""
+    while True:
+        item = box.get()
+        if item is end:
+            return
+        yield item
+
+
 def random_data(sizes, dim, seed=0, low=-1.0, high=1.0):
     rng = np.random.default_rng(seed)
     return {f"party-{i}": rng.uniform(low, high, (n, dim)) for i, n in enumerate(sizes)}

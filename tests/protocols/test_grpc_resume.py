@@ -30,7 +30,7 @@ from protocols._identity import load_identity
 from protocols._messages import envelope
 from protocols._resume import resume_proof, resume_transcript
 from protocols._tls import make_channel, party_credentials
-from protocol_helpers import plaintext_sq_distances, random_data
+from protocol_helpers import plaintext_sq_distances, queued_requests, random_data
 
 pytestmark = [pytest.mark.protobuf, pytest.mark.network, pytest.mark.slow,
               pytest.mark.timeout(240)]
@@ -113,14 +113,6 @@ def test_a_stream_dropped_after_the_last_tile_resumes_to_fetch_its_result():
 
 # -- forged reconnects while the real party is away ------------------------------------------
 
-def _requests(box):
-    while True:
-        item = box.get()
-        if item is None:
-            return
-        yield item
-
-
 class _Attacker:
     """Streams opened with party-1's own TLS certificate (a stolen connection)."""
 
@@ -132,7 +124,7 @@ class _Attacker:
 
     def challenge(self):
         box = queue.Queue()
-        stream = pb_grpc.CoordinatorStub(self.channel).Session(_requests(box), timeout=20)
+        stream = pb_grpc.CoordinatorStub(self.channel).Session(queued_requests(box), timeout=20)
         box.put(envelope(resume_request=pb.ResumeRequest(session_id=self.sid,
                                                          party_id="party-1")))
         replies = iter(stream)
@@ -239,7 +231,7 @@ def test_a_new_stream_that_does_not_resume_in_time_is_ended(monkeypatch):
                 grpc.channel_ready_future(channels[-1]).result(timeout=10)
             for env in party.start():
                 first_box.put(env)
-            first = pb_grpc.CoordinatorStub(channels[0]).Session(_requests(first_box),
+            first = pb_grpc.CoordinatorStub(channels[0]).Session(queued_requests(first_box),
                                                                  timeout=30)
             end = time.monotonic() + 10
             while "party-0" not in server.coordinator.hellos:
@@ -247,7 +239,7 @@ def test_a_new_stream_that_does_not_resume_in_time_is_ended(monkeypatch):
                 time.sleep(0.05)
             second_box = queue.Queue()
             started = time.monotonic()
-            second = pb_grpc.CoordinatorStub(channels[1]).Session(_requests(second_box),
+            second = pb_grpc.CoordinatorStub(channels[1]).Session(queued_requests(second_box),
                                                                   timeout=20)
             got = list(second)  # ends without a message, well before its own deadline
             took = time.monotonic() - started

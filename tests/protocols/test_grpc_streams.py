@@ -15,19 +15,11 @@ from protocols._generated import omnifc_pb2_grpc as pb_grpc
 from protocols._grpc_local import LocalSession
 from protocols._grpc_party import party_from_config
 from protocols._tls import make_channel, party_credentials
-from protocol_helpers import random_data
+from protocol_helpers import queued_requests, random_data
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
 
 _END = object()
-
-
-def _requests(outgoing):
-    while True:
-        item = outgoing.get()
-        if item is _END:
-            return
-        yield item
 
 
 def _wait_for(condition, seconds):
@@ -60,8 +52,8 @@ def test_second_stream_for_a_connected_party_is_refused_and_the_first_survives(g
             grpc.channel_ready_future(first).result(timeout=10)
             for env in party.start():
                 first_out.put(env)
-            first_stream = pb_grpc.CoordinatorStub(first).Session(_requests(first_out),
-                                                                  timeout=30)
+            first_stream = pb_grpc.CoordinatorStub(first).Session(
+                queued_requests(first_out, _END), timeout=30)
             assert _wait_for(lambda: "party-0" in server.coordinator.hellos, 10)
 
             # The same certificate opens a second stream (a replay, or a second process).
@@ -73,8 +65,8 @@ def test_second_stream_for_a_connected_party_is_refused_and_the_first_survives(g
                 hello = pb.Envelope()
                 hello.hello.CopyFrom(party._hello)  # the first stream's hello, replayed
                 second_out.put(hello)
-            second_stream = pb_grpc.CoordinatorStub(second).Session(_requests(second_out),
-                                                                    timeout=10)
+            second_stream = pb_grpc.CoordinatorStub(second).Session(
+                queued_requests(second_out, _END), timeout=10)
             got = []
             reader = threading.Thread(
                 target=lambda: got.append(_first_outcome(second_stream, messages=bool(grace))),
