@@ -35,7 +35,7 @@ from finite_field import AuthenticationError, OmniFCError, PeerError, ProtocolEr
 from ._config import parameters_from_config  # re-exported: its home is the config
 from ._coordinator import Coordinator, Outcome
 from ._generated import omnifc_pb2_grpc as pb_grpc
-from ._messages import DROPPED, SessionParameters
+from ._messages import SessionParameters, is_dropped
 from ._tls import authenticated_party, make_server, peer_common_name
 
 __all__ = ["CoordinatorServer", "parameters_from_config", "coordinator_from_config",
@@ -443,7 +443,7 @@ class CoordinatorServer:
             box = self.outboxes.get(dest)
             if box is not None:
                 box.put(env)
-                if env.HasField("error") and env.error.kind == DROPPED:
+                if env.HasField("error") and is_dropped(env.error):
                     box.put(_END)  # the session goes on without it: its stream ends
 
     def _finish(self) -> None:

@@ -24,11 +24,16 @@ from ._parameters import (DEFAULT_CHUNK_BYTES, DEFAULT_MAX_ROWS_PER_PARTY,
 __all__ = ["SessionParameters", "SumPlan", "pack", "unpack", "wire_size", "row_tiles", "vector_tiles",
            "chunk_rows", "envelope", "body_of", "phase_of", "parse_envelope",
            "DEFAULT_CHUNK_BYTES", "DEFAULT_MAX_ROWS_PER_PARTY", "DEFAULT_MAX_ROWS_TOTAL",
-           "MODES", "KINDS", "INTEGRITY", "check_row_caps", "DROPPED"]
+           "MODES", "KINDS", "INTEGRITY", "check_row_caps", "DROPPED", "is_dropped"]
 
 #: The ``ErrorReport.kind`` that tells a party the session goes on without it (it missed
 #: a deadline of the evaluation); the coordinator ends that party's stream after it.
 DROPPED = "dropped"
+
+
+def is_dropped(report) -> bool:
+    """Whether an ``ErrorReport`` tells its party that the session goes on without it."""
+    return report.kind == DROPPED
 
 #: The phase a message belongs to (for stats and error messages).
 _PHASE_OF = {"hello": "join", "roster": "join", "confirmation": "shares",

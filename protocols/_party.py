@@ -72,8 +72,8 @@ from ._identity import public_key_bytes, sign, verify
 from ._integrity import group_streams
 from ._mask_graph import mask_neighbours
 from ._generated import omnifc_pb2 as pb
-from ._messages import (DROPPED, SessionParameters, body_of, check_row_caps, chunk_rows,
-                        envelope, pack, unpack)
+from ._messages import (SessionParameters, body_of, check_row_caps, chunk_rows, envelope,
+                        is_dropped, pack, unpack)
 from ._plans import _BLOCK_ELEMENTS, _block_stop, session_plan, session_type  # noqa: F401
 from ._resume import TILE, Outlog, resume_proof, resume_transcript
 
@@ -752,7 +752,7 @@ class Party:
         # never a message that reads as if this party's own check had failed
         phase = report.phase or self.phase
         culprit = report.party
-        if report.kind == DROPPED and culprit == self.party_id:
+        if is_dropped(report) and culprit == self.party_id:
             raise PeerError(f"dropped this party in phase {phase!r}: "
                             f"{report.message}", party=culprit, phase=phase,
                             reporter=COORDINATOR)
