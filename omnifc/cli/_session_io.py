@@ -148,10 +148,6 @@ def phase_progress(total_phases: int = 5, disable: bool = False, desc: str = "jo
     return bar, on_phase
 
 
-#: The logger under which the clusterings say how far their long steps are.
-CLUSTERING_PROGRESS = "omnifc._clustering._progress"
-
-
 class _Forward(logging.Handler):
     def __init__(self, on_detail) -> None:
         super().__init__(logging.INFO)
