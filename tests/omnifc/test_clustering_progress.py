@@ -14,12 +14,11 @@ import pytest
 from omnifc import plaintext_distance_store
 from omnifc._clustering import _progress, fit_method
 from omnifc.cli import _session_io
-from omnifc._clustering import _progress
 from omnifc.cli._session_io import clustering_progress, phase_progress
+from omnifc.cli.cmd_serve import clustering_callback
 
 #: The logger under which the clusterings say how far their long steps are.
 CLUSTERING_PROGRESS = _progress.__name__
-from omnifc.cli.cmd_serve import clustering_callback
 
 
 def _blobs(n_per=40, seed=3):
