@@ -36,7 +36,7 @@ from ._config import parameters_from_config  # re-exported: its home is the conf
 from ._coordinator import Coordinator, Outcome
 from ._generated import omnifc_pb2_grpc as pb_grpc
 from ._messages import SessionParameters, is_dropped
-from ._tls import authenticated_party, make_server, peer_common_name
+from ._tls import authenticated_party, keepalive_options, make_server, peer_common_name
 
 __all__ = ["CoordinatorServer", "parameters_from_config", "coordinator_from_config",
            "Absences"]
@@ -191,8 +191,9 @@ class CoordinatorServer:
         self.grace = float(coordinator.reconnect_grace)
         self.tokens: dict[str, object] = {}
         self.away = Absences(self.grace)
-        self.server, self.port = make_server(address, credentials, insecure=insecure,
-                                             max_workers=len(coordinator.names) + 4)
+        self.server, self.port = make_server(
+            address, credentials, insecure=insecure, max_workers=len(coordinator.names) + 4,
+            options=keepalive_options(coordinator.parameters.keepalive))
         pb_grpc.add_CoordinatorServicer_to_server(_Servicer(self), self.server)
 
     # -- stream plumbing (called from gRPC threads) ---------------------------------------

@@ -33,7 +33,7 @@ from finite_field import DeadlineError, InputError, OmniFCError, PeerError, Prot
 from ._faults import Fault
 from ._generated import omnifc_pb2_grpc as pb_grpc
 from ._party import COORDINATOR, Party
-from ._tls import make_channel, party_credentials
+from ._tls import keepalive_options, make_channel, party_credentials
 
 __all__ = ["run_party", "party_from_config", "load_party_data", "main"]
 
@@ -236,7 +236,9 @@ class _Link:
         self.party, self.target, self.credentials = party, target, credentials
         self.insecure, self.timeout, self.fault = insecure, timeout, fault
         self.started = time.monotonic()
-        self.channel = make_channel(target, credentials, insecure=insecure)
+        self.options = keepalive_options(party.parameters.keepalive)
+        self.channel = make_channel(target, credentials, insecure=insecure,
+                                    options=self.options)
         self.outgoing: queue.Queue = queue.Queue(maxsize=8)
         self.responses = None
         self._senders: list[threading.Thread] = []  # gRPC's threads that read requests()
@@ -323,7 +325,8 @@ class _Link:
             if remaining <= 0:
                 raise _connection_error(party, phase, f"{broken}; could not resume within "
                                         f"reconnect_grace = {grace:g} s ({cause})")
-            self.channel = make_channel(self.target, self.credentials, insecure=self.insecure)
+            self.channel = make_channel(self.target, self.credentials, insecure=self.insecure,
+                                        options=self.options)
             self.outgoing = queue.Queue(maxsize=8)
             try:
                 grpc.channel_ready_future(self.channel).result(timeout=min(remaining, 5.0))

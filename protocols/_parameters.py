@@ -160,6 +160,11 @@ MAX_RECONNECT_GRACE = 3600.0
 #: The default grace period (seconds): a connection reset, a NAT timeout or a brief outage
 #: costs a reconnect, not the round.
 DEFAULT_RECONNECT_GRACE = 30.0
+#: Longest keepalive interval a session accepts (seconds).
+MAX_KEEPALIVE = 3600.0
+#: The default keepalive (seconds): a link that went silent without closing (half-open)
+#: is noticed within about twice this, then reconnected like a reset.
+DEFAULT_KEEPALIVE = 30.0
 
 
 def _grace(value, key: str) -> float:
@@ -169,6 +174,16 @@ def _grace(value, key: str) -> float:
             or not math.isfinite(value) or not 0 <= value <= MAX_RECONNECT_GRACE:
         raise ParameterError(f"{key} must be a number of seconds in [0, "
                              f"{MAX_RECONNECT_GRACE:g}] (0: no reconnect), got {show(value)}")
+    return float(value)
+
+
+def _keepalive(value, key: str) -> float:
+    if value is None:  # unset on the wire (an older coordinator): the default
+        return DEFAULT_KEEPALIVE
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(value) or not (value == 0 or 1 <= value <= MAX_KEEPALIVE):
+        raise ParameterError(f"{key} must be 0 (no keepalive) or a number of seconds in "
+                             f"[1, {MAX_KEEPALIVE:g}], got {show(value)}")
     return float(value)
 
 
@@ -489,6 +504,22 @@ PARAMETERS: tuple[Parameter, ...] = (
         check=_grace, table="parameters", config_check=_grace, cli_type=float,
         fingerprint="unless-default", metavar="SECONDS", optional_on_wire=True,
         example=5.0),
+    Parameter(
+        "keepalive", "float", "seconds of silence after which either end of a party's "
+        "connection pings the other, and waits as long for the answer (0: no keepalive)",
+        DEFAULT_KEEPALIVE,
+        comment="seconds between keepalive pings; no answer within as long: broken (0: off)",
+        doc="Seconds of silence on a party's connection to the coordinator after which "
+            "either end sends a keepalive ping; with no answer within as many seconds the "
+            "connection counts as broken, as after a reset, so a link that went silent "
+            "without closing (half-open) is reconnected and resumed within "
+            "``reconnect_grace`` (docs/protocol.md, \"Faults on the network\"). 0: no "
+            "keepalive (such a link is then noticed only by the phase deadlines). 0 or 1 "
+            "to 3600. A link so slow that a ping waits longer than this behind the bytes "
+            "already sent is taken for broken (and resumed): raise it there.",
+        check=_keepalive, table="parameters", config_check=_keepalive, cli_type=float,
+        fingerprint="unless-default", metavar="SECONDS", optional_on_wire=True,
+        example=7.0),
     Parameter(
         "alphas", "tuple | None", "interpolation points (l+t)", None,
         doc="Interpolation points alpha_1..alpha_{l+t} (default 1..l+t).",

@@ -473,6 +473,31 @@ def _options(options) -> list:
     return list(merged.items())
 
 
+def keepalive_options(seconds: float) -> dict:
+    """gRPC channel arguments, for a channel and a server alike: a ping after ``seconds``
+    of silence, the connection closed when its answer has not come within as long, and
+    pings that often accepted from the other end (0: none of it, gRPC's defaults).
+
+    ``grpc.http2.ping_timeout_ms`` is what bounds the wait for the answer (grpcio 1.85:
+    with ``grpc.keepalive_timeout_ms`` alone a half-open link was never noticed).
+
+    >>> keepalive_options(30)["grpc.http2.ping_timeout_ms"]
+    30000
+    >>> keepalive_options(0)
+    {}
+    """
+    if not seconds:
+        return {}
+    ms = int(round(seconds * 1000))
+    return {"grpc.keepalive_time_ms": ms, "grpc.keepalive_timeout_ms": ms,
+            "grpc.http2.ping_timeout_ms": ms,
+            "grpc.keepalive_permit_without_calls": 1,
+            "grpc.http2.max_pings_without_data": 0,
+            # the other end pings this often: never a GOAWAY for "too many pings"
+            "grpc.http2.min_ping_interval_without_data_ms": ms // 2,
+            "grpc.http2.max_ping_strikes": 0}
+
+
 def _choose(credentials, insecure: bool, what: str) -> None:
     if credentials is not None and insecure:
         raise ParameterError(f"{what}: pass either credentials or insecure=True, not both")

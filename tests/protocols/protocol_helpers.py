@@ -2,15 +2,35 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from protocols import Coordinator, Party, SessionParameters
 from protocols import public_key_bytes
+from protocols._generated import omnifc_pb2_grpc as pb_grpc
 
 # The plaintext references live in the one oracle module (tests/oracles.py); they are
 # re-exported here for the protocol tests that import them from this module.
 from oracles import lagrange_weights, plaintext_sq_distances, quantize  # noqa: F401
+
+
+class SilentCoordinator(pb_grpc.CoordinatorServicer):
+    """Reads one request, then nothing (so the party's sending thread blocks), until the
+    call ends."""
+
+    def __init__(self):
+        self.first = threading.Event()
+
+    def Session(self, request_iterator, context):
+        next(request_iterator)
+        self.first.set()
+        end = time.monotonic() + 20
+        while context.is_active() and time.monotonic() < end:
+            time.sleep(0.05)
+        return iter(())
 
 
 def queued_requests(box, end=None):

@@ -24,22 +24,7 @@ from protocols import SessionParameters, _grpc_party
 from protocols._faults import Fault
 from protocols._generated import omnifc_pb2 as pb
 from protocols._generated import omnifc_pb2_grpc as pb_grpc
-
-
-class SilentCoordinator(pb_grpc.CoordinatorServicer):
-    """Reads one request, then nothing (so the party's sending thread blocks), until the
-    call ends."""
-
-    def __init__(self):
-        self.first = threading.Event()
-
-    def Session(self, request_iterator, context):
-        next(request_iterator)
-        self.first.set()
-        end = time.monotonic() + 20
-        while context.is_active() and time.monotonic() < end:
-            time.sleep(0.05)
-        return iter(())
+from protocol_helpers import SilentCoordinator
 
 
 @pytest.fixture
