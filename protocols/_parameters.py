@@ -167,11 +167,16 @@ MAX_KEEPALIVE = 3600.0
 DEFAULT_KEEPALIVE = 30.0
 
 
+def _finite_real(value) -> bool:
+    """A finite int or float (numpy's included), not a bool: a number of seconds."""
+    return not isinstance(value, bool) and \
+        isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(value)
+
+
 def _grace(value, key: str) -> float:
     if value is None:  # unset on the wire: the default (0.0 is a value: no reconnect)
         return DEFAULT_RECONNECT_GRACE
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(value) or not 0 <= value <= MAX_RECONNECT_GRACE:
+    if not _finite_real(value) or not 0 <= value <= MAX_RECONNECT_GRACE:
         raise ParameterError(f"{key} must be a number of seconds in [0, "
                              f"{MAX_RECONNECT_GRACE:g}] (0: no reconnect), got {show(value)}")
     return float(value)
@@ -180,8 +185,7 @@ def _grace(value, key: str) -> float:
 def _keepalive(value, key: str) -> float:
     if value is None:  # unset on the wire (an older coordinator): the default
         return DEFAULT_KEEPALIVE
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(value) or not (value == 0 or 1 <= value <= MAX_KEEPALIVE):
+    if not _finite_real(value) or not (value == 0 or 1 <= value <= MAX_KEEPALIVE):
         raise ParameterError(f"{key} must be 0 (no keepalive) or a number of seconds in "
                              f"[1, {MAX_KEEPALIVE:g}], got {show(value)}")
     return float(value)
