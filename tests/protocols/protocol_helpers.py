@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from concurrent import futures
+
+import grpc
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -31,6 +35,21 @@ class SilentCoordinator(pb_grpc.CoordinatorServicer):
         while context.is_active() and time.monotonic() < end:
             time.sleep(0.05)
         return iter(())
+
+
+@contextlib.contextmanager
+def silent_server(options=()):
+    """A loopback gRPC server (insecure, gRPC channel arguments ``options``) whose
+    coordinator is a :class:`SilentCoordinator`: yields ``(servicer, port)``."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), options=list(options))
+    servicer = SilentCoordinator()
+    pb_grpc.add_CoordinatorServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield servicer, port
+    finally:
+        server.stop(None).wait(5)
 
 
 def queued_requests(box, end=None):

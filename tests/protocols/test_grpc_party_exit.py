@@ -14,7 +14,6 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from concurrent import futures
 
 import grpc
 import pytest
@@ -23,19 +22,13 @@ from finite_field import _jit
 from protocols import SessionParameters, _grpc_party
 from protocols._faults import Fault
 from protocols._generated import omnifc_pb2 as pb
-from protocols._generated import omnifc_pb2_grpc as pb_grpc
-from protocol_helpers import SilentCoordinator
+import protocol_helpers
 
 
 @pytest.fixture
 def silent_server():
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    servicer = SilentCoordinator()
-    pb_grpc.add_CoordinatorServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield servicer, port
-    server.stop(grace=None).wait(5)
+    with protocol_helpers.silent_server() as running:
+        yield running
 
 
 class _Party:

@@ -6,7 +6,6 @@ over gRPC are rows of tests/protocols/test_faults_grpc.py (half-open, with and w
 from __future__ import annotations
 
 import time
-from concurrent import futures
 
 import grpc
 import pytest
@@ -17,7 +16,7 @@ from protocols._fault_proxy import FaultProxy
 from protocols._generated import omnifc_pb2 as pb
 from protocols._generated import omnifc_pb2_grpc as pb_grpc
 from protocols._tls import keepalive_options
-from protocol_helpers import SilentCoordinator
+from protocol_helpers import silent_server
 
 
 def _params(**kw):
@@ -59,36 +58,29 @@ def _silent_link_ends_after(seconds_keepalive: float, deadline: float,
     """Seconds until a stream through a proxy with ``fault`` (half-open by default) fails
     (None: it is still open at ``deadline``), with keepalive at both ends."""
     options = list(keepalive_options(seconds_keepalive).items())
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), options=options)
-    servicer = SilentCoordinator()
-    pb_grpc.add_CoordinatorServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        with FaultProxy(f"127.0.0.1:{port}", fault) as proxy:
-            channel = grpc.insecure_channel(f"127.0.0.1:{proxy.port}", options=options)
+    with silent_server(options) as (_, port), \
+            FaultProxy(f"127.0.0.1:{port}", fault) as proxy:
+        channel = grpc.insecure_channel(f"127.0.0.1:{proxy.port}", options=options)
 
-            def requests():  # the party keeps writing into the silent link
-                for _ in range(int(deadline / 0.05) + 40):
-                    yield pb.Envelope(ready=pb.Ready(session_id="s" * 100, party_id="p",
-                                                     phase="join"))
-                    time.sleep(0.05)
+        def requests():  # the party keeps writing into the silent link
+            for _ in range(int(deadline / 0.05) + 40):
+                yield pb.Envelope(ready=pb.Ready(session_id="s" * 100, party_id="p",
+                                                 phase="join"))
+                time.sleep(0.05)
 
-            start = time.monotonic()
-            call = pb_grpc.CoordinatorStub(channel).Session(requests(), timeout=deadline)
-            try:
-                for _ in call:
-                    pass
-            except grpc.RpcError as error:
-                if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                    return None
-                assert error.code() == grpc.StatusCode.UNAVAILABLE, error
-                return time.monotonic() - start
-            finally:
-                channel.close()
-            return None
-    finally:
-        server.stop(None).wait(5)
+        start = time.monotonic()
+        call = pb_grpc.CoordinatorStub(channel).Session(requests(), timeout=deadline)
+        try:
+            for _ in call:
+                pass
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return None
+            assert error.code() == grpc.StatusCode.UNAVAILABLE, error
+            return time.monotonic() - start
+        finally:
+            channel.close()
+        return None
 
 
 @pytest.mark.network
