@@ -7,16 +7,17 @@ import pickle
 
 import numpy as np
 import pytest
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 from scipy import stats
 
 from finite_field import AuthenticationError, ParameterError
+from kat_helpers import alice_and_bob_keys, x25519_public
+from kat_helpers import transcript as _transcript
 from oracles import chacha20_elements
 from protocols._crypto import (
-    PROTOCOL_VERSION,
     EphemeralKey,
     KeyStream,
     MaskView,
@@ -234,18 +235,8 @@ PRIVATE = {"alice": bytes(range(32)), "bob": bytes(range(100, 132))}
 KAT_ROSTER = hashlib.sha256(b"kat-roster").digest()
 
 
-def _field(value) -> bytes:
-    data = value if isinstance(value, bytes) else str(value).encode()
-    return len(data).to_bytes(4, "big") + data
-
-
-def _transcript(label, *fields) -> bytes:
-    return b"omnifc" + _field(PROTOCOL_VERSION) + _field(label) + b"".join(map(_field, fields))
-
-
 def _public(name) -> bytes:
-    return X25519PrivateKey.from_private_bytes(PRIVATE[name]).public_key().public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return x25519_public(PRIVATE[name])
 
 
 def _expected_key(session, purpose, roster=KAT_ROSTER) -> bytes:
@@ -259,12 +250,7 @@ def _expected_key(session, purpose, roster=KAT_ROSTER) -> bytes:
 
 
 def _keys(session="kat-session", roster=KAT_ROSTER):
-    a = EphemeralKey(X25519PrivateKey.from_private_bytes(PRIVATE["alice"]))
-    b = EphemeralKey(X25519PrivateKey.from_private_bytes(PRIVATE["bob"]))
-    return (PairKeys.derive(a, b.public_bytes, session_id=session, me="alice", peer="bob",
-                            roster_digest=roster),
-            PairKeys.derive(b, a.public_bytes, session_id=session, me="bob", peer="alice",
-                            roster_digest=roster))
+    return alice_and_bob_keys(PRIVATE, session, roster)
 
 
 def _nonce(sender, round_, prime_index, chunk_index) -> bytes:

@@ -26,36 +26,27 @@ import os
 import numpy as np
 import pytest
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
 from finite_field import AuthenticationError
 from protocols import _crypto
-from protocols._crypto import (EphemeralKey, MaskView, PairKeys, group_mask_key,
-                               new_run_nonce, roster_digest, stream_elements)
+from protocols._crypto import (MaskView, group_mask_key, new_run_nonce, roster_digest,
+                               stream_elements)
+from kat_helpers import alice_and_bob_keys, x25519_public
+from kat_helpers import transcript as _transcript
 from oracles import chacha20_elements
 
 pytestmark = pytest.mark.timeout(120)
 
-VERSION = 2   # docs/protocol.md: protocol version 2
 PRIVATE = {"alice": bytes(range(1, 33)), "bob": bytes(range(200, 232))}
 ROSTER = hashlib.sha256(b"roster of the known answers").digest()
 
 
-def _field(value) -> bytes:
-    data = value if isinstance(value, bytes) else str(value).encode("utf-8")
-    return len(data).to_bytes(4, "big") + data
-
-
-def _transcript(label, *fields) -> bytes:
-    return b"omnifc" + _field(VERSION) + _field(label) + b"".join(map(_field, fields))
-
-
 def _public(name) -> bytes:
-    return X25519PrivateKey.from_private_bytes(PRIVATE[name]).public_key().public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return x25519_public(PRIVATE[name])
 
 
 def _share_key(session, roster=ROSTER) -> bytes:
@@ -67,12 +58,7 @@ def _share_key(session, roster=ROSTER) -> bytes:
 
 
 def _keys(session="kat", roster=ROSTER):
-    a = EphemeralKey(X25519PrivateKey.from_private_bytes(PRIVATE["alice"]))
-    b = EphemeralKey(X25519PrivateKey.from_private_bytes(PRIVATE["bob"]))
-    return (PairKeys.derive(a, b.public_bytes, session_id=session, me="alice", peer="bob",
-                            roster_digest=roster),
-            PairKeys.derive(b, a.public_bytes, session_id=session, me="bob", peer="alice",
-                            roster_digest=roster))
+    return alice_and_bob_keys(PRIVATE, session, roster)
 
 
 def _view_digest(session, round_, roster, responders) -> bytes:
