@@ -9,7 +9,7 @@ import pytest
 
 import omnifc
 from finite_field import DeadlineError, IntegrityError, PeerError
-from protocols import SessionParameters, generate_certificates, load_session_config
+from protocols import Deadlines, SessionParameters, generate_certificates, load_session_config
 from protocols._grpc_local import LocalSession, run_local_grpc_session
 from protocols._grpc_party import party_from_config, run_party
 from protocols._tls import party_credentials
@@ -75,8 +75,11 @@ def test_crash_with_too_few_parties_is_a_clear_error_within_the_deadline():
 def test_silent_party_hits_the_evaluation_deadline():
     data = random_data([3, 4, 2], 3, seed=8)
     params = SessionParameters(dim=3, bound=1.0, scale_bits=8)
+    # only the evaluation's deadline is short: under load, party processes starting up
+    # once missed a 3 s shares deadline (CI, load 7), which is not what this test pins
+    deadlines = Deadlines(join=120, shares=60, evaluation=3, result=10)
     with pytest.raises(DeadlineError) as info:
-        run_local_grpc_session(data, params, deadline=3,
+        run_local_grpc_session(data, params, deadline=deadlines,
                                faults={"party-0": "stall-in-evaluation"})
     assert (info.value.party, info.value.phase) == ("party-0", "evaluation")
 
