@@ -52,10 +52,8 @@ Examples
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 import weakref
@@ -63,11 +61,11 @@ from pathlib import Path
 
 import numpy as np
 
-from finite_field import (InputError, ParameterError, PeerError, ProtocolError,
+from finite_field import (InputError, ParameterError, ProtocolError,
                           WrapAroundError, add_reduced, decode_upper)
 
 __all__ = ["DistanceAccumulator", "DistanceStore", "TiledDistances", "DEFAULT_MEMORY_BUDGET",
-           "DEFAULT_TILE_BYTES", "storage_dtype", "discard_store", "TileLedger"]
+           "DEFAULT_TILE_BYTES", "storage_dtype", "discard_store"]
 
 logger = logging.getLogger(__name__)
 
@@ -478,66 +476,6 @@ class DistanceAccumulator:
                          tile_bytes=self.tile_bytes, what="combined distances")
         except WrapAroundError as error:
             raise ProtocolError(str(error)) from None
-
-
-class TileLedger:
-    """Which tiles a round has taken, per party, prime and tile index: no tile twice.
-
-    A tile is deterministic given the party's shares and the round's view (the same
-    g(beta_j), the same masks from the same pair keys and view, the same group seeds), so a
-    copy re-sent after a reconnect is byte-identical to the first one. :meth:`take` says
-    whether a tile is new (add it), an identical copy of one already taken (ignore it: it
-    is never added twice), or raises :class:`~finite_field.PeerError` naming the party when
-    a second copy differs from the first (a tampered or deviating upload: fail closed).
-    It keeps a SHA-256 digest of each tile taken (32 bytes per tile), never the values.
-
-    >>> ledger = TileLedger()
-    >>> ledger.take("a", 0, 3, b"tile"), ledger.take("a", 0, 3, b"tile")
-    (True, False)
-    >>> ledger.taken("a")
-    {(0, 3)}
-    """
-
-    def __init__(self) -> None:
-        self._digests: dict[str, dict[tuple[int, int], bytes]] = {}
-
-    @staticmethod
-    def digest(payload) -> bytes:
-        return hashlib.sha256(bytes(payload)).digest()
-
-    def seen(self, party: str, prime_index: int, tile_index: int) -> bool:
-        return (int(prime_index), int(tile_index)) in self._digests.get(party, {})
-
-    def take(self, party: str, prime_index: int, tile_index: int, payload, *,
-             phase: str = "evaluation") -> bool:
-        """True: a new tile (now recorded); False: an identical copy of a tile taken
-        already (to be ignored). A different second copy raises PeerError."""
-        key = (int(prime_index), int(tile_index))
-        digest = self.digest(payload)
-        mine = self._digests.setdefault(party, {})
-        first = mine.get(key)
-        if first is None:
-            mine[key] = digest
-            return True
-        if first == digest:
-            logger.debug("party %r re-sent evaluation tile %d for prime %d: identical to "
-                         "the one taken, ignored", party, key[1], key[0])
-            return False
-        raise PeerError(f"a second, different copy of evaluation tile {key[1]} for prime "
-                        f"{key[0]} (the first was taken; a re-sent tile must be identical): "
-                        "tampered or deviating upload", party=party, phase=phase)
-
-    def record(self, party: str, prime_index: int, tile_index: int, digest: bytes) -> None:
-        """Record a tile taken earlier by its digest (a resumed coordinator's journal)."""
-        self._digests.setdefault(party, {})[(int(prime_index), int(tile_index))] = \
-            bytes(digest)
-
-    def taken(self, party: str) -> set:
-        """The (prime index, tile index) pairs taken from ``party``."""
-        return set(self._digests.get(party, {}))
-
-    def count(self) -> int:
-        return sum(len(v) for v in self._digests.values())
 
 
 class TiledDistances:

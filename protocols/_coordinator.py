@@ -37,7 +37,8 @@ stream broke is *away* (:meth:`Coordinator.party_away`), not lost, until it resu
 (:meth:`Coordinator.resume_challenge`, :meth:`Coordinator.resume`: identity signature,
 run nonce, a fresh challenge and a proof of the run's ephemeral key, checked against the
 roster; then what it did not receive is re-sent) or the transport's grace period ends
-(:meth:`party_lost`). A tile is never taken twice (:class:`~protocols._accumulator.TileLedger`).
+(:meth:`party_lost`). A tile is never taken twice: a second copy, identical or not, fails
+the session naming the sender (an honest party re-sends only the tiles not held).
 
 Dropouts during evaluation: if a party of the responding set B disappears or misses the
 deadline before it delivered every tile, the round is abandoned without unmasking, and a
@@ -63,7 +64,7 @@ from finite_field import (AuthenticationError, DeadlineError, DeviationError, In
                           PeerError, ProtocolError, masked_upload)
 
 from ._accumulator import (DEFAULT_MEMORY_BUDGET, DistanceAccumulator, DistanceStore,
-                           TileLedger, discard_store)
+                           discard_store)
 from ._crypto import PROTOCOL_VERSION, RUN_NONCE_BYTES
 from ._identity import verify
 from ._integrity import Findings, OpenTileSums, verdict
@@ -561,7 +562,7 @@ class Coordinator:
                                      replayed=len(replay))
         if self.phase == "evaluation" and name in self.responders:
             for k in range(len(self.plan.primes)):
-                accepted.held.add(indices=sorted(i for kk, i in self._ledger.taken(name)
+                accepted.held.add(indices=sorted(i for kk, i in self.delivered[name]
                                                  if kk == k))
         self._received[name] = 0
         log.restart(replay, [len(e.share.ciphertext) if e.HasField("share") else 0
@@ -755,8 +756,7 @@ class Coordinator:
         self._acc = session.accumulator(self.n_total, parameters=self._describe(),
                                         storage=self.storage)
         self.memory.update(session.result_memory(self._acc, self.memory))
-        self.delivered = {r: set() for r in responders}
-        self._ledger = TileLedger()  # the tiles taken this round, per party and prime
+        self.delivered = {r: set() for r in responders}  # (prime, tile) taken, per party
         self.checks = None
         if session.has_checks:
             self.checks = session.round_checks(self.names, responders, self.parameters,
@@ -839,11 +839,13 @@ class Coordinator:
             raise PeerError(f"evaluation tile (prime {k}, tile {index}, rows "
                             f"{tile.row_start}:{tile.row_stop}) does not fit the schedule",
                             party=sender, phase="evaluation")
-        if self._ledger.seen(sender, k, index):
-            # no tile twice: an identical copy (re-sent after a reconnect) is ignored, a
-            # different one fails the session naming the sender (TileLedger.take)
-            self._ledger.take(sender, k, index, tile.values)
-            return []
+        if (k, index) in self.delivered[sender]:
+            # no tile twice: an honest party re-sends only the tiles a resume does not
+            # list as held, so any second copy, identical or not, is a deviation
+            raise PeerError(f"a second copy of evaluation tile {index} for prime {k} "
+                            "(taken already; a party re-sends only the tiles the "
+                            "coordinator does not hold): replayed or deviating upload",
+                            party=sender, phase="evaluation")
         p = self.plan.primes[k]
         a, b = self.tiles[index]
         shape = self.session.tile_shape(a, b, self.n_total)
@@ -861,7 +863,6 @@ class Coordinator:
         except ParameterError:
             raise PeerError(f"evaluation tile holds a value >= p = {p}", party=sender,
                             phase="evaluation") from None
-        self._ledger.take(sender, k, index, tile.values)
         self.delivered[sender].add((k, index))
         if self.progress is not None:
             done = sum(len(tiles) for tiles in self.delivered.values())

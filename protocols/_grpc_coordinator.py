@@ -274,10 +274,10 @@ class CoordinatorServer:
                     if not self._resume(who[0], env, outbox, requests, token):
                         return
                     continue
-                with self.lock:
+                with self.lock:  # one hold: a resume cannot slip between check and use
                     if self.tokens.get(who[0]) is not token:
                         return  # superseded by a resumed stream: nothing more from it
-                self._receive(who[0], env)  # after the end too: until the party closes
+                    self._receive(who[0], env)  # after the end too: until the party closes
         except grpc.RpcError:
             pass
         except Exception as error:  # noqa: BLE001 - fail closed: abort the whole session

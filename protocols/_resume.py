@@ -27,8 +27,8 @@ acknowledged it: a stream delivers a prefix of what was sent, so "I received N" 
 exactly what to send again. A party logs a tile as its coordinates only and computes it
 again when it must be re-sent: the tile is a deterministic function of its shares and the
 round's view (the same g(beta_j), the same masks, the same group seeds), so the copy is
-byte-identical and the coordinator's :class:`~protocols._accumulator.TileLedger` ignores
-a copy of a tile it holds.
+byte-identical. The party leaves out the tiles ``ResumeAccepted.held`` lists: the
+coordinator refuses any second copy of a tile it holds, identical or not.
 
 >>> from protocols._crypto import EphemeralKey
 >>> party, challenge = EphemeralKey.generate(), EphemeralKey.generate()
