@@ -8,7 +8,7 @@ on random shares, the other 16 parties' pair keys random), in three variants:
 - **kernel**: the exact mod-p distance kernel alone (``Party._evaluate`` over the same
   blocks of tiles);
 - **transparent**: kernel + packing into the uint32 wire payload (no masks);
-- **masked, degree k**: kernel + masks (one ChaCha20 stream per mask partner) + packing,
+- **masked, degree k**: kernel + masks (one AES-256-CTR stream per mask partner) + packing,
   for ``mask_degree`` 0 (every pair: 16 partners) and the ``--degrees`` given.
 
 Figures are medians of ``--repeats`` runs with the load average; ``--extrapolate`` scales

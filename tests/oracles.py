@@ -52,21 +52,29 @@ def parity_rows(points, checks, p):
     return out
 
 
-def chacha20_elements(key, p, count):
+def mask_stream_elements(key, p, count):
     """The first ``count`` field elements of the documented mask stream under ``key``.
 
-    ChaCha20 with a zero nonce, read as little-endian 32-bit words, each masked to
-    ``(p - 1).bit_length()`` bits and kept when below p (rejection sampling), one word at a
-    time in Python: not the library's vectorized fast path.
+    AES-256 in counter mode from a zero counter block (the keystream is AES-256 of the
+    big-endian block numbers 0, 1, 2, ..., each block computed here with AES in ECB mode),
+    read as little-endian 32-bit words, each masked to ``(p - 1).bit_length()`` bits and
+    kept when below p (rejection sampling), one word at a time in Python: not the
+    library's vectorized fast path nor its CTR mode.
     """
-    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-    stream = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
-    bits, out = (p - 1).bit_length(), []
+    block = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
+    bits, out, counter = (p - 1).bit_length(), [], 0
     while len(out) < count:
-        word = int.from_bytes(stream.update(bytes(4)), "little") & ((1 << bits) - 1)
-        if word < p:
-            out.append(word)
+        blocks = b"".join(i.to_bytes(16, "big") for i in range(counter, counter + 256))
+        counter += 256
+        keystream = block.update(blocks)
+        for i in range(0, len(keystream), 4):
+            word = int.from_bytes(keystream[i:i + 4], "little") & ((1 << bits) - 1)
+            if word < p:
+                out.append(word)
+                if len(out) == count:
+                    break
     return out
 
 

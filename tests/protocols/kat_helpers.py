@@ -1,5 +1,7 @@
 """What the two known-answer test files of protocols/_crypto.py share: docs/protocol.md's
-transcript encoding and the fixed X25519 pair, recomputed with pyca/cryptography alone.
+transcript encoding and the X25519 public key, recomputed with pyca/cryptography alone,
+and the pair keys of the fixed alice/bob pair as the module derives them (the subject of
+those files' answers, which check them against keys recomputed by hand).
 
 Each file keeps its own private keys and roster digest (its pinned answers depend on them).
 """
@@ -11,8 +13,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from protocols._crypto import EphemeralKey, PairKeys
 
-#: docs/protocol.md: protocol version 2 (a literal, not the module's constant).
-VERSION = 2
+#: docs/protocol.md: protocol version 3 (a literal, not the module's constant).
+VERSION = 3
 
 
 def _field(value) -> bytes:

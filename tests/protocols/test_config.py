@@ -46,7 +46,7 @@ SHA_A = "0a" * 32
 BASE = f'''
 [session]
 id = "{"1f" * 16}"
-protocol_version = 2
+protocol_version = 3
 coordinator = "127.0.0.1:50051"
 mode = "masked"
 
@@ -170,7 +170,7 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path, monkeypatch)
 def test_loaded_values(tmp_path):
     config = load_session_config(_write(tmp_path, BASE))
     assert config.session_id == "1f" * 16
-    assert config.protocol_version == PROTOCOL_VERSION == 2
+    assert config.protocol_version == PROTOCOL_VERSION == 3
     assert config.mode == "masked" and not config.insecure
     assert config.parameters == ConfigParameters(dim=4)
     assert config.deadlines == Deadlines(60, 120, 300, 60)
@@ -206,7 +206,7 @@ INVALID = [
     ('mode = "masked"', 'mode = "masked"\nmoode = 1', r"\[session\]: unknown key moode"),
     ("[tls]", "[extra]\nx = 1\n[tls]", r"top level: unknown key extra"),
     ('name = "c"', 'name = "c"\ncolour = "red"', r"entry 2: unknown key colour"),
-    ("protocol_version = 2", "protocol_version = 1", r"protocol_version 1 is not supported"),
+    ("protocol_version = 3", "protocol_version = 2", r"protocol_version 2 is not supported"),
     ("segments = 1", "segments = 0", r"\[parameters\] segments must be >= 1, got 0"),
     ("segments = 1", "segments = 5", r"segments must be <= dim = 4, got 5"),
     ("segments = 1", "segments = 2", r"lists 3 parties; .*need at least 2l\+2t-1 = 5"),

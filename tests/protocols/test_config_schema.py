@@ -259,9 +259,9 @@ def test_session_config_refusals(ceremony):
     assert _refuse(base.with_, integrity="on") == \
         "[session] integrity must be one of ['detect', 'correct', 'off'], got 'on'"
     assert base.with_(integrity="correct").integrity == "correct"
-    assert _refuse(base.with_, protocol_version=3) == \
-        "[session] protocol_version 3 is not supported; this omnifc speaks version 2"
-    assert _refuse(base.with_, protocol_version="2").startswith(
+    assert _refuse(base.with_, protocol_version=2) == \
+        "[session] protocol_version 2 is not supported; this omnifc speaks version 3"
+    assert _refuse(base.with_, protocol_version="3").startswith(
         "[session] protocol_version must be an integer")
     for name, value, kind in (("parameters", {}, "ConfigParameters"),
                               ("clustering", None, "ClusteringRequest"),
@@ -373,7 +373,7 @@ def test_canonical_session_of_a_config_without_tls():
                     deadlines=Deadlines(join=1.5))
     expected = {
         "format": "omnifc-session-config-v1",
-        "session": {"id": SID, "protocol_version": 2, "coordinator": "127.0.0.1:5000",
+        "session": {"id": SID, "protocol_version": 3, "coordinator": "127.0.0.1:5000",
                     "mode": "masked", "integrity": "detect", "adversaries": 0},
         "parameters": {"dim": 2, "segments": 1, "noise_segments": 1, "scale_bits": 16,
                        "bound": 8.0, "nonnegative": False,
@@ -472,12 +472,12 @@ def _data():
 def test_from_dict_defaults_and_paths(tmp_path):
     config = session_config_from_dict(_data(), tmp_path)
     assert (config.mode, config.integrity, config.protocol_version) == ("masked", "detect",
-                                                                        2)
+                                                                        3)
     assert config.clustering == ClusteringRequest() and config.deadlines == Deadlines()
     assert config.path is None
     data = _data()
     data["clustering"] = {"method": "dbscan"}
-    data["session"].update(mode="transparent", integrity="off", protocol_version=2)
+    data["session"].update(mode="transparent", integrity="off", protocol_version=3)
     data["parameters"]["primes"] = [2147483647, 2147483629]
     data["tls"] = {"enabled": False, "ca": "sub/../ca.pem", "coordinator_key": "/abs/k"}
     data["parties"][0].update(cert="a.pem", key="k/../a.key", identity_key="/x/a.id")
@@ -603,7 +603,7 @@ def test_format_of_a_config_with_cards(ceremony, tmp_path):
         "# Paths are relative to this file's folder. Written by omnifc; safe to edit.",
         "", "[session]"]
     assert f'id = "{SID}"'.ljust(39) + " # random 128-bit session id" in lines
-    assert "protocol_version = 2" in lines
+    assert "protocol_version = 3" in lines
     assert 'integrity = "detect"'.ljust(39) + " # 'detect' (default), 'correct' or 'off': " \
         "Reed-Solomon checks on the uploads" in lines
     assert "mask_degree = 0".ljust(39) + \

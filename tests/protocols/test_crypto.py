@@ -16,7 +16,7 @@ from scipy import stats
 from finite_field import AuthenticationError, ParameterError
 from kat_helpers import alice_and_bob_keys, x25519_public
 from kat_helpers import transcript as _transcript
-from oracles import chacha20_elements
+from oracles import mask_stream_elements
 from protocols._crypto import (
     EphemeralKey,
     KeyStream,
@@ -227,7 +227,7 @@ def test_view_mask_key_is_hkdf_expand_of_the_view():
 # round << 40 | chunk); the AAD = the transcript ("share", session, roster digest, round,
 # sender, receiver, prime, chunk); the mask stream key = HKDF-Expand(mask key,
 # transcript("mask-stream", SHA-256(transcript("mask-view", session, round, roster digest,
-# |B|, *B)), p, tile)), the mask = ChaCha20 under it (zero nonce) read as little-endian
+# |B|, *B)), p, tile)), the mask = AES-256-CTR under it (zero counter) read as little-endian
 # 32-bit words, masked to the bit length of p - 1, kept when below p (docs/protocol.md).
 
 PRIVATE = {"alice": bytes(range(32)), "bob": bytes(range(100, 132))}
@@ -327,7 +327,7 @@ def test_pair_keys_refuse_a_roster_digest_that_is_not_32_bytes(size):
 
 @pytest.mark.parametrize("key, nonce", [(32, 12), (16, 16), (31, 16), (32, 17)])
 def test_keystream_refuses_wrong_key_or_nonce_sizes(key, nonce):
-    with pytest.raises(ParameterError, match="^ChaCha20 needs a 32-byte key and a 16-byte nonce$"):
+    with pytest.raises(ParameterError, match="^a keystream needs a 32-byte key and a 16-byte counter block$"):
         KeyStream(bytes(key), bytes(nonce))
 
 
@@ -366,16 +366,16 @@ def test_mask_of_a_few_elements_is_the_prefix_of_a_long_one(p):
 
 
 def _expected_mask(mask_key, session, round_, roster, responders, p, tile, count):
-    """The documented mask stream, from hashlib, HKDFExpand, ChaCha20 and int arithmetic."""
+    """The documented mask stream, from hashlib, HKDFExpand, AES and int arithmetic."""
     view = hashlib.sha256(_transcript("mask-view", session, round_, roster, len(responders),
                                       *responders)).digest()
     key = HKDFExpand(algorithm=hashes.SHA256(), length=32,
                      info=_transcript("mask-stream", view, p, tile)).derive(mask_key)
-    return chacha20_elements(key, p, count)
+    return mask_stream_elements(key, p, count)
 
 
 @pytest.mark.parametrize("p", [13, 257, 2147483647])
-def test_masks_are_chacha20_under_the_documented_view_key(p):
+def test_masks_are_aes_ctr_under_the_documented_view_key(p):
     ka, kb = _keys()
     mask_key = _expected_key("kat-session", "mask")
     responders = ("alice", "bob", "carol")

@@ -1,4 +1,4 @@
-"""protocols/_crypto.py, protocol version 2, pinned down by known answers (mutation testing).
+"""protocols/_crypto.py, protocol version 3, pinned down by known answers (mutation testing).
 
 Known answers recomputed here from docs/protocol.md with hashlib, hmac, ``int.to_bytes``
 and the primitives of pyca/cryptography, never with the module's helpers:
@@ -14,7 +14,7 @@ and the primitives of pyca/cryptography, never with the module's helpers:
   |members|, *members);
 - the group mask key: HKDF-Expand(seed, transcript("group-mask-stream", view digest,
   |members|, *members, vector index, p, tile)) with L = 32;
-- the mask stream: ChaCha20 (zero nonce) little-endian 32-bit words masked to the bit
+- the mask stream: AES-256-CTR (zero counter) little-endian 32-bit words masked to the bit
   length of p - 1, kept when below p.
 """
 
@@ -37,7 +37,7 @@ from protocols._crypto import (MaskView, group_mask_key, new_run_nonce, roster_d
                                stream_elements)
 from kat_helpers import alice_and_bob_keys, x25519_public
 from kat_helpers import transcript as _transcript
-from oracles import chacha20_elements
+from oracles import mask_stream_elements
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -72,7 +72,7 @@ def test_transcript_of_text_ints_and_bytes_is_the_length_prefixed_encoding():
     # Non-ASCII text is UTF-8; an int is its decimal digits; bytes as they are; a length
     # prefix of 4 bytes, big-endian (b"\x00\x00\x01\x2c" for 300 bytes).
     long = bytes(range(256)) + bytes(44)
-    expected = (b"omnifc" + b"\x00\x00\x00\x01" + b"2" + b"\x00\x00\x00\x03" + b"lab"
+    expected = (b"omnifc" + b"\x00\x00\x00\x01" + b"3" + b"\x00\x00\x00\x03" + b"lab"
                 + b"\x00\x00\x00\x06" + "émile".encode("utf-8") + b"\x00\x00\x00\x04"
                 + b"1234" + b"\x00\x00\x00\x00" + b"\x00\x00\x01\x2c" + long)
     assert _crypto.transcript("lab", "émile", 1234, b"", long) == expected
@@ -93,9 +93,9 @@ def test_roster_digest_is_sha256_of_the_documented_transcript(count):
 
 
 def test_roster_digest_known_answer():
-    # SHA-256 of b"omnifc" | 1 "2" | 6 "roster" | 1 "s" | 1 "1" | 2 "hi" | 3 "sig", written
+    # SHA-256 of b"omnifc" | 1 "3" | 6 "roster" | 1 "s" | 1 "1" | 2 "hi" | 3 "sig", written
     # out byte by byte.
-    data = (b"omnifc\x00\x00\x00\x012\x00\x00\x00\x06roster\x00\x00\x00\x01s"
+    data = (b"omnifc\x00\x00\x00\x013\x00\x00\x00\x06roster\x00\x00\x00\x01s"
             b"\x00\x00\x00\x011\x00\x00\x00\x02hi\x00\x00\x00\x03sig")
     assert roster_digest("s", [(b"hi", b"sig")]) == hashlib.sha256(data).digest()
 
@@ -273,7 +273,7 @@ def test_group_mask_key_is_hkdf_expand_of_the_documented_info(members, vector_in
 
 # -- mask streams ----------------------------------------------------------------------------
 
-_stream = chacha20_elements   # the documented stream, word by word (tests/oracles.py)
+_stream = mask_stream_elements   # the documented stream, word by word (tests/oracles.py)
 
 
 @pytest.mark.parametrize("shape", [7, (7,), (2, 3), [3, 1, 2], np.int64(5), ()])
@@ -334,7 +334,7 @@ def test_element_stream_refuses_a_modulus_outside_2_to_2_to_the_31(prime):
 @pytest.mark.parametrize("size", [0, 16, 31, 33, 64])
 def test_element_stream_refuses_a_key_that_is_not_32_bytes(size):
     with pytest.raises(_crypto.ParameterError,
-                       match=f"^ChaCha20 needs a 32-byte key, got {size} bytes$"):
+                       match=f"^a mask stream needs a 32-byte key, got {size} bytes$"):
         _crypto.ElementStream(bytes(size), 13)
 
 

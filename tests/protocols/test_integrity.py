@@ -8,7 +8,7 @@ docs/integrity.md, never with the module's helpers:
   beta_i), all mod p; s = |B| - (2l + 2t - 1), radius floor(s/2);
 - every mask group's vector (zero outside its members) lies in W^perp;
 - the member sets: the distinct groups as names, sorted by roster order;
-- rho_G: ChaCha20 (zero nonce) under HKDF-Expand(seed, transcript("group-mask-stream",
+- rho_G: AES-256-CTR (zero counter) under HKDF-Expand(seed, transcript("group-mask-stream",
   view digest, |members|, *members, which null vector of that member set, p, tile)), the
   32-bit little-endian words masked to the bit length of p - 1, kept below p;
 - the accumulator's sums: sum over uploads of column[q] * upload, mod p;
@@ -30,20 +30,12 @@ from protocols import SessionParameters
 from protocols._crypto import MaskView
 from protocols._integrity import (Findings, RoundChecks, TileAccumulator,
                                   group_coefficients, group_streams, round_checks, verdict)
-from oracles import chacha20_elements, parity_rows
+from kat_helpers import transcript as _transcript
+from oracles import mask_stream_elements, parity_rows
 
 pytestmark = pytest.mark.timeout(120)
 
 NAMES = ["ann", "bo", "cy", "di", "ed", "flo", "gus"]
-
-
-def _field(value) -> bytes:
-    data = value if isinstance(value, bytes) else str(value).encode("utf-8")
-    return len(data).to_bytes(4, "big") + data
-
-
-def _transcript(label, *fields) -> bytes:
-    return b"omnifc" + _field(2) + _field(label) + b"".join(map(_field, fields))
 
 
 def _params(**extra):
@@ -155,7 +147,7 @@ def test_nothing_to_check_gives_none():
 
 # -- group streams -------------------------------------------------------------------------
 
-_stream = chacha20_elements   # the documented stream, word by word (tests/oracles.py)
+_stream = mask_stream_elements   # the documented stream, word by word (tests/oracles.py)
 
 
 @pytest.mark.parametrize("m, t", [(6, 1), (7, 2)])

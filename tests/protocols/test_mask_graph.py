@@ -11,10 +11,9 @@ import struct
 
 import numpy as np
 import pytest
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from finite_field import ParameterError, masked_upload_streams
-from oracles import graph_connected
+from oracles import graph_connected, mask_stream_elements
 from protocol_helpers import plaintext_sq_distances, quantize, random_data
 from protocols import SessionParameters
 from protocols._crypto import PROTOCOL_VERSION, ElementStream, MaskView
@@ -180,19 +179,11 @@ def _field(value):
 
 
 def _reference_mask(mask_key, view_digest, p, tile_index, size):
-    """HKDF-Expand by hand, the whole ChaCha20 stream at once, rejection in Python."""
+    """HKDF-Expand by hand, then the documented stream word by word (tests/oracles.py)."""
     info = b"omnifc" + b"".join(map(_field, (PROTOCOL_VERSION, "mask-stream", view_digest,
                                              p, tile_index)))
     key = hmac.new(mask_key, info + b"\x01", hashlib.sha256).digest()
-    encryptor = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
-    bits = (p - 1).bit_length()
-    out = []
-    while len(out) < size:
-        for (word,) in struct.iter_unpack("<I", encryptor.update(bytes(4 * size))):
-            word &= (1 << bits) - 1
-            if word < p and len(out) < size:
-                out.append(word)
-    return out
+    return mask_stream_elements(key, p, size)
 
 
 @pytest.mark.slow
@@ -224,19 +215,12 @@ def test_fused_masked_upload_equals_the_one_shot_construction(p, shape):
 
 def test_element_stream_chunks_concatenate_to_the_whole_stream():
     key, p = bytes(range(32)), 1073741827  # about half of the words are rejected
-    whole = _reference_mask_raw(key, p, 80000)
+    whole = mask_stream_elements(key, p, 80000)
     stream = ElementStream(key, p)
     parts, sizes = [], [1, 32767, 32768, 5000, 64]
     for size in sizes:
         parts += stream.next(size).tolist()
     assert parts == whole[:sum(sizes)]
-
-
-def _reference_mask_raw(key, p, size):
-    encryptor = Cipher(algorithms.ChaCha20(key, bytes(16)), mode=None).encryptor()
-    words = struct.iter_unpack("<I", encryptor.update(bytes(16 * size)))
-    bits = (p - 1).bit_length()
-    return [w & ((1 << bits) - 1) for (w,) in words if w & ((1 << bits) - 1) < p][:size]
 
 
 # --- the config key ----------------------------------------------------------------------------
@@ -303,7 +287,7 @@ def test_streams_with_any_coefficient_equal_python_integers(p):
     got = masked_upload_streams(values, 7, streams, p)
     expected = [7 * int(v) for v in values.reshape(-1)]
     for key, c in zip(keys, coefficients):
-        mask = _reference_mask_raw(key, p, values.size)
+        mask = mask_stream_elements(key, p, values.size)
         expected = [e + c * m for e, m in zip(expected, mask)]
     assert got.reshape(-1).tolist() == [e % p for e in expected]
 

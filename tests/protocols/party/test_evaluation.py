@@ -3,7 +3,7 @@
 
 Every uploaded tile is recomputed independently of the library: g(beta_j) from the shares
 the party holds with Python integers, the decoding weight c_j from exact Lagrange
-fractions (``lagrange_weights``), the pairwise masks with HKDF and ChaCha20 by hand
+fractions (``lagrange_weights``), the pairwise masks with HKDF and AES-256-CTR by hand
 (``_reference_mask`` of test_mask_graph.py), the mask graph as the Harary graph written
 out here, the tile schedule from the docstring of ``row_tiles``. Integrity-checked rounds
 are checked through what the checks guarantee: the weighted sum of the uploads is D of the
