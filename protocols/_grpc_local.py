@@ -4,7 +4,9 @@
 ``secure_sum(..., transport="grpc")`` and ``omnifc demo`` use. It writes throwaway
 certificates, identity keys and a session config into a private temporary folder, serves
 the coordinator in this process on ``127.0.0.1:0`` (an ephemeral port), starts
-``python -m protocols._grpc_party`` for every party with the port on its command line, and
+``python -m protocols._grpc_party`` for every party with the port on its command line
+(forked from one server that imported the party's modules once,
+:mod:`protocols._party_processes`), and
 always stops every process it started and deletes the folder, also on errors and Ctrl-C.
 """
 
@@ -14,7 +16,6 @@ import json
 import logging
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from ._config import (SESSION_FIELDS, ConfigParameters, Deadlines, TLSSettings,
 from ._coordinator import Outcome
 from ._grpc_coordinator import CoordinatorServer, coordinator_from_config
 from ._messages import SessionParameters
+from ._party_processes import start_party_process
 from ._tls import coordinator_credentials, generate_certificates
 
 __all__ = ["run_local_grpc_session", "LocalSession"]
@@ -46,7 +48,7 @@ class LocalSession:
         self.names = [str(n) for n in party_data]
         self.parameters = parameters
         self.directory = Path(tempfile.mkdtemp(prefix="omnifc-session-"))
-        self.processes: dict[str, subprocess.Popen] = {}
+        self.processes: dict = {}  # name -> PartyProcess (or Popen)
         try:
             # a number: seconds per phase (join at least 120 s, for process start-up);
             # a Deadlines: exactly those
@@ -87,9 +89,11 @@ class LocalSession:
             credentials=None if insecure else coordinator_credentials(self.config),
             insecure=insecure, config=self.config, tamper=tamper)
 
-    def start_party(self, name: str, port: int, *, fault: str | None = None) -> subprocess.Popen:
-        """Start party ``name`` as a process connecting to 127.0.0.1:``port``."""
-        command = [sys.executable, "-m", "protocols._grpc_party", "--config",
+    def start_party(self, name: str, port: int, *, fault: str | None = None):
+        """Start party ``name`` as a process connecting to 127.0.0.1:``port`` (forked from
+        the preloaded party server, :mod:`protocols._party_processes`): a
+        :class:`~protocols._party_processes.PartyProcess` (pid, poll, wait, kill)."""
+        command = ["--config",
                    str(self.config_path), "--party", name, "--data", str(self.data_paths[name]),
                    "--target", f"127.0.0.1:{port}", "--labels-out", str(self.labels_path(name)),
                    "--stats-out", str(self.directory / f"stats-{self.names.index(name)}.json")]
@@ -97,12 +101,7 @@ class LocalSession:
             command += ["--kind", "sum", "--rows", str(self.parameters.rows)]
         if fault:
             command += ["--fault", fault]
-        log = open(self.directory / f"{name}.log", "wb")
-        try:
-            self.processes[name] = subprocess.Popen(command, stdout=log, stderr=log,
-                                                    stdin=subprocess.DEVNULL)
-        finally:
-            log.close()
+        self.processes[name] = start_party_process(command, self.directory / f"{name}.log")
         return self.processes[name]
 
     def labels_path(self, name: str) -> Path:

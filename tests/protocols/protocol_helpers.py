@@ -127,3 +127,20 @@ class Session:
             if dest != "coordinator":
                 out += [(dest, e) for e in self.parties[dest].receive(env)]
         return [(s, e) for s, e in out if e.HasField("tile")]
+
+
+def child_report(argv):
+    """A stand-in party entry for tests/protocols/test_party_processes.py: prints the
+    environment variable ``argv[0]``, the working folder and the parent pid, whether the
+    party's modules were imported before it ran and whether numba was; then sleeps
+    ``argv[2]`` seconds, prints "done" and returns ``int(argv[1])`` as the exit code."""
+    import os
+    import sys
+
+    print(os.environ.get(argv[0]), os.getcwd(), os.getppid(), flush=True)
+    print("to stderr", file=sys.stderr, flush=True)
+    print("preloaded" if "protocols._grpc_party" in sys.modules else "not preloaded",
+          "numba" if "numba" in sys.modules else "no numba", flush=True)
+    time.sleep(float(argv[2]))
+    print("done", flush=True)
+    return int(argv[1])
