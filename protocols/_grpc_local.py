@@ -28,7 +28,7 @@ from ._config import (SESSION_FIELDS, ConfigParameters, Deadlines, TLSSettings,
 from ._coordinator import Outcome
 from ._grpc_coordinator import CoordinatorServer, coordinator_from_config
 from ._messages import SessionParameters
-from ._party_processes import start_party_process
+from ._party_processes import new_server, start_party_process
 from ._tls import coordinator_credentials, generate_certificates
 
 __all__ = ["run_local_grpc_session", "LocalSession"]
@@ -49,6 +49,8 @@ class LocalSession:
         self.parameters = parameters
         self.directory = Path(tempfile.mkdtemp(prefix="omnifc-session-"))
         self.processes: dict = {}  # name -> PartyProcess (or Popen)
+        self._server = None  # the party fork server, started with the first party
+        self._forks = True
         try:
             # a number: seconds per phase (join at least 120 s, for process start-up);
             # a Deadlines: exactly those
@@ -101,7 +103,11 @@ class LocalSession:
             command += ["--kind", "sum", "--rows", str(self.parameters.rows)]
         if fault:
             command += ["--fault", fault]
-        self.processes[name] = start_party_process(command, self.directory / f"{name}.log")
+        if self._server is None and self._forks:
+            self._server = new_server()
+            self._forks = self._server is not None
+        self.processes[name] = start_party_process(self._server, command,
+                                                   self.directory / f"{name}.log")
         return self.processes[name]
 
     def labels_path(self, name: str) -> Path:
@@ -139,6 +145,9 @@ class LocalSession:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait(timeout=10.0)
+        if self._server is not None:
+            self._server.close()  # kills any party still running, then exits
+            self._server = None
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def __enter__(self) -> "LocalSession":

@@ -28,6 +28,7 @@ Short pause 2 s (< the evaluation deadline), long pause 8 s (> it).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,7 +60,7 @@ class Expected:
     round: int = 1
     undelivered: tuple = ()
     error: type | None = None
-    error_says: str = ""
+    error_says: str = ""          # a regular expression the coordinator's error matches
     party_code: int = 0
     party_says: str = ""
     others_say: str = ""
@@ -117,7 +118,10 @@ OUTCOMES = {
     "reset, no spare responder": (f"reset@bytes={AT}", 3, Expected(
         "exact", resumed=True, fired="reset")),
     "reset, no spare responder, reconnect_grace = 0": (f"reset@bytes={AT}", 3, Expected(
-        "abort", error=PeerError, error_says="its stream ended; only 2 parties remain",
+        # which the coordinator notices first, the reset stream or the party's exit on it,
+        # is a race (a forked party exits within milliseconds of its error)
+        "abort", error=PeerError, error_says=r"(its stream ended|its process exited with "
+                                             r"code 1 .*); only 2 parties remain",
         party_code=1, party_says="the stream to the coordinator failed: UNAVAILABLE",
         others_say="coordinator reports: party 'party-1' failed in phase 'evaluation'",
         fired="reset", grace=0.0)),
@@ -207,7 +211,7 @@ def test_each_fault_ends_exactly_or_aborts_cleanly_within_its_deadline(fault):
         assert run.outcome is None
         assert isinstance(run.error, want.error), run.error
         assert (run.error.party, run.error.phase) == (FAULTED, want.phase)
-        assert want.error_says in str(run.error), run.error
+        assert re.search(want.error_says, str(run.error)), run.error
         for name, end in run.parties.items():
             assert end.code == 1 and end.labels is None, (name, end.error)
             if name != FAULTED:

@@ -16,35 +16,45 @@ import subprocess
 
 import pytest
 
-from protocols._party_processes import PartyProcess, start_party_process
+from finite_field import ProtocolError
+
+from protocols._party_processes import PartyProcess, PartyServer
 
 pytestmark = pytest.mark.timeout(120)
 
 ENTRY = "protocol_helpers:child_report"
 
 
-def _start(tmp_path, *args, name="log"):
+@pytest.fixture
+def server():
+    server = PartyServer()
+    yield server
+    server.close()
+
+
+def _start(server, tmp_path, *args, name="log"):
     log = tmp_path / f"{name}.txt"
-    return start_party_process(list(args), log, entry=ENTRY), log
+    return server.start(list(args), log, entry=ENTRY), log
 
 
-def test_a_party_sees_the_callers_environment_and_folder_at_the_call(tmp_path, monkeypatch):
-    first, _ = _start(tmp_path, "OMNIFC_TEST_MARK", "0", "0", name="first")  # server up
+def test_a_party_sees_the_callers_environment_and_folder_at_the_call(server, tmp_path,
+                                                                      monkeypatch):
+    first, _ = _start(server, tmp_path, "OMNIFC_TEST_MARK", "0", "0", name="first")
     assert first.wait(60) == 0
     monkeypatch.setenv("OMNIFC_TEST_MARK", "set after the server started")
     monkeypatch.chdir(tmp_path)
-    process, log = _start(tmp_path, "OMNIFC_TEST_MARK", "7", "0")
+    process, log = _start(server, tmp_path, "OMNIFC_TEST_MARK", "7", "0")
     assert isinstance(process, PartyProcess)
     assert process.wait(60) == 7 and process.returncode == 7 and process.poll() == 7
     mark, cwd, parent = log.read_text().splitlines()[0].rsplit(" ", 2)
     assert mark == "set after the server started"
     assert cwd == str(tmp_path)
-    assert int(parent) != os.getpid()  # forked by the server, not by this process
+    assert int(parent) == server._process.pid  # forked by the server
     assert log.read_text().splitlines()[1:] == ["to stderr", "preloaded no numba", "done"]
 
 
-def test_wait_has_a_deadline_and_a_killed_party_reports_the_signal(tmp_path):
-    process, log = _start(tmp_path, "HOME", "0", "30")
+def test_wait_has_a_deadline_and_a_killed_party_reports_the_signal(server, tmp_path):
+    process, log = _start(server, tmp_path, "HOME", "0", "30")
     with pytest.raises(subprocess.TimeoutExpired):
         process.wait(0.5)
     assert process.poll() is None
@@ -53,3 +63,26 @@ def test_wait_has_a_deadline_and_a_killed_party_reports_the_signal(tmp_path):
     assert "done" not in log.read_text()
     process.kill()  # a finished process: nothing happens
     process.send_signal(signal.SIGTERM)
+
+
+def test_closing_the_server_ends_every_party_still_running(tmp_path):
+    # nothing outlives the session: close() (or the owner's death, which closes the
+    # server's stdin alike) kills the parties still running, and they report it
+    server = PartyServer()
+    parties = [_start(server, tmp_path, "HOME", "0", "60", name=f"p{i}")[0] for i in range(3)]
+    done, _ = _start(server, tmp_path, "HOME", "5", "0", name="done")
+    assert done.wait(60) == 5
+    server.close()
+    assert server._process.poll() == 0
+    assert [p.poll() for p in parties] == [-signal.SIGKILL] * 3
+    for party in parties:
+        with pytest.raises(ProcessLookupError):
+            os.kill(party.pid, 0)
+    with pytest.raises(ProtocolError, match="party server"):
+        server.start(["HOME", "0", "0"], tmp_path / "late.txt", entry=ENTRY, timeout=5)
+
+
+def test_an_entry_that_raises_exits_1_with_its_traceback_in_the_log(server, tmp_path):
+    process, log = _start(server, tmp_path, "HOME", "not a number", "0")
+    assert process.wait(60) == 1
+    assert "ValueError" in log.read_text()
