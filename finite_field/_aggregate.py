@@ -374,40 +374,79 @@ def _rows_of(view: np.ndarray):
 def _pairwise_upload_kernel(base, row0, col0, weight, weight_shoup, adds, subs, p, out,
                             counts):
     # out = (weight * values + sum(adds) - sum(subs)) mod p for values = base[row0:, col0:]
-    # (out's shape), with every word of adds and subs in [0, p) (stream elements). All in
-    # int64 and branch-free, so that each loop vectorizes:
+    # (out's shape), with every word of adds and subs in [0, p) (stream elements). All
+    # branch-free, so that each loop vectorizes:
     #   weight * v mod p by Shoup's method: weight_shoup = floor(weight 2^32 / p) and
-    #   q = (v weight_shoup) >> 32 give v weight - q p in [0, 2p) (v, weight < p < 2^31,
-    #   so v weight_shoup < 2^63); then x - p, plus p if negative ((x >> 63) & p).
-    #   Each word then moves x by +w or -w and one conditional p brings it back to [0, p).
+    #   q = (v weight_shoup) >> 32 give v weight - q p in [0, 2p); then x - p, plus p if
+    #   negative ((x >> 63) & p). v, weight and weight_shoup are below 2^32 and the
+    #   products are taken of their zero-extended 32-bit values, so that they vectorize
+    #   (32 x 32 -> 64-bit multiplies; a full 64-bit multiply does not on AVX2).
+    #   The first two streams (adds first, then subs) are folded into that pass: a word w
+    #   moves x by ((w ^ neg) - neg) - lift, which is w - p for an add (neg = 0,
+    #   lift = p) and -w for a sub (neg = -1, lift = 0), and one conditional p brings x
+    #   back to [0, p); a missing stream is a row of zeros with neg = lift = 0. Further
+    #   streams are added in passes over the row's int64 accumulator.
     # counts[0] += values outside [0, p), counts[1] += words outside [0, p).
     rows, cols = out.shape
+    n_adds, n_subs = adds.shape[0], subs.shape[0]
+    streams = n_adds + n_subs
     bad_values = 0
     bad_words = 0
+    w32 = np.uint64(np.uint32(weight))
+    ws32 = np.uint64(np.uint32(weight_shoup))
+    p64 = np.uint64(np.uint32(p))
+    zero = np.zeros(cols, dtype=np.uint32)
+    neg0 = np.int64(0) if (n_adds > 0 or streams == 0) else np.int64(-1)
+    lift0 = p if n_adds > 0 else 0
+    neg1 = np.int64(0) if (n_adds > 1 or streams < 2) else np.int64(-1)
+    lift1 = p if n_adds > 1 else 0
     acc = np.empty(cols, dtype=np.int64)
     for r in range(rows):
         src = base[row0 + r, col0:col0 + cols]
+        at = r * cols
+        if streams == 0:
+            first = zero
+        elif n_adds > 0:
+            first = adds[0, at:at + cols]
+        else:
+            first = subs[0, at:at + cols]
+        if streams < 2:
+            second = zero
+        elif n_adds > 1:
+            second = adds[1, at:at + cols]
+        elif n_adds == 1:
+            second = subs[0, at:at + cols]
+        else:
+            second = subs[1, at:at + cols]
         for c in range(cols):
             v = src[c]
             bad_values += (v < 0) | (v >= p)
-            q = (v * weight_shoup) >> 32
-            x = v * weight - q * p - p
+            u = np.uint64(np.uint32(v))
+            q = (u * ws32) >> np.uint64(32)
+            x = np.int64(u * w32 - q * p64) - p
+            x = x + ((x >> 63) & p)
+            a = np.int64(first[c])
+            b = np.int64(second[c])
+            bad_words += (a >= p) + (b >= p)
+            x = x + ((a ^ neg0) - neg0) - lift0
+            x = x + ((x >> 63) & p)
+            x = x + ((b ^ neg1) - neg1) - lift1
             acc[c] = x + ((x >> 63) & p)
-        at = r * cols
-        for a in range(adds.shape[0]):
-            words = adds[a, at:at + cols]
-            for c in range(cols):
-                w = np.int64(words[c])
-                bad_words += w >= p
-                x = acc[c] + w - p
-                acc[c] = x + ((x >> 63) & p)
-        for s in range(subs.shape[0]):
-            words = subs[s, at:at + cols]
-            for c in range(cols):
-                w = np.int64(words[c])
-                bad_words += w >= p
-                x = acc[c] - w
-                acc[c] = x + ((x >> 63) & p)
+        for k in range(2, streams):
+            if k < n_adds:
+                words = adds[k, at:at + cols]
+                for c in range(cols):
+                    w = np.int64(words[c])
+                    bad_words += w >= p
+                    x = acc[c] + w - p
+                    acc[c] = x + ((x >> 63) & p)
+            else:
+                words = subs[k - n_adds, at:at + cols]
+                for c in range(cols):
+                    w = np.int64(words[c])
+                    bad_words += w >= p
+                    x = acc[c] - w
+                    acc[c] = x + ((x >> 63) & p)
         dest = out[r]
         for c in range(cols):
             dest[c] = np.uint32(acc[c])

@@ -192,6 +192,11 @@ def _pairwise(rows: _Operands, cols: _Operands, p: int, out: np.ndarray, *, symm
     rb = _panel_rows(n_a, tile_cols)
     chunks = list(zip(rows.left, cols.right))
     mode = (2 if rows.halved else 1) if distances else 0
+    workers = max(1, min(num_threads(), 8))
+    if -(-n_a // rb) * -(-n_b // tile_cols) < workers and n_a > 8:
+        # a short row block (a party's evaluation tile): thinner panels, one per worker,
+        # rather than one thread doing it all while the others idle
+        rb = max(8, (-(-n_a // workers) + 7) // 8 * 8)
     tiles = [(i0, j0) for i0 in range(0, n_a, rb)
              for j0 in range(i0 if symmetric else 0, n_b, tile_cols)]
 
@@ -214,7 +219,7 @@ def _pairwise(rows: _Operands, cols: _Operands, p: int, out: np.ndarray, *, symm
     def new_buffer():
         return np.empty(rb * tile_cols, dtype=np.float64) if len(chunks) > 1 else None
 
-    threads = max(1, min(num_threads(), len(tiles), 8))
+    threads = min(workers, len(tiles))
     with _single_threaded_blas() as blas_single:
         if threads == 1:
             buffer = new_buffer()
