@@ -127,6 +127,32 @@ def test_masked_upload_streams_with_pairwise_signs_equals_python_integers(shape,
     assert got.reshape(-1).tolist() == [e % p for e in expected]
 
 
+@pytest.mark.parametrize("stream", [_Words, "fill"])
+def test_pairwise_upload_for_every_sign_pattern_up_to_four_streams(stream):
+    # The kernel folds the first two streams (adds first, then subs) into its multiply
+    # pass and adds the rest in further passes: every pattern of up to four +1/-1 streams
+    # (no stream, adds only, subs only, mixed, in any order), against Python integers.
+    import itertools
+
+    p = 2**31 - 1
+    kind = _FillWords if stream == "fill" else _Words
+    rng = np.random.default_rng(4)
+    values = rng.integers(0, p, (5, 40))[:, 3:]  # a strided view
+    values[0, :4] = [0, p - 1, p - 1, 1]
+    for count in range(5):
+        for signs in itertools.product((False, True), repeat=count):
+            words = [rng.integers(0, p, values.size, dtype=np.uint32) for _ in signs]
+            for w in words:
+                w[:2] = [p - 1, 0]
+            weight = int(rng.integers(0, p))
+            got = masked_upload_streams(values, weight,
+                                        [(kind(w), s) for w, s in zip(words, signs)], p)
+            expected = [weight * int(v) for v in values.reshape(-1)]
+            for w, negate in zip(words, signs):
+                expected = [e - int(m) if negate else e + int(m) for e, m in zip(expected, w)]
+            assert got.reshape(-1).tolist() == [e % p for e in expected], signs
+
+
 class _FillWords(_Words):
     """A stream that also writes in place (``fill(out)``, as ElementStream does)."""
 
