@@ -329,10 +329,10 @@ class Coordinator:
         if self.progress is not None and self.phase in PHASES:
             self.progress(self.phase, self.round, detail)
 
-    def _count(self, env: pb.Envelope) -> None:
+    def _count(self, env: pb.Envelope, payload: bytes | None = None) -> None:
         phase = phase_of(env.WhichOneof("body"))
         if phase in self.stats:
-            self.stats[phase][1] += wire_size(env)  # ByteSize would encode a tile
+            self.stats[phase][1] += wire_size(env, payload)  # ByteSize would encode a tile
 
     def _send(self, dest: str, env: pb.Envelope) -> tuple[str, pb.Envelope]:
         self._count(env)
@@ -442,9 +442,10 @@ class Coordinator:
             if sender not in self.names:
                 raise ProtocolError(f"unknown party {sender!r}; the session's parties are "
                                     f"{self.names}")
-            self._count(env)
-            self._received[sender] += 1
             kind, body = body_of(env)
+            payload = body.values if kind == "tile" else None  # each read copies it: once
+            self._count(env, payload)
+            self._received[sender] += 1
             handler = {"hello": self._on_hello, "confirmation": self._on_confirmation,
                        "share": self._on_share,
                        "ready": self._on_ready, "tile": self._on_tile,
@@ -459,7 +460,8 @@ class Coordinator:
                 raise PeerError(f"message for session {body.session_id!r}, expected "
                                 f"{self.session_id!r} (replayed or misrouted)", party=sender,
                                 phase=phase_of(kind))
-            return handler(sender, body)
+            return handler(sender, body) if payload is None else \
+                self._on_tile(sender, body, payload)
         except Exception as error:
             raise self._fail(error)
 
@@ -821,7 +823,7 @@ class Coordinator:
         self._aborted_rounds.add(self.round)
         return self._start_round(remaining)
 
-    def _on_tile(self, sender: str, tile: pb.EvaluationTile) -> list:
+    def _on_tile(self, sender: str, tile: pb.EvaluationTile, payload: bytes) -> list:
         if tile.round in self._aborted_rounds and self.phase == "evaluation":
             return []  # in flight when its round was abandoned
         if self.phase != "evaluation":
@@ -849,7 +851,7 @@ class Coordinator:
         p = self.plan.primes[k]
         a, b = self.tiles[index]
         shape = self.session.tile_shape(a, b, self.n_total)
-        values = packed_view(tile.values, int(np.prod(shape)), party=sender,
+        values = packed_view(payload, int(np.prod(shape)), party=sender,
                              phase="evaluation").reshape(shape)
         try:
             if self.checks is not None:  # running sums of c.U and mu_k.U, tile by tile

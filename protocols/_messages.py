@@ -94,12 +94,14 @@ def _varint_bytes(value: int) -> int:
     return max(1, (value.bit_length() + 6) // 7)
 
 
-def wire_size(env: pb.Envelope) -> int:
+def wire_size(env: pb.Envelope, payload: bytes | None = None) -> int:
     """``env.ByteSize()``, without encoding an evaluation tile's payload to count it.
 
     upb computes ByteSize by encoding the whole message, which for a MB-sized tile costs
     about as much as sending it; here the payload only counts its length (tag, length
-    varint, bytes) next to the encoded size of the tile's other fields.
+    varint, bytes) next to the encoded size of the tile's other fields. Each read of a
+    bytes field copies it: a caller that has read the tile's ``values`` already passes
+    them as ``payload``, and they are not read again.
 
     >>> env = envelope(tile=pb.EvaluationTile(session_id="s", row_stop=300, values=bytes(999)))
     >>> wire_size(env) == env.ByteSize()
@@ -107,16 +109,18 @@ def wire_size(env: pb.Envelope) -> int:
     """
     if env.WhichOneof("body") != "tile":
         return env.ByteSize()
-    head, payload = pb.EvaluationTile(), 0
-    for field, value in env.tile.ListFields():
+    head, size, tile = pb.EvaluationTile(), 0, env.tile
+    for field in tile.DESCRIPTOR.fields:
         if field.name == "values":
-            payload = _varint_bytes(field.number << 3) + _varint_bytes(len(value)) + len(value)
+            value = tile.values if payload is None else payload
+            if value:
+                size = _varint_bytes(field.number << 3) + _varint_bytes(len(value)) + len(value)
         elif (field.is_repeated if hasattr(field, "is_repeated")  # protobuf >= 5.x
               else field.label == field.LABEL_REPEATED) or field.type == field.TYPE_MESSAGE:
             return env.ByteSize()  # a field this shortcut does not know: count it exactly
         else:
-            setattr(head, field.name, value)
-    tile = head.ByteSize() + payload
+            setattr(head, field.name, getattr(tile, field.name))  # a default adds nothing
+    tile = head.ByteSize() + size
     number = pb.Envelope.DESCRIPTOR.fields_by_name["tile"].number
     return _varint_bytes(number << 3) + _varint_bytes(tile) + tile
 

@@ -166,12 +166,12 @@ class EquivocatingCoordinator(Coordinator):
             responders=[r for r in self.names if r in view[name]])))
             for name in self.alive]
 
-    def _on_tile(self, sender, tile) -> list:
+    def _on_tile(self, sender, tile, payload) -> list:
         k, index = tile.prime_index, tile.tile_index
         p = self.plan.primes[k]
         a, b = self.tiles[index]
         n = self.n_total
-        values = np.frombuffer(tile.values, dtype="<u4").astype(np.int64).reshape(b - a, n - a)
+        values = np.frombuffer(payload, dtype="<u4").astype(np.int64).reshape(b - a, n - a)
         self.sums[k][a:b, a:] = (self.sums[k][a:b, a:] + values) % p
         self.delivered[sender].add((k, index))
         if not all(self._complete(r) for r in self.responders):

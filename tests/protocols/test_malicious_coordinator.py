@@ -324,12 +324,12 @@ def test_garbage_in_range_tiles_end_the_session_with_an_integrity_error_everywhe
     params = SessionParameters(dim=3, bound=1.0, scale_bits=8)
 
     class Garbage(Coordinator):  # as if party-1 uploaded uniformly random values < p
-        def _on_tile(self, sender, tile):
+        def _on_tile(self, sender, tile, payload):
             if sender == "party-1":
                 p = self.plan.primes[tile.prime_index]
                 rng = np.random.default_rng(0)
-                tile.values = rng.integers(0, p, len(tile.values) // 4).astype("<u4").tobytes()
-            return super()._on_tile(sender, tile)
+                payload = rng.integers(0, p, len(payload) // 4).astype("<u4").tobytes()
+            return super()._on_tile(sender, tile, payload)
     seen = Transcript()
     with pytest.raises(IntegrityError) as info:
         run_memory_session(data, params, coordinator_class=Garbage, observe=seen)
@@ -457,11 +457,11 @@ def test_garbage_in_a_secure_sum_is_an_integrity_error_naming_the_check():
     params = SessionParameters(dim=4, bound=1.0, scale_bits=8, kind="sum")
 
     class Garbage(Coordinator):
-        def _on_tile(self, sender, tile):
+        def _on_tile(self, sender, tile, payload):
             if sender == "party-2":
                 p = self.plan.primes[tile.prime_index]
-                tile.values = np.full(len(tile.values) // 4, p // 2, dtype="<u4").tobytes()
-            return super()._on_tile(sender, tile)
+                payload = np.full(len(payload) // 4, p // 2, dtype="<u4").tobytes()
+            return super()._on_tile(sender, tile, payload)
     seen = Transcript()
     with pytest.raises(IntegrityError, match="every decoded sum must lie in") as info:
         run_memory_session(data, params, coordinator_class=Garbage, observe=seen)

@@ -28,6 +28,8 @@ def test_tile_sizes_equal_bytesize_at_every_varint_boundary(length):
                 setattr(tile, name, value)
         env = envelope(tile=tile)
         assert wire_size(env) == env.ByteSize() == len(env.SerializeToString())
+        # the payload as read already by the caller (the coordinator reads it once)
+        assert wire_size(env, env.tile.values) == env.ByteSize()
 
 
 def test_other_messages_are_counted_by_bytesize():
