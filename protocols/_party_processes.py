@@ -1,15 +1,19 @@
-"""Party processes of a loopback session, forked from one server that imported them once.
+"""Party processes of a loopback session, forked from one server that loaded them once.
 
-A party process imports numpy, gRPC, cryptography and protobuf before it can say hello:
-about 0.7 CPU seconds. Started as fresh interpreters, the four parties of ``omnifc demo``
-paid that four times over on two cores, most of the demo's join phase. A
-:class:`PartyServer` is one helper process (``python -m protocols._party_processes``)
-that imports :data:`PRELOAD` once; each party is then a ``fork()`` of it: a separate
-process with its own memory, keys and gRPC channel, started in milliseconds.
+A party process imports numpy, gRPC, cryptography and protobuf before it can say hello
+(about 0.7 CPU seconds), then numba and its kernels before it can compute its shares
+(about 1.2 CPU seconds more: numba's start and the kernels' cache loads). Started as fresh
+interpreters, the four parties of ``omnifc demo`` paid both four times over on two cores.
+A :class:`PartyServer` is one helper process (``python -m protocols._party_processes``)
+that imports :data:`PRELOAD` and loads the kernels (``finite_field.warm_up``) once; each
+party is then a ``fork()`` of it: a separate process with its own memory, keys and gRPC
+channel, started in milliseconds, with every kernel ready.
 
-Safe to fork: the server only imports those modules and reads requests from its stdin.
-It creates no gRPC channel or server (gRPC core starts with the first of them, in the
-child), no thread (numba is not imported), and holds no secret: each child loads its
+Safe to fork: the server only imports those modules, compiles (loads) the kernels and
+reads requests from its stdin. It creates no gRPC channel or server (gRPC core starts
+with the first of them, in the child), runs no kernel (so the kernels' helper threads do
+not exist; numba itself starts no thread without parallel kernels, and omnifc has none;
+OpenBLAS stops its own threads around a fork), and holds no secret: each child loads its
 config, keys and rows after the fork, from the files its arguments name. A child gets the
 caller's environment, working folder and import path at the request, its stdin is
 ``/dev/null``, its
@@ -104,6 +108,9 @@ def serve() -> None:
     has been reaped (those still running then are killed)."""
     for name in PRELOAD:
         importlib.import_module(name)
+    import finite_field  # the numba kernels, loaded once for every party (see the module)
+
+    finite_field.warm_up()
     _report({"ready": os.getpid()})
     children, pending, open_ = set(), b"", True
     while open_ or children:

@@ -144,3 +144,21 @@ def child_report(argv):
     time.sleep(float(argv[2]))
     print("done", flush=True)
     return int(argv[1])
+
+
+def child_kernels(argv):
+    """A stand-in party entry: prints how many numba kernels were loaded before it ran
+    and how many exist, then whether a kernel computes exactly here (squared distances
+    mod p of small rows against Python integers); exit code 0."""
+    import finite_field
+    from finite_field._jit import _REGISTRY
+
+    loaded = sum(kernel.compiled for kernel in _REGISTRY)
+    p = 2**31 - 1
+    x = np.random.default_rng(0).integers(0, p, (40, 3))
+    got = finite_field.sq_distances(x, p)
+    rows = [[int(v) for v in row] for row in x]
+    expected = [[sum((a - b) ** 2 for a, b in zip(r, s)) % p for s in rows] for r in rows]
+    print(loaded, len(_REGISTRY), "exact" if got.tolist() == expected else "WRONG",
+          flush=True)
+    return 0

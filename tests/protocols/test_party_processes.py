@@ -3,9 +3,10 @@
 What a session relies on, checked through a stand-in entry (protocol_helpers.child_report):
 the child is not a child of this process (it is forked by the server), it sees the
 caller's environment and working folder *at the call* (not at the server's start), its
-output goes to its log, the party's modules (PRELOAD) are imported before it runs and
-numba is not (no thread pool exists before the fork), its exit code is the entry's return
-value, wait() has a deadline and a killed party reports -9, as subprocess.Popen does.
+output goes to its log, the party's modules (PRELOAD) and numba's kernels are loaded
+before it runs (and no kernel has run: test_the_kernels_are_loaded_and_work_in_the_child),
+its exit code is the entry's return value, wait() has a deadline and a killed party
+reports -9, as subprocess.Popen does.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def test_a_party_sees_the_callers_environment_and_folder_at_the_call(server, tmp
     assert mark == "set after the server started"
     assert cwd == str(tmp_path)
     assert int(parent) == server._process.pid  # forked by the server
-    assert log.read_text().splitlines()[1:] == ["to stderr", "preloaded no numba", "done"]
+    assert log.read_text().splitlines()[1:] == ["to stderr", "preloaded numba", "done"]
 
 
 def test_wait_has_a_deadline_and_a_killed_party_reports_the_signal(server, tmp_path):
@@ -86,3 +87,13 @@ def test_an_entry_that_raises_exits_1_with_its_traceback_in_the_log(server, tmp_
     process, log = _start(server, tmp_path, "HOME", "not a number", "0")
     assert process.wait(60) == 1
     assert "ValueError" in log.read_text()
+
+
+def test_the_kernels_are_loaded_and_work_in_the_child(server, tmp_path):
+    # the server loaded every kernel before the fork: the child neither imports numba nor
+    # loads a kernel again, and a kernel runs exactly in it
+    log = tmp_path / "kernels.txt"
+    process = server.start([], log, entry="protocol_helpers:child_kernels")
+    assert process.wait(60) == 0, log.read_text()
+    loaded, registered, verdict = log.read_text().split()
+    assert int(loaded) == int(registered) > 10 and verdict == "exact"
