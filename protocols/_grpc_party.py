@@ -308,11 +308,13 @@ class _Link:
 
     def reconnect(self, broken: str) -> None:
         """Open a new stream and resume within ``reconnect_grace`` seconds of the break
-        (bounded backoff), or raise. A refused resume is final."""
+        (bounded backoff), and within the session's own timeout, or raise. A refused
+        resume is final."""
         party = self.party
         grace = party.parameters.reconnect_grace
         phase = party.phase
-        end = time.monotonic() + grace
+        session_end = self.started + self.timeout  # the whole session's bound, as a stream's
+        end = min(time.monotonic() + grace, session_end)
         logger.warning("party %r: %s (phase %r); reconnecting within %g s", party.party_id,
                        broken, phase, grace)
         self.close()
@@ -323,6 +325,11 @@ class _Link:
         while True:
             remaining = end - time.monotonic()
             if remaining <= 0:
+                if end >= session_end:
+                    raise _connection_error(
+                        party, phase, f"the session did not finish within {self.timeout:g} "
+                        f"s (its timeout) while reconnecting: {broken} ({cause})",
+                        DeadlineError)
                 raise _connection_error(party, phase, f"{broken}; could not resume within "
                                         f"reconnect_grace = {grace:g} s ({cause})")
             self.channel = make_channel(self.target, self.credentials, insecure=self.insecure,

@@ -12,13 +12,14 @@ waited for.
 from __future__ import annotations
 
 import queue
+import socket
 import threading
 import time
 
 import grpc
 import pytest
 
-from finite_field import _jit
+from finite_field import DeadlineError, _jit
 from protocols import SessionParameters, _grpc_party
 from protocols._faults import Fault
 from protocols._generated import omnifc_pb2 as pb
@@ -113,3 +114,25 @@ def test_the_warm_up_stops_between_kernels_and_is_waited_for(monkeypatch):
     stop.set()
     assert _jit.warm_up(stop) == 0     # a stopped warm-up loads nothing more
     assert len(log) <= 2
+
+
+@pytest.mark.timeout(60)
+def test_a_reconnect_never_outlasts_the_sessions_own_timeout():
+    # The chaos run's half-open party: its link was noticed dead late in the session and
+    # the reconnect then took its whole reconnect_grace (30 s), past the party's own
+    # timeout. The session timeout bounds the reconnect too: nothing listens on the
+    # port, the link's timeout is 3 s, the grace 30 s, and it gives up at 3 s naming both.
+    class Party(_Party):
+        phase = "evaluation"
+        parameters = SessionParameters(dim=2, bound=1.0, scale_bits=8, reconnect_grace=30)
+
+    with socket.socket() as probe:  # a free port on loopback, nothing listening after
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    link = _grpc_party._Link(Party(), f"127.0.0.1:{port}", None, True, 3.0, Fault(None))
+    start = time.monotonic()
+    with pytest.raises(DeadlineError, match=r"the session did not finish within 3 s "
+                                            r"\(its timeout\) while reconnecting"):
+        link.reconnect("the stream to the coordinator failed: UNAVAILABLE")
+    assert time.monotonic() - start < 3.0 + 2.5
+    link.close()
