@@ -448,7 +448,8 @@ class Coordinator:
             self._received[sender] += 1
             handler = {"hello": self._on_hello, "confirmation": self._on_confirmation,
                        "share": self._on_share,
-                       "ready": self._on_ready, "tile": self._on_tile,
+                       "ready": self._on_ready,
+                       "tile": lambda sender, tile: self._on_tile(sender, tile, payload),
                        "group_seed": self._on_group_seed, "error": self._on_error}.get(kind)
             if handler is None:
                 raise PeerError(f"unexpected message {kind!r} (the coordinator never receives "
@@ -460,8 +461,7 @@ class Coordinator:
                 raise PeerError(f"message for session {body.session_id!r}, expected "
                                 f"{self.session_id!r} (replayed or misrouted)", party=sender,
                                 phase=phase_of(kind))
-            return handler(sender, body) if payload is None else \
-                self._on_tile(sender, body, payload)
+            return handler(sender, body)
         except Exception as error:
             raise self._fail(error)
 

@@ -170,10 +170,11 @@ class ElementStream:
     """Uniform GF(p) elements from the AES-256-CTR stream of a 32-byte ``key``, chunk by chunk.
 
     The same values as :func:`stream_elements` (AES-256 in counter mode from a zero
-    counter block, every little-endian 32-bit word of the keystream masked to the bit length of p - 1 and rejected when
-    >= p, as :func:`finite_field.uniform_elements` does), produced ``MASK_CHUNK`` words at
-    a time with ``update_into`` into a reused buffer: no keystream-sized allocation, and
-    the caller consumes each chunk while it is in cache.
+    counter block, every little-endian 32-bit word of the keystream masked to the bit
+    length of p - 1 and rejected when >= p, as :func:`finite_field.uniform_elements`
+    does), produced ``MASK_CHUNK`` words at a time with ``update_into`` into a reused
+    buffer: no keystream-sized allocation, and the caller consumes each chunk while it is
+    in cache.
 
     Examples
     --------

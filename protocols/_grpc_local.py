@@ -50,7 +50,6 @@ class LocalSession:
         self.directory = Path(tempfile.mkdtemp(prefix="omnifc-session-"))
         self.processes: dict = {}  # name -> PartyProcess (or Popen)
         self._server = None  # the party fork server, started with the first party
-        self._forks = True
         try:
             # a number: seconds per phase (join at least 120 s, for process start-up);
             # a Deadlines: exactly those
@@ -103,9 +102,8 @@ class LocalSession:
             command += ["--kind", "sum", "--rows", str(self.parameters.rows)]
         if fault:
             command += ["--fault", fault]
-        if self._server is None and self._forks:
-            self._server = new_server()
-            self._forks = self._server is not None
+        if self._server is None:
+            self._server = new_server()  # None where there is no fork (Windows)
         self.processes[name] = start_party_process(self._server, command,
                                                    self.directory / f"{name}.log")
         return self.processes[name]

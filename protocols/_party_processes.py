@@ -16,8 +16,7 @@ not exist; numba itself starts no thread without parallel kernels, and omnifc ha
 OpenBLAS stops its own threads around a fork), and holds no secret: each child loads its
 config, keys and rows after the fork, from the files its arguments name. A child gets the
 caller's environment, working folder and import path at the request, its stdin is
-``/dev/null``, its
-output goes to its log file, and its exit code is the party's, as with
+``/dev/null``, its output goes to its log file, and its exit code is the party's, as with
 ``python -m protocols._grpc_party``.
 
 Lifetime: the server belongs to one :class:`~protocols._grpc_local.LocalSession`.

@@ -327,7 +327,8 @@ def test_pair_keys_refuse_a_roster_digest_that_is_not_32_bytes(size):
 
 @pytest.mark.parametrize("key, nonce", [(32, 12), (16, 16), (31, 16), (32, 17)])
 def test_keystream_refuses_wrong_key_or_nonce_sizes(key, nonce):
-    with pytest.raises(ParameterError, match="^a keystream needs a 32-byte key and a 16-byte counter block$"):
+    with pytest.raises(ParameterError,
+                       match="^a keystream needs a 32-byte key and a 16-byte counter block$"):
         KeyStream(bytes(key), bytes(nonce))
 
 
