@@ -29,6 +29,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "._party": ["Party", "as_protocol_error"],
     "._grpc_coordinator": ["CoordinatorServer", "coordinator_from_config"],
     "._grpc_local": ["LocalSession", "run_local_grpc_session"],
+    "._party_processes": ["new_party_server"],
     # what omnifc (the next layer) uses besides the above; omnifc imports no private module
     "._accumulator": ["DEFAULT_MEMORY_BUDGET", "DEFAULT_TILE_BYTES", "DistanceAccumulator",
                       "DistanceStore", "TiledDistances", "storage_dtype", "rows_per_tile"],
@@ -68,6 +69,7 @@ __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "Peer
            "parse_envelope",
            # gRPC transport
            "CoordinatorServer", "run_local_grpc_session", "LocalSession",
+           "new_party_server",
            # used by omnifc: distance storage, audit, CLI, Flower
            "DEFAULT_MEMORY_BUDGET", "DEFAULT_TILE_BYTES", "DistanceAccumulator",
            "DistanceStore", "TiledDistances", "storage_dtype", "rows_per_tile",

@@ -28,7 +28,7 @@ from ._config import (SESSION_FIELDS, ConfigParameters, Deadlines, TLSSettings,
 from ._coordinator import Outcome
 from ._grpc_coordinator import CoordinatorServer, coordinator_from_config
 from ._messages import SessionParameters
-from ._party_processes import new_server, start_party_process
+from ._party_processes import new_party_server, start_party_process
 from ._tls import coordinator_credentials, generate_certificates
 
 __all__ = ["run_local_grpc_session", "LocalSession"]
@@ -40,17 +40,25 @@ class LocalSession:
     """Certificates, config, data files and party processes of one loopback session.
 
     Use as a context manager; leaving it kills every process still running and removes the
-    temporary folder.
+    temporary folder. ``party_server``: a :func:`protocols.new_party_server` started
+    earlier to fork the parties from (by default the session starts one); the session
+    closes it.
     """
 
     def __init__(self, party_data: dict, parameters: SessionParameters, *,
-                 deadline=60.0, insecure: bool = False) -> None:
+                 deadline=60.0, insecure: bool = False, party_server=None) -> None:
         self.names = [str(n) for n in party_data]
         self.parameters = parameters
         self.directory = Path(tempfile.mkdtemp(prefix="omnifc-session-"))
         self.processes: dict = {}  # name -> PartyProcess (or Popen)
-        self._server = None  # the party fork server, started with the first party
+        # the party fork server (None where there is no fork), this session's to close:
+        # started first, so that it loads the party's modules and numba's kernels (about
+        # 2 s) while this process makes the certificates and the coordinator; or handed
+        # in, started earlier still (new_party_server)
+        self._server = party_server
         try:
+            if self._server is None:
+                self._server = new_party_server()
             # a number: seconds per phase (join at least 120 s, for process start-up);
             # a Deadlines: exactly those
             deadlines = deadline if isinstance(deadline, Deadlines) else Deadlines(
@@ -102,8 +110,6 @@ class LocalSession:
             command += ["--kind", "sum", "--rows", str(self.parameters.rows)]
         if fault:
             command += ["--fault", fault]
-        if self._server is None:
-            self._server = new_server()  # None where there is no fork (Windows)
         self.processes[name] = start_party_process(self._server, command,
                                                    self.directory / f"{name}.log")
         return self.processes[name]

@@ -49,7 +49,7 @@ import traceback
 
 from finite_field import ProtocolError
 
-__all__ = ["PRELOAD", "PartyServer", "PartyProcess"]
+__all__ = ["PRELOAD", "PartyServer", "PartyProcess", "new_party_server"]
 
 #: What the server imports once: everything a party process needs up to its hello.
 PRELOAD = ["protocols._grpc_party"]
@@ -286,8 +286,15 @@ def start_party_process(server: PartyServer | None, argv: list, log_path):
                                 stdout=log, stderr=log, stdin=subprocess.DEVNULL)
 
 
-def new_server() -> PartyServer | None:
-    """A PartyServer, or None where there is no ``os.fork`` (Windows)."""
+def new_party_server() -> PartyServer | None:
+    """A PartyServer, or None where there is no ``os.fork`` (Windows).
+
+    It starts loading at once, in its own process (about 2 s of imports and kernel loads);
+    a caller with slow work of its own before its parties start (``omnifc demo`` imports
+    scikit-learn and loads its data set) starts it first and hands it to
+    :class:`~protocols.LocalSession` (``party_server=``), which then owns and closes it.
+    :meth:`PartyServer.close` may be called more than once.
+    """
     return PartyServer() if hasattr(os, "fork") else None
 
 

@@ -91,3 +91,65 @@ def test_demo_names_each_party_exit_code_and_the_rows_the_split_leaves_out(capsy
     assert "148 of the data set's 150 rows are used" in out
     assert "150 // 4 = 37 rows, so 2 rows are left out" in out and "not duplicates" in out
     assert ("(party exit codes: party-0 0, party-1 0, party-2 0, party-3 0)") in out
+
+
+class _Recorded:
+    """new_party_server, recording the servers it made and when (issue 25, item 7)."""
+
+    def __init__(self, events):
+        from protocols._party_processes import new_party_server
+        self.real, self.events, self.servers = new_party_server, events, []
+
+    def __call__(self):
+        self.events.append("party server")
+        server = self.real()
+        self.servers.append(server)
+        return server
+
+
+@pytest.mark.timeout(120)
+def test_demo_starts_its_party_server_before_its_imports_and_forks_the_parties_from_it(
+        capsys, monkeypatch):
+    # The server loads the parties' modules and numba's kernels (about 2 s) while the demo
+    # imports scikit-learn and loads its data set: it must be made first, and be the one
+    # every party is forked from (their parent), and be closed at the end.
+    import protocols
+    import omnifc
+    events = []
+    record = _Recorded(events)
+    monkeypatch.setattr(protocols, "new_party_server", record)
+    load = omnifc.load_dataset
+    monkeypatch.setattr(omnifc, "load_dataset",
+                        lambda *a, **k: (events.append("data set"), load(*a, **k))[1])
+    parents = []
+    from protocols import LocalSession
+    start_party = LocalSession.start_party
+
+    def recording_start(self, *a, **k):
+        process = start_party(self, *a, **k)
+        with open(f"/proc/{process.pid}/stat") as stat:
+            parents.append(int(stat.read().rsplit(")", 1)[1].split()[1]))
+        return process
+    monkeypatch.setattr(LocalSession, "start_party", recording_start)
+    assert main(["demo", "--parties", "3", "--no-progress", "--deadline", "30"]) == 0
+    assert events[:2] == ["party server", "data set"]
+    assert len(record.servers) == 1
+    server = record.servers[0]
+    assert parents == [server._process.pid] * 3
+    assert server._process.poll() is not None  # closed with the session
+
+
+@pytest.mark.timeout(60)
+def test_a_demo_that_fails_before_its_session_still_closes_its_party_server(monkeypatch):
+    import protocols
+    import omnifc
+    record = _Recorded([])
+    monkeypatch.setattr(protocols, "new_party_server", record)
+
+    def broken(*a, **k):
+        raise OSError("the data set cannot be read")
+    monkeypatch.setattr(omnifc, "load_dataset", broken)
+    with pytest.raises(OSError, match="cannot be read"):
+        main(["demo", "--parties", "3", "--no-progress"])
+    (server,) = record.servers
+    assert server._process.wait(10) is not None  # ended: nothing outlives the command
