@@ -54,6 +54,8 @@ Rules that hold whatever the coordinator sends (it may be actively malicious):
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import os
 import time
@@ -118,6 +120,20 @@ def as_protocol_error(error: Exception, who: str, phase: str) -> Exception:
     return wrapped
 
 
+
+@contextlib.contextmanager
+def _tile_values(session, party, k: int, tiles):
+    """``session.tile_values(party, k, tiles)``, closed on leaving (a distance session's
+    :class:`~protocols._plans._BlockValues` then stops computing ahead)."""
+    values_of = session.tile_values(party, k, tiles)
+    try:
+        yield values_of
+    finally:
+        close = getattr(values_of, "close", None)
+        if close is not None:
+            close()
+
+
 class Party:
     """One data owner.
 
@@ -163,10 +179,12 @@ class Party:
         self.labels: np.ndarray | None = None
         self.result: pb.Result | None = None
         #: this party's evaluation figures, over all rounds: seconds spent producing its
-        #: tiles (not the time the transport held it back), seconds of that in the exact
-        #: distance kernel, each as wall-clock and as process CPU time (which the other
-        #: processes of a shared machine do not inflate; it includes the transport's
-        #: threads working meanwhile), and the payload bytes uploaded
+        #: tiles (not the time the transport held it back), seconds in the exact distance
+        #: kernel (blocks computed ahead in the background included: they overlap the
+        #: tiles' production, so this may exceed the first), each as wall-clock and as
+        #: process CPU time (which the other processes of a shared machine do not
+        #: inflate; it includes the other threads working meanwhile), and the payload
+        #: bytes uploaded
         self.timings = {"evaluation_seconds": 0.0, "kernel_seconds": 0.0,
                         "evaluation_cpu_seconds": 0.0, "kernel_cpu_seconds": 0.0,
                         "bytes_uploaded": 0}
@@ -378,7 +396,8 @@ class Party:
     def _tile_envelope(self, round_: int, responders, k: int, tile_index: int) -> pb.Envelope:
         """One tile of this round, computed again (deterministic: identical bytes)."""
         tiles = self.session.tiles(self.n_total)
-        values = self.session.tile_values(self, k, tiles)(tile_index)
+        with _tile_values(self.session, self, k, tiles) as values_of:
+            values = values_of(tile_index)
         return self._pack_tile(round_, responders, k, tile_index, tiles, values)
 
     def _require_phase(self, kind: str, *allowed: str) -> None:
@@ -661,15 +680,16 @@ class Party:
         weights = session.weights(self.names, responders)[self.party_id]  # c_j per prime
         timings = self.timings
         for k, p in enumerate(plan.primes):
-            values_of = session.tile_values(self, k, tiles)  # g(beta_j), or the sum's values
-            for tile_index, (a, b) in enumerate(tiles):
-                started, cpu = time.perf_counter(), time.process_time()
-                env = self._pack_tile(round_, responders, k, tile_index, tiles,
-                                      values_of(tile_index), view=view, others=others,
-                                      weights=weights)
-                timings["evaluation_seconds"] += time.perf_counter() - started
-                timings["evaluation_cpu_seconds"] += time.process_time() - cpu
-                yield env  # the time the transport holds this generator is not counted
+            # g(beta_j), or the sum's values; closed also when the round is abandoned
+            with _tile_values(session, self, k, tiles) as values_of:
+                for tile_index, (a, b) in enumerate(tiles):
+                    started, cpu = time.perf_counter(), time.process_time()
+                    env = self._pack_tile(round_, responders, k, tile_index, tiles,
+                                          values_of(tile_index), view=view, others=others,
+                                          weights=weights)
+                    timings["evaluation_seconds"] += time.perf_counter() - started
+                    timings["evaluation_cpu_seconds"] += time.process_time() - cpu
+                    yield env  # the time the transport holds this generator is not counted
 
     def _pack_tile(self, round_: int, responders, k: int, tile_index: int, tiles, values,
                    *, view=None, others=None, weights=None) -> pb.Envelope:

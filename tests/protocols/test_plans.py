@@ -169,3 +169,116 @@ def test_the_state_machines_do_not_branch_on_the_session_kind(module):
     assert "SumPlan" not in source
     assert not re.search(r"\.kind\s*[!=]=", source)
     assert not re.search(r"isinstance\([^)]*plan", source)
+
+
+# -- a party's blocks, one computed ahead (protocols._plans._BlockValues) -----------------
+
+class _Party:
+    """A party whose g(beta_j) is a known function of the row and column (10^6 row + col),
+    recording which thread computed each block; ``gate`` holds block ``slow`` back."""
+
+    def __init__(self, n, fail=None, slow=None):
+        import threading
+        self.n_total, self.fail, self.slow = n, fail, slow
+        self.calls, self.gate, self.done = [], threading.Event(), []
+
+    def _evaluate(self, k, a, b):
+        import threading
+        self.calls.append((a, b, threading.current_thread().name))
+        if a == self.slow:
+            self.gate.wait(30)
+        if a == self.fail:
+            raise ParameterError(f"block {a} cannot be computed")
+        self.done.append(a)
+        return np.add.outer(np.arange(a, b) * 10**6, np.arange(a, self.n_total))
+
+
+def _schedule(n=300):
+    from protocols._messages import row_tiles
+    return row_tiles(n, 4 * 2000)  # about 2,000 elements a tile: 26 tiles of 2 to 160 rows
+
+
+@pytest.mark.timeout(60)
+def test_every_tile_is_exact_and_each_later_block_is_computed_ahead_in_the_background():
+    from protocols._plans import _BlockValues, _block_stop
+    tiles = _schedule()
+    party = _Party(300)
+    values = _BlockValues(party, 0, tiles)
+    for index, (a, b) in enumerate(tiles):
+        expected = np.add.outer(np.arange(a, b) * 10**6, np.arange(a, 300))
+        assert np.array_equal(values(index), expected), index
+    values.close()
+    blocks, start = [], 0  # the schedule's blocks, from its definition
+    while start < 300:
+        first = [a for a, _ in tiles].index(start)
+        blocks.append((start, _block_stop(tiles, first, 300)))
+        start = blocks[-1][1]
+    assert [(a, b) for a, b, _ in party.calls] == blocks  # each block once, in order
+    assert len(blocks) > 3
+    threads = [name for _, _, name in party.calls]
+    # nothing is computed ahead before a second tile is asked for: the first block in the
+    # caller, and the second too when that second tile starts it; the rest ahead
+    here = 2 if tiles[1][0] == blocks[1][0] else 1
+    assert threads[:here] == ["MainThread"] * here
+    assert all(name.startswith("omnifc-next-block") for name in threads[here:]), threads
+
+
+@pytest.mark.timeout(60)
+def test_a_single_tile_computes_nothing_ahead():
+    # a resume re-sends tiles one at a time: nothing it will not use is started
+    from protocols._plans import _BlockValues
+    tiles = _schedule()
+    party = _Party(300)
+    values = _BlockValues(party, 0, tiles)
+    a, b = tiles[5]
+    assert np.array_equal(values(5), np.add.outer(np.arange(a, b) * 10**6, np.arange(a, 300)))
+    values.close()
+    assert len(party.calls) == 1
+
+
+@pytest.mark.timeout(60)
+def test_an_error_of_a_block_computed_ahead_is_raised_at_its_first_tile():
+    from protocols._plans import _BlockValues
+    tiles = _schedule()
+    starts = [a for a, _ in tiles]
+    party = _Party(300)
+    values = _BlockValues(party, 0, tiles)
+    values(0), values(1)
+    failing = party.calls[-1][1]  # the block computed ahead once tile 1 was taken
+    party.fail = failing
+    # recompute that block with the failure in place: a fresh source, same tiles
+    party = _Party(300, fail=failing)
+    values = _BlockValues(party, 0, tiles)
+    taken = 0
+    for index, (a, b) in enumerate(tiles):
+        if a == failing:
+            with pytest.raises(ParameterError, match=f"block {failing} cannot"):
+                values(index)
+            break
+        values(index)
+        taken += 1
+    values.close()
+    assert taken == starts.index(failing) > 1  # every tile before it was delivered
+
+
+@pytest.mark.timeout(60)
+def test_close_waits_for_a_block_still_being_computed():
+    # a round abandoned mid-way: no _evaluate of this party may still run afterwards
+    import threading
+    from protocols._plans import _BlockValues
+    tiles = _schedule()
+    probe = _BlockValues(_Party(300), 0, tiles)
+    probe(0), probe(1)
+    ahead = probe._next[0]
+    probe.close()
+    party = _Party(300, slow=ahead)
+    values = _BlockValues(party, 0, tiles)
+    values(0), values(1)  # the block at `ahead` is now being computed, held at the gate
+    closed = threading.Event()
+    closer = threading.Thread(target=lambda: (values.close(), closed.set()))
+    closer.start()
+    assert not closed.wait(0.5) and ahead not in party.done
+    party.gate.set()
+    assert closed.wait(30)
+    closer.join(30)
+    assert ahead in party.done

@@ -296,9 +296,17 @@ class _Clock:
         return self.cpu
 
 
+@pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("mode", ["masked", "transparent"])
-def test_timings_add_up_every_tile_and_every_kernel_call(monkeypatch, mode):
+def test_timings_add_up_every_tile_and_every_kernel_call(monkeypatch, mode, ahead):
+    # ahead: the next block computed in a background thread (protocols._plans.PREFETCH,
+    # on by default): every row is still computed once per prime and every byte counted;
+    # the clock's ticks then interleave between the threads, so the exact accounting of
+    # seconds is checked with it off
     import protocols._party as party_module
+    import protocols._plans as plans_module
+
+    monkeypatch.setattr(plans_module, "PREFETCH", ahead)
 
     params = SessionParameters(dim=3, bound=1.0, scale_bits=16, integrity="off", mode=mode,
                                chunk_bytes=4096)
@@ -321,6 +329,10 @@ def test_timings_add_up_every_tile_and_every_kernel_call(monkeypatch, mode):
     assert primes == 2 and len(tiles) == primes * len(_expected_tiles(n, 4096))
     assert len(tiles) > blocks > primes          # several tiles per block, several blocks
     assert sum(rows for rows, _ in calls) == primes * n  # every row computed once per prime
+    uploaded = sum(4 * (t.row_stop - t.row_start) * (n - t.row_start) for t in tiles)
+    assert party.timings["bytes_uploaded"] == uploaded
+    if ahead:
+        return
     # a tile without a kernel call spans 1 tick of each clock, one with a kernel call 3
     # (the kernel's own 2 calls inside), of which the kernel takes 1
     assert party.timings == {"evaluation_seconds": 10.0 * (len(tiles) + 2 * blocks),
