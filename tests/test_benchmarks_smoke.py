@@ -274,6 +274,26 @@ def test_bench_chaos_quick_counts_every_session_and_check_follows_the_counts(tmp
         assert len(row) == 1 and row[0].split()[-1].isdigit(), (label, lines)
 
 
+@pytest.mark.network
+@pytest.mark.timeout(600)
+def test_bench_reset_quick_resets_every_link_once_and_reports_the_ratio(tmp_path):
+    out = tmp_path / "reset.json"
+    done = run(BENCH / "bench_reset.py", "--quick", "--check", "--json", out, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert (figures["n"], figures["m"], figures["failures"]) == (400, 5, [])
+    assert figures["resets_fired"] == 5 and figures["resumes"] >= 5  # each link, once
+    clean, reset = figures["clean_seconds"], figures["reset_seconds"]
+    assert len(clean) == len(reset) == 1
+    assert figures["ratio"] == reset[0] / clean[0]
+    assert not figures["judged"] and not figures["met"]
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= 100 for line in lines), max(lines, key=len)
+    row = next(line for line in lines if line.startswith("each link reset once"))
+    assert row.endswith("not judged") and f"{figures['ratio']:5.2f}x" in row
+    assert "every run exact D and labels: yes" in done.stdout
+
+
 def test_bench_chaos_schedule_is_seeded_and_draws_offsets_within_the_volume():
     import importlib.util
 
