@@ -47,15 +47,12 @@ from protocols import SessionParameters  # noqa: E402
 from protocols._config import Deadlines  # noqa: E402
 from protocols._fault_sessions import classify, run_faulted_session  # noqa: E402
 
+# the chaos run's rows (uniform in [-1, 1), split evenly) and coordinator "clustering"
+from bench_chaos import cluster, party_data  # noqa: E402
+
 #: (n, m) at which the target is defined, and the target ratio.
 TARGET_SIZE = (20_000, 17)
 TARGET = 1.2
-
-
-def party_data(n: int, m: int, dim: int, seed: int) -> dict:
-    rng = np.random.default_rng(seed)
-    sizes = [n // m + (1 if i < n % m else 0) for i in range(m)]
-    return {f"party-{i}": rng.uniform(-1.0, 1.0, (size, dim)) for i, size in enumerate(sizes)}
 
 
 def oracle(rows: np.ndarray, bound: float, scale_bits: int) -> np.ndarray:
@@ -71,12 +68,6 @@ def oracle(rows: np.ndarray, bound: float, scale_bits: int) -> np.ndarray:
     out += norms[:, None]
     out += norms[None, :]
     return out.astype(np.int64)
-
-
-def cluster(view) -> np.ndarray:
-    """The coordinator's 'clustering' (so that every party gets labels to check): each
-    row's nearest of the first three rows."""
-    return np.asarray(view)[:, :3].argmin(axis=1)
 
 
 def resets(volumes: dict, seed: int, run: int) -> dict:
