@@ -5,12 +5,12 @@ mutual TLS on loopback), with each party's connection reset once during the eval
 the session completes with an exact D in at most 1.2x the time of the fault-free run.
 
 Each party dials its own loopback fault proxy (``protocols/_fault_proxy.py``, driven by
-``protocols/_fault_sessions.py``). After a small warm-up session (not counted), a fault-free run comes
-first (its time is the baseline, and its per-party upload volumes place the resets);
-then, alternating, runs in which
-party i's link is reset (``reset@bytes=N``: both sockets closed with RST) once, at an
-offset drawn uniformly from the middle 20-80 % of what party i uploaded in the clean run
-(seeded; the shares are well under 1 % of it, so every reset falls in the evaluation).
+``protocols/_fault_sessions.py``). After a small warm-up session (not counted), a
+fault-free run comes first (its time is the baseline, and its per-party upload volumes
+place the resets); then, alternating, runs in which party i's link is reset
+(``reset@bytes=N``: both sockets closed with RST) once, at an offset drawn uniformly from
+the middle 20-80 % of what party i uploaded in the clean run (seeded; the shares are well
+under 1 % of it, so every reset falls in the evaluation).
 A reset party reconnects within ``reconnect_grace`` (30 s), proves it is the same party
 of the same run, and resumes: the coordinator lists the tiles it holds, the party sends
 the rest (docs/protocol.md, "Reconnect").
@@ -22,7 +22,8 @@ seconds with resets / median without (the coordinator's time from open streams t
 lower is better; the target is judged only at n = 20,000, m = 17). The resumes are counted
 from the parties' logs ("resumed the session").
 
-    python benchmarks/bench_reset.py [--n 20000] [--m 17] [--repeats 1] [--check] [--json PATH]
+    python benchmarks/bench_reset.py [--n 20000] [--m 17] [--repeats 1] [--check]
+                                     [--json PATH]
     python benchmarks/bench_reset.py --quick      # n = 400, m = 5: a smoke run
 """
 

@@ -11,11 +11,11 @@ nothing else is in flight the loop pulls **one** message from the next party's o
 round-robin, and delivers it before pulling another. A session's peak memory is then the
 coordinator's result (one preallocated matrix, see :class:`Coordinator` ``out`` /
 ``memory_budget``) plus O(m blocks) (each party's block being sent and the next one,
-computed meanwhile: :class:`protocols._plans._BlockValues`), not m uploads of n^2 values. Messages a generator
-yields before its first tile (group seeds) are delivered at once, so a party's seed
-bookkeeping is complete before others' seeds reach it; a new round (or the result, or an
-error report) reaching a party discards what is left of its outbox (the coordinator
-ignores tiles of an abandoned round anyway).
+computed meanwhile: :class:`protocols._plans._BlockValues`), not m uploads of n^2
+values. Messages a generator yields before its first tile (group seeds) are delivered at
+once, so a party's seed bookkeeping is complete before others' seeds reach it; a new
+round (or the result, or an error report) reaching a party discards what is left of its
+outbox (the coordinator ignores tiles of an abandoned round anyway).
 
 Examples
 --------

@@ -55,7 +55,6 @@ Rules that hold whatever the coordinator sends (it may be actively malicious):
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import os
 import time
@@ -118,7 +117,6 @@ def as_protocol_error(error: Exception, who: str, phase: str) -> Exception:
     wrapped.__cause__ = error
     wrapped.phase = phase
     return wrapped
-
 
 
 @contextlib.contextmanager

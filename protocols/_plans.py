@@ -61,8 +61,10 @@ _ahead_lock = threading.Lock()
 
 
 def _ahead() -> concurrent.futures.ThreadPoolExecutor:
-    """The one thread that computes parties' next blocks (kept; a forked child makes its
-    own, the parent's thread does not exist there)."""
+    """The one thread that computes the next blocks of this process's parties, in the
+    order asked (kept; a forked child makes its own, the parent's thread does not exist
+    there). Parties in one process (in memory) queue behind each other: each waits only
+    for its own block, so none waits for another's wait."""
     global _ahead_pool, _ahead_pid
     with _ahead_lock:
         if _ahead_pool is None or _ahead_pid != os.getpid():
