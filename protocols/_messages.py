@@ -120,9 +120,9 @@ def wire_size(env: pb.Envelope, payload: bytes | None = None) -> int:
             return env.ByteSize()  # a field this shortcut does not know: count it exactly
         else:
             setattr(head, field.name, getattr(tile, field.name))  # a default adds nothing
-    tile = head.ByteSize() + size
+    length = head.ByteSize() + size
     number = pb.Envelope.DESCRIPTOR.fields_by_name["tile"].number
-    return _varint_bytes(number << 3) + _varint_bytes(tile) + tile
+    return _varint_bytes(number << 3) + _varint_bytes(length) + length
 
 
 def packed_view(data: bytes, count: int, *, party, phase: str) -> np.ndarray:

@@ -33,13 +33,11 @@ Everything here is public and deterministic, so both ends compute the same sched
 from __future__ import annotations
 
 import concurrent.futures
-import os
-import threading
 
 import numpy as np
 
-from finite_field import (CodingPlan, InputError, IntegrityError, ParameterError, ProtocolError,
-                          WrapAroundError, add_upload, decode_residues)
+from finite_field import (CodingPlan, InputError, IntegrityError, KeptThreads, ParameterError,
+                          ProtocolError, WrapAroundError, add_upload, decode_residues)
 
 from ._accumulator import DistanceAccumulator
 from ._integrity import round_checks
@@ -55,23 +53,11 @@ _BLOCK_ELEMENTS = 1 << 22
 #: Compute the next block in the background while this one's tiles are masked and sent.
 PREFETCH = True
 
-_ahead_pool: concurrent.futures.ThreadPoolExecutor | None = None
-_ahead_pid: int | None = None
-_ahead_lock = threading.Lock()
-
-
-def _ahead() -> concurrent.futures.ThreadPoolExecutor:
-    """The one thread that computes the next blocks of this process's parties, in the
-    order asked (kept; a forked child makes its own, the parent's thread does not exist
-    there). Parties in one process (in memory) queue behind each other: each waits only
-    for its own block, so none waits for another's wait."""
-    global _ahead_pool, _ahead_pid
-    with _ahead_lock:
-        if _ahead_pool is None or _ahead_pid != os.getpid():
-            _ahead_pool = concurrent.futures.ThreadPoolExecutor(
-                1, thread_name_prefix="omnifc-next-block")
-            _ahead_pid = os.getpid()
-        return _ahead_pool
+#: The one thread that computes the next blocks of this process's parties, in the order
+#: asked. Parties in one process (in memory) queue behind each other: each waits only for
+#: its own block, so none waits for another's wait. Not the kernels' helper threads: the
+#: block's kernel runs on those, and helpers never wait for helpers.
+_AHEAD = KeptThreads(1, "omnifc-next-block")
 
 
 class _BlockValues:
@@ -83,13 +69,13 @@ class _BlockValues:
     the upload kernel, protobuf), the next block is computed in a background thread
     (the kernels release the GIL), so the second core is not idle then: at n = 2,000,
     m = 3 a session takes about 13 % less time. A party then holds two blocks (at most
-    2 x 32 MB), never more: a block is computed ahead only once the one before it is taken.
-    Nothing is computed ahead before a second tile is asked for (a resume computes its
-    re-sent tiles one at a time, and starts nothing it will not use). The values are the
-    same either way (the kernels are deterministic). An error of a block computed ahead
-    is raised when its first tile is asked for. ``close()`` waits
-    for a block still being computed (a round abandoned mid-way), so that no
-    ``_evaluate`` of this party ever runs while another starts.
+    2 x 32 MB), never more: a block is computed ahead only once the one before it is
+    taken. Nothing is computed ahead before a second tile is asked for (a resume computes
+    its re-sent tiles one at a time, and starts nothing it will not use). The values are
+    the same either way (the kernels are deterministic). An error of a block computed
+    ahead is raised when its first tile is asked for. ``close()`` waits for a block still
+    being computed (a round abandoned mid-way), so that no ``_evaluate`` of this party
+    ever runs while another starts.
 
     >>> import numpy as np
     >>> class Held:  # a party holding all rows, computing 10 * a + row offsets
@@ -107,14 +93,14 @@ class _BlockValues:
         self._first_of = {a: i for i, (a, _) in enumerate(tiles)}
         self._block = None  # (start, stop, values)
         self._next = None   # (start, stop, future) of the block computed ahead
-        self._calls = 0
 
     def _start(self, first: int) -> tuple[int, int]:
         return self._tiles[first][0], _block_stop(self._tiles, first, self._party.n_total)
 
     def __call__(self, tile_index: int) -> np.ndarray:
         a, b = self._tiles[tile_index]
-        if self._block is None or not self._block[0] <= a < b <= self._block[1]:
+        first_call = self._block is None
+        if first_call or not self._block[0] <= a < b <= self._block[1]:
             ahead, self._next = self._next, None
             if ahead is not None and ahead[0] == a:
                 self._block = (a, ahead[1], ahead[2].result())
@@ -124,11 +110,10 @@ class _BlockValues:
                 start, stop = self._start(tile_index)
                 self._block = (start, stop, self._party._evaluate(self._k, start, stop))
         following = self._first_of.get(self._block[1])
-        if PREFETCH and self._calls and self._next is None and following is not None:
+        if PREFETCH and not first_call and self._next is None and following is not None:
             start, stop = self._start(following)
-            self._next = (start, stop, _ahead().submit(self._party._evaluate, self._k,
-                                                       start, stop))
-        self._calls += 1
+            self._next = (start, stop, _AHEAD.get().submit(self._party._evaluate, self._k,
+                                                           start, stop))
         start = self._block[0]
         return self._block[2][a - start:b - start, a - start:]
 
@@ -178,7 +163,9 @@ class SessionPlan:
     ``parameters``: ``tiles(n_total)`` and ``tile_shape(a, b, n_total)`` (the schedule
     and the shape of one upload), ``weights(names, responders)`` (c_j per responder and
     prime), ``round_checks(...)`` (the round's integrity structure or None),
-    ``tile_values(party, k, tiles)`` (what a party uploads for a tile, unmasked), and at
+    ``tile_values(party, k, tiles)`` (what a party uploads for a tile, unmasked: a
+    callable of the tile index, asked in schedule order, with an optional ``close()``
+    that the party calls when it is done with it), and at
     the coordinator ``accumulator(...)``, ``result_memory(acc, previous)`` and
     ``decode(acc, responders) -> (integer, values, store)``.
     """

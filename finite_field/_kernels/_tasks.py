@@ -26,20 +26,32 @@ def _split_range(n: int, parts: int, multiple: int = 1) -> list[tuple[int, int]]
     return [(a, min(n, a + step)) for a in range(0, n, step)] or [(0, 0)]
 
 
-#: The helper threads, started on first use and kept (idle ones block on a queue: they
-#: do not spin); a forked child starts its own (the parent's threads do not exist there).
-_helpers: ThreadPoolExecutor | None = None
-_helpers_pid: int | None = None
-_helpers_lock = threading.Lock()
+class KeptThreads:
+    """A thread pool started on first use and kept for the life of the process: idle
+    threads block on a queue (they do not spin), and a forked child starts its own (the
+    parent's threads do not exist there).
+
+    >>> pool = KeptThreads(1, "omnifc-example")
+    >>> pool.get().submit(sum, [1, 2]).result(), pool.get() is pool.get()
+    (3, True)
+    """
+
+    def __init__(self, workers: int, name: str) -> None:
+        self._workers, self._name = workers, name
+        self._pool: ThreadPoolExecutor | None = None
+        self._pid: int | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None or self._pid != os.getpid():
+                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix=self._name)
+                self._pid = os.getpid()
+            return self._pool
 
 
-def _helper_pool() -> ThreadPoolExecutor:
-    global _helpers, _helpers_pid
-    with _helpers_lock:
-        if _helpers is None or _helpers_pid != os.getpid():
-            _helpers = ThreadPoolExecutor(7, thread_name_prefix="omnifc-kernel")
-            _helpers_pid = os.getpid()
-        return _helpers
+#: The kernels' helper threads.
+_helpers = KeptThreads(7, "omnifc-kernel")
 
 
 def _run_threads(kernel, arguments: list[tuple]) -> list:
@@ -50,7 +62,7 @@ def _run_threads(kernel, arguments: list[tuple]) -> list:
     Returns the results."""
     if len(arguments) == 1:
         return [kernel(*arguments[0])]
-    pool = _helper_pool()
+    pool = _helpers.get()
     futures = [pool.submit(kernel, *a) for a in arguments[1:]]
     try:
         first = kernel(*arguments[0])
