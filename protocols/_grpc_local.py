@@ -41,8 +41,8 @@ class LocalSession:
 
     Use as a context manager; leaving it kills every process still running and removes the
     temporary folder. ``party_server``: a :func:`protocols.new_party_server` started
-    earlier to fork the parties from (by default the session starts one); the session
-    closes it.
+    earlier to fork the parties from (by default the session starts one with its first
+    party); the session closes it.
     """
 
     def __init__(self, party_data: dict, parameters: SessionParameters, *,
@@ -51,14 +51,11 @@ class LocalSession:
         self.parameters = parameters
         self.directory = Path(tempfile.mkdtemp(prefix="omnifc-session-"))
         self.processes: dict = {}  # name -> PartyProcess (or Popen)
-        # the party fork server (None where there is no fork), this session's to close:
-        # started first, so that it loads the party's modules and numba's kernels (about
-        # 2 s) while this process makes the certificates and the coordinator; or handed
-        # in, started earlier still (new_party_server)
+        # the party fork server, this session's to close: handed in (started earlier, so
+        # that it loads while the caller does its own work), or started with the first
+        # party (a session that starts none starts no server)
         self._server = party_server
         try:
-            if self._server is None:
-                self._server = new_party_server()
             # a number: seconds per phase (join at least 120 s, for process start-up);
             # a Deadlines: exactly those
             deadlines = deadline if isinstance(deadline, Deadlines) else Deadlines(
@@ -110,6 +107,8 @@ class LocalSession:
             command += ["--kind", "sum", "--rows", str(self.parameters.rows)]
         if fault:
             command += ["--fault", fault]
+        if self._server is None:
+            self._server = new_party_server()  # None where there is no fork (Windows)
         self.processes[name] = start_party_process(self._server, command,
                                                    self.directory / f"{name}.log")
         return self.processes[name]
