@@ -32,8 +32,11 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "._party_processes": ["new_party_server"],
     # what omnifc (the next layer) uses besides the above; omnifc imports no private module
     "._accumulator": ["DEFAULT_MEMORY_BUDGET", "DEFAULT_TILE_BYTES", "DistanceAccumulator",
-                      "DistanceStore", "TiledDistances", "storage_dtype", "rows_per_tile"],
+                      "DistanceStore", "TiledDistances", "storage_dtype", "rows_per_tile",
+                      "discard_store"],
     "._files": ["prepare_output_folder"],
+    "._journal": ["Journal", "read_journal", "WORK_DIR", "why_not_journaled",
+                  "open_serve_journal"],
     "._generated.omnifc_pb2": ["omnifc_pb2"],
     "._layouts": ["DEFAULT_MAX_PAIRS"],
     "._log_once": ["log_once", "log_once_scope"],
@@ -78,6 +81,7 @@ __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "Peer
            "check_distance_mask_degree", "collusion_threshold", "envelope", "row_tiles",
            "PARAMETER", "PARAMETERS", "add_parameter_options", "check_parameters",
            "parameter_fields", "table_fields", "values_from_options", "as_protocol_error",
-           "IMPERSONATION_WARNING", "join_from_config", "load_party_data", "run_party"]
+           "IMPERSONATION_WARNING", "join_from_config", "load_party_data", "run_party",
+           "discard_store", "Journal", "read_journal", "WORK_DIR", "why_not_journaled", "open_serve_journal"]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -52,6 +52,7 @@ Examples
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
@@ -264,6 +265,19 @@ def _allocate(shape, dtype, *, path: Path | None, budget: int, name: str):
     return array, path, tmpdir
 
 
+def _reopen(shape, dtype, *, path: Path, budget: int, name: str):
+    """The existing .npy memmap at ``path`` (of ``shape`` and ``dtype``), for writing."""
+    try:
+        array = np.lib.format.open_memmap(path, mode="r+")
+    except (OSError, ValueError) as error:
+        raise ParameterError(f"cannot reopen the result {name} at {str(path)!r}: "
+                             f"{error}") from None
+    if array.shape != tuple(shape) or array.dtype != np.dtype(dtype):
+        raise ParameterError(f"the result {name} at {str(path)!r} is {array.shape} "
+                             f"{array.dtype}, expected {tuple(shape)} {np.dtype(dtype)}")
+    return array, Path(path), None
+
+
 def _remove(*paths) -> None:
     for p in paths:
         if p is None:
@@ -318,6 +332,11 @@ class DistanceAccumulator:
         directory removed with the store.
     tile_bytes : int, optional
         Working tile size of :meth:`finalize` and of the streamed algorithms.
+    written : iterable of (prime_index, row_start, row_stop), optional
+        Reopen the files at ``out`` (which must exist, of this shape and dtype) of a
+        session whose coordinator died (``omnifc serve --resume``): these regions were
+        each written once, completely (:meth:`region_digest` says with what); every
+        other tile region is zeroed, whatever a write cut short left in it.
 
     Notes
     -----
@@ -328,7 +347,8 @@ class DistanceAccumulator:
     """
 
     def __init__(self, n: int, primes, *, scale_bits: int, distance_bound: int | None = None,
-                 out=None, memory_budget=None, tile_bytes=None, parameters=None):
+                 out=None, memory_budget=None, tile_bytes=None, parameters=None,
+                 written=None, tiles=None):
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ParameterError(f"n must be a positive integer, got {n!r}")
         self.n = int(n)
@@ -342,14 +362,19 @@ class DistanceAccumulator:
         self.tile_bytes = _check_tile_bytes(tile_bytes)
         self.parameters = dict(parameters or {})
         self.out = None if out is None else Path(out)
-        if self.out is not None and (self.out.exists() or _sidecar(self.out).exists()):
+        reopen = written is not None
+        if reopen and self.out is None:
+            raise ParameterError("written= reopens the files at out=; give out")
+        if not reopen and self.out is not None and (self.out.exists() or
+                                                    _sidecar(self.out).exists()):
             raise ParameterError(f"out={str(self.out)!r} exists already; choose a new path")
         self.dtype = storage_dtype(self.distance_bound, len(self.primes))
         shape = (self.n, self.n)
         # RAM use of everything n x n decides where all of it lives
         total = self.n * self.n * (self.dtype.itemsize + 4 * (len(self.primes) - 1))
         budget = self.memory_budget if total <= self.memory_budget else -1
-        self._result, self._path, self._tmpdir = _allocate(
+        allocate = _reopen if reopen else _allocate
+        self._result, self._path, self._tmpdir = allocate(
             shape, self.dtype, path=self.out, budget=budget, name="distances")
         self._scratch = []  # residues of the primes after the first (uint32)
         self._scratch_paths = []
@@ -357,11 +382,13 @@ class DistanceAccumulator:
             scratch_path = None
             if self._path is not None:
                 scratch_path = self._path.with_name(self._path.stem + f".residues-{k}.npy")
-            array, path, _ = _allocate(shape, np.uint32, path=scratch_path, budget=budget,
-                                       name=f"residues-{k}")
+            array, path, _ = allocate(shape, np.uint32, path=scratch_path, budget=budget,
+                                      name=f"residues-{k}")
             self._scratch.append(array)
             self._scratch_paths.append(path)
         self._contributions = np.zeros((len(self.primes), self.n), dtype=np.int64)
+        if reopen:
+            self._keep_only(written, tiles)
         self._finished = False
         self._finalizer = weakref.finalize(self, _remove, *self._owned_paths())
 
@@ -417,6 +444,51 @@ class DistanceAccumulator:
         target = np.asarray(self._target(k)[a:b, a:])  # a view (memmap -> ndarray)
         add_reduced(target, values, p)
         self._contributions[k, a:b] += 1
+
+    def _keep_only(self, written, tiles) -> None:
+        """A reopened result: count the regions ``written``; zero every other tile's."""
+        written = {(int(k), int(a), int(b)) for k, a, b in written}
+        tiles = [(int(a), int(b)) for a, b in (tiles or ())]
+        for k in range(len(self.primes)):
+            target = self._target(k)
+            for a, b in tiles:
+                if (k, a, b) in written:
+                    self._contributions[k, a:b] += 1
+                else:
+                    target[a:b, a:] = 0
+        unknown = written - {(k, a, b) for k in range(len(self.primes)) for a, b in tiles}
+        if unknown:
+            raise ParameterError(f"written regions {sorted(unknown)} are not tiles "
+                                 "of this result")
+
+    def region_digest(self, prime_index: int, row_start: int, row_stop: int, *,
+                      flush: bool = False) -> str:
+        """BLAKE2b (hex) of the region rows [row_start, row_stop) x columns
+        [row_start, n) of prime ``prime_index``'s matrix; ``flush=True`` first writes
+        the files' changed pages to disk (what a journal record then vouches for).
+
+        >>> acc = DistanceAccumulator(2, primes=[7], scale_bits=0)
+        >>> before = acc.region_digest(0, 0, 1)
+        >>> acc.add_tile(0, 0, 1, np.array([[0, 3]]))
+        >>> acc.region_digest(0, 0, 1) != before
+        True
+        """
+        k, a, b = int(prime_index), int(row_start), int(row_stop)
+        target = self._target(k)
+        if flush and isinstance(target, np.memmap):
+            target.flush()
+        digest = hashlib.blake2b(f"{k}:{a}:{b}:".encode(), digest_size=16)
+        for row in range(a, b):
+            digest.update(np.ascontiguousarray(target[row, a:]).data)
+        return digest.hexdigest()
+
+    def release(self) -> None:
+        """Let go of the files without deleting them (a refused resume keeps them for
+        another try)."""
+        self._finished = True
+        self._finalizer.detach()
+        self._result = None
+        self._scratch = []
 
     def abort(self) -> None:
         """Drop everything written so far (files included)."""

@@ -53,6 +53,7 @@ see docs/protocol.md and ``tests/protocols/test_malicious_coordinator.py``.
 
 from __future__ import annotations
 
+import base64
 import logging
 import time
 from dataclasses import replace
@@ -225,11 +226,16 @@ class Coordinator:
         (:class:`~protocols._integrity.OpenTileSums`, :attr:`Outcome.memory`).
     tile_bytes : int, optional
         Working tile of the decode (and of the streamed algorithms on the store).
+    journal : protocols._journal.Journal, optional
+        Keep the journal a restarted coordinator continues from (:meth:`restore`;
+        ``omnifc serve`` gives one): needs ``out`` and a distance session of the full
+        layout. Every tile of a round is then written into the result once, with all of
+        B's uploads (their running sum is kept open until then, as with integrity checks).
     """
 
     def __init__(self, session_id: str, parameters: SessionParameters, parties, identities: dict,
                  *, responders=None, cluster=None, out=None, memory_budget=None,
-                 tile_bytes=None) -> None:
+                 tile_bytes=None, journal=None) -> None:
         self.session_id = str(session_id)
         self.names = [str(p) for p in parties]
         if len(set(self.names)) != len(self.names):
@@ -265,13 +271,22 @@ class Coordinator:
                                      f"{why}, got {len(responders)}{advice}")
         self._first_responders = responders
         self.cluster = cluster
-        if out is not None and Path(out).exists():  # before any party is involved
+        reopened = journal is not None and journal.records > 0  # restore() follows
+        if out is not None and Path(out).exists() and not reopened:  # before any party
             raise ParameterError(f"out={str(out)!r} exists already; choose a new path")
         if out is not None and self.parameters.layout != "full":
             raise ParameterError(f"out= writes the n x n result of the full layout; layout "
                                  f"{self.parameters.layout!r} keeps its result in memory "
                                  "(leave out unset)")
         self.storage = {"out": out, "memory_budget": memory_budget, "tile_bytes": tile_bytes}
+        if journal is not None and (out is None or self.parameters.reconnect_grace <= 0
+                                    or not session_type(self.parameters).journals):
+            raise ParameterError("a journal needs out=, reconnect_grace > 0 (the parties "
+                                 "come back by resuming) and a distance session of the full "
+                                 "layout (the result it vouches for is that file)")
+        self.journal = journal
+        self._restarted: set[str] = set()  # parties not yet back after a restore
+        self._held_at_restore: set | None = None  # while restoring: the tiles journaled
         self._acc: DistanceAccumulator | SumAccumulator | None = None  # the round's result
         self._store: DistanceStore | None = None
         self._open_sums: OpenTileSums | None = None
@@ -385,6 +400,8 @@ class Coordinator:
             self.failed_in = self.phase
             self.error = as_protocol_error(error, "the coordinator", self.phase)
             self._discard()
+            if self.journal is not None:  # failed closed: nothing to resume
+                self.journal.close(remove=True)
             self._enter("failed")
             logger.warning("session %r failed in phase %r: %s", self.session_id,
                            self.failed_in, self.error)
@@ -558,10 +575,14 @@ class Coordinator:
             raise _refused(name, phase, "no proof of possession of the "
                                       "run's ephemeral key")
         log = self._outlogs[name]
-        replay = log.since(msg.received, party=name, phase=phase)
+        # restored from the journal: the party's count is of the old process's streams;
+        # it gets everything this process holds for it (the round's start, relays since)
+        restarted = name in self._restarted
+        replay = log.since(0 if restarted else msg.received, party=name, phase=phase)
         accepted = pb.ResumeAccepted(session_id=self.session_id,
                                      received=self._received[name], round=self.round,
-                                     replayed=len(replay))
+                                     replayed=len(replay), restarted=restarted)
+        self._restarted.discard(name)
         if self.phase == "evaluation" and name in self.responders:
             for k in range(len(self.plan.primes)):
                 accepted.held.add(indices=sorted(i for kk, i in self.delivered[name]
@@ -755,8 +776,13 @@ class Coordinator:
         # every round starts from a clean result: the previous one (and its files) is
         # dropped first, so an aborted round leaves nothing behind
         self._discard()
+        storage = self.storage
+        if self._held_at_restore is not None:  # reopened: the journal's tiles are kept
+            storage = storage | {"written": [(k, *self.tiles[i]) for k, i in
+                                             sorted(self._held_at_restore)],
+                                 "tiles": self.tiles}
         self._acc = session.accumulator(self.n_total, parameters=self._describe(),
-                                        storage=self.storage)
+                                        storage=storage)
         self.memory.update(session.result_memory(self._acc, self.memory))
         self.delivered = {r: set() for r in responders}  # (prime, tile) taken, per party
         self.checks = None
@@ -773,10 +799,13 @@ class Coordinator:
                     "redundant evaluations (decoding needs %d), so a party that computes or "
                     "shares wrongly would go undetected", self.session_id, self.round,
                     len(responders), self.plan.min_responders)
-        if self.checks is not None:  # open tile sums get what the result leaves of the budget
+        if self.checks is not None or self.journal is not None:
+            # open tile sums get what the result leaves of the budget; with a journal
+            # (no checks) a tile's one sum, written once when B's uploads are all in
             out = self.storage["out"]
             self._open_sums = OpenTileSums(
-                self.checks.checks + 1, self._acc.memory_budget - self._acc.ram_bytes,
+                1 if self.checks is None else self.checks.checks + 1,
+                self._acc.memory_budget - self._acc.ram_bytes,
                 directory=None if out is None else Path(out).parent)
             self.memory["open_sum_budget"] = self._open_sums.budget
         self._tile_count: dict = {}
@@ -784,6 +813,8 @@ class Coordinator:
         self.findings = Findings()
         if self.phase != "evaluation":
             self._enter("evaluation")
+        if self.journal is not None and self._held_at_restore is None:
+            self._journal_round()
         logger.info("session %r: round %d with responders %s", self.session_id, self.round,
                     responders)
         start = pb.RoundStart(session_id=self.session_id, round=self.round, responders=responders)
@@ -854,11 +885,11 @@ class Coordinator:
         values = packed_view(payload, int(np.prod(shape)), party=sender,
                              phase="evaluation").reshape(shape)
         try:
-            if self.checks is not None:  # running sums of c.U and mu_k.U, tile by tile
+            if self.checks is None and self.parameters.mode == "transparent":
+                values = masked_upload(values, self.weights[sender][k], (), (), p)  # c_j
+            if self._open_sums is not None:  # running sums (c.U and mu_k.U), tile by tile
                 self._accumulate(sender, k, index, values)
             else:
-                if self.parameters.mode == "transparent":  # the coordinator applies c_j
-                    values = masked_upload(values, self.weights[sender][k], (), (), p)
                 # straight into the round's result (reduced mod p on every add, or, for
                 # a sum, each value < 2^31 and reduced at the decode)
                 self._acc.add_tile(k, a, b, values)
@@ -870,7 +901,7 @@ class Coordinator:
             done = sum(len(tiles) for tiles in self.delivered.values())
             total = len(self.responders) * len(self.plan.primes) * len(self.tiles)
             self._progress(f"{done} of {total} tiles")
-        if self.checks is not None:
+        if self._open_sums is not None:
             self._tile_count[(k, index)] = self._tile_count.get((k, index), 0) + 1
             if self._tile_count[(k, index)] == len(self.responders):
                 self._check_tile(k, index)
@@ -904,8 +935,9 @@ class Coordinator:
         # in RAM within what the result leaves of memory_budget, memory-mapped beyond it:
         # however many tiles a late party keeps open (docs/scale.md, "Coordinator memory")
         sums = self._open_sums
-        sums.add((k, index), self.plan.primes[k], values.shape,
-                 self.checks.rows[k][:, self.checks.index(sender)], values)
+        column = (1,) if self.checks is None else \
+            self.checks.rows[k][:, self.checks.index(sender)]
+        sums.add((k, index), self.plan.primes[k], values.shape, column, values)
         memory = self.memory
         memory["peak_open_sum_bytes"] = max(memory.get("peak_open_sum_bytes", 0),
                                             sums.peak_ram_bytes)
@@ -916,14 +948,18 @@ class Coordinator:
         """All uploads of a tile are in: D's tile, its syndromes decoded, findings kept."""
         sums = self._open_sums.finish((k, index))
         a, b = self.tiles[index]
-        decoding = self.checks.codes[k].decode(sums[1:], max_errors=self.checks.radius)
         values = sums[0]
-        if not decoding.clean:
-            self.findings.add(decoding, a, a, self._owner_starts, self.checks.responders,
-                              entries=self.session.entries(a, b))
-            if decoding.ok:
-                values = decoding.correct_combination(self.checks.rows[k][0], values)
+        if self.checks is not None:
+            decoding = self.checks.codes[k].decode(sums[1:], max_errors=self.checks.radius)
+            if not decoding.clean:
+                self.findings.add(decoding, a, a, self._owner_starts, self.checks.responders,
+                                  entries=self.session.entries(a, b))
+                if decoding.ok:
+                    values = decoding.correct_combination(self.checks.rows[k][0], values)
         self._acc.add_tile(k, a, b, np.asarray(values, dtype=np.int64) % self.plan.primes[k])
+        if self.journal is not None:  # on disk first, then vouched for
+            self.journal.append("tile", round=self.round, prime=k, tile=index,
+                                digest=self._acc.region_digest(k, a, b, flush=True))
 
     @property
     def _owner_starts(self) -> np.ndarray:
@@ -999,6 +1035,8 @@ class Coordinator:
     # -- decode and result --------------------------------------------------------------
     def _finish(self) -> list:
         self._enter("decode")
+        if self.journal is not None:  # the decode changes the result in place
+            self.journal.append("decode", round=self.round)
         if self.checks is not None and not self.findings.clean:
             rerun = self._on_deviation()
             if rerun is not None:
@@ -1056,7 +1094,133 @@ class Coordinator:
             landmarks=getattr(self.session, "landmarks", None),
             pairs=getattr(self.session, "pairs", None))
         self.outcome.resumes = self.resumes  # reconnects resumed before the result
+        if self.journal is not None:  # done: nothing to resume
+            self.journal.close(remove=True)
         return out
+
+    # -- coordinator restart (docs/protocol.md, "Coordinator restart") -------------------
+    def _journal_round(self) -> None:
+        """Journal the round before its RoundStart goes out (the first one with what a
+        restarted coordinator checks the parties against: their signed hellos)."""
+        if self.journal.records == 0:
+            self.journal.append(
+                "begin", session_id=self.session_id, parties=self.names,
+                fingerprint=self.parameters_fingerprint, n=self.n_total,
+                primes=list(self.plan.primes),
+                hellos=[_b64(self.hellos[name]) for name in self.names],
+                confirmations=[_b64(self.confirmations[name]) for name in self.names])
+        self.journal.append(
+            "round", round=self.round, responders=list(self.responders),
+            excluded=list(self._excluded), lost=sorted(self.lost),
+            aborted=sorted(self._aborted_rounds), deviations=list(self.deviations))
+
+    @property
+    def parameters_fingerprint(self) -> str:
+        """SHA-256 (hex) of what a resumed session must share with the journaled one:
+        the session id, the parties and their pinned keys, every parameter, B's rule."""
+        import hashlib
+        import json
+
+        described = {"session_id": self.session_id, "parties": self.names,
+                     "identities": [self.identities[n].hex() for n in self.names],
+                     "parameters": self.parameters.to_proto(self.plan).SerializeToString().hex()
+                     if self.plan is not None else None,
+                     "first_responders": self._first_responders}
+        return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
+
+    def restore(self, records: list) -> list:
+        """Continue, in a new process, a session whose coordinator died in evaluation,
+        from its journal's verified ``records`` (:func:`protocols._journal.read_journal`)
+        and the result at ``out``; returns nothing to send yet: every party is *away*
+        until it resumes (:meth:`resume` then re-sends it the round's start, and the
+        party re-sends the uploads of the round the journal does not hold).
+
+        Refused (:class:`ParameterError`, nothing changed on disk) when the journal is
+        another session's, the parameters, parties or first B differ from the journaled
+        run, the decode had started, or the result file's journaled tiles differ from
+        their digests (:class:`IntegrityError`). The hellos and roster confirmations
+        are checked again (signatures, caps) as when they first arrived.
+        """
+        if self.phase != "join" or self.hellos or self.journal is None:
+            raise ProtocolError("restore a new coordinator that keeps a journal")
+        try:
+            return self._restore(records)
+        except Exception as error:
+            self.keep_files()  # refused: the files stay as they were, for another try
+            self._fail(error)
+            raise
+
+    def keep_files(self) -> None:
+        """Let go of the journal and the result without deleting them (a resume that
+        was refused, or could not start serving, may be tried again)."""
+        if self.journal is not None:
+            self.journal.close()
+            self.journal = None
+        acc, self._acc = self._acc, None
+        if acc is not None:
+            acc.release()
+
+    def _restore(self, records: list) -> list:
+        if not records or records[0].get("kind") != "begin":
+            raise ParameterError("the journal holds no evaluation round: the coordinator "
+                                 "died before evaluation started; nothing to resume")
+        begin = records[0]
+        if begin["session_id"] != self.session_id or begin["parties"] != self.names:
+            raise ParameterError(f"the journal is of session {begin['session_id']!r} with "
+                                 f"parties {begin['parties']}, not {self.session_id!r} with "
+                                 f"{self.names}; refusing to resume")
+        for kind, field in (("hello", "hellos"), ("confirmation", "confirmations")):
+            for name, raw in zip(self.names, begin[field]):
+                msg = (pb.Hello if kind == "hello" else pb.RosterConfirmation).FromString(
+                    base64.b64decode(raw))
+                if kind == "hello":
+                    self._on_hello(name, msg)
+                else:
+                    self._on_confirmation(name, msg)
+        if begin["fingerprint"] != self.parameters_fingerprint:
+            raise ParameterError("the session config changed since the journal was written "
+                                 "(parameters, parties, keys or responders differ); "
+                                 "refusing to resume")
+        rounds = [r for r in records if r["kind"] == "round"]
+        last = rounds[-1]
+        if any(r["kind"] == "decode" and r["round"] == last["round"] for r in records):
+            raise ParameterError(f"the coordinator died while decoding round "
+                                 f"{last['round']} (the decode changes the result in place); "
+                                 "nothing to resume: run the session again")
+        first = self._first_responders or self.names
+        if rounds[0]["round"] != 1 or rounds[0]["responders"] != \
+                [p for p in self.names if p in first]:
+            raise ParameterError(f"the journal's first responding set "
+                                 f"{rounds[0]['responders']} is not this config's; refusing "
+                                 "to resume")
+        held = [(r["prime"], r["tile"], r["digest"]) for r in records
+                if r["kind"] == "tile" and r["round"] == last["round"]]
+        self.ready = set(self.names)
+        for log in self._outlogs.values():
+            log.drop()  # everything before the round was delivered in the first process
+        self.round = last["round"] - 1
+        self._excluded = list(last["excluded"])
+        self.lost = set(last["lost"])
+        self._aborted_rounds = set(last["aborted"])
+        self.deviations = list(last["deviations"])
+        self._held_at_restore = {(k, i) for k, i, _ in held}
+        self._restarted = set(self.names) - self.lost
+        self._start_round(list(last["responders"]))  # its RoundStarts held for the resumes
+        for k, i, digest in held:
+            a, b = self.tiles[i]
+            if self._acc.region_digest(k, a, b) != digest:
+                raise IntegrityError(f"the result file was changed since the journal "
+                                     f"recorded tile {i} of prime {k} (its digest "
+                                     "differs); refusing to resume")
+        for name in self.responders:
+            self.delivered[name] = set(self._held_at_restore)
+        self._held_at_restore = None
+        self.away = set(self._restarted)
+        logger.warning("session %r restored from its journal in round %d: %d of %d tiles "
+                       "held; waiting for %s to resume", self.session_id, self.round,
+                       len(held), len(self.plan.primes) * len(self.tiles),
+                       sorted(self._restarted))
+        return []
 
     def _describe(self) -> dict:
         described = self.plan.describe() | {"mode": self.parameters.mode,
@@ -1076,6 +1240,10 @@ class Coordinator:
             report.party != sender else ""
         raise PeerError(f"reported by {sender!r}{claim}: {report.kind or 'error'}: "
                         f"{report.message[:500]}", party=sender, phase=phase)
+
+
+def _b64(message) -> str:
+    return base64.b64encode(message.SerializeToString()).decode()
 
 
 def _refused(name: str, phase: str, reason: str) -> AuthenticationError:

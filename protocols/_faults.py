@@ -10,8 +10,10 @@ the party process (:meth:`Fault.before_send`, :meth:`Fault.on_message`). Specs:
 ``stall-in-evaluation``  it stops answering then;
 ``exit-at-result``       the process ends abruptly when the result arrives, after its
                          whole upload (killed while the coordinator decoded);
-``hold-tiles:PATH``      its first evaluation tile is held back until the file PATH exists
-                         (at most the session timeout), then it uploads as usual;
+``hold-tiles:PATH[:AFTER]``
+                         its evaluation tiles after the first AFTER (default 0) are held
+                         back until the file PATH exists (at most the session timeout),
+                         then it uploads as usual;
 ``drop-stream-in-evaluation[:AFTER[:PAUSE]]``
                          its stream breaks once (cancelled by the party) right after
                          its AFTER-th evaluation tile (default 1) went into the stream;
@@ -113,10 +115,14 @@ class Fault:
         return corrupt(party, env, self.spec)
 
     def before_send(self, env, timeout: float) -> None:
-        """``hold-tiles:PATH``: wait before an evaluation tile until PATH exists (at most
-        ``timeout`` seconds)."""
+        """``hold-tiles:PATH[:AFTER]``: wait before an evaluation tile after the first
+        AFTER until PATH exists (at most ``timeout`` seconds)."""
         if self.spec and self.spec.startswith("hold-tiles:") and env.HasField("tile"):
-            path = pathlib.Path(self.spec.split(":", 1)[1])
+            path, _, after = self.spec.split(":", 1)[1].partition(":")
+            self._held_tiles = getattr(self, "_held_tiles", 0) + 1
+            if self._held_tiles <= int(after or 0):
+                return
+            path = pathlib.Path(path)
             end = time.monotonic() + timeout
             while not path.exists() and time.monotonic() < end:
                 time.sleep(0.05)

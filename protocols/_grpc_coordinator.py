@@ -56,14 +56,15 @@ RESUME_HANDSHAKE = 10.0
 
 def coordinator_from_config(config, *, cluster=None, responders=None,
                             parameters: SessionParameters | None = None, out=None,
-                            memory_budget=None) -> Coordinator:
+                            memory_budget=None, journal=None) -> Coordinator:
     """A :class:`Coordinator` for the session a config describes (``out`` /
-    ``memory_budget``: where it accumulates the result, see :class:`Coordinator`)."""
+    ``memory_budget``: where it accumulates the result; ``journal``: what a restarted
+    coordinator continues from; see :class:`Coordinator`)."""
     return Coordinator(config.session_id, parameters or parameters_from_config(config),
                        config.party_names,
                        {e.name: e.identity_public_key for e in config.parties},
                        cluster=cluster, responders=responders, out=out,
-                       memory_budget=memory_budget)
+                       memory_budget=memory_budget, journal=journal)
 
 
 class Absences:
@@ -195,6 +196,10 @@ class CoordinatorServer:
             address, credentials, insecure=insecure, max_workers=len(coordinator.names) + 4,
             options=keepalive_options(coordinator.parameters.keepalive))
         pb_grpc.add_CoordinatorServicer_to_server(_Servicer(self), self.server)
+        for name in sorted(coordinator.away):  # restored from a journal: all must resume
+            self.outboxes[name] = queue.Queue()
+            self.seen.add(name)
+            self.away.mark(name)
 
     # -- stream plumbing (called from gRPC threads) ---------------------------------------
     def identify(self, context) -> str | None:

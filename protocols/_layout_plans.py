@@ -205,6 +205,8 @@ def _timed(party, kernel, *args) -> np.ndarray:
 class _LayoutSession(DistanceSession):
     """What the two layouts share: the accumulator, the decode, the result."""
 
+    journals = False  # the result is kept in memory, not in a file of row tiles
+
     def _shape(self, n_total: int) -> tuple:
         raise NotImplementedError
 

@@ -182,10 +182,10 @@ class Party:
         #: tiles' production, so this may exceed the first), each as wall-clock and as
         #: process CPU time (which the other processes of a shared machine do not
         #: inflate; it includes the other threads working meanwhile), and the payload
-        #: bytes uploaded
+        #: bytes uploaded, and the tiles (a tile re-sent after a resume counts again)
         self.timings = {"evaluation_seconds": 0.0, "kernel_seconds": 0.0,
                         "evaluation_cpu_seconds": 0.0, "kernel_cpu_seconds": 0.0,
-                        "bytes_uploaded": 0}
+                        "bytes_uploaded": 0, "tiles_uploaded": 0}
         if self.n_rows > parameters.max_rows_per_party:
             raise InputError(f"holds {self.n_rows} rows, more than the session's "
                              f"max_rows_per_party = {parameters.max_rows_per_party}",
@@ -208,6 +208,10 @@ class Party:
         self._log = Outlog()
         self.received = 0
         self._round = 0
+        # after a coordinator restart (omnifc serve --resume): the round whose start and
+        # group seeds may come again, and the responders its first start named
+        self._repeats_of_round = 0
+        self._responders_sent: list | None = None
 
     # -- input checks (before any share leaves) -----------------------------------------
     def _check_data(self, data):
@@ -369,8 +373,12 @@ class Party:
                                        party=COORDINATOR, phase=self.phase))
         try:
             self._expect_session(accepted.session_id, self.phase)
-            entries = self._log.since(accepted.received, party=COORDINATOR,
-                                      phase=self.phase)
+            restarted = accepted.restarted
+            # a coordinator restarted from its journal received nothing on the old
+            # streams: every upload of its round it does not hold goes again, the rest
+            # (a Ready, an earlier round's) is history
+            entries = self._log.since(0 if restarted else accepted.received,
+                                      party=COORDINATOR, phase=self.phase)
             held = {k: set(t.indices) for k, t in enumerate(accepted.held)}
             out = []
             for entry in entries:
@@ -379,8 +387,11 @@ class Party:
                     if round_ != self._round or index in held.get(k, ()):
                         continue  # an abandoned round's, or held already
                     out.append(self._tile_envelope(round_, self._responders, k, index))
-                else:
+                elif not restarted or (entry.HasField("group_seed") and
+                                       entry.group_seed.round == accepted.round):
                     out.append(entry)
+            if restarted:
+                self._repeats_of_round = int(accepted.round)
         except Exception as error:
             raise self._fail(as_protocol_error(error, f"party {self.party_id!r}", self.phase))
         self._log.restart([])
@@ -587,6 +598,9 @@ class Party:
         self._expect_session(start.session_id, "evaluation")
         responders = list(start.responders)
         need = self.parameters.min_responders(len(self.names))
+        if self._repeats_of_round == start.round == self._round and \
+                list(start.responders) == list(self._responders_sent):
+            return iter(())  # re-sent by a restarted coordinator: nothing changes
         if start.round <= self._round:
             raise PeerError(f"round {start.round} does not follow round {self._round} "
                             "(replayed)", party=COORDINATOR, phase="evaluation")
@@ -600,6 +614,7 @@ class Party:
                             f"has at most m - (2l+2t-1) + 1 = {len(self.names) - need + 1} "
                             "rounds)", party=COORDINATOR, phase="evaluation")
         order = sorted(responders, key=self.names.index)
+        self._responders_sent = responders
         # the coordinator starts a round only with every party's Ready in: what this
         # party sent before it arrived (a round abandoned since needs nothing again)
         self._log.acknowledge_all()
@@ -653,6 +668,18 @@ class Party:
         if msg.round < self._round:
             return iter(())  # sent for a round the coordinator abandoned
         members = tuple(msg.members)
+        if self._repeats_of_round == msg.round == self._round and members in self._seeds \
+                and msg.receiver == self.party_id and msg.sender == members[0] != \
+                self.party_id and members in self._checks.member_sets:
+            # re-sent after a coordinator restart: accepted only as an exact repeat
+            seed = self.keys[msg.sender].decrypt_seed(
+                msg.ciphertext, view=self._view(self._round, self._responders),
+                group_index=self._checks.member_sets.index(members), members=members)
+            if seed != self._seeds[members]:
+                raise PeerError(f"group seed from {msg.sender!r} for group {list(members)} "
+                                "differs from the one received first", party=COORDINATOR,
+                                phase="evaluation")
+            return iter(())
         if msg.round != self._round or msg.receiver != self.party_id or \
                 members not in self._seed_wait or msg.sender != members[0]:
             raise PeerError(f"group seed from {msg.sender!r} for round {msg.round} and group "
@@ -721,6 +748,7 @@ class Party:
         payload = pack(values)
         tile.values = payload
         self.timings["bytes_uploaded"] += len(payload)  # tile.values would copy it
+        self.timings["tiles_uploaded"] += 1
         return env
 
     def _mask_partners(self, responders: list[str]) -> list:

@@ -178,6 +178,9 @@ class SessionPlan:
     exchanges_shares = False
     #: Whether a round can carry integrity checks.
     has_checks = False
+    #: Whether its coordinator can keep a journal to be restarted from (the result is one
+    #: file of row tiles, each written once: protocols._journal).
+    journals = False
 
     def __init__(self, plan, parameters: SessionParameters) -> None:
         self.plan = plan
@@ -200,6 +203,7 @@ class DistanceSession(SessionPlan):
     kind = "distance"
     exchanges_shares = True
     has_checks = True  # Reed-Solomon, when the round has r >= 1 redundant responders
+    journals = True
     plan: CodingPlan
 
     # -- before the plan (class level) --------------------------------------------------

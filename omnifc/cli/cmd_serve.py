@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 import sys
 
@@ -15,6 +16,8 @@ from ._session_io import (add_output_arguments, add_tls_refusal, output_dir,
 #: some party's result did not reach it (0: every party got its result; 1: the session
 #: failed and nothing was saved; 2: a usage error).
 EXIT_UNDELIVERED = 3
+
+logger = logging.getLogger(__name__)
 
 
 def register(subparsers) -> None:
@@ -44,6 +47,12 @@ def register(subparsers) -> None:
     parser.add_argument("--no-cluster", action="store_true",
                         help="do not cluster; parties receive no labels")
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the session whose coordinator process died during "
+                             "the evaluation, from the journal it kept in the result folder "
+                             "(--out, or the one folder under ./omnifc-results/ holding "
+                             "it); start it within reconnect_grace seconds of the death, "
+                             "with the same config and address: the parties are reconnecting")
     add_tls_refusal(parser)
     parser.set_defaults(handler=run)
 
@@ -112,7 +121,7 @@ def format_stats(stats) -> str:
 
 
 def run(args) -> int:
-    from protocols import CoordinatorServer, coordinator_from_config
+    from protocols import CoordinatorServer, WORK_DIR
     from protocols import coordinator_credentials
 
     from .cmd_session import announce_session, load_config
@@ -126,16 +135,24 @@ def run(args) -> int:
         if "on_phase" in display:
             display["on_phase"]("decode", coordinator.round, f"clustering: {detail}")
     cluster = None if args.no_cluster else clustering_callback(config, on_clustering)
-    coordinator = coordinator_from_config(config, cluster=cluster)
     credentials = None if config.insecure else coordinator_credentials(config)
     results = ["summary.json"] + ([] if args.data_out else ["distances.npy"])
     if cluster is not None and not args.labels_out:
         results.append("labels.npy")
-    folder = output_dir(args, config, results, explicit=(
-        args.data_out, args.labels_out if cluster is not None else None))
-    server = CoordinatorServer(
-        coordinator, config.deadlines, address=args.address or config.coordinator,
-        credentials=credentials, insecure=config.insecure, config=config).start()
+    folder = resume_folder(args, config) if args.resume else output_dir(
+        args, config, results + [WORK_DIR], explicit=(
+            args.data_out, args.labels_out if cluster is not None else None))
+    coordinator, journal = journaled_coordinator(config, folder, cluster, resume=args.resume)
+    try:
+        server = CoordinatorServer(
+            coordinator, config.deadlines, address=args.address or config.coordinator,
+            credentials=credentials, insecure=config.insecure, config=config).start()
+    except BaseException:
+        if args.resume:  # e.g. the address is taken: the journal stays for another try
+            coordinator.keep_files()
+        else:
+            end_journal(journal, folder)
+        raise
     if args.port_file:
         with open(args.port_file, "w") as handle:
             handle.write(f"{server.port}\n")
@@ -143,14 +160,22 @@ def run(args) -> int:
     print(f"coordinator of session {config.session_id} listening on port {server.port} "
           f"({'INSECURE, no TLS' if config.insecure else 'mutual TLS'}); waiting for "
           f"{', '.join(config.party_names)}", flush=True)
+    if journal is not None:
+        print(f"journal in {folder / WORK_DIR}: if this process dies during the evaluation, "
+              f"'omnifc serve --config {args.config} --out {folder} --resume' continues the "
+              f"session (within reconnect_grace = "
+              f"{coordinator.reconnect_grace:g} s)", flush=True)
     bar, on_phase = phase_progress(disable=args.no_progress, desc="serve")
     display["on_phase"] = on_phase
+    outcome = None
     try:
         outcome = server.run(on_phase=on_phase, on_progress=lambda phase, detail: on_phase(
             phase, server.coordinator.round, detail))
     finally:
         bar.close()
         server.stop()
+        if outcome is None:  # ended here (failed, interrupted): nothing to resume
+            end_journal(journal, folder)
     distances = outcome.store.distances if outcome.store is not None else outcome.values
     n = len(outcome.labels) if outcome.labels is not None else sum(outcome.rows)
     what = (f"the {n} x {n} squared-distance matrix" if outcome.layout == "full" else
@@ -164,6 +189,8 @@ def run(args) -> int:
     save_folder(folder)
     distances_path = args.data_out or folder / "distances.npy"
     save_distances(distances, distances_path)
+    del distances
+    end_journal(journal, folder, outcome)
     print(f"saved {'the squared-distance matrix' if outcome.layout == 'full' else what} to "
           f"{distances_path}")
     rows_path = save_layout_rows(outcome, distances_path)
@@ -196,6 +223,84 @@ def run(args) -> int:
               f"theirs (their rows' labels are in {source}; exit status "
               f"{EXIT_UNDELIVERED})", file=sys.stderr)
     return status
+
+
+def resume_folder(args, config) -> Path:
+    """The result folder whose journal ``--resume`` continues: ``--out``, or the one
+    folder of this session under ./omnifc-results/ that holds a journal."""
+    from finite_field import ParameterError
+    from protocols import WORK_DIR
+
+    from ._session_io import RESULTS_DIR
+
+    if args.out:
+        candidates = [Path(args.out)]
+    else:
+        candidates = sorted(Path(RESULTS_DIR).glob(f"{config.session_id}*"))
+    found = [c for c in candidates if (c / WORK_DIR / "session.journal").is_file()]
+    if not found:
+        where = args.out or f"./{RESULTS_DIR}/{config.session_id}*"
+        raise ParameterError(f"--resume: no journal of session {config.session_id!r} in "
+                             f"{where} (a coordinator keeps one only during the evaluation, "
+                             "and removes it when the session ends)")
+    if len(found) > 1:
+        raise ParameterError(f"--resume: {len(found)} folders hold a journal of this "
+                             f"session ({', '.join(map(str, found))}); pass --out")
+    return found[0]
+
+
+def journaled_coordinator(config, folder: Path, cluster, *, resume: bool) -> tuple:
+    """``(coordinator, journal or None)``: with a journal (docs/protocol.md,
+    "Coordinator restart") whenever the config allows a restart; ``resume`` restores the
+    coordinator from the journal in ``folder``."""
+    from finite_field import ParameterError
+    from protocols import (WORK_DIR, coordinator_from_config, open_serve_journal,
+                           why_not_journaled)
+
+    why = why_not_journaled(config)
+    if why is not None:
+        if resume:
+            raise ParameterError(f"--resume: this session keeps no journal: {why}")
+        logger.info("no journal (no coordinator restart): %s", why)
+        return coordinator_from_config(config, cluster=cluster), None
+    if not resume and (folder / WORK_DIR / "session.journal").exists():
+        raise ParameterError(f"{folder} holds the journal of a session whose coordinator "
+                             "stopped during the evaluation: continue it with --resume, or "
+                             "move the folder away")
+    journal, records, out = open_serve_journal(config, folder, resume=resume)
+    try:
+        coordinator = coordinator_from_config(config, cluster=cluster, out=out,
+                                              journal=journal)
+        if resume:
+            coordinator.restore(records)
+    except BaseException:
+        if resume:  # refused: the files stay as they are, for another try
+            journal.close()
+        else:
+            end_journal(journal, folder)
+        raise
+    return coordinator, journal
+
+
+def end_journal(journal, folder: Path, outcome=None) -> None:
+    """The session ended in this process: the journal and the accumulated result go
+    (after a success, once the distances are saved), and so does a result folder left
+    empty. Only a process that died without getting here leaves a journal to resume."""
+    import shutil
+
+    from protocols import WORK_DIR, discard_store
+
+    if journal is None:
+        return
+    if outcome is not None:
+        discard_store(outcome.store)
+    journal.close(remove=True)
+    shutil.rmtree(folder / WORK_DIR, ignore_errors=True)
+    if outcome is None:  # failed: no empty result folder is left behind
+        try:
+            folder.rmdir()  # only when empty
+        except OSError:
+            pass
 
 
 def write_summary(path, config, outcome, status: int, *, distances, labels,

@@ -12,6 +12,7 @@ import grpc
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from finite_field import ProtocolError
 from protocols import Coordinator, Party, SessionParameters
 from protocols import public_key_bytes
 from protocols._generated import omnifc_pb2_grpc as pb_grpc
@@ -162,3 +163,97 @@ def child_kernels(argv):
     print(loaded, len(_REGISTRY), "exact" if got.tolist() == expected else "WRONG",
           flush=True)
     return 0
+
+
+class Link:
+    """A FIFO session where one party's link can break and be resumed."""
+
+    def __init__(self, session: Session):
+        self.s = session
+        self.c = session.coordinator
+        self.queue = []           # (dest, sender, env)
+        self.down: set = set()
+        self.stashed = {}         # party -> its interrupted generator
+        self.lost_in_flight = 0
+
+    def start(self):
+        self.queue = [("coordinator", n, env) for n, env in self.s.hellos().items()]
+
+    def _to_coordinator(self, sender, env):
+        try:
+            out = self.c.receive(sender, env)
+        except ProtocolError:
+            assert self.c.error is not None  # failed closed; the test looks at why
+            return
+        for d, e in out:
+            if e.HasField("share"):
+                self.last_share_to = d
+            self.queue.append((d, "coordinator", e))
+
+    def step(self, break_when=None):
+        """Deliver one queued message. ``break_when(name, env, sent)`` is asked before
+        each envelope a party sends; True breaks that party's link there (the envelope
+        and everything after it in this generator is not delivered now)."""
+        dest, sender, env = self.queue.pop(0)
+        if dest == "coordinator":
+            if sender in self.down:
+                self.lost_in_flight += 1
+                return
+            self._to_coordinator(sender, env)
+            return
+        if dest in self.down or dest in self.c.lost:
+            return  # never arrives (the coordinator holds it for the replay)
+        self._drain(dest, self.s.parties[dest].receive(env), break_when)
+
+    def _drain(self, name, gen, break_when=None):
+        sent = 0
+        for out in gen:
+            if break_when is not None and break_when(name, out, sent):
+                self.cut(name)
+                self.lost_in_flight += 1  # this one was sent, and lost in flight
+                self.stashed[name] = gen
+                return
+            sent += 1
+            self.queue.append(("coordinator", name, out))
+
+    def cut(self, name):
+        self.down.add(name)
+        # messages from it still queued are in flight: lost
+        kept = []
+        for item in self.queue:
+            if item[0] == "coordinator" and item[1] == name:
+                self.lost_in_flight += 1
+            else:
+                kept.append(item)
+        self.queue = kept
+        for d, e in self.c.party_away(name):
+            self.queue.append((d, "coordinator", e))
+
+    def resume(self, name):
+        party = self.s.parties[name]
+        party.resume_request()
+        challenge = self.c.resume_challenge(name)
+        answer = party.answer_challenge(challenge)
+        out = self.c.resume(name, answer)
+        self.down.discard(name)
+        accepted = out[0][1]
+        assert accepted.HasField("resume_accepted")
+        for e in party.resumed(accepted):
+            self.queue.append(("coordinator", name, e))
+        gen = self.stashed.pop(name, None)
+        if gen is not None:
+            self._drain(name, gen)
+        for _, e in out[1:]:
+            self.queue.append((name, "coordinator", e))
+        return accepted.resume_accepted
+
+    def run(self, break_when=None, limit=100_000):
+        for _ in range(limit):
+            if not self.queue or self.c.error is not None:
+                return
+            if self.c.outcome is not None:  # the results still go out, nothing comes back
+                self.queue = [item for item in self.queue if item[0] != "coordinator"]
+                if not self.queue:
+                    return
+            self.step(break_when)
+        raise AssertionError("the session did not settle")
