@@ -8,10 +8,11 @@ session completes with an exact D, and the work redone is at most the tiles that
 flight. Everything runs as a user runs it: ``omnifc certs``, ``omnifc serve`` (its journal
 on by default) and one party process per party (``python -m protocols._grpc_party``).
 
-Two runs of the same data, alternating order is not needed (one each): a fault-free run,
-and a run whose coordinator is killed when its journal vouches for half of the tiles
-(counted without the key: a record is a length, a body, a MAC), then restarted at once
-on the same address from the same folder. Each party's ``--stats-out`` counts the tiles
+Three runs of the same data, one each: a fault-free run without a journal (the config's
+``reconnect_grace = 0``: what ``serve`` cost before it kept one; the baseline), a
+fault-free run with it, and a run whose coordinator is killed when its journal vouches for
+half of the tiles (counted without the key: a record is a length, a body, a MAC), then
+restarted at once on the same address from the same folder. Each party's ``--stats-out`` counts the tiles
 it uploaded (a re-sent tile counts again): the work redone is their sum minus the
 fault-free run's. What was in flight at the kill is read from the dead coordinator's
 journal: the tiles it held are all it keeps; every upload of a tile not yet complete
@@ -166,29 +167,37 @@ def main(argv=None) -> int:
         expected = oracle(np.vstack([data[name] for name in names]), BOUND, SCALE_BITS)
         expected = expected / 4.0**SCALE_BITS
         total = total_tiles(config, n, m)
+        unjournaled = work / "s" / "no-journal.toml"
+        unjournaled.write_text(config.read_text().replace("reconnect_grace = 30.0",
+                                                          "reconnect_grace = 0.0"))
+        plain = run(work, unjournaled, names, n, m, kill_at=None, label="plain")
         clean = run(work, config, names, n, m, kill_at=None, label="clean")
         killed = run(work, config, names, n, m, kill_at=total // 2, label="killed")
         exact = {r["label"]: bool(np.array_equal(np.load(r["distances"], mmap_mode="r"),
-                                                 expected)) for r in (clean, killed)}
+                                                 expected)) for r in (plain, clean, killed)}
         uploads = m * total  # every responder uploads every tile once
         redone = killed["tiles_uploaded"] - clean["tiles_uploaded"]
         in_flight = uploads - m * killed["held_at_kill"]  # all the journal did not hold
         figures = {
             "n": n, "m": m, "tiles": total, "uploads": uploads,
+            "no_journal_seconds": round(plain["seconds"], 1),
             "clean_seconds": round(clean["seconds"], 1),
+            "journal_ratio": round(clean["seconds"] / plain["seconds"], 3),
             "killed_seconds": round(killed["seconds"], 1),
-            "ratio": round(killed["seconds"] / clean["seconds"], 3),
+            "ratio": round(killed["seconds"] / plain["seconds"], 3),
             "killed_at_seconds": round(killed["killed_at_seconds"], 1),
             "held_at_kill": killed["held_at_kill"], "redone_uploads": redone,
             "not_held_at_kill_uploads": in_flight, "exact": exact,
             "clean_tiles_uploaded": clean["tiles_uploaded"],
-            "left_behind": clean["left"] or killed["left"]}
+            "left_behind": plain["left"] or clean["left"] or killed["left"]}
     print(f"restart: n = {n}, m = {m}, {total} tiles x {m} parties = {uploads} uploads")
-    print(f"  fault-free            {figures['clean_seconds']:8.1f} s   "
-          f"exact D: {exact['clean']}")
+    print(f"  fault-free, no journal {figures['no_journal_seconds']:7.1f} s   "
+          f"exact D: {exact['plain']}  (the baseline)")
+    print(f"  fault-free, journal    {figures['clean_seconds']:7.1f} s   "
+          f"exact D: {exact['clean']}  ({figures['journal_ratio']:.2f}x)")
     print(f"  killed at {figures['killed_at_seconds']:6.1f} s, "
           f"{killed['held_at_kill']}/{total} tiles journaled; resumed: "
-          f"{figures['killed_seconds']:.1f} s ({figures['ratio']:.2f}x)  exact D: "
+          f"{figures['killed_seconds']:.1f} s ({figures['ratio']:.2f}x)  exact: "
           f"{exact['killed']}")
     print(f"  uploads redone: {redone} of {uploads}; not journaled at the kill: "
           f"{in_flight} (what a restart may redo at most)")

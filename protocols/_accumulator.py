@@ -461,11 +461,10 @@ class DistanceAccumulator:
             raise ParameterError(f"written regions {sorted(unknown)} are not tiles "
                                  "of this result")
 
-    def region_digest(self, prime_index: int, row_start: int, row_stop: int, *,
-                      flush: bool = False) -> str:
+    def region_digest(self, prime_index: int, row_start: int, row_stop: int) -> str:
         """BLAKE2b (hex) of the region rows [row_start, row_stop) x columns
-        [row_start, n) of prime ``prime_index``'s matrix; ``flush=True`` first writes
-        the files' changed pages to disk (what a journal record then vouches for).
+        [row_start, n) of prime ``prime_index``'s matrix (what a journal record vouches
+        for).
 
         >>> acc = DistanceAccumulator(2, primes=[7], scale_bits=0)
         >>> before = acc.region_digest(0, 0, 1)
@@ -475,8 +474,6 @@ class DistanceAccumulator:
         """
         k, a, b = int(prime_index), int(row_start), int(row_stop)
         target = self._target(k)
-        if flush and isinstance(target, np.memmap):
-            target.flush()
         digest = hashlib.blake2b(f"{k}:{a}:{b}:".encode(), digest_size=16)
         for row in range(a, b):
             digest.update(np.ascontiguousarray(target[row, a:]).data)

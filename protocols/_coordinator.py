@@ -957,9 +957,9 @@ class Coordinator:
                 if decoding.ok:
                     values = decoding.correct_combination(self.checks.rows[k][0], values)
         self._acc.add_tile(k, a, b, np.asarray(values, dtype=np.int64) % self.plan.primes[k])
-        if self.journal is not None:  # on disk first, then vouched for
+        if self.journal is not None:  # in the result file first, then vouched for
             self.journal.append("tile", round=self.round, prime=k, tile=index,
-                                digest=self._acc.region_digest(k, a, b, flush=True))
+                                digest=self._acc.region_digest(k, a, b))
 
     @property
     def _owner_starts(self) -> np.ndarray:

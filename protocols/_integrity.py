@@ -199,6 +199,10 @@ class TileAccumulator:
 
     def add(self, column, upload) -> None:
         """Add ``column[q] * upload`` to every running sum q mod p (``upload`` reduced)."""
+        if len(column) == 1 and int(column[0]) == 1:  # one plain sum (a journaled round)
+            sums = self._mapped()
+            add_reduced(np.asarray(sums).reshape(sums.shape[1:]), upload, self.prime)
+            return
         contribution = weighted_sums(np.asarray(column, dtype=np.int64).reshape(-1, 1),
                                      np.asarray(upload)[np.newaxis], self.prime)
         sums = self._mapped()

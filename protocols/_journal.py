@@ -11,8 +11,10 @@ written with one ``write`` and fsynced before the coordinator goes on, in this o
   (excluded and lost parties, abandoned rounds, deviations): written before its
   ``RoundStart`` is sent;
 - ``tile``: one tile (prime, tile index) of the current round written into the result
-  with every responder's upload, and a BLAKE2b digest of its region of the result file,
-  which is flushed to disk first;
+  with every responder's upload, and a BLAKE2b digest of its region of the result file
+  (written there first: a process that dies leaves its writes in the page cache; after
+  a machine crash a region that did not reach the disk fails its digest and the resume
+  is refused, never taken);
 - ``decode``: the decode started (it changes the result in place: a resume is then
   refused).
 

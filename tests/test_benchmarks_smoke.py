@@ -294,6 +294,25 @@ def test_bench_reset_quick_resets_every_link_once_and_reports_the_ratio(tmp_path
     assert "every run exact D and labels: yes" in done.stdout
 
 
+@pytest.mark.network
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_bench_restart_quick_kills_the_coordinator_halfway_and_d_is_exact(tmp_path):
+    out = tmp_path / "restart.json"
+    done = run(BENCH / "bench_restart.py", "--quick", "--check", "--json", out, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert (figures["n"], figures["m"]) == (1200, 5)
+    assert figures["exact"] == {"plain": True, "clean": True, "killed": True}
+    assert figures["held_at_kill"] == figures["tiles"] // 2  # killed when half was journaled
+    assert figures["clean_tiles_uploaded"] == figures["uploads"]  # no fault: each tile once
+    assert 0 <= figures["redone_uploads"] <= figures["not_held_at_kill_uploads"]
+    assert figures["not_held_at_kill_uploads"] == figures["uploads"] - 5 * figures["held_at_kill"]
+    assert not figures["left_behind"]
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= 100 for line in lines), max(lines, key=len)
+
+
 def test_bench_chaos_schedule_is_seeded_and_draws_offsets_within_the_volume():
     import importlib.util
 

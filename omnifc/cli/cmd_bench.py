@@ -20,7 +20,8 @@ BENCHMARKS = {"kernels": "bench_kernels.py", "protocol": "bench_protocol.py",
               "integrity-protocol": "bench_integrity_protocol.py",
               "flux-k-grid": "flux_k_grid.py", "k-selection": "bench_k_selection.py",
               "startup": "bench_startup.py", "flower": "bench_flower.py",
-              "chaos": "bench_chaos.py", "reset": "bench_reset.py"}
+              "chaos": "bench_chaos.py", "reset": "bench_reset.py",
+              "restart": "bench_restart.py"}
 
 
 def benchmarks_dir() -> Path:

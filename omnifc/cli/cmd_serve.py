@@ -121,6 +121,7 @@ def format_stats(stats) -> str:
 
 
 def run(args) -> int:
+    from finite_field import ParameterError
     from protocols import CoordinatorServer, WORK_DIR
     from protocols import coordinator_credentials
 
@@ -139,6 +140,11 @@ def run(args) -> int:
     results = ["summary.json"] + ([] if args.data_out else ["distances.npy"])
     if cluster is not None and not args.labels_out:
         results.append("labels.npy")
+    if not args.resume and args.out and \
+            (Path(args.out) / WORK_DIR / "session.journal").exists():
+        raise ParameterError(f"{args.out} holds the journal of a session whose coordinator "
+                             "stopped during the evaluation: continue it with --resume, or "
+                             "move the folder away")
     folder = resume_folder(args, config) if args.resume else output_dir(
         args, config, results + [WORK_DIR], explicit=(
             args.data_out, args.labels_out if cluster is not None else None))
@@ -254,8 +260,7 @@ def journaled_coordinator(config, folder: Path, cluster, *, resume: bool) -> tup
     "Coordinator restart") whenever the config allows a restart; ``resume`` restores the
     coordinator from the journal in ``folder``."""
     from finite_field import ParameterError
-    from protocols import (WORK_DIR, coordinator_from_config, open_serve_journal,
-                           why_not_journaled)
+    from protocols import coordinator_from_config, open_serve_journal, why_not_journaled
 
     why = why_not_journaled(config)
     if why is not None:
@@ -263,10 +268,6 @@ def journaled_coordinator(config, folder: Path, cluster, *, resume: bool) -> tup
             raise ParameterError(f"--resume: this session keeps no journal: {why}")
         logger.info("no journal (no coordinator restart): %s", why)
         return coordinator_from_config(config, cluster=cluster), None
-    if not resume and (folder / WORK_DIR / "session.journal").exists():
-        raise ParameterError(f"{folder} holds the journal of a session whose coordinator "
-                             "stopped during the evaluation: continue it with --resume, or "
-                             "move the folder away")
     journal, records, out = open_serve_journal(config, folder, resume=resume)
     try:
         coordinator = coordinator_from_config(config, cluster=cluster, out=out,

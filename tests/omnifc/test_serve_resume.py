@@ -150,3 +150,17 @@ def test_resume_without_a_journal_says_so(tmp_path):
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "no journal of session" in result.stderr, result.stderr
     assert not (tmp_path / "nothing").exists()
+
+
+def test_a_new_serve_refuses_a_folder_holding_a_journal_and_points_to_resume(tmp_path):
+    out = _omnifc("certs", "--out", tmp_path / "s", "--parties", ",".join(NAMES),
+                  "--coordinator-address", "127.0.0.1:0", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    journal = tmp_path / "results" / "in-progress" / "session.journal"
+    journal.parent.mkdir(parents=True)
+    journal.write_bytes(b"omnifc-journal/1\n")
+    result = _omnifc("serve", "--config", tmp_path / "s" / "session.toml", "--out",
+                     tmp_path / "results", cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "continue it with --resume" in result.stderr, result.stderr
+    assert journal.read_bytes() == b"omnifc-journal/1\n"  # untouched

@@ -375,3 +375,40 @@ def test_without_the_restart_flag_a_repeated_round_start_is_still_refused():
     list(party.receive(starts[0]))
     with pytest.raises(PeerError, match="replayed"):
         list(party.receive(starts[0]))
+
+
+def test_parties_not_back_within_the_grace_period_are_dropouts_of_the_restored_round(
+        tmp_path):
+    # the transport calls party_lost when a party's grace period ends (Absences, tested
+    # at its exact bound in test_resume.py); a restored coordinator is no different
+    data = random_data(list(SIZES), 3, seed=44)
+    session = Session(data, _params(integrity="off"))
+    link, dead = _run_to_crash(session, tmp_path, 12)
+    new = _restarted(session, tmp_path)
+    assert new.away == set(session.names)
+    link.c = session.coordinator = new
+    for name in session.names[1:]:
+        link.resume(name)
+    out = new.party_lost("party-0", "its grace period ended")
+    assert new.error is None and new.round == 2  # B' = the three that came back
+    assert sorted(new.responders) == session.names[1:]
+    link.queue += [(d, "coordinator", e) for d, e in out]
+    link.run()
+    assert new.error is None
+    exact = plaintext_sq_distances(np.vstack([data[n] for n in session.names]), 1.0, 8)
+    assert np.array_equal(new.outcome.integer, exact) and new.outcome.lost == ["party-0"]
+
+
+def test_with_nobody_back_within_the_grace_period_the_restored_session_fails_closed(
+        tmp_path):
+    data = random_data(list(SIZES), 3, seed=45)
+    session = Session(data, _params())
+    _run_to_crash(session, tmp_path, 12)
+    new = _restarted(session, tmp_path)
+    with pytest.raises(PeerError, match="parties remain"):
+        for name in session.names:
+            new.party_lost(name, "its grace period ended")
+            if new.error is not None:
+                raise new.error
+    assert not (tmp_path / "result.npy").exists()
+    assert not (tmp_path / "session.journal").exists()  # nothing to resume
