@@ -22,6 +22,7 @@ quantized rows, exact on these integers).
 
     python benchmarks/bench_restart.py [--n 20000] [--m 17] [--check] [--json PATH]
     python benchmarks/bench_restart.py --quick     # n = 1,200, m = 5 (l = 2): a smoke run
+                                                   # (party-0 held at half its tiles)
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ import argparse
 import json
 import os
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -51,19 +51,9 @@ DIM, SEGMENTS, NOISE, SCALE_BITS, BOUND = 16, 8, 1, 8, 1.0
 
 
 def journal_tiles(path: Path) -> int:
-    """Tile records in a journal (no key needed to count them)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return 0
-    offset, count = len(b"omnifc-journal/1\n"), 0
-    while offset + 4 <= len(data):
-        (length,) = struct.unpack_from(">I", data, offset)
-        if offset + 4 + length + 32 > len(data):
-            break
-        count += b'"kind":"tile"' in data[offset + 4:offset + 4 + length]
-        offset += 4 + length + 32
-    return count
+    """Tile records in a journal (counted without the key)."""
+    from protocols._journal import count_records
+    return count_records(path, "tile")
 
 
 def free_port() -> int:
@@ -90,16 +80,21 @@ def serve(work: Path, config: Path, port: int, out: Path, *extra) -> subprocess.
 
 
 def run(work: Path, config: Path, names: list, n: int, m: int, *, kill_at: int | None,
-        label: str) -> dict:
+        label: str, hold: bool = False) -> dict:
     """One session; with ``kill_at``, the coordinator is killed when its journal holds
-    that many tiles and restarted with --resume."""
+    that many tiles and restarted with --resume. ``hold``: the first party uploads only
+    ``kill_at`` tiles until the restart (so a run of a few tiles cannot finish before the
+    kill; the smoke run)."""
+    release = work / f"{label}.release"
+    held_fault = ["--fault", f"hold-tiles:{release}:{kill_at}"] if hold else []
     port, out = free_port(), work / f"results-{label}"
     started = time.perf_counter()
     coordinator = serve(work, config, port, out)
     parties = [subprocess.Popen(
         [sys.executable, "-m", "protocols._grpc_party", "--config", str(config), "--party",
          name, "--data", str(work / f"{name}.npy"), "--target", f"127.0.0.1:{port}",
-         "--stats-out", str(work / f"{label}-{name}.json")], cwd=work,
+         "--stats-out", str(work / f"{label}-{name}.json"),
+         *(held_fault if name == names[0] else [])], cwd=work,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for name in names]
     killed = held = None
     restarted = None
@@ -118,6 +113,7 @@ def run(work: Path, config: Path, names: list, n: int, m: int, *, kill_at: int |
             held = journal_tiles(journal)
             restarted = serve(work, config, port, out, "--resume")
             coordinator = restarted
+            release.touch()
         stdout, stderr = coordinator.communicate(timeout=7200)
         elapsed = time.perf_counter() - started
         ends = [p.communicate(timeout=600) for p in parties]
@@ -172,7 +168,8 @@ def main(argv=None) -> int:
                                                           "reconnect_grace = 0.0"))
         plain = run(work, unjournaled, names, n, m, kill_at=None, label="plain")
         clean = run(work, config, names, n, m, kill_at=None, label="clean")
-        killed = run(work, config, names, n, m, kill_at=total // 2, label="killed")
+        killed = run(work, config, names, n, m, kill_at=total // 2, label="killed",
+                     hold=args.quick)
         exact = {r["label"]: bool(np.array_equal(np.load(r["distances"], mmap_mode="r"),
                                                  expected)) for r in (plain, clean, killed)}
         uploads = m * total  # every responder uploads every tile once

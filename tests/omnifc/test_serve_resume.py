@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 import re
 import socket
-import struct
 import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
+
+from protocols._journal import count_records
 
 pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -36,17 +37,7 @@ def _omnifc(*args, cwd, timeout=180):
 
 
 def _tile_records(journal) -> int:
-    """Records in a journal file after its begin and round records (no key needed to
-    count: each is a 4-byte length, the body, a 32-byte MAC)."""
-    data = journal.read_bytes() if journal.exists() else b""
-    offset, count = len(b"omnifc-journal/1\n"), 0
-    while offset + 4 <= len(data):
-        (length,) = struct.unpack_from(">I", data, offset)
-        if offset + 4 + length + 32 > len(data):
-            break
-        count += b'"kind":"tile"' in data[offset + 4:offset + 4 + length]
-        offset += 4 + length + 32
-    return count
+    return count_records(journal, "tile")
 
 
 def _serve(tmp_path, config, port, *extra):

@@ -257,3 +257,16 @@ class Link:
                     return
             self.step(break_when)
         raise AssertionError("the session did not settle")
+
+
+def resume_parameters(**changes) -> SessionParameters:
+    """The reconnect tests' session: d = 3, R = 1, q = 8, 4 KiB tiles (about a dozen per
+    prime at n = 110), reconnect_grace = 5 s."""
+    values = dict(dim=3, bound=1.0, scale_bits=8, chunk_bytes=4096, reconnect_grace=5.0)
+    values.update(changes)
+    return SessionParameters(**values)
+
+
+def resume_oracle(session, data) -> np.ndarray:
+    """The exact integer D of ``data`` in the session's roster order (R = 1, q = 8)."""
+    return plaintext_sq_distances(np.vstack([data[n] for n in session.names]), 1.0, 8)

@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 
 from finite_field import IntegrityError, ParameterError, PeerError
-from protocols import Coordinator, SessionParameters
+from protocols import Coordinator
 from protocols._journal import JOURNAL_MAGIC, Journal, read_journal
-from protocol_helpers import Link, Session, plaintext_sq_distances, random_data
+from protocol_helpers import (Link, Session, plaintext_sq_distances, random_data,
+                              resume_oracle, resume_parameters)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -28,14 +29,7 @@ SIZES = (30, 25, 35, 20)  # n = 110: a dozen tiles per prime at 4 KiB
 KEY = bytes(range(32))
 
 
-def _params(**changes):
-    values = dict(dim=3, bound=1.0, scale_bits=8, chunk_bytes=4096, reconnect_grace=5.0)
-    values.update(changes)
-    return SessionParameters(**values)
-
-
-def _exact(session, data):
-    return plaintext_sq_distances(np.vstack([data[n] for n in session.names]), 1.0, 8)
+_params, _exact = resume_parameters, resume_oracle
 
 
 def _journaled(session, tmp_path, parameters=None, responders=None):

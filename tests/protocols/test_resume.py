@@ -21,21 +21,15 @@ from protocols._crypto import EphemeralKey
 from protocols._generated import omnifc_pb2 as pb
 from protocols._messages import envelope
 from protocols._resume import Outlog, resume_proof, resume_transcript
-from protocol_helpers import Link, Session, plaintext_sq_distances, random_data
+from protocol_helpers import (Link, Session, random_data,
+                              resume_oracle, resume_parameters)
 
 pytestmark = pytest.mark.timeout(120)
 
 SIZES = (30, 25, 35, 20)  # n = 110: about a dozen tiles per prime at 4 KiB
 
 
-def _params(**changes):
-    values = dict(dim=3, bound=1.0, scale_bits=8, chunk_bytes=4096, reconnect_grace=5.0)
-    values.update(changes)
-    return SessionParameters(**values)
-
-
-def _exact(session, data):
-    return plaintext_sq_distances(np.vstack([data[n] for n in session.names]), 1.0, 8)
+_params, _exact = resume_parameters, resume_oracle
 
 
 def _tile_break(name, after_tiles):

@@ -322,7 +322,7 @@ def test_timings_add_up_every_tile_and_every_kernel_call(monkeypatch, mode, ahea
     before = dict(party.timings)
     assert before == {"evaluation_seconds": 0.0, "kernel_seconds": 0.0,
                       "evaluation_cpu_seconds": 0.0, "kernel_cpu_seconds": 0.0,
-                      "bytes_uploaded": 0}
+                      "bytes_uploaded": 0, "tiles_uploaded": 0}
     tiles = [e.tile for e in party.receive(_round_start(1, session.names))]
     n, primes = sum(sizes), len(party.plan.primes)
     blocks = len(calls)
@@ -331,6 +331,7 @@ def test_timings_add_up_every_tile_and_every_kernel_call(monkeypatch, mode, ahea
     assert sum(rows for rows, _ in calls) == primes * n  # every row computed once per prime
     uploaded = sum(4 * (t.row_stop - t.row_start) * (n - t.row_start) for t in tiles)
     assert party.timings["bytes_uploaded"] == uploaded
+    assert party.timings["tiles_uploaded"] == len(tiles)
     if ahead:
         return
     # a tile without a kernel call spans 1 tick of each clock, one with a kernel call 3
@@ -340,7 +341,8 @@ def test_timings_add_up_every_tile_and_every_kernel_call(monkeypatch, mode, ahea
                              "evaluation_cpu_seconds": 1.0 * (len(tiles) + 2 * blocks),
                              "kernel_cpu_seconds": 1.0 * blocks,
                              "bytes_uploaded": sum(4 * (t.row_stop - t.row_start) *
-                                                   (n - t.row_start) for t in tiles)}
+                                                   (n - t.row_start) for t in tiles),
+                             "tiles_uploaded": len(tiles)}
 
 
 # -- group seeds come from the party's byte source ----------------------------------------------
