@@ -29,6 +29,15 @@ from protocol_helpers import plaintext_sq_distances, random_data
 
 pytestmark = pytest.mark.timeout(300)
 
+
+@pytest.fixture(autouse=True)
+def _parties_compute_no_block_ahead(monkeypatch):
+    """The parties run in this process only to feed the coordinator: their next-block
+    thread (protocols._plans.PREFETCH) would allocate numpy buffers while the
+    coordinator's memory is measured (tracemalloc sees the whole process)."""
+    from protocols import _plans
+    monkeypatch.setattr(_plans, "PREFETCH", False)
+
 BOUND, SCALE = 1.0, 8
 BUDGET = 64 * 1024          # bytes: well below the result (n = 400: 640 KB int32)
 CHUNK = 4096                # 1,024 elements per tile: about 80 tiles per prime
