@@ -44,16 +44,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench_chaos import party_data  # noqa: E402
 from bench_reset import oracle  # noqa: E402
+from protocols._journal import count_records  # noqa: E402
 
 CLI = [sys.executable, "-m", "omnifc.cli"]
 TARGET_SIZE = (20_000, 17)
 DIM, SEGMENTS, NOISE, SCALE_BITS, BOUND = 16, 8, 1, 8, 1.0
-
-
-def journal_tiles(path: Path) -> int:
-    """Tile records in a journal (counted without the key)."""
-    from protocols._journal import count_records
-    return count_records(path, "tile")
 
 
 def free_port() -> int:
@@ -102,7 +97,7 @@ def run(work: Path, config: Path, names: list, n: int, m: int, *, kill_at: int |
         if kill_at is not None:
             journal = out / "in-progress" / "session.journal"
             end = time.monotonic() + 3600
-            while journal_tiles(journal) < kill_at:
+            while count_records(journal, "tile") < kill_at:
                 if coordinator.poll() is not None or time.monotonic() > end:
                     raise RuntimeError(f"the session ended before the kill: "
                                        f"{coordinator.communicate()}")
@@ -110,7 +105,7 @@ def run(work: Path, config: Path, names: list, n: int, m: int, *, kill_at: int |
             coordinator.send_signal(signal.SIGKILL)
             coordinator.communicate(timeout=60)
             killed = time.perf_counter() - started
-            held = journal_tiles(journal)
+            held = count_records(journal, "tile")
             restarted = serve(work, config, port, out, "--resume")
             coordinator = restarted
             release.touch()

@@ -77,6 +77,7 @@ from ._party import (as_protocol_error, confirmation_transcript, hello_transcrip
 from ._log_once import log_once
 from ._plans import SumAccumulator, session_plan, session_type
 from ._resume import CHALLENGE_BYTES, Outlog, check_resume_proof, resume_transcript
+from ._journal import why_not_journaled
 from ._crypto import EphemeralKey
 
 __all__ = ["Coordinator", "Outcome", "PHASES"]
@@ -279,14 +280,13 @@ class Coordinator:
                                  f"{self.parameters.layout!r} keeps its result in memory "
                                  "(leave out unset)")
         self.storage = {"out": out, "memory_budget": memory_budget, "tile_bytes": tile_bytes}
-        if journal is not None and (out is None or self.parameters.reconnect_grace <= 0
-                                    or not session_type(self.parameters).journals):
-            raise ParameterError("a journal needs out=, reconnect_grace > 0 (the parties "
-                                 "come back by resuming) and a distance session of the full "
-                                 "layout (the result it vouches for is that file)")
+        if journal is not None:
+            why = "no out= (the result it vouches for is that file)" if out is None \
+                else why_not_journaled(self.parameters)
+            if why is not None:
+                raise ParameterError(f"this coordinator cannot keep a journal: {why}")
         self.journal = journal
         self._restarted: set[str] = set()  # parties not yet back after a restore
-        self._held_at_restore: set | None = None  # while restoring: the tiles journaled
         self._acc: DistanceAccumulator | SumAccumulator | None = None  # the round's result
         self._store: DistanceStore | None = None
         self._open_sums: OpenTileSums | None = None
@@ -767,7 +767,10 @@ class Coordinator:
         return self._start_round([p for p in self.names if p in responders])
 
     # -- evaluation ---------------------------------------------------------------------
-    def _start_round(self, responders: list[str]) -> list:
+    def _start_round(self, responders: list[str], held=None) -> list:
+        """Start the next round with B = ``responders``; ``held``: the (prime, tile)
+        pairs a restore keeps from the journal (the result file is reopened, the round
+        not journaled again)."""
         self.round += 1
         self.responders = responders
         session = self.session
@@ -777,14 +780,14 @@ class Coordinator:
         # dropped first, so an aborted round leaves nothing behind
         self._discard()
         storage = self.storage
-        if self._held_at_restore is not None:  # reopened: the journal's tiles are kept
-            storage = storage | {"written": [(k, *self.tiles[i]) for k, i in
-                                             sorted(self._held_at_restore)],
+        if held is not None:  # reopened: the journal's tiles are kept
+            storage = storage | {"written": [(k, *self.tiles[i]) for k, i in sorted(held)],
                                  "tiles": self.tiles}
         self._acc = session.accumulator(self.n_total, parameters=self._describe(),
                                         storage=storage)
         self.memory.update(session.result_memory(self._acc, self.memory))
-        self.delivered = {r: set() for r in responders}  # (prime, tile) taken, per party
+        # (prime, tile) taken, per party
+        self.delivered = {r: set(held or ()) for r in responders}
         self.checks = None
         if session.has_checks:
             self.checks = session.round_checks(self.names, responders, self.parameters,
@@ -813,7 +816,7 @@ class Coordinator:
         self.findings = Findings()
         if self.phase != "evaluation":
             self._enter("evaluation")
-        if self.journal is not None and self._held_at_restore is None:
+        if self.journal is not None and held is None:
             self._journal_round()
         logger.info("session %r: round %d with responders %s", self.session_id, self.round,
                     responders)
@@ -1169,14 +1172,11 @@ class Coordinator:
             raise ParameterError(f"the journal is of session {begin['session_id']!r} with "
                                  f"parties {begin['parties']}, not {self.session_id!r} with "
                                  f"{self.names}; refusing to resume")
-        for kind, field in (("hello", "hellos"), ("confirmation", "confirmations")):
-            for name, raw in zip(self.names, begin[field]):
-                msg = (pb.Hello if kind == "hello" else pb.RosterConfirmation).FromString(
-                    base64.b64decode(raw))
-                if kind == "hello":
-                    self._on_hello(name, msg)
-                else:
-                    self._on_confirmation(name, msg)
+        for name, raw in zip(self.names, begin["hellos"]):
+            self._on_hello(name, pb.Hello.FromString(base64.b64decode(raw)))
+        for name, raw in zip(self.names, begin["confirmations"]):
+            self._on_confirmation(name, pb.RosterConfirmation.FromString(
+                base64.b64decode(raw)))
         if begin["fingerprint"] != self.parameters_fingerprint:
             raise ParameterError("the session config changed since the journal was written "
                                  "(parameters, parties, keys or responders differ); "
@@ -1203,18 +1203,15 @@ class Coordinator:
         self.lost = set(last["lost"])
         self._aborted_rounds = set(last["aborted"])
         self.deviations = list(last["deviations"])
-        self._held_at_restore = {(k, i) for k, i, _ in held}
         self._restarted = set(self.names) - self.lost
-        self._start_round(list(last["responders"]))  # its RoundStarts held for the resumes
+        # its RoundStarts are held for the resumes
+        self._start_round(list(last["responders"]), held={(k, i) for k, i, _ in held})
         for k, i, digest in held:
             a, b = self.tiles[i]
             if self._acc.region_digest(k, a, b) != digest:
                 raise IntegrityError(f"the result file was changed since the journal "
                                      f"recorded tile {i} of prime {k} (its digest "
                                      "differs); refusing to resume")
-        for name in self.responders:
-            self.delivered[name] = set(self._held_at_restore)
-        self._held_at_restore = None
         self.away = set(self._restarted)
         logger.warning("session %r restored from its journal in round %d: %d of %d tiles "
                        "held; waiting for %s to resume", self.session_id, self.round,

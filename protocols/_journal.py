@@ -152,21 +152,11 @@ def _read(path: Path, key: bytes) -> tuple[list, bytes, int]:
     if not data.startswith(JOURNAL_MAGIC):
         raise ParameterError(f"{str(path)!r} is not an omnifc journal")
     chain = _mac(key, b"", JOURNAL_MAGIC)
-    offset, records = len(JOURNAL_MAGIC), []
-    starts = []
-    while offset + _LENGTH.size <= len(data):
-        (length,) = _LENGTH.unpack_from(data, offset)
-        end = offset + _LENGTH.size + length + _MAC_BYTES
-        if length > MAX_RECORD_BYTES or end > len(data):
-            break
-        starts.append(offset)
-        offset = end
+    records = []
+    frames, offset = _frames(data)
     torn = len(data) - offset
-    total = len(starts)
-    for i, start in enumerate(starts):
-        (length,) = _LENGTH.unpack_from(data, start)
-        body = data[start + _LENGTH.size:start + _LENGTH.size + length]
-        mac = data[start + _LENGTH.size + length:start + _LENGTH.size + length + _MAC_BYTES]
+    total = len(frames)
+    for i, (body, mac) in enumerate(frames):
         expected = _mac(key, chain, body)
         if not hmac.compare_digest(mac, expected):
             raise IntegrityError(f"the coordinator's journal {str(path)!r} does not verify at "
@@ -196,15 +186,23 @@ def count_records(path, kind: str) -> int:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         return 0
-    offset, count, marker = len(JOURNAL_MAGIC), 0, f'"kind":"{kind}"'.encode()
+    marker = f'"kind":"{kind}"'.encode()
+    return sum(marker in body for body, _ in _frames(data)[0])
+
+
+def _frames(data: bytes) -> tuple[list, int]:
+    """``([(body, mac), ...], end)``: the complete records after the magic, and where
+    they end (a torn last record, if any, starts there)."""
+    offset, frames = len(JOURNAL_MAGIC), []
     while offset + _LENGTH.size <= len(data):
         (length,) = _LENGTH.unpack_from(data, offset)
-        end = offset + _LENGTH.size + length + _MAC_BYTES
-        if end > len(data):
+        start = offset + _LENGTH.size
+        end = start + length + _MAC_BYTES
+        if length > MAX_RECORD_BYTES or end > len(data):
             break
-        count += marker in data[offset + _LENGTH.size:offset + _LENGTH.size + length]
+        frames.append((data[start:start + length], data[start + length:end]))
         offset = end
-    return count
+    return frames, offset
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -221,13 +219,13 @@ def _fsync_directory(directory: Path) -> None:
 WORK_DIR = "in-progress"
 
 
-def why_not_journaled(config) -> str | None:
-    """Why ``omnifc serve`` keeps no journal for this config (None: it keeps one)."""
-    from ._config import parameters_from_config
+def why_not_journaled(parameters, *, tls: bool = True) -> str | None:
+    """Why a coordinator of a session with these parameters keeps no journal (None: it
+    can keep one); ``tls=False``: the config has TLS off (``omnifc serve`` derives the
+    journal's key from the coordinator's TLS key)."""
     from ._plans import session_type
 
-    parameters = parameters_from_config(config)
-    if config.insecure:
+    if not tls:
         return "TLS is off (the journal's key is derived from the coordinator's TLS key)"
     if parameters.reconnect_grace <= 0:
         return "reconnect_grace = 0 (the parties could not come back to a restarted coordinator)"

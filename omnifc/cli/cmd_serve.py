@@ -260,9 +260,10 @@ def journaled_coordinator(config, folder: Path, cluster, *, resume: bool) -> tup
     "Coordinator restart") whenever the config allows a restart; ``resume`` restores the
     coordinator from the journal in ``folder``."""
     from finite_field import ParameterError
-    from protocols import coordinator_from_config, open_serve_journal, why_not_journaled
+    from protocols import (coordinator_from_config, open_serve_journal,
+                           parameters_from_config, why_not_journaled)
 
-    why = why_not_journaled(config)
+    why = why_not_journaled(parameters_from_config(config), tls=not config.insecure)
     if why is not None:
         if resume:
             raise ParameterError(f"--resume: this session keeps no journal: {why}")

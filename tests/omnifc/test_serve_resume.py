@@ -36,10 +36,6 @@ def _omnifc(*args, cwd, timeout=180):
                           timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
-def _tile_records(journal) -> int:
-    return count_records(journal, "tile")
-
-
 def _serve(tmp_path, config, port, *extra):
     return subprocess.Popen([*CLI, "serve", "--config", str(config), "--address",
                              f"127.0.0.1:{port}", "--out", str(tmp_path / "results"),
@@ -92,9 +88,9 @@ def test_a_killed_coordinator_resumes_from_its_journal_and_d_is_exact(tmp_path):
                  *fault], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 text=True))
         # halfway: the journal vouches for c's first tiles (with a's and b's), no more
-        _wait(lambda: _tile_records(journal) >= HELD_AFTER, 180, "tiles journaled", first)
+        _wait(lambda: count_records(journal, "tile") >= HELD_AFTER, 180, "tiles journaled", first)
         time.sleep(0.5)
-        assert _tile_records(journal) == HELD_AFTER
+        assert count_records(journal, "tile") == HELD_AFTER
         first.kill()  # SIGKILL: nothing of it runs after this
         first_out, first_err = first.communicate(timeout=30)
         assert "resume" in first_out and "--resume" in first_out, first_out
@@ -108,7 +104,7 @@ def test_a_killed_coordinator_resumes_from_its_journal_and_d_is_exact(tmp_path):
                           cwd=tmp_path, timeout=120)
         assert refused.returncode == 1, (refused.stdout, refused.stderr)
         assert "config changed" in refused.stderr and "Traceback" not in refused.stderr
-        assert _tile_records(journal) == HELD_AFTER
+        assert count_records(journal, "tile") == HELD_AFTER
 
         resumed = _serve(tmp_path, config, port, "--resume")
         release.touch()
