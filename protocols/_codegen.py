@@ -138,4 +138,9 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    # Run as a file path, Python puts protocols/ first on sys.path, where the package's own
+    # modules (protocols/_csv.py) would shadow the standard library's (``_csv``, imported by
+    # importlib.metadata): take that folder off the path before anything else is imported.
+    _HERE = pathlib.Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if pathlib.Path(p or ".").resolve() != _HERE]
     sys.exit(main())

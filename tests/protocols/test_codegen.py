@@ -77,6 +77,17 @@ def test_codegen_check_runs_without_the_protocols_package():
     assert "up to date" in run.stdout
 
 
+@pytest.mark.timeout(120)
+def test_codegen_runs_as_a_file_path_as_its_docstring_says():
+    """``python protocols/_codegen.py --check``: Python puts protocols/ first on sys.path,
+    where protocols/_csv.py would shadow the standard library's ``_csv`` (imported by
+    importlib.metadata) unless the script takes its own folder off the path."""
+    run = subprocess.run([sys.executable, "protocols/_codegen.py", "--check"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=100)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "up to date" in run.stdout
+
+
 def test_generated_package_imports_as_a_subpackage():
     from protocols._generated import omnifc_pb2, omnifc_pb2_grpc
 
