@@ -59,10 +59,10 @@ def test_page_states_seeds_noise_and_refuses_hand_written_comparisons(tmp_path):
                                    seeds="", not_reproduced=[], noise="n")
 
 
-@pytest.mark.parametrize("page", ["flux", "clove", "fmcl", "client2vec"])
+@pytest.mark.parametrize("page", ["flux", "clove", "fmcl", "client2vec", "omnifc"])
 def test_committed_pages_state_their_seeds_and_carry_no_hand_written_beats(page):
     text = (DOCS / f"{page}.md").read_text()
-    assert "**Seeds:**" in text and ("held out" in text or "design seed" in text)
+    assert "**Seeds:**" in text and ("held out" in text or "design" in text)
     assert "## Claims of the paper not reproduced here" in text
     assert _report._HAND_WRITTEN.search(text) is None
     if page == "flux":      # every FLUX row carries computed verdicts against both baselines
@@ -88,3 +88,104 @@ def test_iris_side_by_side_says_which_rows_match_the_paper():
     assert "| SC | 0.820 | no | 0.950-0.971 | no |" in text
     assert "match **the L2-normalized rows**: 1 of 2 methods on normalized rows, 0 of 2" in text
     assert _report.iris_side_by_side(_records("iris", {"kmeans": (0.8, 0.8)}), ["kmeans"]) == []
+
+
+def test_verdict_from_two_accuracies_and_their_binomial_standard_errors():
+    # By hand: accuracies 3/4 and 1/2 on n test rows each; variances 3/16 and 1/4, so the
+    # noise is 2 sqrt((3/16 + 1/4) / n) = 2 sqrt(7 / (16 n)). The difference 1/4 equals it
+    # when 7 / (16 n) = 1/64, i.e. n = 28 (a tie, exactly at the noise); from n = 29 on the
+    # noise is smaller and the verdict is "better" (and "worse" the other way round).
+    assert accuracy_noise(0.75, 0.5, 28) == 0.25
+    assert verdict(0.75, 0.5, accuracy_noise(0.75, 0.5, 28)) == "tie within noise"
+    assert verdict(0.75, 0.5, accuracy_noise(0.75, 0.5, 29)) == "better"
+    assert verdict(0.5, 0.75, accuracy_noise(0.5, 0.75, 29)) == "worse"
+    assert verdict(0.75, 0.5, accuracy_noise(0.75, 0.5, 16)) == "tie within noise"
+
+
+def test_not_better_lists_exactly_the_claims_the_numbers_do_not_show():
+    comparisons = [("seen", "FedAvg", 0.75, 0.5, 0.125),       # better: not listed
+                   ("unseen", "IFCA", 0.5, 0.5, 0.25),          # tie: listed
+                   ("new", "random", 0.25, 0.5, 0.125),         # worse: listed
+                   ("edge", "FedAvg", 0.75, 0.5, 0.25)]         # at the noise: a tie
+    assert _report.not_better("above the baselines", comparisons) == [
+        "above the baselines, unseen: tie with IFCA (0.500 vs 0.500; noise 0.250)",
+        "above the baselines, new: worse than random (0.250 vs 0.500; noise 0.125)",
+        "above the baselines, edge: tie with FedAvg (0.750 vs 0.500; noise 0.250)"]
+    assert _report.not_better("c", []) == []
+
+
+def _github_anchor(heading):
+    """GitHub's heading anchor, written out character by character (independent of docs_link)."""
+    kept = []
+    for ch in heading.strip().lower():
+        if ch.isalnum() or ch in "-_":
+            kept.append(ch)
+        elif ch == " ":
+            kept.append("-")
+    return "".join(kept)
+
+
+def test_docs_link_anchors():
+    assert _report.docs_link("t", "adapters.md", "FLUX (NeurIPS 2025, arXiv 2511.22305)") == \
+        "[t](../adapters.md#flux-neurips-2025-arxiv-251122305)"
+    assert _report.docs_link("t", "adapters.md", "Automatic K: the calibrated rule (issue 24)") \
+        == "[t](../adapters.md#automatic-k-the-calibrated-rule-issue-24)"
+    assert _report.docs_link("t", "a.md", "CLoVE on a classifier (`clove.run_clove_fl`)") == \
+        "[t](../a.md#clove-on-a-classifier-cloverun_clove_fl)"
+
+
+@pytest.mark.parametrize("page", ["flux", "clove", "fmcl", "client2vec"])
+def test_committed_pages_link_headings_that_exist(page):
+    import re
+
+    text = (DOCS / f"{page}.md").read_text()
+    links = re.findall(r"\]\(\.\./([\w.]+)#([\w-]+)\)", text)
+    assert links, f"{page}.md links no table of the docs"
+    for target, anchor in links:
+        headings = [line.lstrip("#").strip() for line in
+                    (DOCS.parent / target).read_text().splitlines() if line.startswith("#")]
+        assert anchor in {_github_anchor(h) for h in headings}, (page, target, anchor)
+
+
+def _claims_records():
+    """Two data sets, two levels, one method; one federated partition differs."""
+    out = []
+    for dataset, kappas in (("iris", (0.5, 0.75)), ("iris_l2", (0.9375, 0.9375))):
+        for p, k in zip((0.0, 1.0), kappas):
+            same = not (dataset == "iris" and p == 1.0)
+            out += [{"dataset": dataset, "method": "kmeans", "pipeline": pipe, "p": p,
+                     "kappa": k, "same_as_centralized": same}
+                    for pipe in ("federated", "centralized")]
+    return out
+
+
+def test_omnifc_claims_are_computed_from_the_records():
+    lines = _report.omnifc_claims(_claims_records(), ["iris", "iris_l2"], [0.0, 1.0],
+                                  ["kmeans"])
+    text = "\n".join(lines)
+    # 4 federated records, 3 identical to centralized
+    assert "identical partitions in 3 of 4 (data set, p, method) cases | no (1 differ) |" in text
+    # spread over p: iris 0.75 - 0.5, iris_l2 0
+    assert "iris 0.250, iris_l2 0.000" in text
+    assert "not shown (federated and centralized differ)" in text
+    # 0.9375 lies within 0.02 of 0.94-0.95; 0.5 and 0.75 do not
+    assert "raw rows: 0 of 1 methods within 0.02; L2-normalized rows: 1 of 1" in text
+    assert "only with the L2-normalized rows" in text
+    assert "## Claims of the paper not reproduced here" in text
+    match = _report.iris_match(_claims_records(), ["kmeans", "spectral"])
+    assert (match["raw"], match["l2"], match["counted"]) == (0, 1, 1)
+
+
+def test_page_carries_its_headline_grids(tmp_path):
+    fig, _ = _report.figure(1)
+    row = ("claim", "paper", "plain", "secure", "bit-identical")
+    out = _report.write_paper_report(tmp_path, "demo", "Demo", [row], ["a note"], fig, 1.0,
+                                     False, seeds="s", not_reproduced=[], noise="n",
+                                     headline=["36/36 [t](../adapters.md#x); not re-run"])
+    text = out["markdown"].read_text()
+    assert ("## Headline grids of docs/adapters.md\n\n- 36/36 [t](../adapters.md#x); not re-run\n"
+            "\n## Claims of the paper not reproduced here\n\n- none") in text
+    with pytest.raises(ParameterError, match="hand-written comparison"):
+        _report.write_paper_report(tmp_path, "demo", "Demo", [row], [], fig, 1.0, False,
+                                   seeds="s", not_reproduced=[], noise="n",
+                                   headline=["the rule beats the paper's"])
