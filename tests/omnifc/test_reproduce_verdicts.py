@@ -189,3 +189,59 @@ def test_page_carries_its_headline_grids(tmp_path):
         _report.write_paper_report(tmp_path, "demo", "Demo", [row], [], fig, 1.0, False,
                                    seeds="s", not_reproduced=[], noise="n",
                                    headline=["the rule beats the paper's"])
+
+
+def test_client2vec_shift_rows_from_known_accuracies(monkeypatch):
+    """The helps/hurts rows of the Client2Vec page, from accuracies chosen by hand."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from omnifc import fl
+    from omnifc.adapters import client2vec as c2v
+    from omnifc.experiments.reproduce import _client2vec
+
+    per_seed = {(False, False, False): [0.5, 0.5, 0.5, 0.5],       # FedAvg
+                (False, False, True): [0.625, 0.5, 0.75, 0.5],     # regularizer alone
+                (True, True, False): [0.25, 0.25, 0.25, 0.25],     # the defaults
+                (True, True, True): [0.75, 0.75, 0.75, 0.75]}      # all three
+    seeds = list(_client2vec.SHIFT_SEEDS)
+    made = []
+
+    def fake_federation(name, **kw):
+        made.append((kw["shift"], kw["seed"]))
+        return SimpleNamespace(clients=[kw["seed"]])
+
+    def fake_run(clients, *, seed, sampling=True, mwu=True,
+                 regularizer=c2v.DEFAULT_REGULARIZER, secure=True, **kw):
+        acc = per_seed[(sampling, mwu, regularizer)][seeds.index(seed)]
+        return {"accuracy": acc, "run": SimpleNamespace(models=[np.full(3, acc)])}
+
+    monkeypatch.setattr(fl, "make_federated", fake_federation)
+    monkeypatch.setattr(c2v, "run_federated_client2vec", fake_run)
+    rows, comparisons, means = _client2vec._shift_rows(quick=False)
+    assert made == [(s, seed) for s in ("feature", "label") for seed in seeds]
+    # by hand: regularizer - FedAvg = 0.125, 0, 0.25, 0: mean 0.09375, squared deviations
+    # sum to 0.04296875, noise = 2 sqrt(0.04296875 / 3 / 4) = 0.1197 > 0.09375: a tie
+    noise = 2 * math.sqrt(0.04296875 / 3 / 4)
+    assert rows[0] == (
+        "regularizer alone against FedAvg (feature rotation, 3 domains x 4 clients, pooled): "
+        f"tie with FedAvg (0.594 vs 0.500; noise {noise:.3f})", "each use improves FL",
+        "0.594 vs 0.500", "0.594 vs 0.500 (better on 2/4 seeds)", "bit-identical")
+    assert rows[1][0].endswith("worse than FedAvg (0.250 vs 0.500; noise 0.000)")
+    assert rows[1][0].startswith("the defaults (sampling + MWU, regularizer off) against")
+    assert rows[2][0].endswith("better than FedAvg (0.750 vs 0.500; noise 0.000)")
+    assert [("(feature rotation, " in r[0], "(label shift, " in r[0]) for r in rows] == \
+        [(True, False)] * 3 + [(False, True)] * 3
+    assert comparisons[0] == ("regularizer alone, feature rotation", "FedAvg", 0.59375, 0.5,
+                              noise)
+    assert means[("label shift", "all three")] == 0.75
+    assert _report.not_better("c", comparisons) == [
+        f"c, regularizer alone, feature rotation: tie with FedAvg (0.594 vs 0.500; noise "
+        f"{noise:.3f})",
+        "c, the defaults (sampling + MWU, regularizer off), feature rotation: worse than "
+        "FedAvg (0.250 vs 0.500; noise 0.000)",
+        f"c, regularizer alone, label shift: tie with FedAvg (0.594 vs 0.500; noise "
+        f"{noise:.3f})",
+        "c, the defaults (sampling + MWU, regularizer off), label shift: worse than "
+        "FedAvg (0.250 vs 0.500; noise 0.000)"]
