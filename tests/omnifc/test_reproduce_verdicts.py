@@ -191,6 +191,8 @@ def test_page_carries_its_headline_grids(tmp_path):
                                    headline=["the rule beats the paper's"])
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
 def test_client2vec_shift_rows_from_known_accuracies(monkeypatch):
     """The helps/hurts rows of the Client2Vec page, from accuracies chosen by hand."""
     from types import SimpleNamespace
@@ -245,3 +247,51 @@ def test_client2vec_shift_rows_from_known_accuracies(monkeypatch):
         f"{noise:.3f})",
         "c, the defaults (sampling + MWU, regularizer off), label shift: worse than "
         "FedAvg (0.250 vs 0.500; noise 0.000)"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_clove_rows_count_ifca_stuck_per_delta(monkeypatch):
+    """The CLoVE page's linear-regression rows, from runs whose ARIs are known exactly.
+
+    CLoVE ends on the true partition (ARI 1); IFCA ends either on it (ARI 1) or with every
+    client in one cluster (ARI 0 exactly). Delta = 1: IFCA at ARI 0 on seeds 100-103 (4 of
+    10), so "stuck on most seeds" does not hold; Delta = 0.1: on all 10.
+    """
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from omnifc.adapters import clove
+    from omnifc.experiments.reproduce import _clove
+
+    truth = np.repeat(np.arange(5), 5)
+    monkeypatch.setattr(clove, "linear_mixture",
+                        lambda *, delta, seed: ((delta, seed), truth, None))
+    monkeypatch.setattr(clove, "random_unit_models", lambda *a, **k: None)
+    monkeypatch.setattr(clove, "run_clove", lambda clients, start, **k: SimpleNamespace(
+        assignments=[np.zeros(25, dtype=int), truth.copy()]))
+
+    def ifca(clients, start, **k):
+        delta, seed = clients
+        merged = delta == 0.1 or seed < 104
+        return SimpleNamespace(assignments=[np.zeros(25, dtype=int),
+                                            np.zeros(25, dtype=int) if merged else truth])
+    monkeypatch.setattr(clove, "run_ifca", ifca)
+    monkeypatch.delattr(clove, "run_clove_fl")          # the classifier row is not tested here
+    page = _clove.run(quick=False)
+    # Delta = 1: paired differences of final ARI: 1 on 4 seeds, 0 on 6: mean 0.4, sample
+    # variance (4 * 0.6^2 + 6 * 0.4^2) / 9 = 0.24 / 0.9, noise 2 sqrt(that / 10) = 0.327
+    noise = 2 * math.sqrt((4 * 0.36 + 6 * 0.16) / 9 / 10)
+    first, second = page["rows"][0][0], page["rows"][1][0]
+    assert first == ("loss-vector clustering recovers 5 clusters (linear regression, Delta = "
+                     f"1): mean final ARI better than IFCA (1.000 vs 0.600; noise {noise:.3f}); "
+                     "IFCA below ARI 0.5 in 4/10 seeds (docs/adapters.md, seeds 0-29: 11/30), "
+                     "below ARI 1 in 4/10: 'IFCA stuck' does not hold at this Delta")
+    assert second.endswith("better than IFCA (1.000 vs 0.000; noise 0.000); IFCA below ARI "
+                           "0.5 in 10/10 seeds (docs/adapters.md, seeds 0-29: 28/30), below "
+                           "ARI 1 in 10/10: 'IFCA stuck' holds at this Delta")
+    stuck = [n for n in page["not_reproduced"] if n.startswith("'IFCA stuck'")]
+    assert stuck == ["'IFCA stuck' (final ARI below 0.5 on most seeds) at Delta = 1: 4/10 "
+                     "seeds here, 11/30 in docs/adapters.md (seeds 0-29); IFCA ends below "
+                     "ARI 1 on 4/10 here."]
