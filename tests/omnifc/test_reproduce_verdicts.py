@@ -295,3 +295,68 @@ def test_clove_rows_count_ifca_stuck_per_delta(monkeypatch):
     assert stuck == ["'IFCA stuck' (final ARI below 0.5 on most seeds) at Delta = 1: 4/10 "
                      "seeds here, 11/30 in docs/adapters.md (seeds 0-29); IFCA ends below "
                      "ARI 1 on 4/10 here."]
+
+
+def _kappa_by_hand(truth, predicted):
+    """Hungarian-matched Cohen's kappa, from scipy and the kappa formula (not omnifc's)."""
+    import numpy as np
+    from scipy.optimize import linear_sum_assignment
+
+    classes, clusters = np.unique(truth), np.unique(predicted)
+    size = max(classes.size, clusters.size)
+    overlap = np.zeros((size, size))
+    for i, c in enumerate(clusters):
+        for j, t in enumerate(classes):
+            overlap[i, j] = np.sum((predicted == c) & (truth == t))
+    rows, cols = linear_sum_assignment(overlap, maximize=True)
+    mapping = {clusters[r]: classes[c] if c < classes.size else -1 - r
+               for r, c in zip(rows, cols) if r < clusters.size}
+    aligned = np.array([mapping[p] for p in predicted])
+    labels = np.union1d(truth, aligned)
+    n = truth.size
+    p_o = np.mean(aligned == truth)
+    p_e = sum(np.mean(truth == k) * np.mean(aligned == k) for k in labels)
+    return (p_o - p_e) / (1 - p_e)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_kappa_noise_is_twice_the_bootstrap_sd_of_the_paired_difference():
+    import numpy as np
+
+    truth = np.repeat([0, 1, 2], 10)
+    ours = truth.copy()
+    ours[[0, 11]] = [1, 2]                       # two rows wrong
+    theirs = np.tile([0, 1, 2], 10)              # unrelated to the classes
+    rng = np.random.Generator(np.random.PCG64(7))
+    diffs = []
+    for _ in range(25):
+        idx = rng.integers(0, 30, 30)
+        diffs.append(_kappa_by_hand(truth[idx], ours[idx])
+                     - _kappa_by_hand(truth[idx], theirs[idx]))
+    expected = 2 * np.std(diffs, ddof=1)
+    got = _report.kappa_noise(truth, ours, theirs, draws=25, seed=7)
+    assert got == pytest.approx(expected, rel=1e-12, abs=1e-12)
+    assert got > 0
+    assert _report.kappa_noise(truth, ours, ours, draws=25, seed=7) == 0.0   # same labels
+    with pytest.raises(ParameterError, match="draws must be >= 2"):
+        _report.kappa_noise(truth, ours, theirs, draws=1)
+
+
+def test_baseline_verdicts_table_and_tally():
+    recs = [{"dataset": "iris", "method": "kfed-k", "p": 0.0, "vs_omnifc": (0.75, 0.5, 0.125)},
+            {"dataset": "iris", "method": "kfed-k", "p": 1.0, "vs_omnifc": (0.75, 0.5, 0.25)},
+            {"dataset": "iris", "method": "mufc", "p": 0.0, "vs_omnifc": (0.5, 0.75, 0.125)},
+            {"dataset": "iris", "method": "kmeans", "p": 0.0, "pipeline": "federated"}]
+    lines, tally = _report.baseline_verdicts(recs, ["iris"], [0.0, 1.0])
+    assert tally == {"better": 1, "tie within noise": 1, "worse": 1}
+    assert "| iris | k-FED (k'=k) | better (0.75 vs 0.50; 0.12) | tie within noise (0.75 vs " \
+           "0.50; 0.25) |" in lines
+    assert "| iris | MUFC (clustering part) | worse (0.50 vs 0.75; 0.12) | - |" in lines
+    assert _report.baseline_verdicts(recs[3:], ["iris"], [0.0]) == \
+        ([], {"better": 0, "tie within noise": 0, "worse": 0})
+    claims = "\n".join(_report.omnifc_claims(
+        [r | {"pipeline": "baseline"} for r in recs[:3]], ["iris"], [0.0, 1.0], ["kmeans"]))
+    assert "better in 1, tie within noise in 1, worse in 1 of 3 (table below) | in 1 of 3 " \
+           "cells |" in claims
+    assert "not in 2 of 3 (data set, p, baseline) cells" in claims
