@@ -9,7 +9,8 @@ import numpy as np
 
 from .._datasets import Dataset, load_dataset
 
-__all__ = ["LEVELS", "REPRO_DATASETS", "QUICK_DATASETS", "METHOD_OPTIONS", "METHOD_LABELS",
+__all__ = ["BASELINE_REFERENCE", "LEVELS", "REPRO_DATASETS", "QUICK_DATASETS", "METHOD_OPTIONS",
+           "METHOD_LABELS",
            "BASELINE_LABELS", "KFED_LABELS", "ROW_NORMALIZED", "SEED", "SCALE_BITS", "SEGMENTS",
            "NOISE_SEGMENTS", "load_reproduction_dataset"]
 
@@ -41,6 +42,9 @@ KFED_LABELS = {"kfed-sqrt": "k-FED (k'=floor(sqrt k))", "kfed-k": "k-FED (k'=k)"
 BASELINE_LABELS = {"kfed-sqrt": "k-FED (k'=floor(sqrt k))", "kfed-k": "k-FED (k'=k)",
                    "ffcm": "FFCM (federated FCM)", "fedsc": "FedSC-style (RFF)",
                    "mufc": "MUFC (clustering part)"}
+#: The OmniFC method the federated baselines are compared with (a verdict per cell):
+#: k-means on the secure D, the exact variant.
+BASELINE_REFERENCE = "kmeans"
 #: Data sets of the reproduction: scikit-learn's, plus iris with rows L2-normalized.
 ROW_NORMALIZED = "iris_l2"
 

@@ -28,10 +28,12 @@ import numpy as np
 from ..._clustering import METHODS, cluster
 from ..._secure import secure_distance_matrix
 from .._metrics import clustering_scores
-from ._report import omnifc_markdown, omnifc_plot, require_plots
+from ._report import (bootstrap_kappas, kappa_noise, omnifc_markdown, omnifc_plot,
+                      require_plots)
 from .._splits import split_non_iid
 from ..baselines import KFed, federated_fcm, federated_mufc, fedsc_style
-from ._grid import (LEVELS, METHOD_OPTIONS, NOISE_SEGMENTS, QUICK_DATASETS, REPRO_DATASETS,
+from ._grid import (BASELINE_REFERENCE, LEVELS, METHOD_OPTIONS, NOISE_SEGMENTS,
+                    QUICK_DATASETS, REPRO_DATASETS,
                     SCALE_BITS, SEED, SEGMENTS, load_reproduction_dataset)
 
 __all__ = ["run_reproduction", "LEVELS", "REPRO_DATASETS", "METHOD_OPTIONS"]
@@ -66,6 +68,7 @@ def _evaluate(dataset, level: float, methods) -> list[dict]:
     records = []
     base = {"dataset": dataset.name, "p": level, "parties": m, "n": int(rows.size),
             "secure_seconds": secure_seconds}
+    omnifc_labels = None                 # OmniFC's representative against the baselines
     for method in methods:
         k_arg = None if method == "dbscan" else k
         timings, labels = {}, {}
@@ -75,12 +78,25 @@ def _evaluate(dataset, level: float, methods) -> list[dict]:
                                        **METHOD_OPTIONS[method])
             timings[pipeline] = time.perf_counter() - start
         same = bool(clustering_scores(labels["federated"], labels["centralized"])["ari"] == 1.0)
+        if method == BASELINE_REFERENCE:
+            omnifc_labels = labels["federated"]
         for pipeline in ("federated", "centralized"):
             records.append(base | {"method": method, "pipeline": pipeline,
                                    "seconds": timings[pipeline],
                                    "clusters": len(set(labels[pipeline].tolist()) - {-1}),
                                    "same_as_centralized": same}
                            | clustering_scores(truth, labels[pipeline]))
+    reference = None if omnifc_labels is None else bootstrap_kappas(truth, omnifc_labels)
+
+    def against_omnifc(predicted) -> dict:
+        """OmniFC's kappa, the baseline's and the paired bootstrap noise of the difference."""
+        if omnifc_labels is None:
+            return {}
+        return {"vs_omnifc": (clustering_scores(truth, omnifc_labels)["kappa"],
+                              clustering_scores(truth, predicted)["kappa"],
+                              kappa_noise(truth, omnifc_labels, predicted,
+                                          ours_kappas=reference))}
+
     for name, local in (("kfed-sqrt", None), ("kfed-k", k)):
         start = time.perf_counter()
         model = KFed(n_clusters=k, local_clusters=local, random_state=SEED)
@@ -89,7 +105,7 @@ def _evaluate(dataset, level: float, methods) -> list[dict]:
                                "seconds": time.perf_counter() - start,
                                "clusters": len(set(predicted.tolist())),
                                "same_as_centralized": None}
-                       | clustering_scores(truth, predicted))
+                       | clustering_scores(truth, predicted) | against_omnifc(predicted))
     local_parts = [dataset.features[i] for i in parts]
     for name, run in (("ffcm", lambda: federated_fcm(local_parts, k, seed=SEED)),
                       ("fedsc", lambda: fedsc_style(local_parts, k, seed=SEED)),
@@ -100,7 +116,7 @@ def _evaluate(dataset, level: float, methods) -> list[dict]:
                                "seconds": time.perf_counter() - start,
                                "clusters": len(set(predicted.tolist())),
                                "same_as_centralized": None}
-                       | clustering_scores(truth, predicted))
+                       | clustering_scores(truth, predicted) | against_omnifc(predicted))
     return records
 
 

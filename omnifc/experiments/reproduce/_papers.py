@@ -60,4 +60,5 @@ def reproduce_paper(paper: str, out_dir, *, quick: bool = False) -> dict:
     logger.info("%s reproduced in %.1f s", paper, seconds)
     return write_paper_report(out, paper, page["title"], page["rows"], page["notes"],
                               page["figure"], seconds, quick, seeds=page["seeds"],
-                              not_reproduced=page["not_reproduced"], noise=page["noise"])
+                              not_reproduced=page["not_reproduced"], noise=page["noise"],
+                              headline=page.get("headline", ()))
