@@ -17,11 +17,12 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "._cards": ["Card", "generate_keys", "load_card", "new_session_config"],
     "._identity": ["generate_identity", "identity_fingerprint", "load_identity",
                    "public_key_bytes", "public_key_hex", "save_identity", "sign", "verify"],
-    "._tls": ["MAX_MESSAGE_BYTES", "CertificateSet", "PartyFiles", "authenticated_party",
-              "certificate_sha256", "channel_credentials", "coordinator_credentials",
-              "check_own_keys", "generate_certificates", "make_channel", "make_server",
-              "party_credentials", "peer_certificate_sha256", "peer_common_name",
-              "server_credentials", "IMPERSONATION_WARNING"],
+    "._tls": ["MAX_MESSAGE_BYTES", "authenticated_party", "channel_credentials",
+              "coordinator_credentials", "make_channel", "make_server", "party_credentials",
+              "peer_certificate_sha256", "peer_common_name", "server_credentials"],
+    "._certificates": ["certificate_sha256", "check_own_keys"],
+    "._demo_certificates": ["CertificateSet", "PartyFiles", "generate_certificates",
+                            "IMPERSONATION_WARNING"],
     "._coordinator": ["PHASES", "Coordinator", "Outcome"],
     "._crypto": ["PROTOCOL_VERSION", "EphemeralKey", "PairKeys"],
     "._memory": ["ReceivedMessage", "Transcript", "run_memory_session"],
@@ -60,7 +61,7 @@ __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "Peer
            # identity keys (_identity)
            "generate_identity", "save_identity", "load_identity", "public_key_bytes",
            "public_key_hex", "identity_fingerprint", "sign", "verify",
-           # certificates and gRPC plumbing (_tls)
+           # certificates (_certificates, _demo_certificates) and gRPC plumbing (_tls)
            "generate_certificates", "CertificateSet", "PartyFiles", "certificate_sha256",
            "server_credentials", "channel_credentials", "coordinator_credentials",
            "party_credentials", "make_server", "make_channel", "peer_common_name",

@@ -29,7 +29,8 @@ from ._coordinator import Outcome
 from ._grpc_coordinator import CoordinatorServer, coordinator_from_config
 from ._messages import SessionParameters
 from ._party_processes import new_party_server, start_party_process
-from ._tls import coordinator_credentials, generate_certificates
+from ._demo_certificates import generate_certificates
+from ._tls import coordinator_credentials
 
 __all__ = ["run_local_grpc_session", "LocalSession"]
 

@@ -119,15 +119,15 @@ def _path(value, key: str) -> Optional[Path]:
 
 
 def _certificate(value, where: str, expected_name: Optional[str] = None):
-    """:func:`protocols._tls.parse_certificate` (X.509 parsing lives with TLS)."""
-    from .._tls import parse_certificate
+    """:func:`protocols._certificates.parse_certificate`."""
+    from .._certificates import parse_certificate
 
     return parse_certificate(value, where, expected_name)
 
 
 def _check_fingerprint(value, computed: str, where: str) -> Optional[str]:
-    """:func:`protocols._tls.check_card_fingerprint`."""
-    from .._tls import check_card_fingerprint
+    """:func:`protocols._certificates.check_card_fingerprint`."""
+    from .._certificates import check_card_fingerprint
 
     return check_card_fingerprint(value, computed, where)
 
