@@ -46,7 +46,8 @@ __getattr__, __dir__ = lazy_exports(__name__, {
                      "parameter_fields", "table_fields", "values_from_options"],
     # also run as ``python -m protocols._grpc_party`` (every party process): loading it only
     # on first use keeps runpy from warning that it was imported before it ran
-    "._grpc_party": ["join_from_config", "load_party_data", "run_party"],
+    "._grpc_party": ["join_from_config", "run_party"],
+    "._party_data": ["load_party_data"],
 })
 
 __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
