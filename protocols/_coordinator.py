@@ -77,8 +77,8 @@ from ._integrity import Findings, OpenTileSums
 from ._generated import omnifc_pb2 as pb
 from ._messages import (DROPPED, SessionParameters, body_of, check_row_caps, chunk_rows,
                         envelope, phase_of, packed_view, wire_size)
-from ._party import (as_protocol_error, confirmation_transcript, hello_transcript,
-                     roster_digest_of)
+from ._fail_closed import as_protocol_error
+from ._roster_transcripts import confirmation_transcript, hello_transcript, roster_digest_of
 from ._log_once import log_once
 from ._plans import SumAccumulator, session_plan, session_type
 from ._resume import Outlog

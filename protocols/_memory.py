@@ -44,7 +44,8 @@ from ._identity import public_key_bytes
 from ._generated import omnifc_pb2 as pb
 from ._messages import SessionParameters, body_of, phase_of
 from ._outcome import Outcome
-from ._party import COORDINATOR, Party
+from ._fail_closed import COORDINATOR
+from ._party import Party
 
 __all__ = ["run_memory_session", "Transcript", "ReceivedMessage"]
 

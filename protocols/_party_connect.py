@@ -19,7 +19,8 @@ import grpc
 
 from finite_field import PeerError
 
-from ._party import COORDINATOR, Party
+from ._fail_closed import COORDINATOR
+from ._party import Party
 
 __all__: list = []
 
