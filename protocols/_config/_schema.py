@@ -44,12 +44,6 @@ _METHOD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _SESSION_ID = re.compile(r"[0-9a-f]{32,64}")
 
 
-def _show(value) -> str:
-    """repr of a value for an error message, shortened."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def validate_party_name(name, *, what: str = "party name") -> str:
     """Check a party (or coordinator) name: 1-64 characters of [A-Za-z0-9_.-], starting
     with a letter or digit. Names become certificate common names and file names.
