@@ -53,7 +53,7 @@ from omnifc.flower._local import LocalProcesses, free_port, wait_listening
 from protocols import SessionParameters
 from protocols._config import SESSION_FIELDS, ConfigParameters, Deadlines
 from protocols._grpc_local import run_local_grpc_session
-from protocols._tls import generate_certificates
+from protocols._demo_certificates import generate_certificates
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 APP = ROOT / "benchmarks" / "flower_app"

@@ -56,8 +56,9 @@ import sys
 import numpy as np
 import protocols._grpc_party as gp
 from protocols._config import load_session_config
+from protocols._party_data import load_party_data
 party = gp.party_from_config(load_session_config(sys.argv[1]), sys.argv[2],
-                             gp.load_party_data(sys.argv[3]))
+                             load_party_data(sys.argv[3]))
 assert [env.WhichOneof("body") for env in party.start()] == ["hello"]
 """
 HELLO_SUBJECT = "party: up to its hello"

@@ -17,16 +17,19 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "._cards": ["Card", "generate_keys", "load_card", "new_session_config"],
     "._identity": ["generate_identity", "identity_fingerprint", "load_identity",
                    "public_key_bytes", "public_key_hex", "save_identity", "sign", "verify"],
-    "._tls": ["MAX_MESSAGE_BYTES", "CertificateSet", "PartyFiles", "authenticated_party",
-              "certificate_sha256", "channel_credentials", "coordinator_credentials",
-              "check_own_keys", "generate_certificates", "make_channel", "make_server",
-              "party_credentials", "peer_certificate_sha256", "peer_common_name",
-              "server_credentials", "IMPERSONATION_WARNING"],
-    "._coordinator": ["PHASES", "Coordinator", "Outcome"],
+    "._tls": ["MAX_MESSAGE_BYTES", "authenticated_party", "channel_credentials",
+              "coordinator_credentials", "make_channel", "make_server", "party_credentials",
+              "peer_certificate_sha256", "peer_common_name", "server_credentials"],
+    "._certificates": ["certificate_sha256", "check_own_keys"],
+    "._demo_certificates": ["CertificateSet", "PartyFiles", "generate_certificates",
+                            "IMPERSONATION_WARNING"],
+    "._coordinator": ["PHASES", "Coordinator"],
+    "._outcome": ["Outcome"],
     "._crypto": ["PROTOCOL_VERSION", "EphemeralKey", "PairKeys"],
     "._memory": ["ReceivedMessage", "Transcript", "run_memory_session"],
     "._messages": ["SessionParameters", "parse_envelope", "envelope", "row_tiles"],
-    "._party": ["Party", "as_protocol_error"],
+    "._party": ["Party"],
+    "._fail_closed": ["as_protocol_error"],
     "._grpc_coordinator": ["CoordinatorServer", "coordinator_from_config"],
     "._grpc_local": ["LocalSession", "run_local_grpc_session"],
     "._party_processes": ["new_party_server"],
@@ -45,7 +48,8 @@ __getattr__, __dir__ = lazy_exports(__name__, {
                      "parameter_fields", "table_fields", "values_from_options"],
     # also run as ``python -m protocols._grpc_party`` (every party process): loading it only
     # on first use keeps runpy from warning that it was imported before it ran
-    "._grpc_party": ["join_from_config", "load_party_data", "run_party"],
+    "._grpc_party": ["join_from_config", "run_party"],
+    "._party_data": ["load_party_data"],
 })
 
 __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "PeerError",
@@ -60,7 +64,7 @@ __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "Peer
            # identity keys (_identity)
            "generate_identity", "save_identity", "load_identity", "public_key_bytes",
            "public_key_hex", "identity_fingerprint", "sign", "verify",
-           # certificates and gRPC plumbing (_tls)
+           # certificates (_certificates, _demo_certificates) and gRPC plumbing (_tls)
            "generate_certificates", "CertificateSet", "PartyFiles", "certificate_sha256",
            "server_credentials", "channel_credentials", "coordinator_credentials",
            "party_credentials", "make_server", "make_channel", "peer_common_name",

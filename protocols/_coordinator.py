@@ -49,11 +49,16 @@ digest, B, prime, tile). Tiles of an abandoned round that are still in flight ar
 A coordinator that deviates from all this (shows parties different sets B or rosters,
 replays hellos, runs extra rounds) gets noise or aborted parties, never more than D:
 see docs/protocol.md and ``tests/protocols/test_malicious_coordinator.py``.
+
+Where the pieces live: the state machine is here; its reconnect methods are
+:mod:`protocols._coordinator_reconnect`, its journal and restore
+:mod:`protocols._coordinator_restart`, its handling of detected deviations
+:mod:`protocols._coordinator_deviations` (each a class :class:`Coordinator` inherits), and
+what a finished session produced is :class:`protocols._outcome.Outcome`.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 import time
 from dataclasses import replace
@@ -61,24 +66,28 @@ from pathlib import Path
 
 import numpy as np
 
-from finite_field import (AuthenticationError, DeadlineError, DeviationError, IntegrityError, ParameterError,
+from finite_field import (AuthenticationError, DeadlineError, IntegrityError, ParameterError,
                           PeerError, ProtocolError, masked_upload)
 
 from ._accumulator import (DEFAULT_MEMORY_BUDGET, DistanceAccumulator, DistanceStore,
                            discard_store)
 from ._crypto import PROTOCOL_VERSION, RUN_NONCE_BYTES
 from ._identity import verify
-from ._integrity import Findings, OpenTileSums, verdict
+from ._integrity import Findings, OpenTileSums
 from ._generated import omnifc_pb2 as pb
 from ._messages import (DROPPED, SessionParameters, body_of, check_row_caps, chunk_rows,
                         envelope, phase_of, packed_view, wire_size)
-from ._party import (as_protocol_error, confirmation_transcript, hello_transcript,
-                     roster_digest_of)
+from ._fail_closed import as_protocol_error
+from ._roster_transcripts import confirmation_transcript, hello_transcript, roster_digest_of
 from ._log_once import log_once
 from ._plans import SumAccumulator, session_plan, session_type
-from ._resume import CHALLENGE_BYTES, Outlog, check_resume_proof, resume_transcript
+from ._resume import Outlog
 from ._journal import why_not_journaled
-from ._crypto import EphemeralKey
+
+from ._coordinator_deviations import DeviationHandling, _deviation_message
+from ._coordinator_reconnect import CoordinatorReconnect
+from ._coordinator_restart import CoordinatorRestart
+from ._outcome import Outcome
 
 __all__ = ["Coordinator", "Outcome", "PHASES"]
 
@@ -90,112 +99,7 @@ PHASES = ("join", "shares", "evaluation", "decode", "result")
 _AEAD_TAG = 16
 
 
-class Outcome:
-    """What a finished session produced at the coordinator.
-
-    Attributes
-    ----------
-    store : DistanceStore or None
-        Distance sessions: the one integer result matrix the coordinator accumulated every
-        tile into (in RAM below ``memory_budget``, else memory-mapped; at ``out`` when
-        given). None for sum sessions.
-    integer : ndarray of int64
-        Distance sessions: the exact integer squared distances (n, n), **materialized on
-        access** from :attr:`store` (an int64 copy: fine for small results; use
-        ``store.integer`` for large ones). Sum sessions: the exact signed integer sum,
-        shape (rows, k).
-    values : ndarray of float64
-        ``integer`` dequantized (distances / 4^q, or sum / 2^q); for distance sessions
-        also materialized on access (``store.distances`` is the lazy, tile-wise view).
-    labels : ndarray or None
-        Cluster labels of every row, when a clustering callback was given.
-    party_names, row_offsets, rows
-        Roster order, first global row and row count of every party.
-    responders : list of str
-        The responding set B of the successful round.
-    round : int
-        The successful round (1 when nobody dropped, no deviation was excluded).
-    integrity : str
-        What the checks covered in the successful round ("checked: s = ..." , "unchecked:
-        r = 0" or "off").
-    deviations : list of dict
-        Every deviation the checks detected (round, named parties, suspect sets, action
-        "corrected" or "excluded", description); empty when every syndrome was zero.
-    parameters : dict
-        Public parameters, primes and points included.
-    stats : dict of str to [seconds, bytes]
-        Per phase (see :data:`PHASES`): wall-clock seconds and bytes of every message the
-        coordinator received or sent.
-    undelivered : dict of str to str
-        Parties whose result did not reach them, each with the reason: those lost before
-        the result (a dropout the session survived) and, filled in by the transport, those
-        whose connection ended before they confirmed receipt (over gRPC a party confirms by
-        closing its side of the stream after the result). Empty when every party got its
-        result; :class:`~protocols.CoordinatorServer` and ``omnifc serve`` report it.
-    memory : dict of str to int
-        The coordinator's n x n memory (docs/scale.md, "Coordinator memory"):
-        ``memory_budget``, ``result_ram_bytes`` (the result and residues held in RAM, 0
-        when memory-mapped), ``open_sum_budget`` (what is left for open tile sums),
-        ``peak_open_sum_bytes`` and ``peak_open_sum_disk_bytes`` (the most open tile sums
-        held in RAM, and memory-mapped, at once, over every round; zero in rounds without
-        checks, which keep no open sums). Empty for sum sessions.
-    layout : str
-        Which entries of D (docs/protocol.md, "Layouts"): "full" (``store``), "landmarks"
-        (``integer`` and ``values`` are (n, L) arrays of D[:, landmarks]) or "pairs"
-        (``integer`` and ``values`` are (P,) vectors of the distances of ``pairs``).
-    landmarks : ndarray of int64 (L,) or None
-        The landmark rows of a "landmarks" session (column c is row ``landmarks[c]``).
-    pairs : ndarray of int64 (P, 2) or None
-        The global rows (i, j) of every entry of a "pairs" session, in order.
-    """
-
-    def __init__(self, integer=None, values=None, labels=None, party_names=(),
-                 row_offsets=(), rows=(), responders=(), round=0, parameters=None,
-                 stats=None, lost=None, integrity: str = "off", deviations=None,
-                 store: DistanceStore | None = None, memory=None, layout: str = "full",
-                 landmarks=None, pairs=None) -> None:
-        self._integer = integer
-        self._values = values
-        self.store = store
-        self.labels = labels
-        self.party_names = list(party_names)
-        self.row_offsets = list(row_offsets)
-        self.rows = list(rows)
-        self.responders = list(responders)
-        self.round = round
-        self.parameters = dict(parameters or {})
-        self.stats = dict(stats or {})
-        self.lost = list(lost or [])
-        self.integrity = integrity
-        self.deviations = list(deviations or [])
-        self.memory = dict(memory or {})
-        self.layout = layout
-        self.landmarks = None if landmarks is None else np.array(landmarks, dtype=np.int64)
-        self.pairs = None if pairs is None else np.array(pairs, dtype=np.int64)
-        self.resumes = 0
-        self.undelivered = {name: "lost before the result (it dropped out; the session went "
-                                  "on without it)" for name in self.lost}
-
-    @property
-    def integer(self) -> np.ndarray:
-        if self._integer is None and self.store is not None:
-            return np.array(self.store.integer, dtype=np.int64)
-        return self._integer
-
-    @property
-    def values(self) -> np.ndarray:
-        if self._values is None and self.store is not None:
-            return np.asarray(self.store.distances)
-        return self._values
-
-    def __repr__(self) -> str:
-        what = self.store if self.store is not None else \
-            f"sum {getattr(self._integer, 'shape', None)}"
-        return (f"Outcome({what}, round={self.round}, responders={self.responders}, "
-                f"integrity={self.integrity!r})")
-
-
-class Coordinator:
+class Coordinator(CoordinatorReconnect, CoordinatorRestart, DeviationHandling):
     """The session's coordinator.
 
     Parameters
@@ -497,108 +401,6 @@ class Coordinator:
             return []
         except Exception as error:
             raise self._fail(error)
-
-    # -- reconnect (docs/protocol.md, "Reconnect") -------------------------------------
-    def resumable(self, name: str) -> bool:
-        """Whether ``name``'s broken stream may be resumed (it is then *away*, not lost,
-        until it resumes or the transport's grace period ends)."""
-        return (self.reconnect_grace > 0 and self.error is None and name in self.hellos
-                and name not in self.lost and name not in self._unresumable)
-
-    def party_away(self, name: str, reason: str = "its stream broke") -> list:
-        """The transport lost ``name``'s stream; it may resume within the grace period
-        (the transport calls :meth:`party_lost` when it ends). What is sent to it
-        meanwhile is held for the replay."""
-        if not self.resumable(name):
-            return self.party_lost(name, reason)
-        if name not in self.away:
-            self.away.add(name)
-            logger.warning("party %r away in phase %r (%s); it may resume within %g s",
-                           name, self.phase, reason, self.reconnect_grace)
-        return []
-
-    def resume_challenge(self, name: str, source=None) -> pb.Envelope:
-        """A fresh challenge for a new stream that claims to be ``name`` (valid once)."""
-        import os
-
-        challenge = os.urandom(CHALLENGE_BYTES) if source is None else \
-            bytes(source.bytes(CHALLENGE_BYTES))
-        key = EphemeralKey.generate(source)
-        mine = [c for c, v in self._challenges.items() if v[0] == name]
-        for old in mine[:-3]:  # at most 4 outstanding per party
-            del self._challenges[old]
-        self._challenges[challenge] = (name, key)
-        return envelope(resume_challenge=pb.ResumeChallenge(
-            session_id=self.session_id, challenge=challenge,
-            ephemeral_public_key=key.public_bytes))
-
-    def resume(self, name: str, env: pb.Envelope) -> list:
-        """Check a ``Resume`` from the (TLS-authenticated) stream of ``name``; when it
-        holds, the party is back: returns the ``ResumeAccepted`` and what it did not
-        receive, in order. A refused resume raises :class:`AuthenticationError` or
-        :class:`PeerError` and changes nothing: the session goes on (the party stays away
-        until its grace period ends); the transport tells that stream only."""
-        kind, msg = body_of(env)
-        phase = self.phase
-        if kind != "resume":
-            raise PeerError(f"expected a resume on the new stream, got {kind!r}",
-                            party=name, phase=phase)
-        taken = self._challenges.pop(bytes(msg.challenge), None)
-        if self.error is not None:
-            raise PeerError(f"session {self.session_id!r} failed; no resume", party=name,
-                            phase=phase)
-        if name not in self.names or msg.party_id != name or \
-                msg.session_id != self.session_id:
-            raise PeerError(f"resume of {msg.party_id!r} for session {msg.session_id!r} on "
-                            f"the stream of {name!r}", party=name, phase=phase)
-        if name not in self.hellos:
-            raise PeerError("no hello of this party arrived in this run: nothing to resume",
-                            party=name, phase=phase)
-        if name in self.lost or name in self._unresumable:
-            why = self._unresumable.get(name, "it is a dropout (its grace period ended, or "
-                                              "it was lost)")
-            raise PeerError(f"cannot resume: {why}", party=name, phase=phase)
-        if taken is None or taken[0] != name:
-            raise _refused(name, phase, "unknown or used resume challenge "
-                                      "(a replayed handshake)")
-        hello = self.hellos[name]
-        if bytes(msg.run_nonce) != bytes(hello.run_nonce):
-            raise _refused(name, phase, "the run nonce is not this run's")
-        message = resume_transcript(self.session_id, name, msg.run_nonce,
-                                    hello.ephemeral_public_key, msg.challenge,
-                                    taken[1].public_bytes, msg.received)
-        try:
-            verify(self.identities[name], message, msg.signature, party=name, phase=phase)
-        except AuthenticationError:
-            raise _refused(name, phase, "the identity signature does not verify") from None
-        if not check_resume_proof(taken[1], hello.ephemeral_public_key, message, msg.proof):
-            raise _refused(name, phase, "no proof of possession of the "
-                                      "run's ephemeral key")
-        log = self._outlogs[name]
-        # restored from the journal: the party's count is of the old process's streams;
-        # it gets everything this process holds for it (the round's start, relays since)
-        restarted = name in self._restarted
-        replay = log.since(0 if restarted else msg.received, party=name, phase=phase)
-        accepted = pb.ResumeAccepted(session_id=self.session_id,
-                                     received=self._received[name], round=self.round,
-                                     replayed=len(replay), restarted=restarted)
-        self._restarted.discard(name)
-        if self.phase == "evaluation" and name in self.responders:
-            for k in range(len(self.plan.primes)):
-                accepted.held.add(indices=sorted(i for kk, i in self.delivered[name]
-                                                 if kk == k))
-        self._received[name] = 0
-        log.restart(replay, [len(e.share.ciphertext) if e.HasField("share") else 0
-                             for e in replay])
-        self.away.discard(name)
-        self.resumes += 1
-        logger.warning("party %r resumed in phase %r: %d envelope(s) re-sent to it, it had "
-                       "sent %d", name, self.phase, len(replay), accepted.received)
-        out = [(name, envelope(resume_accepted=accepted))]
-        for e in replay:
-            self._count(e)
-            out.append((name, e))
-        return out
 
     def expire(self) -> list:
         """The current phase's deadline passed: retry (evaluation) or fail."""
@@ -968,73 +770,6 @@ class Coordinator:
     def _owner_starts(self) -> np.ndarray:
         return np.asarray(self.row_offsets, dtype=np.int64)
 
-    def _integrity_status(self) -> str:
-        if self.checks is not None:
-            return (f"checked: s = {self.checks.checks} parity check(s) over "
-                    f"{len(self.responders)} responders, radius {self.checks.radius}, "
-                    f"A = {self.adversaries}")
-        if self.parameters.integrity == "off" or not self.session.has_checks:
-            return "off"
-        return "unchecked: r = 0 redundant responders"
-
-    def _on_deviation(self):
-        """Some syndrome was nonzero: correct, exclude and rerun, or raise DeviationError.
-
-        Returns None when the round's (corrected) sums may be decoded, else the messages
-        of the rerun. The rules that keep the guarantees against any A deviating parties
-        (docs/integrity.md, "Declared adversaries"):
-
-        * the verdict assumes at most A deviators, those excluded earlier among them, so
-          it names only parties in every explanation of the errors (never an innocent);
-        * "correct" accepts the round only if every flagged entry was located and the
-          errors are explained within A: with tau + A' <= s (the round's radius) nothing
-          located is mislocated, and what is not located is refused; otherwise the round
-          is handled as "detect";
-        * a rerun excludes named responders only, and only if it is itself checked against
-          the deviators left (K + max(A' - excluded, 1) responders); else the session ends.
-        """
-        found, checks = self.findings, self.checks
-        left = self._adversaries_left
-        attribution = verdict(found, self.names, self.adversaries, known=self._excluded)
-        named = tuple(attribution.named) if attribution.explained else ()
-        suspects = tuple(attribution.suspects) if attribution.explained else ()
-        what = (f"{found.flagged} entries failed the parity checks in round {self.round} "
-                f"({found.uncorrectable} could not be located within radius "
-                f"{checks.radius} of s = {checks.checks} checks)")
-        if not attribution.explained:
-            who = (f"more than the declared A = {self.adversaries} parties deviate "
-                   "(no explanation of the errors is that small)")
-        elif attribution.clean and not found.triples:
-            who = "no error could be located"
-        else:
-            who = attribution.describe()
-        if self._excluded:
-            who += f" (already excluded: {', '.join(map(repr, self._excluded))})"
-        record = {"round": self.round, "named": list(named),
-                  "suspects": [list(x) for x in suspects], "description": f"{what}: {who}"}
-        logger.warning("session %r: integrity: %s: %s", self.session_id, what, who)
-        if self.parameters.integrity == "correct" and attribution.explained and \
-                found.uncorrectable == 0:
-            self.deviations.append(record | {"action": "corrected"})
-            return None
-        exclude = [p for p in self.responders if p in named]
-        remaining = [p for p in self.responders if p not in exclude and p not in self.lost]
-        needed = self.min_responders + max(left - len(exclude), 1)  # checked against the rest
-        if exclude and len(remaining) >= needed:
-            self.deviations.append(record | {"action": "excluded"})
-            self._excluded.extend(exclude)
-            logger.warning("round %d rejected by the integrity checks; rerunning without %s "
-                           "with %s", self.round, exclude, remaining)
-            self._aborted_rounds.add(self.round)
-            self._enter("evaluation")
-            return self._start_round(remaining)
-        reason = ("nobody can be excluded" if not exclude else
-                  f"excluding {exclude} leaves {len(remaining)} responders, a rerun checked "
-                  f"against the deviators left needs {needed}")
-        raise DeviationError(f"integrity check failed in phase 'decode': {what}: {who}; "
-                             f"{reason}, so the session returns nothing",
-                             named=tuple(self._excluded) + named, suspects=suspects)
-
     # -- decode and result --------------------------------------------------------------
     def _finish(self) -> list:
         self._enter("decode")
@@ -1101,124 +836,6 @@ class Coordinator:
             self.journal.close(remove=True)
         return out
 
-    # -- coordinator restart (docs/protocol.md, "Coordinator restart") -------------------
-    def _journal_round(self) -> None:
-        """Journal the round before its RoundStart goes out (the first one with what a
-        restarted coordinator checks the parties against: their signed hellos)."""
-        if self.journal.records == 0:
-            self.journal.append(
-                "begin", session_id=self.session_id, parties=self.names,
-                fingerprint=self.parameters_fingerprint, n=self.n_total,
-                primes=list(self.plan.primes),
-                hellos=[_b64(self.hellos[name]) for name in self.names],
-                confirmations=[_b64(self.confirmations[name]) for name in self.names])
-        self.journal.append(
-            "round", round=self.round, responders=list(self.responders),
-            excluded=list(self._excluded), lost=sorted(self.lost),
-            aborted=sorted(self._aborted_rounds), deviations=list(self.deviations))
-
-    @property
-    def parameters_fingerprint(self) -> str:
-        """SHA-256 (hex) of what a resumed session must share with the journaled one:
-        the session id, the parties and their pinned keys, every parameter, B's rule."""
-        import hashlib
-        import json
-
-        described = {"session_id": self.session_id, "parties": self.names,
-                     "identities": [self.identities[n].hex() for n in self.names],
-                     "parameters": self.parameters.to_proto(self.plan).SerializeToString().hex()
-                     if self.plan is not None else None,
-                     "first_responders": self._first_responders}
-        return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
-
-    def restore(self, records: list) -> list:
-        """Continue, in a new process, a session whose coordinator died in evaluation,
-        from its journal's verified ``records`` (:func:`protocols._journal.read_journal`)
-        and the result at ``out``; returns nothing to send yet: every party is *away*
-        until it resumes (:meth:`resume` then re-sends it the round's start, and the
-        party re-sends the uploads of the round the journal does not hold).
-
-        Refused (:class:`ParameterError`, nothing changed on disk) when the journal is
-        another session's, the parameters, parties or first B differ from the journaled
-        run, the decode had started, or the result file's journaled tiles differ from
-        their digests (:class:`IntegrityError`). The hellos and roster confirmations
-        are checked again (signatures, caps) as when they first arrived.
-        """
-        if self.phase != "join" or self.hellos or self.journal is None:
-            raise ProtocolError("restore a new coordinator that keeps a journal")
-        try:
-            return self._restore(records)
-        except Exception as error:
-            self.keep_files()  # refused: the files stay as they were, for another try
-            self._fail(error)
-            raise
-
-    def keep_files(self) -> None:
-        """Let go of the journal and the result without deleting them (a resume that
-        was refused, or could not start serving, may be tried again)."""
-        if self.journal is not None:
-            self.journal.close()
-            self.journal = None
-        acc, self._acc = self._acc, None
-        if acc is not None:
-            acc.release()
-
-    def _restore(self, records: list) -> list:
-        if not records or records[0].get("kind") != "begin":
-            raise ParameterError("the journal holds no evaluation round: the coordinator "
-                                 "died before evaluation started; nothing to resume")
-        begin = records[0]
-        if begin["session_id"] != self.session_id or begin["parties"] != self.names:
-            raise ParameterError(f"the journal is of session {begin['session_id']!r} with "
-                                 f"parties {begin['parties']}, not {self.session_id!r} with "
-                                 f"{self.names}; refusing to resume")
-        for name, raw in zip(self.names, begin["hellos"]):
-            self._on_hello(name, pb.Hello.FromString(base64.b64decode(raw)))
-        for name, raw in zip(self.names, begin["confirmations"]):
-            self._on_confirmation(name, pb.RosterConfirmation.FromString(
-                base64.b64decode(raw)))
-        if begin["fingerprint"] != self.parameters_fingerprint:
-            raise ParameterError("the session config changed since the journal was written "
-                                 "(parameters, parties, keys or responders differ); "
-                                 "refusing to resume")
-        rounds = [r for r in records if r["kind"] == "round"]
-        last = rounds[-1]
-        if any(r["kind"] == "decode" and r["round"] == last["round"] for r in records):
-            raise ParameterError(f"the coordinator died while decoding round "
-                                 f"{last['round']} (the decode changes the result in place); "
-                                 "nothing to resume: run the session again")
-        first = self._first_responders or self.names
-        if rounds[0]["round"] != 1 or rounds[0]["responders"] != \
-                [p for p in self.names if p in first]:
-            raise ParameterError(f"the journal's first responding set "
-                                 f"{rounds[0]['responders']} is not this config's; refusing "
-                                 "to resume")
-        held = [(r["prime"], r["tile"], r["digest"]) for r in records
-                if r["kind"] == "tile" and r["round"] == last["round"]]
-        self.ready = set(self.names)
-        for log in self._outlogs.values():
-            log.drop()  # everything before the round was delivered in the first process
-        self.round = last["round"] - 1
-        self._excluded = list(last["excluded"])
-        self.lost = set(last["lost"])
-        self._aborted_rounds = set(last["aborted"])
-        self.deviations = list(last["deviations"])
-        self._restarted = set(self.names) - self.lost
-        # its RoundStarts are held for the resumes
-        self._start_round(list(last["responders"]), held={(k, i) for k, i, _ in held})
-        for k, i, digest in held:
-            a, b = self.tiles[i]
-            if self._acc.region_digest(k, a, b) != digest:
-                raise IntegrityError(f"the result file was changed since the journal "
-                                     f"recorded tile {i} of prime {k} (its digest "
-                                     "differs); refusing to resume")
-        self.away = set(self._restarted)
-        logger.warning("session %r restored from its journal in round %d: %d of %d tiles "
-                       "held; waiting for %s to resume", self.session_id, self.round,
-                       len(held), len(self.plan.primes) * len(self.tiles),
-                       sorted(self._restarted))
-        return []
-
     def _describe(self) -> dict:
         described = self.plan.describe() | {"mode": self.parameters.mode,
                                             "responders": list(self.responders),
@@ -1237,21 +854,3 @@ class Coordinator:
             report.party != sender else ""
         raise PeerError(f"reported by {sender!r}{claim}: {report.kind or 'error'}: "
                         f"{report.message[:500]}", party=sender, phase=phase)
-
-
-def _b64(message) -> str:
-    return base64.b64encode(message.SerializeToString()).decode()
-
-
-def _refused(name: str, phase: str, reason: str) -> AuthenticationError:
-    """A refused resume: opaque to the stream it is told to (like every authentication
-    failure), with the reason kept for the coordinator's log (``error.reason``)."""
-    error = AuthenticationError(name, phase)
-    error.reason = reason
-    return error
-
-
-def _deviation_message(record: dict) -> pb.Deviation:
-    return pb.Deviation(round=record["round"], named=record["named"],
-                        suspects=[pb.Suspects(parties=x) for x in record["suspects"]],
-                        action=record["action"], description=record["description"])

@@ -169,7 +169,7 @@ def corrupt(party, env, fault: str | None):
         env.tile.values = values.astype("<u4").tobytes()
     elif fault == "oversized-hello" and env.HasField("hello"):
         from ._identity import sign
-        from ._party import hello_transcript
+        from ._roster_transcripts import hello_transcript
 
         env.hello.n_rows = 1 << 44
         env.hello.signature = sign(party._identity, hello_transcript(env.hello))

@@ -33,9 +33,10 @@ import grpc
 from finite_field import AuthenticationError, OmniFCError, PeerError, ProtocolError
 
 from ._config import parameters_from_config  # re-exported: its home is the config
-from ._coordinator import Coordinator, Outcome
+from ._coordinator import Coordinator
 from ._generated import omnifc_pb2_grpc as pb_grpc
 from ._messages import SessionParameters, is_dropped
+from ._outcome import Outcome
 from ._tls import authenticated_party, keepalive_options, make_server, peer_common_name
 
 __all__ = ["CoordinatorServer", "parameters_from_config", "coordinator_from_config",

@@ -25,11 +25,12 @@ from finite_field import ParameterError
 
 from ._config import (SESSION_FIELDS, ConfigParameters, Deadlines, TLSSettings,
                       dump_session_config, load_session_config)
-from ._coordinator import Outcome
+from ._outcome import Outcome
 from ._grpc_coordinator import CoordinatorServer, coordinator_from_config
 from ._messages import SessionParameters
 from ._party_processes import new_party_server, start_party_process
-from ._tls import coordinator_credentials, generate_certificates
+from ._demo_certificates import generate_certificates
+from ._tls import coordinator_credentials
 
 __all__ = ["run_local_grpc_session", "LocalSession"]
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import pathlib
 import queue
 import sys
@@ -28,11 +27,13 @@ import time
 import grpc
 import numpy as np
 
-from finite_field import DeadlineError, InputError, OmniFCError, PeerError, ProtocolError
+from finite_field import DeadlineError, InputError, OmniFCError, ProtocolError
 
 from ._faults import Fault
 from ._generated import omnifc_pb2_grpc as pb_grpc
-from ._party import COORDINATOR, Party
+from ._party import Party
+from ._party_connect import _connection_error, _wait_until_ready
+from ._party_data import load_party_data
 from ._tls import keepalive_options, make_channel, party_credentials
 
 __all__ = ["run_party", "party_from_config", "load_party_data", "main"]
@@ -42,47 +43,6 @@ logger = logging.getLogger(__name__)
 _END = object()
 #: Seconds :meth:`_Link.close` waits for gRPC's thread that sends the stream.
 _CLOSE_WAIT = 5.0
-
-
-def load_party_data(path) -> np.ndarray:
-    """Rows of a party from ``.npy`` or ``.csv`` (comma-separated numbers, no header).
-
-    Every way a file can be unusable (missing, empty, not an array, not numeric) ends in
-    one :class:`InputError` naming the file.
-    """
-    path = pathlib.Path(path)
-    if path.suffix not in (".npy", ".csv"):
-        raise InputError(f"data must be a .npy or .csv file, got {str(path)!r}")
-    if not path.is_file():
-        raise InputError(f"data file {str(path)!r} not found (working directory "
-                         f"{os.getcwd()})")
-    if path.stat().st_size == 0:
-        raise InputError(f"data file {str(path)!r} is empty (0 bytes)")
-    if path.suffix == ".npy":
-        try:
-            data = np.load(path, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as error:
-            raise InputError(f"could not read {str(path)!r} as a NumPy .npy array: "
-                             f"{error}") from None
-        if not isinstance(data, np.ndarray) or not (
-                np.issubdtype(data.dtype, np.number) or data.dtype == np.bool_) \
-                or np.issubdtype(data.dtype, np.complexfloating):
-            raise InputError(f"{str(path)!r} holds a {getattr(data, 'dtype', type(data))} "
-                             "array; the rows must be real numbers (save them with "
-                             "np.save(path, rows.astype(float)))")
-    else:
-        from ._csv import csv_problem
-
-        try:
-            data = np.loadtxt(path, delimiter=",", dtype=np.float64, ndmin=2)
-        except ValueError as error:
-            where = csv_problem(path) or str(error).split("; use `usecols`")[0]
-            raise InputError(f"could not read {str(path)!r} as numeric CSV (one row per "
-                             f"line, comma-separated numbers, no header): {where}") from None
-        if not np.isfinite(data).all():
-            where = csv_problem(path) or "not every entry is finite"
-            raise InputError(f"{str(path)!r}: {where}")
-    return np.asarray(data, dtype=np.float64)
 
 
 def party_from_config(config, name: str, data, *, parameters=None) -> Party:
@@ -422,110 +382,6 @@ def _confirm(party: Party, responses, outgoing: queue.Queue) -> None:
             pass
     except grpc.RpcError:
         pass  # the result is here; how the stream ends changes nothing
-
-
-def _connection_error(party: Party, phase: str, what: str, kind=PeerError) -> PeerError:
-    """A failure of the connection to the coordinator, as this party reports it (the
-    error's ``party`` is the coordinator's end: where the problem is seen)."""
-    return kind(f"{what} (phase {phase!r})", party=COORDINATOR, phase=phase,
-                reporter=f"party {party.party_id!r}")
-
-
-def _wait_until_ready(channel, target: str, connect_timeout: float, tls_files,
-                      party: Party) -> None:
-    """Wait (bounded) for the channel; stop on TLS failure. Says why it waits after the
-    first 5 s, then only when the cause changes or the wait has doubled (5, 10, 20, 40 s,
-    ...): a few lines for a long join deadline, not one every 5 s."""
-    ready = grpc.channel_ready_future(channel)
-    start = time.monotonic()
-    cause = "no answer"
-    said, next_report = None, 0.0
-    while True:
-        remaining = connect_timeout - (time.monotonic() - start)
-        try:
-            ready.result(timeout=max(0.0, min(5.0, remaining)))
-            return
-        except grpc.FutureTimeoutError:
-            pass
-        fatal, cause = _diagnose(target, tls_files)
-        if fatal:
-            ready.cancel()
-            raise _connection_error(party, "join", f"TLS handshake with {target} failed: "
-                                    f"{cause}")
-        waited = time.monotonic() - start
-        if waited >= connect_timeout:
-            ready.cancel()
-            raise _connection_error(party, "join", f"could not establish a connection to "
-                                    f"{target} within {connect_timeout:g} s ({cause}); is "
-                                    f"`omnifc serve` running there?")
-        if cause != said or waited >= next_report:
-            logger.warning("waiting for the coordinator at %s (%s): %.0f of %g s", target,
-                           cause, waited, connect_timeout)
-            said, next_report = cause, 2 * max(waited, 1.0)
-
-
-def _tls_context(tls_files):
-    """An ``ssl`` client context with this party's certificate and key, trusting what the
-    config trusts; ``TLSFiles`` entries are paths, or PEM bytes where the config embeds
-    them (written to a private temporary folder for the ssl module, then removed)."""
-    import ssl
-    import tempfile
-
-    ca = tls_files.ca
-    context = ssl.create_default_context(
-        **({"cadata": bytes(ca).decode("ascii")} if isinstance(ca, (bytes, bytearray))
-           else {"cafile": str(ca)}))
-    cert = tls_files.cert
-    if isinstance(cert, (bytes, bytearray)):
-        with tempfile.TemporaryDirectory() as folder:  # created 0700
-            path = os.path.join(folder, "cert.pem")
-            with open(path, "wb") as handle:
-                handle.write(bytes(cert))
-            context.load_cert_chain(path, str(tls_files.key))
-    else:
-        context.load_cert_chain(str(cert), str(tls_files.key))
-    return context
-
-
-def _diagnose(target: str, tls_files) -> tuple:
-    """``(fatal, cause)`` of a channel that is not ready: TCP, then a direct TLS handshake."""
-    import socket
-    import ssl
-
-    host, _, port = target.rpartition(":")
-    host = host.strip("[]")
-    try:
-        sock = socket.create_connection((host, int(port)), timeout=2.0)
-    except (OSError, ValueError) as error:
-        return False, f"connection refused: {getattr(error, 'strerror', None) or error}"
-    if tls_files is None:
-        sock.close()
-        return False, "the port accepts connections but gRPC is not ready"
-    try:
-        context = _tls_context(tls_files)
-        context.set_alpn_protocols(["h2"])
-        with context.wrap_socket(sock, server_hostname=host) as tls:
-            tls.settimeout(2.0)
-            try:
-                tls.recv(1)  # TLS 1.3: a refused client certificate shows up here
-            except (TimeoutError, socket.timeout):
-                pass
-    except (ssl.SSLEOFError, ssl.SSLZeroReturnError) as error:
-        # the peer hung up without a TLS alert (a restart, a proxy, a dropped connection):
-        # nothing was refused, keep waiting (an alert below is what a refusal looks like)
-        return False, f"connection closed during the TLS handshake ({error.reason})"
-    except ssl.SSLCertVerificationError as error:
-        return True, (f"the coordinator's certificate does not verify against this config's "
-                      f"pinned coordinator certificate (CERTIFICATE_VERIFY_FAILED: "
-                      f"{error.verify_message}); is this config from another session?")
-    except ssl.SSLError as error:
-        return True, (f"the coordinator refused this party's certificate ({error.reason}); "
-                      "is the coordinator running another session's config?")
-    except OSError as error:
-        return False, f"connection closed during the TLS handshake ({error})"
-    finally:
-        sock.close()
-    return False, "TLS handshake succeeded but gRPC is not ready"
 
 
 def main(argv=None) -> int:

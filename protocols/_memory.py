@@ -39,11 +39,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from finite_field import ProtocolError
 
-from ._coordinator import Coordinator, Outcome
+from ._coordinator import Coordinator
 from ._identity import public_key_bytes
 from ._generated import omnifc_pb2 as pb
 from ._messages import SessionParameters, body_of, phase_of
-from ._party import COORDINATOR, Party
+from ._outcome import Outcome
+from ._fail_closed import COORDINATOR
+from ._party import Party
 
 __all__ = ["run_memory_session", "Transcript", "ReceivedMessage"]
 

@@ -50,6 +50,11 @@ Rules that hold whatever the coordinator sends (it may be actively malicious):
 - **Fail closed.** Any exception, expected or not, leaves the party failed with a
   :class:`ProtocolError` (non-protocol exceptions are wrapped, with only their type in the
   message); :meth:`Party.error_report` turns it into the ErrorReport for the coordinator.
+
+Where the pieces live: the state machine is here; its reconnect methods are
+:mod:`protocols._party_reconnect` (a class :class:`Party` inherits), the signed transcripts
+of the hello and the roster confirmation :mod:`protocols._roster_transcripts`, and how an
+error fails closed :mod:`protocols._fail_closed`.
 """
 
 from __future__ import annotations
@@ -68,7 +73,7 @@ from finite_field import (AuthenticationError, InputError, IntegrityError, OmniF
 
 from ._log_once import log_once
 from ._crypto import (PROTOCOL_VERSION, RUN_NONCE_BYTES, EphemeralKey, MaskView, PairKeys,
-                      new_run_nonce, roster_digest, transcript)
+                      new_run_nonce)
 from ._identity import public_key_bytes, sign, verify
 from ._integrity import group_streams
 from ._mask_graph import mask_neighbours
@@ -76,48 +81,16 @@ from ._generated import omnifc_pb2 as pb
 from ._messages import (SessionParameters, body_of, check_row_caps, chunk_rows, envelope,
                         is_dropped, pack, unpack)
 from ._plans import _BLOCK_ELEMENTS, _block_stop, session_plan, session_type  # noqa: F401
-from ._resume import TILE, Outlog, resume_proof, resume_transcript
+from ._resume import Outlog
+from ._fail_closed import COORDINATOR, as_protocol_error
+from ._party_reconnect import PartyReconnect
+from ._roster_transcripts import (confirmation_transcript, hello_transcript,
+                                  roster_digest_of)
 
 __all__ = ["Party", "hello_transcript", "roster_digest_of", "confirmation_transcript",
            "COORDINATOR"]
 
 logger = logging.getLogger(__name__)
-
-#: The name parties use for the coordinator in errors.
-COORDINATOR = "coordinator"
-
-
-def hello_transcript(hello: pb.Hello) -> bytes:
-    """The canonical bytes a party signs in its hello (every field but the signature)."""
-    return transcript("hello", hello.session_id, hello.protocol_version, hello.party_id,
-                      hello.n_rows, hello.dim, hello.ephemeral_public_key, hello.run_nonce)
-
-
-def roster_digest_of(session_id: str, hellos) -> bytes:
-    """The roster digest of signed hellos in roster order (see :mod:`protocols._crypto`)."""
-    return roster_digest(session_id, [(hello_transcript(h), h.signature) for h in hellos])
-
-
-def confirmation_transcript(session_id: str, party_id: str, digest: bytes) -> bytes:
-    """The canonical bytes a party signs to confirm the roster it accepted (label
-    ``roster-confirmation``: no hello or other signed message has the same bytes)."""
-    return transcript("roster-confirmation", session_id, party_id, bytes(digest))
-
-
-def as_protocol_error(error: Exception, who: str, phase: str) -> Exception:
-    """``error`` if it is a ProtocolError, else a ProtocolError naming its type (fail closed:
-    an unexpected exception ends the session like any protocol violation)."""
-    if isinstance(error, ProtocolError):
-        return error
-    if isinstance(error, OmniFCError):
-        wrapped = ProtocolError(f"{who} failed in phase {phase!r}: {error}")
-    else:
-        wrapped = ProtocolError(f"{who} failed in phase {phase!r}: unexpected "
-                                f"{type(error).__name__}")
-    wrapped.__cause__ = error
-    wrapped.phase = phase
-    return wrapped
-
 
 @contextlib.contextmanager
 def _tile_values(session, party, k: int, tiles):
@@ -132,7 +105,7 @@ def _tile_values(session, party, k: int, tiles):
             close()
 
 
-class Party:
+class Party(PartyReconnect):
     """One data owner.
 
     Parameters
@@ -304,103 +277,6 @@ class Party:
                 yield env
         except Exception as error:
             raise self._fail(as_protocol_error(error, f"party {self.party_id!r}", self.phase))
-
-    # -- reconnect (docs/protocol.md, "Reconnect") --------------------------------------
-    def _record(self, env: pb.Envelope) -> None:
-        """Log what is sent (a tile by its coordinates: it is computed again if needed)."""
-        if not self.resumable:
-            return
-        if env.HasField("tile"):
-            t = env.tile
-            self._log.append((TILE, t.round, t.prime_index, t.tile_index))
-        else:
-            self._log.append(env, env.ByteSize())
-
-    @property
-    def can_resume(self) -> bool:
-        """Whether a broken stream may be resumed: the session allows it and this party
-        is neither finished nor failed."""
-        return self.resumable and self.phase in ("join", "confirm", "shares", "ready",
-                                                 "evaluation")
-
-    def resume_request(self) -> pb.Envelope:
-        """The first envelope on a new stream after the old one broke."""
-        if not self.can_resume:
-            raise ProtocolError(f"party {self.party_id!r} cannot resume in phase "
-                                f"{self.phase!r} (reconnect_grace = "
-                                f"{self.parameters.reconnect_grace:g} s)")
-        return envelope(resume_request=pb.ResumeRequest(session_id=self.session_id,
-                                                        party_id=self.party_id))
-
-    def answer_challenge(self, env: pb.Envelope) -> pb.Envelope:
-        """The signed ``Resume`` for the coordinator's challenge on the new stream."""
-        kind, challenge = body_of(env)
-        try:
-            if kind == "error":  # told at once: the session failed, or no resume
-                self._on_error(challenge)
-            if kind != "resume_challenge":
-                raise PeerError(f"expected a resume challenge on the new stream, got "
-                                f"{kind!r}", party=COORDINATOR, phase=self.phase)
-            self._expect_session(challenge.session_id, self.phase)
-            if len(challenge.challenge) != 32 or len(challenge.ephemeral_public_key) != 32:
-                raise PeerError("the resume challenge must hold a 32-byte challenge and a "
-                                "32-byte key", party=COORDINATOR, phase=self.phase)
-        except Exception as error:
-            raise self._fail(as_protocol_error(error, f"party {self.party_id!r}", self.phase))
-        received = self.received
-        message = resume_transcript(self.session_id, self.party_id, self._run_nonce,
-                                    self._ephemeral.public_bytes, challenge.challenge,
-                                    challenge.ephemeral_public_key, received)
-        return envelope(resume=pb.Resume(
-            session_id=self.session_id, party_id=self.party_id, run_nonce=self._run_nonce,
-            challenge=challenge.challenge, received=received,
-            proof=resume_proof(self._ephemeral, challenge.ephemeral_public_key, message),
-            signature=sign(self._identity, message)))
-
-    def resumed(self, env: pb.Envelope) -> list[pb.Envelope]:
-        """The coordinator accepted the resume: what to send again, in order (everything
-        after what it received, but the tiles it holds; a tile is computed again, the
-        identical bytes). Then the coordinator re-sends what this party did not receive;
-        those envelopes go to :meth:`receive` as usual."""
-        kind, accepted = body_of(env)
-        if kind == "error":
-            try:
-                self._on_error(accepted)
-            except Exception as error:
-                raise self._fail(error)
-        if kind != "resume_accepted":
-            raise self._fail(PeerError(f"expected the resume's acceptance, got {kind!r}",
-                                       party=COORDINATOR, phase=self.phase))
-        try:
-            self._expect_session(accepted.session_id, self.phase)
-            restarted = accepted.restarted
-            # a coordinator restarted from its journal received nothing on the old
-            # streams: every upload of its round it does not hold goes again, the rest
-            # (a Ready, an earlier round's) is history
-            entries = self._log.since(0 if restarted else accepted.received,
-                                      party=COORDINATOR, phase=self.phase)
-            held = {k: set(t.indices) for k, t in enumerate(accepted.held)}
-            out = []
-            for entry in entries:
-                if isinstance(entry, tuple):  # a tile: the same bytes, computed again
-                    _, round_, k, index = entry
-                    if round_ != self._round or index in held.get(k, ()):
-                        continue  # an abandoned round's, or held already
-                    out.append(self._tile_envelope(round_, self._responders, k, index))
-                elif not restarted or (entry.HasField("group_seed") and
-                                       entry.group_seed.round == accepted.round):
-                    out.append(entry)
-            if restarted:
-                self._repeats_of_round = int(accepted.round)
-        except Exception as error:
-            raise self._fail(as_protocol_error(error, f"party {self.party_id!r}", self.phase))
-        self._log.restart([])
-        for e in out:
-            self._record(e)
-        self.received = 0
-        logger.info("party %r resumed: %d envelope(s) re-sent, %d to come from the "
-                    "coordinator", self.party_id, len(out), accepted.replayed)
-        return out
 
     def _tile_envelope(self, round_: int, responders, k: int, tile_index: int) -> pb.Envelope:
         """One tile of this round, computed again (deterministic: identical bytes)."""

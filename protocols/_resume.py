@@ -146,3 +146,11 @@ class Outlog:
         self.entries = list(entries)
         self.sizes = list(sizes) if sizes is not None else [0] * len(self.entries)
         self.bytes = sum(self.sizes)
+
+
+def _refused(name: str, phase: str, reason: str) -> AuthenticationError:
+    """A refused resume: opaque to the stream it is told to (like every authentication
+    failure), with the reason kept for the coordinator's log (``error.reason``)."""
+    error = AuthenticationError(name, phase)
+    error.reason = reason
+    return error

@@ -184,3 +184,28 @@ class Oracle:
             else:
                 return False
         return True
+
+
+def ward_gap_k(x, k_upper=15):
+    """omnifc's K rule from its definition, on scikit-learn's Ward merge heights.
+
+    K in 2..min(k_upper, n // 2) (n when n < 4) with the widest ratio of consecutive merge
+    heights h_{n-k+1} / h_{n-k}; the heights come from scikit-learn's agglomerative
+    clustering of the vectors ``x``, not from scipy's linkage on D as in the library.
+
+    >>> ward_gap_k(np.array([[0.0], [0.1], [5.0], [5.1], [100.0], [100.1]]))
+    3
+    """
+    from sklearn.cluster import AgglomerativeClustering
+
+    heights = np.sort(AgglomerativeClustering(linkage="ward", compute_distances=True)
+                      .fit(x).distances_)
+    n = len(x)
+    upper = min(k_upper, n // 2) if n >= 4 else n
+    best_k, best = 2, -1.0
+    for k in range(2, upper + 1):
+        low, high = heights[n - k - 1], heights[n - k]
+        ratio = high / low if low > 0 else (np.inf if high > 0 else 1.0)
+        if ratio > best:
+            best_k, best = k, ratio
+    return best_k

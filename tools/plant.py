@@ -80,7 +80,7 @@ BUGS = {
                                 "            if False:\n                cost = secure_group_sums")],
                               "tests/adapters/test_protocol_really_runs.py"),
     "sum-unmasked": ("protocols/_party.py",
-                     [('masked = params.mode == "masked"', "masked = False")],
+                     [('masked = self.parameters.mode == "masked"', "masked = False")],
                      "tests/adapters/test_protocol_really_runs.py"),
     "kappa-unmatched": ("omnifc/experiments/_metrics.py",
                         [("return float(cohen_kappa_score(truth, aligned))",

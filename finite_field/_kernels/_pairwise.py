@@ -63,6 +63,22 @@ _accumulate_kernel = kernel("void(int64[:,::1], float64[:,::1], int64, int64, in
                                 cache=True, nogil=True)(_accumulate)
 
 
+@kernel(cache=True)
+def _norms_minus_twice(norm_x, norm_y, g, p):
+    # (norm_x + norm_y - 2 g) mod p, the squared distance from the norms and the Gram
+    # entry, for norm_x, norm_y, g in [0, p): float64 (exact integers) or int64 alike.
+    t = norm_x + norm_y
+    if t >= p:
+        t -= p
+    u = g + g
+    if u >= p:
+        u -= p
+    d = t - u
+    if d < 0:
+        d += p
+    return d
+
+
 def _panel(out, row0, row1, col0, row_norms, col_norms, c_lo, c_hi, mirror_from, distances, p):
     # In place: the float64 view of out[row0:row1, col0 + c] (c in [c_lo, c_hi)) holds exact
     # integers v (the BLAS product was written there). Replaces them by int64 results:
@@ -92,17 +108,8 @@ def _panel(out, row0, row1, col0, row_norms, col_norms, c_lo, c_hi, mirror_from,
             norm = row_norms[r]
             norms = col_norms[c_lo:c_hi]
             for c in range(cols):
-                g = _mod_float(src[c], pf, p_inv)
-                t = norm + norms[c]
-                if t >= pf:
-                    t -= pf
-                u = g + g
-                if u >= pf:
-                    u -= pf
-                d = t - u
-                if d < 0.0:
-                    d += pf
-                dest[c] = np.int64(d)
+                dest[c] = np.int64(_norms_minus_twice(norm, norms[c],
+                                                      _mod_float(src[c], pf, p_inv), pf))
         else:
             for c in range(cols):
                 dest[c] = np.int64(_mod_float(src[c], pf, p_inv))
@@ -141,15 +148,7 @@ def _gram_to_distances_kernel(gram, diag, out, in_place, p, row_lo, row_hi):
                 g = src[j]
                 lo = min(lo, g)
                 hi = max(hi, g)
-                t = di + dg[j]
-                if t >= p:
-                    t -= p
-                u = g + g
-                if u >= p:
-                    u -= p
-                d = t - u
-                if d < 0:
-                    d += p
+                d = _norms_minus_twice(di, dg[j], g, p)
                 if in_place:
                     scratch[j] = d
                 else:

@@ -13,7 +13,8 @@ from ._known_sample import check_known_sample_attack
 from ._leakage import check_coordinator_view
 from ._numerics import check_numerics
 from ._params import AuditParameters
-from ._privacy import check_algebraic_privacy, check_empirical_privacy
+from ._privacy_algebraic import check_algebraic_privacy
+from ._privacy_empirical import check_empirical_privacy
 from ._report import AuditReport
 from ._simulations import simulated_sessions
 from ._transport import check_transport

@@ -44,12 +44,6 @@ _METHOD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _SESSION_ID = re.compile(r"[0-9a-f]{32,64}")
 
 
-def _show(value) -> str:
-    """repr of a value for an error message, shortened."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def validate_party_name(name, *, what: str = "party name") -> str:
     """Check a party (or coordinator) name: 1-64 characters of [A-Za-z0-9_.-], starting
     with a letter or digit. Names become certificate common names and file names.
@@ -119,15 +113,15 @@ def _path(value, key: str) -> Optional[Path]:
 
 
 def _certificate(value, where: str, expected_name: Optional[str] = None):
-    """:func:`protocols._tls.parse_certificate` (X.509 parsing lives with TLS)."""
-    from .._tls import parse_certificate
+    """:func:`protocols._certificates.parse_certificate`."""
+    from .._certificates import parse_certificate
 
     return parse_certificate(value, where, expected_name)
 
 
 def _check_fingerprint(value, computed: str, where: str) -> Optional[str]:
-    """:func:`protocols._tls.check_card_fingerprint`."""
-    from .._tls import check_card_fingerprint
+    """:func:`protocols._certificates.check_card_fingerprint`."""
+    from .._certificates import check_card_fingerprint
 
     return check_card_fingerprint(value, computed, where)
 

@@ -12,6 +12,7 @@ from sklearn.cluster import AgglomerativeClustering, KMeans
 from sklearn.metrics import adjusted_rand_score, silhouette_score
 
 from finite_field import ParameterError
+from oracles import ward_gap_k
 from omnifc.adapters import clove, plaintext_distances, quantize_rows
 
 pytestmark = pytest.mark.timeout(120)
@@ -349,21 +350,6 @@ def test_choose_k_known_answers_and_refusals():
         clove.choose_k(_sq(x4), k_upper=1)
 
 
-def _gap_reference(x, k_upper=15):
-    """The widest ratio of scikit-learn's ward merge distances on the vectors."""
-    heights = np.sort(AgglomerativeClustering(linkage="ward", compute_distances=True)
-                      .fit(x).distances_)
-    n = len(x)
-    upper = min(k_upper, n // 2) if n >= 4 else n
-    best_k, best = 2, -1.0
-    for k in range(2, upper + 1):
-        low, high = heights[n - k - 1], heights[n - k]
-        ratio = high / low if low > 0 else (np.inf if high > 0 else 1.0)
-        if ratio > best:
-            best_k, best = k, ratio
-    return best_k
-
-
 def test_choose_k_gap_small_cases_by_hand():
     # ward merge heights sqrt(2 n1 n2 / (n1 + n2)) |c1 - c2|: four pairs at 1, then
     # {0,1}+{10,11} sqrt(2) 10 = 14.1, +{30,31} sqrt(16/6) 25 = 40.8, +{200,201}
@@ -385,7 +371,7 @@ def test_choose_k_gap_small_cases_by_hand():
     assert clove.choose_k_gap(_sq(far)) == 3 and clove.choose_k_gap(_sq(far), k_upper=2) == 2
     # three clients: upper = n = 3, K = 2 or 3 from the two heights
     tri = np.array([[0.0], [1.0], [50.0]])
-    assert clove.choose_k_gap(_sq(tri)) == _gap_reference(tri)
+    assert clove.choose_k_gap(_sq(tri)) == ward_gap_k(tri)
     with pytest.raises(ParameterError, match=re.escape(
             "choosing K needs at least 2 clients and k_upper >= 2; got 1 clients, k_upper=15")):
         clove.choose_k_gap(np.zeros((1, 1)))
@@ -399,8 +385,8 @@ def test_choose_k_gap_against_sklearn_merge_distances(seed):
     rng = np.random.default_rng(40 + seed)
     n = int(rng.integers(4, 11))
     x = rng.normal(0, 1, (n, 2)) + 8 * rng.integers(0, 4, (n, 1))
-    assert clove.choose_k_gap(_sq(x)) == _gap_reference(x)
-    assert clove.choose_k_gap(_sq(x), k_upper=3) == _gap_reference(x, k_upper=3)
+    assert clove.choose_k_gap(_sq(x)) == ward_gap_k(x)
+    assert clove.choose_k_gap(_sq(x), k_upper=3) == ward_gap_k(x, k_upper=3)
     h = np.sort(linkage(x, "ward")[:, 2])                  # scipy from vectors agrees too
     np.testing.assert_allclose(h, np.sort(AgglomerativeClustering(
         linkage="ward", compute_distances=True).fit(x).distances_), rtol=1e-9)
@@ -901,7 +887,7 @@ def test_run_clove_fl_k_rules():
     losses = _losses(targets)
     gap = clove.run_clove_fl(clients, _Scalar(), MODELS, rounds=1, local_train=_keep,
                              first_round="evaluation_based", secure=False)
-    assert gap.n_clusters == [_gap_reference(losses)] == [3]
+    assert gap.n_clusters == [ward_gap_k(losses)] == [3]
     gap2 = clove.run_clove_fl(clients, _Scalar(), MODELS, rounds=1, local_train=_keep,
                               first_round="evaluation_based", secure=False, k_upper=2)
     assert gap2.n_clusters == [2]
@@ -1087,7 +1073,7 @@ def test_choose_k_gap_zero_height_below_a_small_one():
     # ward heights 0, 0, 0, sqrt(2) 0.3 = 0.42, then ~16: at K = 3 a zero height lies
     # below 0.42, an infinite ratio
     x = np.array([[0.0], [0.0], [0.3], [0.3], [10.0], [10.0]])
-    assert clove.choose_k_gap(_sq(x)) == _gap_reference(x) == 3
+    assert clove.choose_k_gap(_sq(x)) == ward_gap_k(x) == 3
 
 
 def test_run_clove_fl_default_trainer_and_the_secure_sum_parties(monkeypatch):

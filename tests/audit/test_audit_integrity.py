@@ -64,7 +64,7 @@ def test_the_check_fails_when_a_wrong_d_or_an_innocent_gets_through(monkeypatch)
     """Check 9 bites: the decoding radius of before the declared bound (floor(s/2), which
     lets two colluders' codeword pass for an honest party's error), or a verdict that
     names the first honest party, fails it (P4)."""
-    from protocols import _coordinator, _integrity as protocol_integrity
+    from protocols import _coordinator_deviations, _integrity as protocol_integrity
 
     monkeypatch.setattr(protocol_integrity, "decoding_radius", lambda s, a: s // 2)
     check = check_integrity(AuditParameters(parties=5))  # detect, A = 2
@@ -80,7 +80,7 @@ def test_the_check_fails_when_a_wrong_d_or_an_innocent_gets_through(monkeypatch)
         result = real(findings, names, adversaries, known=known)
         return replace(result, named=("party-1",), suspects=(("party-1",),),
                        roles={"party-1": "evaluator"}) if result.explained else result
-    monkeypatch.setattr(_coordinator, "verdict", framing)
+    monkeypatch.setattr(_coordinator_deviations, "verdict", framing)
     check = check_integrity(AuditParameters(parties=5, integrity="correct"))
     assert check.verdict == "fail"
     assert any("outside the coalition" in reason for reason in check.reasons)

@@ -7,7 +7,7 @@ import pytest
 
 from finite_field import InputError
 from protocols._csv import csv_problem
-from protocols._grpc_party import load_party_data
+from protocols._party_data import load_party_data
 
 
 @pytest.mark.parametrize("text, expected", [

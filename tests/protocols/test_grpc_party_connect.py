@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from finite_field import PeerError
-from protocols import _grpc_party
+from protocols import _party_connect
 
 
 class Clock:
@@ -38,14 +38,14 @@ class NeverReady:
 def waiting_lines(monkeypatch, caplog, deadline, causes=None):
     clock = Clock()
     future = NeverReady(clock)
-    monkeypatch.setattr(_grpc_party.time, "monotonic", clock.monotonic)
-    monkeypatch.setattr(_grpc_party.grpc, "channel_ready_future", lambda channel: future)
+    monkeypatch.setattr(_party_connect.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(_party_connect.grpc, "channel_ready_future", lambda channel: future)
     causes = causes or (lambda now: "connection refused")
-    monkeypatch.setattr(_grpc_party, "_diagnose",
+    monkeypatch.setattr(_party_connect, "_diagnose",
                         lambda target, tls: (False, causes(clock.now)))
     with caplog.at_level(logging.INFO, logger="protocols"):
         with pytest.raises(PeerError, match=f"within {deadline:g} s"):
-            _grpc_party._wait_until_ready(None, "127.0.0.1:1", deadline, None,
+            _party_connect._wait_until_ready(None, "127.0.0.1:1", deadline, None,
                                           types.SimpleNamespace(party_id="a"))
     assert future.cancelled
     return [(r.levelname, r.getMessage()) for r in caplog.records

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from protocols import generate_certificates, load_session_config
-from protocols._grpc_party import _diagnose
+from protocols._party_connect import _diagnose
 
 pytestmark = [pytest.mark.network, pytest.mark.timeout(60)]
 

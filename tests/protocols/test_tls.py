@@ -29,6 +29,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from finite_field import ParameterError, PeerError
 from protocols import (
     MAX_MESSAGE_BYTES,
+    _certificates,
     _tls,
     authenticated_party,
     certificate_sha256,
@@ -47,7 +48,8 @@ from protocols import (
 )
 from protocols._cards import generate_keys
 from protocols._config import ClusteringRequest, ConfigParameters, Deadlines, TLSSettings
-from protocols._tls import IMPERSONATION_WARNING, check_own_keys
+from protocols._certificates import check_own_keys
+from protocols._demo_certificates import IMPERSONATION_WARNING
 
 #: run on the lowest and the highest protobuf (.ci/protobuf_matrix.sh)
 pytestmark = [pytest.mark.protobuf, pytest.mark.timeout(120)]
@@ -458,7 +460,8 @@ def test_certificate_sha256_of_path_pem_and_der(certs):
 
 
 # -- folded in from test_tls_bites.py -----------------------------------------------------
-# Tests that bite on protocols/_tls.py (issue 14, mutation testing), without a network peer.
+# Tests that bite on protocols/_tls.py, _certificates.py and _demo_certificates.py (issue 14,
+# mutation testing), without a network peer.
 #
 # Independent expectations: generated certificates and keys parsed back with
 # ``cryptography``, hashes recomputed with ``hashlib``, the session config read back with
@@ -534,7 +537,7 @@ def test_options_reach_the_config_and_the_certificates(tmp_path, caplog):
     params = ConfigParameters(scale_bits=10)
     clustering = ClusteringRequest(method="dbscan", n_clusters=None)
     deadlines = Deadlines(join=7.0)
-    with caplog.at_level(logging.INFO, logger="protocols._tls"):
+    with caplog.at_level(logging.INFO, logger="protocols._demo_certificates"):
         certs = generate_certificates(tmp_path / "x", ["p", "q", "r"], "hub", 9,
                                       coordinator_address="hub.example:7000",
                                       coordinator_hosts=["10.0.0.2", "0.0.0.0"],
@@ -640,58 +643,58 @@ def test_existing_files_and_links_are_refused(tmp_path):
 # -- reading ----------------------------------------------------------------------------
 
 def test_read_bytes_paths_and_refusals(tmp_path):
-    assert _tls._read(b"x", "w") == b"x"
-    assert _tls._read(bytearray(b"y"), "w") == b"y" and type(_tls._read(bytearray(b"y"),
+    assert _certificates._read(b"x", "w") == b"x"
+    assert _certificates._read(bytearray(b"y"), "w") == b"y" and type(_certificates._read(bytearray(b"y"),
                                                                          "w")) is bytes
     (tmp_path / "f").write_bytes(b"z")
-    assert _tls._read(tmp_path / "f", "w") == b"z" and _tls._read(str(tmp_path / "f"),
+    assert _certificates._read(tmp_path / "f", "w") == b"z" and _certificates._read(str(tmp_path / "f"),
                                                                   "w") == b"z"
     with pytest.raises(ParameterError) as info:
-        _tls._read(None, "the thing")
+        _certificates._read(None, "the thing")
     assert str(info.value) == "the thing is required"
     with pytest.raises(ParameterError) as info:
-        _tls._read(tmp_path / "missing", "the thing")
+        _certificates._read(tmp_path / "missing", "the thing")
     assert str(info.value) == f"the thing file not found: {str(tmp_path / 'missing')!r}"
     with pytest.raises(ParameterError) as info:
-        _tls._read(tmp_path, "the thing")
+        _certificates._read(tmp_path, "the thing")
     assert str(info.value) == f"the thing must be a file, got the folder {str(tmp_path)!r}"
 
 
 def test_read_key_checks_files_only(tmp_path):
-    assert _tls._read_key(b"k") == b"k"
-    assert _tls._read_key(bytearray(b"k")) == b"k"
+    assert _certificates._read_key(b"k") == b"k"
+    assert _certificates._read_key(bytearray(b"k")) == b"k"
     with pytest.raises(ParameterError) as info:
-        _tls._read_key(None)
+        _certificates._read_key(None)
     assert str(info.value) == "TLS private key is required"
     with pytest.raises(ParameterError) as info:
-        _tls._read_key(None, "my key")
+        _certificates._read_key(None, "my key")
     assert str(info.value) == "my key is required"
     key = tmp_path / "k.key"
     key.write_bytes(b"secret")
     key.chmod(0o600)
-    assert _tls._read_key(key) == b"secret"
+    assert _certificates._read_key(key) == b"secret"
     key.chmod(0o644)
     with pytest.raises(ParameterError, match=r"^my key file .* has mode 0o644"):
-        _tls._read_key(key, "my key")
+        _certificates._read_key(key, "my key")
     with pytest.raises(ParameterError, match=r"^TLS private key file .* has mode 0o644"):
-        _tls._read_key(key)
+        _certificates._read_key(key)
 
 
 def test_certificates_in_pem_der_and_refused(certs, tmp_path):
     pem = certs.party("a").cert.read_bytes()
     cert = x509.load_pem_x509_certificate(pem)
     der = cert.public_bytes(serialization.Encoding.DER)
-    assert _tls._load_certificate(pem) == cert
-    assert _tls._load_certificate(der) == cert
+    assert _certificates._load_certificate(pem) == cert
+    assert _certificates._load_certificate(der) == cert
     assert certificate_sha256(der) == hashlib.sha256(der).digest()
     assert certificate_sha256(cert) == hashlib.sha256(der).digest()
     assert certificate_sha256(certs.party("a").cert) == hashlib.sha256(der).digest()
     for junk in (b"-----BEGIN nonsense", b"\x30\x03abc"):
         with pytest.raises(ParameterError) as info:
-            _tls._load_certificate(junk, "the cert")
+            _certificates._load_certificate(junk, "the cert")
         assert str(info.value) == "the cert is not a PEM or DER X.509 certificate"
     with pytest.raises(ParameterError) as info:
-        _tls._load_certificate(b"junk")
+        _certificates._load_certificate(b"junk")
     assert str(info.value) == "certificate is not a PEM or DER X.509 certificate"
     with pytest.raises(ParameterError, match="^certificate is required$"):
         certificate_sha256(None)
@@ -1039,7 +1042,8 @@ def test_links_are_all_listed_and_the_demo_warning_logged_as_is(tmp_path, caplog
         generate_certificates(other, PARTIES)
     assert str(info.value) == ("refusing to write through symbolic links: "
                                f"{other / 'a.pem'}, {other / 'c.key'}")
-    with caplog.at_level(logging.INFO, logger="protocols._tls"):
+    with caplog.at_level(logging.INFO, logger="protocols._demo_certificates"):
         generate_certificates(tmp_path / "d", PARTIES)
-    assert [r.getMessage() for r in caplog.records if r.name == "protocols._tls"] == \
+    assert [r.getMessage() for r in caplog.records
+            if r.name == "protocols._demo_certificates"] == \
         [IMPERSONATION_WARNING]

@@ -49,9 +49,10 @@ from .._k_selection import choose_k, choose_k_gap
 from ._paper import (cluster_clients, cluster_cost, COORDINATOR_LEARNS, DEFAULT_MAX_LOSS,
                      DEFAULT_SCALE_BITS, fedavg, is_stable, loss_vector, match_clusters, mse_loss,
                      sort_clusters)
-from ._simulation import (adam_trainer, CLASSIFIER_MAX_LOSS, CloveFLRun, CloveRun, linear_mixture,
-                          local_update, random_unit_models, run_clove, run_clove_fl, run_ifca)
-from ._simulation import true_models  # noqa: F401 (module attributes before the split)
+from ._simulation import (adam_trainer, CLASSIFIER_MAX_LOSS, CloveFLRun, CloveRun, local_update,
+                          run_clove, run_clove_fl, run_ifca)
+from ._synthetic import linear_mixture, random_unit_models
+from ._synthetic import true_models  # noqa: F401 (module attributes before the split)
 
 #: The paper's API: the client embedding and the server algorithm. The other names above
 #: (simulation, baselines, synthetic data, constants) stay importable from here.

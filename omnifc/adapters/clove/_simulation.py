@@ -1,4 +1,5 @@
-"""CLoVE in simulation: the federated loop, baselines and synthetic data."""
+"""CLoVE in simulation: the federated loop and its IFCA baseline (the synthetic data they
+run on is :mod:`omnifc.adapters.clove._synthetic`)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ from .._k_selection import choose_k, choose_k_gap
 from ._paper import (DEFAULT_MAX_LOSS, DEFAULT_SCALE_BITS, cluster_clients, cluster_cost, fedavg,
                      is_stable, loss_vector, match_clusters)
 
-__all__ = ["CLASSIFIER_MAX_LOSS", "CloveFLRun", "CloveRun", "adam_trainer", "linear_mixture",
-           "local_update", "random_unit_models", "run_clove", "run_clove_fl", "run_ifca",
-           "true_models"]
+__all__ = ["CLASSIFIER_MAX_LOSS", "CloveFLRun", "CloveRun", "adam_trainer", "local_update",
+           "run_clove", "run_clove_fl", "run_ifca"]
 
 logger = logging.getLogger(__name__)
 
@@ -464,48 +464,3 @@ def _run_clove_fl_once(clients, model, initial_models, *, restart, n_clusters, r
     out.accuracy = fl.mean_accuracy(model, record.models, record.assignment[mask],
                                     [clients[i] for i in mask])
     return out
-
-def _rng(seed):
-    return np.random.Generator(np.random.PCG64(seed))
-
-def true_models(n_clusters: int, dim: int, delta: float, rng, *, spread: float = 5.0,
-                max_attempts: int = 1_000_000) -> np.ndarray:
-    """Unit-norm models with pairwise distances in [delta, spread*delta] (``generate_thetas``)."""
-    first = rng.standard_normal(dim)
-    vectors = [first / np.linalg.norm(first)]
-    for _ in range(max_attempts):
-        if len(vectors) == n_clusters:
-            break
-        step = rng.standard_normal(dim)
-        candidate = vectors[rng.integers(len(vectors))] + delta * step / np.linalg.norm(step)
-        candidate /= np.linalg.norm(candidate)
-        gaps = np.linalg.norm(np.array(vectors) - candidate, axis=1)
-        if np.all(gaps >= delta) and np.all(gaps <= spread * delta):
-            vectors.append(candidate)
-    if len(vectors) < n_clusters:
-        raise ParameterError(f"could not draw {n_clusters} models at separation {delta}")
-    return np.array(vectors)
-
-def random_unit_models(count: int, dim: int, *, seed: int) -> np.ndarray:
-    """Random unit-norm initial models (the paper's initialization)."""
-    w = _rng(seed).standard_normal((count, dim))
-    return w / np.linalg.norm(w, axis=1, keepdims=True)
-
-def linear_mixture(*, n_clusters: int = 5, clients_per_cluster: int = 5, dim: int = 20,
-                   delta: float = 1.0, train_points: int = 900, noise: float = 1e-4,
-                   seed: int = 0):
-    """The paper's mixture of linear regressions (``utils/linear.py``, runs 800-804).
-
-    Returns ``(clients, truth, thetas)``: per client ``(x, y)`` with ``x ~ N(0, I_d)``,
-    ``y = x . theta*_k + N(0, noise^2)``; the true cluster per client; the true models.
-    900 training points per client = 90 % of 1000, as in the paper.
-    """
-    rng = _rng(seed)
-    thetas = true_models(n_clusters, dim, delta, rng)
-    clients, truth = [], []
-    for k in range(n_clusters):
-        for _ in range(clients_per_cluster):
-            x = rng.standard_normal((train_points, dim))
-            clients.append((x, x @ thetas[k] + noise * rng.standard_normal(train_points)))
-            truth.append(k)
-    return clients, np.array(truth), thetas

@@ -254,7 +254,7 @@ def test_the_results_and_the_outcome_of_a_sum_session_are_exact():
 
 
 def test_an_outcome_built_from_arrays_returns_them_and_says_what_it_holds():
-    from protocols._coordinator import Outcome
+    from protocols._outcome import Outcome
 
     integer, values = np.arange(6).reshape(2, 3), np.ones((2, 3))
     outcome = Outcome(integer=integer, values=values, labels=[1], party_names=("a",),
