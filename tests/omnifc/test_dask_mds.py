@@ -26,7 +26,7 @@ from omnifc._clustering._streamed import streamed_mds  # noqa: E402
 def client():
     """Two workers, one thread each, in this process; always closed."""
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                       dashboard_address=None, host="127.0.0.1")
+                                       dashboard_address=":0")  # in-process comms
     client = distributed.Client(cluster, timeout=30)
     try:
         yield client
@@ -126,7 +126,7 @@ def test_worker_processes_read_the_npy_file_themselves(tmp_path):
     _, npy = _stores(tmp_path, x)
     local, _, _ = streamed_mds(npy.distances, 3, np.random.default_rng(1))
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=None, host="127.0.0.1")
+                                       dashboard_address=":0", host="127.0.0.1")
     try:
         with distributed.Client(cluster, timeout=60) as client:
             remote, values, _ = streamed_mds(npy.distances, 3, np.random.default_rng(1),

@@ -241,14 +241,17 @@ def test_a_party_error_mid_evaluation_leaves_no_store(tmp_path, monkeypatch):
     data = random_data([80, 70, 60], 4, seed=6)
     params = SessionParameters(dim=4, bound=1.0, scale_bits=24, chunk_bytes=4096)
     calls = {"n": 0}
+    seen = []
     evaluate = Party._evaluate
 
     def failing(self, k, a, b):
         if self.party_id == "party-1":
             calls["n"] += 1
             if calls["n"] == 2:  # mid-evaluation: the store exists and is not complete
-                with pytest.raises(IncompleteResultError):
+                try:
                     DistanceStore.open(tmp_path / "d.zarr")
+                except Exception as error:
+                    seen.append(error)
                 raise RuntimeError("disk full")
         return evaluate(self, k, a, b)
 
@@ -256,6 +259,8 @@ def test_a_party_error_mid_evaluation_leaves_no_store(tmp_path, monkeypatch):
     with pytest.raises(PeerError):
         run_memory_session(data, params, out=tmp_path / "d.zarr", memory_budget=0)
     assert calls["n"] == 2
+    assert len(seen) == 1 and isinstance(seen[0], IncompleteResultError)
+    assert "complete=False" in str(seen[0])
     assert _leftovers(tmp_path) == []
 
 
