@@ -330,17 +330,19 @@ class DistanceStore:
         except Exception as error:  # a truncated or foreign zarr.json
             raise IncompleteResultError(f"{path} is not a readable Zarr v3 group: "
                                         f"{error}") from None
-        required = ("n", "dtype", "scale_bits", "primes", "complete")
-        if not isinstance(meta, dict) or meta.get("format") != _FORMAT or \
-                any(key not in meta for key in required):
+        if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
             raise IncompleteResultError(
                 f"{path} is not a finished omnifc Zarr store: the root group has no "
-                f"{_ZARR_ATTRIBUTE!r} metadata of format {_FORMAT!r} with {list(required)} "
-                "(written last, when the result is complete)")
+                f"{_ZARR_ATTRIBUTE!r} metadata of format {_FORMAT!r} (written last, when "
+                "the result is complete)")
         if meta.get("complete") is not True:
             raise IncompleteResultError(
                 f"{path} is not complete: its {_ZARR_ATTRIBUTE!r} metadata says "
                 f"complete={meta.get('complete')!r} (a failed or unfinished session)")
+        missing = [key for key in ("n", "dtype", "scale_bits", "primes") if key not in meta]
+        if missing:
+            raise IncompleteResultError(f"{path}: its {_ZARR_ATTRIBUTE!r} metadata lacks "
+                                        f"{missing}")
         try:
             array = group[ZARR_COMPONENT]
         except KeyError:
