@@ -63,6 +63,7 @@ import json
 import logging
 import shutil
 import tempfile
+import threading
 import weakref
 from pathlib import Path
 
@@ -116,6 +117,8 @@ class ZarrMatrix:
 
     def __init__(self, array) -> None:
         self.array = array
+        self._cached = None  # (first row, rows) of the last chunk read by a row slice
+        self._lock = threading.Lock()
 
     shape = property(lambda self: tuple(self.array.shape))
     dtype = property(lambda self: np.dtype(self.array.dtype))
@@ -134,7 +137,24 @@ class ZarrMatrix:
             return np.asarray(self.array.oindex[key])
         if isinstance(key, (np.ndarray, list)):
             return np.asarray(self.array.oindex[np.asarray(key, dtype=np.int64), :])
+        if isinstance(key, slice) and key.step in (None, 1):
+            return self._rows(*key.indices(self.shape[0])[:2])
         return np.asarray(self.array[key])
+
+    def _rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows [start, stop), whole chunks read and the last one kept: consecutive row
+        blocks that do not line up with the chunks decompress each chunk once."""
+        size = self.chunk_rows
+        if stop <= start:
+            return np.asarray(self.array[start:stop])
+        parts = []
+        with self._lock:
+            for first in range(start - start % size, stop, size):
+                if self._cached is None or self._cached[0] != first:
+                    self._cached = (first, np.asarray(self.array[first:first + size]))
+                rows = self._cached[1]
+                parts.append(rows[max(start, first) - first:min(stop, first + size) - first])
+        return parts[0].copy() if len(parts) == 1 else np.concatenate(parts)
 
     def __array__(self, dtype=None, copy=None):
         out = np.asarray(self.array[...])
@@ -487,7 +507,10 @@ class _NpyRows:
 
 
 def _zarr_chunk_rows(n: int, dtype, tile_bytes: int) -> int:
-    return _rows_per_tile(n, n * np.dtype(dtype).itemsize, tile_bytes)
+    """Rows of a chunk: those of a streamed pass's default tile (16 bytes per entry: the
+    integer block and its float copy, :meth:`DistanceStore.rows_per_tile`), so that a
+    pass decompresses each chunk once."""
+    return _rows_per_tile(n, n * 16, tile_bytes)
 
 
 def _create_zarr(path: Path, n: int, dtype, tile_bytes: int):

@@ -47,7 +47,8 @@ def test_zarr_result_read_by_dask_equals_the_npy_result(scale_bits, n_primes, bu
     data = random_data([60, 45, 55, 40], 5, seed=scale_bits)
     params = SessionParameters(dim=5, bound=1.0, scale_bits=scale_bits, chunk_bytes=4096)
     npy, zpath = tmp_path / "d.npy", tmp_path / "d.zarr"
-    # tiles of 16 KiB: the store has several chunks (of 20 int32 or 10 int64 rows)
+    # tiles of 16 KiB: the store has several chunks (of 16384 / (200 x 16) = 5 rows, a
+    # streamed pass's tile: integer and float copy)
     run_memory_session(data, params, out=npy, memory_budget=budget, tile_bytes=16384)
     outcome, _ = run_memory_session(data, params, out=zpath, memory_budget=budget,
                                     tile_bytes=16384)
@@ -63,7 +64,7 @@ def test_zarr_result_read_by_dask_equals_the_npy_result(scale_bits, n_primes, bu
     # chunked by row blocks of whole rows, none larger than the tile budget
     rows = lazy.chunks[0][0]
     assert lazy.chunks[1] == (200,)
-    assert rows == 16384 // (200 * reference.itemsize) and len(lazy.chunks[0]) > 1
+    assert rows == 16384 // (200 * 16) and len(lazy.chunks[0]) > 1
     # the float view D / 4^q: dask, the store's lazy view and numpy agree bit for bit
     factor = 1.0 / 4.0 ** scale_bits
     floats = np.multiply(reference, factor, dtype=np.float64)
@@ -129,7 +130,16 @@ def test_from_integer_writes_the_same_store(tmp_path):
                                        out=tmp_path / "e.zarr", tile_bytes=256)
     assert store.format == "zarr" and store.integer.dtype == np.int32
     assert np.array_equal(_from_zarr(tmp_path / "e.zarr").compute(), exact)
-    assert _from_zarr(tmp_path / "e.zarr").chunks[0][0] == 256 // (23 * 4)
+    assert _from_zarr(tmp_path / "e.zarr").chunks[0][0] == 1  # 256 B < one row's 23 x 16
+    wide = DistanceStore.from_integer(exact, scale_bits=1, out=tmp_path / "f.zarr",
+                                      tile_bytes=2000)
+    assert wide.integer.chunk_rows == 2000 // (23 * 16)  # 5 rows: 5 chunks
+    # row slices across chunk boundaries, in any order, repeated
+    for a, b in [(0, 23), (3, 12), (12, 3), (4, 5), (20, 23), (7, 7), (0, 4), (21, 30)]:
+        assert np.array_equal(wide.integer[a:b], exact[a:b])
+    assert np.array_equal(wide.integer[-3:], exact[-3:])
+    assert np.array_equal(wide.integer[2:9:2], exact[2:9:2])
+    assert np.array_equal(wide.integer[5], exact[5])
     with pytest.raises(ParameterError, match="exists already"):
         DistanceStore.from_integer(exact, scale_bits=1, out=tmp_path / "e.zarr")
 
