@@ -73,6 +73,8 @@ def test_zarr_result_read_by_dask_equals_the_npy_result(scale_bits, n_primes, bu
     assert store.format == "zarr" and store.on_disk and store.path == zpath
     assert isinstance(store.integer, ZarrMatrix)
     assert np.asarray(store.distances).tobytes() == floats.tobytes()
+    assert np.array_equal(outcome.integer, exact) and outcome.integer.dtype == np.int64
+    assert outcome.values.tobytes() == floats.tobytes()
     reopened = DistanceStore.open(zpath)
     assert np.asarray(reopened.integer).tobytes() == reference.tobytes()
     assert reopened.scale_bits == scale_bits
@@ -297,4 +299,16 @@ def test_a_failing_clustering_callback_deletes_the_finished_store(tmp_path):
     with pytest.raises(ProtocolError, match="clustering failed"):
         run_memory_session(data, params, out=tmp_path / "d.zarr", cluster=cluster)
     assert seen == {"complete": 15}
+    assert _leftovers(tmp_path) == []
+
+
+def test_without_zarr_the_extra_is_named(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "zarr", None)
+    with pytest.raises(ParameterError, match=r"omnifc\[dask\]"):
+        DistanceAccumulator(3, primes=[7], scale_bits=0, out=tmp_path / "d.zarr")
+    with pytest.raises(ParameterError, match=r"omnifc\[dask\]"):
+        DistanceStore.from_integer(np.zeros((2, 2), dtype=np.int64), scale_bits=0,
+                                   out=tmp_path / "e.zarr")
     assert _leftovers(tmp_path) == []
