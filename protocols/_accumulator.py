@@ -281,10 +281,14 @@ class DistanceStore:
         rows = self.rows_per_tile(self.integer.dtype.itemsize) if chunk_rows is None \
             else int(chunk_rows)
         if self.format == "npy":
+            from dask.base import tokenize
+
             source = _NpyRows(self.path, self.shape, self.integer.dtype)
-            return da.from_array(source, chunks=(rows, self.n), asarray=True,
-                                 name=f"omnifc-npy-{self.path}", meta=np.empty(
-                                     (0, 0), dtype=self.integer.dtype))
+            stat = self.path.stat()  # the keys name this file as it is now
+            name = "omnifc-npy-" + tokenize(str(self.path.resolve()), stat.st_mtime_ns,
+                                            stat.st_size, rows)
+            return da.from_array(source, chunks=(rows, self.n), asarray=True, name=name,
+                                 meta=np.empty((0, 0), dtype=self.integer.dtype))
         return da.from_array(self.integer, chunks=(rows, self.n))
 
     @property

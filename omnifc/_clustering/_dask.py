@@ -82,7 +82,7 @@ def _scaled(block, factor):
 
 def _float_rows(view, rows_per_tile: int | None = None):
     """The store behind ``view`` as a lazy float64 dask array, chunked by row blocks."""
-    _, da = require_dask()
+    require_dask()
     store = view.store
     integer = store.to_dask(rows_per_tile)
     return integer.map_blocks(_scaled, store.factor, dtype=np.float64,
