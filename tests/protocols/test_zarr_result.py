@@ -312,3 +312,33 @@ def test_without_zarr_the_extra_is_named(tmp_path, monkeypatch):
         DistanceStore.from_integer(np.zeros((2, 2), dtype=np.int64), scale_bits=0,
                                    out=tmp_path / "e.zarr")
     assert _leftovers(tmp_path) == []
+
+
+# -- the same memory bound as the .npy result ------------------------------------------
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("primes", [[2**31 - 1], [65521, 65519]])
+def test_finalize_into_zarr_holds_row_blocks_not_the_matrix(primes, tmp_path):
+    import tracemalloc
+
+    from finite_field import DistanceTiles
+
+    rng = np.random.default_rng(0)
+    n, tile_bytes = 1500, 1 << 16
+    x = rng.integers(-100, 100, (n, 8))
+    acc = DistanceAccumulator(n, primes, scale_bits=0, distance_bound=8 * 200 ** 2,
+                              out=tmp_path / "d.zarr", memory_budget=0,
+                              tile_bytes=tile_bytes)  # working matrix memory-mapped
+    for k, p in enumerate(primes):
+        for a, b, tile in DistanceTiles(x % p, p).blocks(20, upper=True):
+            acc.add_tile(k, a, b, tile)
+    tracemalloc.start()
+    try:
+        store = acc.finalize()  # decode in the working matrix, copy, metadata
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    matrix = n * n * store.integer.dtype.itemsize  # 9 or 18 MB
+    assert peak <= 8 * tile_bytes < matrix / 16  # a few row blocks (measured: <= 0.33 MB)
+    exact = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+    assert np.array_equal(_from_zarr(tmp_path / "d.zarr").compute(), exact)
