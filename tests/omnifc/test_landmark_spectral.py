@@ -44,6 +44,7 @@ def _projector(u):
     return q @ q.T
 
 
+@pytest.mark.slow
 def test_every_row_a_landmark_and_r_n_is_the_spectral_embedding_of_the_same_affinity():
     x, planted = _blobs(seed=1)
     n, k = len(x), 3
@@ -75,6 +76,7 @@ def test_every_row_a_landmark_and_r_n_is_the_spectral_embedding_of_the_same_affi
     assert omnifc.adjusted_rand(planted, labels) == 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 2, 3])
 def test_few_landmarks_recover_planted_clusters_where_exact_spectral_does(seed):
     x, planted = _blobs(n_per=40, k=4, seed=seed)
