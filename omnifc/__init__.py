@@ -22,7 +22,7 @@ from finite_field import lazy_exports
 __getattr__, __dir__ = lazy_exports(__name__, {
     "._result": ["DistanceResult", "PhaseStats"],
     "._store": ["DistanceAccumulator", "DistanceStore", "TiledDistances",
-                "plaintext_distance_store"],
+                "plaintext_distance_store", "IncompleteResultError"],
     "._plaintext": ["plaintext_sq_distances"],
     "._secure": ["secure_distance_matrix"],
     "._secure_knn": ["secure_knn_graph"],
@@ -44,7 +44,7 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 __version__ = "0.1.0"
 
 __all__ = [
-    "secure_distance_matrix", "secure_knn_graph", "KNNGraph", "plaintext_sq_distances", "secure_sum", "SumResult", "DistanceResult", "PhaseStats", "DistanceAccumulator", "DistanceStore", "TiledDistances", "plaintext_distance_store", "split_non_iid", "classical_mds", "centroid_sq_distances", "check_distance_matrix",
+    "secure_distance_matrix", "secure_knn_graph", "KNNGraph", "plaintext_sq_distances", "secure_sum", "SumResult", "DistanceResult", "PhaseStats", "DistanceAccumulator", "DistanceStore", "TiledDistances", "plaintext_distance_store", "IncompleteResultError", "split_non_iid", "classical_mds", "centroid_sq_distances", "check_distance_matrix",
     "to_euclidean", "load_dataset", "Dataset", "DATASETS",
     "cluster", "METHODS", "canonical_order", "DistanceKMeans", "DistanceSpectral",
     "DistanceFuzzyCMeans", "DistanceNMF", "DistanceDBSCAN", "DistanceHierarchical",

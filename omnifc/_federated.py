@@ -190,7 +190,10 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
         Which entries of D the session computes (docs/protocol.md, "Layouts"): all
         (default), or D[:, L] for ``n_landmarks`` landmark rows drawn from the session's
         public randomness, clustered by k-means on landmark (Nyström) MDS coordinates
-        (``method="kmeans"`` only; the coordinator then learns n x L entries of D), or
+        (``method="kmeans"``) or by landmark spectral clustering (Chen & Cai 2011,
+        ``method="spectral"``; ``options`` ``n_neighbors``, ``bandwidth``,
+        ``bandwidth_scale``, ``n_init``); the coordinator then learns n x L entries of D;
+        or
         ``"knn"``: D[:, L] and then the distances of every row's ``candidates`` nearest
         rows in its landmark embedding, a second session, giving the exact
         ``n_neighbors``-NN graph (:func:`omnifc.secure_knn_graph`), clustered by
@@ -330,9 +333,10 @@ class FederatedClustering(ClusterMixin, BaseEstimator):
                                      f"be one of {list(KNN_METHODS)}, got {self.method!r}")
             self._n_neighbors()
         if self.distances in ("landmarks", "knn"):
-            if self.distances == "landmarks" and self.method != "kmeans":
+            if self.distances == "landmarks" and self.method not in ("kmeans", "spectral"):
                 raise ParameterError(f"distances='landmarks' clusters by k-means on landmark "
-                                     f"MDS coordinates: method must be 'kmeans', got "
+                                     f"MDS coordinates or by landmark spectral clustering: "
+                                     f"method must be 'kmeans' or 'spectral', got "
                                      f"{self.method!r}")
             if isinstance(self.n_landmarks, bool) or not isinstance(
                     self.n_landmarks, (int, np.integer)) or self.n_landmarks < 1:

@@ -169,9 +169,12 @@ def secure_distance_matrix(parties, *, bound: float, scale_bits: int = 16, segme
         ``memory_budget`` bytes (default 2 GiB), else (or with ``out``, a new ``.npy``
         path) memory-mapped on disk. D is written once; ``result.store`` is that matrix,
         ``distances`` a lazy float view and ``omnifc.cluster`` streams it when needed. A
-        failed session deletes the file. With neither given and a small result (four
-        dense float64 n x n copies fit 2 GiB, n <= 8,192), ``distances`` and
-        ``integer_distances`` are plain float64 and int64 arrays as before.
+        failed session deletes the file. An ``out`` ending in ``.zarr`` writes a Zarr v3
+        store instead (``omnifc[dask]``; docs/scale.md, "A result that Dask reads"):
+        ``dask.array.from_zarr(out, component="integer")`` reads it. With neither given
+        and a small result (four dense float64 n x n copies fit 2 GiB, n <= 8,192),
+        ``distances`` and ``integer_distances`` are plain float64 and int64 arrays as
+        before.
 
     integrity : {"detect", "correct", "off"}
         Reed-Solomon checks on the uploads D is decoded from, whenever there are

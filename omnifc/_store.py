@@ -25,11 +25,13 @@ import numpy as np
 
 from finite_field import InputError
 from protocols import (DEFAULT_MEMORY_BUDGET, DEFAULT_TILE_BYTES,
-                       DistanceAccumulator, DistanceStore, TiledDistances,
+                       DistanceAccumulator, DistanceStore, IncompleteResultError,
+                       TiledDistances,
                        rows_per_tile as _rows_per_tile, storage_dtype)
 
 __all__ = ["DistanceAccumulator", "DistanceStore", "TiledDistances", "plaintext_distance_store",
-           "DEFAULT_MEMORY_BUDGET", "DEFAULT_TILE_BYTES", "as_tiled", "storage_dtype"]
+           "DEFAULT_MEMORY_BUDGET", "DEFAULT_TILE_BYTES", "as_tiled", "storage_dtype",
+           "IncompleteResultError"]
 
 
 def as_tiled(distances) -> TiledDistances | None:

@@ -36,7 +36,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     # what omnifc (the next layer) uses besides the above; omnifc imports no private module
     "._accumulator": ["DEFAULT_MEMORY_BUDGET", "DEFAULT_TILE_BYTES", "DistanceAccumulator",
                       "DistanceStore", "TiledDistances", "storage_dtype", "rows_per_tile",
-                      "discard_store"],
+                      "discard_store", "IncompleteResultError", "ZarrMatrix", "ZARR_COMPONENT"],
     "._files": ["prepare_output_folder"],
     "._journal": ["Journal", "read_journal", "WORK_DIR", "why_not_journaled",
                   "open_serve_journal"],
@@ -80,6 +80,7 @@ __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "Peer
            # used by omnifc: distance storage, audit, CLI, Flower
            "DEFAULT_MEMORY_BUDGET", "DEFAULT_TILE_BYTES", "DistanceAccumulator",
            "DistanceStore", "TiledDistances", "storage_dtype", "rows_per_tile",
+           "IncompleteResultError", "ZarrMatrix", "ZARR_COMPONENT",
            "EphemeralKey", "PairKeys", "prepare_output_folder", "omnifc_pb2",
            "coordinator_from_config", "DEFAULT_MAX_PAIRS", "log_once", "log_once_scope",
            "check_distance_mask_degree", "collusion_threshold", "envelope", "row_tiles",

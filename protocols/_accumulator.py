@@ -13,7 +13,13 @@ as **one preallocated integer matrix**:
 - above it (or whenever ``out=`` names a file) it is a memory-mapped ``.npy`` file, which
   numpy (``np.load(path, mmap_mode="r")``) and Dask (``dask.array.from_array``) read
   directly. A JSON sidecar ``<out>.json`` records the scale and primes and is written
-  only when the matrix is complete, so a half-written file is never taken for a result.
+  only when the matrix is complete, so a half-written file is never taken for a result;
+- with ``out`` ending in ``.zarr`` it is a **Zarr v3 store** instead (zarr 3.x, the
+  ``omnifc[dask]`` extra): one int32/int64 array ``integer`` chunked by row blocks, whose
+  metadata (the root group's attribute ``omnifc``, ``"complete": true``) is written last,
+  so that ``dask.array.from_zarr(path, component="integer")`` reads the finished result
+  and :meth:`DistanceStore.open` refuses a half-written store
+  (:class:`IncompleteResultError`).
 
 The storage type is int32 when one prime is used and every distance fits (the usual
 case: d = 784, q = 8, R = 1 gives at most 5.1e7), int64 otherwise.
@@ -57,6 +63,7 @@ import json
 import logging
 import shutil
 import tempfile
+import threading
 import weakref
 from pathlib import Path
 
@@ -66,7 +73,8 @@ from finite_field import (InputError, ParameterError, ProtocolError,
                           WrapAroundError, add_reduced, decode_upper)
 
 __all__ = ["DistanceAccumulator", "DistanceStore", "TiledDistances", "DEFAULT_MEMORY_BUDGET",
-           "DEFAULT_TILE_BYTES", "storage_dtype", "discard_store"]
+           "DEFAULT_TILE_BYTES", "storage_dtype", "discard_store", "IncompleteResultError",
+           "ZarrMatrix", "ZARR_COMPONENT"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +83,88 @@ DEFAULT_MEMORY_BUDGET = 2 * 2**30
 #: Bytes of one working tile (row block) in streamed passes (64 MiB).
 DEFAULT_TILE_BYTES = 64 * 2**20
 _FORMAT = "omnifc-distances/1"
+#: The array of a Zarr result store: ``dask.array.from_zarr(path, component=ZARR_COMPONENT)``.
+ZARR_COMPONENT = "integer"
+_ZARR_ATTRIBUTE = "omnifc"  # the root group's attribute holding the metadata
+_DASK_EXTRA = "pip install 'omnifc[dask]'"
+
+
+class IncompleteResultError(InputError):
+    """A result file or store that is not a finished omnifc result (no metadata, or its
+    metadata says ``"complete": false``): a session that failed or is still writing."""
+
+
+def _is_zarr_path(path) -> bool:
+    return path is not None and Path(path).suffix == ".zarr"
+
+
+def _import_zarr():
+    try:
+        import zarr
+    except ImportError:
+        raise ParameterError(f"a Zarr result (a path ending in .zarr) needs the zarr package: "
+                             f"{_DASK_EXTRA}") from None
+    return zarr
+
+
+class ZarrMatrix:
+    """A read-only, numpy-like view of the 2-D Zarr array of a result store.
+
+    Indexing returns numpy arrays: ``m[i]``, ``m[a:b]``, ``m[i, j]``, ``m[rows]`` (an
+    integer array: any order, repeats allowed), ``m[np.ix_(rows, cols)]``;
+    ``np.asarray(m)`` reads everything. ``array`` is the ``zarr.Array`` itself.
+    """
+
+    def __init__(self, array) -> None:
+        self.array = array
+        self._cached = None  # (first row, rows) of the last chunk read by a row slice
+        self._lock = threading.Lock()
+
+    shape = property(lambda self: tuple(self.array.shape))
+    dtype = property(lambda self: np.dtype(self.array.dtype))
+    ndim = property(lambda self: len(self.array.shape))
+    size = property(lambda self: int(np.prod(self.array.shape)))
+    nbytes = property(lambda self: self.size * self.dtype.itemsize)
+    chunk_rows = property(lambda self: int(self.array.chunks[0]))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple) and any(isinstance(k, (np.ndarray, list)) for k in key):
+            key = tuple(np.asarray(k).ravel() if isinstance(k, (np.ndarray, list)) else k
+                        for k in key)  # np.ix_ and plain index arrays: orthogonal
+            return np.asarray(self.array.oindex[key])
+        if isinstance(key, (np.ndarray, list)):
+            return np.asarray(self.array.oindex[np.asarray(key, dtype=np.int64), :])
+        if isinstance(key, slice) and key.step in (None, 1):
+            return self._rows(*key.indices(self.shape[0])[:2])
+        return np.asarray(self.array[key])
+
+    def _rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows [start, stop), whole chunks read and the last one kept: consecutive row
+        blocks that do not line up with the chunks decompress each chunk once."""
+        size = self.chunk_rows
+        if stop <= start:
+            return np.asarray(self.array[start:stop])
+        parts = []
+        with self._lock:
+            for first in range(start - start % size, stop, size):
+                if self._cached is None or self._cached[0] != first:
+                    self._cached = (first, np.asarray(self.array[first:first + size]))
+                rows = self._cached[1]
+                parts.append(rows[max(start, first) - first:min(stop, first + size) - first])
+        return parts[0].copy() if len(parts) == 1 else np.concatenate(parts)
+
+    def __array__(self, dtype=None, copy=None):
+        out = np.asarray(self.array[...])
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def tolist(self) -> list:
+        return np.asarray(self).tolist()
+
+    def __repr__(self) -> str:
+        return f"ZarrMatrix({self.dtype} {self.shape}, chunks {tuple(self.array.chunks)})"
 
 
 # -- storage helpers ------------------------------------------------------------------
@@ -124,12 +214,12 @@ class DistanceStore:
 
     Attributes
     ----------
-    integer : ndarray (or numpy.memmap) of int32 or int64, shape (n, n)
+    integer : ndarray, numpy.memmap or :class:`ZarrMatrix` of int32 or int64, shape (n, n)
         The exact integer squared distances (symmetric, zero diagonal).
     scale_bits : int
         q: ``distances = integer / 4^q``.
     path : pathlib.Path or None
-        The ``.npy`` file when on disk.
+        The ``.npy`` file or the ``.zarr`` store when on disk.
     memory_budget, tile_bytes : int
         Used by the streamed algorithms to decide dense vs streamed and tile sizes.
     """
@@ -154,7 +244,52 @@ class DistanceStore:
 
     @property
     def on_disk(self) -> bool:
-        return isinstance(self.integer, np.memmap)
+        return isinstance(self.integer, (np.memmap, ZarrMatrix))
+
+    @property
+    def format(self) -> str:
+        """Where the matrix lives: ``"zarr"`` (a Zarr v3 store), ``"npy"`` (a memory-mapped
+        ``.npy`` file) or ``"memory"``."""
+        if isinstance(self.integer, ZarrMatrix):
+            return "zarr"
+        return "npy" if isinstance(self.integer, np.memmap) else "memory"
+
+    def to_dask(self, chunk_rows: int | None = None):
+        """The integer matrix as a lazy ``dask.array.Array`` (needs ``omnifc[dask]``).
+
+        A Zarr store is read by ``dask.array.from_zarr(path, component="integer")`` (its
+        chunks: row blocks); a ``.npy`` file by row blocks of a read-only memory map opened
+        where the block is computed (so a distributed worker reads the file itself: it
+        must see the same path); a matrix in RAM by ``dask.array.from_array``. Multiply by
+        :attr:`factor` for D / 4^q.
+
+        >>> import numpy as np
+        >>> store = DistanceStore.from_integer(np.array([[0, 4], [4, 0]]), scale_bits=1)
+        >>> int(store.to_dask().sum().compute())
+        8
+        """
+        try:
+            import dask.array as da
+        except ImportError:
+            raise ParameterError(f"a Dask array of the result needs dask: {_DASK_EXTRA}") \
+                from None
+        if self.format == "zarr":
+            array = da.from_zarr(str(self.path), component=ZARR_COMPONENT)
+            if chunk_rows is not None:
+                array = array.rechunk((int(chunk_rows), self.n))
+            return array
+        rows = self.rows_per_tile(self.integer.dtype.itemsize) if chunk_rows is None \
+            else int(chunk_rows)
+        if self.format == "npy":
+            from dask.base import tokenize
+
+            source = _NpyRows(self.path, self.shape, self.integer.dtype)
+            stat = self.path.stat()  # the keys name this file as it is now
+            name = "omnifc-npy-" + tokenize(str(self.path.resolve()), stat.st_mtime_ns,
+                                            stat.st_size, rows)
+            return da.from_array(source, chunks=(rows, self.n), asarray=True, name=name,
+                                 meta=np.empty((0, 0), dtype=self.integer.dtype))
+        return da.from_array(self.integer, chunks=(rows, self.n))
 
     @property
     def nbytes(self) -> int:
@@ -172,14 +307,31 @@ class DistanceStore:
 
     @classmethod
     def open(cls, path, *, memory_budget=None, tile_bytes=None) -> "DistanceStore":
-        """Open a finished result file (read-only memory map); its JSON sidecar must exist."""
+        """Open a finished result: a ``.npy`` file (read-only memory map; its JSON sidecar
+        ``<path>.json`` must exist) or a Zarr v3 store (a ``.zarr`` directory; its root
+        group's ``omnifc`` metadata must say ``"complete": true``).
+
+        Raises :class:`IncompleteResultError` for a result whose metadata is missing or
+        not complete (a failed or unfinished session), :class:`InputError` for anything
+        else that is not an omnifc result.
+
+        >>> import numpy as np, tempfile, pathlib
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "D.npy"
+        >>> _ = DistanceStore.from_integer(np.array([[0, 4], [4, 0]]), scale_bits=1, out=path)
+        >>> DistanceStore.open(path).distances[0, 1]
+        np.float64(1.0)
+        """
         path = Path(path)
+        if _is_zarr_path(path) or (path / "zarr.json").is_file():
+            return cls._open_zarr(path, memory_budget=memory_budget, tile_bytes=tile_bytes)
         side = _sidecar(path)
         if not side.is_file():
-            raise InputError(f"{path} is not a finished omnifc distance file: its sidecar "
-                             f"{side.name} is missing (written only when the result is "
-                             "complete)")
+            raise IncompleteResultError(
+                f"{path} is not a finished omnifc distance file: its sidecar {side.name} is "
+                "missing (written only when the result is complete)")
         meta = json.loads(side.read_text())
+        if meta.get("complete", True) is not True:
+            raise IncompleteResultError(f"{path} is not complete (its sidecar says so)")
         if meta.get("format") != _FORMAT:
             raise InputError(f"{side} has format {meta.get('format')!r}, expected {_FORMAT!r}")
         integer = np.load(path, mmap_mode="r")
@@ -187,6 +339,43 @@ class DistanceStore:
             raise InputError(f"{path} holds {integer.dtype} {integer.shape}, the sidecar says "
                              f"{meta['dtype']} ({meta['n']}, {meta['n']})")
         return cls(integer, scale_bits=meta["scale_bits"], path=path,
+                   memory_budget=memory_budget, tile_bytes=tile_bytes,
+                   parameters=meta.get("parameters", {}))
+
+    @classmethod
+    def _open_zarr(cls, path: Path, *, memory_budget=None, tile_bytes=None):
+        zarr = _import_zarr()
+        if not (path / "zarr.json").is_file():
+            raise IncompleteResultError(f"{path} is not a finished omnifc Zarr store: it has "
+                                        "no root zarr.json")
+        try:
+            group = zarr.open_group(str(path), mode="r")
+            meta = group.attrs.get(_ZARR_ATTRIBUTE)
+        except Exception as error:  # a truncated or foreign zarr.json
+            raise IncompleteResultError(f"{path} is not a readable Zarr v3 group: "
+                                        f"{error}") from None
+        if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+            raise IncompleteResultError(
+                f"{path} is not a finished omnifc Zarr store: the root group has no "
+                f"{_ZARR_ATTRIBUTE!r} metadata of format {_FORMAT!r} (written last, when "
+                "the result is complete)")
+        if meta.get("complete") is not True:
+            raise IncompleteResultError(
+                f"{path} is not complete: its {_ZARR_ATTRIBUTE!r} metadata says "
+                f"complete={meta.get('complete')!r} (a failed or unfinished session)")
+        missing = [key for key in ("n", "dtype", "scale_bits", "primes") if key not in meta]
+        if missing:
+            raise IncompleteResultError(f"{path}: its {_ZARR_ATTRIBUTE!r} metadata lacks "
+                                        f"{missing}")
+        try:
+            array = group[ZARR_COMPONENT]
+        except KeyError:
+            raise IncompleteResultError(f"{path} has no array {ZARR_COMPONENT!r}") from None
+        n = meta["n"]
+        if tuple(array.shape) != (n, n) or str(np.dtype(array.dtype)) != meta["dtype"]:
+            raise InputError(f"{path} holds {array.dtype} {tuple(array.shape)}, its metadata "
+                             f"says {meta['dtype']} ({n}, {n})")
+        return cls(ZarrMatrix(array), scale_bits=meta["scale_bits"], path=path,
                    memory_budget=memory_budget, tile_bytes=tile_bytes,
                    parameters=meta.get("parameters", {}))
 
@@ -213,6 +402,15 @@ class DistanceStore:
         budget = _check_budget(memory_budget)
         if out is not None and (Path(out).exists() or _sidecar(Path(out)).exists()):
             raise ParameterError(f"out={str(out)!r} exists already; choose a new path")
+        if _is_zarr_path(out):  # checked, then written row block by row block
+            if distance_bound is not None and matrix.size and (
+                    matrix.min() < 0 or matrix.max() > distance_bound):
+                raise InputError(f"distances must lie in [0, {distance_bound}]")
+            meta = {"n": n, "dtype": str(dtype), "scale_bits": int(scale_bits), "primes": [],
+                    "distance_bound": distance_bound, "parameters": dict(parameters or {})}
+            tile_bytes = _check_tile_bytes(tile_bytes)
+            _write_zarr(Path(out), matrix, dtype, meta, tile_bytes)
+            return cls.open(out, memory_budget=budget, tile_bytes=tile_bytes)
         array, path, tmpdir = _allocate((n, n), dtype, path=None if out is None else Path(out),
                                         budget=budget, name="distances")
         tile_bytes = _check_tile_bytes(tile_bytes)
@@ -239,8 +437,12 @@ class DistanceStore:
 
     def rows_per_tile(self, bytes_per_entry: int = 16) -> int:
         """Rows of one working tile: ``tile_bytes`` over n entries of ``bytes_per_entry``
-        (integer block plus its float copy by default)."""
-        return _rows_per_tile(self.n, self.n * bytes_per_entry, self.tile_bytes)
+        (integer block plus its float copy by default); a multiple of a Zarr store's chunk
+        rows when at least one chunk fits (each chunk is then read once per pass)."""
+        rows = _rows_per_tile(self.n, self.n * bytes_per_entry, self.tile_bytes)
+        if isinstance(self.integer, ZarrMatrix) and rows >= self.integer.chunk_rows:
+            rows -= rows % self.integer.chunk_rows
+        return rows
 
     def __repr__(self) -> str:
         where = f"on disk at {self.path}" if self.on_disk else "in memory"
@@ -248,8 +450,10 @@ class DistanceStore:
                 f"{self.scale_bits}, {where})")
 
 
-def _allocate(shape, dtype, *, path: Path | None, budget: int, name: str):
-    """An array in RAM if it fits ``budget`` and no path is given, else a .npy memmap.
+def _allocate(shape, dtype, *, path: Path | None, budget: int, name: str, directory=None):
+    """An array in RAM if it fits ``budget`` and no path is given, else a .npy memmap
+    (at ``path``, or in a new temporary directory inside ``directory``, by default the
+    system's).
 
     Returns (array, path or None, temporary directory or None).
     """
@@ -258,14 +462,15 @@ def _allocate(shape, dtype, *, path: Path | None, budget: int, name: str):
         return np.zeros(shape, dtype=dtype), None, None
     tmpdir = None
     if path is None:
-        tmpdir = tempfile.mkdtemp(prefix="omnifc-distances-")
+        tmpdir = tempfile.mkdtemp(prefix="omnifc-distances-",
+                                  dir=None if directory is None else str(directory))
         path = Path(tmpdir) / f"{name}.npy"
     array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
     logger.info("%s: %.2f GB memory-mapped at %s", name, nbytes / 1e9, path)
     return array, path, tmpdir
 
 
-def _reopen(shape, dtype, *, path: Path, budget: int, name: str):
+def _reopen(shape, dtype, *, path: Path, budget: int, name: str, directory=None):
     """The existing .npy memmap at ``path`` (of ``shape`` and ``dtype``), for writing."""
     try:
         array = np.lib.format.open_memmap(path, mode="r+")
@@ -290,6 +495,65 @@ def _remove(*paths) -> None:
                 p.unlink()
             except FileNotFoundError:
                 pass
+
+
+class _NpyRows:
+    """Row blocks of a ``.npy`` result, memory-mapped read-only where they are read (a
+    Dask task on a worker opens the file itself; pickling this object sends only the
+    path)."""
+
+    def __init__(self, path, shape, dtype) -> None:
+        self.path, self.shape, self.dtype = str(path), tuple(shape), np.dtype(dtype)
+        self.ndim = len(self.shape)
+
+    def __getitem__(self, key):
+        return np.asarray(np.load(self.path, mmap_mode="r")[key])
+
+
+def _zarr_chunk_rows(n: int, dtype, tile_bytes: int) -> int:
+    """Rows of a chunk: those of a streamed pass's default tile (16 bytes per entry: the
+    integer block and its float copy, :meth:`DistanceStore.rows_per_tile`), so that a
+    pass decompresses each chunk once."""
+    return _rows_per_tile(n, n * 16, tile_bytes)
+
+
+def _create_zarr(path: Path, n: int, dtype, tile_bytes: int):
+    """A new Zarr v3 store at ``path``: a root group whose metadata says
+    ``"complete": false`` and an empty (n, n) array chunked by row blocks."""
+    zarr = _import_zarr()
+    group = zarr.create_group(store=str(path), zarr_format=3, attributes={
+        _ZARR_ATTRIBUTE: {"format": _FORMAT, "complete": False}})
+    rows = _zarr_chunk_rows(n, dtype, tile_bytes)
+    array = group.create_array(ZARR_COMPONENT, shape=(n, n), chunks=(rows, n), dtype=dtype,
+                               fill_value=0)
+    logger.info("distances: a Zarr v3 store at %s (%.2f GB of %s, chunks of %d rows)", path,
+                n * n * np.dtype(dtype).itemsize / 1e9, np.dtype(dtype), rows)
+    return group, array
+
+
+def _fill_zarr(array, source) -> None:
+    """Copy ``source`` (n x n) into the Zarr array, whole chunks at a time."""
+    n, rows = array.shape[0], int(array.chunks[0])
+    for a in range(0, n, rows):
+        array[a:a + rows] = np.asarray(source[a:a + rows], dtype=array.dtype)
+
+
+def _complete_zarr(group, meta: dict) -> None:
+    """Write the store's metadata, ``"complete": true``: the last write of a result."""
+    group.attrs.update({_ZARR_ATTRIBUTE: {
+        "format": _FORMAT, **meta, "scale_factor": 1.0 / float(4 ** int(meta["scale_bits"])),
+        "component": ZARR_COMPONENT, "complete": True}})
+
+
+def _write_zarr(path: Path, source, dtype, meta: dict, tile_bytes: int) -> None:
+    """A whole finished result as a Zarr store (deleted again if anything fails)."""
+    try:
+        group, array = _create_zarr(path, source.shape[0], dtype, tile_bytes)
+        _fill_zarr(array, source)
+        _complete_zarr(group, meta)
+    except BaseException:
+        _remove(path)
+        raise
 
 
 def discard_store(store: "DistanceStore | None") -> None:
@@ -324,8 +588,12 @@ class DistanceAccumulator:
         storage when it fits and is checked at :meth:`finalize` (a larger value means a
         corrupted contribution). Without it the storage is int64 and nothing is checked.
     out : str or path, optional
-        Put the result in this ``.npy`` file (memory-mapped), whatever its size. Must
-        not exist.
+        Put the result in this ``.npy`` file (memory-mapped), whatever its size; or, when
+        the path ends in ``.zarr``, in a new Zarr v3 store there (needs ``omnifc[dask]``):
+        the tiles are accumulated and decoded in a working matrix as without ``out`` (in
+        RAM within ``memory_budget``, else memory-mapped in a temporary directory beside
+        the store), then :meth:`finalize` copies it into the store row block by row block,
+        deletes it, and writes the store's metadata last. Must not exist.
     memory_budget : int, optional
         Bytes of n x n data to keep in RAM (default :data:`DEFAULT_MEMORY_BUDGET`); above
         it, and without ``out``, the result goes to a memory-mapped file in a temporary
@@ -365,6 +633,14 @@ class DistanceAccumulator:
         reopen = written is not None
         if reopen and self.out is None:
             raise ParameterError("written= reopens the files at out=; give out")
+        self._zarr = None  # (group, array) of a Zarr result store
+        zarr_out = _is_zarr_path(self.out)
+        if reopen and zarr_out:
+            raise ParameterError("written= reopens a .npy result (omnifc serve --resume); a "
+                                 "Zarr store (out ending in .zarr) is written once, at "
+                                 "finalize")
+        if zarr_out:
+            _import_zarr()  # before anything is allocated
         if not reopen and self.out is not None and (self.out.exists() or
                                                     _sidecar(self.out).exists()):
             raise ParameterError(f"out={str(self.out)!r} exists already; choose a new path")
@@ -374,8 +650,10 @@ class DistanceAccumulator:
         total = self.n * self.n * (self.dtype.itemsize + 4 * (len(self.primes) - 1))
         budget = self.memory_budget if total <= self.memory_budget else -1
         allocate = _reopen if reopen else _allocate
+        # a Zarr result: the working matrix follows the budget, beside the store on disk
         self._result, self._path, self._tmpdir = allocate(
-            shape, self.dtype, path=self.out, budget=budget, name="distances")
+            shape, self.dtype, path=None if zarr_out else self.out, budget=budget,
+            name="distances", directory=self.out.parent if zarr_out else None)
         self._scratch = []  # residues of the primes after the first (uint32)
         self._scratch_paths = []
         for k in range(1, len(self.primes)):
@@ -390,14 +668,18 @@ class DistanceAccumulator:
         if reopen:
             self._keep_only(written, tiles)
         self._finished = False
-        self._finalizer = weakref.finalize(self, _remove, *self._owned_paths())
+        self._finalizer = weakref.finalize(self, _remove, *self._owned_paths(zarr_out))
+        if zarr_out:  # reserves the path; says "complete": false until finalize
+            self._zarr = _create_zarr(self.out, self.n, self.dtype, self.tile_bytes)
 
-    def _owned_paths(self) -> list:
+    def _owned_paths(self, zarr_out: bool = False) -> list:
         paths = [p for p in self._scratch_paths if p is not None]
         if self._tmpdir is not None:
             paths.append(self._tmpdir)
         elif self._path is not None:
             paths.append(self._path)
+        if zarr_out:
+            paths.append(self.out)
         return paths
 
     @property
@@ -488,10 +770,11 @@ class DistanceAccumulator:
         self._scratch = []
 
     def abort(self) -> None:
-        """Drop everything written so far (files included)."""
+        """Drop everything written so far (files included, a Zarr store too)."""
         self._finished = True
         self._result = None
         self._scratch = []
+        self._zarr = None
         self._finalizer()
 
     def finalize(self) -> DistanceStore:
@@ -512,6 +795,8 @@ class DistanceAccumulator:
                     f"incomplete result: row {row} received {counts[k, row]} contributions "
                     f"for prime {self.primes[k]}, expected {expected} like the others")
             self._finalize_tiles()
+            if self._zarr is not None:
+                return self._finalize_zarr()
         except BaseException:
             self.abort()
             raise
@@ -536,6 +821,24 @@ class DistanceAccumulator:
             cleanup = weakref.finalize(store, _remove, self._tmpdir)
             store._cleanup = cleanup
         return store
+
+    def _finalize_zarr(self) -> DistanceStore:
+        """The decoded working matrix into the Zarr store (whole chunks, row block by row
+        block), the working files deleted, the metadata written last; the store opened."""
+        group, array = self._zarr
+        _fill_zarr(array, self._result)
+        # parameters as JSON sees them (the .npy sidecar's default=str, here explicitly)
+        parameters = json.loads(json.dumps(self.parameters, default=str))
+        _complete_zarr(group, {"n": self.n, "dtype": str(self.dtype),
+                               "scale_bits": self.scale_bits, "primes": list(self.primes),
+                               "distance_bound": self.distance_bound,
+                               "parameters": parameters})
+        self._finished = True
+        self._finalizer.detach()
+        self._result, self._scratch, self._zarr = None, [], None
+        _remove(*[p for p in self._scratch_paths if p is not None], self._tmpdir)
+        return DistanceStore.open(self.out, memory_budget=self.memory_budget,
+                                  tile_bytes=self.tile_bytes)
 
     def _finalize_tiles(self) -> None:
         # the decode of finite_field, in place in the one result matrix: CRT, no-wrap

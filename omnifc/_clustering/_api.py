@@ -66,6 +66,15 @@ def fit_method(distances, method: str, n_clusters=None, *, random_state=None,
     tiled = as_tiled(distances)
     if out_of_core not in (None, True, False):
         raise ParameterError(f"out_of_core must be None, True or False, got {out_of_core!r}")
+    if options.get("dask") not in (None, False):  # the MDS products on Dask: streamed
+        if method not in ("kmeans", "fcm"):
+            raise ParameterError(f"dask= runs the streamed MDS of 'kmeans' and 'fcm' on "
+                                 f"Dask; method {method!r} does not use it")
+        if tiled is None or out_of_core is False:
+            raise ParameterError("dask= needs an out-of-core result (a DistanceStore, its "
+                                 "view or a DistanceResult holding one) and "
+                                 "out_of_core not False")
+        out_of_core = True
     if tiled is None and out_of_core:
         raise ParameterError("out_of_core=True needs a DistanceStore, TiledDistances or a "
                              "DistanceResult holding one (omnifc.plaintext_distance_store, "
@@ -201,7 +210,11 @@ def cluster(distances, method: str = "kmeans", n_clusters=None, *, random_state=
         ``"dbscan"`` on the radius graph (same labels as the dense method),
         ``"kmedoids"`` by CLARA (``sample_size``, ``n_draws``; PAM when the sample holds
         every row). ``"hierarchical"``, ``"nmf"`` and ``"kmeans-rows"`` need D in memory
-        and raise :class:`ParameterError` naming the alternatives.
+        and raise :class:`ParameterError` naming the alternatives. The option ``dask``
+        (a ``dask.distributed.Client``, a scheduler name or True; ``omnifc[dask]``) runs
+        the products of the streamed MDS of ``"kmeans"`` and ``"fcm"`` on Dask, reading
+        the store (a Zarr store by ``dask.array.from_zarr``); it implies the streamed
+        methods.
     **options
         Method options: ``n_init``, ``max_iter``, ``tol`` (kmeans); ``bandwidth``,
         ``bandwidth_scale``, ``n_init``, ``assign_labels`` (spectral); ``fuzzifier``,

@@ -127,7 +127,10 @@ def landmark_kmeans(columns, landmarks=None, n_clusters: int = 8, *, random_stat
     return best_lloyd(embedding, seed_sets, n_clusters, max_iter=max_iter, tol=tol)
 
 
-_OPTIONS = ("n_init", "max_iter", "tol")
+_OPTIONS = {"kmeans": ("n_init", "max_iter", "tol"),
+            "spectral": ("n_neighbors", "bandwidth", "bandwidth_scale", "n_init")}
+#: The methods a ``landmarks`` result supports.
+LANDMARK_METHODS = tuple(_OPTIONS)
 
 
 def fit_layout(result, method: str, n_clusters=None, *, random_state=None,
@@ -135,24 +138,40 @@ def fit_layout(result, method: str, n_clusters=None, *, random_state=None,
     """:func:`omnifc.cluster` on a layout's result (what ``fit_method`` hands over).
 
     A ``landmarks`` result (D[:, L] with its landmarks) supports ``"kmeans"``: k-means on
-    the landmark-MDS coordinates (:func:`landmark_kmeans`), in the rows' own order (there
-    is no full D to put them in canonical order); labels renumbered by first appearance.
-    Every other method, and a ``pairs`` result, raise :class:`ParameterError`.
+    the landmark-MDS coordinates (:func:`landmark_kmeans`), and ``"spectral"``: landmark
+    spectral clustering (Chen & Cai 2011,
+    :func:`~omnifc._clustering._landmark_spectral.landmark_spectral`), both in the rows'
+    own order (there is no full D to put them in canonical order); labels renumbered by
+    first appearance. Every other method, and a ``pairs`` result, raise
+    :class:`ParameterError`.
     """
     if getattr(result, "pairs", None) is not None:
         raise ParameterError("the result of a 'pairs' session holds listed entries of D, "
                              "not every distance a clustering method needs; cluster a "
                              "'landmarks' or 'full' session's result")
-    if method != "kmeans":
+    if method not in _OPTIONS:
         raise ParameterError(f"the result of a 'landmarks' session (D[:, L]) supports "
-                             f"method 'kmeans' (landmark MDS, then Lloyd); method "
-                             f"{method!r} needs the full D (layout = 'full')")
+                             f"methods 'kmeans' (landmark MDS, then Lloyd) and 'spectral' "
+                             f"(landmark spectral clustering); method {method!r} needs "
+                             f"the full D (layout = 'full')")
     if n_clusters is None:
-        raise ParameterError("method 'kmeans' needs n_clusters")
-    unknown = sorted(set(options) - set(_OPTIONS))
+        raise ParameterError(f"method {method!r} needs n_clusters")
+    unknown = sorted(set(options) - set(_OPTIONS[method]))
     if unknown:
-        raise ParameterError(f"k-means on landmarks does not take option(s) {unknown}; it "
-                             f"takes {list(_OPTIONS)}")
+        raise ParameterError(f"{method} on landmarks does not take option(s) {unknown}; it "
+                             f"takes {list(_OPTIONS[method])}")
+    if method == "spectral":
+        from ._landmark_spectral import landmark_spectral
+
+        details = landmark_spectral(result, n_clusters=n_clusters,
+                                    random_state=random_state, **options)
+        raw = np.asarray(details["labels"])
+        _, first = np.unique(raw, return_index=True)
+        old = raw[np.sort(first)]
+        mapping = np.empty(int(raw.max()) + 1, dtype=np.int64)
+        mapping[old] = np.arange(old.size)
+        details["labels"] = mapping[raw]
+        return details
     details = landmark_kmeans(result, n_clusters=n_clusters, random_state=random_state,
                               **options)
     raw = np.asarray(details["labels"])

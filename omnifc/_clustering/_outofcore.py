@@ -47,29 +47,31 @@ def _gigabytes(n: int, copies: float = 1.0) -> str:
     return f"{copies * 8 * n * n / 1e9:.1f} GB"
 
 
-def _embedding(view, order, rng, n_components, solver, n_iter):
+def _embedding(view, order, rng, n_components, solver, n_iter, dask=None):
     embedding, values, explained = streamed_mds(view, n_components, rng, solver=solver,
-                                                n_iter=n_iter)
+                                                n_iter=n_iter, dask=dask)
     return embedding[order], values, explained
 
 
 def kmeans_streamed(view, order, n_clusters, rng, *, n_init: int = 10, max_iter: int = 300,
                     tol: float = 0.0, n_components: int = 64, solver: str = "randomized",
-                    n_iter: int = 4) -> dict:
+                    n_iter: int = 4, dask=None) -> dict:
     # the seeds first, so that they use the generator exactly as the dense method does
     rows = PermutedRows(view, order)
     all_seeds = [kmeans_plusplus_indices(rows, n_clusters, rng) for _ in range(int(n_init))]
-    embedding, values, explained = _embedding(view, order, rng, n_components, solver, n_iter)
+    embedding, values, explained = _embedding(view, order, rng, n_components, solver, n_iter,
+                                              dask)
     result = best_lloyd(embedding, all_seeds, n_clusters, max_iter=max_iter, tol=tol)
     return result | {"eigenvalues": values, "explained": explained}
 
 
 def fcm_streamed(view, order, n_clusters, rng, *, fuzzifier: float = 2.0, max_iter: int = 300,
                  tol: float = 1e-6, n_init: int = 1, n_components: int = 64,
-                 solver: str = "randomized", n_iter: int = 4) -> dict:
+                 solver: str = "randomized", n_iter: int = 4, dask=None) -> dict:
     rows = PermutedRows(view, order)
     all_seeds = [kmeans_plusplus_indices(rows, n_clusters, rng) for _ in range(int(n_init))]
-    embedding, values, explained = _embedding(view, order, rng, n_components, solver, n_iter)
+    embedding, values, explained = _embedding(view, order, rng, n_components, solver, n_iter,
+                                              dask)
     best = None
     for seeds in all_seeds:
         result = fcm_points(embedding, embedding[seeds], fuzzifier=fuzzifier,

@@ -138,7 +138,7 @@ def _trace(view) -> float:
 
 def streamed_mds(view, n_components: int, rng: np.random.Generator, *,
                  solver: str = "randomized", n_oversamples: int = 10, n_iter: int = 4,
-                 tol: float = 0.0) -> tuple[np.ndarray, np.ndarray, float]:
+                 tol: float = 0.0, dask=None) -> tuple[np.ndarray, np.ndarray, float]:
     """Classical MDS from streamed passes: the top ``n_components`` directions of B.
 
     Returns ``(embedding, eigenvalues, explained)``: coordinates ``V sqrt(lambda)`` for
@@ -155,6 +155,12 @@ def streamed_mds(view, n_components: int, rng: np.random.Generator, *,
     (plus one for trace(B)).
     ``solver="lanczos"``: ARPACK ``eigsh(which="LA")`` on the streamed operator, one pass
     per mat-vec (many passes; for D in RAM).
+
+    ``dask``: run the products with D (and the trace) on Dask instead of in this process
+    (:mod:`omnifc._clustering._dask`): a ``dask.distributed.Client``, a scheduler name or
+    True; the same computation (the same random block, the same order of operations per
+    row block), so the embedding equals the in-process one up to floating-point rounding
+    of the products.
     """
     from scipy.linalg import eigh, qr
 
@@ -162,7 +168,14 @@ def streamed_mds(view, n_components: int, rng: np.random.Generator, *,
     if isinstance(n_components, bool) or int(n_components) < 1:
         raise ParameterError(f"n_components must be a positive integer, got {n_components!r}")
     r = min(int(n_components), n)
-    op = centered_gram_operator(view)
+    if dask is not None and dask is not False:
+        from ._dask import check_dask, dask_gram_operator
+
+        dask = check_dask(dask)
+        op = dask_gram_operator(view, dask)
+    else:
+        dask = None
+        op = centered_gram_operator(view)
     if solver == "randomized":
         from threadpoolctl import threadpool_limits
 
@@ -198,7 +211,12 @@ def streamed_mds(view, n_components: int, rng: np.random.Generator, *,
     values, vectors = values[order], vectors[:, order]
     tolerance = max(n, 1) * np.finfo(np.float64).eps * max(abs(values[0]), 1.0) * 16
     keep = values > tolerance
-    trace = _trace(view)
+    if dask is not None:
+        from ._dask import dask_trace
+
+        trace = dask_trace(view, dask)
+    else:
+        trace = _trace(view)
     explained = float(values[keep].sum() / trace) if trace > 0 else 1.0
     if not keep.any():
         return np.zeros((n, 1)), values[:0], explained

@@ -136,8 +136,8 @@ def test_omnifc_cluster_runs_kmeans_on_a_landmarks_result_and_refuses_the_rest()
     renumber = {old: new for new, old in enumerate(raw[np.sort(first)])}
     assert labels.tolist() == [renumber[v] for v in raw.tolist()]
     assert labels[0] == 0 and set(labels.tolist()) == {0, 1, 2}
-    with pytest.raises(ParameterError, match="method 'spectral' needs the full D"):
-        omnifc.cluster(view, "spectral", 3)
+    with pytest.raises(ParameterError, match="method 'dbscan' needs the full D"):
+        omnifc.cluster(view, "dbscan", 3)  # ("spectral" runs: test_landmark_spectral.py)
     with pytest.raises(ParameterError, match="does not take option"):
         omnifc.cluster(view, "kmeans", 3, bandwidth=1.0)
     pairs = PairDistances(None, np.ones(2), [[0, 1], [1, 2]], 3, 0)

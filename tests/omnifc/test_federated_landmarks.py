@@ -66,7 +66,8 @@ def test_predict_places_new_rows_by_the_fits_landmarks_and_centroids():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(distances="landmarks", n_landmarks=4, method="spectral"), "method must be 'kmeans'"),
+    (dict(distances="landmarks", n_landmarks=4, method="dbscan"),
+     "method must be 'kmeans' or 'spectral'"),
     (dict(distances="landmarks"), "needs n_landmarks"),
     (dict(distances="sparse", n_landmarks=4), "distances must be 'full' or 'landmarks'"),
 ])
