@@ -16,11 +16,13 @@ imports it.
 from ._client import (KeystreamSource, PartyHandler, PartySetup, add_party, party_status,
                       setup_from_node_config)
 from ._constants import ACTION, MESSAGE_TYPE
-from ._server import GrpcDataPlaneWorkflow, SecureDistanceWorkflow
-from ._strategy import (EMBEDDINGS, ClusteredFedAvg, ClusteredResult, Embedding,
-                        client_distances, embedding)
+from ._binding import NodeBindingError
+from ._server import GrpcDataPlaneWorkflow, SecureDistanceWorkflow, distance_workflow
+from ._strategy import (EMBEDDINGS, FMCL_PARTS, ClusteredFedAvg, ClusteredResult, Embedding,
+                        client_distances, embedding, fmcl_dims, fmcl_rows)
 
-__all__ = ["SecureDistanceWorkflow", "GrpcDataPlaneWorkflow", "ClusteredFedAvg", "ClusteredResult", "Embedding",
-           "EMBEDDINGS", "embedding", "client_distances", "PartyHandler", "PartySetup", "add_party",
-           "party_status", "setup_from_node_config", "KeystreamSource", "ACTION",
-           "MESSAGE_TYPE"]
+__all__ = ["SecureDistanceWorkflow", "GrpcDataPlaneWorkflow", "distance_workflow",
+           "ClusteredFedAvg", "ClusteredResult", "Embedding", "EMBEDDINGS", "embedding",
+           "client_distances", "fmcl_rows", "fmcl_dims", "FMCL_PARTS", "NodeBindingError",
+           "PartyHandler", "PartySetup", "add_party", "party_status", "setup_from_node_config",
+           "KeystreamSource", "ACTION", "MESSAGE_TYPE"]

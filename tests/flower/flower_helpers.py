@@ -19,6 +19,7 @@ reply, as a SuperNode's does. Nodes can join later (``add_node``: a newcomer).
 from __future__ import annotations
 
 import itertools
+import threading
 import uuid
 
 import pytest
@@ -113,6 +114,42 @@ class LoopbackGrid(Grid):
         return self.pull_messages(self.push_messages(messages))
 
 
+class ThreadedGrid(LoopbackGrid):
+    """LoopbackGrid whose nodes handle their messages concurrently (a thread per message),
+    the replies pulled when ready (the gRPC data plane: every node's party runs the whole
+    session inside its one message, so the nodes must run at once). ``drop_reply(node)``:
+    that node handles its messages but its replies never arrive."""
+
+    dropped: set = frozenset()
+
+    def drop_reply(self, node_id: int) -> None:
+        self.dropped = set(self.dropped) | {node_id}
+
+    def push_messages(self, messages):
+        ids = []
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+            message.metadata.__dict__["_run_id"] = self._run_id
+            message.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+            self.sent.append(message)
+            ids.append(message.metadata.message_id)
+            node = message.metadata.dst_node_id
+            if node in self.silent or node not in self.apps:
+                continue
+            threading.Thread(target=self._answer, args=(node, message), daemon=True).start()
+        return ids
+
+    def _answer(self, node, message):
+        try:
+            reply = self.apps[node](message, self.contexts[node])
+        except Exception as exc:  # a SuperNode answers with an error reply
+            reply = Message(Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
+                                  f"{type(exc).__name__}: {exc}"), reply_to=message)
+        reply.metadata.__dict__["_src_node_id"] = node
+        if node not in self.dropped:
+            self._replies[message.metadata.message_id] = reply
+
+
 class Federation:
     """Flower nodes, each an omnifc party with its own identity key and Context.
 
@@ -188,3 +225,46 @@ class Federation:
         context = self.grid.contexts[self.node_of[name]]
         handler = self.handlers[name]
         return handler._restore(context, context.state.config_records[self.C.STATE_RECORD])
+
+
+def grpc_session(folder, data: dict, *, dim: int, bound: float, scale_bits: int,
+                 deadline: float = 20.0, result_deadline: float = 5.0, register=None,
+                 adversaries=None, wrap=None):
+    """The demo key ceremony for the parties of ``data`` (one session config with the
+    coordinator's TLS key, on a free loopback port) and a :class:`ThreadedGrid` whose node
+    2000 + i runs party i of ``data`` (``rows = data[name]``) over omnifc's gRPC data plane.
+    ``register(app, name)`` adds the ClientApp's other handlers; ``wrap(name, app)`` may
+    return a replacement app (an attacker around the honest one). Returns (config, grid,
+    node of party)."""
+    from flwr.clientapp import ClientApp
+
+    from omnifc.flower import PartySetup, add_party
+    from omnifc.flower import _constants as C
+    from omnifc.flower._local import free_port
+    from protocols import (SessionParameters, generate_certificates, load_identity,
+                           load_session_config, parameters_from_config)
+    from protocols._config import SESSION_FIELDS, ConfigParameters, Deadlines
+
+    options = {} if adversaries is None else {"adversaries": adversaries}
+    params = SessionParameters(dim=dim, bound=bound, scale_bits=scale_bits, **options)
+    certs = generate_certificates(
+        folder / "certs", list(data), coordinator_address=f"127.0.0.1:{free_port()}",
+        parameters=ConfigParameters.of(params),
+        deadlines=Deadlines(join=deadline, shares=deadline, evaluation=deadline,
+                            result=result_deadline),
+        **{f.name: getattr(params, f.name) for f in SESSION_FIELDS})
+    config = load_session_config(certs.config)
+    apps, configs, node_of = {}, {}, {}
+    for i, name in enumerate(data):
+        app = ClientApp()
+        setup = PartySetup(name, config.session_id, parameters_from_config(config),
+                           load_identity(folder / "certs" / f"{name}.identity.pem"),
+                           {p.name: p.identity_public_key for p in config.parties}, config)
+        add_party(app, lambda context, name=name: data[name], setup=lambda context, s=setup: s)
+        if register is not None:
+            register(app, name)
+        if wrap is not None:
+            app = wrap(name, app)
+        node_of[name] = 2000 + i
+        apps[2000 + i], configs[2000 + i] = app, {C.NODE_PARTY: name}
+    return config, ThreadedGrid(apps, configs), node_of
