@@ -153,7 +153,9 @@ class ThreadedGrid(LoopbackGrid):
 class Federation:
     """Flower nodes, each an omnifc party with its own identity key and Context.
 
-    ``data``: party -> rows. ``sessions``: session id -> the parties it pins (all of
+    ``data``: party -> rows (or a dict part -> rows: a multi-part embedding);
+    ``parameters``: SessionParameters, or a dict session -> SessionParameters.
+    ``sessions``: session id -> the parties it pins (all of
     ``data`` in one session ``session_id`` by default). ``newcomers`` (party names of
     ``data``) join the grid only when :meth:`join` is called.
     """
@@ -197,7 +199,7 @@ class Federation:
 
         def setup(context):
             assert context.node_config[self.C.NODE_PARTY] == name
-            return [self._PartySetup(name, session, self.parameters, self.keys[name],
+            return [self._PartySetup(name, session, self.parameters_of(session), self.keys[name],
                                      {p: self.public[p] for p in parties})
                     for session, parties in self.sessions.items() if name in parties]
 
@@ -212,8 +214,14 @@ class Federation:
 
         session = self.session_id if session_id is None else session_id
         pinned = {p: self.public[p] for p in self.sessions[session]}
-        return SecureDistanceWorkflow(session, self.parameters, pinned,
+        return SecureDistanceWorkflow(session, self.parameters_of(session), pinned,
                                       phase_timeout=2.0, join_timeout=1.0, **options)
+
+    def parameters_of(self, session: str):
+        """The session's parameters (``parameters``: one for all, or a dict by session)."""
+        if isinstance(self.parameters, dict):
+            return self.parameters[session]
+        return self.parameters
 
     def status(self, name: str) -> dict:
         from omnifc.flower import party_status
