@@ -1,9 +1,12 @@
 """omnifc on Flower: secure distances and clustering as a Flower workflow (``omnifc[flower]``).
 
 A ServerApp runs :class:`SecureDistanceWorkflow` (omnifc's coordinator over Flower's Grid
-and Message API), or :class:`ClusteredFedAvg` (a Flower strategy: cluster the clients once
-through the secure D on an adapter's :class:`Embedding`, then one FedAvg per cluster,
-newcomers assigned to the nearest cluster); every ClientApp registers omnifc's party with
+and Message API), :class:`GrpcDataPlaneWorkflow` (one Flower message per node, the session
+over omnifc's own gRPC + mutual TLS, each node proving which party it ran), or
+:class:`ClusteredFedAvg` (a Flower strategy over either: cluster the clients through the
+secure D on an adapter's :class:`Embedding` (raw, CLoVE, Client2Vec, FLUX, FMCL), then one
+FedAvg per cluster, newcomers assigned to the nearest cluster); every ClientApp registers
+omnifc's party with
 :func:`add_party` (a ``query.omnifc`` handler whose party state lives in the node's
 Context). Flower's server is untrusted like omnifc's coordinator: it relays ciphertexts and
 sees masked tiles and D. See docs/flower.md.

@@ -22,7 +22,10 @@ one message, over omnifc's own gRPC with mutual TLS to the coordinator address o
 session config this node pinned (:func:`protocols.run_party`, what ``omnifc join`` does),
 with the OS CSPRNG and nothing kept in the Context but the session's end (phase, error). The
 message names no address: a server cannot point the party anywhere else, and the party's
-TLS pins the coordinator's certificate.
+TLS pins the coordinator's certificate. The reply names the party and carries its binding
+proof (:mod:`omnifc.flower._binding`: a signature with the party's identity key over the
+session, its run nonce, the roster, this node id and this message id), so the server learns
+which node runs which party and nobody can claim another's.
 
 Everything the party's own rules say holds unchanged (pinned identity keys, roster checks,
 masks bound to the view, fail closed): this module only carries bytes. A failure leaves the
@@ -137,7 +140,9 @@ class PartyHandler:
         ``rows(context) -> array (n_i, d)``: this node's private vectors (raw samples or an
         adapter's client embedding). Called when the party is built; a ``rows`` with a
         parameter named ``session`` also gets the session id (a node in several sessions,
-        e.g. FLUX's full descriptor for clustering and its prefix for assignment).
+        e.g. FLUX's full descriptor for clustering and its prefix for assignment). For a
+        multi-part embedding (FMCL: :func:`omnifc.flower.fmcl_rows`) it returns a dict
+        ``{part: array}``; each session's start message names its part.
     setup : callable, optional
         ``setup(context) -> PartySetup`` or a list of them (one per session this node may
         take part in); :func:`setup_from_node_config` by default.

@@ -300,6 +300,16 @@ class GrpcDataPlaneWorkflow:
     the ServerApp's host on omnifc's port (besides the SuperLink's), and omnifc's TLS
     certificates (from its key ceremony) authenticate both ends.
 
+    **Which node runs which party.** Each node's reply names its party and carries a binding
+    proof: an Ed25519 signature with the party's identity key over the session id, the
+    party's run nonce, the roster digest, the node id and the start message's id
+    (:mod:`omnifc.flower._binding`). After the session the workflow checks every proof
+    against the pinned keys and the coordinator's roster: :attr:`nodes` maps each proved
+    party to its node; a claim that does not verify (another party's name, a proof copied
+    from another node or message) is in :attr:`refused` (node -> :class:`NodeBindingError`);
+    a party no node proved within the result deadline is in :attr:`unbound` (party -> why).
+    :class:`ClusteredFedAvg` sends cluster models to bound nodes only.
+
     Parameters
     ----------
     config : protocols.SessionConfig
@@ -313,10 +323,20 @@ class GrpcDataPlaneWorkflow:
         Where the coordinator listens (default: the config's ``coordinator``).
     poll_interval : float
         Seconds between pulls of the nodes' replies.
+    part : str, optional
+        The embedding part this session carries (a multi-part embedding such as FMCL's).
 
     Calling it returns the :class:`protocols.Outcome` or raises the coordinator's error
     (after every node that still answers said how its party ended, within the result
     deadline). :attr:`ends` maps node id -> (phase, error) as the nodes replied.
+
+    Examples
+    --------
+    In a ServerApp (the config holds the coordinator's TLS key)::
+
+        workflow = GrpcDataPlaneWorkflow(load_session_config("keys/session.toml"))
+        outcome = workflow(grid)          # outcome.integer: D, exact
+        workflow.nodes                    # party -> Flower node id, proved by each node
     """
 
     def __init__(self, config, *, cluster: Callable | None = None, responders=None,

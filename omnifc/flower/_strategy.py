@@ -6,12 +6,16 @@ then one FedAvg per cluster.
 Flower's own). Its :meth:`~ClusteredFedAvg.start` runs, over the same Grid:
 
 1. **Clustering** (before round 1, and again every ``recluster_every`` rounds when given):
-   one :class:`~omnifc.flower.SecureDistanceWorkflow` session over the clients' embedding
-   rows (what each node's :func:`~omnifc.flower.add_party` handler returns: raw samples,
-   CLoVE loss vectors, Client2Vec indices, FLUX descriptors). The server gets D and nothing
-   else; the client-level distances are the squared distances between the clients' row
-   centroids, computed from D alone (:func:`client_distances`; one row per client: D
-   itself), and the :class:`Embedding`'s server algorithm (the paper's) clusters them.
+   one secure session per part of the :class:`Embedding` over the clients' embedding rows
+   (what each node's :func:`~omnifc.flower.add_party` handler returns: raw samples, CLoVE
+   loss vectors, Client2Vec indices, FLUX descriptors; FMCL's two parts), over Flower's
+   messages (:class:`~omnifc.flower.SecureDistanceWorkflow`) or omnifc's gRPC data plane
+   (:class:`~omnifc.flower.GrpcDataPlaneWorkflow`, ``transport="grpc"``: each node proves
+   which party it ran before it is sent any model). The server gets D and nothing else;
+   the embedding combines the parts' D into client-level distances (one part: the squared
+   distances between the clients' row centroids, :func:`client_distances`; FMCL: its
+   distance from the two reconstructions), and its server algorithm (the paper's) clusters
+   them.
 2. **Per-cluster FedAvg**: every round sends each clustered node one ``train`` message with
    its cluster's model and averages the replies cluster by cluster (Flower's weighted
    ``aggregate_arrayrecords``), then the same for ``evaluate``. A node that does not reply
@@ -362,12 +366,21 @@ class ClusteredFedAvg(_fedavg_base()):
 
     Parameters
     ----------
-    workflow : SecureDistanceWorkflow or callable
-        The clustering session (its parties are the clients to cluster). With
-        ``recluster_every``, a callable ``workflow(k) -> SecureDistanceWorkflow`` giving
-        the k-th clustering's session (k = 0, 1, ...; a session id is started once).
+    workflow : workflow, SessionConfig, dict, or callable
+        The clustering session (its parties are the clients to cluster): a
+        :class:`SecureDistanceWorkflow` or :class:`GrpcDataPlaneWorkflow`, or a
+        ``protocols.SessionConfig`` (the workflow is made with ``transport``); for a
+        multi-part embedding a dict ``{part: workflow or config}``. With
+        ``recluster_every``, a callable ``workflow(k)`` giving any of these for the k-th
+        clustering (k = 0, 1, ...; a session id is started once).
     embedding : Embedding
         The adapter's server algorithm (:func:`embedding`).
+    transport : {"grpc", "flower"}, optional
+        For session configs: ``"grpc"`` (the default: one Flower message per node, the
+        session over omnifc's gRPC + mutual TLS; the config holds the coordinator's TLS
+        key) or ``"flower"`` (one Flower message per node per step).
+    workflow_options : dict, optional
+        Passed to the workflows made from session configs (``join_timeout``, ...).
     recluster_every : int, optional
         Cluster again before every round ``r`` with ``(r - 1) % recluster_every == 0``
         (cluster models are kept; a node takes its new cluster's model).
@@ -387,6 +400,10 @@ class ClusteredFedAvg(_fedavg_base()):
         strategy = ClusteredFedAvg(workflow, embedding("raw", n_clusters=3))
         result = strategy.start(grid, ArrayRecord(initial_model), num_rounds=5)
         result.models[result.labels[node_id]]   # that node's cluster model
+
+        # over omnifc's gRPC data plane, from the session config
+        strategy = ClusteredFedAvg(load_session_config("keys/session.toml"),
+                                   embedding("raw", n_clusters=3), transport="grpc")
     """
 
     def __init__(self, workflow, embedding: Embedding, *, recluster_every: int | None = None,
@@ -399,8 +416,8 @@ class ClusteredFedAvg(_fedavg_base()):
         super().__init__(**fedavg_options)
         if recluster_every is not None and int(recluster_every) < 1:
             raise ParameterError(f"recluster_every must be >= 1, got {recluster_every!r}")
-        if recluster_every is not None and not callable(workflow) or \
-                recluster_every is not None and _is_workflow(workflow):
+        if recluster_every is not None and (not callable(workflow)
+                                            or _is_workflow(workflow)):
             raise ParameterError("recluster_every needs workflow(k) -> a workflow "
                                  "(a fresh session per clustering), got one workflow")
         if transport is not None and transport not in ("grpc", "flower"):
