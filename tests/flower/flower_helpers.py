@@ -237,13 +237,15 @@ class Federation:
 
 def grpc_session(folder, data: dict, *, dim: int, bound: float, scale_bits: int,
                  deadline: float = 20.0, result_deadline: float = 5.0, register=None,
-                 adversaries=None, wrap=None):
+                 adversaries=None, wrap=None, more=()):
     """The demo key ceremony for the parties of ``data`` (one session config with the
     coordinator's TLS key, on a free loopback port) and a :class:`ThreadedGrid` whose node
     2000 + i runs party i of ``data`` (``rows = data[name]``) over omnifc's gRPC data plane.
     ``register(app, name)`` adds the ClientApp's other handlers; ``wrap(name, app)`` may
-    return a replacement app (an attacker around the honest one). Returns (config, grid,
-    node of party)."""
+    return a replacement app (an attacker around the honest one). ``more``: SessionParameters
+    of further sessions over the same keys (then the first item returned is the list of
+    configs, and ``data[name]`` may be a dict of parts). Returns (config, grid, node of
+    party)."""
     from flwr.clientapp import ClientApp
 
     from omnifc.flower import PartySetup, add_party
@@ -255,24 +257,48 @@ def grpc_session(folder, data: dict, *, dim: int, bound: float, scale_bits: int,
 
     options = {} if adversaries is None else {"adversaries": adversaries}
     params = SessionParameters(dim=dim, bound=bound, scale_bits=scale_bits, **options)
+    deadlines = Deadlines(join=deadline, shares=deadline, evaluation=deadline,
+                          result=result_deadline)
     certs = generate_certificates(
         folder / "certs", list(data), coordinator_address=f"127.0.0.1:{free_port()}",
-        parameters=ConfigParameters.of(params),
-        deadlines=Deadlines(join=deadline, shares=deadline, evaluation=deadline,
-                            result=result_deadline),
+        parameters=ConfigParameters.of(params), deadlines=deadlines,
         **{f.name: getattr(params, f.name) for f in SESSION_FIELDS})
     config = load_session_config(certs.config)
+    extra = [more_session(folder / "certs", list(data), p, deadlines) for p in more]
     apps, configs, node_of = {}, {}, {}
     for i, name in enumerate(data):
         app = ClientApp()
-        setup = PartySetup(name, config.session_id, parameters_from_config(config),
-                           load_identity(folder / "certs" / f"{name}.identity.pem"),
-                           {p.name: p.identity_public_key for p in config.parties}, config)
-        add_party(app, lambda context, name=name: data[name], setup=lambda context, s=setup: s)
+        identity = load_identity(folder / "certs" / f"{name}.identity.pem")
+        setups = [PartySetup(name, c.session_id, parameters_from_config(c), identity,
+                             {p.name: p.identity_public_key for p in c.parties}, c)
+                  for c in [config] + extra]
+        add_party(app, lambda context, name=name: data[name],
+                  setup=lambda context, s=setups: s)
         if register is not None:
             register(app, name)
         if wrap is not None:
             app = wrap(name, app)
         node_of[name] = 2000 + i
         apps[2000 + i], configs[2000 + i] = app, {C.NODE_PARTY: name}
+    if more:
+        return [config] + extra, ThreadedGrid(apps, configs), node_of
     return config, ThreadedGrid(apps, configs), node_of
+
+
+def more_session(certs, parties: list, params, deadlines):
+    """One more session config over the same keys (``omnifc session new`` on the cards the
+    ceremony wrote), on another free loopback port, with ``params``."""
+    from omnifc.flower._local import free_port
+    from protocols import dump_session_config, load_card, load_session_config, new_session_config
+    from protocols._config import SESSION_FIELDS, ConfigParameters
+
+    cards = [load_card(certs / f"{name}.card.toml") for name in parties]
+    config = new_session_config(
+        cards, load_card(certs / "coordinator.card.toml"), f"127.0.0.1:{free_port()}",
+        parameters=ConfigParameters.of(params), deadlines=deadlines,
+        **{f.name: getattr(params, f.name) for f in SESSION_FIELDS})
+    for name in ["coordinator"] + list(parties):
+        config = config.with_keys(name, certs)
+    path = certs / f"session-{config.session_id}.toml"
+    dump_session_config(config, path, overwrite=False)
+    return load_session_config(path)

@@ -185,3 +185,33 @@ def test_fmcl_newcomers_join_the_cluster_of_least_mean_distance():
     e = embedding("fmcl", resolution=2, n_clusters=2)
     assert e.assign(d, np.array([0, 0, 1, 1])).tolist() == [0, 1]
     assert e.assign(d, np.array([1, 1, 0, 0])).tolist() == [1, 0]
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.timeout(240)
+def test_fmcl_over_the_grpc_data_plane_two_configs_same_keys(tmp_path):
+    """FMCL through ClusteredFedAvg(transport="grpc"): two session configs over the same
+    identity keys (one per part), one Flower message per node per part; D as in plaintext,
+    every node bound by its proof in both sessions."""
+    from flower_helpers import grpc_session
+
+    means, weights, group = signatures(seed=2)
+    dims = fmcl_dims(CLASSES, DIM, Q)
+    rows = {name: fmcl_rows(means[name], weights[name], Q) for name in means}
+    configs, grid, node_of = grpc_session(
+        tmp_path, rows, dim=dims["z"], bound=1.0, scale_bits=SCALE_BITS,
+        more=[SessionParameters(dim=dims["t"], bound=1.0, scale_bits=SCALE_BITS,
+                                nonnegative=True)])
+    strategy = ClusteredFedAvg({"z": configs[0], "t": configs[1]},
+                               embedding("fmcl", resolution=Q, n_clusters=3),
+                               transport="grpc", workflow_options={"join_timeout": 10},
+                               fraction_train=0.0, fraction_evaluate=0.0)
+    result = strategy.start(grid, ArrayRecord({"w": Array(np.zeros(2))}), num_rounds=1)
+    names = result.outcomes[0].party_names
+    assert np.array_equal(result.distances, plaintext(means, weights, names))
+    assert result.parties == {node: name for name, node in node_of.items()}
+    assert partition(result.party_labels) == partition(group)
+    starts = [m for m in grid.sent if m.metadata.message_type == C.MESSAGE_TYPE]
+    assert sorted(str(m.content.config_records[C.RECORD][C.KEY_PART]) for m in starts) == \
+        ["t"] * 6 + ["z"] * 6
