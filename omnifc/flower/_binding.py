@@ -72,7 +72,12 @@ def binding_transcript(session_id: str, party_id: str, run_nonce: bytes, roster_
 
 def prove_binding(identity_key, session_id: str, party_id: str, run_nonce: bytes,
                   roster_digest: bytes, node_id: int, message_id: str) -> bytes:
-    """The node side: the 64-byte proof (Ed25519 under the party's identity key)."""
+    """The node side: the 64-byte proof (Ed25519 under the party's identity key).
+
+    >>> from protocols import generate_identity
+    >>> len(prove_binding(generate_identity(), "s", "org-a", b"n" * 32, b"r" * 32, 7, "m1"))
+    64
+    """
     return sign(identity_key, binding_transcript(session_id, party_id, run_nonce,
                                                  roster_digest, node_id, message_id))
 
@@ -84,6 +89,22 @@ def check_binding(pinned: dict, hellos: dict, roster_digest, session_id: str, no
 
     ``pinned``: party -> pinned identity public key; ``hellos``: party -> the hello of the
     roster (the coordinator's ``hellos``); ``roster_digest``: the coordinator's.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> from protocols import generate_identity, public_key_bytes
+    >>> key = generate_identity()
+    >>> pinned = {"org-a": public_key_bytes(key)}
+    >>> hellos = {"org-a": SimpleNamespace(run_nonce=b"n" * 32)}
+    >>> proof = prove_binding(key, "s", "org-a", b"n" * 32, b"r" * 32, 7, "m1")
+    >>> check_binding(pinned, hellos, b"r" * 32, "s", 7, "m1", "org-a", proof)
+    'org-a'
+    >>> try:  # the same proof from node 8
+    ...     check_binding(pinned, hellos, b"r" * 32, "s", 8, "m1", "org-a", proof)
+    ... except NodeBindingError as error:
+    ...     print(error.node, error.party, error.reason[:33])
+    8 org-a its binding proof does not verify
     """
     if not party:
         raise NodeBindingError(node_id, party, "the reply names no party")
