@@ -370,6 +370,7 @@ class GrpcDataPlaneWorkflow:
                                coordinator_from_config)
 
         config = self.config
+        self.nodes, self.refused, self.unbound, self._claims = {}, {}, {}, {}
         coordinator = coordinator_from_config(config, cluster=self.cluster,
                                               responders=self.responders)
         self.coordinator = coordinator

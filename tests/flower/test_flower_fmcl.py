@@ -215,3 +215,46 @@ def test_fmcl_over_the_grpc_data_plane_two_configs_same_keys(tmp_path):
     starts = [m for m in grid.sent if m.metadata.message_type == C.MESSAGE_TYPE]
     assert sorted(str(m.content.config_records[C.RECORD][C.KEY_PART]) for m in starts) == \
         ["t"] * 6 + ["z"] * 6
+
+
+class _FakeWorkflow:
+    """A workflow stand-in: returns a fixed outcome, binds parties to given nodes."""
+
+    def __init__(self, outcome, nodes):
+        self.outcome, self.nodes = outcome, dict(nodes)
+
+    def __call__(self, grid):
+        return self.outcome
+
+
+def test_a_party_bound_to_different_nodes_in_two_parts_gets_no_model():
+    names = ["a", "b", "c"]
+    outcome = _outcome([[1, 0], [0, 0], [0, 1], [0, 0], [1, 1], [0, 0]], names)
+    z = _FakeWorkflow(outcome, {"a": 1, "b": 2, "c": 3})
+    t = _FakeWorkflow(outcome, {"a": 1, "b": 2, "c": 4})   # c: another node in part t
+    strategy = ClusteredFedAvg({"z": z, "t": t}, embedding("fmcl", resolution=2, n_clusters=2))
+    labels, result = strategy.cluster(grid=None)
+    assert set(labels) == {1, 2} and set(result.party_labels) == set(names)
+    assert "different nodes" in result.unbound["c"]
+    missing = _FakeWorkflow(outcome, {"a": 1, "b": 2})
+    labels, result = ClusteredFedAvg({"z": z, "t": missing}, embedding(
+        "fmcl", resolution=2, n_clusters=2)).cluster(grid=None)
+    assert set(labels) == {1, 2} and set(result.unbound) == {"c"}
+
+
+def test_a_session_config_becomes_the_transports_workflow(tmp_path):
+    from omnifc.flower import GrpcDataPlaneWorkflow, SecureDistanceWorkflow
+    from protocols import generate_certificates, load_session_config
+
+    config = load_session_config(generate_certificates(tmp_path / "certs",
+                                                       ["a", "b", "c"]).config)
+    grpc = ClusteredFedAvg(config, embedding("raw", n_clusters=2), transport="grpc",
+                           workflow_options={"join_timeout": 3})._workflows(config)
+    assert isinstance(grpc[None], GrpcDataPlaneWorkflow) and grpc[None].join_timeout == 3
+    flower = ClusteredFedAvg({"z": config, "t": config}, embedding("fmcl", resolution=2),
+                             transport="flower")._workflows({"z": config, "t": config})
+    assert all(isinstance(w, SecureDistanceWorkflow) for w in flower.values())
+    assert [w.part for w in flower.values()] == ["z", "t"]
+    assert set(flower["z"].pinned) == {"a", "b", "c"}
+    with pytest.raises(ParameterError, match="transport"):
+        ClusteredFedAvg(config, embedding("raw", n_clusters=2), transport="http")
