@@ -9,8 +9,9 @@ signature with that party's identity key (the one the session config pins) over
     transcript("flower-node-binding", session id, party id, the party's run nonce,
                the roster digest, the Flower node id, the start message's id)
 
-(:func:`protocols._crypto.transcript`: omnifc's canonical length-prefixed fields under its
-own label, so no hello, roster confirmation or resume signature has the same bytes). The
+(omnifc's canonical transcript encoding, ``b"omnifc"``, the protocol version, the label and
+the fields, each length-prefixed, as every signed message of the protocol has: under its own
+label, so no hello, roster confirmation or resume signature has the same bytes). The
 ServerApp checks it against the pinned key, the run nonce of that party's hello in the
 coordinator's roster, the roster digest of the session it just ran, the node id Flower gives
 the reply's sender and the id of the message the reply answers, before it sends any cluster
@@ -28,9 +29,10 @@ the reply from, so a node cannot ask for another node's id to be used.
 
 from __future__ import annotations
 
+import struct
+
 from finite_field import AuthenticationError, ProtocolError
-from protocols import sign, verify
-from protocols._crypto import transcript
+from protocols import PROTOCOL_VERSION, sign, verify
 
 __all__ = ["NodeBindingError", "binding_transcript", "prove_binding", "check_binding"]
 
@@ -58,6 +60,15 @@ class NodeBindingError(ProtocolError):
         self.reason = reason
 
 
+def _field(value) -> bytes:
+    """One length-prefixed field (omnifc's transcript encoding: unambiguous concatenation)."""
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    elif isinstance(value, int):
+        value = str(value).encode("ascii")
+    return struct.pack(">I", len(value)) + bytes(value)
+
+
 def binding_transcript(session_id: str, party_id: str, run_nonce: bytes, roster_digest: bytes,
                        node_id: int, message_id: str) -> bytes:
     """The bytes a node's party signs to bind itself to that node and message.
@@ -66,8 +77,10 @@ def binding_transcript(session_id: str, party_id: str, run_nonce: bytes, roster_
     >>> a != binding_transcript("s", "org-a", b"n" * 32, b"r" * 32, 8, "m1")
     True
     """
-    return transcript(LABEL, str(session_id), str(party_id), bytes(run_nonce),
-                      bytes(roster_digest), int(node_id), str(message_id))
+    fields = (str(session_id), str(party_id), bytes(run_nonce), bytes(roster_digest),
+              int(node_id), str(message_id))
+    return (b"omnifc" + _field(PROTOCOL_VERSION) + _field(LABEL)
+            + b"".join(map(_field, fields)))
 
 
 def prove_binding(identity_key, session_id: str, party_id: str, run_nonce: bytes,

@@ -229,3 +229,12 @@ def test_no_bound_node_at_all_is_a_clear_error(tmp_path):
         grid.drop_reply(node)
     with pytest.raises(ProtocolError, match="no party of the clustering is bound"):
         _run(config, grid, rounds=1)
+
+
+def test_the_binding_transcript_is_omnifcs_transcript_under_its_own_label():
+    from omnifc.flower._binding import LABEL, binding_transcript
+    from protocols._crypto import transcript
+
+    fields = ("s-1", "org-a", b"n" * 32, b"r" * 32, 1234, "message-id")
+    assert binding_transcript(*fields) == transcript(LABEL, *fields)
+    assert LABEL not in ("hello", "roster-confirmation", "resume", "roster")
