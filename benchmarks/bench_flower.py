@@ -8,7 +8,9 @@ n = 2000 rows, d = 16, at m = 3 and m = 10 parties (l = 1, t = 1, masked mode, q
 - **Flower**: ``flwr run`` of ``benchmarks/flower_app``, whose ServerApp runs
   :class:`omnifc.flower.GrpcDataPlaneWorkflow` (``--transport grpc``, the default: one Flower
   message per node, the session over omnifc's gRPC + mutual TLS to the coordinator the
-  ServerApp hosts) or :class:`omnifc.flower.SecureDistanceWorkflow` (``--transport flower``:
+  ServerApp hosts; ``--strategy``: :class:`omnifc.flower.ClusteredFedAvg`'s clustering step
+over it, the session plus every node's party-binding proof checked) or
+:class:`omnifc.flower.SecureDistanceWorkflow` (``--transport flower``:
   one Flower message per node per step), on a local deployment (``--engine
   deployment``, the default: one ``flower-superlink`` and m ``flower-supernode`` processes on
   127.0.0.1, Flower's insecure transport: omnifc's shares stay end-to-end encrypted and its
@@ -76,7 +78,8 @@ class FlowerDeployment:
     every process they started."""
 
     def __init__(self, folder: pathlib.Path, data: dict, session_config: pathlib.Path,
-                 identity: dict, engine: str = "deployment", transport: str = "grpc") -> None:
+                 identity: dict, engine: str = "deployment", transport: str = "grpc",
+                 strategy: bool = False) -> None:
         self.folder = folder
         self.engine = engine
         self.port = free_port()
@@ -89,7 +92,7 @@ class FlowerDeployment:
         (self.home / "config.toml").write_text(
             '[superlink]\ndefault = "bench"\n\n[superlink.bench]\n'
             f'address = "127.0.0.1:{self.port}"\ninsecure = true\n{options}')
-        self.extra = (f' transport="{transport}"'
+        self.extra = (f' transport="{transport}" strategy={str(bool(strategy)).lower()}'
                       f' keys-dir="{pathlib.Path(str(identity[next(iter(data))])).parent}"'
                       f' data-dir="{folder}"')
         env = dict(os.environ)
@@ -156,7 +159,8 @@ def _digest(outcome) -> str:
 
 
 def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout: float,
-          warmup: bool = True, engine: str = "deployment", transport: str = "grpc"):
+          warmup: bool = True, engine: str = "deployment", transport: str = "grpc",
+          strategy: bool = False):
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (n, dim))
     bounds = np.linspace(0, n, parties + 1).astype(int)
@@ -172,7 +176,8 @@ def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout
                                 result=timeout),
             **{f.name: getattr(params, f.name) for f in SESSION_FIELDS})
         identity = {name: folder / "certs" / f"{name}.identity.pem" for name in data}
-        deployment = FlowerDeployment(folder, data, certs.config, identity, engine, transport)
+        deployment = FlowerDeployment(folder, data, certs.config, identity, engine, transport,
+                                      strategy)
         native, flower, flower_run, digests = [], [], [], set()
         try:
             if warmup:  # app install, first imports and numba caches, on both paths
@@ -184,6 +189,9 @@ def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout
                 native.append((time.perf_counter() - start, _total_bytes(outcome.stats)))
                 digests.add(("native", _digest(outcome)))
                 figures, wall = deployment.run(certs.config, timeout)
+                if strategy and figures["bound"] != parties:
+                    raise RuntimeError(f"the strategy bound {figures['bound']} of {parties} "
+                                       "parties to their nodes")
                 flower.append((figures["seconds"], _total_bytes(figures["stats"])))
                 flower_run.append(wall)
                 digests.add(("flower", figures["sha256"]))
@@ -196,6 +204,7 @@ def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout
     native_s = statistics.median(s for s, _ in native)
     flower_s = statistics.median(s for s, _ in flower)
     return {"parties": parties, "runs": repeats, "engine": engine, "transport": transport,
+            "strategy": bool(strategy),
             "native_seconds": native_s, "native_bytes": statistics.median(b for _, b in native),
             "flower_seconds": flower_s, "flower_bytes": statistics.median(b for _, b in flower),
             "flower_run_seconds": statistics.median(flower_run),
@@ -219,6 +228,10 @@ def main(argv=None) -> int:
                         help="the Flower path's data plane: one Flower message per node and "
                              "the session over omnifc's gRPC (GrpcDataPlaneWorkflow), or one "
                              "Flower message per node per step (SecureDistanceWorkflow)")
+    parser.add_argument("--strategy", action="store_true",
+                        help="time ClusteredFedAvg's clustering step on the Flower path (the "
+                             "session, each node's party binding, the clustering) instead of "
+                             "the bare workflow")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: n = 200, m = 3, one run each")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
@@ -232,9 +245,11 @@ def main(argv=None) -> int:
     rows = []
     for m in parties:
         row = bench(args.n, args.dim, m, args.scale_bits, args.repeats, args.timeout,
-                    warmup=not args.quick, engine=args.engine, transport=args.transport)
+                    warmup=not args.quick, engine=args.engine, transport=args.transport,
+                    strategy=args.strategy)
         rows.append(row)
-        print(f"m={m:<3} [{args.engine}, {args.transport}] native gRPC+TLS {row['native_seconds']:8.2f} s "
+        what = f"{args.engine}, {args.transport}" + (", strategy" if args.strategy else "")
+        print(f"m={m:<3} [{what}] native gRPC+TLS {row['native_seconds']:8.2f} s "
               f"{row['native_bytes'] / 1e6:9.2f} MB | Flower {row['flower_seconds']:8.2f} s "
               f"{row['flower_bytes'] / 1e6:9.2f} MB (flwr run end to end "
               f"{row['flower_run_seconds']:.2f} s) | ratio {row['ratio']:5.2f}x "

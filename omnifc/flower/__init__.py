@@ -1,9 +1,12 @@
 """omnifc on Flower: secure distances and clustering as a Flower workflow (``omnifc[flower]``).
 
 A ServerApp runs :class:`SecureDistanceWorkflow` (omnifc's coordinator over Flower's Grid
-and Message API), or :class:`ClusteredFedAvg` (a Flower strategy: cluster the clients once
-through the secure D on an adapter's :class:`Embedding`, then one FedAvg per cluster,
-newcomers assigned to the nearest cluster); every ClientApp registers omnifc's party with
+and Message API), :class:`GrpcDataPlaneWorkflow` (one Flower message per node, the session
+over omnifc's own gRPC + mutual TLS, each node proving which party it ran), or
+:class:`ClusteredFedAvg` (a Flower strategy over either: cluster the clients through the
+secure D on an adapter's :class:`Embedding` (raw, CLoVE, Client2Vec, FLUX, FMCL), then one
+FedAvg per cluster, newcomers assigned to the nearest cluster); every ClientApp registers
+omnifc's party with
 :func:`add_party` (a ``query.omnifc`` handler whose party state lives in the node's
 Context). Flower's server is untrusted like omnifc's coordinator: it relays ciphertexts and
 sees masked tiles and D. See docs/flower.md.
@@ -16,11 +19,13 @@ imports it.
 from ._client import (KeystreamSource, PartyHandler, PartySetup, add_party, party_status,
                       setup_from_node_config)
 from ._constants import ACTION, MESSAGE_TYPE
-from ._server import GrpcDataPlaneWorkflow, SecureDistanceWorkflow
-from ._strategy import (EMBEDDINGS, ClusteredFedAvg, ClusteredResult, Embedding,
-                        client_distances, embedding)
+from ._binding import NodeBindingError
+from ._server import GrpcDataPlaneWorkflow, SecureDistanceWorkflow, distance_workflow
+from ._strategy import (EMBEDDINGS, FMCL_PARTS, ClusteredFedAvg, ClusteredResult, Embedding,
+                        client_distances, embedding, fmcl_dims, fmcl_rows)
 
-__all__ = ["SecureDistanceWorkflow", "GrpcDataPlaneWorkflow", "ClusteredFedAvg", "ClusteredResult", "Embedding",
-           "EMBEDDINGS", "embedding", "client_distances", "PartyHandler", "PartySetup", "add_party",
-           "party_status", "setup_from_node_config", "KeystreamSource", "ACTION",
-           "MESSAGE_TYPE"]
+__all__ = ["SecureDistanceWorkflow", "GrpcDataPlaneWorkflow", "distance_workflow",
+           "ClusteredFedAvg", "ClusteredResult", "Embedding", "EMBEDDINGS", "embedding",
+           "client_distances", "fmcl_rows", "fmcl_dims", "FMCL_PARTS", "NodeBindingError",
+           "PartyHandler", "PartySetup", "add_party", "party_status", "setup_from_node_config",
+           "KeystreamSource", "ACTION", "MESSAGE_TYPE"]

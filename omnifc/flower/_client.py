@@ -22,7 +22,10 @@ one message, over omnifc's own gRPC with mutual TLS to the coordinator address o
 session config this node pinned (:func:`protocols.run_party`, what ``omnifc join`` does),
 with the OS CSPRNG and nothing kept in the Context but the session's end (phase, error). The
 message names no address: a server cannot point the party anywhere else, and the party's
-TLS pins the coordinator's certificate.
+TLS pins the coordinator's certificate. The reply names the party and carries its binding
+proof (:mod:`omnifc.flower._binding`: a signature with the party's identity key over the
+session, its run nonce, the roster, this node id and this message id), so the server learns
+which node runs which party and nobody can claim another's.
 
 Everything the party's own rules say holds unchanged (pinned identity keys, roster checks,
 masks bound to the view, fail closed): this module only carries bytes. A failure leaves the
@@ -48,6 +51,7 @@ from protocols import parameters_from_config
 from protocols import as_protocol_error
 
 from . import _constants as C
+from ._binding import prove_binding
 
 __all__ = ["PartySetup", "PartyHandler", "KeystreamSource", "setup_from_node_config",
            "party_status", "add_party"]
@@ -136,7 +140,9 @@ class PartyHandler:
         ``rows(context) -> array (n_i, d)``: this node's private vectors (raw samples or an
         adapter's client embedding). Called when the party is built; a ``rows`` with a
         parameter named ``session`` also gets the session id (a node in several sessions,
-        e.g. FLUX's full descriptor for clustering and its prefix for assignment).
+        e.g. FLUX's full descriptor for clustering and its prefix for assignment). For a
+        multi-part embedding (FMCL: :func:`omnifc.flower.fmcl_rows`) it returns a dict
+        ``{part: array}``; each session's start message names its part.
     setup : callable, optional
         ``setup(context) -> PartySetup`` or a list of them (one per session this node may
         take part in); :func:`setup_from_node_config` by default.
@@ -165,15 +171,18 @@ class PartyHandler:
         incoming = [bytes(b) for b in (record.get(C.KEY_ENVELOPES) or [])]
         start = bool(record.get(C.KEY_START, False))
         transport = str(record.get(C.KEY_TRANSPORT, C.TRANSPORT_FLOWER))
+        part = record.get(C.KEY_PART)
+        part = None if part is None else str(part)
         if transport == C.TRANSPORT_GRPC and start:
-            phase, error = self._run_grpc(context, session)
+            phase, error, party, proof = self._run_grpc(context, session, message, part)
             return Message(RecordDict({C.RECORD: ConfigRecord(
-                {C.KEY_SESSION: session, C.KEY_PHASE: phase, C.KEY_ERROR: error})}),
+                {C.KEY_SESSION: session, C.KEY_PHASE: phase, C.KEY_ERROR: error,
+                 C.KEY_PARTY: party, C.KEY_PROOF: proof})}),
                 reply_to=message)
         if transport != C.TRANSPORT_FLOWER:
             raise ProtocolError(f"an omnifc message with transport {transport!r} (expected "
                                 f"{C.TRANSPORT_FLOWER!r}, or {C.TRANSPORT_GRPC!r} to start)")
-        out = self._handle(context, session, start, incoming)
+        out = self._handle(context, session, start, incoming, part)
         reply = ConfigRecord({C.KEY_SESSION: session, C.KEY_ENVELOPES: out} if out
                              else {C.KEY_SESSION: session})
         return Message(RecordDict({C.RECORD: reply}), reply_to=message)
@@ -195,8 +204,10 @@ class PartyHandler:
             {C.STARTED_SESSIONS: seen + [session]})
         return setup
 
-    def _run_grpc(self, context, session: str) -> tuple[str, str]:
-        """The whole session over omnifc's gRPC data plane; returns (phase, error)."""
+    def _run_grpc(self, context, session: str, message, part=None) -> tuple:
+        """The whole session over omnifc's gRPC data plane; returns (phase, error, party,
+        binding proof): the proof (``b""`` when the party never got a roster) signs this
+        node id and message id with the party's identity key (:mod:`._binding`)."""
         from flwr.app import ConfigRecord
 
         from protocols import party_credentials, run_party
@@ -209,7 +220,7 @@ class PartyHandler:
         state = ConfigRecord({C.STATE_SESSION: session, C.STATE_SEED: b"",
                               C.STATE_PHASE: "init", C.STATE_ERROR: ""})
         context.state.config_records[C.STATE_RECORD] = state
-        party = Party(setup.party_id, self._rows(context, session), session_id=session,
+        party = Party(setup.party_id, self._rows(context, session, part), session_id=session,
                       parameters=setup.parameters, identity_key=setup.identity_key,
                       pinned=setup.pinned)  # the OS CSPRNG: the party lives in this call
         d = config.deadlines
@@ -231,9 +242,16 @@ class PartyHandler:
         context.state.config_records[C.STATE_RECORD] = state
         if party.phase == "done" and self.on_result is not None:
             self.on_result(party, context)
-        return str(state[C.STATE_PHASE]), str(state[C.STATE_ERROR])
+        proof = b""
+        if party.roster_digest is not None:  # the party is in a roster: it can prove it
+            proof = prove_binding(setup.identity_key, session, setup.party_id,
+                                  party._hello.run_nonce, party.roster_digest,
+                                  context.node_id, message.metadata.message_id)
+        return (str(state[C.STATE_PHASE]), str(state[C.STATE_ERROR]), setup.party_id,
+                proof)
 
-    def _handle(self, context, session: str, start: bool, incoming: list) -> list:
+    def _handle(self, context, session: str, start: bool, incoming: list,
+                part=None) -> list:
         from flwr.app import ConfigRecord
 
         state = context.state.config_records.get(C.STATE_RECORD)
@@ -242,6 +260,8 @@ class PartyHandler:
             state = ConfigRecord({C.STATE_SESSION: session, C.STATE_SEED: os.urandom(_SEED_BYTES),
                                   C.STATE_PHASE: "init", C.STATE_ERROR: ""})
             context.state.config_records[C.STATE_RECORD] = state
+            if part is not None:
+                state[C.STATE_PART] = part
             party = self._build(context, setup, state)
             out = [env.SerializeToString() for env in party.start()]
             self._save(context, state, party, [])
@@ -291,15 +311,29 @@ class PartyHandler:
         raise ProtocolError(f"the server started session {session!r}, this node's session "
                             f"configs are for {[s.session_id for s in setups]}")
 
-    def _rows(self, context, session: str):
+    def _rows(self, context, session: str, part=None):
         try:
             takes_session = "session" in inspect.signature(self.rows).parameters
         except (TypeError, ValueError):  # a builtin or C callable: no signature
             takes_session = False
-        return self.rows(context, session=session) if takes_session else self.rows(context)
+        rows = self.rows(context, session=session) if takes_session else self.rows(context)
+        if isinstance(rows, dict):  # a multi-part embedding: the session names its part
+            if part is None:
+                raise ProtocolError(f"session {session!r} names no embedding part, and "
+                                    f"rows(context) returned the parts {sorted(rows)}")
+            if part not in rows:
+                raise ProtocolError(f"session {session!r} asks for embedding part {part!r}, "
+                                    f"rows(context) returned the parts {sorted(rows)}")
+            return rows[part]
+        if part is not None:
+            raise ProtocolError(f"session {session!r} asks for embedding part {part!r}, "
+                                "rows(context) returned one array (no parts)")
+        return rows
 
     def _build(self, context, setup: PartySetup, state) -> Party:
-        return Party(setup.party_id, self._rows(context, setup.session_id),
+        part = state.get(C.STATE_PART)
+        return Party(setup.party_id,
+                     self._rows(context, setup.session_id, None if part is None else str(part)),
                      session_id=setup.session_id,
                      parameters=setup.parameters, identity_key=setup.identity_key,
                      pinned=setup.pinned, source=KeystreamSource(bytes(state[C.STATE_SEED])))

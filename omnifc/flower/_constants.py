@@ -22,6 +22,11 @@ KEY_TRANSPORT = "transport"      # str: "flower" (envelopes in messages; the def
                                  # TLS, to the coordinator address of the pinned session config)
 KEY_PHASE = "phase"              # str, in a "grpc" reply: the party's phase at its end
 KEY_ERROR = "error"              # str, in a "grpc" reply: why it failed ("" if it did not)
+KEY_PARTY = "party"              # str, in a "grpc" reply: the party this node claims to run
+KEY_PROOF = "proof"              # bytes, in a "grpc" reply: the party's Ed25519 signature
+                                 # binding it to this node and message (omnifc.flower._binding)
+KEY_PART = "part"                # str, in a start message: which part of a multi-part
+                                 # embedding this session carries (e.g. FMCL's "z" and "t")
 
 #: The two data planes (:data:`KEY_TRANSPORT`).
 TRANSPORT_FLOWER = "flower"
@@ -34,6 +39,7 @@ STATE_SEED = "seed"              # bytes: the party's 32-byte randomness key (no
 STATE_RECEIVED = "received"      # list[bytes]: every envelope the party consumed, in order
 STATE_PHASE = "phase"            # str: the party's phase after the last message
 STATE_ERROR = "error"            # str: why the party failed ("" while it has not)
+STATE_PART = "part"              # str: the embedding part of the session (multi-part only)
 
 #: The ConfigRecord of the node's ``context.state`` listing every session this node started
 #: (a session is started once per node, whichever sessions came between).

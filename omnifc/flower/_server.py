@@ -40,8 +40,9 @@ from protocols import Coordinator
 from protocols import omnifc_pb2 as pb
 
 from . import _constants as C
+from ._binding import NodeBindingError, check_binding
 
-__all__ = ["SecureDistanceWorkflow", "GrpcDataPlaneWorkflow", "send_and_poll"]
+__all__ = ["SecureDistanceWorkflow", "GrpcDataPlaneWorkflow", "distance_workflow", "send_and_poll"]
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,9 @@ class SecureDistanceWorkflow:
     observe : callable, optional
         ``observe(direction, node_id, envelopes_bytes)`` sees every payload the server
         sends (``"out"``) and receives (``"in"``): a spy for tests and audits.
+    part : str, optional
+        The embedding part this session carries (a multi-part embedding such as FMCL's:
+        the start message names it, and each node's ``rows`` returns a dict of parts).
 
     After a successful call, :attr:`outcome` holds the coordinator's :class:`Outcome`
     and :attr:`nodes` the party -> node id binding.
@@ -114,7 +118,8 @@ class SecureDistanceWorkflow:
                  phase_timeout: float = 60.0, join_timeout: float = 60.0,
                  cluster: Callable | None = None, responders=None,
                  coordinator_class=Coordinator, observe: Callable | None = None,
-                 poll_interval: float | None = 0.1) -> None:
+                 poll_interval: float | None = 0.1, part: str | None = None) -> None:
+        self.part = None if part is None else str(part)
         self.session_id = str(session_id)
         self.parameters = parameters
         self.pinned = {str(k): bytes(v) for k, v in pinned.items()}
@@ -137,6 +142,8 @@ class SecureDistanceWorkflow:
         if self.observe is not None:
             self.observe("out", node_id, data)
         values = {C.KEY_SESSION: self.session_id, C.KEY_START: start}
+        if start and self.part is not None:
+            values[C.KEY_PART] = self.part
         if data:
             values[C.KEY_ENVELOPES] = data
         return Message(RecordDict({C.RECORD: ConfigRecord(values)}), dst_node_id=node_id,
@@ -293,6 +300,16 @@ class GrpcDataPlaneWorkflow:
     the ServerApp's host on omnifc's port (besides the SuperLink's), and omnifc's TLS
     certificates (from its key ceremony) authenticate both ends.
 
+    **Which node runs which party.** Each node's reply names its party and carries a binding
+    proof: an Ed25519 signature with the party's identity key over the session id, the
+    party's run nonce, the roster digest, the node id and the start message's id
+    (:mod:`omnifc.flower._binding`). After the session the workflow checks every proof
+    against the pinned keys and the coordinator's roster: :attr:`nodes` maps each proved
+    party to its node; a claim that does not verify (another party's name, a proof copied
+    from another node or message) is in :attr:`refused` (node -> :class:`NodeBindingError`);
+    a party no node proved within the result deadline is in :attr:`unbound` (party -> why).
+    :class:`ClusteredFedAvg` sends cluster models to bound nodes only.
+
     Parameters
     ----------
     config : protocols.SessionConfig
@@ -306,15 +323,26 @@ class GrpcDataPlaneWorkflow:
         Where the coordinator listens (default: the config's ``coordinator``).
     poll_interval : float
         Seconds between pulls of the nodes' replies.
+    part : str, optional
+        The embedding part this session carries (a multi-part embedding such as FMCL's).
 
     Calling it returns the :class:`protocols.Outcome` or raises the coordinator's error
     (after every node that still answers said how its party ended, within the result
     deadline). :attr:`ends` maps node id -> (phase, error) as the nodes replied.
+
+    Examples
+    --------
+    In a ServerApp (the config holds the coordinator's TLS key)::
+
+        workflow = GrpcDataPlaneWorkflow(load_session_config("keys/session.toml"))
+        outcome = workflow(grid)          # outcome.integer: D, exact
+        workflow.nodes                    # party -> Flower node id, proved by each node
     """
 
     def __init__(self, config, *, cluster: Callable | None = None, responders=None,
                  join_timeout: float = 60.0, address: str | None = None,
-                 poll_interval: float = 0.1) -> None:
+                 poll_interval: float = 0.1, part: str | None = None) -> None:
+        self.part = None if part is None else str(part)
         self.config = config
         self.session_id = str(config.session_id)
         self.cluster = cluster
@@ -326,6 +354,10 @@ class GrpcDataPlaneWorkflow:
         self.coordinator = None
         self.server = None
         self.ends: dict = {}
+        self.nodes: dict = {}
+        self.refused: dict = {}
+        self.unbound: dict = {}
+        self._claims: dict = {}
 
     def _session_seconds(self) -> float:
         d = self.config.deadlines
@@ -338,6 +370,7 @@ class GrpcDataPlaneWorkflow:
                                coordinator_from_config)
 
         config = self.config
+        self.nodes, self.refused, self.unbound, self._claims = {}, {}, {}, {}
         coordinator = coordinator_from_config(config, cluster=self.cluster,
                                               responders=self.responders)
         self.coordinator = coordinator
@@ -352,10 +385,14 @@ class GrpcDataPlaneWorkflow:
             ttl = self._session_seconds() + 60.0
             record = {C.KEY_SESSION: self.session_id, C.KEY_START: True,
                       C.KEY_TRANSPORT: C.TRANSPORT_GRPC}
-            waiting = set(grid.push_messages([
+            if self.part is not None:
+                record[C.KEY_PART] = self.part
+            ids = list(grid.push_messages([
                 Message(RecordDict({C.RECORD: ConfigRecord(dict(record))}), dst_node_id=node,
                         message_type=C.MESSAGE_TYPE, group_id=self.session_id, ttl=ttl)
                 for node in nodes]))
+            sent = dict(zip(ids, nodes))  # message id -> the node it was sent to
+            waiting = set(ids)
             outcome = server.run()  # the coordinator's deadlines; raises its error
         except ProtocolError as error:
             if coordinator.error is None and coordinator.outcome is None:
@@ -369,20 +406,28 @@ class GrpcDataPlaneWorkflow:
             raise wrapped from error
         finally:
             server.stop()
-            self._collect(grid, waiting)
+            self._collect(grid, waiting, sent if waiting else {})
+        self._bind(coordinator)
         self.outcome = outcome
         return outcome
 
-    def _collect(self, grid, waiting: set) -> None:
-        """The nodes' replies (how each party ended), at most the result deadline."""
+    def _collect(self, grid, waiting: set, sent: dict) -> None:
+        """The nodes' replies (how each party ended, the party each claims and its proof),
+        at most the result deadline."""
         if not waiting:
             return
         try:
             deadline = time.monotonic() + max(self.config.deadlines.result, 1.0)
             while waiting and time.monotonic() < deadline:
                 for reply in grid.pull_messages(set(waiting)):
-                    waiting.discard(reply.metadata.reply_to_message_id)
+                    message_id = reply.metadata.reply_to_message_id
+                    waiting.discard(message_id)
                     node = reply.metadata.src_node_id
+                    if sent.get(message_id) != node:
+                        self.refused[node] = NodeBindingError(
+                            node, None, f"it answered message {message_id!r}, which was "
+                            f"sent to node {sent.get(message_id)!r}")
+                        continue
                     if reply.has_error():
                         self.ends[node] = ("failed", f"Flower error: {reply.error.reason}")
                         continue
@@ -392,7 +437,66 @@ class GrpcDataPlaneWorkflow:
                         continue
                     self.ends[node] = (str(record.get(C.KEY_PHASE, "")),
                                        str(record.get(C.KEY_ERROR, "")))
+                    self._claims[node] = (message_id, record.get(C.KEY_PARTY),
+                                          record.get(C.KEY_PROOF))
                 if waiting:
                     time.sleep(self.poll_interval)
         except Exception:  # the session's end is decided; the replies are best effort
             logger.warning("could not collect every node's reply")
+
+    def _bind(self, coordinator) -> None:
+        """Bind each party to the node that proved it runs it (:mod:`._binding`); refuse
+        every other claim; a party no node proved is unbound (a dropout for training)."""
+        for node in sorted(self._claims):
+            message_id, party, proof = self._claims[node]
+            try:
+                name = check_binding(self.pinned, coordinator.hellos,
+                                     coordinator.roster_digest, self.session_id, node,
+                                     message_id, party, proof)
+                if name in self.nodes:
+                    raise NodeBindingError(node, name, f"that party is bound to node "
+                                           f"{self.nodes[name]} already")
+            except NodeBindingError as error:
+                self.refused[node] = error
+                logger.warning("%s", error)
+                continue
+            self.nodes[name] = node
+        for name in self.config.party_names:
+            if name not in self.nodes:
+                self.unbound[name] = ("no Flower node proved it runs this party within the "
+                                      f"result deadline ({self.config.deadlines.result:g} s)")
+                logger.warning("party %r: %s", name, self.unbound[name])
+
+    @property
+    def pinned(self) -> dict:
+        """Party id -> pinned identity public key (the session config's)."""
+        return {p.name: p.identity_public_key for p in self.config.parties}
+
+
+def distance_workflow(config, *, transport: str = "grpc", part: str | None = None,
+                      **options):
+    """The workflow of one session of ``config`` (a :class:`protocols.SessionConfig`) over
+    Flower: :class:`GrpcDataPlaneWorkflow` for ``transport="grpc"`` (one Flower message per
+    node, omnifc's gRPC + mutual TLS; the config holds the coordinator's TLS key) or
+    :class:`SecureDistanceWorkflow` for ``"flower"`` (one Flower message per node per step).
+    ``part``: the embedding part the session carries; ``options``: the workflow's.
+
+    Examples
+    --------
+    In a ServerApp::
+
+        config = load_session_config("keys/session.toml")
+        outcome = distance_workflow(config, transport="grpc")(grid)
+    """
+    if transport == C.TRANSPORT_GRPC:
+        return GrpcDataPlaneWorkflow(config, part=part, **options)
+    if transport == C.TRANSPORT_FLOWER:
+        from protocols import parameters_from_config
+
+        return SecureDistanceWorkflow(
+            config.session_id, parameters_from_config(config),
+            {p.name: p.identity_public_key for p in config.parties}, part=part, **options)
+    from finite_field import ParameterError
+
+    raise ParameterError(f"transport must be {C.TRANSPORT_GRPC!r} or {C.TRANSPORT_FLOWER!r}, "
+                         f"got {transport!r}")

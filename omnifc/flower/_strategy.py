@@ -6,12 +6,16 @@ then one FedAvg per cluster.
 Flower's own). Its :meth:`~ClusteredFedAvg.start` runs, over the same Grid:
 
 1. **Clustering** (before round 1, and again every ``recluster_every`` rounds when given):
-   one :class:`~omnifc.flower.SecureDistanceWorkflow` session over the clients' embedding
-   rows (what each node's :func:`~omnifc.flower.add_party` handler returns: raw samples,
-   CLoVE loss vectors, Client2Vec indices, FLUX descriptors). The server gets D and nothing
-   else; the client-level distances are the squared distances between the clients' row
-   centroids, computed from D alone (:func:`client_distances`; one row per client: D
-   itself), and the :class:`Embedding`'s server algorithm (the paper's) clusters them.
+   one secure session per part of the :class:`Embedding` over the clients' embedding rows
+   (what each node's :func:`~omnifc.flower.add_party` handler returns: raw samples, CLoVE
+   loss vectors, Client2Vec indices, FLUX descriptors; FMCL's two parts), over Flower's
+   messages (:class:`~omnifc.flower.SecureDistanceWorkflow`) or omnifc's gRPC data plane
+   (:class:`~omnifc.flower.GrpcDataPlaneWorkflow`, ``transport="grpc"``: each node proves
+   which party it ran before it is sent any model). The server gets D and nothing else;
+   the embedding combines the parts' D into client-level distances (one part: the squared
+   distances between the clients' row centroids, :func:`client_distances`; FMCL: its
+   distance from the two reconstructions), and its server algorithm (the paper's) clusters
+   them.
 2. **Per-cluster FedAvg**: every round sends each clustered node one ``train`` message with
    its cluster's model and averages the replies cluster by cluster (Flower's weighted
    ``aggregate_arrayrecords``), then the same for ``evaluate``. A node that does not reply
@@ -37,7 +41,7 @@ import numpy as np
 from finite_field import ParameterError, ProtocolError
 
 __all__ = ["Embedding", "EMBEDDINGS", "embedding", "client_distances", "ClusteredFedAvg",
-           "ClusteredResult"]
+           "ClusteredResult", "fmcl_rows", "fmcl_dims", "FMCL_PARTS"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,20 +85,57 @@ def _nearest_centroid(distances, labels) -> np.ndarray:
     return assign_new_clients(distances, labels)
 
 
+def _one_session(outcomes: dict) -> np.ndarray:
+    (outcome,) = outcomes.values()
+    return client_distances(outcome.values, outcome.rows)
+
+
 @dataclass(frozen=True)
 class Embedding:
     """The server side of an adapter's client embedding.
 
-    ``cluster(D_clients) -> labels`` is the paper's server algorithm on the client-level
-    squared distances; ``assign(D, labels) -> labels`` places newcomers (D over the
-    clustered clients first, then the newcomers); FLUX's nearest-centroid rule by default.
-    The client side is the ``rows`` function each node gives :func:`add_party` (the
-    adapter's embedding of its local data).
+    An embedding is a list of **parts**, each one secure session over its own rows (one
+    part, unnamed, for raw samples, CLoVE, Client2Vec, FLUX; two for FMCL); ``distances``
+    combines the parts' outcomes into the client-level distances, on which
+    ``cluster(D_clients) -> labels`` (the paper's server algorithm) runs.
+    ``assign(D, labels) -> labels`` places newcomers (D over the clustered clients first,
+    then the newcomers); FLUX's nearest-centroid rule by default. The client side is the
+    ``rows`` function each node gives :func:`add_party` (the adapter's embedding of its local
+    data; a dict ``{part: rows}`` for a multi-part embedding).
+
+    Attributes
+    ----------
+    name : str
+    cluster, assign : callable
+    parts : tuple of str
+        The named parts (empty: one session, whose rows are the embedding).
+    combine : callable, optional
+        ``combine({part: Outcome}) -> D_clients`` (roster order); for one part by default
+        the squared distances of the clients' row centroids (:func:`client_distances`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> e = Embedding("mine", cluster=lambda d: (d[0] > 1).astype(int))
+    >>> e.parts, e.cluster(np.array([[0.0, 4.0], [4.0, 0.0]])).tolist()
+    ((), [0, 1])
     """
 
     name: str
     cluster: Callable
     assign: Callable = _nearest_centroid
+    parts: tuple = ()
+    combine: Callable | None = None
+
+    def distances(self, outcomes: dict) -> np.ndarray:
+        """The client-level distances from ``{part: Outcome}`` (``{None: Outcome}`` for a
+        one-part embedding)."""
+        expected = set(self.parts) if self.parts else {None}
+        if set(outcomes) != expected:
+            raise ParameterError(f"embedding {self.name!r} combines the parts "
+                                 f"{sorted(map(str, expected))}, got sessions for "
+                                 f"{sorted(map(str, outcomes))}")
+        return (self.combine or _one_session)(outcomes)
 
 
 def _needs_k(name, n_clusters):
@@ -134,17 +175,114 @@ def _flux(n_clusters=None, **options):
     return lambda d: np.asarray(flux.cluster_clients(d, **options).labels)
 
 
-#: Server algorithms by adapter name (``embedding(name, ...)``). FMCL is not listed: its
-#: distance needs two reconstructions (class means and thermometer weights,
-#: ``fmcl.secure_thermometer_distances``), not one session's D; pass its server algorithm as
-#: an :class:`Embedding` of your own over the combined distances.
-EMBEDDINGS = {"raw": _raw, "clove": _clove, "client2vec": _client2vec, "flux": _flux}
+#: FMCL's two parts: the class-weighted unit means ``z`` and the thermometer code ``t``.
+FMCL_PARTS = ("z", "t")
+
+
+def fmcl_rows(means, weights, resolution: int) -> dict:
+    """A node's FMCL embedding (the client half of ``embedding("fmcl", ...)``).
+
+    ``means`` (C, d): the node's class mean embeddings; ``weights`` (C,): its class weights
+    ``n_c / n``; ``resolution``: the public q of every node. Returns ``{"z": rows, "t":
+    rows}``: FMCL's thermometer rows (:func:`omnifc.adapters.fmcl.thermometer_rows`), each
+    followed by the public all-zero anchor row that turns the squared distances into exact
+    inner products. Return it from the node's ``rows(context)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> parts = fmcl_rows(np.array([[1.0, 0.0], [0.0, 2.0]]), np.array([0.5, 0.5]), 2)
+    >>> parts["t"].tolist()
+    [[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+    >>> parts["z"].shape
+    (2, 8)
+    """
+    from ..adapters import fmcl
+
+    z, t = fmcl.thermometer_rows(np.asarray(means, dtype=np.float64),
+                                 np.asarray(weights, dtype=np.float64), int(resolution))
+    return {"z": np.stack([z, np.zeros_like(z)]), "t": np.stack([t, np.zeros_like(t)])}
+
+
+def fmcl_dims(n_classes: int, dim: int, resolution: int) -> dict:
+    """The session ``dim`` of each FMCL part: ``{"z": C q d, "t": C q}`` (bound 1.0 both).
+
+    >>> fmcl_dims(3, 4, 10)
+    {'z': 120, 't': 30}
+    """
+    return {"z": int(n_classes) * int(resolution) * int(dim),
+            "t": int(n_classes) * int(resolution)}
+
+
+def _anchored(outcome, part: str) -> np.ndarray:
+    """The (n+1) x (n+1) distances of the clients' rows and one anchor (anchor last), after
+    checking that every client sent two rows whose second (the anchor) is the same point."""
+    rows = list(outcome.rows)
+    if any(r != 2 for r in rows):
+        raise ProtocolError(f"FMCL part {part!r}: every client sends its row and the zero "
+                            f"anchor (2 rows), got {rows} rows (roster {outcome.party_names})")
+    integer = np.asarray(outcome.integer)
+    anchors = np.arange(1, 2 * len(rows), 2)
+    if np.any(integer[np.ix_(anchors, anchors)] != 0):
+        raise ProtocolError(f"FMCL part {part!r}: the clients' anchor rows are not one point "
+                            "(every anchor must be the public all-zero row)")
+    order = np.concatenate([np.arange(0, 2 * len(rows), 2), anchors[:1]])
+    return np.asarray(outcome.values)[np.ix_(order, order)]
+
+
+def _mean_distance_assign(distances, labels) -> np.ndarray:
+    """Each newcomer joins the cluster of the least mean distance to its members (for a
+    distance that is not a squared Euclidean one, where no centroid exists)."""
+    d = np.asarray(distances, dtype=np.float64)
+    labels = np.asarray(labels)
+    n = len(labels)
+    clusters = sorted(set(labels.tolist()))
+    scores = np.stack([d[n:, :n][:, labels == c].mean(axis=1) for c in clusters], axis=1)
+    return np.array(clusters)[np.argmin(scores, axis=1)]
+
+
+def _fmcl(resolution=None, n_clusters=None, rule=None, max_clusters=None, fill="geodesic"):
+    from ..adapters import fmcl
+
+    if resolution is None or int(resolution) < 1:
+        raise ParameterError(f"embedding 'fmcl' needs the nodes' public resolution q >= 1, "
+                             f"got {resolution!r}")
+    q = int(resolution)
+
+    def combine(outcomes):
+        return fmcl.fmcl_from_anchored(_anchored(outcomes["z"], "z"),
+                                       _anchored(outcomes["t"], "t"), q, fill=fill)
+
+    if n_clusters is not None:
+        from .._clustering import average_linkage_labels
+
+        if rule is not None:
+            raise ParameterError("embedding 'fmcl': give n_clusters or a K rule, not both")
+        k = _needs_k("fmcl", n_clusters)
+        cluster = lambda d: np.asarray(average_linkage_labels(d, k))  # noqa: E731
+    else:
+        options = {"rule": rule} if rule is not None else {}
+        if max_clusters is not None:
+            options["max_clusters"] = int(max_clusters)
+        cluster = lambda d: np.asarray(fmcl.fmcl_server(d, **options).labels)  # noqa: E731
+    return {"cluster": cluster, "combine": combine, "parts": FMCL_PARTS,
+            "assign": _mean_distance_assign}
+
+
+#: Server algorithms by adapter name (``embedding(name, ...)``). FMCL's distance needs two
+#: reconstructions (the thermometer-weighted class means ``z`` and the thermometer code
+#: ``t``, each with a zero anchor row: :func:`fmcl_rows`), so its embedding has two parts.
+EMBEDDINGS = {"raw": _raw, "clove": _clove, "client2vec": _client2vec, "flux": _flux,
+              "fmcl": _fmcl}
 
 
 def embedding(name: str, **options) -> Embedding:
     """The :class:`Embedding` of adapter ``name`` (``raw``, ``clove``, ``client2vec``,
-    ``flux``), its server algorithm configured by ``options`` (``n_clusters``,
-    ``random_state``; FLUX: ``k_rule``, ``eps_rule``...).
+    ``flux``, ``fmcl``), its server algorithm configured by ``options`` (``n_clusters``,
+    ``random_state``; FLUX: ``k_rule``, ``eps_rule``...; FMCL: ``resolution`` (the nodes'
+    public q, required), ``n_clusters`` (average linkage) or ``rule`` (K chosen by
+    :func:`omnifc.adapters.fmcl.fmcl_server`, its default rule when neither is given),
+    ``max_clusters``, ``fill``; newcomers join the cluster of least mean FMCL distance).
 
     Examples
     --------
@@ -155,7 +293,10 @@ def embedding(name: str, **options) -> Embedding:
     """
     if name not in EMBEDDINGS:
         raise ParameterError(f"embedding must be one of {sorted(EMBEDDINGS)}, got {name!r}")
-    return Embedding(name, EMBEDDINGS[name](**options))
+    made = EMBEDDINGS[name](**options)
+    if isinstance(made, dict):  # a multi-part embedding
+        return Embedding(name, **made)
+    return Embedding(name, made)
 
 
 @dataclass
@@ -173,7 +314,15 @@ class ClusteredResult:
     parties : dict of int to str
         Node id -> the omnifc party it is bound to.
     outcomes : list
-        Every clustering session's :class:`protocols.Outcome` (D, responders, stats).
+        Every session's :class:`protocols.Outcome` (D, responders, stats), in order.
+    sessions : list of dict
+        Per clustering (then the newcomer session): part -> Outcome (``None`` -> Outcome
+        for a one-part embedding).
+    party_labels : dict of str to int
+        Party -> cluster for every party of the last clustering, bound or not.
+    unbound : dict of str to str
+        Parties in D that no Flower node proved to run (gRPC data plane: no valid binding
+        proof), with why: clustered, but sent no model (a dropout for training).
     newcomers : dict of int to int
         Newcomer node id -> assigned cluster (empty without a newcomer session).
     train_metrics, evaluate_metrics : dict of int to dict of int to MetricRecord
@@ -189,6 +338,15 @@ class ClusteredResult:
     train_metrics: dict = field(default_factory=dict)
     evaluate_metrics: dict = field(default_factory=dict)
     newcomer_metrics: dict = field(default_factory=dict)
+    party_labels: dict = field(default_factory=dict)
+    unbound: dict = field(default_factory=dict)
+    sessions: list = field(default_factory=list)
+
+
+def _is_workflow(item) -> bool:
+    """A workflow object (it runs a session over a grid and binds parties to nodes), as
+    opposed to a session config or a ``k -> workflow`` factory."""
+    return hasattr(item, "nodes") and callable(item)
 
 
 def _fedavg_base():
@@ -208,12 +366,21 @@ class ClusteredFedAvg(_fedavg_base()):
 
     Parameters
     ----------
-    workflow : SecureDistanceWorkflow or callable
-        The clustering session (its parties are the clients to cluster). With
-        ``recluster_every``, a callable ``workflow(k) -> SecureDistanceWorkflow`` giving
-        the k-th clustering's session (k = 0, 1, ...; a session id is started once).
+    workflow : workflow, SessionConfig, dict, or callable
+        The clustering session (its parties are the clients to cluster): a
+        :class:`SecureDistanceWorkflow` or :class:`GrpcDataPlaneWorkflow`, or a
+        ``protocols.SessionConfig`` (the workflow is made with ``transport``); for a
+        multi-part embedding a dict ``{part: workflow or config}``. With
+        ``recluster_every``, a callable ``workflow(k)`` giving any of these for the k-th
+        clustering (k = 0, 1, ...; a session id is started once).
     embedding : Embedding
         The adapter's server algorithm (:func:`embedding`).
+    transport : {"grpc", "flower"}, optional
+        For session configs: ``"grpc"`` (the default: one Flower message per node, the
+        session over omnifc's gRPC + mutual TLS; the config holds the coordinator's TLS
+        key) or ``"flower"`` (one Flower message per node per step).
+    workflow_options : dict, optional
+        Passed to the workflows made from session configs (``join_timeout``, ...).
     recluster_every : int, optional
         Cluster again before every round ``r`` with ``(r - 1) % recluster_every == 0``
         (cluster models are kept; a node takes its new cluster's model).
@@ -233,10 +400,15 @@ class ClusteredFedAvg(_fedavg_base()):
         strategy = ClusteredFedAvg(workflow, embedding("raw", n_clusters=3))
         result = strategy.start(grid, ArrayRecord(initial_model), num_rounds=5)
         result.models[result.labels[node_id]]   # that node's cluster model
+
+        # over omnifc's gRPC data plane, from the session config
+        strategy = ClusteredFedAvg(load_session_config("keys/session.toml"),
+                                   embedding("raw", n_clusters=3), transport="grpc")
     """
 
     def __init__(self, workflow, embedding: Embedding, *, recluster_every: int | None = None,
                  newcomer_workflow=None, poll_interval: float | None = 0.1,
+                 transport: str | None = None, workflow_options: dict | None = None,
                  **fedavg_options) -> None:
         fedavg_options.setdefault("min_train_nodes", 0)
         fedavg_options.setdefault("min_evaluate_nodes", 0)
@@ -244,16 +416,19 @@ class ClusteredFedAvg(_fedavg_base()):
         super().__init__(**fedavg_options)
         if recluster_every is not None and int(recluster_every) < 1:
             raise ParameterError(f"recluster_every must be >= 1, got {recluster_every!r}")
-        from ._server import SecureDistanceWorkflow
-
-        if recluster_every is not None and isinstance(workflow, SecureDistanceWorkflow):
-            raise ParameterError("recluster_every needs workflow(k) -> SecureDistanceWorkflow "
+        if recluster_every is not None and (not callable(workflow)
+                                            or _is_workflow(workflow)):
+            raise ParameterError("recluster_every needs workflow(k) -> a workflow "
                                  "(a fresh session per clustering), got one workflow")
+        if transport is not None and transport not in ("grpc", "flower"):
+            raise ParameterError(f"transport must be 'grpc' or 'flower', got {transport!r}")
         self.workflow = workflow
         self.embedding = embedding
         self.recluster_every = None if recluster_every is None else int(recluster_every)
         self.newcomer_workflow = newcomer_workflow
         self.poll_interval = None if poll_interval is None else float(poll_interval)
+        self.transport = transport
+        self.workflow_options = dict(workflow_options or {})
 
     def _send(self, grid, messages, timeout: float):
         from ._server import send_and_poll
@@ -274,22 +449,82 @@ class ClusteredFedAvg(_fedavg_base()):
             return self.workflow
         return self.workflow(k)
 
+    def _workflows(self, spec) -> dict:
+        """``{part: workflow}`` (``{None: workflow}`` for a one-part embedding) from a
+        workflow, a session config, or a dict of either by part."""
+        from ._server import distance_workflow
+
+        parts = tuple(self.embedding.parts)
+        if isinstance(spec, dict):
+            if set(spec) != set(parts) or not parts:
+                raise ParameterError(f"embedding {self.embedding.name!r} has the parts "
+                                     f"{list(parts) or 'none (one session)'}, got sessions "
+                                     f"for {sorted(map(str, spec))}")
+            items = [(part, spec[part]) for part in parts]
+        elif parts:
+            raise ParameterError(f"embedding {self.embedding.name!r} needs one session per "
+                                 f"part {list(parts)}: pass {{part: workflow or config}}")
+        else:
+            items = [(None, spec)]
+        out = {}
+        for part, item in items:
+            if not _is_workflow(item):  # a session config: the strategy's transport
+                item = distance_workflow(item, transport=self.transport or "grpc", part=part,
+                                         **self.workflow_options)
+            out[part] = item
+        return out
+
+    def _run_sessions(self, grid, spec):
+        """Run every part's session; return ``(outcomes by part, party names, nodes by
+        party, unbound parties)``. A party is bound to a node only when every part's session
+        bound it to that same node (its signed hello, or its binding proof)."""
+        workflows = self._workflows(spec)
+        outcomes = {part: workflow(grid) for part, workflow in workflows.items()}
+        names = next(iter(outcomes.values())).party_names
+        for part, outcome in outcomes.items():
+            if outcome.party_names != names:
+                raise ProtocolError(f"the sessions of embedding {self.embedding.name!r} have "
+                                    f"different rosters ({names} and, for part {part!r}, "
+                                    f"{outcome.party_names})")
+        nodes, unbound = {}, {}
+        for name in names:
+            seen = {part: workflow.nodes.get(name) for part, workflow in workflows.items()}
+            why = [getattr(w, "unbound", {}).get(name) for w in workflows.values()]
+            if None in seen.values():
+                unbound[name] = next((w for w in why if w), "no node is bound to it")
+            elif len(set(seen.values())) > 1:
+                unbound[name] = f"the parts' sessions bound it to different nodes {seen}"
+            else:
+                nodes[name] = next(iter(seen.values()))
+        for workflow in workflows.values():
+            for node, error in getattr(workflow, "refused", {}).items():
+                logger.warning("refused: %s", error)
+        for name, why in unbound.items():
+            logger.warning("party %r is clustered but gets no model: %s", name, why)
+        if not nodes:
+            raise ProtocolError("no party of the clustering is bound to a Flower node: "
+                                + "; ".join(f"{n}: {w}" for n, w in unbound.items()))
+        return outcomes, names, nodes, unbound
+
     def cluster(self, grid, k: int = 0, result: ClusteredResult | None = None):
-        """Run the k-th clustering session; return ``(labels by node, result)``."""
+        """Run the k-th clustering session (one per embedding part); return ``(labels by
+        node, result)``. Only nodes bound to their party get a label (and models)."""
         result = ClusteredResult() if result is None else result
-        workflow = self._session(k)
-        outcome = workflow(grid)
-        nodes = [workflow.nodes[name] for name in outcome.party_names]
-        distances = client_distances(outcome.values, outcome.rows)
+        outcomes, names, nodes, unbound = self._run_sessions(grid, self._session(k))
+        distances = self.embedding.distances(outcomes)
         labels = np.asarray(self.embedding.cluster(distances)).astype(int)
-        if labels.shape != (len(nodes),):
+        if labels.shape != (len(names),):
             raise ProtocolError(f"the {self.embedding.name!r} clustering returned "
-                                f"{labels.shape} labels, expected ({len(nodes)},)")
-        result.labels = {node: int(c) for node, c in zip(nodes, labels)}
-        result.parties.update({node: name for name, node in workflow.nodes.items()})
+                                f"{labels.shape} labels, expected ({len(names)},)")
+        result.labels = {nodes[name]: int(c) for name, c in zip(names, labels)
+                         if name in nodes}
+        result.party_labels = {name: int(c) for name, c in zip(names, labels)}
+        result.unbound = dict(unbound)
+        result.parties.update({node: name for name, node in nodes.items()})
         result.distances = distances
-        result.outcomes.append(outcome)
-        logger.info("clustering %d: %d clients in %d clusters", k, len(nodes),
+        result.outcomes.extend(outcomes.values())
+        result.sessions.append(outcomes)
+        logger.info("clustering %d: %d clients in %d clusters", k, len(names),
                     len(set(labels.tolist())))
         return result.labels, result
 
@@ -380,22 +615,27 @@ class ClusteredFedAvg(_fedavg_base()):
         from flwr.app import ConfigRecord
         from flwr.common import MessageType
 
-        workflow = self.newcomer_workflow
-        outcome = workflow(grid)
-        nodes = [workflow.nodes[name] for name in outcome.party_names]
-        known = [i for i, node in enumerate(nodes) if node in result.labels]
-        new = [i for i, node in enumerate(nodes) if node not in result.labels]
+        outcomes, names, nodes, unbound = self._run_sessions(grid, self.newcomer_workflow)
+        clustered = getattr(result, "party_labels", None) or {
+            result.parties[node]: c for node, c in result.labels.items()}
+        known = [i for i, name in enumerate(names) if name in clustered]
+        new = [i for i, name in enumerate(names) if name not in clustered]
         if known != list(range(len(known))):
             raise ProtocolError("the newcomer session must list the clustered parties first "
-                                f"(roster {outcome.party_names})")
+                                f"(roster {names})")
         if not new:
             raise ProtocolError("the newcomer session has no newcomer")
-        distances = client_distances(outcome.values, outcome.rows)
-        train_labels = np.array([result.labels[nodes[i]] for i in known])
+        distances = self.embedding.distances(outcomes)
+        train_labels = np.array([clustered[names[i]] for i in known])
         assigned = np.asarray(self.embedding.assign(distances, train_labels)).astype(int)
-        result.outcomes.append(outcome)
-        result.parties.update({node: name for name, node in workflow.nodes.items()})
-        result.newcomers = {nodes[i]: int(c) for i, c in zip(new, assigned)}
+        result.outcomes.extend(outcomes.values())
+        result.sessions.append(outcomes)
+        result.parties.update({node: name for name, node in nodes.items()})
+        result.newcomers = {nodes[names[i]]: int(c) for i, c in zip(new, assigned)
+                            if names[i] in nodes}
+        for i in new:
+            if names[i] not in nodes:
+                result.unbound[names[i]] = unbound[names[i]]
         if self.fraction_evaluate != 0.0:
             config = ConfigRecord() if evaluate_config is None else evaluate_config
             replies = self._send(grid,

@@ -19,6 +19,7 @@ reply, as a SuperNode's does. Nodes can join later (``add_node``: a newcomer).
 from __future__ import annotations
 
 import itertools
+import threading
 import uuid
 
 import pytest
@@ -113,10 +114,48 @@ class LoopbackGrid(Grid):
         return self.pull_messages(self.push_messages(messages))
 
 
+class ThreadedGrid(LoopbackGrid):
+    """LoopbackGrid whose nodes handle their messages concurrently (a thread per message),
+    the replies pulled when ready (the gRPC data plane: every node's party runs the whole
+    session inside its one message, so the nodes must run at once). ``drop_reply(node)``:
+    that node handles its messages but its replies never arrive."""
+
+    dropped: set = frozenset()
+
+    def drop_reply(self, node_id: int) -> None:
+        self.dropped = set(self.dropped) | {node_id}
+
+    def push_messages(self, messages):
+        ids = []
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+            message.metadata.__dict__["_run_id"] = self._run_id
+            message.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+            self.sent.append(message)
+            ids.append(message.metadata.message_id)
+            node = message.metadata.dst_node_id
+            if node in self.silent or node not in self.apps:
+                continue
+            threading.Thread(target=self._answer, args=(node, message), daemon=True).start()
+        return ids
+
+    def _answer(self, node, message):
+        try:
+            reply = self.apps[node](message, self.contexts[node])
+        except Exception as exc:  # a SuperNode answers with an error reply
+            reply = Message(Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
+                                  f"{type(exc).__name__}: {exc}"), reply_to=message)
+        reply.metadata.__dict__["_src_node_id"] = node
+        if node not in self.dropped:
+            self._replies[message.metadata.message_id] = reply
+
+
 class Federation:
     """Flower nodes, each an omnifc party with its own identity key and Context.
 
-    ``data``: party -> rows. ``sessions``: session id -> the parties it pins (all of
+    ``data``: party -> rows (or a dict part -> rows: a multi-part embedding);
+    ``parameters``: SessionParameters, or a dict session -> SessionParameters.
+    ``sessions``: session id -> the parties it pins (all of
     ``data`` in one session ``session_id`` by default). ``newcomers`` (party names of
     ``data``) join the grid only when :meth:`join` is called.
     """
@@ -160,7 +199,7 @@ class Federation:
 
         def setup(context):
             assert context.node_config[self.C.NODE_PARTY] == name
-            return [self._PartySetup(name, session, self.parameters, self.keys[name],
+            return [self._PartySetup(name, session, self.parameters_of(session), self.keys[name],
                                      {p: self.public[p] for p in parties})
                     for session, parties in self.sessions.items() if name in parties]
 
@@ -175,8 +214,14 @@ class Federation:
 
         session = self.session_id if session_id is None else session_id
         pinned = {p: self.public[p] for p in self.sessions[session]}
-        return SecureDistanceWorkflow(session, self.parameters, pinned,
+        return SecureDistanceWorkflow(session, self.parameters_of(session), pinned,
                                       phase_timeout=2.0, join_timeout=1.0, **options)
+
+    def parameters_of(self, session: str):
+        """The session's parameters (``parameters``: one for all, or a dict by session)."""
+        if isinstance(self.parameters, dict):
+            return self.parameters[session]
+        return self.parameters
 
     def status(self, name: str) -> dict:
         from omnifc.flower import party_status
@@ -188,3 +233,72 @@ class Federation:
         context = self.grid.contexts[self.node_of[name]]
         handler = self.handlers[name]
         return handler._restore(context, context.state.config_records[self.C.STATE_RECORD])
+
+
+def grpc_session(folder, data: dict, *, dim: int, bound: float, scale_bits: int,
+                 deadline: float = 20.0, result_deadline: float = 5.0, register=None,
+                 adversaries=None, wrap=None, more=()):
+    """The demo key ceremony for the parties of ``data`` (one session config with the
+    coordinator's TLS key, on a free loopback port) and a :class:`ThreadedGrid` whose node
+    2000 + i runs party i of ``data`` (``rows = data[name]``) over omnifc's gRPC data plane.
+    ``register(app, name)`` adds the ClientApp's other handlers; ``wrap(name, app)`` may
+    return a replacement app (an attacker around the honest one). ``more``: SessionParameters
+    of further sessions over the same keys (then the first item returned is the list of
+    configs, and ``data[name]`` may be a dict of parts). Returns (config, grid, node of
+    party)."""
+    from flwr.clientapp import ClientApp
+
+    from omnifc.flower import PartySetup, add_party
+    from omnifc.flower import _constants as C
+    from omnifc.flower._local import free_port
+    from protocols import (SessionParameters, generate_certificates, load_identity,
+                           load_session_config, parameters_from_config)
+    from protocols._config import SESSION_FIELDS, ConfigParameters, Deadlines
+
+    options = {} if adversaries is None else {"adversaries": adversaries}
+    params = SessionParameters(dim=dim, bound=bound, scale_bits=scale_bits, **options)
+    deadlines = Deadlines(join=deadline, shares=deadline, evaluation=deadline,
+                          result=result_deadline)
+    certs = generate_certificates(
+        folder / "certs", list(data), coordinator_address=f"127.0.0.1:{free_port()}",
+        parameters=ConfigParameters.of(params), deadlines=deadlines,
+        **{f.name: getattr(params, f.name) for f in SESSION_FIELDS})
+    config = load_session_config(certs.config)
+    extra = [more_session(folder / "certs", list(data), p, deadlines) for p in more]
+    apps, configs, node_of = {}, {}, {}
+    for i, name in enumerate(data):
+        app = ClientApp()
+        identity = load_identity(folder / "certs" / f"{name}.identity.pem")
+        setups = [PartySetup(name, c.session_id, parameters_from_config(c), identity,
+                             {p.name: p.identity_public_key for p in c.parties}, c)
+                  for c in [config] + extra]
+        add_party(app, lambda context, name=name: data[name],
+                  setup=lambda context, s=setups: s)
+        if register is not None:
+            register(app, name)
+        if wrap is not None:
+            app = wrap(name, app)
+        node_of[name] = 2000 + i
+        apps[2000 + i], configs[2000 + i] = app, {C.NODE_PARTY: name}
+    if more:
+        return [config] + extra, ThreadedGrid(apps, configs), node_of
+    return config, ThreadedGrid(apps, configs), node_of
+
+
+def more_session(certs, parties: list, params, deadlines):
+    """One more session config over the same keys (``omnifc session new`` on the cards the
+    ceremony wrote), on another free loopback port, with ``params``."""
+    from omnifc.flower._local import free_port
+    from protocols import dump_session_config, load_card, load_session_config, new_session_config
+    from protocols._config import SESSION_FIELDS, ConfigParameters
+
+    cards = [load_card(certs / f"{name}.card.toml") for name in parties]
+    config = new_session_config(
+        cards, load_card(certs / "coordinator.card.toml"), f"127.0.0.1:{free_port()}",
+        parameters=ConfigParameters.of(params), deadlines=deadlines,
+        **{f.name: getattr(params, f.name) for f in SESSION_FIELDS})
+    for name in ["coordinator"] + list(parties):
+        config = config.with_keys(name, certs)
+    path = certs / f"session-{config.session_id}.toml"
+    dump_session_config(config, path, overwrite=False)
+    return load_session_config(path)

@@ -53,10 +53,12 @@ def _env(home: pathlib.Path) -> dict:
 
 
 def _keys(folder: pathlib.Path) -> pathlib.Path:
-    """The demo key ceremony for org-0..org-5 (one machine: a test shortcut)."""
+    """The demo key ceremony for org-0..org-5 (one machine: a test shortcut); the
+    coordinator address (the gRPC data plane's) is a free loopback port."""
     subprocess.run([sys.executable, "-m", "omnifc", "certs", "--out", str(folder),
                     "--parties", ",".join(f"org-{i}" for i in range(NODES)), "--dim", "4",
-                    "--bound", "16", "--scale-bits", "8", "--adversaries", "0"],
+                    "--bound", "16", "--scale-bits", "8", "--adversaries", "0",
+                    "--coordinator-address", f"127.0.0.1:{free_port()}"],
                    check=True, capture_output=True, cwd=ROOT, env=_env(folder.parent),
                    timeout=120)
     return folder
@@ -81,9 +83,9 @@ def _superlink(processes: LocalProcesses, env: dict, port: int, *, simulation: b
 
 
 def _flwr_run(processes: LocalProcesses, env: dict, keys: pathlib.Path, result: pathlib.Path,
-              timeout: float, rounds: int) -> None:
+              timeout: float, rounds: int, transport: str = "flower") -> None:
     overrides = (f'keys-dir="{keys}" result-file="{result}" phase-timeout=120.0 '
-                 f'num-server-rounds={rounds}')
+                 f'num-server-rounds={rounds} transport="{transport}"')
     run = subprocess.run([_tool("flwr"), "run", ".", "test", "--stream", "--run-config",
                           overrides], cwd=EXAMPLE, env=env, capture_output=True,
                          timeout=timeout)
@@ -131,7 +133,11 @@ def test_example_runs_with_flwr_run_in_the_simulation_engine(tmp_path):
 
 
 @pytest.mark.timeout(720)
-def test_example_runs_as_a_local_deployment_of_superlink_and_supernodes(tmp_path):
+@pytest.mark.parametrize("transport", ["flower", "grpc"])
+def test_example_runs_as_a_local_deployment_of_superlink_and_supernodes(tmp_path, transport):
+    """``transport="grpc"``: one Flower message per node carries the clustering (omnifc's
+    gRPC to the coordinator the ServerApp hosts), and each node's binding proof is checked
+    against the node and message ids real Flower processes assign."""
     keys = _keys(tmp_path / "keys")
     home = tmp_path / "flwr-home"
     port = free_port()
@@ -149,9 +155,10 @@ def test_example_runs_as_a_local_deployment_of_superlink_and_supernodes(tmp_path
                 "--host", "127.0.0.1", "--port", str(free_port()),
                 "--node-config", node_config], env)
         # a ClientApp process per message (Flower's subprocess isolation): one round
-        _flwr_run(processes, env, keys, tmp_path / "result.json", timeout=600, rounds=1)
+        _flwr_run(processes, env, keys, tmp_path / "result.json", timeout=600, rounds=1,
+                  transport=transport)
         summary = _check_result(tmp_path / "result.json")
-        assert summary["round"] == 1
+        assert summary["round"] == 1 and summary["transport"] == transport
         assert superlink.poll() is None  # still serving: the run ended, not the SuperLink
     finally:
         processes.stop()

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
-import threading
 import time
-import uuid
 
 import numpy as np
 import pytest
@@ -18,19 +16,12 @@ flwr = pytest.importorskip(
     "flwr", reason="flwr is not installed (pip install 'omnifc[flower]'); "
     ".ci/protobuf_matrix.sh runs these tests in its low venv, which has flwr 1.42")
 
-from flwr.app import Error, Message  # noqa: E402
-from flwr.clientapp import ClientApp  # noqa: E402
-from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode  # noqa: E402
 
 from finite_field import DeadlineError, ProtocolError  # noqa: E402
-from omnifc.flower import GrpcDataPlaneWorkflow, PartySetup, add_party, party_status  # noqa: E402
+from omnifc.flower import GrpcDataPlaneWorkflow, party_status  # noqa: E402
 from omnifc.flower import _constants as C  # noqa: E402
-from omnifc.flower._local import free_port  # noqa: E402
-from protocols import SessionParameters, generate_certificates, load_session_config  # noqa: E402
-from protocols import load_identity, parameters_from_config  # noqa: E402
-from protocols._config import SESSION_FIELDS, ConfigParameters, Deadlines  # noqa: E402
 
-from flower_helpers import LoopbackGrid  # noqa: E402
+from flower_helpers import grpc_session  # noqa: E402
 
 TESTS = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
@@ -43,51 +34,10 @@ pytestmark = [pytest.mark.protobuf_matrix, pytest.mark.network, pytest.mark.slow
 BOUND, SCALE_BITS, DIM = 1.0, 8, 4
 
 
-class ThreadedGrid(LoopbackGrid):
-    """LoopbackGrid whose nodes handle their messages concurrently (a thread per message),
-    the replies pulled when ready."""
-
-    def push_messages(self, messages):
-        ids = []
-        for message in messages:
-            message.metadata.__dict__["_message_id"] = uuid.uuid4().hex
-            message.metadata.__dict__["_run_id"] = self._run_id
-            message.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
-            self.sent.append(message)
-            ids.append(message.metadata.message_id)
-            node = message.metadata.dst_node_id
-            if node in self.silent or node not in self.apps:
-                continue
-            threading.Thread(target=self._answer, args=(node, message), daemon=True).start()
-        return ids
-
-    def _answer(self, node, message):
-        try:
-            reply = self.apps[node](message, self.contexts[node])
-        except Exception as exc:  # a SuperNode answers with an error reply
-            reply = Message(Error(ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
-                                  f"{type(exc).__name__}: {exc}"), reply_to=message)
-        reply.metadata.__dict__["_src_node_id"] = node
-        self._replies[message.metadata.message_id] = reply
-
-
 def _session(tmp_path, data, deadline=20.0):
-    params = SessionParameters(dim=DIM, bound=BOUND, scale_bits=SCALE_BITS)
-    certs = generate_certificates(
-        tmp_path / "certs", list(data), coordinator_address=f"127.0.0.1:{free_port()}",
-        parameters=ConfigParameters.of(params),
-        deadlines=Deadlines(join=deadline, shares=deadline, evaluation=deadline, result=5.0),
-        **{f.name: getattr(params, f.name) for f in SESSION_FIELDS})
-    config = load_session_config(certs.config)
-    apps, configs = {}, {}
-    for i, name in enumerate(data):
-        app = ClientApp()
-        setup = PartySetup(name, config.session_id, parameters_from_config(config),
-                           load_identity(tmp_path / "certs" / f"{name}.identity.pem"),
-                           {p.name: p.identity_public_key for p in config.parties}, config)
-        add_party(app, lambda context, name=name: data[name], setup=lambda context, s=setup: s)
-        apps[2000 + i], configs[2000 + i] = app, {C.NODE_PARTY: name}
-    return config, ThreadedGrid(apps, configs)
+    config, grid, _ = grpc_session(tmp_path, data, dim=DIM, bound=BOUND,
+                                   scale_bits=SCALE_BITS, deadline=deadline)
+    return config, grid
 
 
 def _data():
@@ -98,9 +48,13 @@ def _data():
 def test_one_flower_message_per_node_and_d_exact_over_the_grpc_data_plane(tmp_path):
     data = _data()
     config, grid = _session(tmp_path, data)
-    outcome = GrpcDataPlaneWorkflow(config, join_timeout=5)(grid)
+    workflow = GrpcDataPlaneWorkflow(config, join_timeout=5)
+    outcome = workflow(grid)
     expected = plaintext_sq_distances(np.concatenate(list(data.values())), BOUND, SCALE_BITS)
     assert np.array_equal(np.asarray(outcome.integer), expected)
+    # every node proved which party it ran: the server binds party -> node
+    assert workflow.nodes == {"org-0": 2000, "org-1": 2001, "org-2": 2002}
+    assert not workflow.refused and not workflow.unbound
     # Flower carried one start message per node and one reply each: no envelope, no row
     assert sorted(m.metadata.dst_node_id for m in grid.sent) == [2000, 2001, 2002]
     for message in grid.sent:
@@ -110,8 +64,10 @@ def test_one_flower_message_per_node_and_d_exact_over_the_grpc_data_plane(tmp_pa
         assert not message.content.array_records
     assert len(grid.received) == 3
     for reply in grid.received:
-        assert dict(reply.content.config_records[C.RECORD]) == {
-            C.KEY_SESSION: config.session_id, C.KEY_PHASE: "done", C.KEY_ERROR: ""}
+        record = dict(reply.content.config_records[C.RECORD])
+        assert len(record.pop(C.KEY_PROOF)) == 64  # an Ed25519 signature
+        assert record == {C.KEY_SESSION: config.session_id, C.KEY_PHASE: "done",
+                          C.KEY_ERROR: "", C.KEY_PARTY: f"org-{reply.metadata.src_node_id - 2000}"}
     workflow_ends = {node: party_status(grid.contexts[node])["phase"] for node in grid.apps}
     assert workflow_ends == {2000: "done", 2001: "done", 2002: "done"}
 

@@ -53,6 +53,11 @@ def test_stop_ends_a_grandchild_in_a_session_of_its_own(tmp_path):
         stopped = processes.stop(grace=5)
     assert {parent.pid, grandchild} <= stopped
     assert parent.returncode is not None
+    # SIGKILL was sent; the kernel ends the process asynchronously (under load, a moment
+    # after stop returns): wait for it, bounded
+    deadline = time.monotonic() + 10
+    while (_running(grandchild) or processes.alive()) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not _running(grandchild)
     assert processes.alive() == []
     assert "parent" in [name for name, _, _ in processes.started]

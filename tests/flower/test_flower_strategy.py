@@ -321,7 +321,11 @@ def test_embeddings_check_their_options():
     with pytest.raises(ParameterError, match="FLUX chooses K"):
         embedding("flux", n_clusters=3)
     with pytest.raises(ParameterError, match="one of"):
+        embedding("fmcl-typo")
+    with pytest.raises(ParameterError, match="resolution"):
         embedding("fmcl")
+    with pytest.raises(ParameterError, match="not both"):
+        embedding("fmcl", resolution=8, n_clusters=2, rule="silhouette")
     with pytest.raises(ParameterError, match="sum to"):
         client_distances(np.zeros((3, 3)), [1, 1])
 

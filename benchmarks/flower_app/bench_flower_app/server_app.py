@@ -1,4 +1,6 @@
-"""One secure-distance session over the Grid; its time, bytes and result digest as JSON."""
+"""One secure-distance session over the Grid (or, with ``strategy``, ClusteredFedAvg's
+clustering step: the session, each node's party binding, the clustering); its time, bytes
+and result digest as JSON."""
 
 import hashlib
 import json
@@ -8,7 +10,8 @@ from pathlib import Path
 import numpy as np
 from flwr.serverapp import ServerApp
 
-from omnifc.flower import GrpcDataPlaneWorkflow, SecureDistanceWorkflow
+from omnifc.flower import (ClusteredFedAvg, GrpcDataPlaneWorkflow, SecureDistanceWorkflow,
+                           embedding)
 from protocols import load_session_config
 from protocols._grpc_coordinator import parameters_from_config
 
@@ -27,12 +30,22 @@ def main(grid, context):
             {p.name: p.identity_public_key for p in config.parties},
             phase_timeout=float(run["phase-timeout"]),
             join_timeout=float(run["phase-timeout"]))
+    bound = None
+    # the strategy (and its adapter's imports) is made before the clock starts, as the
+    # ServerApp would before its first round: timed is the clustering step itself
+    strategy = (ClusteredFedAvg(workflow, embedding("raw", n_clusters=2))
+                if bool(run["strategy"]) else None)
     start = time.perf_counter()
-    outcome = workflow(grid)
+    if strategy is not None:  # ClusteredFedAvg's clustering step: session + node binding
+        labels, result = strategy.cluster(grid)
+        outcome, bound = result.outcomes[0], len(labels)
+    else:
+        outcome = workflow(grid)
     seconds = time.perf_counter() - start
     integer = np.ascontiguousarray(outcome.integer, dtype=np.int64)
     Path(str(run["result-file"])).write_text(json.dumps({
         "seconds": seconds, "stats": outcome.stats, "round": outcome.round,
         "responders": outcome.responders, "primes": outcome.parameters["primes"],
         "sha256": hashlib.sha256(integer.tobytes()).hexdigest(),
-        "transport": str(run["transport"])}))
+        "transport": str(run["transport"]), "strategy": bool(run["strategy"]),
+        "bound": bound}))

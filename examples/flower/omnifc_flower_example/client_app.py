@@ -38,7 +38,7 @@ def party_setup(context: Context):  # omnifc
     config = load_session_config(keys / "session.toml")
     return PartySetup(name, config.session_id, parameters_from_config(config),
                       load_identity(keys / f"{name}.identity.pem"),
-                      {p.name: p.identity_public_key for p in config.parties})
+                      {p.name: p.identity_public_key for p in config.parties}, config)
 
 
 add_party(app, lambda context: descriptor(load_data(node_index(context))[0]),  # omnifc

@@ -15,9 +15,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
-from omnifc.flower import ClusteredFedAvg, SecureDistanceWorkflow, embedding  # omnifc
+from omnifc.flower import ClusteredFedAvg, embedding  # omnifc
 from protocols import load_session_config  # omnifc
-from protocols._grpc_coordinator import parameters_from_config  # omnifc
 
 from .task import FEATURES
 
@@ -29,11 +28,12 @@ logger = logging.getLogger("omnifc.flower.example")
 def main(grid: Grid, context: Context) -> None:
     run = context.run_config
     config = load_session_config(Path(str(run["keys-dir"])).expanduser() / "session.toml")
-    workflow = SecureDistanceWorkflow(  # omnifc: the clustering session
-        config.session_id, parameters_from_config(config),
-        {p.name: p.identity_public_key for p in config.parties},
-        phase_timeout=float(run["phase-timeout"]), join_timeout=float(run["phase-timeout"]))
-    strategy = ClusteredFedAvg(workflow, embedding("raw", n_clusters=int(run["n-clusters"])))
+    timeouts = {"join_timeout": float(run["phase-timeout"])}
+    if str(run["transport"]) != "grpc":  # one Flower message per node per step
+        timeouts["phase_timeout"] = float(run["phase-timeout"])
+    strategy = ClusteredFedAvg(  # omnifc: the clustering session, then FedAvg per cluster
+        config, embedding("raw", n_clusters=int(run["n-clusters"])),
+        transport=str(run["transport"]), workflow_options=timeouts)
     result = strategy.start(grid, ArrayRecord({"w": Array(np.zeros(FEATURES))}),
                             num_rounds=int(run["num-server-rounds"]))
     clusters = {result.parties[node]: c for node, c in result.labels.items()}
@@ -43,6 +43,7 @@ def main(grid: Grid, context: Context) -> None:
                "models": {str(c): m["w"].numpy().tolist() for c, m in result.models.items()},
                "mse": {str(c): float(m["mse"]) for c, m in final.items()},
                "round": result.outcomes[0].round,
+               "transport": str(run["transport"]),
                "distances": result.distances.tolist()}
     print(json.dumps({"clusters": clusters, "mse": summary["mse"]}))
     if str(run["result-file"]):
