@@ -71,9 +71,10 @@ Examples
 [[0.0, 0.0, 1.996], [0.0, 0.0, 1.996], [1.996, 1.996, 0.0]]
 """
 
-from .._k_selection import (choose_clusters, coefficient_of_variation, DEFAULT_RULE, k_window,
-                            MAX_CLUSTERS, one_cluster_test, OneClusterTest, OVERLAP_STRATA, RULES,
-                            silhouette_profile)
+from .._k_selection import (coefficient_of_variation, k_window, MAX_CLUSTERS, OneClusterTest,
+                            OVERLAP_STRATA, silhouette_profile)
+from ._one_cluster import (additive_fit, AdditiveFit, choose_clusters, DEFAULT_RULE, NULLS,
+                           one_cluster_test, RULES)
 from ._paper import (check_level_counts, class_counts, GroupedLevelCode, group_counts,
                      grouped_level_code, LevelCode, level_code, level_rows, MAX_LEVEL_SCALE,
                      MAX_LEVELS, sum_of_squares)

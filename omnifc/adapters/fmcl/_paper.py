@@ -10,7 +10,8 @@ import numpy as np
 
 from finite_field import InputError, ParameterError
 
-from .._k_selection import DEFAULT_RULE, MAX_CLUSTERS, choose_clusters
+from .._k_selection import MAX_CLUSTERS
+from ._one_cluster import DEFAULT_RULE, choose_clusters
 
 __all__ = ["ALPHA", "BETA", "COORDINATOR_LEARNS", "DEFAULT_RESOLUTION", "EPS", "FmclResult",
            "exact_resolution", "fill_missing", "fmcl_distances", "fmcl_from_thermometer",
@@ -211,8 +212,8 @@ def fmcl_server(distances, *, rule: str = DEFAULT_RULE,
                 max_clusters: int = MAX_CLUSTERS, overlap=None) -> FmclResult:
     """Server side: cluster a filled FMCL distance matrix, choosing K by ``rule``.
 
-    ``overlap`` (optional): the per-pair class overlap, for the overlap-stratified null of
-    :func:`one_cluster_test`.
+    ``rule``: one of :data:`RULES` (FMCL's, with ``"additive"``). ``overlap`` (optional):
+    the per-pair class overlap, for the overlap-stratified null of :func:`one_cluster_test`.
     """
     d = np.asarray(distances, dtype=np.float64)
     labels, k, window, scores = choose_clusters(d, rule=rule, max_clusters=max_clusters,

@@ -9,7 +9,7 @@ import numpy as np
 from finite_field import ParameterError
 
 from ..._clustering import kmeans_from_distances
-from .._k_selection import DEFAULT_RULE
+from ._one_cluster import DEFAULT_RULE
 from ._paper import check_level_counts, class_counts, fmcl_server, signature
 from ._secure import exact_fmcl_distances, secure_thermometer_distances
 
