@@ -137,9 +137,11 @@ RULES = {
 }
 
 
-def cells(clients, rows, classes):
+def cells(clients, rows, classes, iid_clients=None):
     """Every cell, smallest federations first (a partial run covers every regime)."""
     iid = IID_CLIENTS if list(clients) == [6, 20, 100, 300] else list(clients)
+    if iid_clients is not None:
+        iid = list(iid_clients)
     for n in sorted(set(clients) | set(iid)):
         for c in classes:
             for m in rows:
@@ -187,6 +189,8 @@ def main(argv=None) -> int:
     parser.add_argument("--clients", default="6,20,100,300")
     parser.add_argument("--rows", default="20,50,500")
     parser.add_argument("--classes", default="2,10")
+    parser.add_argument("--iid-clients", help="client counts of the iid (K = 1) cells; "
+                        "default 6,20,100,300,500 with the default --clients, else --clients")
     parser.add_argument("--adapters", default=",".join(ADAPTERS),
                         help="which adapters' D and rules (flux, fmcl); default both")
     parser.add_argument("--cache", default="/tmp/bench_k_selection")
@@ -200,7 +204,8 @@ def main(argv=None) -> int:
         todo = [("label", 6, 20, 1, 10), ("feature", 20, 20, 10, 2), ("none", 20, 20, 1, 2)]
         seeds = seeds[:1]
     else:
-        todo = list(cells(_ints(args.clients), _ints(args.rows), _ints(args.classes)))
+        todo = list(cells(_ints(args.clients), _ints(args.rows), _ints(args.classes),
+                          None if args.iid_clients is None else _ints(args.iid_clients)))
     os.makedirs(args.cache, exist_ok=True)
     store = os.path.join(args.cache, "results.jsonl")
     done = {}

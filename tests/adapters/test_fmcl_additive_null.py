@@ -88,14 +88,30 @@ def test_p_value_counts_the_null_by_hand():
     test = fmcl.one_cluster_test(d, null="additive", permutations=29, random_state=7)
     assert test.null.size == 29
     assert test.p_value == (1 + int(np.sum(test.null >= test.statistic))) / 30
-    assert test.statistic == pytest.approx(fmcl.silhouette_profile(d, 2)[2], abs=0)
+    assert test.statistic == pytest.approx(fmcl.silhouette_profile(d, 2)[2], abs=1e-12)
     # the null matrices are the fit with permuted residuals: same seed, same null
     again = fmcl.one_cluster_test(d, null="additive", permutations=29, random_state=7)
     assert np.array_equal(test.null, again.null)
     fit = fmcl.additive_fit(d)
     rng = np.random.Generator(np.random.PCG64(7))
     first = fit.matrix(fit.residuals[rng.permutation(fit.residuals.size)])
-    assert test.null[0] == fmcl.silhouette_profile(first, 2)[2]
+    assert test.null[0] == pytest.approx(fmcl.silhouette_profile(first, 2)[2], abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_split_silhouette_is_sklearns_on_the_two_cluster_cut(seed):
+    from scipy.cluster.hierarchy import cut_tree, linkage
+    from scipy.spatial.distance import squareform
+    from sklearn.metrics import silhouette_score
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(4, 40))
+    x = rng.normal(size=(n, 3))
+    x[: n // 3] += 3 * rng.normal()
+    d = np.sqrt(((x[:, None] - x[None]) ** 2).sum(-1))
+    labels = cut_tree(linkage(squareform(d, checks=False), "average"), n_clusters=2).ravel()
+    expected = silhouette_score(d, labels, metric="precomputed")
+    assert fmcl.split_silhouette(d) == pytest.approx(expected, abs=1e-12)
 
 
 def test_zero_distances_are_floored_not_infinite():

@@ -43,8 +43,9 @@ are carried exactly by :func:`exact_fmcl_distances` (the default of :func:`run_f
   ``S_ij = L_gh`` or ``F_g = sum_k L_gk``. The coordinator divides by ``S_ij`` in exact
   fractions. :func:`exact_code` picks the code.
 
-K is chosen by :func:`choose_clusters` (rules ``"tested"``, the default, ``"silhouette"``,
-``"calibrated"``, ``"paper"``).
+K is chosen by :func:`choose_clusters` (rules ``"tested"``, the default, ``"additive"``,
+``"silhouette"``, ``"calibrated"``, ``"paper"``; ``"additive"`` and its client-effect null
+live in ``_one_cluster``, the others in :mod:`omnifc.adapters._k_selection`).
 
 What the coordinator learns beyond the distances
 ------------------------------------------------
@@ -74,7 +75,7 @@ Examples
 from .._k_selection import (coefficient_of_variation, k_window, MAX_CLUSTERS, OneClusterTest,
                             OVERLAP_STRATA, silhouette_profile)
 from ._one_cluster import (additive_fit, AdditiveFit, choose_clusters, DEFAULT_RULE, NULLS,
-                           one_cluster_test, RULES)
+                           one_cluster_test, RULES, split_silhouette)
 from ._paper import (check_level_counts, class_counts, GroupedLevelCode, group_counts,
                      grouped_level_code, LevelCode, level_code, level_rows, MAX_LEVEL_SCALE,
                      MAX_LEVELS, sum_of_squares)

@@ -51,10 +51,9 @@ from .._k_selection import (NULL_ALPHA, NULL_PERMUTATIONS, OVERLAP_STRATA, OneCl
 from .._k_selection import RULES as _BASE_RULES
 from .._k_selection import choose_clusters as _base_choose_clusters
 from .._k_selection import one_cluster_test as _base_one_cluster_test
-from .._k_selection import silhouette_profile
 
 __all__ = ["AdditiveFit", "DEFAULT_RULE", "NULLS", "RULES", "additive_fit", "choose_clusters",
-           "one_cluster_test"]
+           "one_cluster_test", "split_silhouette"]
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +119,55 @@ def additive_fit(distances) -> AdditiveFit:
     return AdditiveFit(mean=mean, effects=effects, residuals=residuals, pairs=(i, j))
 
 
+def _top_split(d) -> np.ndarray:
+    """Labels (0/1) of the average-linkage tree's top split: the two children of its root.
+
+    The same two clusters as ``cut_tree(tree, n_clusters=2)`` (which walks the whole tree),
+    found by following the root's second child down the linkage matrix.
+    """
+    from scipy.cluster.hierarchy import linkage
+    from scipy.spatial.distance import squareform
+
+    n = d.shape[0]
+    tree = linkage(squareform(d, checks=False), method="average")
+    labels = np.zeros(n, dtype=np.int64)
+    stack = [int(tree[-1, 1])]
+    while stack:
+        node = stack.pop()
+        if node < n:
+            labels[node] = 1
+        else:
+            stack.extend(int(c) for c in tree[node - n, :2])
+    return labels
+
+
+def split_silhouette(distances) -> float:
+    """The silhouette of the average-linkage split into two (``silhouette_profile(d, 2)[2]``).
+
+    Computed from the top split directly (a singleton's own silhouette is 0, as in
+    scikit-learn).
+
+    Examples
+    --------
+    >>> d = np.array([[0, 1, 9, 9], [1, 0, 9, 9], [9, 9, 0, 1], [9, 9, 1, 0.0]])
+    >>> round(split_silhouette(d), 3)
+    0.889
+    """
+    d = np.asarray(distances, dtype=np.float64)
+    n = d.shape[0]
+    labels = _top_split(d)
+    onehot = np.stack([labels == 0, labels == 1], axis=1).astype(np.float64)
+    sums = d @ onehot
+    sizes = onehot.sum(axis=0)
+    rows = np.arange(n)
+    own = sizes[labels]
+    a = np.divide(sums[rows, labels], own - 1, out=np.zeros(n), where=own > 1)
+    b = sums[rows, 1 - labels] / sizes[1 - labels]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s = np.nan_to_num(np.where(own > 1, (b - a) / np.maximum(a, b), 0.0))
+    return float(s.mean())
+
+
 def one_cluster_test(distances, *, null=None, permutations: int = NULL_PERMUTATIONS,
                      alpha: float = NULL_ALPHA, random_state: int = 0, overlap=None,
                      strata: int = OVERLAP_STRATA) -> OneClusterTest:
@@ -155,15 +203,14 @@ def one_cluster_test(distances, *, null=None, permutations: int = NULL_PERMUTATI
         raise ParameterError(f"permutations must be >= 1, got {permutations}")
     if not 0.0 < float(alpha) < 1.0:
         raise ParameterError(f"alpha must be in (0, 1), got {alpha}")
-    observed = silhouette_profile(d, 2)
-    if not observed:
+    if d.ndim != 2 or d.shape[0] < 3:
         raise ParameterError(f"the test needs at least 3 clients, got {d.shape[0]}")
     fit = additive_fit(d)
     rng = np.random.Generator(np.random.PCG64(random_state))
     e = fit.residuals
-    null_values = np.array([silhouette_profile(fit.matrix(e[rng.permutation(e.size)]), 2)[2]
+    null_values = np.array([split_silhouette(fit.matrix(e[rng.permutation(e.size)]))
                             for _ in range(int(permutations))])
-    statistic = observed[2]
+    statistic = split_silhouette(d)
     p_value = (1.0 + float(np.count_nonzero(null_values >= statistic))) / (1.0 + null_values.size)
     return OneClusterTest(statistic=float(statistic), null=null_values, p_value=p_value,
                           alpha=float(alpha))
