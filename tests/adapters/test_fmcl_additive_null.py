@@ -156,3 +156,19 @@ def test_errors():
         fmcl.additive_fit(d[:2, :2])
     labels, k, _, _ = fmcl.choose_clusters(d[:3, :3], rule="additive")
     assert k == 1                                   # 3 clients: the model fits exactly
+
+
+@pytest.mark.slow
+def test_fmcl_server_and_the_federated_loop_take_the_additive_rule():
+    from omnifc import fl
+
+    d, groups = _two_groups(1)
+    server = fmcl.fmcl_server(d, rule="additive")
+    labels, k, window, scores = fmcl.choose_clusters(d, rule="additive")
+    assert server.n_clusters == k == 2 and np.array_equal(server.labels, labels)
+    data = fl.make_federated("digits", shift="concept", n_groups=2, clients_per_group=4,
+                             train_samples=80, test_samples=20, seed=2)
+    out = fmcl.run_federated_fmcl(data, rounds=1, secure=False, rule="additive")
+    direct = fmcl.fmcl_server(out["distances"], rule="additive")
+    assert out["n_clusters"] == direct.n_clusters
+    assert np.array_equal(out["labels"], direct.labels)
