@@ -280,3 +280,23 @@ def test_random_counts_far_beyond_one_code_are_exact():
     code, bits = fmcl.exact_code(counts_list, 2, 3)
     got = fmcl.exact_fmcl_distances(means, counts, secure=False, fill=False)
     assert np.array_equal(got, _oracle(means, counts, bits))
+
+
+def _primes_from(start, count):
+    out, p = [], start
+    while len(out) < count:
+        if all(p % q for q in range(2, math.isqrt(p) + 1)):
+            out.append(p)
+        p += 1
+    return out
+
+
+def test_exact_code_refuses_before_any_share_when_no_code_fits():
+    big = _primes_from(5000, 20)         # lcm ~ 2^246; one count per group: 20 x 100k slots
+    assert sum(big) * len(big) > fmcl.MAX_LEVELS
+    with pytest.raises(ParameterError, match="no exact code fits"):
+        fmcl.exact_code(big, 3, 4)
+    means = np.ones((20, 3, 4))
+    counts = np.array([[p - 2, 1, 1] for p in big])
+    with pytest.raises(ParameterError, match="no exact code fits"):
+        fmcl.exact_fmcl_distances(means, counts, parties=np.arange(20) % 3)
