@@ -10,9 +10,9 @@ import numpy as np
 from finite_field import InputError, ParameterError
 
 from .._common import plaintext_distances, protect, quantize_rows
-from ._paper import (BETA, DEFAULT_RESOLUTION, EPS, LevelCode, MAX_LEVEL_SCALE, MAX_LEVELS,
-                     _combine, _fill, _g, check_level_counts, grouped_level_code, level_code,
-                     level_rows, round_weights, thermometer_rows)
+from ._paper import (BETA, DEFAULT_RESOLUTION, EPS, MAX_LEVEL_SCALE, _combine, _fill, _g,
+                     check_level_counts, grouped_level_code, level_code, level_rows,
+                     round_weights, thermometer_rows)
 
 __all__ = ["EXACT_SCALE_BITS", "GROUP_LCM_LIMITS", "class_overlap", "exact_code",
            "exact_fmcl_distances", "exact_scale_bits",
