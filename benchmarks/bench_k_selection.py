@@ -230,7 +230,8 @@ def main(argv=None) -> int:
             rows.append(done[key])
     report(rows, seeds)
     print(f"cpu {time.process_time() - start:.1f} s (this process), seeds {seeds} "
-          f"(held out: {list(HELD_OUT_SEEDS)}; design: {list(DESIGN_SEEDS)})")
+          f"(held out: {list(HELD_OUT_SEEDS)}; design: {list(DESIGN_SEEDS)}; held out for "
+          f"FMCL's additive rule also: {list(FRESH_SEEDS)})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)
