@@ -14,9 +14,10 @@ D bit for bit; FMCL: its direct formula) and applies every rule to the same D:
   with at least ``FLUX_MIN_COMPONENTS`` PCA components), ``ward`` (the previous default:
   Ward gap with the previous descriptor, l = number of classes), ``paper`` (the paper's
   descriptor, MinMax ``ranges``, DBSCAN with the knee);
-- FMCL: ``calibrated`` (the default now: overlap-stratified one-cluster test, then the gap
-  statistic), ``tested`` (the previous default: exchangeable null, then silhouette),
-  ``paper`` (the paper's fill, CV window and silhouette maximum).
+- FMCL: ``additive`` (issue 24: the one-cluster test with the additive client-effect null,
+  then silhouette), ``calibrated`` (overlap-stratified one-cluster test, then the gap
+  statistic), ``tested`` (the default: exchangeable null, then silhouette), ``paper`` (the
+  paper's fill, CV window and silhouette maximum).
 
 A rule is right in a run when it returns exactly the planted number of clusters; the table
 also shows how often the partition is exact (ARI 1). **Seeds:** the calibrated rule was
@@ -28,7 +29,9 @@ Usage::
 
     python benchmarks/bench_k_selection.py [--seeds 1000-1002] [--cache DIR] [--quick]
         [--clients 6,20,100,300] [--rows 20,50,500] [--classes 2,10] [--json FILE]
+        [--adapters flux,fmcl]
 
+``--adapters fmcl`` computes only FMCL's D and rules (a fraction of the time).
 Resumable: every (cell, seed) result is appended to ``DIR/results.jsonl`` and skipped when
 re-run; every D is cached as ``DIR/d_<cell>_s<seed>.npz`` (delete results.jsonl to re-apply
 changed rules to the cached D in a fraction of the time). ``--quick``: 3 small cells, one
@@ -52,10 +55,15 @@ from omnifc.adapters._calibrated_k import calibrated_k
 
 SHIFTS = ("label", "feature", "concept", "conditional")
 DATA = {2: "breast_cancer", 10: "digits"}
-DESIGN_SEEDS = (900,)
+#: Design seeds: 900 (the FLUX calibrated rule); 900-902 (FMCL's additive null: chosen there).
+DESIGN_SEEDS = (900, 901, 902)
+#: Held out: 1000-1002 (seed 1000 was looked at for FLUX's rule and the first FMCL table);
+#: 2000-2002: never looked at before FMCL's additive rule was frozen.
 HELD_OUT_SEEDS = (1000, 1001, 1002)
+FRESH_SEEDS = (2000, 2001, 2002)
 IID_CLIENTS = (6, 20, 100, 300, 500)
 ENCODER_DIM = 32
+ADAPTERS = ("flux", "fmcl")
 
 
 def _ints(text):
@@ -88,15 +96,15 @@ def federation(shift, n, rows, imbalance, classes, seed):
             data.n_features)
 
 
-def distances(shift, n, rows, imbalance, classes, seed, *, secure=False):
-    """Every D the rules read, for one run (plaintext unless ``secure``)."""
+def distances(shift, n, rows, imbalance, classes, seed, *, secure=False, adapters=ADAPTERS):
+    """Every D the rules of ``adapters`` read, for one run (plaintext unless ``secure``)."""
     clients, groups, c, features = federation(shift, n, rows, imbalance, classes, seed)
     encode = fmcl.fixed_encoder(features, ENCODER_DIM, seed=seed)
     latents = [encode(cl.x_train) for cl in clients]
     largest = max(float(z.max(initial=0.0)) for z in latents)
     m = flux.ACTIVATION_MARGIN * max(largest, 1e-12)
     out = {"groups": groups}
-    for key, l, form, norm in (("flux", flux.flux_components(c, ENCODER_DIM), "weighted",
+    for key, l, form, norm in () if "flux" not in adapters else (("flux", flux.flux_components(c, ENCODER_DIM), "weighted",
                                 "none"),
                                ("flux_old", c, "weighted", "none"),
                                ("flux_paper", c, "paper", "ranges")):
@@ -106,6 +114,8 @@ def distances(shift, n, rows, imbalance, classes, seed, *, secure=False):
         out[key] = flux.block_distances(desc, n_components=l, n_classes=c,
                                         bound=flux.descriptor_bound(proj, m),
                                         normalization=norm, secure=secure)[0]
+    if "fmcl" not in adapters:
+        return out
     sig = [fmcl.signature(z, cl.y_train, c) for z, cl in zip(latents, clients)]
     means, weights = np.stack([s[0] for s in sig]), np.stack([s[1] for s in sig])
     out["fmcl"] = fmcl.fmcl_distances(means, weights)
@@ -119,6 +129,7 @@ RULES = {
     "flux:cal_l=C": lambda r: calibrated_k(r["flux_old"]).labels,
     "flux:ward": lambda r: flux.ward_gap(r["flux_old"]).labels,
     "flux:paper": lambda r: flux.adaptive_dbscan(r["flux_paper"], eps_rule="knee").labels,
+    "fmcl:additive": lambda r: fmcl.fmcl_server(r["fmcl"], rule="additive").labels,
     "fmcl:calibrated": lambda r: fmcl.fmcl_server(r["fmcl"], rule="calibrated",
                                                   overlap=r["overlap"]).labels,
     "fmcl:tested": lambda r: fmcl.fmcl_server(r["fmcl"], rule="tested").labels,
@@ -126,9 +137,11 @@ RULES = {
 }
 
 
-def cells(clients, rows, classes):
+def cells(clients, rows, classes, iid_clients=None):
     """Every cell, smallest federations first (a partial run covers every regime)."""
     iid = IID_CLIENTS if list(clients) == [6, 20, 100, 300] else list(clients)
+    if iid_clients is not None:
+        iid = list(iid_clients)
     for n in sorted(set(clients) | set(iid)):
         for c in classes:
             for m in rows:
@@ -140,23 +153,30 @@ def cells(clients, rows, classes):
                     yield "none", n, m, 1, c
 
 
-def cached_distances(cell, seed, cache):
-    """:func:`distances`, cached as one .npz per (cell, seed) under ``cache`` (None: none)."""
+def cached_distances(cell, seed, cache, adapters=ADAPTERS):
+    """:func:`distances`, cached as one .npz per (cell, seed) under ``cache`` (None: none).
+
+    A cached file missing a D that ``adapters`` need is recomputed (and replaced)."""
     if cache is None:
-        return distances(*cell, seed)
+        return distances(*cell, seed, adapters=adapters)
     path = os.path.join(cache, "d_" + "_".join(map(str, cell)) + f"_s{seed}.npz")
+    need = {"flux": "flux", "fmcl": "fmcl"}
     if os.path.exists(path):
-        return dict(np.load(path))
-    rec = distances(*cell, seed)
+        rec = dict(np.load(path))
+        if all(need[a] in rec for a in adapters):
+            return rec
+    rec = distances(*cell, seed, adapters=adapters)
     np.savez(path, **rec)
     return rec
 
 
-def evaluate(cell, seed, cache=None):
-    rec = cached_distances(cell, seed, cache)
+def evaluate(cell, seed, cache=None, adapters=ADAPTERS):
+    rec = cached_distances(cell, seed, cache, adapters)
     planted = len(set(rec["groups"].tolist()))
     out = {}
     for name, rule in RULES.items():
+        if name.split(":")[0] not in adapters:
+            continue
         labels = np.asarray(rule(rec))
         k = len(set(labels.tolist()))
         out[name] = [k, bool(k == planted and adjusted_rand_score(rec["groups"], labels) == 1)]
@@ -169,16 +189,23 @@ def main(argv=None) -> int:
     parser.add_argument("--clients", default="6,20,100,300")
     parser.add_argument("--rows", default="20,50,500")
     parser.add_argument("--classes", default="2,10")
+    parser.add_argument("--iid-clients", help="client counts of the iid (K = 1) cells; "
+                        "default 6,20,100,300,500 with the default --clients, else --clients")
+    parser.add_argument("--adapters", default=",".join(ADAPTERS),
+                        help="which adapters' D and rules (flux, fmcl); default both")
     parser.add_argument("--cache", default="/tmp/bench_k_selection")
     parser.add_argument("--json", help="write the per-cell counts here")
     parser.add_argument("--quick", action="store_true", help="3 small cells, one seed")
     args = parser.parse_args(argv)
     seeds = _ints(args.seeds)
+    adapters = tuple(a for a in ADAPTERS if a in args.adapters.split(","))
+    wanted = [n for n in RULES if n.split(":")[0] in adapters]
     if args.quick:
         todo = [("label", 6, 20, 1, 10), ("feature", 20, 20, 10, 2), ("none", 20, 20, 1, 2)]
         seeds = seeds[:1]
     else:
-        todo = list(cells(_ints(args.clients), _ints(args.rows), _ints(args.classes)))
+        todo = list(cells(_ints(args.clients), _ints(args.rows), _ints(args.classes),
+                          None if args.iid_clients is None else _ints(args.iid_clients)))
     os.makedirs(args.cache, exist_ok=True)
     store = os.path.join(args.cache, "results.jsonl")
     done = {}
@@ -192,8 +219,9 @@ def main(argv=None) -> int:
     for cell in todo:
         for seed in seeds:
             key = (tuple(cell), seed)
-            if key not in done:
-                planted, out = evaluate(cell, seed, None if args.quick else args.cache)
+            if key not in done or any(n not in done[key]["rules"] for n in wanted):
+                planted, out = evaluate(cell, seed, None if args.quick else args.cache,
+                                        adapters)
                 done[key] = {"cell": list(cell), "seed": seed, "planted": planted,
                              "rules": out}
                 if not args.quick:
@@ -202,7 +230,8 @@ def main(argv=None) -> int:
             rows.append(done[key])
     report(rows, seeds)
     print(f"cpu {time.process_time() - start:.1f} s (this process), seeds {seeds} "
-          f"(held out: {list(HELD_OUT_SEEDS)}; design: {list(DESIGN_SEEDS)})")
+          f"(held out: {list(HELD_OUT_SEEDS)}; design: {list(DESIGN_SEEDS)}; held out for "
+          f"FMCL's additive rule also: {list(FRESH_SEEDS)})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)
@@ -210,7 +239,7 @@ def main(argv=None) -> int:
 
 
 def report(rows, seeds):
-    names = list(RULES)
+    names = [n for n in RULES if all(n in r["rules"] for r in rows)]
     by_cell = {}
     for row in rows:
         by_cell.setdefault(tuple(row["cell"]), []).append(row)

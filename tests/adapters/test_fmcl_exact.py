@@ -192,3 +192,111 @@ def test_run_federated_fmcl_is_exact_with_varied_counts_and_never_falls_back():
     direct = fmcl.fmcl_server(fmcl.fmcl_distances(np.stack([m for m, _ in sig]),
                                                   np.stack([w for _, w in sig])))
     assert np.array_equal(secure["labels"], direct.labels)
+
+
+# -- the grouped level code: exact weights when the counts' lcm is too large for one code ----
+
+def _expected_pair_scale(groups, g, h):
+    """<t_i, t_j> / Omega_ij, from the groups alone: lcm of the two groups' counts, or the
+    sum over every group k of lcm(G_g u G_k) within one group."""
+    if g != h:
+        return math.lcm(*groups[g], *groups[h])
+    return sum(math.lcm(*groups[g], *groups[k]) for k in range(len(groups)))
+
+
+@pytest.mark.parametrize("limit", [1, 6, 35, 10**6])
+def test_grouped_code_inner_product_is_the_pair_scale_times_the_min(limit):
+    counts = [2, 3, 5, 7, 3]
+    code = fmcl.grouped_level_code(counts, limit)
+    flat = [n for group in code.groups for n in group]
+    assert flat == sorted(set(counts))                       # consecutive, every count once
+    for group in code.groups:
+        assert len(group) == 1 or math.lcm(*group) <= limit
+    for ni, nj in itertools.product(sorted(set(counts)), repeat=2):
+        g, h = code.group_of(ni), code.group_of(nj)
+        scale = _expected_pair_scale(code.groups, g, h)
+        assert code.pair_scale(ni, nj) == scale
+        for a, b in itertools.product(range(ni + 1), range(nj + 1)):
+            got = int(code.class_code(ni, a) @ code.class_code(nj, b))
+            assert F(got, scale) == min(F(a, ni), F(b, nj))
+    assert not code.accepts(4)
+
+
+def test_group_counts_at_the_limit():
+    assert fmcl.group_counts([6, 4, 3], 12) == ((3, 4, 6),)          # lcm 12 <= 12
+    assert fmcl.group_counts([6, 4, 3], 11) == ((3,), (4,), (6,))    # lcm(3, 4) = 12 > 11
+    assert fmcl.group_counts([2, 3, 4, 5], 12) == ((2, 3, 4), (5,))   # 60 > 12
+    assert fmcl.group_counts([5, 7], 1) == ((5,), (7,))
+
+
+def _clients_with_counts(counts, *, n_classes=3, dim=4, seed=0):
+    """Two domains, clients cut to ``counts`` rows (the first half in domain 0)."""
+    half = (len(counts) + 1) // 2
+    clients, domains = fmcl.synthetic_domains(n_domains=2, clients_per_domain=half,
+                                              n_classes=n_classes, dim=dim,
+                                              samples=max(counts), alpha=0.5, seed=seed)
+    keep = list(range(half)) + list(range(half, half + len(counts) - half))
+    cut = [(clients[i][0][:k], clients[i][1][:k]) for i, k in zip(keep, counts)]
+    means = np.stack([fmcl.signature(x, y, n_classes)[0] for x, y in cut])
+    class_counts = np.stack([fmcl.class_counts(y, n_classes) for _, y in cut])
+    return means, class_counts, domains[keep], cut
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_secure_path_with_prime_counts_beyond_one_code_equals_fractions_bit_for_bit():
+    primes = [101, 103, 107, 109, 113, 127, 131]
+    means, counts, domains, cut = _clients_with_counts(primes)
+    assert list(counts.sum(axis=1)) == primes
+    assert math.lcm(*primes) > fmcl.MAX_LEVEL_SCALE           # one level code refuses these
+    with pytest.raises(ParameterError, match="above 2"):
+        fmcl.level_code(primes)
+    code, bits = fmcl.exact_code(primes, 3, 4)
+    assert isinstance(code, fmcl.GroupedLevelCode) and bits == 16
+    secure, overlap = fmcl.exact_fmcl_distances(means, counts, parties=np.arange(7) % 3,
+                                                fill=False, return_overlap=True)
+    assert np.array_equal(secure, _oracle(means, counts, bits))   # bit for bit
+    omega = [[float(sum(min(F(int(a), primes[i]), F(int(b), primes[j]))
+                        for a, b in zip(counts[i], counts[j]))) for j in range(7)]
+             for i in range(7)]
+    assert overlap.tolist() == omega
+    plain = fmcl.exact_fmcl_distances(means, counts, secure=False, fill=False)
+    assert np.array_equal(plain, secure)
+    # labels: the secure pipeline's equal the plaintext pipeline's (direct float formula)
+    w = counts / counts.sum(axis=1, keepdims=True)
+    ours = fmcl.fmcl_server(fmcl.exact_fmcl_distances(means, counts, parties=np.arange(7) % 3))
+    theirs = fmcl.fmcl_server(fmcl.fmcl_distances(means, w))
+    assert ours.n_clusters == theirs.n_clusters
+    assert np.array_equal(ours.labels, theirs.labels)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_random_counts_far_beyond_one_code_are_exact():
+    rng = np.random.default_rng(24)
+    counts_list = [int(v) for v in rng.integers(100, 400, size=9)]
+    assert math.lcm(*counts_list) > 2**50 > fmcl.MAX_LEVEL_SCALE
+    means, counts, _, _ = _clients_with_counts(counts_list, n_classes=2, dim=3, seed=3)
+    code, bits = fmcl.exact_code(counts_list, 2, 3)
+    got = fmcl.exact_fmcl_distances(means, counts, secure=False, fill=False)
+    assert np.array_equal(got, _oracle(means, counts, bits))
+
+
+def _primes_from(start, count):
+    out, p = [], start
+    while len(out) < count:
+        if all(p % q for q in range(2, math.isqrt(p) + 1)):
+            out.append(p)
+        p += 1
+    return out
+
+
+def test_exact_code_refuses_before_any_share_when_no_code_fits():
+    big = _primes_from(5000, 20)         # lcm ~ 2^246; one count per group: 20 x 100k slots
+    assert sum(big) * len(big) > fmcl.MAX_LEVELS
+    with pytest.raises(ParameterError, match="no exact code fits"):
+        fmcl.exact_code(big, 3, 4)
+    means = np.ones((20, 3, 4))
+    counts = np.array([[p - 2, 1, 1] for p in big])
+    with pytest.raises(ParameterError, match="no exact code fits"):
+        fmcl.exact_fmcl_distances(means, counts, parties=np.arange(20) % 3)

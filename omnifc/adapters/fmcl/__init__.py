@@ -29,16 +29,34 @@ With ``D^t = ||t_i - t_j||^2 / q`` and ``D^z = ||z_i - z_j||^2 / q``::
 
 exactly for the rounded weights (and unit-norm means); the error bound against the exact
 weights and the exact resolution are in docs/adapters.md. For any sample counts the weights
-are carried exactly by :func:`exact_fmcl_distances` (the level-set code of
-:func:`level_code`: one slot per weight any client can have, each slot's integer parts
-squaring to the gap to the previous level), the default of :func:`run_federated_fmcl`. K is chosen by :func:`choose_clusters`
-(rules ``"tested"``, the default, ``"silhouette"`` and ``"paper"``).
+are carried exactly by :func:`exact_fmcl_distances` (the default of :func:`run_federated_fmcl`):
+
+- the level-set code of :func:`level_code`: one slot per weight any client can have (the
+  levels ``k L / n_i``, L = lcm of the sample counts), each slot's integer parts squaring
+  to the gap to the previous level, so ``<t(v), t(v')> = min(v, v')`` and
+  ``<t_i, t_j> = L Omega_ij``;
+- when L is too large for 63-bit distances (counts 101, 103, ..., 131: L = 2^47.6), the
+  grouped code of :func:`grouped_level_code`: the distinct counts in groups G_g, one level
+  code per pair of groups (scale ``L_gh = lcm(G_g u G_h)``); a client of group g fills the
+  blocks that contain g. Two clients of groups g != h share one block, two of one group g
+  share all of g's blocks, so ``<t_i, t_j> = S_ij Omega_ij`` with the public scale
+  ``S_ij = L_gh`` or ``F_g = sum_k L_gk``. The coordinator divides by ``S_ij`` in exact
+  fractions. :func:`exact_code` picks the code.
+
+K is chosen by :func:`choose_clusters` (rules ``"tested"``, the default, ``"additive"``,
+``"silhouette"``, ``"calibrated"``, ``"paper"``; ``"additive"`` and its client-effect null
+live in ``_one_cluster``, the others in :mod:`omnifc.adapters._k_selection`).
 
 What the coordinator learns beyond the distances
 ------------------------------------------------
-The two squared-distance matrices D^z and D^t (hence, per pair, the rounded overlap Omega
-and the overlap-weighted cosine sum; D^t alone is the L1 distance between the rounded
-class-weight vectors). Nothing else: no weight, mean or class count.
+The two squared-distance matrices D^z and D^t with the public zero anchor, i.e. the Gram
+matrices: per pair the class overlap Omega_ij (D^t alone is the L1 distance between the
+class-weight vectors) and the overlap-weighted cosine sum ``sum_c m_c cos_q,c``; per client
+``sum_c w_ic |mu_q,ic|^2`` (the diagonal of G^z: 1 up to the 2^-s quantization of its own
+unit means). No weight, mean or class count. On the exact path (the default) every
+client's sample count is public: the code is built from them, and FedAvg's weights
+(``n_train``) give them to the coordinator anyway. The rounded path (``resolution=q``)
+reveals no count.
 
 Design rationale, measurements and the named deviations from the paper: docs/adapters.md
 (FMCL). ``_secure`` holds the secure path, ``_simulation`` the federated loop, baselines and
@@ -54,15 +72,18 @@ Examples
 [[0.0, 0.0, 1.996], [0.0, 0.0, 1.996], [1.996, 1.996, 0.0]]
 """
 
-from .._k_selection import (choose_clusters, coefficient_of_variation, DEFAULT_RULE, k_window,
-                            MAX_CLUSTERS, one_cluster_test, OneClusterTest, OVERLAP_STRATA, RULES,
-                            silhouette_profile)
-from ._paper import (check_level_counts, class_counts, LevelCode, level_code, level_rows,
-                     MAX_LEVEL_SCALE, MAX_LEVELS, sum_of_squares)
+from .._k_selection import (coefficient_of_variation, k_window, MAX_CLUSTERS, OneClusterTest,
+                            OVERLAP_STRATA, silhouette_profile)
+from ._one_cluster import (additive_fit, AdditiveFit, choose_clusters, DEFAULT_RULE, NULLS,
+                           one_cluster_test, RULES, split_silhouette)
+from ._paper import (check_level_counts, class_counts, GroupedLevelCode, group_counts,
+                     grouped_level_code, LevelCode, level_code, level_rows, MAX_LEVEL_SCALE,
+                     MAX_LEVELS, sum_of_squares)
 from ._paper import (COORDINATOR_LEARNS, DEFAULT_RESOLUTION, exact_resolution, fill_missing,
                      fmcl_distances, fmcl_from_thermometer, fmcl_server, FmclResult, geodesic_fill,
                      round_weights, signature, thermometer_rows)
-from ._secure import (EXACT_SCALE_BITS, exact_fmcl_distances, exact_scale_bits)
+from ._secure import (EXACT_SCALE_BITS, exact_code, exact_fmcl_distances, exact_scale_bits,
+                      GROUP_LCM_LIMITS)
 from ._secure import (class_overlap, fmcl_from_anchored, quantized_fmcl_distances,
                       secure_thermometer_distances, thermometer_error_bound)
 from ._simulation import (fixed_encoder, kmeans_on_mean_embeddings, run_federated_fmcl, SHIFTS,

@@ -10,20 +10,24 @@ import numpy as np
 
 from finite_field import InputError, ParameterError
 
-from .._k_selection import DEFAULT_RULE, MAX_CLUSTERS, choose_clusters
+from .._k_selection import MAX_CLUSTERS
+from ._one_cluster import DEFAULT_RULE, choose_clusters
 
 __all__ = ["ALPHA", "BETA", "COORDINATOR_LEARNS", "DEFAULT_RESOLUTION", "EPS", "FmclResult",
            "exact_resolution", "fill_missing", "fmcl_distances", "fmcl_from_thermometer",
            "fmcl_server", "geodesic_fill", "round_weights", "signature", "thermometer_rows",
            "LevelCode", "MAX_LEVELS", "MAX_LEVEL_SCALE", "check_level_counts",
-           "class_counts", "level_code", "level_rows", "sum_of_squares"]
+           "class_counts", "level_code", "level_rows", "sum_of_squares", "GroupedLevelCode",
+           "group_counts", "grouped_level_code"]
 
 
-COORDINATOR_LEARNS = ("the two squared-distance matrices D^z and D^t of the thermometer "
-                      "codes: per pair the rounded class overlap and the overlap-weighted "
-                      "cosine sum; no weights, means or class counts (with the exact "
-                      "level-set code, the default end to end, every client's sample count "
-                      "is public: the code is built from them)")
+COORDINATOR_LEARNS = ("the two squared-distance matrices D^z and D^t of the protected codes "
+                      "(with the public zero anchor: their Gram matrices): per pair the class "
+                      "overlap and the overlap-weighted cosine sum, per client the quantization "
+                      "residue sum_c w_ic |mu_q,ic|^2 of its own unit means; no weights, means "
+                      "or class counts (with the exact level-set code, grouped or not, the "
+                      "default end to end, every client's sample count is public: the code is "
+                      "built from them, and FedAvg's weights reveal them anyway)")
 
 #: alpha, beta (cap of the inverse-overlap factor) and eps: the paper's values as the
 #: reference notes read them ([2nd]; the form of g is omnifc's reading, unverified).
@@ -208,8 +212,8 @@ def fmcl_server(distances, *, rule: str = DEFAULT_RULE,
                 max_clusters: int = MAX_CLUSTERS, overlap=None) -> FmclResult:
     """Server side: cluster a filled FMCL distance matrix, choosing K by ``rule``.
 
-    ``overlap`` (optional): the per-pair class overlap, for the overlap-stratified null of
-    :func:`one_cluster_test`.
+    ``rule``: one of :data:`RULES` (FMCL's, with ``"additive"``). ``overlap`` (optional):
+    the per-pair class overlap, for the overlap-stratified null of :func:`one_cluster_test`.
     """
     d = np.asarray(distances, dtype=np.float64)
     labels, k, window, scores = choose_clusters(d, rule=rule, max_clusters=max_clusters,
@@ -324,12 +328,31 @@ class LevelCode:
             pos += len(part)
         return out
 
+    @property
+    def n_levels(self) -> int:
+        """Slots per class (one per level)."""
+        return len(self.levels)
 
-def check_level_counts(sample_counts) -> tuple[list, int]:
+    def accepts(self, total: int) -> bool:
+        """Whether a client with ``total`` samples has a code (its weights are on the levels)."""
+        return total >= 1 and self.scale % total == 0
+
+    def class_code(self, total: int, count: int) -> np.ndarray:
+        """The code of a class with ``count`` of the client's ``total`` samples."""
+        if not count:
+            return np.zeros(self.width, dtype=np.int64)
+        return self.code(count * (self.scale // total))
+
+    def pair_scale(self, total_i: int, total_j: int) -> int:
+        """``<t_i, t_j> / Omega_ij`` for two clients: L for every pair."""
+        return self.scale
+
+
+def check_level_counts(sample_counts, *, lcm_limit: bool = True) -> tuple[list, int]:
     """The sample counts as ints and their lcm L, or :class:`ParameterError` past a limit.
 
     Cheap (no code is built): the distinct counts must sum to at most :data:`MAX_LEVELS`
-    and L must be at most :data:`MAX_LEVEL_SCALE`.
+    and (``lcm_limit``, the single code's limit) L must be at most :data:`MAX_LEVEL_SCALE`.
     """
     counts = [int(c) for c in np.asarray(sample_counts).ravel()]
     if not counts or min(counts) < 1:
@@ -340,7 +363,7 @@ def check_level_counts(sample_counts) -> tuple[list, int]:
             "the level code would have that many slots per class; pass resolution=q for "
             "the rounded thermometer")
     scale = math.lcm(*counts)
-    if scale > MAX_LEVEL_SCALE:
+    if lcm_limit and scale > MAX_LEVEL_SCALE:
         raise ParameterError(
             f"the least common multiple of the sample counts is {scale} (2^"
             f"{math.log2(scale):.1f}), above 2^45: exact "
@@ -373,6 +396,127 @@ def level_code(sample_counts) -> LevelCode:
                      parts=tuple(sum_of_squares(g) for g in gaps))
 
 
+def group_counts(sample_counts, largest_lcm: int) -> tuple:
+    """The distinct sample counts in groups of consecutive values, each group's lcm at most
+    ``largest_lcm`` (greedy in increasing order; a count above it is a group of its own).
+
+    Examples
+    --------
+    >>> group_counts([101, 103, 107, 101, 109], 101 * 103)
+    ((101, 103), (107,), (109,))
+    """
+    groups, current, lcm = [], [], 1
+    for n in sorted({int(c) for c in np.asarray(sample_counts).ravel()}):
+        joined = math.lcm(lcm, n)
+        if current and joined > largest_lcm:
+            groups.append(tuple(current))
+            current, joined = [], n
+        current.append(n)
+        lcm = joined
+    groups.append(tuple(current))
+    return tuple(groups)
+
+
+@dataclass(frozen=True)
+class GroupedLevelCode:
+    """The level code of a federation whose sample counts' lcm is too large for one code.
+
+    The distinct sample counts are split into groups (:func:`group_counts`); block
+    ``(g, h)`` (``g <= h``) is the :class:`LevelCode` of the counts of groups g and h together,
+    of scale ``L_gh = lcm(G_g u G_h)``. A client of group g fills every block containing g
+    with its class code (zeros elsewhere). Two clients of groups g != h share exactly one
+    block, so ``<t_i, t_j> = L_gh Omega_ij``; two clients of one group g share every block
+    containing g, so ``<t_i, t_j> = F_g Omega_ij`` with ``F_g = sum_k L_gk``. Both factors are
+    public (:meth:`pair_scale`): the coordinator recovers Omega_ij exactly, and every integer
+    stays below the blocks' own scales instead of the lcm of all the counts.
+
+    Attributes
+    ----------
+    groups : tuple of tuple of int
+        The distinct sample counts of each group.
+    blocks : tuple of ((int, int), LevelCode)
+        Each block's pair of groups and its level code, in the order of the coordinates.
+    """
+
+    groups: tuple
+    blocks: tuple
+
+    @property
+    def width(self) -> int:
+        """Coordinates per class."""
+        return sum(code.width for _, code in self.blocks)
+
+    @property
+    def largest_part(self) -> int:
+        return max(code.largest_part for _, code in self.blocks)
+
+    @property
+    def n_levels(self) -> int:
+        """Slots per class (one per level of every block)."""
+        return sum(code.n_levels for _, code in self.blocks)
+
+    @property
+    def scale(self) -> int:
+        """The common denominator of every client's weights: the lcm of all the counts."""
+        return math.lcm(*(n for group in self.groups for n in group))
+
+    def group_of(self, total: int):
+        """The index of the group holding ``total`` (None when no group does)."""
+        for g, group in enumerate(self.groups):
+            if int(total) in group:
+                return g
+        return None
+
+    def accepts(self, total: int) -> bool:
+        return self.group_of(total) is not None
+
+    def class_code(self, total: int, count: int) -> np.ndarray:
+        """The code of a class with ``count`` of the client's ``total`` samples."""
+        g = self.group_of(total)
+        return np.concatenate([code.class_code(total, count) if g in pair
+                               else np.zeros(code.width, dtype=np.int64)
+                               for pair, code in self.blocks])
+
+    def pair_scale(self, total_i: int, total_j: int) -> int:
+        """``<t_i, t_j> / Omega_ij``: ``L_gh`` for groups g != h, ``F_g`` within group g."""
+        g, h = self.group_of(total_i), self.group_of(total_j)
+        if g != h:
+            return next(code.scale for pair, code in self.blocks if pair == (min(g, h), max(g, h)))
+        return sum(code.scale for pair, code in self.blocks if g in pair)
+
+
+def grouped_level_code(sample_counts, largest_lcm: int) -> GroupedLevelCode:
+    """The :class:`GroupedLevelCode` of the counts with groups of lcm at most ``largest_lcm``.
+
+    Every block's scale is at most ``largest_lcm^2``; each block is checked by
+    :func:`level_code` (``ParameterError`` past its limits) and the slots of all blocks
+    together by :data:`MAX_LEVELS`.
+
+    Examples
+    --------
+    >>> code = grouped_level_code([2, 3, 5], 6)      # groups (2, 3) and (5,)
+    >>> code.groups, [(pair, c.scale) for pair, c in code.blocks]
+    (((2, 3), (5,)), [((0, 0), 6), ((0, 1), 30), ((1, 1), 5)])
+    >>> a, b = code.class_code(2, 1), code.class_code(5, 3)    # weights 1/2 and 3/5
+    >>> int(a @ b), code.pair_scale(2, 5)                      # min = 1/2 = 15/30
+    (15, 30)
+    >>> int(a @ code.class_code(3, 2)), code.pair_scale(2, 3)  # min(1/2, 2/3) (6 + 30)
+    (18, 36)
+    """
+    counts = check_level_counts(sample_counts, lcm_limit=False)[0]
+    groups = group_counts(counts, int(largest_lcm))
+    sums = [sum(group) for group in groups]
+    slots = sum(sums[g] + (sums[h] if h != g else 0)
+                for g in range(len(groups)) for h in range(g, len(groups)))
+    if slots > MAX_LEVELS:
+        raise ParameterError(
+            f"the grouped level code would have up to {slots} slots per class, above "
+            f"{MAX_LEVELS}; pass resolution=q for the rounded thermometer")
+    blocks = tuple(((g, h), level_code(groups[g] + (groups[h] if h != g else ())))
+                   for g in range(len(groups)) for h in range(g, len(groups)))
+    return GroupedLevelCode(groups=groups, blocks=blocks)
+
+
 def class_counts(labels, n_classes: int) -> np.ndarray:
     """Client side: the number of samples of each class (int64, length ``n_classes``)."""
     y = np.asarray(labels)
@@ -385,17 +529,18 @@ def level_rows(unit_ints, counts, code: LevelCode):
     ``unit_ints`` (C, d): the client's unit class means quantized to integers (multiples of
     2^-s times 2^s); ``counts`` (C,): its class counts. Class c's value is
     ``v_ic = n_ic L / n_i``; ``t`` holds its level code, ``z`` the code times the mean.
-    Then ``<t_i, t_j> = L Omega_ij`` and ``<z_i, z_j> = L 4^s sum_c m_c cos_q,c`` exactly.
+    Then ``<t_i, t_j> = L Omega_ij`` and ``<z_i, z_j> = L 4^s sum_c m_c cos_q,c`` exactly
+    (``code`` a :class:`LevelCode`; for a :class:`GroupedLevelCode` L is the pair's
+    ``code.pair_scale(n_i, n_j)``).
     """
     counts = np.asarray(counts, dtype=np.int64)
     total = int(counts.sum())
-    if total < 1 or code.scale % total:
+    if total < 1 or not code.accepts(total):
         raise ParameterError(f"the client's sample count {total} is not one of the counts "
                              "the level code was built from")
     t_parts, z_parts = [], []
     for cls, n in enumerate(counts.tolist()):
-        value = n * (code.scale // total)
-        t = code.code(value) if n else np.zeros(code.width, dtype=np.int64)
+        t = code.class_code(total, n)
         t_parts.append(t)
         z_parts.append(np.outer(t, np.asarray(unit_ints[cls], dtype=np.int64)).ravel())
     return np.concatenate(z_parts), np.concatenate(t_parts)

@@ -10,10 +10,12 @@ import numpy as np
 from finite_field import InputError, ParameterError
 
 from .._common import plaintext_distances, protect, quantize_rows
-from ._paper import (BETA, DEFAULT_RESOLUTION, EPS, LevelCode, _combine, _fill, _g, level_code,
-                     level_rows, round_weights, thermometer_rows)
+from ._paper import (BETA, DEFAULT_RESOLUTION, EPS, MAX_LEVEL_SCALE, _combine, _fill, _g,
+                     check_level_counts, grouped_level_code, level_code, level_rows,
+                     round_weights, thermometer_rows)
 
-__all__ = ["EXACT_SCALE_BITS", "class_overlap", "exact_fmcl_distances", "exact_scale_bits",
+__all__ = ["EXACT_SCALE_BITS", "GROUP_LCM_LIMITS", "class_overlap", "exact_code",
+           "exact_fmcl_distances", "exact_scale_bits",
            "fmcl_from_anchored", "quantized_fmcl_distances",
            "secure_thermometer_distances", "thermometer_error_bound"]
 
@@ -150,7 +152,7 @@ EXACT_SCALE_BITS = (16, 8)
 _INT64_DISTANCE = 2**63 - 1
 
 
-def exact_scale_bits(code: LevelCode, n_classes: int, dim: int) -> int:
+def exact_scale_bits(code, n_classes: int, dim: int) -> int:
     """The largest s in 16..8 for which the z codes' worst-case squared distance fits 63 bits.
 
     The protocol bounds a squared distance by ``dims (2 M)^2`` with M the public bound
@@ -165,6 +167,58 @@ def exact_scale_bits(code: LevelCode, n_classes: int, dim: int) -> int:
         f"exact class weights need C W d (2 A 2^s)^2 < 2^63 with s >= {low}: C W d = {dims}, "
         f"A = {code.largest_part} (L = {code.scale}); the sample counts' lcm is too large "
         "for this signature size; pass resolution=q for the rounded thermometer")
+
+
+#: The groups' lcm limits :func:`exact_code` tries, in order, when one level code does not fit
+#: (derived: a block joins two groups, so its scale stays below ``limit^2 <= 2^44 <=``
+#: :data:`MAX_LEVEL_SCALE`; smaller limits mean more blocks but smaller parts, down to one
+#: count per group, whose blocks have scales ``n_i n_j``).
+GROUP_LCM_LIMITS = tuple(2**k for k in range(22, 0, -2)) + (1,)
+
+
+def exact_code(sample_counts, n_classes: int, dim: int):
+    """The public code of the exact path and the scale bits of the unit means: ``(code, s)``.
+
+    One :class:`LevelCode` of all the counts when it fits (its lcm at most
+    :data:`MAX_LEVEL_SCALE`, at most :data:`MAX_LEVELS` slots, ``s >= 8`` by
+    :func:`exact_scale_bits`); otherwise the :class:`GroupedLevelCode` of the first group
+    limit in :data:`GROUP_LCM_LIMITS` that reaches s = 16, else the one with the largest s
+    (the fewest groups among ties). :class:`ParameterError` (before any share is made) when
+    nothing fits: then the counts need more slots than :data:`MAX_LEVELS` or larger integers
+    than the protocol's 63 bits, and ``resolution=q`` (rounded weights) is the caller's choice.
+
+    Examples
+    --------
+    >>> code, bits = exact_code([101, 103, 107, 109, 113, 127, 131, 137], 3, 4)
+    >>> type(code).__name__, bits        # lcm 2^54: one code cannot carry it
+    ('GroupedLevelCode', 16)
+    """
+    counts, scale = check_level_counts(sample_counts, lcm_limit=False)
+    reasons = []
+    if scale <= MAX_LEVEL_SCALE:
+        code = level_code(counts)
+        try:
+            return code, exact_scale_bits(code, n_classes, dim)
+        except ParameterError as exc:
+            reasons.append(str(exc))
+    best = None
+    for limit in GROUP_LCM_LIMITS:
+        try:
+            code = grouped_level_code(counts, limit)
+            bits = exact_scale_bits(code, n_classes, dim)
+        except ParameterError as exc:
+            reasons.append(str(exc))
+            continue
+        if bits == EXACT_SCALE_BITS[0]:
+            return code, bits
+        if best is None or bits > best[1]:
+            best = (code, bits)
+    if best is not None:
+        return best
+    raise ParameterError(
+        f"no exact code fits these sample counts (lcm 2^{math.log2(scale):.1f}); "
+        f"last reason: {reasons[-1] if reasons else 'none'}; pass resolution=q for the "
+        "rounded thermometer")
 
 
 def _unit_ints(means, counts, scale_bits):
@@ -185,7 +239,8 @@ def _unit_ints(means, counts, scale_bits):
 def _exact_combine(gram_z, gram_t, scale, scale_bits, fill):
     """FMCL distances from exact integer Gram matrices, in Python fractions, then float.
 
-    ``Omega = G^t / L`` and ``N = (G^t 4^s - G^z) / (L 4^s)`` are exact rationals;
+    ``Omega = G^t / L`` and ``N = (G^t 4^s - G^z) / (L 4^s)`` are exact rationals (``scale``:
+    L, or the n x n matrix of the pairs' public scales ``L_ij`` of a grouped code);
     ``D = N / (Omega + eps) * min(Omega^-1, beta)`` is evaluated exactly and rounded once.
     Returns ``(distances, overlap)`` (overlap as floats).
     """
@@ -196,27 +251,37 @@ def _exact_combine(gram_z, gram_t, scale, scale_bits, fill):
     overlap = np.zeros((n, n))
     for i in range(n):
         for j in range(n):
-            om = Fraction(int(gram_t[i][j]), scale)
+            pair = scale if isinstance(scale, int) else int(scale[i][j])
+            om = Fraction(int(gram_t[i][j]), pair)
             overlap[i, j] = float(om)
             if i == j:
                 continue
             if om == 0:
                 d[i, j] = np.inf
                 continue
-            num = Fraction(int(gram_t[i][j]) * unit - int(gram_z[i][j]), scale * unit)
+            num = Fraction(int(gram_t[i][j]) * unit - int(gram_z[i][j]), pair * unit)
             num = max(num, Fraction(0))
             d[i, j] = float(num / (om + eps) * min(1 / om, beta))
     return _fill(d, fill), overlap
 
 
 def _exact_grams(z, t):
-    """Exact Python-integer Gram matrices of integer rows (the plaintext reference)."""
-    zo = [[int(v) for v in row] for row in z]
-    to = [[int(v) for v in row] for row in t]
-    n = len(zo)
-    gz = [[sum(a * b for a, b in zip(zo[i], zo[j])) for j in range(n)] for i in range(n)]
-    gt = [[sum(a * b for a, b in zip(to[i], to[j])) for j in range(n)] for i in range(n)]
-    return gz, gt
+    """Exact integer Gram matrices of integer rows (the plaintext reference).
+
+    int64 products when every squared row norm is below 2^61 (estimated in float64, well
+    within its relative error; then, by Cauchy-Schwarz on every prefix of the coordinates,
+    every partial sum of two rows' products stays below 2^62), Python integers otherwise."""
+    z, t = np.asarray(z, dtype=np.int64), np.asarray(t, dtype=np.int64)
+    out = []
+    for rows in (z, t):
+        norms = (rows.astype(np.float64) ** 2).sum(axis=1)
+        if norms.max(initial=0.0) < 2.0**61:
+            gram = rows @ rows.T
+            out.append([[int(v) for v in line] for line in gram])
+        else:
+            py = [[int(v) for v in row] for row in rows]
+            out.append([[sum(a * b for a, b in zip(r1, r2)) for r2 in py] for r1 in py])
+    return out[0], out[1]
 
 
 def _anchored_grams(integer_distances):
@@ -251,8 +316,9 @@ def exact_fmcl_distances(means, counts, *, secure: bool = True, parties=None,
     if np.any(counts < 0) or np.any(counts.sum(axis=1) < 1):
         raise InputError("class counts must be >= 0 with at least one sample per client")
     n, c, dim = means.shape
-    code = level_code(counts.sum(axis=1))
-    bits = exact_scale_bits(code, c, dim) if scale_bits is None else int(scale_bits)
+    totals = [int(t) for t in counts.sum(axis=1)]
+    code, bits = exact_code(totals, c, dim)
+    bits = bits if scale_bits is None else int(scale_bits)
     ints = _unit_ints(means, counts, bits)
     rows = [level_rows(ints[i], counts[i], code) for i in range(n)]
     z = np.stack([r[0] for r in rows] + [np.zeros_like(rows[0][0])])
@@ -267,5 +333,6 @@ def exact_fmcl_distances(means, counts, *, secure: bool = True, parties=None,
         gram_z, gram_t = _anchored_grams(d_z), _anchored_grams(d_t)
     else:
         gram_z, gram_t = _exact_grams(z[:n], t[:n])
-    distances, overlap = _exact_combine(gram_z, gram_t, code.scale, bits, fill)
+    scales = [[code.pair_scale(a, b) for b in totals] for a in totals]
+    distances, overlap = _exact_combine(gram_z, gram_t, scales, bits, fill)
     return (distances, overlap) if return_overlap else distances

@@ -9,7 +9,7 @@ import numpy as np
 from finite_field import ParameterError
 
 from ..._clustering import kmeans_from_distances
-from .._k_selection import DEFAULT_RULE
+from ._one_cluster import DEFAULT_RULE
 from ._paper import check_level_counts, class_counts, fmcl_server, signature
 from ._secure import exact_fmcl_distances, secure_thermometer_distances
 
@@ -102,7 +102,8 @@ def run_federated_fmcl(data, *, rounds: int = 10, encoder_dim: int = 16, secure:
         Party label per client (organizations); default three organizations (i mod 3).
     resolution : int, optional
         None (default): the class weights are carried exactly whatever the sample counts
-        (:func:`exact_fmcl_distances`, the level-set code); an int q: the rounded
+        (:func:`exact_fmcl_distances`: the level-set code, grouped when the counts' lcm is
+        too large for one code); an int q: the rounded
         thermometer on the grid 1/q (lossy unless every ``q n_ic / n_i`` is an integer;
         only when asked for, never as a silent fallback).
     model, trainer
@@ -124,7 +125,7 @@ def run_federated_fmcl(data, *, rounds: int = 10, encoder_dim: int = 16, secure:
     owners = np.arange(len(data.clients)) % 3 if parties is None else parties
     if resolution is None:
         counts = np.stack([class_counts(c.y_train, data.n_classes) for c in data.clients])
-        q = check_level_counts(counts.sum(axis=1))[1]
+        q = check_level_counts(counts.sum(axis=1), lcm_limit=False)[1]
         d = exact_fmcl_distances(means, counts, secure=secure, parties=owners,
                                  **protect_options)
     else:
