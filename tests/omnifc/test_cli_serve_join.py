@@ -254,9 +254,21 @@ def test_coordinator_not_running_logs_while_waiting_then_stops(tmp_path):
                            r"refused",
                    r"could not establish a connection to 127\.0\.0\.1:\d+ within 7 s",
                    r"omnifc serve")
-    again = omnifc("join", "--config", config, "--party", "a", "--data", "a.npy",
-                   "--target", f"127.0.0.1:{port}", cwd=tmp_path)
-    assert "was already run with this config" in again.stderr          # item 7: reuse warns
+    # item 7: a rerun warns as it starts; what follows (7 s of waiting for the coordinator
+    # again) is what the first join showed, so it is stopped once the warning is out
+    again = subprocess.Popen([*CLI, "join", "--config", str(config), "--party", "a", "--data",
+                              "a.npy", "--target", f"127.0.0.1:{port}"], cwd=tmp_path,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    said = []
+    try:
+        for line in again.stderr:  # ends by itself when the join gives up (7 s)
+            said.append(line)
+            if "was already run with this config" in line:
+                break
+    finally:
+        stop(again)
+    assert "was already run with this config" in "".join(said), said
 
 
 # -- items 6/7: consistent CLI ----------------------------------------------------------
