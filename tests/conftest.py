@@ -42,6 +42,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.timeout(NETWORK_TIMEOUT))
 
 
+#: Set on the config when this session deselected a test (``-m``, ``-k``, ``--deselect``,
+#: ``--lf``: each reports it through ``pytest_deselected``): its items are then not all
+#: that its paths hold (tests/test_fast_subset.py reads the session's own items otherwise).
+DESELECTED = pytest.StashKey[bool]()
+
+
+def pytest_deselected(items):
+    if items:
+        items[0].config.stash[DESELECTED] = True
+
+
+@pytest.fixture(scope="session")
+def deselected(request) -> bool:
+    """Whether this session deselected a test (see :data:`DESELECTED`)."""
+    return request.config.stash.get(DESELECTED, False)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_log_once():
     """Each test starts in a process that has said nothing once yet (protocols._log_once
