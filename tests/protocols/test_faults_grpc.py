@@ -40,7 +40,8 @@ from protocols._config import Deadlines
 from protocols._fault_sessions import classify, run_faulted_session
 from protocol_helpers import plaintext_sq_distances, random_data
 
-pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.protobuf]
+pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.protobuf,
+              pytest.mark.usefixtures("shared_party_server")]
 
 DEADLINES = Deadlines(join=10, shares=8, evaluation=5, result=5)
 FAULTED = "party-1"

@@ -15,7 +15,8 @@ from protocols._grpc_party import party_from_config, run_party
 from protocols._tls import party_credentials
 from protocol_helpers import plaintext_sq_distances, random_data
 
-pytestmark = [pytest.mark.protobuf, pytest.mark.network]
+pytestmark = [pytest.mark.protobuf, pytest.mark.network,
+              pytest.mark.usefixtures("shared_party_server")]
 
 
 def rows(data):
