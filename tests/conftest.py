@@ -42,6 +42,67 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.timeout(NETWORK_TIMEOUT))
 
 
+#: Set on the config when this session deselected a test (``-m``, ``-k``, ``--deselect``,
+#: ``--lf``: each reports it through ``pytest_deselected``): its items are then not all
+#: that its paths hold (tests/test_fast_subset.py reads the session's own items otherwise).
+DESELECTED = pytest.StashKey[bool]()
+
+
+def pytest_deselected(items):
+    if items:
+        items[0].config.stash[DESELECTED] = True
+
+
+@pytest.fixture(scope="session")
+def deselected(request) -> bool:
+    """Whether this session deselected a test (see :data:`DESELECTED`)."""
+    return request.config.stash.get(DESELECTED, False)
+
+
+class _KeptPartyServer:
+    """A party fork server that a LocalSession forks its parties from but does not close
+    (:func:`shared_party_server` does, at the end of the test process)."""
+
+    def __init__(self, server) -> None:
+        self._server = server
+
+    def __getattr__(self, name):
+        return getattr(self._server, name)
+
+    def close(self, timeout: float = 10.0) -> None:
+        pass  # the session's own close() still waits for / kills each of its parties
+
+
+@pytest.fixture(scope="session")
+def _party_servers():
+    """The party fork servers started by :func:`shared_party_server` in this process."""
+    started = []
+    yield started
+    for server in started:
+        server.close()
+
+
+@pytest.fixture
+def shared_party_server(_party_servers, monkeypatch):
+    """Loopback gRPC sessions (``protocols.LocalSession``: run_local_grpc_session,
+    run_faulted_session, ``transport="grpc"``) fork their parties from one party server
+    per test process (protocols/_party_processes.py: it preloads the party's modules and
+    kernels, about 1 s of CPU per start) instead of each starting and closing its own.
+    A child gets the caller's environment, folder and import path at the fork either way;
+    starting and closing a server is tested by test_party_processes.py and by the
+    sessions of the modules that do not use this fixture."""
+    import protocols._grpc_local as grpc_local
+    from protocols._party_processes import new_party_server
+
+    if not _party_servers or _party_servers[-1]._process.poll() is not None:
+        server = new_party_server()
+        if server is None:  # no fork here (Windows): each session as before
+            return
+        _party_servers.append(server)
+    kept = _KeptPartyServer(_party_servers[-1])
+    monkeypatch.setattr(grpc_local, "new_party_server", lambda: kept)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_log_once():
     """Each test starts in a process that has said nothing once yet (protocols._log_once

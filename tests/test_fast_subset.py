@@ -37,6 +37,33 @@ def pytest_collection_finish(session):
 """
 
 
+FOLDERS = ("tests/omnifc", "tests/protocols")
+
+
+def _markers_of_this_session(session, deselected):
+    """What :func:`_collect_markers` returns, read from the running session's own items when
+    it collected all of :data:`FOLDERS` and deselected nothing (a whole-suite run, as CI's:
+    the same collection, already made, in every xdist worker); None otherwise."""
+    config = session.config
+    if deselected or config.getoption("ignore"):
+        return None
+    roots = [pathlib.Path(config.rootpath, arg) for arg in config.args]
+    if any("::" in str(root) or not root.is_dir() for root in roots):
+        return None
+    for folder in FOLDERS:
+        if not any(root.resolve() in (ROOT / folder).parents or root.resolve() == ROOT / folder
+                   for root in roots):
+            return None
+    files = [path.relative_to(ROOT) for folder in FOLDERS
+             for path in (ROOT / folder).rglob("*.py")]
+    ignored = config.getoption("ignore_glob") or []
+    if any(path.match(glob) or (ROOT / path).match(glob) for glob in ignored for path in files
+           if path.name.startswith("test_")):
+        return None
+    return {item.nodeid: sorted({m.name for m in item.iter_markers()})
+            for item in session.items if item.nodeid.startswith(tuple(f + "/" for f in FOLDERS))}
+
+
 def _collect_markers(tmp_path):
     """Every test of tests/omnifc and tests/protocols with its markers: one collection
     (the subset's own ``-m`` is this expression over the same marker names)."""
@@ -54,8 +81,10 @@ def _collect_markers(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_the_fast_subset_leaves_out_the_process_tests_and_keeps_the_rest(tmp_path):
-    markers = _collect_markers(tmp_path)
+def test_the_fast_subset_leaves_out_the_process_tests_and_keeps_the_rest(tmp_path, request,
+                                                                       deselected):
+    markers = _markers_of_this_session(request.session, deselected) or \
+        _collect_markers(tmp_path)
     every = set(markers)
     fast = {t for t, names in markers.items() if "slow" not in names and "network" not in names}
     listed = [line for line in subprocess.run(

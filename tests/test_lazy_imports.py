@@ -22,15 +22,26 @@ HEAVY = ["sklearn", "scipy", "numba", "galois", "grpc", "cryptography", "google.
          "matplotlib"]
 
 
-def loaded_after(code: str, watch=HEAVY) -> list[str]:
-    """Which of ``watch`` (top-level names) are in sys.modules after running ``code``."""
-    script = (f"{code}\nimport sys, json\n"
-              f"print(json.dumps(sorted({{w for w in {watch!r} for m in sys.modules "
+def loaded_at(steps: list[str], watch=HEAVY) -> list[list[str]]:
+    """Which of ``watch`` (top-level names) are in sys.modules after each of ``steps``, run
+    in this order in one fresh interpreter (a later step sees what the earlier ones did, as
+    in a process that ran them all)."""
+    report = ("import sys as _sys, json as _json\n"
+              f"print('LOADED', _json.dumps(sorted({{w for w in {watch!r} for m in _sys.modules "
               f"if m == w or m.startswith(w + '.')}})))")
+    script = "\n".join(f"{step}\n{report}" for step in steps)
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    found = [json.loads(line.removeprefix("LOADED ")) for line in done.stdout.splitlines()
+             if line.startswith("LOADED ")]
+    assert len(found) == len(steps), done.stdout[-2000:]
+    return found
+
+
+def loaded_after(code: str, watch=HEAVY) -> list[str]:
+    """Which of ``watch`` (top-level names) are in sys.modules after running ``code``."""
+    return loaded_at([code], watch)[-1]
 
 
 @pytest.mark.timeout(180)
@@ -45,8 +56,10 @@ def test_the_check_sees_a_heavy_import():
     # The checks above can fail: touching a name that needs scikit-learn loads it.
     assert "sklearn" in loaded_after("import omnifc; omnifc.KFed")
     # a kernel loads numba when it first runs (finite_field._jit), not when it is named
-    assert "numba" not in loaded_after("import finite_field; finite_field.sq_distances")
-    assert "numba" in loaded_after("import finite_field; finite_field.sq_distances([[1]], 7)")
+    named, ran = loaded_at(["import finite_field; finite_field.sq_distances",
+                            "finite_field.sq_distances([[1]], 7)"])
+    assert "numba" not in named
+    assert "numba" in ran
 
 
 @pytest.mark.timeout(300)
@@ -109,6 +122,7 @@ def test_a_party_process_imports_neither_the_oracle_nor_the_layers_above():
     # galois is the test oracle; scikit-learn and scipy.stats belong to omnifc's clustering
     # and audit: a party process (python -m protocols._grpc_party) loads none of them.
     watch = ["galois", "sklearn", "scipy.stats", "omnifc"]
-    assert loaded_after("import protocols._grpc_party", watch) == []
-    assert loaded_after("import protocols._grpc_party; import omnifc.audit._run",
-                        watch) == ["galois", "omnifc", "scipy.stats"]
+    party, audit = loaded_at(["import protocols._grpc_party", "import omnifc.audit._run"],
+                             watch)
+    assert party == []
+    assert audit == ["galois", "omnifc", "scipy.stats"]

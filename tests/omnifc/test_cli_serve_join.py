@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -41,10 +42,25 @@ def one_clear_line(result, *patterns):
         assert re.search(pattern, result.stderr), result.stderr
 
 
+@pytest.fixture(scope="module")
+def session_copy(tmp_path_factory):
+    """``copy(folder, *extra)``: a fresh copy at ``folder`` of the session that ``omnifc
+    certs`` makes with ``extra``, made once per module (the tests damage, rewrite or run
+    their copy; none reads another's, and a copy has never run, so no run record)."""
+    made = {}
+
+    def copy(folder, *extra):
+        if extra not in made:
+            made[extra] = make_session(tmp_path_factory.mktemp("certs") / "s", *extra)
+        shutil.copytree(made[extra].parent, folder)
+        return folder / "session.toml"
+    return copy
+
+
 @pytest.fixture
-def session(tmp_path):
+def session(tmp_path, session_copy):
     rng = np.random.default_rng(3)
-    config = make_session(tmp_path / "s")
+    config = session_copy(tmp_path / "s")
     data = {}
     for i, name in enumerate(NAMES):
         data[name] = rng.uniform(-1, 1, (4 + i, 3))
@@ -238,9 +254,21 @@ def test_coordinator_not_running_logs_while_waiting_then_stops(tmp_path):
                            r"refused",
                    r"could not establish a connection to 127\.0\.0\.1:\d+ within 7 s",
                    r"omnifc serve")
-    again = omnifc("join", "--config", config, "--party", "a", "--data", "a.npy",
-                   "--target", f"127.0.0.1:{port}", cwd=tmp_path)
-    assert "was already run with this config" in again.stderr          # item 7: reuse warns
+    # item 7: a rerun warns as it starts; what follows (7 s of waiting for the coordinator
+    # again) is what the first join showed, so it is stopped once the warning is out
+    again = subprocess.Popen([*CLI, "join", "--config", str(config), "--party", "a", "--data",
+                              "a.npy", "--target", f"127.0.0.1:{port}"], cwd=tmp_path,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    said = []
+    try:
+        for line in again.stderr:  # ends by itself when the join gives up (7 s)
+            said.append(line)
+            if "was already run with this config" in line:
+                break
+    finally:
+        stop(again)
+    assert "was already run with this config" in "".join(said), said
 
 
 # -- items 6/7: consistent CLI ----------------------------------------------------------
@@ -295,8 +323,8 @@ def test_insecure_flag_says_where_tls_is_switched_off(tmp_path, session, command
 
 # -- item 4: the audit runs on the public config plus the caller's own files -------------
 @pytest.mark.parametrize("keep", ["a", "coordinator"])
-def test_audit_config_on_one_organizations_files(tmp_path, keep):
-    config = make_session(tmp_path / "s", "--dim", "3")
+def test_audit_config_on_one_organizations_files(tmp_path, keep, session_copy):
+    config = session_copy(tmp_path / "s", "--dim", "3")
     folder = config.parent
     own = {"a": {"a.pem", "a.key", "a.identity.pem"},
            "coordinator": {"coordinator.pem", "coordinator.key"}}[keep]

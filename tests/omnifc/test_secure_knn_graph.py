@@ -197,6 +197,7 @@ def test_spectral_on_the_secure_graph_recovers_planted_blobs():
 @pytest.mark.network
 @pytest.mark.slow
 @pytest.mark.timeout(400)
+@pytest.mark.usefixtures("shared_party_server")
 def test_over_grpc_both_rounds_give_the_same_graph_as_in_memory(oracle):
     """Two loopback gRPC sessions (one process per party each, mutual TLS)."""
     rng = np.random.default_rng(7)

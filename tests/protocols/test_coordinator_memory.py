@@ -348,6 +348,7 @@ def test_a_rerun_round_starts_without_the_previous_rounds_sums(temporary):
 
 @pytest.mark.network
 @pytest.mark.timeout(400)
+@pytest.mark.usefixtures("shared_party_server")
 def test_a_slow_party_process_over_grpc_keeps_the_coordinator_within_budget(tmp_path):
     from protocols._grpc_local import LocalSession
 

@@ -9,9 +9,9 @@ was not reported undelivered saved exactly its labels) or a clean abort (the coo
 raises the named error, every party process exits 1 naming the cause), every end within
 its deadline, nothing left behind.
 
-The table is today's behaviour with reconnect (reconnect_grace 30 s unless a row says 0):
-a fault that breaks the stream (reset, corrupted byte) is reconnected through the proxy,
-which faults only the first connection, and resumed (exact D, round 1, every result
+The table is today's behaviour with reconnect (reconnect_grace 30 s unless a row says
+otherwise): a fault that breaks the stream (reset, corrupted byte) is reconnected through
+the proxy, which faults only the first connection, and resumed (exact D, round 1, every result
 delivered); a fault that only stalls it (pause, half-open) is judged by the phase deadline
 as before, unless keepalive notices it: the rows run without keepalive (0) but the
 half-open ones, with keepalive 1 s (far below E, as the default 30 s is below a real
@@ -40,7 +40,8 @@ from protocols._config import Deadlines
 from protocols._fault_sessions import classify, run_faulted_session
 from protocol_helpers import plaintext_sq_distances, random_data
 
-pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.protobuf]
+pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.protobuf,
+              pytest.mark.usefixtures("shared_party_server")]
 
 DEADLINES = Deadlines(join=10, shares=8, evaluation=5, result=5)
 FAULTED = "party-1"
@@ -127,7 +128,9 @@ OUTCOMES = {
         fired="reset", grace=0.0)),
     # the paused party is told of the abort like the rest, and reads it when the pause
     # ends (8 s), unless the coordinator stopped first (its abort grace is
-    # min(ABORT_GRACE, result) = 5 s after the abort, at 10 s)
+    # min(ABORT_GRACE, result) = 5 s after the abort, at 10 s): then it tries to resume
+    # within reconnect_grace (3 s here, so that this ends soon: the default 30 s of
+    # retrying is the rows above)
     "pause longer than the deadline, no spare responder": (f"pause=8s@bytes={AT}", 3, Expected(
         "abort", error=DeadlineError, error_says="missed the deadline",
         party_code=1, party_says=("coordinator reports: party 'party-1' (this party) "
@@ -136,7 +139,7 @@ OUTCOMES = {
                                   "the coordinator closed the stream before sending a "
                                   "result"),
         others_say="coordinator reports: party 'party-1' failed in phase 'evaluation'",
-        fired="pause")),
+        fired="pause", grace=3.0)),
     "half-open, no spare responder": (f"half-open@bytes={AT}", 3, Expected(
         "exact", resumed=True, fired="half-open", keepalive=1.0)),
     "corrupted byte, no spare responder": (f"corrupt@bytes={AT}", 3, Expected(

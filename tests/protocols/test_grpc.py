@@ -15,7 +15,8 @@ from protocols._grpc_party import party_from_config, run_party
 from protocols._tls import party_credentials
 from protocol_helpers import plaintext_sq_distances, random_data
 
-pytestmark = [pytest.mark.protobuf, pytest.mark.network]
+pytestmark = [pytest.mark.protobuf, pytest.mark.network,
+              pytest.mark.usefixtures("shared_party_server")]
 
 
 def rows(data):
@@ -150,9 +151,13 @@ def test_party_process_refusing_its_input_fails_the_join_fast():
     data = random_data([3, 4, 2], 3, seed=8)
     data["party-1"][1, 2] = np.nan
     params = SessionParameters(dim=3, bound=1.0, scale_bits=8)
+    # after the abort the coordinator answers late parties for min(ABORT_GRACE, result)
+    # seconds, and party-1 never connects: a short result deadline (a phase this session
+    # never reaches) keeps that wait at 2 s instead of 10
+    deadlines = Deadlines(join=20, shares=20, evaluation=20, result=2)
     start = time.monotonic()
     with pytest.raises(PeerError, match="finite") as info:
-        run_local_grpc_session(data, params, deadline=20)
+        run_local_grpc_session(data, params, deadline=deadlines)
     assert (info.value.party, info.value.phase) == ("party-1", "join")
     assert time.monotonic() - start < 60  # not the 120 s join deadline
 

@@ -11,7 +11,7 @@ from protocols import SessionParameters
 from protocols._grpc_local import LocalSession, run_local_grpc_session
 from protocol_helpers import plaintext_sq_distances, random_data
 
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.network, pytest.mark.usefixtures("shared_party_server")]
 
 
 def rows(data):

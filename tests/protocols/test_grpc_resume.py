@@ -33,7 +33,7 @@ from protocols._tls import make_channel, party_credentials
 from protocol_helpers import plaintext_sq_distances, queued_requests, random_data
 
 pytestmark = [pytest.mark.protobuf, pytest.mark.network, pytest.mark.slow,
-              pytest.mark.timeout(240)]
+              pytest.mark.timeout(240), pytest.mark.usefixtures("shared_party_server")]
 
 # n = 600 at q = 16 (two primes): 2 row tiles per prime, 4 tiles per party
 SIZES = [200, 150, 150, 100]

@@ -20,7 +20,8 @@ from protocols import SessionParameters
 from protocols._grpc_local import LocalSession
 from protocol_helpers import plaintext_sq_distances, random_data
 
-pytestmark = [pytest.mark.protobuf, pytest.mark.network, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.protobuf, pytest.mark.network, pytest.mark.timeout(400),
+              pytest.mark.usefixtures("shared_party_server")]
 
 BOUND, SCALE = 1.0, 8
 

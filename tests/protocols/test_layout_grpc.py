@@ -10,7 +10,8 @@ from protocols import SessionParameters
 from protocols._grpc_local import run_local_grpc_session
 from protocol_helpers import plaintext_sq_distances, random_data
 
-pytestmark = [pytest.mark.network, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.network, pytest.mark.timeout(300),
+              pytest.mark.usefixtures("shared_party_server")]
 
 
 def rows(data):

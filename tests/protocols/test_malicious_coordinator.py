@@ -86,6 +86,7 @@ def test_equivocated_responding_sets_reveal_nothing_beyond_d_in_memory():
 
 
 @pytest.mark.network
+@pytest.mark.usefixtures("shared_party_server")
 def test_equivocated_responding_sets_reveal_nothing_beyond_d_over_grpc():
     # The parties are separate processes (mutual TLS); the attacker is the coordinator
     # state machine behind the real gRPC server.

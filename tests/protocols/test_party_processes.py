@@ -26,8 +26,11 @@ pytestmark = pytest.mark.timeout(120)
 ENTRY = "protocol_helpers:child_report"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def server():
+    """One server for the module (it preloads the party's modules and kernels: about 1 s
+    of CPU); the tests only fork children from it, and the one that closes a server makes
+    its own."""
     server = PartyServer()
     yield server
     server.close()
