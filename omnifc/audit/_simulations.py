@@ -33,9 +33,25 @@ def _redirected(name: str) -> bool:
 
 class _ToSimulationLog(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        logger.debug("simulated session: %s %s: %s", record.name, record.levelname,
-                     record.getMessage())
+        if not _redirected(record.name):
+            return True
+        if not getattr(record, "omnifc_simulated", False):  # once, however many handlers
+            record.omnifc_simulated = True
+            logger.debug("simulated session: %s %s: %s", record.name, record.levelname,
+                         record.getMessage())
         return False
+
+
+def _handlers() -> list:
+    """Every handler a record of the three packages can reach: those of the root logger,
+    of the loggers of the three packages, and the last resort of an unconfigured process."""
+    loggers = [logging.getLogger()] + [
+        item for name, item in list(logging.Logger.manager.loggerDict.items())
+        if isinstance(item, logging.Logger) and _redirected(name)]
+    found = {id(h): h for item in loggers for h in item.handlers}
+    if logging.lastResort is not None:
+        found[id(logging.lastResort)] = logging.lastResort
+    return list(found.values())
 
 
 @contextlib.contextmanager
@@ -43,15 +59,17 @@ def simulated_sessions():
     """Within the block, omnifc's records (the audit's own excluded) go to this module's
     logger at DEBUG instead of their own."""
     redirect = _ToSimulationLog()
-    # every module logger of the three packages (each package's own logger included: the
-    # package __init__ files create it) that exists when the checks start
-    loggers = [item for name, item in list(logging.Logger.manager.loggerDict.items())
-               if isinstance(item, logging.Logger) and _redirected(name)]
-    for item in loggers:
+    # Every module logger of the three packages that exists when the checks start (each
+    # package's own logger included: the package __init__ files create it), and every
+    # handler their records reach: a module imported during the checks makes its logger
+    # then, and only the handlers see its records.
+    filtered = [item for name, item in list(logging.Logger.manager.loggerDict.items())
+                if isinstance(item, logging.Logger) and _redirected(name)] + _handlers()
+    for item in filtered:
         item.addFilter(redirect)
     try:
         with log_once_scope():  # what the simulations say once, real sessions still say
             yield
     finally:
-        for item in loggers:
+        for item in filtered:
             item.removeFilter(redirect)

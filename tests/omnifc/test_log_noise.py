@@ -79,3 +79,23 @@ def test_the_audit_redirect_leaves_real_sessions_loud(caplog):
     loud = [r for r in caplog.records if "NO INTEGRITY CHECK" in r.getMessage()
             and r.levelno == logging.WARNING]
     assert len(loud) == 1 and loud[0].name == "protocols._coordinator"
+
+
+def test_a_logger_made_during_the_audit_is_redirected_too(capsys):
+    """A module imported while the checks run (a lazy import) makes its logger then; its
+    records must not reach the user's handlers either."""
+    from omnifc.audit._simulations import simulated_sessions
+
+    handler = logging.StreamHandler()           # as the CLI puts one on each package root
+    root = logging.getLogger("protocols")
+    root.addHandler(handler)
+    name = "protocols._made_during_the_audit_test"
+    try:
+        with simulated_sessions():
+            logging.getLogger(name).warning("from a logger made inside the block")
+        assert "from a logger made inside the block" not in capsys.readouterr().err
+        logging.getLogger(name).warning("after the block")
+        assert "after the block" in capsys.readouterr().err
+    finally:
+        root.removeHandler(handler)
+        logging.Logger.manager.loggerDict.pop(name, None)
