@@ -1,6 +1,7 @@
 """The distance result out of core (public names of :mod:`omnifc`).
 
-The implementation lives one layer down, in :mod:`protocols._accumulator`, because the
+The implementation lives one layer down, in :mod:`protocols._accumulator` (the store,
+the Zarr store and the storage helpers in modules beside it), because the
 coordinator accumulates every evaluation tile straight into it (one implementation, used
 by the protocol and by this package). This module re-exports it and adds
 :func:`as_tiled` and :func:`plaintext_distance_store`.

@@ -98,7 +98,15 @@ def _field(value) -> bytes:
 
 
 def transcript(label: str, *fields) -> bytes:
-    """Canonical bytes of a labelled tuple of fields (what gets signed or bound as AAD)."""
+    """Canonical bytes of a labelled tuple of fields (what gets signed or bound as AAD).
+
+    ``b"omnifc"``, then the protocol version, the label and each field, each prefixed by
+    its 4-byte big-endian length (str as UTF-8, int as its decimal digits). Exported as
+    ``protocols.transcript`` for omnifc's own signed messages (the Flower node binding).
+
+    >>> transcript("x", b"ab", 7)[6:]
+    b'\\x00\\x00\\x00\\x013\\x00\\x00\\x00\\x01x\\x00\\x00\\x00\\x02ab\\x00\\x00\\x00\\x017'
+    """
     return b"omnifc" + _field(PROTOCOL_VERSION) + _field(label) + b"".join(map(_field, fields))
 
 

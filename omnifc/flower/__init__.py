@@ -21,8 +21,9 @@ from ._client import (KeystreamSource, PartyHandler, PartySetup, add_party, part
 from ._constants import ACTION, MESSAGE_TYPE
 from ._binding import NodeBindingError
 from ._server import GrpcDataPlaneWorkflow, SecureDistanceWorkflow, distance_workflow
-from ._strategy import (EMBEDDINGS, FMCL_PARTS, ClusteredFedAvg, ClusteredResult, Embedding,
-                        client_distances, embedding, fmcl_dims, fmcl_rows)
+from ._embeddings import (EMBEDDINGS, FMCL_PARTS, Embedding, client_distances, embedding,
+                          fmcl_dims, fmcl_rows)
+from ._strategy import ClusteredFedAvg, ClusteredResult
 
 __all__ = ["SecureDistanceWorkflow", "GrpcDataPlaneWorkflow", "distance_workflow",
            "ClusteredFedAvg", "ClusteredResult", "Embedding", "EMBEDDINGS", "embedding",

@@ -29,10 +29,8 @@ the reply from, so a node cannot ask for another node's id to be used.
 
 from __future__ import annotations
 
-import struct
-
 from finite_field import AuthenticationError, ProtocolError
-from protocols import PROTOCOL_VERSION, sign, verify
+from protocols import sign, transcript, verify
 
 __all__ = ["NodeBindingError", "binding_transcript", "prove_binding", "check_binding"]
 
@@ -60,15 +58,6 @@ class NodeBindingError(ProtocolError):
         self.reason = reason
 
 
-def _field(value) -> bytes:
-    """One length-prefixed field (omnifc's transcript encoding: unambiguous concatenation)."""
-    if isinstance(value, str):
-        value = value.encode("utf-8")
-    elif isinstance(value, int):
-        value = str(value).encode("ascii")
-    return struct.pack(">I", len(value)) + bytes(value)
-
-
 def binding_transcript(session_id: str, party_id: str, run_nonce: bytes, roster_digest: bytes,
                        node_id: int, message_id: str) -> bytes:
     """The bytes a node's party signs to bind itself to that node and message.
@@ -79,8 +68,7 @@ def binding_transcript(session_id: str, party_id: str, run_nonce: bytes, roster_
     """
     fields = (str(session_id), str(party_id), bytes(run_nonce), bytes(roster_digest),
               int(node_id), str(message_id))
-    return (b"omnifc" + _field(PROTOCOL_VERSION) + _field(LABEL)
-            + b"".join(map(_field, fields)))
+    return transcript(LABEL, *fields)
 
 
 def prove_binding(identity_key, session_id: str, party_id: str, run_nonce: bytes,

@@ -233,8 +233,13 @@ def test_no_bound_node_at_all_is_a_clear_error(tmp_path):
 
 def test_the_binding_transcript_is_omnifcs_transcript_under_its_own_label():
     from omnifc.flower._binding import LABEL, binding_transcript
-    from protocols._crypto import transcript
+
+    def field(data: bytes) -> bytes:  # docs/protocol.md, re-encoded here independently
+        return len(data).to_bytes(4, "big") + data
 
     fields = ("s-1", "org-a", b"n" * 32, b"r" * 32, 1234, "message-id")
-    assert binding_transcript(*fields) == transcript(LABEL, *fields)
+    expected = (b"omnifc" + field(b"3") + field(b"flower-node-binding") + field(b"s-1")
+                + field(b"org-a") + field(b"n" * 32) + field(b"r" * 32) + field(b"1234")
+                + field(b"message-id"))
+    assert binding_transcript(*fields) == expected
     assert LABEL not in ("hello", "roster-confirmation", "resume", "roster")

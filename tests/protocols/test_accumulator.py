@@ -290,7 +290,7 @@ def test_allocate_keeps_exactly_the_budget_in_ram(private_tmp, caplog):
     array, path, tmpdir = acc_mod._allocate((3, 4), np.int32, path=None, budget=48, name="x")
     assert type(array) is np.ndarray and array.dtype == np.int32 and path is None
     assert tmpdir is None and not array.any()
-    with caplog.at_level(logging.INFO, logger="protocols._accumulator"):
+    with caplog.at_level(logging.INFO, logger="protocols._result_storage"):
         array, path, tmpdir = acc_mod._allocate((3, 4), np.int32, path=None, budget=47,
                                                 name="blob")
     assert isinstance(array, np.memmap) and array.shape == (3, 4) and not array.any()
@@ -381,7 +381,7 @@ def test_budget_counts_the_result_and_the_scratch_residues(private_tmp, caplog):
     assert type(ram._result) is np.ndarray and type(ram._scratch[0]) is np.ndarray
     assert ram._scratch[0].dtype == np.uint32 and ram._scratch_paths == [None]
     ram.abort()
-    with caplog.at_level(logging.INFO, logger="protocols._accumulator"):
+    with caplog.at_level(logging.INFO, logger="protocols._result_storage"):
         disk = DistanceAccumulator(4, (13, 17), scale_bits=0, memory_budget=total - 1)
     # the result alone (128 bytes) fits, but everything n x n moves to disk together
     assert isinstance(disk._result, np.memmap) and isinstance(disk._scratch[0], np.memmap)
@@ -668,7 +668,7 @@ def test_view_values_tiles_and_array(tmp_path, caplog):
     assert [(a, b) for a, b, _ in ints] == [(0, 3), (3, 5)]
     assert all(type(blk) is np.ndarray and blk.dtype == np.int64 for _, _, blk in ints)
     assert np.vstack([blk for _, _, blk in ints]).tolist() == exact.tolist()
-    with caplog.at_level(logging.WARNING, logger="protocols._accumulator"):
+    with caplog.at_level(logging.WARNING, logger="protocols._distance_store"):
         whole = np.asarray(view)
     assert whole.dtype == np.float64 and whole.tolist() == dense.tolist()
     assert ("materializing the on-disk 5 x 5 distance matrix in memory (0.00 GB)"
@@ -676,7 +676,7 @@ def test_view_values_tiles_and_array(tmp_path, caplog):
     as32 = np.asarray(view, dtype=np.float32)
     assert as32.dtype == np.float32 and as32.tolist() == dense.astype(np.float32).tolist()
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="protocols._accumulator"):
+    with caplog.at_level(logging.WARNING, logger="protocols._distance_store"):
         np.asarray(DistanceStore(exact, scale_bits=1).distances)
     assert "materializing" not in caplog.text
 
@@ -763,7 +763,7 @@ def test_materializing_warning_gives_the_size_in_gb(tmp_path, caplog):
     matrix = np.lib.format.open_memmap(tmp_path / "d.npy", mode="w+", dtype=np.int32,
                                        shape=(n, n))
     view = DistanceStore(matrix, scale_bits=0).distances
-    with caplog.at_level(logging.WARNING, logger="protocols._accumulator"):
+    with caplog.at_level(logging.WARNING, logger="protocols._distance_store"):
         dense = np.asarray(view)
     assert dense.shape == (n, n)
     assert ("materializing the on-disk 2000 x 2000 distance matrix in memory (0.03 GB)"

@@ -1,7 +1,9 @@
 """Reproductions: the OmniFC evaluation and each clustered-FL paper's headline claim.
 
 One module per paper, experiment only (``_omnifc``, ``_clove``, ``_client2vec``, ``_flux``,
-``_fmcl``); :mod:`._report` writes every Markdown report and figure. ``omnifc reproduce``
+``_fmcl``); :mod:`._report` writes every Markdown report and figure (the per-paper pages
+itself; the OmniFC evaluation's page in :mod:`._omnifc_report`, with the verdicts of
+:mod:`._verdicts` and the figure helpers of :mod:`._figures`). ``omnifc reproduce``
 calls :func:`reproduce_paper`.
 """
 

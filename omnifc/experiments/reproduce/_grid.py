@@ -1,6 +1,6 @@
 """The fixed settings of the OmniFC evaluation: data sets, non-IID levels, methods, labels.
 
-Shared by the experiment (:mod:`._omnifc`) and the report writer (:mod:`._report`).
+Shared by the experiment (:mod:`._omnifc`) and its report (:mod:`._omnifc_report`).
 """
 
 from __future__ import annotations

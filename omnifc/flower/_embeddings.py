@@ -1,0 +1,279 @@
+"""The embeddings of :class:`~omnifc.flower.ClusteredFedAvg`: what is clustered, and how.
+
+An :class:`Embedding` names the rows each node's party contributes (one part, or FMCL's
+two parts ``z`` and ``t``), how the parts' secure D become client-level distances
+(:func:`client_distances` for one part: the squared distances between the clients' row
+centroids) and the paper's server algorithm that clusters them. :data:`EMBEDDINGS` is
+the registry by adapter name, :func:`embedding` builds one. Moved here unchanged from
+:mod:`omnifc.flower._strategy` (issue 20), which re-exports its public names.
+
+>>> sorted(EMBEDDINGS) == sorted(["raw", "clove", "client2vec", "flux", "fmcl"])
+True
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from finite_field import ParameterError, ProtocolError
+
+__all__ = ["Embedding", "EMBEDDINGS", "embedding", "client_distances", "fmcl_rows",
+           "fmcl_dims", "FMCL_PARTS"]
+
+logger = logging.getLogger(__name__)
+
+def client_distances(distances, rows) -> np.ndarray:
+    """Squared distances between the clients' row centroids, from the row distances alone.
+
+    ``rows``: how many consecutive rows of ``distances`` each client owns (roster order).
+    With ``A``, ``B`` the row sets of two clients,
+    ``||c_A - c_B||^2 = mean_{a in A, b in B} D_ab - W_A - W_B`` with
+    ``W_A = sum_{a, a' in A} D_aa' / (2 |A|^2)``; clients of one row each give D itself.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.array([[0.0], [2.0], [5.0]])          # client 0 owns rows 0-1, client 1 row 2
+    >>> client_distances((x - x.T) ** 2, [2, 1]).tolist()
+    [[0.0, 16.0], [16.0, 0.0]]
+    """
+    d = np.asarray(distances, dtype=np.float64)
+    counts = [int(r) for r in rows]
+    if any(c < 1 for c in counts) or sum(counts) != d.shape[0]:
+        raise ParameterError(f"rows per client must be >= 1 and sum to {d.shape[0]}, "
+                             f"got {counts}")
+    if all(c == 1 for c in counts):
+        return d.copy()
+    bounds = np.cumsum([0] + counts)
+    blocks = [slice(bounds[i], bounds[i + 1]) for i in range(len(counts))]
+    within = np.array([d[b, b].sum() / (2.0 * (b.stop - b.start) ** 2) for b in blocks])
+    out = np.empty((len(counts), len(counts)))
+    for i, a in enumerate(blocks):
+        for j, b in enumerate(blocks):
+            out[i, j] = d[a, b].mean() - within[i] - within[j]
+    np.fill_diagonal(out, 0.0)
+    return np.maximum(out, 0.0)
+
+
+def _nearest_centroid(distances, labels) -> np.ndarray:
+    from ..adapters.flux import assign_new_clients
+
+    return assign_new_clients(distances, labels)
+
+
+def _one_session(outcomes: dict) -> np.ndarray:
+    (outcome,) = outcomes.values()
+    return client_distances(outcome.values, outcome.rows)
+
+
+@dataclass(frozen=True)
+class Embedding:
+    """The server side of an adapter's client embedding.
+
+    An embedding is a list of **parts**, each one secure session over its own rows (one
+    part, unnamed, for raw samples, CLoVE, Client2Vec, FLUX; two for FMCL); ``distances``
+    combines the parts' outcomes into the client-level distances, on which
+    ``cluster(D_clients) -> labels`` (the paper's server algorithm) runs.
+    ``assign(D, labels) -> labels`` places newcomers (D over the clustered clients first,
+    then the newcomers); FLUX's nearest-centroid rule by default. The client side is the
+    ``rows`` function each node gives :func:`add_party` (the adapter's embedding of its local
+    data; a dict ``{part: rows}`` for a multi-part embedding).
+
+    Attributes
+    ----------
+    name : str
+    cluster, assign : callable
+    parts : tuple of str
+        The named parts (empty: one session, whose rows are the embedding).
+    combine : callable, optional
+        ``combine({part: Outcome}) -> D_clients`` (roster order); for one part by default
+        the squared distances of the clients' row centroids (:func:`client_distances`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> e = Embedding("mine", cluster=lambda d: (d[0] > 1).astype(int))
+    >>> e.parts, e.cluster(np.array([[0.0, 4.0], [4.0, 0.0]])).tolist()
+    ((), [0, 1])
+    """
+
+    name: str
+    cluster: Callable
+    assign: Callable = _nearest_centroid
+    parts: tuple = ()
+    combine: Callable | None = None
+
+    def distances(self, outcomes: dict) -> np.ndarray:
+        """The client-level distances from ``{part: Outcome}`` (``{None: Outcome}`` for a
+        one-part embedding)."""
+        expected = set(self.parts) if self.parts else {None}
+        if set(outcomes) != expected:
+            raise ParameterError(f"embedding {self.name!r} combines the parts "
+                                 f"{sorted(map(str, expected))}, got sessions for "
+                                 f"{sorted(map(str, outcomes))}")
+        return (self.combine or _one_session)(outcomes)
+
+
+def _needs_k(name, n_clusters):
+    if n_clusters is None or int(n_clusters) < 1:
+        raise ParameterError(f"embedding {name!r} needs n_clusters >= 1, got {n_clusters!r}")
+    return int(n_clusters)
+
+
+def _raw(n_clusters=None, random_state=0, method="kmeans", **options):
+    from ..adapters import raw
+
+    k = _needs_k("raw", n_clusters)
+    return lambda d: raw.cluster_samples(d, method=method, n_clusters=k,
+                                         random_state=random_state, **options)
+
+
+def _clove(n_clusters=None, random_state=0):
+    from ..adapters import clove
+
+    k = _needs_k("clove", n_clusters)
+    return lambda d: clove.cluster_clients(d, k, random_state=random_state)
+
+
+def _client2vec(n_clusters=None, random_state=0):
+    from ..adapters import client2vec
+
+    k = _needs_k("client2vec", n_clusters)
+    return lambda d: client2vec.cluster_indices(d, k, random_state=random_state)
+
+
+def _flux(n_clusters=None, **options):
+    from ..adapters import flux
+
+    if n_clusters is not None:
+        raise ParameterError("FLUX chooses K itself (flux.cluster_clients); n_clusters must "
+                             f"be None, got {n_clusters!r}")
+    return lambda d: np.asarray(flux.cluster_clients(d, **options).labels)
+
+
+#: FMCL's two parts: the class-weighted unit means ``z`` and the thermometer code ``t``.
+FMCL_PARTS = ("z", "t")
+
+
+def fmcl_rows(means, weights, resolution: int) -> dict:
+    """A node's FMCL embedding (the client half of ``embedding("fmcl", ...)``).
+
+    ``means`` (C, d): the node's class mean embeddings; ``weights`` (C,): its class weights
+    ``n_c / n``; ``resolution``: the public q of every node. Returns ``{"z": rows, "t":
+    rows}``: FMCL's thermometer rows (:func:`omnifc.adapters.fmcl.thermometer_rows`), each
+    followed by the public all-zero anchor row that turns the squared distances into exact
+    inner products. Return it from the node's ``rows(context)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> parts = fmcl_rows(np.array([[1.0, 0.0], [0.0, 2.0]]), np.array([0.5, 0.5]), 2)
+    >>> parts["t"].tolist()
+    [[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+    >>> parts["z"].shape
+    (2, 8)
+    """
+    from ..adapters import fmcl
+
+    z, t = fmcl.thermometer_rows(np.asarray(means, dtype=np.float64),
+                                 np.asarray(weights, dtype=np.float64), int(resolution))
+    return {"z": np.stack([z, np.zeros_like(z)]), "t": np.stack([t, np.zeros_like(t)])}
+
+
+def fmcl_dims(n_classes: int, dim: int, resolution: int) -> dict:
+    """The session ``dim`` of each FMCL part: ``{"z": C q d, "t": C q}`` (bound 1.0 both).
+
+    >>> fmcl_dims(3, 4, 10)
+    {'z': 120, 't': 30}
+    """
+    return {"z": int(n_classes) * int(resolution) * int(dim),
+            "t": int(n_classes) * int(resolution)}
+
+
+def _anchored(outcome, part: str) -> np.ndarray:
+    """The (n+1) x (n+1) distances of the clients' rows and one anchor (anchor last), after
+    checking that every client sent two rows whose second (the anchor) is the same point."""
+    rows = list(outcome.rows)
+    if any(r != 2 for r in rows):
+        raise ProtocolError(f"FMCL part {part!r}: every client sends its row and the zero "
+                            f"anchor (2 rows), got {rows} rows (roster {outcome.party_names})")
+    integer = np.asarray(outcome.integer)
+    anchors = np.arange(1, 2 * len(rows), 2)
+    if np.any(integer[np.ix_(anchors, anchors)] != 0):
+        raise ProtocolError(f"FMCL part {part!r}: the clients' anchor rows are not one point "
+                            "(every anchor must be the public all-zero row)")
+    order = np.concatenate([np.arange(0, 2 * len(rows), 2), anchors[:1]])
+    return np.asarray(outcome.values)[np.ix_(order, order)]
+
+
+def _mean_distance_assign(distances, labels) -> np.ndarray:
+    """Each newcomer joins the cluster of the least mean distance to its members (for a
+    distance that is not a squared Euclidean one, where no centroid exists)."""
+    d = np.asarray(distances, dtype=np.float64)
+    labels = np.asarray(labels)
+    n = len(labels)
+    clusters = sorted(set(labels.tolist()))
+    scores = np.stack([d[n:, :n][:, labels == c].mean(axis=1) for c in clusters], axis=1)
+    return np.array(clusters)[np.argmin(scores, axis=1)]
+
+
+def _fmcl(resolution=None, n_clusters=None, rule=None, max_clusters=None, fill="geodesic"):
+    from ..adapters import fmcl
+
+    if resolution is None or int(resolution) < 1:
+        raise ParameterError(f"embedding 'fmcl' needs the nodes' public resolution q >= 1, "
+                             f"got {resolution!r}")
+    q = int(resolution)
+
+    def combine(outcomes):
+        return fmcl.fmcl_from_anchored(_anchored(outcomes["z"], "z"),
+                                       _anchored(outcomes["t"], "t"), q, fill=fill)
+
+    if n_clusters is not None:
+        from .._clustering import average_linkage_labels
+
+        if rule is not None:
+            raise ParameterError("embedding 'fmcl': give n_clusters or a K rule, not both")
+        k = _needs_k("fmcl", n_clusters)
+        cluster = lambda d: np.asarray(average_linkage_labels(d, k))  # noqa: E731
+    else:
+        options = {"rule": rule} if rule is not None else {}
+        if max_clusters is not None:
+            options["max_clusters"] = int(max_clusters)
+        cluster = lambda d: np.asarray(fmcl.fmcl_server(d, **options).labels)  # noqa: E731
+    return {"cluster": cluster, "combine": combine, "parts": FMCL_PARTS,
+            "assign": _mean_distance_assign}
+
+
+#: Server algorithms by adapter name (``embedding(name, ...)``). FMCL's distance needs two
+#: reconstructions (the thermometer-weighted class means ``z`` and the thermometer code
+#: ``t``, each with a zero anchor row: :func:`fmcl_rows`), so its embedding has two parts.
+EMBEDDINGS = {"raw": _raw, "clove": _clove, "client2vec": _client2vec, "flux": _flux,
+              "fmcl": _fmcl}
+
+
+def embedding(name: str, **options) -> Embedding:
+    """The :class:`Embedding` of adapter ``name`` (``raw``, ``clove``, ``client2vec``,
+    ``flux``, ``fmcl``), its server algorithm configured by ``options`` (``n_clusters``,
+    ``random_state``; FLUX: ``k_rule``, ``eps_rule``...; FMCL: ``resolution`` (the nodes'
+    public q, required), ``n_clusters`` (average linkage) or ``rule`` (K chosen by
+    :func:`omnifc.adapters.fmcl.fmcl_server`, its default rule when neither is given),
+    ``max_clusters``, ``fill``; newcomers join the cluster of least mean FMCL distance).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.array([[0.0], [0.1], [5.0], [5.1]])
+    >>> embedding("clove", n_clusters=2).cluster((x - x.T) ** 2).tolist()
+    [0, 0, 1, 1]
+    """
+    if name not in EMBEDDINGS:
+        raise ParameterError(f"embedding must be one of {sorted(EMBEDDINGS)}, got {name!r}")
+    made = EMBEDDINGS[name](**options)
+    if isinstance(made, dict):  # a multi-part embedding
+        return Embedding(name, **made)
+    return Embedding(name, made)
