@@ -45,7 +45,7 @@ class _ToSimulationLog(logging.Filter):
 def _handlers() -> list:
     """Every handler a record of the three packages can reach: those of the root logger,
     of the loggers of the three packages, and the last resort of an unconfigured process."""
-    loggers = [logging.getLogger()] + [
+    loggers = [logging.root] + [
         item for name, item in list(logging.Logger.manager.loggerDict.items())
         if isinstance(item, logging.Logger) and _redirected(name)]
     found = {id(h): h for item in loggers for h in item.handlers}
