@@ -486,3 +486,21 @@ def _tile_list(session):
     from protocols._plans import session_plan
     plan = session.parameters.plan(len(session.names))
     return session_plan(plan, session.parameters).tiles(sum(SIZES))
+
+
+def test_a_restored_partys_second_resume_is_an_ordinary_one(tmp_path):
+    # the first resume after the restore replays from the start of the restored round
+    # (restarted); a later break of the same party resumes from what it received
+    data = random_data(list(SIZES), 3, seed=50)
+    session = Session(data, _params())
+    link, dead = _run_to_crash(session, tmp_path, 10)
+    new = _restarted(session, tmp_path)
+    accepted = _resume_all(link, new, session)
+    assert all(a.restarted for a in accepted.values())
+    for _ in range(5):
+        link.step()
+    link.cut("party-0")
+    again = link.resume("party-0")
+    assert again.restarted is False and new.resumes == 5
+    link.run()
+    assert np.array_equal(new.outcome.integer, _exact(session, data))

@@ -524,3 +524,56 @@ def test_a_resume_clears_away_counts_and_logs_and_the_next_resume_counts_afresh(
     assert second.received == len(arrived) and c.resumes == 2
     link.run()
     assert np.array_equal(c.outcome.integer, _exact(session, data))
+
+
+def test_the_replayed_share_chunks_count_against_the_hold_budget_again():
+    # what is re-sent on the new stream is held again until acknowledged, with the bytes
+    # of every share chunk in it (what memory_budget bounds); other envelopes hold none
+    data = random_data(list(SIZES), 3, seed=12)
+    session = Session(data, _params())
+    link = Link(session)
+    link.start()
+    state = {"done": False}
+
+    def when(sender, env, sent):  # party-2 breaks after its second share chunk
+        if not state["done"] and sender == "party-2" and env.HasField("share") and sent == 2:
+            state["done"] = True
+            return True
+        return False
+    link.run(when)
+    c, party = link.c, session.parties["party-2"]
+    party.resume_request()
+    out = c.resume("party-2", party.answer_challenge(c.resume_challenge("party-2")))
+    replayed = [e for _, e in out[1:]]
+    chunks = sum(len(e.share.ciphertext) for e in replayed if e.HasField("share"))
+    assert chunks > 0 and len(replayed) == out[0][1].resume_accepted.replayed
+    assert c._outlogs["party-2"].bytes == chunks
+    link.down.discard("party-2")
+    for e in party.resumed(out[0][1]):
+        link.queue.append(("coordinator", "party-2", e))
+    link.queue += [("party-2", "coordinator", e) for e in replayed]
+    link.run()
+    assert np.array_equal(c.outcome.integer, _exact(session, data))
+
+
+def test_a_party_outside_b_that_resumes_in_evaluation_is_told_no_held_tiles():
+    data = random_data(list(SIZES), 3, seed=20)
+    session = Session(data, _params(integrity="off"))  # any 3 of the 4 decode
+    from protocols import Coordinator
+    session.coordinator = Coordinator("test-session", session.parameters, session.names,
+                                      session.pinned, responders=session.names[:3])
+    link = Link(session)
+    link.start()
+    for _ in range(100_000):
+        if link.c.phase == "evaluation" or not link.queue:
+            break
+        link.step()
+    assert link.c.phase == "evaluation" and "party-3" not in link.c.responders
+    link.cut("party-3")  # what is in flight to it is lost with the stream
+    link.queue = [item for item in link.queue if item[0] != "party-3"]
+    accepted = link.resume("party-3")
+    assert len(accepted.held) == 0 and accepted.round == 1
+    # the RoundStart it missed is re-sent and held again: no share chunk, so no bytes
+    assert accepted.replayed >= 1 and link.c._outlogs["party-3"].bytes == 0
+    link.run()
+    assert np.array_equal(link.c.outcome.integer, _exact(session, data))
