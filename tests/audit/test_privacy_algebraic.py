@@ -194,3 +194,64 @@ def test_a_wrong_number_of_points_ends_the_check_before_any_prime(changes, reaso
 def test_a_t_the_parties_cannot_carry_fails_with_the_arithmetic(changes, reason):
     check = check_algebraic_privacy(AuditParameters(**changes))
     assert check.verdict == "fail" and reason in check.reasons
+
+
+def test_the_check_is_number_1_and_its_reproduce_snippet_gives_the_same_verdict():
+    params = AuditParameters(betas=(1, 4, 5, 6))
+    check = check_algebraic_privacy(params)
+    assert (check.key, check.number, check.title) == \
+        ("algebraic_privacy", 1, "Algebraic t-privacy of the encoding")
+    command, code = check.reproduce.split("\n\n")
+    assert command == f"omnifc audit {params.cli_arguments()} --checks 1"
+    scope = {}
+    exec(code.replace("check_algebraic_privacy(", "result = check_algebraic_privacy(", 1),
+         scope)
+    assert scope["result"].verdict == check.verdict == "fail"
+    assert scope["result"].reasons == check.reasons
+    assert [(title, head) for title, head, _ in check.tables] == [
+        ("Evaluation points used (the same integers for every prime)", ["point", "values"]),
+        ("Noise-block ranks per prime (exact, over GF(p))",
+         ["prime p", "coalitions checked", "sufficient condition", "p > l+t+m", "min rank",
+          "singular blocks"])]
+
+
+@pytest.mark.parametrize("parties, exceeds", [(8, True), (9, False), (10, False)])
+def test_a_prime_must_exceed_l_plus_t_plus_m(parties, exceeds):
+    # p = 11, l = t = 1: 11 > 1 + 1 + 8 holds, 11 > 1 + 1 + 9 = 11 does not
+    params = AuditParameters(dim=1, bound=1.0, scale_bits=1, primes=(11,), parties=parties)
+    check = check_algebraic_privacy(params)
+    [entry] = check.evidence["primes"]
+    assert entry["prime_exceeds_l_t_m"] is exceeds
+    assert entry["sufficient_condition"] is (exceeds and not entry["point_problems"])
+    [row] = check.tables[1][2]
+    assert row[2:4] == ["yes" if entry["sufficient_condition"] else "NO",
+                        "yes" if exceeds else "NO"]
+    reason = f"prime 11 must exceed l+t+m = {parties + 2} to give distinct points"
+    assert (reason in check.reasons) is not exceeds
+
+
+def test_coinciding_interpolation_points_under_a_small_prime_say_so_in_the_row():
+    params = AuditParameters(dim=1, bound=1.0, scale_bits=1, primes=(11,), parties=9,
+                             alphas=(2, 2))
+    check = check_algebraic_privacy(params)
+    assert check.tables[1][2] == [[11, "not run", "NO", "NO", "—", "—"]]
+    assert check.reasons[0] == ("interpolation points alpha_1 and alpha_2 coincide (2): the "
+                                "Lagrange basis is undefined")
+
+
+def test_more_noise_segments_than_parties_run_no_ranks_for_any_prime():
+    params = AuditParameters(noise_segments=5, parties=4)
+    check = check_algebraic_privacy(params)
+    assert check.verdict == "fail" and len(check.evidence["primes"]) == 2
+    assert [e["method"] for e in check.evidence["primes"]] == ["not run (t > m)"] * 2
+
+
+def test_at_most_twenty_singular_coalitions_are_listed():
+    # l = 1, t = 3, m = 9 with beta_1 = alpha_1: party 1's noise column is zero, so each of
+    # the C(8, 2) = 28 coalitions holding it is singular, and only those
+    params = AuditParameters(noise_segments=3, parties=9, betas=(1,) + tuple(range(5, 13)))
+    check = check_algebraic_privacy(params)
+    for entry in check.evidence["primes"]:
+        assert entry["singular_count"] == math.comb(8, 2) == 28
+        examples = entry["singular_examples"]
+        assert len(examples) == 20 and all(e["parties"][0] == 1 for e in examples)
