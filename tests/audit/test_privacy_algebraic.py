@@ -255,3 +255,39 @@ def test_at_most_twenty_singular_coalitions_are_listed():
         assert entry["singular_count"] == math.comb(8, 2) == 28
         examples = entry["singular_examples"]
         assert len(examples) == 20 and all(e["parties"][0] == 1 for e in examples)
+
+
+def test_primes_that_cannot_hold_the_distances_fail_the_check_naming_why():
+    # (the split of omnifc/audit/_privacy.py dropped this module's ParameterError import:
+    # this raised NameError instead of failing the check). With t = m = 4 two reasons come
+    # first; the finding is the last one, the primes'
+    check = check_algebraic_privacy(AuditParameters(noise_segments=4, primes=(7,)))
+    assert check.verdict == "fail" and len(check.reasons) == 3
+    assert check.reasons[-1].startswith("no valid session primes: the product of the primes")
+    assert check.finding == check.reasons[-1]
+    assert "primes" not in check.evidence
+
+
+def test_the_boundaries_of_the_party_count():
+    # m = 2l+2t-1 exactly is enough; t = m still has its one coalition ranked
+    assert check_algebraic_privacy(AuditParameters(parties=3)).verdict == "pass"
+    check = check_algebraic_privacy(AuditParameters(noise_segments=4))
+    assert {e["method"] for e in check.evidence["primes"]} == {"exhaustive"}
+    assert {e["coalitions_total"] for e in check.evidence["primes"]} == {1}
+
+
+@pytest.mark.parametrize("changes, largest", [
+    (dict(segments=2, noise_segments=2, parties=6), "with l = 2 and m = 6 the largest usable "
+     "t is 1"),
+    (dict(noise_segments=4, parties=8), "with l = 1 and m = 8 the largest usable t is 3"),
+])
+def test_the_hint_gives_the_largest_usable_t(changes, largest):
+    # 2l + 2t - 1 <= m  <=>  t <= (m + 1 - 2l) / 2
+    check = check_algebraic_privacy(AuditParameters(**changes))
+    assert any(r.endswith(f"({largest})") for r in check.reasons), check.reasons
+
+
+def test_every_reason_of_a_wrong_point_count_is_in_the_finding():
+    check = check_algebraic_privacy(AuditParameters(alphas=(1,), betas=(3, 4, 5)))
+    assert check.finding == ("expected l+t = 2 interpolation points, got 1; expected m = 4 "
+                             "party points, got 3")
