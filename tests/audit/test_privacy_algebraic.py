@@ -291,3 +291,20 @@ def test_every_reason_of_a_wrong_point_count_is_in_the_finding():
     check = check_algebraic_privacy(AuditParameters(alphas=(1,), betas=(3, 4, 5)))
     assert check.finding == ("expected l+t = 2 interpolation points, got 1; expected m = 4 "
                              "party points, got 3")
+
+
+@pytest.mark.slow  # 2,000 ranks per prime, three times
+def test_past_twenty_thousand_coalitions_a_sample_of_two_thousand_seeded_by_zero():
+    # m = 201, t = 2: C(201, 2) = 20,100 coalitions. Party 1 sits on the data point
+    # alpha_1, so exactly the sampled coalitions holding it are singular: how many depends
+    # on the sample, hence on the seed (0 by default)
+    params = AuditParameters(noise_segments=2, parties=201,
+                             betas=(1,) + tuple(range(5, 205)))
+    default = check_algebraic_privacy(params)
+    for entry in default.evidence["primes"]:
+        assert (entry["method"], entry["coalitions_total"], entry["coalitions_checked"]) == \
+            ("sampled", math.comb(201, 2), 2000)
+        assert entry["singular_count"] >= 1
+        assert all(1 in e["parties"] for e in entry["singular_examples"])
+    assert default.evidence == check_algebraic_privacy(params, seed=0).evidence
+    assert default.evidence != check_algebraic_privacy(params, seed=1).evidence
