@@ -18,6 +18,8 @@ import math
 import galois
 import numpy as np
 
+from finite_field import ParameterError
+
 from ._model import PASS, Check
 from ._params import AuditParameters, encoding_matrix
 

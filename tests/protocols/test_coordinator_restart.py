@@ -11,14 +11,17 @@ another B, a changed journal or result file, a death in the decode) is tried.
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 import struct
 
 import numpy as np
 import pytest
 
-from finite_field import IntegrityError, ParameterError, PeerError
+from finite_field import IntegrityError, ParameterError, PeerError, ProtocolError
 from protocols import Coordinator
+from protocols._generated import omnifc_pb2 as pb
 from protocols._journal import JOURNAL_MAGIC, Journal, read_journal
 from protocol_helpers import (Link, Session, plaintext_sq_distances, random_data,
                               resume_oracle, resume_parameters)
@@ -206,7 +209,9 @@ def test_a_resume_with_a_changed_config_is_refused_and_keeps_the_files(tmp_path)
     _run_to_crash(session, tmp_path, 10)
     before = (tmp_path / "result.npy").read_bytes()
     for changed in (_params(scale_bits=7), _params(integrity="off"), _params(mask_degree=3)):
-        with pytest.raises(ParameterError, match="config changed"):
+        with pytest.raises(ParameterError, match=r"^the session config changed since the "
+                           r"journal was written \(parameters, parties, keys or responders "
+                           r"differ\); refusing to resume$"):
             _refused_restore(session, tmp_path, parameters=changed)
     assert (tmp_path / "result.npy").read_bytes() == before
     assert (tmp_path / "session.journal").exists()
@@ -223,7 +228,8 @@ def test_a_resume_with_a_changed_b_is_refused(tmp_path):
     records = read_journal(tmp_path / "session.journal", KEY)
     forged = dict(records[1], responders=session.names[:3])
     # records forged as if the MAC had passed still fail the B check
-    with pytest.raises(ParameterError, match="first responding set"):
+    with pytest.raises(ParameterError, match=r"first responding set .* is not this "
+                       r"config's; refusing to resume$"):
         _refused_restore(session, tmp_path, records=[records[0], forged] + records[2:])
     # B written into the journal by hand: the MAC refuses it before anything is read
     path = tmp_path / "session.journal"
@@ -293,7 +299,8 @@ def test_a_changed_result_file_is_refused(tmp_path):
     result[a, a + 1] ^= 1
     result.flush()
     del result
-    with pytest.raises(IntegrityError, match=f"recorded tile {index} of prime 0"):
+    with pytest.raises(IntegrityError, match=rf"recorded tile {index} of prime 0 \(its "
+                       r"digest differs\); refusing to resume$"):
         _refused_restore(session, tmp_path)
 
 
@@ -308,7 +315,8 @@ def test_a_coordinator_that_died_before_evaluation_or_in_the_decode_has_nothing_
         tmp_path):
     data = random_data(list(SIZES), 3, seed=40)
     session = Session(data, _params())
-    with pytest.raises(ParameterError, match="died before evaluation"):
+    with pytest.raises(ParameterError, match=r"^the journal holds no evaluation round: the "
+                       r"coordinator died before evaluation started; nothing to resume$"):
         Journal.create(tmp_path / "session.journal", KEY).close()
         _refused_restore(session, tmp_path)
     (tmp_path / "session.journal").unlink()
@@ -316,7 +324,8 @@ def test_a_coordinator_that_died_before_evaluation_or_in_the_decode_has_nothing_
     journal, records = Journal.reopen(tmp_path / "session.journal", KEY)
     journal.append("decode", round=1)
     journal.close()
-    with pytest.raises(ParameterError, match="died while decoding round 1"):
+    with pytest.raises(ParameterError, match=r"died while decoding round 1 .*; nothing to "
+                       r"resume: run the session again$"):
         _refused_restore(session, tmp_path)
 
 
@@ -406,3 +415,92 @@ def test_with_nobody_back_within_the_grace_period_the_restored_session_fails_clo
                 raise new.error
     assert not (tmp_path / "result.npy").exists()
     assert not (tmp_path / "session.journal").exists()  # nothing to resume
+
+
+# -- the journal's first record, the restore's preconditions and its log line -------------
+def test_the_begin_record_holds_the_session_its_rows_primes_and_signed_messages(tmp_path):
+    data = random_data(list(SIZES), 3, seed=46)
+    session = Session(data, _params())
+    link, dead = _run_to_crash(session, tmp_path, 3)
+    begin = read_journal(tmp_path / "session.journal", KEY)[0]
+    assert begin["kind"] == "begin" and begin["session_id"] == "test-session"
+    assert begin["parties"] == session.names and begin["n"] == sum(SIZES)
+    assert begin["primes"] == [int(p) for p in session.parameters.plan(4).primes]
+    for name, raw in zip(session.names, begin["hellos"]):
+        hello = pb.Hello.FromString(base64.b64decode(raw))
+        assert hello.party_id == name and hello.n_rows == SIZES[session.names.index(name)]
+    for name, raw in zip(session.names, begin["confirmations"]):
+        assert pb.RosterConfirmation.FromString(base64.b64decode(raw)).party_id == name
+
+
+def test_only_a_new_journaled_coordinator_restores(tmp_path):
+    data = random_data(list(SIZES), 3, seed=47)
+    session = Session(data, _params())
+    link, dead = _run_to_crash(session, tmp_path, 5)
+    journal, records = Journal.reopen(tmp_path / "session.journal", KEY)
+    plain = Coordinator("test-session", session.parameters, session.names, session.pinned)
+    with pytest.raises(ProtocolError, match="^restore a new coordinator that keeps a journal$"):
+        plain.restore(records)  # no journal
+    late = Coordinator("test-session", session.parameters, session.names, session.pinned,
+                       out=tmp_path / "result.npy", journal=journal)
+    from protocols._messages import envelope
+    hello = envelope(hello=dead.hellos["party-0"])  # the first run's, signed: accepted
+    assert late.receive("party-0", hello) == [] and late.phase == "join" and late.hellos
+    with pytest.raises(ProtocolError, match="^restore a new coordinator that keeps a journal$"):
+        late.restore(records)  # a hello arrived: it is running a session of its own
+    journal.close()
+
+
+def test_a_refused_restore_fails_the_new_coordinator_with_the_cause(tmp_path):
+    data = random_data(list(SIZES), 3, seed=48)
+    session = Session(data, _params())
+    _run_to_crash(session, tmp_path, 5)
+    journal, records = Journal.reopen(tmp_path / "session.journal", KEY)
+    c = Coordinator("test-session", _params(scale_bits=7), session.names, session.pinned,
+                    out=tmp_path / "result.npy", journal=journal)
+    with pytest.raises(ParameterError) as caught:
+        c.restore(records)
+    # the journal's hellos and confirmations are checked again first (phase shares), then
+    # the fingerprint of the parameters refuses
+    assert (c.phase, c.failed_in) == ("failed", "shares")
+    assert isinstance(c.error, ProtocolError) and c.error.__cause__ is caught.value
+    assert "config changed" in str(c.error)
+    assert (tmp_path / "session.journal").exists()  # kept for another try
+
+
+def test_a_restore_logs_the_round_the_tiles_held_and_who_must_resume(tmp_path, caplog):
+    data = random_data(list(SIZES), 3, seed=49)
+    session = Session(data, _params())
+    link, dead = _run_to_crash(session, tmp_path, 17)
+    records = read_journal(tmp_path / "session.journal", KEY)
+    held = sum(r["kind"] == "tile" for r in records)
+    total = len(dead.plan.primes) * len(_tile_list(session))
+    with caplog.at_level(logging.WARNING, logger="protocols"):
+        _restarted(session, tmp_path)
+    assert f"session 'test-session' restored from its journal in round 1: {held} of " \
+        f"{total} tiles held; waiting for {sorted(session.names)} to resume" in \
+        [r.getMessage() for r in caplog.records]
+
+
+def _tile_list(session):
+    from protocols._plans import session_plan
+    plan = session.parameters.plan(len(session.names))
+    return session_plan(plan, session.parameters).tiles(sum(SIZES))
+
+
+def test_a_restored_partys_second_resume_is_an_ordinary_one(tmp_path):
+    # the first resume after the restore replays from the start of the restored round
+    # (restarted); a later break of the same party resumes from what it received
+    data = random_data(list(SIZES), 3, seed=50)
+    session = Session(data, _params())
+    link, dead = _run_to_crash(session, tmp_path, 10)
+    new = _restarted(session, tmp_path)
+    accepted = _resume_all(link, new, session)
+    assert all(a.restarted for a in accepted.values())
+    for _ in range(5):
+        link.step()
+    link.cut("party-0")
+    again = link.resume("party-0")
+    assert again.restarted is False and new.resumes == 5
+    link.run()
+    assert np.array_equal(new.outcome.integer, _exact(session, data))

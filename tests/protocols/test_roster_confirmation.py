@@ -15,10 +15,15 @@ never matches, because every digest holds every party's fresh run nonce.
 
 from __future__ import annotations
 
+import hashlib
+import struct
+
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from finite_field import PeerError
 from protocols import Party, SessionParameters
+from protocols._crypto import PROTOCOL_VERSION
 from protocols._generated import omnifc_pb2 as pb
 from protocol_helpers import Session, random_data
 
@@ -478,3 +483,45 @@ def test_in_an_honest_session_every_party_confirms_one_digest_before_sending_any
         assert np.array_equal(outcome.integer, expected)
     else:
         assert np.array_equal(outcome.integer, plaintext_sq_distances(rows, 1.0, 8))
+
+
+# -- the signed bytes, recomputed from docs/protocol.md ----------------------------------
+
+def _field(value) -> bytes:
+    """A length-prefixed (4-byte big-endian) field: text as UTF-8, ints in decimal."""
+    data = value if isinstance(value, bytes) else str(value).encode()
+    return struct.pack(">I", len(data)) + data
+
+
+def _transcript(label, *fields) -> bytes:
+    return b"omnifc" + _field(PROTOCOL_VERSION) + _field(label) + b"".join(map(_field, fields))
+
+
+def test_the_confirmation_signs_the_documented_digest_of_the_signed_hellos():
+    # docs/protocol.md: digest = SHA-256(transcript("roster", session, m, hello_transcript_1,
+    # sig_1, ..., hello_transcript_m, sig_m)); the confirmation signs
+    # transcript("roster-confirmation", session, party, digest). Both recomputed here
+    # without the library's transcript helpers, and checked with the pinned public key.
+    data = random_data([2, 3, 2], 3, seed=9)
+    session = Session(data, PARAMS)
+    out = []
+    for name, hello in session.hellos().items():
+        out = session.coordinator.receive(name, hello) or out
+    roster = out[0][1].roster
+    fields = []
+    for entry in roster.parties:
+        h = entry.hello
+        fields += [_transcript("hello", h.session_id, h.protocol_version, h.party_id,
+                               h.n_rows, h.dim, h.ephemeral_public_key, h.run_nonce),
+                   h.signature]
+    digest = hashlib.sha256(_transcript("roster", "test-session", len(roster.parties),
+                                        *fields)).digest()
+    for name in session.names:
+        [env] = [e for e in session.parties[name].receive(out[0][1])
+                 if e.HasField("confirmation")]
+        confirmation = env.confirmation
+        assert (confirmation.session_id, confirmation.party_id,
+                confirmation.roster_digest) == ("test-session", name, digest)
+        Ed25519PublicKey.from_public_bytes(session.pinned[name]).verify(
+            confirmation.signature,
+            _transcript("roster-confirmation", "test-session", name, digest))

@@ -1211,6 +1211,89 @@ def test_every_party_is_told_the_exact_deviation_record():
         assert list(session.parties[name].result.deviations) == [expected]
 
 
+def _lie_again(session, out, liar, entries):
+    """Deliver the rerun's RoundStarts ``out``; hold ``liar``'s tiles of the new round,
+    then deliver them with ``entries`` of its first tile one higher. Returns the messages
+    the last tile produced, or the error it raised."""
+    n = session.coordinator.n_total
+    held = _pump(session, [(d, "coordinator", e) for d, e in out],
+                 hold=lambda s, e: s == liar and e.HasField("tile"))
+    assert held, f"{liar} uploaded nothing in round {session.coordinator.round}"
+    out, error = None, None
+    try:
+        for index, (sender, env) in enumerate(held):
+            out = session.coordinator.receive(sender, _plus_one(env, entries, n)
+                                              if index == 0 else env)
+    except ProtocolError as raised:
+        error = raised
+    return out, error
+
+
+#: nine parties of one row each (row i is party-i's), A = 2: a rerun without one liar is
+#: still checked against the one left
+NINE = [f"party-{i}" for i in range(9)]
+TWO_LIARS = SessionParameters(dim=3, bound=1.0, scale_bits=8, adversaries=2)
+
+
+def test_a_second_liar_in_the_rerun_is_excluded_with_the_first_counted_against_a():
+    # round 1: party-1 lies on three disjoint owner pairs: no two other parties explain
+    # them, so it is named and excluded. Round 2: party-2 lies on (0, 3) and (4, 5). With
+    # party-1 known, one deviator is left to explain them (A - 1 = 1): only {party-2}
+    # does, so it is named. (Not counting party-1 would leave 2, and {party-0, party-4}
+    # would explain them as well: nobody named.)
+    session, data, out, error, _ = _lying((1,) * 9, {"party-1": [(0, 2), (3, 4), (5, 6)]},
+                                          params=TWO_LIARS)
+    assert error is None and session.coordinator.round == 2
+    out, error = _lie_again(session, out, "party-2", [(0, 3), (4, 5)])
+    coordinator = session.coordinator
+    assert error is None
+    rest = [p for p in NINE if p not in ("party-1", "party-2")]
+    assert (coordinator.round, coordinator.responders) == (3, rest)
+    first, second = coordinator.deviations
+    assert (first["round"], first["named"], first["action"]) == (1, ["party-1"], "excluded")
+    assert (second["round"], second["named"], second["suspects"], second["action"]) == \
+        (2, ["party-2"], [["party-2"]], "excluded")
+    assert second["description"].startswith("2 entries failed the parity checks in round 2 ")
+    assert second["description"].endswith(
+        ": party 'party-2' deviated (evaluator) (already excluded: 'party-1')")
+    _pump(session, [(d, "coordinator", e) for d, e in out])
+    outcome = coordinator.outcome
+    assert (outcome.round, outcome.responders) == (3, rest)
+    np.testing.assert_array_equal(outcome.integer, _exact(session, data))
+
+
+def test_a_third_liar_past_a_ends_the_session_naming_the_two_excluded():
+    # A = 2: party-1 and party-2 are excluded in rounds 1 and 2; party-3 lies in round 3,
+    # where no deviator is left to explain it: more than A deviate, the session fails closed
+    session, data, out, error, _ = _lying((1,) * 9, {"party-1": [(0, 2), (3, 4), (5, 6)]},
+                                          params=TWO_LIARS)
+    out, error = _lie_again(session, out, "party-2", [(0, 3), (4, 5)])
+    assert error is None and session.coordinator.round == 3
+    out, error = _lie_again(session, out, "party-3", [(0, 4), (5, 6)])
+    assert type(error).__name__ == "DeviationError" and session.coordinator.outcome is None
+    assert (error.named, error.suspects) == (("party-1", "party-2"), ())
+    assert str(error).endswith(
+        ": more than the declared A = 2 parties deviate (no explanation of the errors is "
+        "that small) (already excluded: 'party-1', 'party-2'); nobody can be excluded, so "
+        "the session returns nothing")
+
+
+def test_errors_the_excluded_parties_explain_name_nobody_and_end_the_session():
+    # round 2's lies all touch party-1's row; party-1, excluded in round 1, explains every
+    # one of them (it counts against A and explains what it can), so nobody beyond it is
+    # named, nobody is excluded and the session fails closed
+    session, data, out, error, _ = _lying((1,) * 9, {"party-1": [(0, 2), (3, 4), (5, 6)]},
+                                          params=TWO_LIARS)
+    assert error is None
+    out, error = _lie_again(session, out, "party-2", [(1, 3), (1, 6)])
+    assert type(error).__name__ == "DeviationError" and session.coordinator.outcome is None
+    assert (error.named, error.suspects) == (("party-1",), ())
+    assert str(error).startswith("integrity check failed in phase 'decode': 2 entries "
+                                 "failed the parity checks in round 2 ")
+    assert str(error).endswith(": no errors (already excluded: 'party-1'); nobody can be "
+                               "excluded, so the session returns nothing")
+
+
 def test_more_liars_than_the_checks_can_place_are_not_corrected_either():
     # every wrong entry alone is within the radius, but no one set of at most radius
     # parties explains them all: fail closed, never a "corrected" result
