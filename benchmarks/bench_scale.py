@@ -286,6 +286,201 @@ def child_cluster(n: int, path: str, tile_bytes: int, n_components: int, n_init:
             "ari": float(adjusted_rand_score(labels, details["labels"]))}
 
 
+# -- the landmarks and pairs layouts ----------------------------------------------------
+def _layout_session(rows, parameters, *, parties: int, deadline: float, cluster=None) -> dict:
+    """One session of a layout over mutual-TLS gRPC, this process the coordinator: the
+    outcome, per-phase (seconds, bytes) from the coordinator's counters, the peak anonymous
+    memory of the coordinator and of every party process, and each party's timings."""
+    from protocols._config import Deadlines
+    from protocols._grpc_local import LocalSession
+
+    n = rows.shape[0]
+    bounds = np.linspace(0, n, parties + 1).astype(int)
+    party_data = {f"party-{j:02d}": rows[bounds[j]:bounds[j + 1]] / 2.0**SCALE_BITS
+                  for j in range(parties)}  # exact: quantizing gives the rows back
+    deadlines = Deadlines(join=600.0, shares=deadline, evaluation=deadline, result=600.0)
+    os.environ["NUMBA_NUM_THREADS"] = "1"  # m party processes share 2 cores
+    with LocalSession(party_data, parameters, deadline=deadlines) as local:
+        del party_data
+        with _MemoryWatch() as own, _ProcessWatch() as others:
+            server = local.server(cluster=cluster, memory_budget=0).start()
+            try:
+                start = time.perf_counter()
+                for name in local.names:
+                    others.add(name, local.start_party(name, server.port).pid)
+                outcome = server.run(poll=lambda: local.watch(server))
+                seconds = time.perf_counter() - start
+            finally:
+                server.stop()
+            for process in local.processes.values():
+                process.wait(timeout=120)
+        stats = {name: local.party_stats(name) for name in local.names}
+    return {"outcome": outcome, "seconds": seconds,
+            "phases": {k: [float(v[0]), int(v[1])] for k, v in outcome.stats.items()},
+            "coordinator_peak_anon": own.peak_anon, "coordinator_peak_rss": own.peak_rss,
+            "party_peak_anon": max(others.peak_anon.values()),
+            "party_peak_rss": max(others.peak_rss.values()),
+            "party_cpu_seconds": statistics.median(others.cpu.values()),
+            "party_evaluation_seconds": statistics.median(
+                s["evaluation_seconds"] for s in stats.values() if s),
+            "party_kernel_seconds": statistics.median(
+                s["kernel_seconds"] for s in stats.values() if s)}
+
+
+def _layout_parameters(n: int, segments: int, mask_degree: int, **layout):
+    from protocols import SessionParameters
+    return SessionParameters(dim=DIM, bound=1.0, scale_bits=SCALE_BITS, segments=segments,
+                             noise_segments=1, nonnegative=True, mode="masked",
+                             mask_degree=mask_degree, max_rows_per_party=n,
+                             max_rows_total=n, **layout)
+
+
+def _check_landmarks(rows, integer, landmarks) -> int:
+    """D[:, L] against int64 arithmetic on the plaintext rows, on sampled entries."""
+    rng = np.random.default_rng(1)
+    n, width = integer.shape
+    checked = 0
+    for _ in range(4):
+        r = np.sort(rng.choice(n, size=min(n, 256), replace=False))
+        c = np.sort(rng.choice(width, size=min(width, 48), replace=False))
+        diff = rows[r][:, None, :] - rows[landmarks[c]][None, :, :]
+        exact = (diff * diff).sum(-1)
+        if not np.array_equal(np.asarray(integer[np.ix_(r, c)]), exact):
+            raise SystemExit("spot check FAILED: D[:, L] differs from the plaintext distances")
+        checked += exact.size
+    return checked
+
+
+def _landmark_result(outcome):
+    """The landmarks session's D[:, L] as the clustering callback gets it (lazy floats)."""
+    from protocols._layout_plans import LandmarkDistances
+    return LandmarkDistances(outcome.integer, None, outcome.landmarks, SCALE_BITS)
+
+
+def _session_figures(run: dict) -> dict:
+    return {k: v for k, v in run.items() if k != "outcome"}
+
+
+def child_landmarks(n: int, landmarks: int, parties: int, segments: int, mask_degree: int,
+                    deadline: float, n_components: int, n_init: int) -> dict:
+    """A landmarks session with landmark k-means as the coordinator's clustering (timed
+    inside the session: it runs in the decode phase, before the parties get labels)."""
+    from sklearn.metrics import adjusted_rand_score
+
+    from omnifc._clustering._landmarks import landmark_kmeans
+
+    start = time.perf_counter()
+    rows, planted = make_data(n)
+    generate = time.perf_counter() - start
+    clustering = {}
+
+    def cluster(result):
+        started = time.perf_counter()
+        details = landmark_kmeans(result, n_clusters=CLUSTERS, random_state=0,
+                                  n_init=n_init, n_components=n_components)
+        clustering["seconds"] = time.perf_counter() - started
+        return details["labels"]
+
+    parameters = _layout_parameters(n, segments, mask_degree, layout="landmarks",
+                                    n_landmarks=landmarks)
+    run = _layout_session(rows, parameters, parties=parties, deadline=deadline,
+                          cluster=cluster)
+    outcome = run["outcome"]
+    checked = _check_landmarks(rows, outcome.integer, outcome.landmarks)
+    labels = np.asarray(outcome.labels)
+    return {**_session_figures(run), "generate_seconds": generate,
+            "kmeans_seconds": clustering["seconds"], "checked_entries": checked,
+            "dtype": str(outcome.integer.dtype), "landmarks": len(outcome.landmarks),
+            "ari_planted": float(adjusted_rand_score(planted, labels)),
+            "labels": labels.tolist()}
+
+
+def child_pairs(n: int, landmarks: int, parties: int, segments: int, mask_degree: int,
+                deadline: float, k: int, candidates: int, max_pairs: int,
+                n_components: int) -> dict:
+    """The exact k-NN graph: a landmarks session, candidates from the landmark embedding,
+    then the pairs in sessions of at most ``max_pairs`` each (omnifc._secure_knn)."""
+    from omnifc._clustering._neighbours import candidate_pairs, knn_from_entries
+    from omnifc._secure_knn import pair_rounds
+
+    rows, _ = make_data(n)
+    first = _layout_session(rows, _layout_parameters(n, segments, mask_degree,
+                                                     layout="landmarks",
+                                                     n_landmarks=landmarks),
+                            parties=parties, deadline=deadline)
+    outcome = first["outcome"]
+    checked = _check_landmarks(rows, outcome.integer, outcome.landmarks)
+    started = time.perf_counter()
+    pairs = candidate_pairs(_landmark_result(outcome), candidates=candidates,
+                            n_components=n_components or None)
+    candidate_seconds = time.perf_counter() - started
+    rounds, values = [], []
+    for chunk in pair_rounds(pairs, max_pairs):
+        run = _layout_session(rows, _layout_parameters(
+            n, segments, mask_degree, layout="pairs", layout_rows=chunk.ravel(),
+            max_pairs=max_pairs), parties=parties, deadline=deadline)
+        got = run["outcome"]
+        if not np.array_equal(got.pairs, chunk):
+            raise SystemExit("the pairs session computed other pairs than were listed")
+        diff = rows[chunk[:256, 0]] - rows[chunk[:256, 1]]
+        if not np.array_equal(np.asarray(got.integer[:256]), (diff * diff).sum(-1)):
+            raise SystemExit("spot check FAILED: pair distances differ from the plaintext")
+        checked += min(256, len(chunk))
+        values.append(np.asarray(got.integer, dtype=np.int64))
+        rounds.append(_session_figures(run))
+    started = time.perf_counter()
+    graph = knn_from_entries(n, outcome.landmarks, outcome.integer, pairs,
+                             np.concatenate(values) if values else np.empty(0, np.int64), k,
+                             scale_bits=SCALE_BITS)
+    graph_seconds = time.perf_counter() - started
+    exact = exact_knn(rows, k)
+    recall = float(np.mean([np.intersect1d(a, b).size for a, b in
+                            zip(graph.indices, exact)]) / k)
+    return {"landmark_session": _session_figures(first), "pair_sessions": rounds,
+            "pairs": int(len(pairs)), "candidate_seconds": candidate_seconds,
+            "graph_seconds": graph_seconds, "recall": recall, "checked_entries": checked,
+            "landmarks": len(outcome.landmarks)}
+
+
+def exact_knn(rows, k: int, block: int = 2048) -> np.ndarray:
+    """The exact k-NN graph of the quantized rows (ties: lower row first), by float64 GEMM
+    on the small integers: every value below 2^53, so the distances are exact."""
+    x = rows.astype(np.float64)
+    norms = np.einsum("ij,ij->i", x, x)
+    n = x.shape[0]
+    out = np.empty((n, k), dtype=np.int64)
+    for a in range(0, n, block):
+        b = min(n, a + block)
+        d = norms[a:b, None] + norms[None, :] - 2.0 * (x[a:b] @ x.T)
+        d[np.arange(b - a), np.arange(a, b)] = np.inf  # not the row itself
+        part = np.argpartition(d, k, axis=1)[:, :k + 1]
+        for i in range(b - a):  # (distance, index) order among the k + 1 nearest
+            cand = part[i]
+            order = np.lexsort((cand, d[i, cand]))
+            kth = d[i, cand[order[k - 1]]]
+            ties = np.flatnonzero(d[i] == kth)  # every row tied with the k-th
+            pool = np.union1d(cand[d[i, cand] < kth], ties)
+            pool = pool[np.lexsort((pool, d[i, pool]))]
+            out[a + i] = pool[:k]
+    return out
+
+
+def child_reference(n: int, n_init: int) -> dict:
+    """k-means on the exact D, from the plaintext rows: classical MDS of the exact D is the
+    centred rows themselves (D is Euclidean), so Lloyd on the quantized rows is k-means on
+    the exact D; scikit-learn's KMeans (k-means++, ``n_init``), float32 rows."""
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import adjusted_rand_score
+
+    rows, planted = make_data(n)
+    x = rows.astype(np.float32)
+    del rows
+    start = time.perf_counter()
+    model = KMeans(n_clusters=CLUSTERS, n_init=n_init, random_state=0).fit(x)
+    return {"seconds": time.perf_counter() - start, "labels": model.labels_.tolist(),
+            "ari_planted": float(adjusted_rand_score(planted, model.labels_))}
+
+
 def child_main(argv) -> int:
     kind, n, path, tile_bytes = argv[0], int(argv[1]), argv[2], int(argv[3])
     if kind == "build":
@@ -296,6 +491,13 @@ def child_main(argv) -> int:
         out = child_gemm(n, tile_bytes)
     elif kind == "read":
         out = child_read(path, tile_bytes)
+    elif kind == "landmarks":
+        out = child_landmarks(n, *map(int, argv[4:8]), float(argv[8]), int(argv[9]),
+                              int(argv[10]))
+    elif kind == "pairs":
+        out = child_pairs(n, *map(int, argv[4:8]), float(argv[8]), *map(int, argv[9:13]))
+    elif kind == "reference":
+        out = child_reference(n, int(argv[4]))
     else:
         out = child_cluster(n, path, tile_bytes, int(argv[4]), int(argv[5]))
     print("RESULT " + json.dumps(out), flush=True)
@@ -393,6 +595,72 @@ def bench_size(n, args, workdir: Path) -> dict:
     return result
 
 
+def bench_layout(n, args) -> dict:
+    """One n of ``--layout landmarks|pairs``: the secure run, and (unless
+    ``--no-reference``) the exact references from the plaintext rows."""
+    common = (args.parties, args.segments, args.mask_degree, args.deadline)
+    if args.layout == "landmarks":
+        run = _run_child("landmarks", n, "-", args.tile_bytes, args.landmarks, *common,
+                         args.components, args.n_init, timeout=args.timeout)
+        labels = np.asarray(run.pop("labels"))
+        session = run["seconds"]
+        result = {"n": n, "layout": "landmarks", "session_seconds": session, **run}
+        if not args.no_reference:
+            from sklearn.metrics import adjusted_rand_score
+            ref = _run_child("reference", n, "-", args.tile_bytes, args.n_init,
+                             timeout=args.timeout)
+            result |= {"reference_seconds": ref["seconds"],
+                       "reference_ari_planted": ref["ari_planted"],
+                       "ari_exact": float(adjusted_rand_score(ref["labels"], labels))}
+        return result
+    run = _run_child("pairs", n, "-", args.tile_bytes, args.landmarks, *common, args.k,
+                     args.candidates, args.max_pairs, args.components, timeout=args.timeout)
+    sessions = [run["landmark_session"], *run["pair_sessions"]]
+    return {"n": n, "layout": "pairs", **run,
+            "session_seconds": sum(s["seconds"] for s in sessions)
+            + run["candidate_seconds"] + run["graph_seconds"],
+            "coordinator_peak_anon": max(s["coordinator_peak_anon"] for s in sessions),
+            "party_peak_anon": max(s["party_peak_anon"] for s in sessions)}
+
+
+def print_layout_results(results) -> None:
+    from _common import print_grid, wrapped
+
+    print("Layouts over gRPC with mutual TLS, every party its own process "
+          "(phases: seconds / bytes the coordinator sent and received in them):")
+    for r in results:
+        sessions = [("landmarks", r)] if r["layout"] == "landmarks" else \
+            [("landmarks", r["landmark_session"])] + \
+            [(f"pairs {i + 1}", s) for i, s in enumerate(r["pair_sessions"])]
+        rows = []
+        for name, s in sessions:
+            phases = s["phases"]
+            rows.append([f"{r['n']:,}", name, f"{s['seconds']:.1f} s"] + [
+                f"{phases[p][0]:.1f} s / {_gb(phases[p][1])}" if p in phases else "-"
+                for p in ("join", "shares", "evaluation", "decode")] + [
+                _gb(s["party_peak_anon"]), _gb(s["coordinator_peak_anon"])])
+        print_grid(["n", "session", "whole", "join", "shares", "evaluation",
+                    "decode (+ k-means)", "party anon", "coord. anon"], rows)
+        if r["layout"] == "landmarks":
+            line = (f"  n = {r['n']:,}, L = {r['landmarks']}: whole session "
+                    f"{r['session_seconds']:.1f} s including landmark k-means "
+                    f"{r['kmeans_seconds']:.1f} s (data generation {r['generate_seconds']:.1f}"
+                    f" s, not counted); D[:, L] exact on {r['checked_entries']:,} sampled "
+                    f"entries ({r['dtype']}); ARI vs planted labels {r['ari_planted']:.4f}")
+            if "ari_exact" in r:
+                line += (f"; ARI vs k-means on the exact D (Lloyd on the plaintext rows, "
+                         f"{r['reference_seconds']:.1f} s) {r['ari_exact']:.4f} (that "
+                         f"reference vs planted: {r['reference_ari_planted']:.4f})")
+        else:
+            line = (f"  n = {r['n']:,}, L = {r['landmarks']}: {r['pairs']:,} candidate pairs "
+                    f"in {len(r['pair_sessions'])} pairs session(s); whole "
+                    f"{r['session_seconds']:.1f} s (candidates {r['candidate_seconds']:.1f} s,"
+                    f" graph {r['graph_seconds']:.1f} s); recall of the exact 10-NN graph "
+                    f"(from the plaintext rows) {r['recall']:.4f}; {r['checked_entries']:,} "
+                    "entries spot-checked exact")
+        print(wrapped(line))
+
+
 def print_results(results) -> None:
     from _common import print_grid, wrapped  # benchmarks/ is on sys.path (see main)
 
@@ -458,7 +726,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=0,
                         help="runs per phase (default 3 up to n = 10,000, else 1)")
     parser.add_argument("--tile-bytes", type=int, default=64 * 2**20)
-    parser.add_argument("--components", type=int, default=64, help="MDS dimensions")
+    parser.add_argument("--components", type=int, default=None,
+                        help="MDS dimensions (default 64; pairs: every positive direction "
+                             "of the landmark MDS, 0 says the same)")
     parser.add_argument("--n-init", type=int, default=3)
     parser.add_argument("--dir", default=None, help="where the .npy files go (temporary)")
     parser.add_argument("--parties", type=int, default=None,
@@ -477,6 +747,19 @@ def main(argv=None) -> int:
                         help="also build D of the plaintext rows tile by tile, vs a GEMM")
     parser.add_argument("--timeout", type=float, default=4 * 3600)
     parser.add_argument("--json", default=None, help="write the figures to this file")
+    parser.add_argument("--layout", choices=("full", "landmarks", "pairs"), default="full",
+                        help="full (default): every entry, as above; landmarks: D[:, L] and "
+                             "landmark k-means; pairs: D[:, L], then the candidate pairs: "
+                             "the exact k-NN graph")
+    parser.add_argument("--landmarks", type=int, default=None,
+                        help="L (default 1000; 50 with --quick)")
+    parser.add_argument("--k", type=int, default=10, help="neighbours of the k-NN graph")
+    parser.add_argument("--candidates", type=int, default=20,
+                        help="candidate neighbours per row from the landmark embedding")
+    parser.add_argument("--max-pairs", type=int, default=None,
+                        help="public cap on the pairs of one pairs session (default 2^19)")
+    parser.add_argument("--no-reference", action="store_true",
+                        help="landmarks: skip k-means on the exact D (plaintext rows)")
     args = parser.parse_args(argv)
     from protocols._mask_graph import check_distance_mask_degree
 
@@ -486,6 +769,15 @@ def main(argv=None) -> int:
         parser.error(f"--mask-degree: {error}")
     args.parties = args.parties or (3 if args.quick else 17)
     args.segments = args.segments or (1 if args.quick else 8)
+    if args.layout != "full":
+        from protocols import DEFAULT_MAX_PAIRS
+        args.landmarks = args.landmarks or (50 if args.quick else 1000)
+        args.max_pairs = args.max_pairs or DEFAULT_MAX_PAIRS
+        if args.components is None:
+            args.components = 0 if args.layout == "pairs" else 64
+        args.components = min(args.components, args.landmarks)
+    elif args.components is None:
+        args.components = 64
     if args.sizes:
         sizes = args.sizes
     elif args.quick:
@@ -503,11 +795,12 @@ def main(argv=None) -> int:
     try:
         for n in sizes:
             print(f"n = {n:,} ...", flush=True)
-            results.append(bench_size(n, args, workdir))
+            results.append(bench_layout(n, args) if args.layout != "full"
+                           else bench_size(n, args, workdir))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print()
-    print_results(results)
+    (print_results if args.layout == "full" else print_layout_results)(results)
     print(f"load average after: {[round(x, 2) for x in os.getloadavg()]}")
     if args.json:
         Path(args.json).write_text(json.dumps({"environment": info, "results": results},
