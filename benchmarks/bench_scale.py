@@ -98,17 +98,64 @@ class _MemoryWatch(_Sampler):
         self.peak_rss = self._status("VmHWM")
 
 
-def make_data(n: int, seed: int = 0):
-    """Quantized MNIST-shaped rows (ints in [0, 256]) and their prototype labels."""
+def _data_blocks(n: int, seed: int = 0):
+    """(labels, blocks): the prototype labels and a generator of (a, b, rows[a:b]), the
+    quantized MNIST-shaped rows (ints in [0, 256]) made 4,096 rows at a time."""
     rng = np.random.default_rng(seed)
     prototypes = rng.random((CLUSTERS, DIM))
     labels = rng.integers(0, CLUSTERS, n)
+
+    def blocks():
+        for a in range(0, n, 4096):  # in chunks: no n x 784 float64 temporaries
+            b = min(n, a + 4096)
+            x = prototypes[labels[a:b]] + 0.3 * rng.standard_normal((b - a, DIM))
+            yield a, b, np.floor(np.clip(x, 0.0, 1.0) * 2**SCALE_BITS + 0.5).astype(np.int64)
+    return labels, blocks()
+
+
+def make_data(n: int, seed: int = 0):
+    """Quantized MNIST-shaped rows (ints in [0, 256]) and their prototype labels."""
+    labels, blocks = _data_blocks(n, seed)
     rows = np.empty((n, DIM), dtype=np.int64)
-    for a in range(0, n, 4096):  # in chunks: no n x 784 float64 temporaries
-        b = min(n, a + 4096)
-        x = prototypes[labels[a:b]] + 0.3 * rng.standard_normal((b - a, DIM))
-        rows[a:b] = np.floor(np.clip(x, 0.0, 1.0) * 2**SCALE_BITS + 0.5)
+    for a, b, block in blocks:
+        rows[a:b] = block
     return rows, labels
+
+
+def write_data(n: int, path: Path, seed: int = 0):
+    """The rows of :func:`make_data` (the same values) written to a uint16 ``.npy`` at
+    ``path`` block by block: returned memory-mapped read-only (file pages, not anonymous
+    memory), with the labels."""
+    labels, blocks = _data_blocks(n, seed)
+    rows = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint16, shape=(n, DIM))
+    for a, b, block in blocks:
+        rows[a:b] = block
+    rows.flush()
+    del rows
+    return np.load(path, mmap_mode="r"), labels
+
+
+class _PartyRows:
+    """{party name: its rows / 2^q as float64}, made on access from the memory-mapped
+    rows: the loopback session writes one party's data file at a time, so no more than
+    one party's floats exist at once."""
+
+    def __init__(self, rows, parties: int) -> None:
+        self.rows = rows
+        n = rows.shape[0]
+        self.bounds = np.linspace(0, n, parties + 1).astype(int)
+        self.names = [f"party-{j:02d}" for j in range(parties)]
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, name):
+        j = self.names.index(name)
+        block = self.rows[self.bounds[j]:self.bounds[j + 1]]
+        return np.asarray(block, dtype=np.float64) / 2.0**SCALE_BITS  # exact
 
 
 def _plan():
@@ -287,40 +334,80 @@ def child_cluster(n: int, path: str, tile_bytes: int, n_components: int, n_init:
 
 
 # -- the landmarks and pairs layouts ----------------------------------------------------
+class _PhaseWatch(_Sampler):
+    """Peak RssAnon of this process and of others, per phase of the session (the
+    coordinator's phase, set by its phase callback), sampled every ``interval`` seconds."""
+
+    def __init__(self, interval=0.1):
+        super().__init__(interval)
+        self.phase, self.pids, self.peaks = "start", {"coordinator": "self"}, {}
+        self.cpu = {}
+
+    def add(self, name, pid):
+        self.pids[name] = pid
+
+    def _sample(self):
+        tick = os.sysconf("SC_CLK_TCK")
+        phase = self.phase
+        for name, pid in list(self.pids.items()):
+            try:
+                with open(f"/proc/{pid}/status") as fh:
+                    anon = next((int(line.split()[1]) * 1024 for line in fh
+                                 if line.startswith("RssAnon:")), 0)
+                with open(f"/proc/{pid}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except (OSError, ValueError, StopIteration):
+                continue  # exited
+            per = self.peaks.setdefault(phase, {})
+            per[name] = max(per.get(name, 0), anon)
+            self.cpu[name] = (int(fields[11]) + int(fields[12])) / tick
+
+    def summary(self) -> dict:
+        """{phase: [coordinator peak, largest party peak]} and the overall peaks."""
+        out = {}
+        for phase, per in self.peaks.items():
+            parties = [v for k, v in per.items() if k != "coordinator"]
+            out[phase] = [per.get("coordinator", 0), max(parties, default=0)]
+        return out
+
+
 def _layout_session(rows, parameters, *, parties: int, deadline: float, cluster=None) -> dict:
     """One session of a layout over mutual-TLS gRPC, this process the coordinator: the
-    outcome, per-phase (seconds, bytes) from the coordinator's counters, the peak anonymous
-    memory of the coordinator and of every party process, and each party's timings."""
+    outcome, per phase the seconds and bytes (the coordinator's counters) and the peak
+    anonymous memory of the coordinator and of the largest party process, and each
+    party's timings."""
     from protocols._config import Deadlines
     from protocols._grpc_local import LocalSession
 
-    n = rows.shape[0]
-    bounds = np.linspace(0, n, parties + 1).astype(int)
-    party_data = {f"party-{j:02d}": rows[bounds[j]:bounds[j + 1]] / 2.0**SCALE_BITS
-                  for j in range(parties)}  # exact: quantizing gives the rows back
     deadlines = Deadlines(join=600.0, shares=deadline, evaluation=deadline, result=600.0)
     os.environ["NUMBA_NUM_THREADS"] = "1"  # m party processes share 2 cores
-    with LocalSession(party_data, parameters, deadline=deadlines) as local:
-        del party_data
-        with _MemoryWatch() as own, _ProcessWatch() as others:
+    with LocalSession(_PartyRows(rows, parties), parameters, deadline=deadlines) as local:
+        with _PhaseWatch() as watch:
             server = local.server(cluster=cluster, memory_budget=0).start()
+
+            def on_phase(phase, round_):
+                watch.phase = phase
+
             try:
                 start = time.perf_counter()
+                watch.phase = "join"
                 for name in local.names:
-                    others.add(name, local.start_party(name, server.port).pid)
-                outcome = server.run(poll=lambda: local.watch(server))
+                    watch.add(name, local.start_party(name, server.port).pid)
+                outcome = server.run(on_phase=on_phase, poll=lambda: local.watch(server))
                 seconds = time.perf_counter() - start
             finally:
                 server.stop()
             for process in local.processes.values():
                 process.wait(timeout=120)
         stats = {name: local.party_stats(name) for name in local.names}
-    return {"outcome": outcome, "seconds": seconds,
-            "phases": {k: [float(v[0]), int(v[1])] for k, v in outcome.stats.items()},
-            "coordinator_peak_anon": own.peak_anon, "coordinator_peak_rss": own.peak_rss,
-            "party_peak_anon": max(others.peak_anon.values()),
-            "party_peak_rss": max(others.peak_rss.values()),
-            "party_cpu_seconds": statistics.median(others.cpu.values()),
+    memory = watch.summary()
+    phases = {k: [float(v[0]), int(v[1])] + memory.get(k, [0, 0])
+              for k, v in outcome.stats.items()}
+    return {"outcome": outcome, "seconds": seconds, "phases": phases,
+            "coordinator_peak_anon": max(v[0] for v in memory.values()),
+            "party_peak_anon": max(v[1] for v in memory.values()),
+            "party_cpu_seconds": statistics.median(
+                v for k, v in watch.cpu.items() if k != "coordinator"),
             "party_evaluation_seconds": statistics.median(
                 s["evaluation_seconds"] for s in stats.values() if s),
             "party_kernel_seconds": statistics.median(
@@ -343,7 +430,8 @@ def _check_landmarks(rows, integer, landmarks) -> int:
     for _ in range(4):
         r = np.sort(rng.choice(n, size=min(n, 256), replace=False))
         c = np.sort(rng.choice(width, size=min(width, 48), replace=False))
-        diff = rows[r][:, None, :] - rows[landmarks[c]][None, :, :]
+        diff = np.asarray(rows[r], dtype=np.int64)[:, None, :] - \
+            np.asarray(rows[landmarks[c]], dtype=np.int64)[None, :, :]
         exact = (diff * diff).sum(-1)
         if not np.array_equal(np.asarray(integer[np.ix_(r, c)]), exact):
             raise SystemExit("spot check FAILED: D[:, L] differs from the plaintext distances")
@@ -370,7 +458,8 @@ def child_landmarks(n: int, landmarks: int, parties: int, segments: int, mask_de
     from omnifc._clustering._landmarks import landmark_kmeans
 
     start = time.perf_counter()
-    rows, planted = make_data(n)
+    scratch = Path(tempfile.mkdtemp(prefix="omnifc-bench-rows-"))
+    rows, planted = write_data(n, scratch / "rows.npy")  # memory-mapped, not anonymous
     generate = time.perf_counter() - start
     clustering = {}
 
@@ -388,6 +477,8 @@ def child_landmarks(n: int, landmarks: int, parties: int, segments: int, mask_de
     outcome = run["outcome"]
     checked = _check_landmarks(rows, outcome.integer, outcome.landmarks)
     labels = np.asarray(outcome.labels)
+    del rows
+    shutil.rmtree(scratch, ignore_errors=True)
     return {**_session_figures(run), "generate_seconds": generate,
             "kmeans_seconds": clustering["seconds"], "checked_entries": checked,
             "dtype": str(outcome.integer.dtype), "landmarks": len(outcome.landmarks),
@@ -403,7 +494,8 @@ def child_pairs(n: int, landmarks: int, parties: int, segments: int, mask_degree
     from omnifc._clustering._neighbours import candidate_pairs, knn_from_entries
     from omnifc._secure_knn import pair_rounds
 
-    rows, _ = make_data(n)
+    scratch = Path(tempfile.mkdtemp(prefix="omnifc-bench-rows-"))
+    rows, _ = write_data(n, scratch / "rows.npy")  # memory-mapped, not anonymous
     first = _layout_session(rows, _layout_parameters(n, segments, mask_degree,
                                                      layout="landmarks",
                                                      n_landmarks=landmarks),
@@ -422,7 +514,8 @@ def child_pairs(n: int, landmarks: int, parties: int, segments: int, mask_degree
         got = run["outcome"]
         if not np.array_equal(got.pairs, chunk):
             raise SystemExit("the pairs session computed other pairs than were listed")
-        diff = rows[chunk[:256, 0]] - rows[chunk[:256, 1]]
+        diff = np.asarray(rows[chunk[:256, 0]], dtype=np.int64) - \
+            np.asarray(rows[chunk[:256, 1]], dtype=np.int64)
         if not np.array_equal(np.asarray(got.integer[:256]), (diff * diff).sum(-1)):
             raise SystemExit("spot check FAILED: pair distances differ from the plaintext")
         checked += min(256, len(chunk))
@@ -434,6 +527,8 @@ def child_pairs(n: int, landmarks: int, parties: int, segments: int, mask_degree
                              scale_bits=SCALE_BITS)
     graph_seconds = time.perf_counter() - started
     exact = exact_knn(rows, k)
+    del rows
+    shutil.rmtree(scratch, ignore_errors=True)
     recall = float(np.mean([np.intersect1d(a, b).size for a, b in
                             zip(graph.indices, exact)]) / k)
     return {"landmark_session": _session_figures(first), "pair_sessions": rounds,
@@ -626,8 +721,9 @@ def bench_layout(n, args) -> dict:
 def print_layout_results(results) -> None:
     from _common import print_grid, wrapped
 
-    print("Layouts over gRPC with mutual TLS, every party its own process "
-          "(phases: seconds / bytes the coordinator sent and received in them):")
+    print("Layouts over gRPC with mutual TLS, every party its own process. Per phase: "
+          "seconds / bytes the coordinator sent and received / peak anonymous memory (GB, "
+          "RssAnon sampled every 0.1 s) of the largest party process / of the coordinator:")
     for r in results:
         sessions = [("landmarks", r)] if r["layout"] == "landmarks" else \
             [("landmarks", r["landmark_session"])] + \
@@ -636,11 +732,11 @@ def print_layout_results(results) -> None:
         for name, s in sessions:
             phases = s["phases"]
             rows.append([f"{r['n']:,}", name, f"{s['seconds']:.1f} s"] + [
-                f"{phases[p][0]:.1f} s / {_gb(phases[p][1])}" if p in phases else "-"
-                for p in ("join", "shares", "evaluation", "decode")] + [
-                _gb(s["party_peak_anon"]), _gb(s["coordinator_peak_anon"])])
+                f"{phases[p][0]:.1f} s / {_gb(phases[p][1])} / {phases[p][3] / 1e9:.2f} / "
+                f"{phases[p][2] / 1e9:.2f}" if p in phases else "-"
+                for p in ("join", "shares", "evaluation", "decode")])
         print_grid(["n", "session", "whole", "join", "shares", "evaluation",
-                    "decode (+ k-means)", "party anon", "coord. anon"], rows)
+                    "decode (+ k-means)"], rows)
         if r["layout"] == "landmarks":
             line = (f"  n = {r['n']:,}, L = {r['landmarks']}: whole session "
                     f"{r['session_seconds']:.1f} s including landmark k-means "
