@@ -13,16 +13,17 @@ entries             D[:, L]: (n, L)                             D[i_q, j_q]: (P,
 tiles               row blocks [a, b) x all L columns           ranges [a, b) of the pairs
 party's kernel      :func:`~finite_field.cross_sq_distances`    :func:`~finite_field.
                     (rows [a, b) against the landmark rows)     paired_sq_distances`
-result              ``(n, L)`` int64 and float64 arrays, the    ``(P,)`` arrays, the
-                    landmark indices (:class:`LandmarkDistances`) pairs (:class:`PairDistances`)
+result              the ``(n, L)`` integer array, the landmark  the ``(P,)`` array, the
+                    indices (:class:`LandmarkDistances`)        pairs (:class:`PairDistances`)
 ==================  ==========================================  ==========================
 
 The layout's entries are fixed when the roster is known (:meth:`bind`, by every party and
 by the coordinator; :func:`protocols._layouts.resolve_layout`). The result is held by an
 :class:`EntryAccumulator`: one uint32 residue array per prime (in RAM within the memory
-budget, memory-mapped in a temporary directory beyond it), decoded by CRT with the no-wrap
-check into one int64 array in RAM. (A chunked Zarr result and out-of-core decoding are
-later work of issue 22.)
+budget, memory-mapped in a temporary directory beyond it), decoded row block by row block
+with the no-wrap check and no second array of the result: with one prime (and a bound below
+2^31) the residues become the int32 result in place, else CRT writes an int64 array placed
+like them (docs/scale.md, "Layouts at scale"). The float values are computed on access.
 """
 
 from __future__ import annotations
