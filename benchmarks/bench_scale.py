@@ -341,7 +341,7 @@ class _PhaseWatch(_Sampler):
     def __init__(self, interval=0.1):
         super().__init__(interval)
         self.phase, self.pids, self.peaks = "start", {"coordinator": "self"}, {}
-        self.cpu = {}
+        self.cpu, self.cpu_until = {}, {}
 
     def add(self, name, pid):
         self.pids[name] = pid
@@ -361,13 +361,22 @@ class _PhaseWatch(_Sampler):
             per = self.peaks.setdefault(phase, {})
             per[name] = max(per.get(name, 0), anon)
             self.cpu[name] = (int(fields[11]) + int(fields[12])) / tick
+            self.cpu_until.setdefault(phase, {})[name] = self.cpu[name]
 
     def summary(self) -> dict:
-        """{phase: [coordinator peak, largest party peak]} and the overall peaks."""
-        out = {}
+        """{phase: [coordinator peak, largest party peak, coordinator CPU seconds, median
+        party CPU seconds]}: the CPU each process spent in the phase (process CPU, as
+        sampled: a phase shorter than the interval may count in the next one)."""
+        out, before = {}, {}
         for phase, per in self.peaks.items():
             parties = [v for k, v in per.items() if k != "coordinator"]
-            out[phase] = [per.get("coordinator", 0), max(parties, default=0)]
+            until = self.cpu_until.get(phase, {})
+            spent = {k: v - before.get(k, 0.0) for k, v in until.items()}
+            before.update(until)
+            party_cpu = [v for k, v in spent.items() if k != "coordinator"]
+            out[phase] = [per.get("coordinator", 0), max(parties, default=0),
+                          spent.get("coordinator", 0.0),
+                          statistics.median(party_cpu) if party_cpu else 0.0]
         return out
 
 
@@ -401,9 +410,10 @@ def _layout_session(rows, parameters, *, parties: int, deadline: float, cluster=
                 process.wait(timeout=120)
         stats = {name: local.party_stats(name) for name in local.names}
     memory = watch.summary()
-    phases = {k: [float(v[0]), int(v[1])] + memory.get(k, [0, 0])
+    phases = {k: [float(v[0]), int(v[1])] + memory.get(k, [0, 0, 0.0, 0.0])
               for k, v in outcome.stats.items()}
     return {"outcome": outcome, "seconds": seconds, "phases": phases,
+            "coordinator_cpu_seconds": sum(v[2] for v in memory.values()),
             "coordinator_peak_anon": max(v[0] for v in memory.values()),
             "party_peak_anon": max(v[1] for v in memory.values()),
             "party_cpu_seconds": statistics.median(
@@ -420,17 +430,16 @@ def _layout_session(rows, parameters, *, parties: int, deadline: float, cluster=
 #: (n = 20,000, L = 1,000: 0.67 GB in the evaluation against 0.33 GB with these).
 MALLOC_ENV = [{"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "262144"}]
 
-#: --chunk-bytes: payload bytes per share chunk and evaluation tile (0: the default).
-CHUNK_BYTES = [0]
-
+#: Lloyd's tolerance of the landmark k-means (scikit-learn's default; the library's
+#: default 0 runs until no label changes, which only adds iterations here).
+KMEANS_TOL = 1e-4
 
 def _layout_parameters(n: int, segments: int, mask_degree: int, **layout):
     from protocols import SessionParameters
-    extra = {"chunk_bytes": CHUNK_BYTES[0]} if CHUNK_BYTES[0] else {}
     return SessionParameters(dim=DIM, bound=1.0, scale_bits=SCALE_BITS, segments=segments,
                              noise_segments=1, nonnegative=True, mode="masked",
                              mask_degree=mask_degree, max_rows_per_party=n,
-                             max_rows_total=n, **layout, **extra)
+                             max_rows_total=n, **layout)
 
 
 def _check_landmarks(rows, integer, landmarks) -> int:
@@ -477,7 +486,8 @@ def child_landmarks(n: int, landmarks: int, parties: int, segments: int, mask_de
     def cluster(result):
         started = time.perf_counter()
         details = landmark_kmeans(result, n_clusters=CLUSTERS, random_state=0,
-                                  n_init=n_init, n_components=n_components)
+                                  n_init=n_init, n_components=n_components,
+                                  tol=KMEANS_TOL)
         clustering["seconds"] = time.perf_counter() - started
         return details["labels"]
 
@@ -589,7 +599,6 @@ def child_reference(n: int, n_init: int) -> dict:
 
 def child_main(argv) -> int:
     kind, n, path, tile_bytes = argv[0], int(argv[1]), argv[2], int(argv[3])
-    CHUNK_BYTES[0] = int(os.environ.get("OMNIFC_BENCH_CHUNK_BYTES", "0"))
     if kind == "build":
         out = child_build(n, path, tile_bytes)
     elif kind == "protocol":
@@ -752,6 +761,11 @@ def print_layout_results(results) -> None:
                 for p in ("join", "shares", "evaluation", "decode")])
         print_grid(["n", "session", "whole", "join", "shares", "evaluation",
                     "decode (+ k-means)"], rows)
+        print(wrapped("  process CPU seconds per phase (coordinator / median party): " + "; ".join(
+            f"{name}: " + ", ".join(f"{p} {s['phases'][p][4]:.1f}/{s['phases'][p][5]:.1f}"
+                                   for p in ("join", "shares", "evaluation", "decode")
+                                   if p in s["phases"] and len(s["phases"][p]) > 5)
+            for name, s in sessions)))
         if r["layout"] == "landmarks":
             line = (f"  n = {r['n']:,}, L = {r['landmarks']}: whole session "
                     f"{r['session_seconds']:.1f} s including landmark k-means "
@@ -869,9 +883,6 @@ def main(argv=None) -> int:
                         help="candidate neighbours per row from the landmark embedding")
     parser.add_argument("--max-pairs", type=int, default=None,
                         help="public cap on the pairs of one pairs session (default 2^19)")
-    parser.add_argument("--chunk-bytes", type=int, default=0,
-                        help="landmarks/pairs: payload bytes per share chunk and evaluation "
-                             "tile (default: the session default, 1 MiB)")
     parser.add_argument("--default-malloc", action="store_true",
                         help="landmarks/pairs: run the session processes with glibc's "
                              "default malloc settings (by default MALLOC_ARENA_MAX=2 and "
@@ -888,8 +899,6 @@ def main(argv=None) -> int:
         parser.error(f"--mask-degree: {error}")
     args.parties = args.parties or (3 if args.quick else 17)
     args.segments = args.segments or (1 if args.quick else 8)
-    if args.chunk_bytes:
-        os.environ["OMNIFC_BENCH_CHUNK_BYTES"] = str(args.chunk_bytes)  # the children's
     if args.default_malloc:
         MALLOC_ENV[0] = {}
     if args.layout != "full":

@@ -57,14 +57,12 @@ class _Columns:
                 raise ParameterError("landmarks are needed: pass D[:, L] and the landmark "
                                      "rows L, or a landmarks session's result")
             landmarks = columns.landmarks
-            if getattr(columns, "scale_bits", None) is not None:  # LandmarkDistances
-                if getattr(columns, "integer", None) is not None:
-                    self.factor = 1.0 / float(4 ** int(columns.scale_bits))
-                    columns = columns.integer
-                else:
-                    columns = columns.values
-            else:  # an omnifc DistanceResult
-                columns = columns.distances
+            if getattr(columns, "scale_bits", None) is not None and \
+                    getattr(columns, "integer", None) is not None:  # LandmarkDistances
+                self.factor = 1.0 / float(4 ** int(columns.scale_bits))
+                columns = columns.integer
+            else:  # values (a LandmarkDistances of floats) or an omnifc DistanceResult
+                columns = columns.values if hasattr(columns, "values") else columns.distances
         if not hasattr(columns, "shape") or not hasattr(columns, "__getitem__"):
             columns = np.asarray(columns, dtype=np.float64)
         self.source = columns
@@ -84,6 +82,19 @@ class _Columns:
         c = np.asarray(block, dtype=np.float64)
         if self.factor != 1.0:
             c = c * self.factor
+        if not np.isfinite(c).all() or (c < 0).any():
+            raise ParameterError("D[:, L] must hold finite squared distances >= 0")
+        return c
+
+    def raw_rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows [start, stop) as stored, unscaled (x ``factor`` gives the distances):
+        integers are checked (>= 0) without a float copy; floats as in :meth:`rows`."""
+        block = np.asarray(self.source[start:stop])
+        if block.dtype.kind in "iu":
+            if block.size and block.min() < 0:
+                raise ParameterError("D[:, L] must hold finite squared distances >= 0")
+            return block
+        c = np.asarray(block, dtype=np.float64)
         if not np.isfinite(c).all() or (c < 0).any():
             raise ParameterError("D[:, L] must hold finite squared distances >= 0")
         return c
@@ -150,9 +161,15 @@ def landmark_mds(columns, landmarks=None, n_components: int | None = None) -> np
             pass
         return np.zeros((n, 1))
     weights = vectors[:, keep] / np.sqrt(values[keep])
+    # y = 1/2 (mean - factor * raw) W = 1/2 mean W + raw (-factor/2 W): one GEMM per block
+    # on the stored values (an integer block is converted once, inside the product)
+    offset = 0.5 * (mean @ weights)
+    scaled = weights * (-0.5 * reader.factor)
     out = np.empty((n, int(keep.sum())), dtype=np.float64)
-    for a, b, c in reader.blocks():
-        out[a:b] = 0.5 * (mean[None, :] - c) @ weights
+    for a in range(0, n, reader.step):
+        b = min(n, a + reader.step)
+        np.matmul(reader.raw_rows(a, b), scaled, out=out[a:b])
+        out[a:b] += offset
     return out
 
 
