@@ -38,7 +38,7 @@ import numpy as np
 
 from finite_field import ParameterError
 
-from ._landmarks import _columns, landmark_mds
+from ._landmarks import _Columns, landmark_mds
 
 __all__ = ["KNNGraph", "candidate_pairs", "knn_from_entries", "knn_spectral", "knn_dbscan",
            "fit_knn", "KNN_METHODS"]
@@ -68,12 +68,12 @@ def candidate_pairs(columns, landmarks=None, *, candidates: int,
     """
     from sklearn.neighbors import NearestNeighbors
 
-    c, index = _columns(columns, landmarks)
-    n = c.shape[0]
+    reader = _Columns(columns, landmarks)  # D[:, L] is read by row blocks, never whole
+    index, n = reader.index, reader.shape[0]
     count = min(_positive_int(candidates, "candidates"), n - 1)
     if count < 1:
         return np.empty((0, 2), dtype=np.int64)
-    embedding = landmark_mds(c, index, n_components)
+    embedding = landmark_mds(columns, landmarks, n_components)
     if count == n - 1:  # every pair: no search needed
         i, j = np.triu_indices(n, 1)
         pairs = np.stack([i, j], axis=1).astype(np.int64)
