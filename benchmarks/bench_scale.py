@@ -574,7 +574,7 @@ def child_pairs(n: int, landmarks: int, parties: int, segments: int, mask_degree
             "landmarks": len(outcome.landmarks)}
 
 
-def exact_knn(rows, k: int, block: int = 2048) -> np.ndarray:
+def exact_knn(rows, k: int, block: int = 512) -> np.ndarray:
     """The exact k-NN graph of the quantized rows (ties: lower row first), by float64 GEMM
     on the small integers: every value below 2^53, so the distances are exact."""
     x = rows.astype(np.float64)
