@@ -18,12 +18,31 @@ from finite_field import ParameterError
 from ._clustering._neighbours import KNNGraph, candidate_pairs, knn_from_entries
 from ._secure import normalize_parties, secure_distance_matrix
 
-__all__ = ["secure_knn_graph"]
+__all__ = ["secure_knn_graph", "pair_rounds"]
 
 logger = logging.getLogger(__name__)
 
 #: Arguments of secure_distance_matrix that the two rounds set themselves.
 _OWN = ("layout", "landmarks", "pairs", "n_landmarks", "out", "cluster", "max_pairs")
+
+
+def pair_rounds(pairs, max_pairs: int) -> list:
+    """The pair list split into consecutive rounds of at most ``max_pairs`` pairs each.
+
+    Each round is one ``pairs`` session whose list every party checks in full (rows in
+    range, no pair twice, no row with itself, at most ``max_pairs``) before it computes
+    anything. The list (i < j, sorted and distinct, as :func:`candidate_pairs` makes it)
+    is partitioned, so no pair is computed twice across rounds either.
+
+    >>> import numpy as np
+    >>> [r.tolist() for r in pair_rounds(np.array([[0, 1], [0, 2], [1, 2]]), 2)]
+    [[[0, 1], [0, 2]], [[1, 2]]]
+    """
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    cap = int(max_pairs)
+    if cap < 1:
+        raise ParameterError(f"max_pairs must be >= 1, got {max_pairs!r}")
+    return [pairs[a:a + cap] for a in range(0, len(pairs), cap)]
 
 
 def secure_knn_graph(parties, *, k: int, n_landmarks: int | None = None, landmarks=None,
@@ -52,9 +71,11 @@ def secure_knn_graph(parties, *, k: int, n_landmarks: int | None = None, landmar
         c >= k candidates per row from the embedding (default ``4 * k``); c = n - 1 lists
         every pair and gives the exact k-NN graph of D.
     max_pairs : int, optional
-        The public cap on the pair list (default and at most 2^19: the list travels in the
-        roster). ``n * min(c, n - 1)`` above it is refused before any session runs: a
-        bound known in advance, so the refusal does not depend on the data.
+        The public cap on the pairs of one ``pairs`` session (default and at most 2^19:
+        the list travels in the roster). A longer list runs as several ``pairs``
+        sessions of at most ``max_pairs`` each (:func:`pair_rounds`), each list checked
+        in full by every party. The number of sessions is bounded in advance by
+        ``ceil(n * min(c, n - 1) / max_pairs)``, which does not depend on the data.
     n_components : int, optional
         Directions of the landmark embedding kept for the candidate search (default all).
     **session
@@ -65,8 +86,9 @@ def secure_knn_graph(parties, *, k: int, n_landmarks: int | None = None, landmar
     -------
     KNNGraph
         ``indices``, ``integer_distances`` and ``distances`` (n, k); ``graph()`` as a
-        scipy CSR matrix; both rounds' results (``landmark_result``, ``pair_result``;
-        the latter None when no pair was left to compute).
+        scipy CSR matrix; the rounds' results (``landmark_result``; ``pair_result``: the
+        pairs session's result, a list of them when the list took several sessions, None
+        when no pair was left to compute).
 
     Examples
     --------
@@ -97,13 +119,12 @@ def secure_knn_graph(parties, *, k: int, n_landmarks: int | None = None, landmar
     if (landmarks is None) == (n_landmarks is None):
         raise ParameterError("give the landmark rows (landmarks=) or their number "
                              "(n_landmarks=), one of them")
-    cap = DEFAULT_MAX_PAIRS if max_pairs is None else int(max_pairs)
-    listed = n * min(int(candidates), n - 1)
-    if listed > cap:
-        raise ParameterError(f"n * candidates = {n} * {min(int(candidates), n - 1)} = "
-                             f"{listed} pairs may be listed, more than the public cap "
-                             f"max_pairs = {cap}; lower candidates (or raise max_pairs, "
-                             f"at most 2^19)")
+    cap = DEFAULT_MAX_PAIRS if max_pairs is None else max_pairs
+    if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or \
+            not 1 <= cap <= DEFAULT_MAX_PAIRS:
+        raise ParameterError(f"max_pairs must be an integer in [1, {DEFAULT_MAX_PAIRS}] (the "
+                             f"pairs of one session), got {max_pairs!r}")
+    cap = int(cap)
     parties = dict(zip(names, arrays)) if isinstance(parties, dict) else arrays
     choice = {"landmarks": list(landmarks)} if landmarks is not None else \
         {"n_landmarks": int(n_landmarks)}
@@ -111,19 +132,24 @@ def secure_knn_graph(parties, *, k: int, n_landmarks: int | None = None, landmar
     columns = np.asarray(first.integer_distances)
     pairs = candidate_pairs(first.distances, first.landmarks, candidates=int(candidates),
                             n_components=n_components)
-    second = None
+    second = []
     pair_values = np.empty(0, dtype=np.int64)
     if len(pairs):
-        second = secure_distance_matrix(parties, layout="pairs", pairs=pairs,
-                                        max_pairs=cap, **session)
-        if not np.array_equal(second.pairs, pairs):  # the session computes what was listed
-            raise ParameterError("the pairs round returned other pairs than were listed")
-        pair_values = np.asarray(second.integer_distances)
+        values = []
+        for chunk in pair_rounds(pairs, cap):
+            got = secure_distance_matrix(parties, layout="pairs", pairs=chunk,
+                                         max_pairs=cap, **session)
+            if not np.array_equal(got.pairs, chunk):  # the session computes what was listed
+                raise ParameterError("a pairs round returned other pairs than were listed")
+            values.append(np.asarray(got.integer_distances, dtype=np.int64))
+            second.append(got)
+        pair_values = np.concatenate(values)
     scale_bits = int(first.parameters.get("scale_bits", session.get("scale_bits", 16)))
     graph = knn_from_entries(n, first.landmarks, columns, pairs, pair_values, int(k),
                              scale_bits=scale_bits)
-    graph.landmark_result, graph.pair_result = first, second
+    graph.landmark_result = first
+    graph.pair_result = second[0] if len(second) == 1 else (second or None)
     graph.party_names, graph.owners = list(first.party_names), first.owners
-    logger.info("k-NN graph (k=%d) of %d rows from %d landmarks and %d pairs", k, n,
-                len(first.landmarks), len(pairs))
+    logger.info("k-NN graph (k=%d) of %d rows from %d landmarks and %d pairs in %d pairs "
+                "session(s)", k, n, len(first.landmarks), len(pairs), len(second))
     return graph

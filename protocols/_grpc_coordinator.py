@@ -53,6 +53,10 @@ ABORT_GRACE = 10.0
 #: Seconds a new stream of a party that is already known gets to complete its resume
 #: handshake; then it ends (it never holds a server thread for longer).
 RESUME_HANDSHAKE = 10.0
+#: Messages an outbox may hold before a share chunk's sender is held (about 1 MiB each).
+RELAY_BACKLOG = 32
+#: Seconds a sender is held at most per relayed share chunk.
+RELAY_WAIT = 5.0
 
 
 def coordinator_from_config(config, *, cluster=None, responders=None,
@@ -284,6 +288,8 @@ class CoordinatorServer:
                     if self.tokens.get(who[0]) is not token:
                         return  # superseded by a resumed stream: nothing more from it
                     self._receive(who[0], env)  # after the end too: until the party closes
+                if env.HasField("share"):
+                    self._relay_backpressure(env.share.receiver)
         except grpc.RpcError:
             pass
         except Exception as error:  # noqa: BLE001 - fail closed: abort the whole session
@@ -442,6 +448,22 @@ class CoordinatorServer:
             if self.coordinator.outcome is not None:
                 self._finish()
             self.changed.set()
+
+    def _relay_backpressure(self, receiver: str) -> None:
+        """Hold this sender's stream (outside the lock) while the receiver's outbox holds
+        more than ``RELAY_BACKLOG`` messages: share chunks are relayed as fast as their
+        receiver takes them, so the coordinator holds a bounded backlog of them instead
+        of up to the whole exchange (n d / l field elements per party). HTTP/2 flow
+        control then pushes back on the sender. Bounded wait (``RELAY_WAIT`` s per
+        message): a receiver that stalls or is gone delays its senders, never blocks
+        them for good."""
+        box = self.outboxes.get(receiver)
+        if box is None or box.qsize() <= RELAY_BACKLOG:
+            return
+        end = time.monotonic() + RELAY_WAIT
+        while box.qsize() > RELAY_BACKLOG and time.monotonic() < end and \
+                not self.closed.is_set() and self.outboxes.get(receiver) is box:
+            time.sleep(0.005)
 
     def _route(self, pairs) -> None:
         for dest, env in pairs:

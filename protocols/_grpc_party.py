@@ -187,6 +187,69 @@ def _report(party: Party, link: "_Link", error: Exception, kind) -> None:
         time.sleep(0.2)  # let the report go out before the stream closes
 
 
+class _Prefetched:
+    """A stream's responses, read by a thread of their own as they arrive.
+
+    The party's loop sends everything a message makes it send before it reads the next
+    one: in the share exchange, all of its share chunks. Read only then, the chunks
+    relayed to it meanwhile would wait in the coordinator (its outbox to this party and
+    the HTTP/2 buffers), for every party at once: about the whole exchange, n d / l field
+    elements per party, in the coordinator (6.3 GB at n = 1,000,000, m = 17, l = 8). Read
+    here, each party holds what is sent to it (what it keeps anyway, as its shares) and
+    the coordinator relays as it goes. Iterating gives the messages in order, then raises
+    the call's error (a ``grpc.RpcError``) or stops; ``done``, ``cancel``, ``code``, ... are
+    the call's.
+    """
+
+    def __init__(self, call) -> None:
+        self.call = call
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._read, daemon=True,
+                                        name="party-responses")
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for env in self.call:
+                self._queue.put(env)
+        except grpc.RpcError as error:
+            self._queue.put(_Failed(error))
+            return
+        self._queue.put(_END)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = self._queue.get()
+        if item is _END:
+            self._queue.put(_END)  # stays ended for the next reader
+            raise StopIteration
+        if isinstance(item, _Failed):
+            self._queue.put(item)
+            raise item.error
+        return item
+
+    def done(self) -> bool:
+        return self.call.done()
+
+    def cancel(self) -> bool:
+        return self.call.cancel()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout=timeout)
+
+    def __getattr__(self, name):  # code(), details(), ...: the call's
+        return getattr(self.call, name)
+
+
+class _Failed:
+    """The error that ended a prefetched stream."""
+
+    def __init__(self, error) -> None:
+        self.error = error
+
+
 class _Link:
     """The party's stream to the coordinator, and its reconnect (docs/protocol.md,
     "Reconnect")."""
@@ -217,8 +280,8 @@ class _Link:
         for env in first:
             outgoing.put(env)
         remaining = max(1.0, self.timeout - (time.monotonic() - self.started))
-        self.responses = pb_grpc.CoordinatorStub(self.channel).Session(requests(),
-                                                                      timeout=remaining)
+        self.responses = _Prefetched(pb_grpc.CoordinatorStub(self.channel).Session(
+            requests(), timeout=remaining))
 
     def open(self, hello) -> None:
         self._stream([self.fault.rewrite(self.party, env) for env in hello])
@@ -264,6 +327,8 @@ class _Link:
         for sender in self._senders:
             sender.join(timeout=max(0.0, end - time.monotonic()))
         self._senders.clear()
+        if self.responses is not None:
+            self.responses.join(max(0.0, end - time.monotonic()))
         self.responses = None  # collected now, while gRPC's threads can still run
 
     def reconnect(self, broken: str) -> None:

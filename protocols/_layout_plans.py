@@ -13,20 +13,22 @@ entries             D[:, L]: (n, L)                             D[i_q, j_q]: (P,
 tiles               row blocks [a, b) x all L columns           ranges [a, b) of the pairs
 party's kernel      :func:`~finite_field.cross_sq_distances`    :func:`~finite_field.
                     (rows [a, b) against the landmark rows)     paired_sq_distances`
-result              ``(n, L)`` int64 and float64 arrays, the    ``(P,)`` arrays, the
-                    landmark indices (:class:`LandmarkDistances`) pairs (:class:`PairDistances`)
+result              the ``(n, L)`` integer array, the landmark  the ``(P,)`` array, the
+                    indices (:class:`LandmarkDistances`)        pairs (:class:`PairDistances`)
 ==================  ==========================================  ==========================
 
 The layout's entries are fixed when the roster is known (:meth:`bind`, by every party and
 by the coordinator; :func:`protocols._layouts.resolve_layout`). The result is held by an
 :class:`EntryAccumulator`: one uint32 residue array per prime (in RAM within the memory
-budget, memory-mapped in a temporary directory beyond it), decoded by CRT with the no-wrap
-check into one int64 array in RAM. (A chunked Zarr result and out-of-core decoding are
-later work of issue 22.)
+budget, memory-mapped in a temporary directory beyond it), decoded row block by row block
+with the no-wrap check and no second array of the result: with one prime (and a bound below
+2^31) the residues become the int32 result in place, else CRT writes an int64 array placed
+like them (docs/scale.md, "Layouts at scale"). The float values are computed on access.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import weakref
 
@@ -35,13 +37,27 @@ import numpy as np
 from finite_field import (ParameterError, ProtocolError, WrapAroundError, add_reduced,
                           cross_sq_distances, decode_residues, paired_sq_distances)
 
-from ._accumulator import _allocate, _check_budget, _check_tile_bytes, _remove
+from ._accumulator import _allocate, _check_budget, _check_tile_bytes, _remove, storage_dtype
 from ._layouts import resolve_layout
 from ._messages import vector_tiles
 from ._plans import _BLOCK_ELEMENTS, DistanceSession, decode_failure, out_of_bound
 
+logger = logging.getLogger(__name__)
+
+#: A float view materialized beyond this many bytes is logged (it is 8 bytes an entry).
+_LARGE_FLOAT_BYTES = 1 << 30
+
 __all__ = ["LandmarkSession", "PairSession", "EntryAccumulator", "LandmarkDistances",
            "PairDistances", "layout_session_type"]
+
+
+def _float_values(integer, scale_bits: int, what: str) -> np.ndarray:
+    """``integer / 4^q`` as one float64 array (8 bytes an entry: logged when large)."""
+    integer = np.asarray(integer)
+    if integer.nbytes > _LARGE_FLOAT_BYTES:
+        logger.warning("%s: materializing %.2f GB of float64 values; read them by row "
+                       "block (rows(a, b)) to stay out of core", what, integer.size * 8 / 1e9)
+    return integer * (1.0 / float(4 ** int(scale_bits)))
 
 
 class LandmarkDistances:
@@ -49,28 +65,44 @@ class LandmarkDistances:
 
     Attributes
     ----------
-    integer : ndarray of int64, shape (n, L)
-        Exact integer squared distances from every row to every landmark row.
+    integer : ndarray of int32 or int64, shape (n, L)
+        Exact integer squared distances from every row to every landmark row; in RAM, or
+        memory-mapped (``numpy.memmap``) when it does not fit the coordinator's
+        ``memory_budget``.
     values : ndarray of float64, shape (n, L)
-        ``integer / 4^q``.
+        ``integer / 4^q``, computed on access (a new n x L float64 array each time; read
+        :meth:`rows` blocks to stay out of core).
     landmarks : ndarray of int64, shape (L,)
         The global row index of each column; ``values[landmarks]`` is D[L, L].
     """
 
     def __init__(self, integer, values, landmarks, scale_bits: int) -> None:
-        self.integer, self.values = integer, values
+        self.integer, self._values = integer, values
         self.landmarks = np.asarray(landmarks, dtype=np.int64)
         self.scale_bits = int(scale_bits)
 
     @property
+    def values(self) -> np.ndarray:
+        if self._values is not None:
+            return self._values
+        return _float_values(self.integer, self.scale_bits, "D[:, L]")
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows [start, stop) of D[:, L] as float64 (only that block is read)."""
+        if self._values is not None:
+            return np.asarray(self._values[start:stop], dtype=np.float64)
+        return np.asarray(self.integer[start:stop]) * (1.0 / float(4 ** self.scale_bits))
+
+    @property
     def shape(self) -> tuple:
-        return self.values.shape
+        return tuple((self.integer if self.integer is not None else self._values).shape)
 
     def __len__(self) -> int:
-        return int(self.values.shape[0])
+        return int(self.shape[0])
 
     def __array__(self, dtype=None, copy=None):
-        return self.values if dtype is None else self.values.astype(dtype, copy=False)
+        values = self.values
+        return values if dtype is None else values.astype(dtype, copy=False)
 
     def __repr__(self) -> str:
         return f"LandmarkDistances(n={len(self)}, L={len(self.landmarks)})"
@@ -82,7 +114,8 @@ class PairDistances:
     Attributes
     ----------
     integer, values : ndarray, shape (P,)
-        Exact integer squared distances of the pairs, and ``integer / 4^q``.
+        Exact integer squared distances of the pairs, and ``integer / 4^q`` (computed on
+        access).
     pairs : ndarray of int64, shape (P, 2)
         The global rows (i, j) of each entry, in the layout's order.
     n : int
@@ -90,10 +123,16 @@ class PairDistances:
     """
 
     def __init__(self, integer, values, pairs, n: int, scale_bits: int) -> None:
-        self.integer, self.values = integer, values
+        self.integer, self._values = integer, values
         self.pairs = np.asarray(pairs, dtype=np.int64)
         self.n = int(n)
         self.scale_bits = int(scale_bits)
+
+    @property
+    def values(self) -> np.ndarray:
+        if self._values is not None:
+            return self._values
+        return _float_values(self.integer, self.scale_bits, "the pair distances")
 
     def __len__(self) -> int:
         return self.n
@@ -135,7 +174,9 @@ class EntryAccumulator:
                 self._tmpdirs.append(tmpdir)
         self._contributions = np.zeros((len(self.primes), rows), dtype=np.int64)
         self._finished = False
-        self._finalizer = weakref.finalize(self, _remove, *self._tmpdirs)
+        # a list: finalize adds the result's directory; every directory goes with the
+        # accumulator, whatever happens
+        self._finalizer = weakref.finalize(self, _remove_all, self._tmpdirs)
 
     @property
     def ram_bytes(self) -> int:
@@ -164,11 +205,20 @@ class EntryAccumulator:
     def abort(self) -> None:
         self._finished = True
         self._residues = []
-        self._finalizer()
+        _remove(*self._tmpdirs)
 
     def finalize(self) -> np.ndarray:
-        """The exact int64 entries, shape ``shape``; ProtocolError (files deleted) when a
-        row is incomplete or a value exceeds the no-wrap bound."""
+        """The exact entries, shape ``shape``; ProtocolError (files deleted) when a row is
+        incomplete or a value exceeds the no-wrap bound.
+
+        Decoded row block by row block (``tile_bytes``), never a second array of the
+        whole result: with one prime and a bound below 2^31 the residues themselves become
+        the int32 result (checked against the bound, then viewed as int32, in place);
+        otherwise CRT writes an int64 array placed like the residues (RAM within
+        ``memory_budget``, else memory-mapped). A memory-mapped result's file is unlinked
+        as soon as it is complete: the mapping stays valid while the array lives and its
+        disk space is freed with it, so nothing is left behind.
+        """
         if self._finished:
             raise ProtocolError("the accumulator is finalized (or aborted) already")
         try:
@@ -180,18 +230,44 @@ class EntryAccumulator:
                     f"for prime {self.primes[k]}, expected {int(counts.max())} like the "
                     "others")
             rows = self.shape[0]
-            out = np.empty((rows, self._width), dtype=np.int64)
+            dtype = storage_dtype(self.distance_bound, len(self.primes))
+            in_place = dtype == np.int32
+            if in_place:
+                out = self._residues[0]
+            else:
+                budget = self.memory_budget - self.ram_bytes
+                out, _, tmpdir = _allocate((rows, self._width), dtype, path=None,
+                                           budget=budget, name="layout-result")
+                if tmpdir is not None:
+                    self._tmpdirs.append(tmpdir)
             step = max(1, self.tile_bytes // (8 * self._width * (len(self.primes) + 1)))
             for a in range(0, rows, step):
                 b = min(rows, a + step)
+                if in_place:
+                    block = out[a:b]
+                    if block.size and int(block.max()) > self.distance_bound:
+                        raise ProtocolError(
+                            f"decoded distances exceed the bound {self.distance_bound} "
+                            f"(largest {int(block.max())}): a contribution is corrupt")
+                    continue
                 try:
                     out[a:b] = decode_residues([r[a:b] for r in self._residues], self.primes,
                                                self.distance_bound, what="decoded distances")
                 except WrapAroundError as error:
                     raise ProtocolError(str(error)) from None
+            if in_place:
+                out = out.view(np.int32)
+            if isinstance(out, np.memmap):
+                out.flush()
         finally:
-            self.abort()
+            self._finished = True
+            self._residues = []
+            _remove(*self._tmpdirs)  # a mapping of an unlinked file stays valid
         return out.reshape(self.shape)
+
+
+def _remove_all(paths: list) -> None:
+    _remove(*paths)
 
 
 def _timed(party, kernel, *args) -> np.ndarray:
@@ -223,7 +299,7 @@ class _LayoutSession(DistanceSession):
             integer = acc.finalize()
         except (ProtocolError, ParameterError):
             raise decode_failure(out_of_bound(self.plan, responders)) from None
-        return integer, integer * (1.0 / float(4 ** self.plan.quantizer.scale_bits)), None
+        return integer, None, None  # the float values are computed on access
 
 
 class LandmarkSession(_LayoutSession):

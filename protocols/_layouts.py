@@ -53,7 +53,8 @@ LAYOUTS = ("full", "landmarks", "pairs")
 DEFAULT_MAX_LANDMARKS = 4096
 #: The most pairs a session may list: the list travels in the roster, and 2^19 pairs of
 #: row indices below 2^24 (8 bytes each as varints) keep it under 4.2 MB, about half of
-#: gRPC's 8 MiB message limit (protocols._tls.MAX_MESSAGE_BYTES).
+#: gRPC's 8 MiB message limit (protocols._tls.MAX_MESSAGE_BYTES). A longer list runs as
+#: several pairs sessions of at most the cap each (omnifc._secure_knn.pair_rounds).
 MAX_PAIRS = 1 << 19
 #: Public cap on P (pairs) unless the config says otherwise.
 DEFAULT_MAX_PAIRS = MAX_PAIRS

@@ -68,7 +68,9 @@ class Outcome:
     layout : str
         Which entries of D (docs/protocol.md, "Layouts"): "full" (``store``), "landmarks"
         (``integer`` and ``values`` are (n, L) arrays of D[:, landmarks]) or "pairs"
-        (``integer`` and ``values`` are (P,) vectors of the distances of ``pairs``).
+        (``integer`` and ``values`` are (P,) vectors of the distances of ``pairs``). A
+        layout's ``integer`` is int32 with one prime and a bound below 2^31 (else int64),
+        memory-mapped beyond ``memory_budget``; its ``values`` are computed on access.
     landmarks : ndarray of int64 (L,) or None
         The landmark rows of a "landmarks" session (column c is row ``landmarks[c]``).
     pairs : ndarray of int64 (P, 2) or None
@@ -112,6 +114,9 @@ class Outcome:
     def values(self) -> np.ndarray:
         if self._values is None and self.store is not None:
             return np.asarray(self.store.distances)
+        if self._values is None and self._integer is not None and self.layout != "full":
+            # a layout's float entries, computed on access from its integer result
+            return np.asarray(self._integer) * (1.0 / 4.0 ** self.parameters["scale_bits"])
         return self._values
 
     def __repr__(self) -> str:

@@ -460,11 +460,24 @@ class Party(PartyReconnect):
     def _maybe_ready(self):
         if any(v is None for slots in self._pending.values() for v in slots.values()):
             return
-        for (sender, k), slots in self._pending.items():
-            self._received[(sender, k)] = np.concatenate([slots[i] for i in sorted(slots)])
-        self.held = [np.ascontiguousarray(np.concatenate(
-            [self._received[(name, k)] for name in self.names]))
-            for k in range(len(self.plan.primes))]
+        # every row's shares in roster order, copied chunk by chunk into one array per
+        # prime, each chunk dropped once copied: one n x (d/l) copy at a time, not three
+        width = self.plan.segment_length
+        held = []
+        for k in range(len(self.plan.primes)):
+            out = np.empty((self.n_total, width), dtype=np.int64)
+            row = 0
+            for name in self.names:
+                if name == self.party_id:
+                    blocks = [self._received.pop((name, k))]
+                else:
+                    slots = self._pending.pop((name, k))
+                    blocks = (slots.pop(i) for i in sorted(slots))
+                for block in blocks:
+                    out[row:row + len(block)] = block
+                    row += len(block)
+            held.append(out)
+        self.held = held
         del self._pending, self._received
         self.phase = "ready"
         yield self._ready()

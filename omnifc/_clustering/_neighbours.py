@@ -38,7 +38,7 @@ import numpy as np
 
 from finite_field import ParameterError
 
-from ._landmarks import _columns, landmark_mds
+from ._landmarks import _Columns, landmark_mds
 
 __all__ = ["KNNGraph", "candidate_pairs", "knn_from_entries", "knn_spectral", "knn_dbscan",
            "fit_knn", "KNN_METHODS"]
@@ -68,12 +68,12 @@ def candidate_pairs(columns, landmarks=None, *, candidates: int,
     """
     from sklearn.neighbors import NearestNeighbors
 
-    c, index = _columns(columns, landmarks)
-    n = c.shape[0]
+    reader = _Columns(columns, landmarks)  # D[:, L] is read by row blocks, never whole
+    index, n = reader.index, reader.shape[0]
     count = min(_positive_int(candidates, "candidates"), n - 1)
     if count < 1:
         return np.empty((0, 2), dtype=np.int64)
-    embedding = landmark_mds(c, index, n_components)
+    embedding = landmark_mds(columns, landmarks, n_components)
     if count == n - 1:  # every pair: no search needed
         i, j = np.triu_indices(n, 1)
         pairs = np.stack([i, j], axis=1).astype(np.int64)
@@ -163,6 +163,36 @@ class KNNGraph:
                 f"pairs={len(self.pairs)})")
 
 
+#: Bytes of D[:, L] rows (plus their pair entries) handled at once by knn_from_entries.
+_BLOCK_BYTES = 32 * 2**20
+
+
+def _smallest(values: np.ndarray, index: np.ndarray, k: int, n: int, axis: int):
+    """Positions along ``axis`` of the k smallest entries by (value, index), in order.
+
+    Integer values small enough make one int64 key ``value * n + index`` (argpartition,
+    then a sort of the k); otherwise a lexsort on both. Padding entries must carry the
+    largest value of their dtype (they sort last either way).
+    """
+    if np.issubdtype(values.dtype, np.integer) and values.size:
+        big = np.iinfo(np.int64).max
+        pad = values == np.iinfo(values.dtype).max
+        top = int(values[~pad].max()) if (~pad).any() else 0
+        if (top + 1) * n < big // 2:
+            key = values.astype(np.int64) * n + index
+            key[pad] = big
+            if key.shape[axis] > k:
+                part = np.argpartition(key, k - 1, axis=axis)
+                part = part[:k] if axis == 0 else part[:, :k]
+            else:
+                part = np.broadcast_to(np.arange(key.shape[axis]).reshape(
+                    (-1, 1) if axis == 0 else (1, -1)), key.shape).copy()
+            order = np.argsort(np.take_along_axis(key, part, axis=axis), axis=axis)
+            return np.take_along_axis(part, order, axis=axis)
+    order = np.lexsort((index, values), axis=axis)
+    return order[:k] if axis == 0 else order[:, :k]
+
+
 def knn_from_entries(n: int, landmarks, landmark_columns, pairs, pair_distances,
                      n_neighbors: int, *, scale_bits: int = 0) -> KNNGraph:
     """The k-NN graph from the entries of D known exactly: D[:, L] and the listed pairs.
@@ -171,51 +201,99 @@ def knn_from_entries(n: int, landmarks, landmark_columns, pairs, pair_distances,
     exact values; ``scale_bits`` q turns integers into data units, ``/ 4^q``). Each row's
     neighbours are ordered by (distance, column index). ParameterError when some row has
     fewer than k known neighbours.
+
+    A landmark row knows its distance to every row (its column of D[:, L]); any other row
+    knows its distances to the landmarks and its listed pairs (either direction). D[:, L]
+    is read in row blocks (it may be memory-mapped): one pass gives every non-landmark
+    row's neighbours and, kept as a running selection, every landmark's; besides the
+    (n, k) result only one block and the pair list (CSR) are held.
     """
     n = _positive_int(n, "n", 2)
     k = _positive_int(n_neighbors, "n_neighbors")
     if k > n - 1:
         raise ParameterError(f"n_neighbors must be at most n - 1 = {n - 1}, got {k}")
     landmarks = np.asarray(landmarks, dtype=np.int64).reshape(-1)
-    columns = np.asarray(landmark_columns)
+    columns = landmark_columns if hasattr(landmark_columns, "shape") and \
+        hasattr(landmark_columns, "dtype") else np.asarray(landmark_columns)
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     values = np.asarray(pair_distances).reshape(-1)
-    if columns.shape != (n, landmarks.size) or values.shape != (pairs.shape[0],):
+    if tuple(columns.shape) != (n, landmarks.size) or values.shape != (pairs.shape[0],):
         raise ParameterError(f"expected D[:, L] of shape {(n, landmarks.size)} and one "
                              f"distance per pair ({pairs.shape[0]}), got {columns.shape} "
                              f"and {values.shape}")
+    if landmarks.size and (landmarks.min() < 0 or landmarks.max() >= n or
+                           np.unique(landmarks).size != landmarks.size):
+        raise ParameterError(f"landmarks must be distinct rows in [0, {n})")
+    if pairs.size and (pairs.min() < 0 or pairs.max() >= n):
+        raise ParameterError(f"pairs must hold rows in [0, {n})")
     exact = np.issubdtype(columns.dtype, np.integer) and np.issubdtype(values.dtype,
                                                                        np.integer)
-    dtype = np.int64 if exact else np.float64
-    # every known entry (i, j, D[i, j]), in both directions, without i == j
-    lm_rows = np.repeat(np.arange(n, dtype=np.int64), landmarks.size)
-    lm_cols = np.tile(landmarks, n)
-    lm_values = columns.astype(dtype).ravel()
-    rows = np.concatenate([lm_rows, lm_cols, pairs[:, 0], pairs[:, 1]])
-    cols = np.concatenate([lm_cols, lm_rows, pairs[:, 1], pairs[:, 0]])
-    vals = np.concatenate([lm_values, lm_values, values.astype(dtype),
-                           values.astype(dtype)])
-    keep = rows != cols
+    dtype = np.dtype(np.int64 if exact else np.float64)
+    pad = np.iinfo(dtype).max if exact else np.inf
+    is_landmark = np.zeros(n, dtype=bool)
+    is_landmark[landmarks] = True
+    # the pair entries of the rows that are not landmarks, in both directions, one per
+    # (row, column), sorted by row (CSR); a landmark end's entries are in its column
+    rows = np.concatenate([pairs[:, 0], pairs[:, 1]])
+    cols = np.concatenate([pairs[:, 1], pairs[:, 0]])
+    vals = np.concatenate([values, values]).astype(dtype)
+    keep = (rows != cols) & ~is_landmark[rows] & ~is_landmark[cols]
     rows, cols, vals = rows[keep], cols[keep], vals[keep]
-    # one entry per (row, column): sort by (row, column); duplicates hold the same value
     order = np.lexsort((cols, rows))
     rows, cols, vals = rows[order], cols[order], vals[order]
     unique = np.ones(rows.size, dtype=bool)
     unique[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
     rows, cols, vals = rows[unique], cols[unique], vals[unique]
-    counts = np.bincount(rows, minlength=n)
-    if counts.min() < k:
-        short = int(np.argmin(counts))
-        raise ParameterError(f"row {short} has {int(counts[short])} known neighbours, fewer "
+    degree = np.bincount(rows, minlength=n)
+    known = np.where(is_landmark, n - 1, degree + landmarks.size)
+    if known.min() < k:
+        short = int(np.argmin(known))
+        raise ParameterError(f"row {short} has {int(known[short])} known neighbours, fewer "
                              f"than n_neighbors = {k}: raise candidates")
-    # nearest first, ties to the lower column: sort by (row, value, column)
-    order = np.lexsort((cols, vals, rows))
-    rows, cols, vals = rows[order], cols[order], vals[order]
-    start = np.zeros(n, dtype=np.int64)
-    np.cumsum(counts[:-1], out=start[1:])
-    take = (start[:, None] + np.arange(k)[None, :]).ravel()
-    indices = cols[take].reshape(n, k)
-    chosen = vals[take].reshape(n, k)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(degree, out=indptr[1:])
+    indices = np.empty((n, k), dtype=np.int64)
+    chosen = np.empty((n, k), dtype=dtype)
+    width = landmarks.size + (int(degree.max()) if degree.size else 0)
+    step = max(1, _BLOCK_BYTES // (8 * max(width, 1)))
+    # running selection of every landmark's column: (k, L) values and rows
+    best_vals = np.full((k, landmarks.size), pad, dtype=dtype)
+    best_rows = np.full((k, landmarks.size), n, dtype=np.int64)
+    for a in range(0, n, step):
+        b = min(n, a + step)
+        block = np.asarray(columns[a:b]).astype(dtype)
+        # landmarks: merge this block's rows into each column's selection (not itself)
+        own = np.arange(a, b, dtype=np.int64)
+        lm_block = block.copy()
+        lm_block[own[:, None] == landmarks[None, :]] = pad
+        stack_vals = np.concatenate([best_vals, lm_block])
+        stack_rows = np.concatenate([best_rows, np.broadcast_to(own[:, None],
+                                                                lm_block.shape)])
+        pick = _smallest(stack_vals, stack_rows, k, n + 1, axis=0)
+        best_vals = np.take_along_axis(stack_vals, pick, axis=0)
+        best_rows = np.take_along_axis(stack_rows, pick, axis=0)
+        # the other rows: their landmark columns and their pairs
+        others = np.flatnonzero(~is_landmark[a:b])
+        if not others.size:
+            continue
+        extra = width - landmarks.size
+        cand_vals = np.full((others.size, width), pad, dtype=dtype)
+        cand_cols = np.full((others.size, width), n, dtype=np.int64)
+        cand_vals[:, :landmarks.size] = block[others]
+        cand_cols[:, :landmarks.size] = landmarks[None, :]
+        if extra:
+            global_rows = a + others
+            starts, counts = indptr[global_rows], degree[global_rows]
+            slot = np.arange(extra)[None, :]
+            has = slot < counts[:, None]
+            where = (starts[:, None] + slot)[has]
+            cand_vals[:, landmarks.size:][has] = vals[where]
+            cand_cols[:, landmarks.size:][has] = cols[where]
+        pick = _smallest(cand_vals, cand_cols, k, n + 1, axis=1)
+        indices[a + others] = np.take_along_axis(cand_cols, pick, axis=1)
+        chosen[a + others] = np.take_along_axis(cand_vals, pick, axis=1)
+    indices[landmarks] = best_rows.T
+    chosen[landmarks] = best_vals.T
     factor = 4.0 ** -int(scale_bits)
     return KNNGraph(indices=indices,
                     integer_distances=chosen if exact else None,

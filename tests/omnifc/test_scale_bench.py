@@ -48,3 +48,64 @@ def test_bench_scale_quick_runs_and_reports(tmp_path):
     assert result["coordinator_peak_anon"] > 0 and result["party_peak_anon"] > 0
     assert result["build_seconds"] > 0 and result["cluster_peak_anon"] > 0
     assert not [p for p in tmp_path.iterdir() if p.name != "scale.json"]  # files removed
+
+
+def _bench(tmp_path, *args):
+    out = tmp_path / "layout.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "omnifc.cli", "bench", "scale", "--", "--quick", "--sizes",
+         "600", "--n-init", "3", "--mask-degree", "2", "--json", str(out), *args],
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= 100 for line in lines), max(lines, key=len)
+    (result,) = json.loads(out.read_text())["results"]
+    return result, done.stdout
+
+
+def _phases_consistent(session, uploaded_entries):
+    phases = session["phases"]
+    assert {"join", "shares", "evaluation", "decode"} <= set(phases)
+    for seconds, sent, coordinator, party, coordinator_cpu, party_cpu in phases.values():
+        assert min(seconds, sent, coordinator, party, coordinator_cpu, party_cpu) >= 0
+    # three parties, each uploading every entry of the layout once as uint32
+    assert phases["evaluation"][1] >= 3 * 4 * uploaded_entries
+    assert session["coordinator_peak_anon"] > 0 and session["party_peak_anon"] > 0
+    assert session["seconds"] >= phases["evaluation"][0]
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.timeout(600)
+def test_bench_scale_landmarks_quick_is_exact_and_reports_every_phase(tmp_path):
+    result, stdout = _bench(tmp_path, "--layout", "landmarks", "--landmarks", "30")
+    assert result["n"] == 600 and result["layout"] == "landmarks"
+    assert result["landmarks"] == 30 and result["dtype"] == "int32"
+    assert result["checked_entries"] == 4 * 256 * 30  # sampled entries matched exactly
+    _phases_consistent(result, 600 * 30)
+    assert 0 < result["kmeans_seconds"] <= result["phases"]["decode"][0] + 1.0
+    # ten well separated prototypes: the landmark labels, the exact-D k-means (Lloyd on the
+    # plaintext rows) and the planted labels agree
+    assert result["ari_planted"] == 1.0 and result["ari_exact"] == 1.0
+    assert result["reference_ari_planted"] == 1.0
+    assert "malloc settings of the session processes" in stdout
+
+
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.timeout(600)
+def test_bench_scale_pairs_quick_splits_the_list_at_the_cap(tmp_path):
+    result, stdout = _bench(tmp_path, "--layout", "pairs", "--landmarks", "40",
+                            "--max-pairs", "2000", "--candidates", "12")
+    assert result["layout"] == "pairs" and result["landmarks"] == 40
+    sessions = result["pair_sessions"]
+    assert len(sessions) == -(-result["pairs"] // 2000) >= 2  # ceil(P / cap) sessions
+    _phases_consistent(result["landmark_session"], 600 * 40)
+    for i, session in enumerate(sessions):
+        size = min(2000, result["pairs"] - 2000 * i)
+        _phases_consistent(session, size)
+    # 4 x 256 x 40 sampled landmark entries, then up to 256 pairs per session, all exact
+    assert result["checked_entries"] == 4 * 256 * 40 + sum(
+        min(256, min(2000, result["pairs"] - 2000 * i)) for i in range(len(sessions)))
+    assert 0.0 <= result["recall"] <= 1.0
+    assert f"in {len(sessions)} pairs session(s)" in stdout

@@ -60,7 +60,9 @@ def test_landmark_entries_equal_the_full_secure_d_and_python_integers(
     expected = plaintext_sq_distances(rows(data), 1.0, scale_bits)[:, list(LANDMARKS)]
     assert outcome.layout == "landmarks" and outcome.store is None
     assert outcome.landmarks.tolist() == list(LANDMARKS)
-    assert outcome.integer.dtype == np.int64 and outcome.integer.shape == (14, 4)
+    # the storage type of the full layout's store: int32 with one prime, else int64
+    assert outcome.integer.dtype == (np.int32 if primes == 1 else np.int64)
+    assert outcome.integer.shape == (14, 4)
     assert np.array_equal(outcome.integer, expected)
     assert np.array_equal(outcome.integer, full[scale_bits][:, list(LANDMARKS)])
     assert np.array_equal(outcome.values, expected / 4.0 ** scale_bits)
@@ -209,3 +211,44 @@ def test_a_layout_result_is_not_written_to_out(data, tmp_path):
     with pytest.raises(ParameterError, match="keeps its result in memory"):
         run_memory_session(data, _params(10, "masked", "off", layout="pairs",
                                          layout_rows=PAIRS), out=tmp_path / "d.npy")
+
+
+# -- the result out of core: memory-mapped, decoded in place by row blocks ---------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scale_bits, primes, dtype", [(10, 1, np.int32), (24, 2, np.int64)])
+@pytest.mark.parametrize("layout", ["landmarks", "pairs"])
+def test_a_memory_mapped_result_decoded_in_row_blocks_equals_python_integers(
+        oracle, scale_bits, primes, dtype, layout):
+    # 600 rows: the decode runs in several row blocks (tile_bytes = 4 KiB); memory_budget
+    # = 0 memory-maps the residues (and, with two primes, the CRT result); one prime
+    # decodes in place (the residues become the int32 result)
+    rng = np.random.default_rng(11)
+    data = {f"p{i}": rng.uniform(-1, 1, (150, 5)) for i in range(4)}
+    q = oracle.quantize(rows(data), scale_bits, 1.0)  # Python ints
+
+    def sq(i, j):
+        return sum((a - b) * (a - b) for a, b in zip(q[i], q[j]))
+
+    if layout == "landmarks":
+        marks = (599, 0, 17, 300, 42, 151, 450)
+        extra = dict(layout="landmarks", layout_rows=marks)
+        expected = [[sq(i, j) for j in marks] for i in range(600)]
+    else:
+        pairs = rng.choice(600, size=(400, 2))
+        pairs = np.unique(np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1), axis=0)
+        extra = dict(layout="pairs", layout_rows=pairs.ravel().tolist())
+        expected = [sq(i, j) for i, j in pairs.tolist()]
+    outcome, _ = run_memory_session(data, _params(scale_bits, "masked", "detect", **extra),
+                                    memory_budget=0, tile_bytes=4096)
+    assert len(outcome.parameters["primes"]) == primes
+    integer = outcome.integer
+    assert isinstance(integer, np.memmap) and integer.dtype == dtype
+    assert np.asarray(integer).tolist() == expected  # bit for bit, as Python ints
+    scale = 4.0 ** scale_bits
+    assert np.array_equal(outcome.values, np.array(expected, dtype=np.float64) / scale)
+    if layout == "landmarks":
+        view = LandmarkDistances(integer, None, marks, scale_bits)
+        block = np.array(expected[100:250], dtype=np.float64) / scale
+        assert np.array_equal(view.rows(100, 250), block)
+        assert np.array_equal(view.values, np.array(expected, dtype=np.float64) / scale)
