@@ -227,6 +227,24 @@ class _ProcessWatch(_Sampler):
             self.cpu[name] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
 
 
+def _run_parties(local, server, watch, on_phase) -> tuple:
+    """Start every party process of ``local`` (each handed to ``watch(name, pid)``), run the
+    session at the started ``server`` (``on_phase(phase, seconds since the start)``), stop
+    it and wait for the parties: the outcome, the session's seconds and each party's stats."""
+    try:
+        start = time.perf_counter()
+        for name in local.names:
+            watch(name, local.start_party(name, server.port).pid)
+        outcome = server.run(on_phase=lambda phase, round_: on_phase(
+            phase, time.perf_counter() - start), poll=lambda: local.watch(server))
+        seconds = time.perf_counter() - start
+    finally:
+        server.stop()
+    for process in local.processes.values():
+        process.wait(timeout=120)
+    return outcome, seconds, {name: local.party_stats(name) for name in local.names}
+
+
 def child_protocol(n: int, path: str, parties: int, segments: int, mask_degree: int,
                    deadline: float) -> dict:
     """The whole session over mutual-TLS gRPC: this process is the coordinator, every
@@ -251,21 +269,11 @@ def child_protocol(n: int, path: str, parties: int, segments: int, mask_degree: 
         del party_data
         with _MemoryWatch() as own, _ProcessWatch() as others:
             server = local.server(out=path, memory_budget=0).start()
-            try:
-                start = time.perf_counter()
-                for name in local.names:
-                    others.add(name, local.start_party(name, server.port).pid)
 
-                def on_phase(phase, round_):
-                    phases[phase] = time.perf_counter() - start
+            def on_phase(phase, elapsed):
+                phases[phase] = elapsed
 
-                outcome = server.run(on_phase=on_phase, poll=lambda: local.watch(server))
-                seconds = time.perf_counter() - start
-            finally:
-                server.stop()
-            for process in local.processes.values():
-                process.wait(timeout=120)
-        stats = {name: local.party_stats(name) for name in local.names}
+            outcome, seconds, stats = _run_parties(local, server, others.add, on_phase)
     store = outcome.store
     checked = _spot_check(n, store)
     st = os.stat(path)
@@ -410,21 +418,11 @@ def _layout_session(rows, parameters, *, parties: int, deadline: float, cluster=
         with _PhaseWatch() as watch:
             server = local.server(cluster=cluster, memory_budget=0).start()
 
-            def on_phase(phase, round_):
+            def on_phase(phase, elapsed):
                 watch.phase = phase
 
-            try:
-                start = time.perf_counter()
-                watch.phase = "join"
-                for name in local.names:
-                    watch.add(name, local.start_party(name, server.port).pid)
-                outcome = server.run(on_phase=on_phase, poll=lambda: local.watch(server))
-                seconds = time.perf_counter() - start
-            finally:
-                server.stop()
-            for process in local.processes.values():
-                process.wait(timeout=120)
-        stats = {name: local.party_stats(name) for name in local.names}
+            watch.phase = "join"
+            outcome, seconds, stats = _run_parties(local, server, watch.add, on_phase)
     memory = watch.summary()
     phases = {k: [float(v[0]), int(v[1])] + memory.get(k, [0, 0, 0.0, 0.0])
               for k, v in outcome.stats.items()}
