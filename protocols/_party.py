@@ -586,7 +586,6 @@ class Party(PartyReconnect):
 
     def _tiles(self, round_: int, responders: list[str]):
         plan, params, session = self.plan, self.parameters, self.session
-        masked = params.mode == "masked"
         view = self._view(round_, responders)
         others = self._mask_partners(responders)
         checks = self._checks
