@@ -83,13 +83,17 @@ class LoopbackGrid(Grid):
     def get_node_ids(self):
         return list(self.apps)
 
+    def _stamp(self, message) -> None:
+        """What the SuperLink sets on a pushed message (id, run, source), and the record."""
+        message.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+        message.metadata.__dict__["_run_id"] = self._run_id
+        message.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+        self.sent.append(message)
+
     def push_messages(self, messages):
         ids = []
         for message in messages:
-            message.metadata.__dict__["_message_id"] = uuid.uuid4().hex
-            message.metadata.__dict__["_run_id"] = self._run_id
-            message.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
-            self.sent.append(message)
+            self._stamp(message)
             node = message.metadata.dst_node_id
             if node in self.silent or node not in self.apps:
                 ids.append(message.metadata.message_id)
@@ -128,10 +132,7 @@ class ThreadedGrid(LoopbackGrid):
     def push_messages(self, messages):
         ids = []
         for message in messages:
-            message.metadata.__dict__["_message_id"] = uuid.uuid4().hex
-            message.metadata.__dict__["_run_id"] = self._run_id
-            message.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
-            self.sent.append(message)
+            self._stamp(message)
             ids.append(message.metadata.message_id)
             node = message.metadata.dst_node_id
             if node in self.silent or node not in self.apps:
