@@ -70,19 +70,25 @@ def test_a_link_broken_mid_evaluation_resumes_and_d_is_exact(integrity, after_ti
     assert all(p.done for p in session.parties.values())
 
 
-def test_a_link_broken_in_the_shares_phase_gets_the_held_chunks_on_resume():
+def _party_2_broken_after_two_share_chunks():
+    """A session run until party-2's link breaks after its second share chunk."""
     data = random_data(list(SIZES), 3, seed=12)
     session = Session(data, _params())
     link = Link(session)
     link.start()
     state = {"done": False}
 
-    def when(sender, env, sent):  # party-2 breaks after its second share chunk
+    def when(sender, env, sent):
         if not state["done"] and sender == "party-2" and env.HasField("share") and sent == 2:
             state["done"] = True
             return True
         return False
     link.run(when)
+    return data, session, link
+
+
+def test_a_link_broken_in_the_shares_phase_gets_the_held_chunks_on_resume():
+    data, session, link = _party_2_broken_after_two_share_chunks()
     assert "party-2" in link.down
     # the others' chunks for party-2 are held while it is away
     assert link.c._outlogs["party-2"].bytes > 0
@@ -529,18 +535,7 @@ def test_a_resume_clears_away_counts_and_logs_and_the_next_resume_counts_afresh(
 def test_the_replayed_share_chunks_count_against_the_hold_budget_again():
     # what is re-sent on the new stream is held again until acknowledged, with the bytes
     # of every share chunk in it (what memory_budget bounds); other envelopes hold none
-    data = random_data(list(SIZES), 3, seed=12)
-    session = Session(data, _params())
-    link = Link(session)
-    link.start()
-    state = {"done": False}
-
-    def when(sender, env, sent):  # party-2 breaks after its second share chunk
-        if not state["done"] and sender == "party-2" and env.HasField("share") and sent == 2:
-            state["done"] = True
-            return True
-        return False
-    link.run(when)
+    data, session, link = _party_2_broken_after_two_share_chunks()
     c, party = link.c, session.parties["party-2"]
     party.resume_request()
     out = c.resume("party-2", party.answer_challenge(c.resume_challenge("party-2")))
