@@ -64,8 +64,11 @@ class DeviationHandling:
             who = "no error could be located"
         else:
             who = attribution.describe()
-        if self._excluded:
-            who += f" (already excluded: {', '.join(map(repr, self._excluded))})"
+        excluded = ", ".join(map(repr, self._excluded))
+        if attribution.clean and found.triples and not attribution.named and excluded:
+            who = f"the parties already excluded ({excluded}) explain every located error"
+        elif excluded:
+            who += f" (already excluded: {excluded})"
         record = {"round": self.round, "named": list(named),
                   "suspects": [list(x) for x in suspects], "description": f"{what}: {who}"}
         logger.warning("session %r: integrity: %s: %s", self.session_id, what, who)

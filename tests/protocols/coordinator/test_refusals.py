@@ -1290,8 +1290,9 @@ def test_errors_the_excluded_parties_explain_name_nobody_and_end_the_session():
     assert (error.named, error.suspects) == (("party-1",), ())
     assert str(error).startswith("integrity check failed in phase 'decode': 2 entries "
                                  "failed the parity checks in round 2 ")
-    assert str(error).endswith(": no errors (already excluded: 'party-1'); nobody can be "
-                               "excluded, so the session returns nothing")
+    assert str(error).endswith(": the parties already excluded ('party-1') explain every "
+                               "located error; nobody can be excluded, so the session "
+                               "returns nothing")
 
 
 def test_more_liars_than_the_checks_can_place_are_not_corrected_either():
