@@ -40,8 +40,11 @@ def register(subparsers) -> None:
                                           "coordinator address; port 0 = any free port)")
     parser.add_argument("--port-file", help="write the port actually bound to this file")
     add_output_arguments(parser, what="distances.npy and labels.npy")
-    parser.add_argument("--data-out", help="save the squared-distance matrix here instead "
-                                           "(.npy)")
+    parser.add_argument("--data-out", help="save the squared-distance matrix here instead: "
+                                           ".npy (float64), or .zarr (a full-layout "
+                                           "session's exact integer matrix as a Zarr v3 "
+                                           "store that dask.array.from_zarr reads; needs "
+                                           "omnifc[dask])")
     parser.add_argument("--labels-out", help="save the cluster labels of all rows here "
                                              "instead (.npy)")
     parser.add_argument("--no-cluster", action="store_true",
@@ -94,6 +97,48 @@ def save_distances(distances, path) -> None:
     del out
 
 
+def check_data_out(path, layout: str) -> None:
+    """Refuse, before the session starts, a ``--data-out`` that cannot be written: a
+    suffix other than ``.npy`` or ``.zarr``, or ``.zarr`` for a landmarks or pairs session
+    (its result is not a square matrix).
+
+    >>> check_data_out("D.zarr", "full"); check_data_out("D.npy", "pairs")
+    >>> check_data_out("D.zarr", "pairs")
+    Traceback (most recent call last):
+    ...
+    finite_field._errors.ParameterError: --data-out D.zarr: a Zarr result holds the full layout's n x n matrix; this session's layout is 'pairs' (save it as .npy)
+    """
+    from finite_field import ParameterError
+
+    suffix = Path(path).suffix
+    if suffix not in (".npy", ".zarr"):
+        raise ParameterError(f"--data-out {path}: the file must end in .npy or .zarr, got "
+                             f"{suffix or 'no suffix'!r}")
+    if suffix == ".zarr" and layout != "full":
+        raise ParameterError(f"--data-out {path}: a Zarr result holds the full layout's n x n "
+                             f"matrix; this session's layout is {layout!r} (save it as .npy)")
+    if suffix == ".zarr":
+        from protocols._zarr_store import _import_zarr
+
+        _import_zarr()  # refused now, with the install hint, not after the session
+
+
+def save_result(outcome, path, distance_bound=None) -> None:
+    """Save a session's distances at ``path``: a ``.zarr`` path gets the exact integer
+    matrix as a Zarr v3 store (:meth:`DistanceStore.from_integer`, its metadata written
+    last), anything else the float64 ``.npy`` of :func:`save_distances`."""
+    if Path(path).suffix == ".zarr":
+        from protocols import DistanceStore
+
+        store = outcome.store
+        DistanceStore.from_integer(store.integer, scale_bits=store.scale_bits,
+                                   distance_bound=distance_bound, out=path,
+                                   tile_bytes=store.tile_bytes, parameters=store.parameters)
+        return
+    distances = outcome.store.distances if outcome.store is not None else outcome.values
+    save_distances(distances, path)
+
+
 def save_layout_rows(outcome, distances_path) -> Path | None:
     """For a landmarks or pairs session: save its rows (the landmark row of each column,
     or the (i, j) of each entry) beside the distances, as ``<name>.landmarks.npy`` or
@@ -115,6 +160,12 @@ def save_layout_rows(outcome, distances_path) -> Path | None:
     return path
 
 
+def coordinator_bound(coordinator):
+    """The largest possible distance of the coordinator's session (its coding plan's
+    ``distance_bound``), or None before it has a plan."""
+    return getattr(coordinator.plan, "distance_bound", None)
+
+
 def format_stats(stats) -> str:
     return "\n".join(f"  {phase:<11} {seconds:8.3f} s {nbytes / 1e6:10.3f} MB"
                      for phase, (seconds, nbytes) in stats.items())
@@ -129,6 +180,8 @@ def run(args) -> int:
 
     refuse_insecure_flag(args)
     config = load_config(args.config, keys=args.keys, who="coordinator")
+    if args.data_out:
+        check_data_out(args.data_out, config.parameters.layout)
     announce_session(config, "the coordinator")
     display = {}  # the phase display, once it exists (the clustering runs long after)
 
@@ -194,8 +247,8 @@ def run(args) -> int:
           f"{', '.join(outcome.responders)}{dropped})")
     save_folder(folder)
     distances_path = args.data_out or folder / "distances.npy"
-    save_distances(distances, distances_path)
     del distances
+    save_result(outcome, distances_path, distance_bound=coordinator_bound(server.coordinator))
     end_journal(journal, folder, outcome)
     print(f"saved {'the squared-distance matrix' if outcome.layout == 'full' else what} to "
           f"{distances_path}")

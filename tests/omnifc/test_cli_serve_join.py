@@ -343,3 +343,19 @@ def test_audit_config_on_one_organizations_files(tmp_path, keep, session_copy):
     result = omnifc("audit", "--config", config, "--checks", "5", cwd=tmp_path)
     assert result.returncode == 1, result.stdout
     assert "Transport security | **FAIL**" in result.stdout
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("extra, data_out, pattern", [
+    ((), "D.csv", r"--data-out D\.csv: the file must end in \.npy or \.zarr, got '\.csv'"),
+    (("--layout", "landmarks", "--n-landmarks", "2"), "D.zarr",
+     r"--data-out D\.zarr: a Zarr result holds the full layout's n x n matrix; this "
+     r"session's layout is 'landmarks' \(save it as \.npy\)"),
+])
+def test_serve_refuses_a_data_out_it_cannot_write_before_it_listens(tmp_path, session_copy,
+                                                                    extra, data_out, pattern):
+    config = session_copy(tmp_path / "s", *extra)
+    result = omnifc("serve", "--config", config, "--data-out", data_out, "--port-file",
+                    "port", cwd=tmp_path)
+    one_clear_line(result, pattern)
+    assert not (tmp_path / "port").exists() and not (tmp_path / data_out).exists()

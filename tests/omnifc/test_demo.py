@@ -29,7 +29,9 @@ def test_demo_runs_exact_and_cleans_up(capsys, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []  # certificates, keys and data removed
 
 
-def test_serve_and_join_as_separate_commands(tmp_path):
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("data_out", ["D.npy", "D.zarr"])
+def test_serve_and_join_as_separate_commands(tmp_path, data_out):
     rng = np.random.default_rng(3)
     names = ["a", "b", "c"]
     subprocess.run([sys.executable, "-m", "omnifc.cli", "certs", "--out", str(tmp_path / "s"),
@@ -49,7 +51,7 @@ def test_serve_and_join_as_separate_commands(tmp_path):
     port_file = tmp_path / "port"
     serve = subprocess.Popen([sys.executable, "-m", "omnifc.cli", "serve", "--config", str(config),
                               "--port-file", str(port_file), "--no-progress", "--data-out",
-                              str(tmp_path / "D.npy")], stdout=subprocess.PIPE,
+                              str(tmp_path / data_out)], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     joins = []
     try:
@@ -78,8 +80,20 @@ def test_serve_and_join_as_separate_commands(tmp_path):
                 process.wait()
     x = np.concatenate([data[n] for n in names])
     q = np.floor(np.clip(x, -2, 2) * 256 + 0.5).astype(np.int64)
-    expected = ((q[:, None, :] - q[None, :, :]) ** 2).sum(-1) / 256.0**2
-    assert np.array_equal(np.load(tmp_path / "D.npy"), expected)
+    exact = ((q[:, None, :] - q[None, :, :]) ** 2).sum(-1)  # Python-exact small integers
+    if data_out == "D.npy":
+        assert np.array_equal(np.load(tmp_path / data_out), exact / 256.0**2)
+        return
+    # the Zarr result: the exact integers, read by Dask straight from the store, and the
+    # same matrix through omnifc, whose metadata says it is complete
+    import dask.array as da
+
+    from omnifc import DistanceStore
+    integer = da.from_zarr(str(tmp_path / data_out), component="integer").compute()
+    assert integer.dtype == np.int32 and np.array_equal(integer, exact)
+    store = DistanceStore.open(tmp_path / data_out)
+    assert store.format == "zarr" and np.array_equal(store.distances[0:15], exact / 256.0**2)
+    assert "saved the squared-distance matrix to " + str(tmp_path / data_out) in out
 
 
 @pytest.mark.timeout(300)
