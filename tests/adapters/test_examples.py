@@ -179,8 +179,8 @@ def test_fmcl_example_lines(small_fmcl, seed):
         f"ARI {_ari(domains, direct.labels):.3f}; k-means on mean embeddings ARI "
         f"{_ari(domains, baseline):.3f}",
         f"secure           thermometer q=500: window {plain.window}, K = {plain.n_clusters}, "
-        f"ARI {_ari(domains, plain.labels):.3f}; identical to the plaintext thermometer "
-        f"path: True",
+        f"ARI {_ari(domains, plain.labels):.3f}; D and labels identical to the plaintext "
+        f"thermometer path: True",
     ]
     assert ok is True
 

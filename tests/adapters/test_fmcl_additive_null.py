@@ -172,3 +172,19 @@ def test_fmcl_server_and_the_federated_loop_take_the_additive_rule():
     direct = fmcl.fmcl_server(out["distances"], rule="additive")
     assert out["n_clusters"] == direct.n_clusters
     assert np.array_equal(out["labels"], direct.labels)
+
+
+@pytest.mark.slow
+def test_the_default_rule_is_the_additive_one_and_keeps_one_population_whole():
+    # issue 24: the default rule answers K = 1 on one population with client effects, where
+    # the previous default ("tested", the exchangeable null) splits it; every entry point
+    # that takes a rule defaults to it
+    import inspect
+
+    assert fmcl.DEFAULT_RULE == "additive"
+    for function in (fmcl.fmcl_server, fmcl.choose_clusters, fmcl.run_federated_fmcl):
+        assert inspect.signature(function).parameters["rule"].default == "additive"
+    d = _one_population(0)
+    by_default = fmcl.fmcl_server(d)
+    assert by_default.n_clusters == 1 and not by_default.labels.any()
+    assert fmcl.fmcl_server(d, rule="tested").n_clusters >= 2

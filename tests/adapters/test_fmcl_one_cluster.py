@@ -85,7 +85,7 @@ def test_parameters_are_checked():
                                         ("permutation", 102)])
 def test_single_domain_gives_one_cluster_by_default(shift, seed):
     d, _ = _distances(1, seed, shift)
-    result = fmcl.fmcl_server(d)                      # defaults: the tested rule
+    result = fmcl.fmcl_server(d, rule="tested")       # the default before issue 24
     assert result.n_clusters == 1 and result.labels.tolist() == [0] * 10
     assert result.window == (1, 9)
     # the silhouette rule alone splits the same domain
@@ -157,7 +157,7 @@ def test_groups_made_by_overlap_alone_are_one_cluster_under_the_stratified_null(
     assert plain.p_value == 0.01 and not plain.one_cluster
     assert stratified.p_value == 1.0 and stratified.one_cluster
     assert np.all(stratified.null == stratified.statistic)
-    assert fmcl.fmcl_server(d, overlap=overlap).n_clusters == 1
-    assert fmcl.fmcl_server(d).n_clusters == 2
+    assert fmcl.fmcl_server(d, rule="tested", overlap=overlap).n_clusters == 1
+    assert fmcl.fmcl_server(d, rule="tested").n_clusters == 2
     with pytest.raises(InputError):
         fmcl.one_cluster_test(d, overlap=overlap[:3, :3])

@@ -43,8 +43,8 @@ are carried exactly by :func:`exact_fmcl_distances` (the default of :func:`run_f
   ``S_ij = L_gh`` or ``F_g = sum_k L_gk``. The coordinator divides by ``S_ij`` in exact
   fractions. :func:`exact_code` picks the code.
 
-K is chosen by :func:`choose_clusters` (rules ``"tested"``, the default, ``"additive"``,
-``"silhouette"``, ``"calibrated"``, ``"paper"``; ``"additive"`` and its client-effect null
+K is chosen by :func:`choose_clusters` (rules ``"additive"``, the default since issue 24,
+``"tested"``, the default before, ``"silhouette"``, ``"calibrated"``, ``"paper"``; ``"additive"`` and its client-effect null
 live in ``_one_cluster``, the others in :mod:`omnifc.adapters._k_selection`).
 
 What the coordinator learns beyond the distances

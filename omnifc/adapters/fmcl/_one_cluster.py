@@ -33,8 +33,8 @@ identical signatures) are floored at ``1e-9`` times the median distance before t
 With 3 clients the model fits D exactly (no residual: p = 1, K = 1). The test adds no
 information: it reads D only.
 
-Rules: ``"additive"`` = this test, then the silhouette rule's K (as ``"tested"``); the
-other rules are :func:`omnifc.adapters._k_selection.choose_clusters`'s.
+Rules: ``"additive"`` (the default, :data:`DEFAULT_RULE`) = this test, then the silhouette
+rule's K (as ``"tested"``); the other rules are :func:`omnifc.adapters._k_selection.choose_clusters`'s.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ logger = logging.getLogger(__name__)
 RULES = ("additive",) + tuple(_BASE_RULES)
 
 #: FMCL's default K rule (docs/adapters.md, "Automatic K": held-out grid).
-DEFAULT_RULE = "tested"
+DEFAULT_RULE = "additive"
 
 #: Nulls of :func:`one_cluster_test`.
 NULLS = ("exchangeable", "stratified", "additive")
