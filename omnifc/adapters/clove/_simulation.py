@@ -21,23 +21,38 @@ __all__ = ["CLASSIFIER_MAX_LOSS", "CloveFLRun", "CloveRun", "adam_trainer", "loc
 
 logger = logging.getLogger(__name__)
 
-#: The K rule of run_clove / run_clove_fl when K is unknown. The one line to change when
-#: the calibrated rule lands (issue 24, "kcal"): "gap" = choose_k_gap (omnifc's ward gap),
-#: "silhouette" = choose_k (the paper's), or a callable ``rule(d, k_upper) -> K``.
+#: The K rule of run_clove / run_clove_fl when K is unknown: "gap" = choose_k_gap (omnifc's
+#: ward gap, K >= 2), "calibrated" = omnifc.adapters._calibrated_k.calibrated_k (the ward gap
+#: tested against reference federations drawn from D; may answer K = 1), "silhouette" =
+#: choose_k (the paper's), or a callable ``rule(d, k_upper) -> K``. Measured side by side in
+#: docs/adapters.md (CLoVE, "Automatic K").
 DEFAULT_K_RULE = "gap"
 
+#: The K rules :func:`run_clove` and :func:`run_clove_fl` accept by name.
+K_RULES = ("gap", "calibrated", "silhouette")
 
-def _choose_k(rule, d, k_upper, tolerance=None):
-    """K from D by ``rule`` ("gap", "silhouette" or a callable ``rule(d, k_upper)``)."""
+
+def _choose_k(rule, d, k_upper, tolerance=None, seed=0):
+    """K from D by ``rule`` ("gap", "calibrated", "silhouette" or ``rule(d, k_upper)``).
+
+    "calibrated" searches K = 1..min(k_upper, n // 2) (the gap rule's upper end) with the
+    public ``seed`` as the reference draws' ``random_state``, and logs its evidence.
+    """
     if callable(rule):
         return int(rule(d, k_upper))
     if rule == "gap":
         return choose_k_gap(d, k_upper=k_upper)
+    if rule == "calibrated":
+        from .._calibrated_k import calibrated_k
+
+        n = np.asarray(d).shape[0]
+        upper = max(1, min(int(k_upper), n // 2))
+        return int(calibrated_k(d, max_clusters=upper, random_state=int(seed)).k)
     if rule == "silhouette":
         if tolerance is None:
             return choose_k(d, k_upper=k_upper)
         return choose_k(d, k_upper=k_upper, tolerance=tolerance)
-    raise ParameterError(f"k_rule must be 'gap', 'silhouette' or a callable, got {rule!r}")
+    raise ParameterError(f"k_rule must be one of {K_RULES} or a callable, got {rule!r}")
 
 
 def local_update(theta, features, targets, *, local_steps: int | None = None,
@@ -135,10 +150,12 @@ def run_clove(clients, initial_models, *, n_clusters: int | None = None, rounds:
     initial_models : array (K_hat, d)
     n_clusters : int, optional
         Known K; ``None`` chooses K each round with ``k_rule`` (K_ub = ``k_upper``).
-    k_rule : {"gap", "silhouette"} or callable
+    k_rule : {"gap", "calibrated", "silhouette"} or callable
         :data:`DEFAULT_K_RULE` ("gap", :func:`choose_k_gap`, omnifc's) by default;
-        "silhouette" is the paper's ward + silhouette (:func:`choose_k`); a callable
-        ``rule(d, k_upper) -> K``.
+        "calibrated" is :func:`omnifc.adapters._calibrated_k.calibrated_k` (K = 1..min(k_upper,
+        n // 2), the run's ``seed`` as its public reference seed; it can answer one
+        cluster); "silhouette" is the paper's ward + silhouette (:func:`choose_k`); a
+        callable ``rule(d, k_upper) -> K``.
     secure : bool
         ``True``: D from :func:`omnifc.adapters.protect` and C from the secure sum.
         ``False``: the plaintext reference on the same quantized loss vectors (identical
@@ -176,7 +193,8 @@ def run_clove(clients, initial_models, *, n_clusters: int | None = None, rounds:
             else:
                 d = plaintext_distances(quantize_rows(vectors, bound=max_loss,
                                                       scale_bits=scale_bits, nonnegative=True))
-            k = n_clusters if n_clusters is not None else _choose_k(k_rule, d, k_upper)
+            k = (n_clusters if n_clusters is not None
+                 else _choose_k(k_rule, d, k_upper, seed=seed))
             labels = cluster_clients(d, k, random_state=seed)
             if secure:
                 cost = secure_group_sums(vectors, labels, n_groups=k, bound=max_loss,
@@ -291,9 +309,11 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
 
     - K unknown (``n_clusters=None``; K_hat = ``len(initial_models)``, the paper's default
       upper bound is 15): ``k_rule="gap"`` (**default, omnifc's**, :func:`choose_k_gap`:
-      widest relative gap of the ward merge heights) or ``"silhouette"`` (the paper's,
-      :func:`choose_k` with ``k_tolerance`` = 0.10); measured side by side in
-      docs/adapters.md.
+      widest relative gap of the ward merge heights), ``"calibrated"`` (that gap tested
+      against reference federations drawn from D: ``calibrated_k``, may answer K = 1) or
+      ``"silhouette"`` (the paper's, :func:`choose_k` with ``k_tolerance`` = 0.10);
+      measured side by side in docs/adapters.md (the calibrated rule is not the default:
+      it lost one label-shift run per held-out seed set to K = 1).
     - ``first_round="random"`` (the paper's CNN runs): round 0 gives each participant a
       random model, repaired so every model gets a client when there are enough (held for
       ``random_rounds`` rounds, 1 = the paper; held rounds do not count towards stability);
@@ -432,7 +452,7 @@ def _run_clove_fl_once(clients, model, initial_models, *, restart, n_clusters, r
             if n_clusters is not None:
                 k_used = n_clusters
             else:
-                k_used = _choose_k(k_rule, d, k_upper, k_tolerance)
+                k_used = _choose_k(k_rule, d, k_upper, k_tolerance, seed=seed)
             labels = cluster_clients(d, k_used, random_state=seed)
             if secure:
                 sub = None if labels_of is None else [labels_of[i] for i in part]
