@@ -25,9 +25,10 @@ def _shift_rows(quick: bool):
     """Each use against FedAvg under feature rotation and under label shift (pooled accuracy).
 
     3 domains x 4 clients, 100 training rows, 20 rounds, 4 clients per round, on
-    :data:`SHIFT_SEEDS`; the library's defaults (similarity sampling + MWU, regularizer
-    off) are one of the variants. Returns (rows, comparisons for :func:`not_better`,
-    {(shift, variant): mean pooled accuracy}).
+    :data:`SHIFT_SEEDS`: each use alone, sampling + MWU (the previous defaults) and all
+    three (the paper's) against FedAvg, which is the library's defaults (no use; checked).
+    Returns (rows, comparisons for :func:`not_better`, {(shift, variant): mean pooled
+    accuracy}).
     """
     from ... import fl
     from ...adapters import client2vec as c2v
