@@ -180,7 +180,9 @@ def run(quick: bool):
         ax.bar(np.arange(len(names)) + (j - 0.5) * 0.4,
                [shift_means[(shift, n)] for n in names], width=0.4,
                color=("tab:green", "tab:red")[j], label=f"{shift} (secure)")
-    ax.set_xticks(np.arange(len(names)), [n.split(" (")[0] for n in names], fontsize=8)
+    ax.set_xticks(np.arange(len(names)),
+                  [n.split(" (")[0].replace(" alone", "").replace("similarity ", "similarity\n")
+                   for n in names], fontsize=8)
     ax.set_ylim(0.0, 1.0)
     ax.set_ylabel("pooled test accuracy of the global model")
     ax.set_title(f"3 domains x 4 clients, held-out seeds, mean of "
