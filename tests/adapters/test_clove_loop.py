@@ -338,6 +338,10 @@ def test_calibrated_k_rule_gets_d_the_upper_end_and_the_seed(monkeypatch):
                     k_rule="calibrated")
     assert [kw for _, kw in calls] == [dict(max_clusters=2, random_state=0)]
     calls.clear()
+    clove.run_clove(_linear_clients()[:3], start, rounds=1, secure=False,
+                    k_rule="calibrated")          # below 4 clients: as the gap rule, all n
+    assert [kw for _, kw in calls] == [dict(max_clusters=3, random_state=0)]
+    calls.clear()
     fl_run = clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, rounds=1,
                                 local_train=_keep, first_round="evaluation_based",
                                 secure=False, seed=4, k_rule="calibrated")

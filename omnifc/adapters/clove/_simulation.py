@@ -37,8 +37,9 @@ K_RULES = ("gap", "calibrated", "silhouette")
 def _choose_k(rule, d, k_upper, tolerance=None, seed=0):
     """K from D by ``rule`` ("gap", "calibrated", "silhouette" or ``rule(d, k_upper)``).
 
-    "calibrated" searches K = 1..min(k_upper, n // 2) (the gap rule's upper end) with the
-    public ``seed`` as the reference draws' ``random_state``, and logs its evidence.
+    "calibrated" searches K = 1..min(k_upper, n // 2) (the gap rule's upper end; all n
+    below 4 clients, where calibrated_k itself stops at n - 1) with the public ``seed`` as
+    the reference draws' ``random_state``, and logs its evidence.
     """
     if callable(rule):
         return int(rule(d, k_upper))
@@ -48,7 +49,7 @@ def _choose_k(rule, d, k_upper, tolerance=None, seed=0):
         from .._calibrated_k import calibrated_k
 
         n = np.asarray(d).shape[0]
-        upper = max(1, min(int(k_upper), n // 2))
+        upper = max(1, min(int(k_upper), n // 2) if n >= 4 else n)
         return int(calibrated_k(d, max_clusters=upper, random_state=int(seed)).k)
     if rule == "silhouette":
         if tolerance is None:
