@@ -185,7 +185,7 @@ def test_mwu_aggregation_beats_uniform_on_a_minority_domain_federation(seed):
 
 def test_client2vec_loop_secure_equals_plaintext():
     clients = _minority_federation(0)[:6] + _minority_federation(0)[7:9]
-    common = dict(n_features=64, n_classes=10, rounds=4, per_round=3, seed=0)
+    common = dict(n_features=64, n_classes=10, rounds=4, per_round=3, seed=0, uses="paper")
     secure = c2v.run_federated_client2vec(clients, secure=True, **common)
     plain = c2v.run_federated_client2vec(clients, secure=False, **common)
     assert np.array_equal(secure["distances"], plain["distances"])

@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from finite_field import ParameterError
+
 from omnifc import fl
 from omnifc.adapters import _common
 from omnifc.adapters import client2vec as c2v
@@ -94,7 +96,7 @@ def _reference(clients, *, n_features, n_classes, rounds, per_round, sampling, m
                 similarity=similarity, network=network)
 
 
-DOCUMENTED_DEFAULTS = dict(rounds=20, per_round=4, sampling=True, mwu=True, regularizer=False,
+DOCUMENTED_DEFAULTS = dict(rounds=20, per_round=4, sampling=False, mwu=False, regularizer=False,
                            tau=1.0, lambda_1=1.0, gamma=0.9, encoder_dim=32, index_dim=16,
                            proxy_rows=500, learning_rate=0.5, lambda_orth=0.05, lambda_kd=0.1,
                            seed=0)
@@ -155,6 +157,36 @@ def test_the_documented_defaults(clients, monkeypatch):
     _assert_same(result, ref)
 
 
+def test_uses_paper_is_all_three_and_flags_override_it(clients):
+    """``uses="paper"`` = sampling + MWU + regularizer (the published method); an explicit
+    flag overrides its use; ``uses="fedavg"`` = the defaults (no use)."""
+    opts = dict(rounds=3, per_round=3, tau=0.7, lambda_1=1.3, gamma=0.6, learning_rate=0.3,
+                lambda_orth=0.2, lambda_kd=0.4, seed=2, **SMALL)
+    paper = c2v.run_federated_client2vec(clients, n_features=64, n_classes=10, uses="paper",
+                                         secure=False, **opts)
+    _assert_same(paper, _reference(clients, n_features=64, n_classes=10, sampling=True,
+                                   mwu=True, regularizer=True, **opts))
+    no_reg = c2v.run_federated_client2vec(clients, n_features=64, n_classes=10, uses="paper",
+                                          regularizer=False, secure=False, **opts)
+    _assert_same(no_reg, _reference(clients, n_features=64, n_classes=10, sampling=True,
+                                    mwu=True, regularizer=False, **opts))
+    fedavg = c2v.run_federated_client2vec(clients, n_features=64, n_classes=10, uses="fedavg",
+                                          mwu=True, secure=False, **opts)
+    _assert_same(fedavg, _reference(clients, n_features=64, n_classes=10, sampling=False,
+                                    mwu=True, regularizer=False, **opts))
+
+
+def test_resolve_uses_and_the_default_flags():
+    assert (c2v.DEFAULT_SAMPLING, c2v.DEFAULT_MWU, c2v.DEFAULT_REGULARIZER) == \
+        (False, False, False)
+    assert c2v.resolve_uses() == (False, False, False) == c2v.resolve_uses("fedavg")
+    assert c2v.resolve_uses("paper") == (True, True, True)
+    assert c2v.resolve_uses(sampling=True) == (True, False, False)
+    assert c2v.resolve_uses("paper", mwu=False) == (True, False, True)
+    with pytest.raises(ParameterError, match="uses must be one of"):
+        c2v.resolve_uses("all")
+
+
 def _spy(monkeypatch, seen):
     real_protect, real_sums = _common.protect, _common.secure_group_sums
 
@@ -171,7 +203,8 @@ def _spy(monkeypatch, seen):
 
 @pytest.mark.parametrize("parties", [None, [1, 0, 1, 0, 2, 2]])
 def test_secure_run_equals_plaintext_and_passes_the_owners(clients, monkeypatch, parties):
-    opts = dict(rounds=2, per_round=3, seed=1, regularizer=True, **SMALL)   # every use on
+    opts = dict(rounds=2, per_round=3, seed=1, sampling=True, mwu=True, regularizer=True,
+                **SMALL)                                       # every use on
     seen = {}
     _spy(monkeypatch, seen)
     secure = c2v.run_federated_client2vec(clients, n_features=64, n_classes=10, secure=True,
@@ -190,7 +223,7 @@ def test_secure_run_equals_plaintext_and_passes_the_owners(clients, monkeypatch,
     plain = c2v.run_federated_client2vec(clients, n_features=64, n_classes=10, secure=False,
                                          parties=parties, **opts)
     assert seen == {}                   # the plaintext path runs no protocol
-    ref = _reference(clients, n_features=64, n_classes=10, sampling=True, mwu=True,
+    ref = _reference(clients, n_features=64, n_classes=10,
                      tau=1.0, lambda_1=1.0, gamma=0.9, learning_rate=0.5,
                      lambda_orth=0.05, lambda_kd=0.1, **opts)
     _assert_same(secure, ref)

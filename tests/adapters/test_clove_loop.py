@@ -173,17 +173,36 @@ def _gap_reference(points, method="ward", k_upper=15):
 
 # ----------------------------------------------------------------------------- run_clove_fl
 
-def test_run_clove_fl_default_k_rule_arguments_reach_choose_k_gap(monkeypatch):
+def _spy_calibrated(monkeypatch):
+    """Record (D, keyword arguments) of every calibrated_k call and call the real one."""
+    from omnifc.adapters import _calibrated_k
+
+    real, calls = _calibrated_k.calibrated_k, []
+
+    def spy(d, **kwargs):
+        calls.append((np.array(d, copy=True), kwargs))
+        return real(d, **kwargs)
+
+    monkeypatch.setattr(_calibrated_k, "calibrated_k", spy)
+    return calls
+
+
+def test_run_clove_fl_default_k_rule_is_calibrated_and_gap_gets_k_upper(monkeypatch):
+    cal = _spy_calibrated(monkeypatch)
     gap = _spy(monkeypatch, "choose_k_gap")
     km = _spy(monkeypatch, "cluster_clients")
+    assert clove._simulation.DEFAULT_K_RULE == "calibrated"
     clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, rounds=1, local_train=_keep,
                        first_round="evaluation_based", secure=False)
-    assert gap == [dict(k_upper=15)]                 # the paper's K_ub = 15
-    assert [c["random_state"] for c in km] == [0]    # seed = 0 by default
+    # the paper's K_ub = 15, capped at n // 2; seed = 0 by default
+    assert [kw for _, kw in cal] == [dict(max_clusters=min(15, len(TARGETS) // 2),
+                                          random_state=0)]
+    assert gap == [] and [c["random_state"] for c in km] == [0]
     km.clear()
     clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, rounds=1, local_train=_keep,
-                       first_round="evaluation_based", secure=False, seed=7, k_upper=4)
-    assert gap[-1] == dict(k_upper=4)
+                       first_round="evaluation_based", secure=False, seed=7, k_upper=4,
+                       k_rule="gap")
+    assert gap == [dict(k_upper=4)]
     assert [c["random_state"] for c in km] == [7]
 
 
@@ -266,17 +285,18 @@ def _linear_clients():
     return clients
 
 
-def test_run_clove_defaults_reach_choose_k_kmeans_and_is_stable(monkeypatch):
-    ck = _spy(monkeypatch, "choose_k_gap")         # DEFAULT_K_RULE = "gap" (issue 24)
+def test_run_clove_defaults_reach_calibrated_k_kmeans_and_the_gap_rule(monkeypatch):
+    cal = _spy_calibrated(monkeypatch)               # DEFAULT_K_RULE = "calibrated"
+    ck = _spy(monkeypatch, "choose_k_gap")
     km = _spy(monkeypatch, "cluster_clients")
     start = np.array([[1.0, 0.1], [0.1, 1.0], [-1.0, 0.1], [0.5, 0.5], [-0.5, 0.5],
                       [0.0, -1.0]])                 # K_hat = 6 >= any K chosen from 6
     clove.run_clove(_linear_clients(), start, rounds=1, secure=False)
-    assert ck == [dict(k_upper=15)]
-    assert km == [dict(random_state=0)]
-    ck.clear()
+    assert [kw for _, kw in cal] == [dict(max_clusters=3, random_state=0)]    # 6 // 2
+    assert ck == [] and km == [dict(random_state=0)]
     km.clear()
-    clove.run_clove(_linear_clients(), start, rounds=1, secure=False, seed=9, k_upper=3)
+    clove.run_clove(_linear_clients(), start, rounds=1, secure=False, seed=9, k_upper=3,
+                    k_rule="gap")
     assert ck == [dict(k_upper=3)] and km == [dict(random_state=9)]
     paper = _spy(monkeypatch, "choose_k")
     clove.run_clove(_linear_clients(), start, rounds=1, secure=False, k_rule="silhouette")
@@ -285,8 +305,65 @@ def test_run_clove_defaults_reach_choose_k_kmeans_and_is_stable(monkeypatch):
     clove.run_clove(_linear_clients(), start, rounds=1, secure=False, k_upper=4,
                     k_rule=lambda d, k_upper: seen.append((d.shape, k_upper)) or 2)
     assert seen == [((6, 6), 4)]
-    with pytest.raises(ParameterError, match="k_rule must be"):
+    with pytest.raises(ParameterError, match="k_rule must be one of .*calibrated"):
         clove.run_clove(_linear_clients(), start, rounds=1, secure=False, k_rule="elbow")
+
+
+def _one_population_clients(n=8, seed=5):
+    """n linear-regression clients of ONE population (same theta, noisy targets)."""
+    rng = np.random.default_rng(seed)
+    clients = []
+    for _ in range(n):
+        x = rng.standard_normal((30, 3))
+        clients.append((x, x @ np.array([1.0, 0.5, -0.5]) + 0.1 * rng.standard_normal(30)))
+    return clients
+
+
+def test_calibrated_k_rule_gets_d_the_upper_end_and_the_seed(monkeypatch):
+    """k_rule="calibrated": calibrated_k on the round's D with max_clusters = min(k_upper,
+    n // 2) (the gap rule's upper end) and the run's seed as its public random_state; the K
+    used is the K it returned."""
+    from omnifc.adapters._calibrated_k import calibrated_k as real
+
+    calls = _spy_calibrated(monkeypatch)
+    start = np.array([[1.0, 0.1], [0.1, 1.0], [-1.0, 0.1], [0.5, 0.5], [-0.5, 0.5],
+                      [0.0, -1.0]])
+    run = clove.run_clove(_linear_clients(), start, rounds=1, secure=False, seed=9,
+                          k_rule="calibrated")
+    assert [kw for _, kw in calls] == [dict(max_clusters=3, random_state=9)]   # 6 // 2
+    assert np.array_equal(calls[0][0], run.distances[0])
+    assert run.n_clusters == [real(run.distances[0], max_clusters=3, random_state=9).k]
+    calls.clear()
+    clove.run_clove(_linear_clients(), start, rounds=1, secure=False, k_upper=2,
+                    k_rule="calibrated")
+    assert [kw for _, kw in calls] == [dict(max_clusters=2, random_state=0)]
+    calls.clear()
+    clove.run_clove(_linear_clients()[:3], start, rounds=1, secure=False,
+                    k_rule="calibrated")          # below 4 clients: as the gap rule, all n
+    assert [kw for _, kw in calls] == [dict(max_clusters=3, random_state=0)]
+    calls.clear()
+    fl_run = clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, rounds=1,
+                                local_train=_keep, first_round="evaluation_based",
+                                secure=False, seed=4, k_rule="calibrated")
+    assert [kw for _, kw in calls] == [dict(max_clusters=min(15, len(TARGETS) // 2),
+                                            random_state=4)]
+    assert fl_run.n_clusters == [real(calls[0][0], **calls[0][1]).k]
+
+
+def test_calibrated_k_rule_keeps_one_population_on_one_model_where_gap_splits_it():
+    """One population (every client the same theta): the calibrated rule answers K = 1 and
+    every client ends on one model, secure and plaintext alike; the gap rule (K >= 2 by
+    construction) splits the population."""
+    clients = _one_population_clients()
+    start = clove.random_unit_models(4, 3, seed=1)
+    plain = clove.run_clove(clients, start, rounds=2, secure=False, k_rule="calibrated")
+    secure = clove.run_clove(clients, start, rounds=2, k_rule="calibrated")
+    assert plain.n_clusters == [1, 1]
+    assert len(set(plain.assignments[-1].tolist())) == 1
+    assert [a.tolist() for a in secure.assignments] == [a.tolist() for a in plain.assignments]
+    assert np.array_equal(secure.models, plain.models)
+    gap = clove.run_clove(clients, start, rounds=2, secure=False, k_rule="gap")
+    assert all(k >= 2 for k in gap.n_clusters)
 
 
 def test_run_clove_passes_the_stability_rule(monkeypatch):

@@ -203,26 +203,35 @@ def test_client2vec_shift_rows_from_known_accuracies(monkeypatch):
     from omnifc.adapters import client2vec as c2v
     from omnifc.experiments.reproduce import _client2vec
 
-    per_seed = {(False, False, False): [0.5, 0.5, 0.5, 0.5],       # FedAvg
+    per_seed = {(False, False, False): [0.5, 0.5, 0.5, 0.5],       # FedAvg (the defaults)
                 (False, False, True): [0.625, 0.5, 0.75, 0.5],     # regularizer alone
-                (True, True, False): [0.25, 0.25, 0.25, 0.25],     # the defaults
-                (True, True, True): [0.75, 0.75, 0.75, 0.75]}      # all three
+                (True, False, False): [0.25, 0.25, 0.25, 0.25],    # sampling alone
+                (False, True, False): [0.75, 0.75, 0.75, 0.75],    # MWU alone
+                (True, True, False): [0.5, 0.5, 0.5, 0.5],         # sampling + MWU
+                (True, True, True): [0.375, 0.375, 0.375, 0.375]}  # the paper's
     seeds = list(_client2vec.SHIFT_SEEDS)
-    made = []
+    made, flags_seen = [], []
 
     def fake_federation(name, **kw):
         made.append((kw["shift"], kw["seed"]))
         return SimpleNamespace(clients=[kw["seed"]])
 
-    def fake_run(clients, *, seed, sampling=True, mwu=True,
-                 regularizer=c2v.DEFAULT_REGULARIZER, secure=True, **kw):
-        acc = per_seed[(sampling, mwu, regularizer)][seeds.index(seed)]
+    def fake_run(clients, *, seed, uses=None, sampling=None, mwu=None, regularizer=None,
+                 secure=True, **kw):
+        named = {None: (False, False, False), "fedavg": (False, False, False),
+                 "paper": (True, True, True)}[uses]
+        flags = tuple(b if f is None else f for b, f in zip(named, (sampling, mwu,
+                                                                    regularizer)))
+        flags_seen.append(flags)
+        acc = per_seed[flags][seeds.index(seed)]
         return {"accuracy": acc, "run": SimpleNamespace(models=[np.full(3, acc)])}
 
     monkeypatch.setattr(fl, "make_federated", fake_federation)
     monkeypatch.setattr(c2v, "run_federated_client2vec", fake_run)
     rows, comparisons, means = _client2vec._shift_rows(quick=False)
     assert made == [(s, seed) for s in ("feature", "label") for seed in seeds]
+    assert set(flags_seen) == set(per_seed)          # every variant ran, each with its flags
+    assert len(flags_seen) == 2 * len(seeds) * len(per_seed) * 2     # x secure / plaintext
     # by hand: regularizer - FedAvg = 0.125, 0, 0.25, 0: mean 0.09375, squared deviations
     # sum to 0.04296875, noise = 2 sqrt(0.04296875 / 3 / 4) = 0.1197 > 0.09375: a tie
     noise = 2 * math.sqrt(0.04296875 / 3 / 4)
@@ -230,23 +239,32 @@ def test_client2vec_shift_rows_from_known_accuracies(monkeypatch):
         "regularizer alone against FedAvg (feature rotation, 3 domains x 4 clients, pooled): "
         f"tie with FedAvg (0.594 vs 0.500; noise {noise:.3f})", "each use improves FL",
         "0.594 vs 0.500", "0.594 vs 0.500 (better on 2/4 seeds)", "bit-identical")
+    assert rows[1][0].startswith("similarity sampling alone against")
     assert rows[1][0].endswith("worse than FedAvg (0.250 vs 0.500; noise 0.000)")
-    assert rows[1][0].startswith("the defaults (sampling + MWU, regularizer off) against")
+    assert rows[2][0].startswith("MWU alone against")
     assert rows[2][0].endswith("better than FedAvg (0.750 vs 0.500; noise 0.000)")
+    assert rows[3][0].startswith("sampling + MWU (the previous defaults) against")
+    assert rows[3][0].endswith("tie with FedAvg (0.500 vs 0.500; noise 0.000)")
+    assert rows[4][0].startswith("all three (the paper's, uses='paper') against")
+    assert rows[4][0].endswith("worse than FedAvg (0.375 vs 0.500; noise 0.000)")
     assert [("(feature rotation, " in r[0], "(label shift, " in r[0]) for r in rows] == \
-        [(True, False)] * 3 + [(False, True)] * 3
+        [(True, False)] * 5 + [(False, True)] * 5
     assert comparisons[0] == ("regularizer alone, feature rotation", "FedAvg", 0.59375, 0.5,
                               noise)
-    assert means[("label shift", "all three")] == 0.75
-    assert _report.not_better("c", comparisons) == [
-        f"c, regularizer alone, feature rotation: tie with FedAvg (0.594 vs 0.500; noise "
-        f"{noise:.3f})",
-        "c, the defaults (sampling + MWU, regularizer off), feature rotation: worse than "
-        "FedAvg (0.250 vs 0.500; noise 0.000)",
-        f"c, regularizer alone, label shift: tie with FedAvg (0.594 vs 0.500; noise "
-        f"{noise:.3f})",
-        "c, the defaults (sampling + MWU, regularizer off), label shift: worse than "
-        "FedAvg (0.250 vs 0.500; noise 0.000)"]
+    assert means[("label shift", "all three (the paper's, uses='paper')")] == 0.375
+    assert means[("label shift", "FedAvg (the defaults: no use)")] == 0.5
+    expected = []
+    for shift in ("feature rotation", "label shift"):
+        expected += [
+            f"c, regularizer alone, {shift}: tie with FedAvg (0.594 vs 0.500; noise "
+            f"{noise:.3f})",
+            f"c, similarity sampling alone, {shift}: worse than FedAvg (0.250 vs 0.500; "
+            "noise 0.000)",
+            f"c, sampling + MWU (the previous defaults), {shift}: tie with FedAvg (0.500 vs "
+            "0.500; noise 0.000)",
+            f"c, all three (the paper's, uses='paper'), {shift}: worse than FedAvg (0.375 vs "
+            "0.500; noise 0.000)"]
+    assert _report.not_better("c", comparisons) == expected
 
 
 @pytest.mark.slow

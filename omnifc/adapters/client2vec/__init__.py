@@ -40,7 +40,8 @@ from ._paper import (client_index, cluster_indices, COORDINATOR_LEARNS, DEFAULT_
                      DEFAULT_LAMBDA, DEFAULT_TAU, direct_pair_similarity, mwu_weights,
                      pair_similarity, protected_vector, protection_bound, sample_clients,
                      sampling_probabilities, set_similarity)
-from ._simulation import DEFAULT_REGULARIZER  # noqa: F401 (issue 24: off by default)
+from ._simulation import (DEFAULT_MWU, DEFAULT_REGULARIZER, DEFAULT_SAMPLING,  # noqa: F401
+                          resolve_uses, USES)  # (issue 24: no use on by default)
 from ._simulation import (DEFAULT_LAMBDA_KD, DEFAULT_LAMBDA_ORTH, fit_index_network, IndexNetwork,
                           label_embeddings, network_index, regularized_loss_and_gradient,
                           regularized_trainer, run_federated_client2vec, synthetic_domains)

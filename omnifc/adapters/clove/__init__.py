@@ -9,7 +9,8 @@ Server side, each round (the official code, ``utils/algorithm_utils.py``):
 1. K unknown: K = 2..min(#clients, K_ub) (K_ub = 15), ward linkage, silhouette; a larger K
    replaces the best only if its score exceeds 1.10 x the best (best starts at -1). When
    K_ub >= #clients the loss vectors are first repeated 5 times each (``np.repeat``), as in
-   the code; here the repetition is done on D (exactly equivalent).
+   the code; here the repetition is done on D (exactly equivalent). This is
+   ``k_rule="silhouette"``; omnifc's default is ``k_rule="calibrated"`` (docs/adapters.md).
 2. ``KMeans(n_clusters=K, random_state=seed, n_init="auto")``, run on classical-MDS
    coordinates of D (isometric to the loss vectors).
 3. Clusters sorted by their smallest client index; Hungarian matching

@@ -21,23 +21,41 @@ __all__ = ["CLASSIFIER_MAX_LOSS", "CloveFLRun", "CloveRun", "adam_trainer", "loc
 
 logger = logging.getLogger(__name__)
 
-#: The K rule of run_clove / run_clove_fl when K is unknown. The one line to change when
-#: the calibrated rule lands (issue 24, "kcal"): "gap" = choose_k_gap (omnifc's ward gap),
-#: "silhouette" = choose_k (the paper's), or a callable ``rule(d, k_upper) -> K``.
-DEFAULT_K_RULE = "gap"
+#: The K rule of run_clove / run_clove_fl when K is unknown (issue 24): "calibrated" =
+#: omnifc.adapters._calibrated_k.calibrated_k (Ward's widest merge-height gap tested against
+#: reference federations drawn from D; it can answer K = 1), "gap" = choose_k_gap (the
+#: previous default: the same gap, K >= 2 always), "silhouette" = choose_k (the paper's), or
+#: a callable ``rule(d, k_upper) -> K``. Measured side by side in docs/adapters.md (CLoVE,
+#: "Automatic K"): planted K on held-out seeds 103/108 (gap 105/108, a tie within noise),
+#: one population kept on one model 9/9 (gap 0/9).
+DEFAULT_K_RULE = "calibrated"
+
+#: The K rules :func:`run_clove` and :func:`run_clove_fl` accept by name.
+K_RULES = ("gap", "calibrated", "silhouette")
 
 
-def _choose_k(rule, d, k_upper, tolerance=None):
-    """K from D by ``rule`` ("gap", "silhouette" or a callable ``rule(d, k_upper)``)."""
+def _choose_k(rule, d, k_upper, tolerance=None, seed=0):
+    """K from D by ``rule`` ("gap", "calibrated", "silhouette" or ``rule(d, k_upper)``).
+
+    "calibrated" searches K = 1..min(k_upper, n // 2) (the gap rule's upper end; all n
+    below 4 clients, where calibrated_k itself stops at n - 1) with the public ``seed`` as
+    the reference draws' ``random_state``, and logs its evidence.
+    """
     if callable(rule):
         return int(rule(d, k_upper))
     if rule == "gap":
         return choose_k_gap(d, k_upper=k_upper)
+    if rule == "calibrated":
+        from .._calibrated_k import calibrated_k
+
+        n = np.asarray(d).shape[0]
+        upper = max(1, min(int(k_upper), n // 2) if n >= 4 else n)
+        return int(calibrated_k(d, max_clusters=upper, random_state=int(seed)).k)
     if rule == "silhouette":
         if tolerance is None:
             return choose_k(d, k_upper=k_upper)
         return choose_k(d, k_upper=k_upper, tolerance=tolerance)
-    raise ParameterError(f"k_rule must be 'gap', 'silhouette' or a callable, got {rule!r}")
+    raise ParameterError(f"k_rule must be one of {K_RULES} or a callable, got {rule!r}")
 
 
 def local_update(theta, features, targets, *, local_steps: int | None = None,
@@ -135,10 +153,12 @@ def run_clove(clients, initial_models, *, n_clusters: int | None = None, rounds:
     initial_models : array (K_hat, d)
     n_clusters : int, optional
         Known K; ``None`` chooses K each round with ``k_rule`` (K_ub = ``k_upper``).
-    k_rule : {"gap", "silhouette"} or callable
-        :data:`DEFAULT_K_RULE` ("gap", :func:`choose_k_gap`, omnifc's) by default;
-        "silhouette" is the paper's ward + silhouette (:func:`choose_k`); a callable
-        ``rule(d, k_upper) -> K``.
+    k_rule : {"calibrated", "gap", "silhouette"} or callable
+        :data:`DEFAULT_K_RULE` ("calibrated", omnifc's) by default:
+        :func:`omnifc.adapters._calibrated_k.calibrated_k` with K = 1..min(k_upper, n // 2)
+        and the run's ``seed`` as its public reference seed (it can answer one cluster);
+        "gap" is :func:`choose_k_gap` (the previous default, K >= 2); "silhouette" is the
+        paper's ward + silhouette (:func:`choose_k`); a callable ``rule(d, k_upper) -> K``.
     secure : bool
         ``True``: D from :func:`omnifc.adapters.protect` and C from the secure sum.
         ``False``: the plaintext reference on the same quantized loss vectors (identical
@@ -176,7 +196,8 @@ def run_clove(clients, initial_models, *, n_clusters: int | None = None, rounds:
             else:
                 d = plaintext_distances(quantize_rows(vectors, bound=max_loss,
                                                       scale_bits=scale_bits, nonnegative=True))
-            k = n_clusters if n_clusters is not None else _choose_k(k_rule, d, k_upper)
+            k = (n_clusters if n_clusters is not None
+                 else _choose_k(k_rule, d, k_upper, seed=seed))
             labels = cluster_clients(d, k, random_state=seed)
             if secure:
                 cost = secure_group_sums(vectors, labels, n_groups=k, bound=max_loss,
@@ -284,15 +305,17 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
 
     Each round, the participating clients evaluate every current model (mean cross-entropy
     on their training rows: ``model.loss``) and protect the loss vector; the server
-    chooses K (``n_clusters`` or ward + silhouette, :func:`choose_k`), runs k-means on D,
+    chooses K (``n_clusters`` or ``k_rule``, below), runs k-means on D,
     learns the K x K_hat cluster loss totals by a secure sum, matches clusters to models
     (Hungarian) and the participants train their matched model; per-model FedAvg
     (:func:`omnifc.fl.run_federated`). Clients that do not take part keep their model.
 
     - K unknown (``n_clusters=None``; K_hat = ``len(initial_models)``, the paper's default
-      upper bound is 15): ``k_rule="gap"`` (**default, omnifc's**, :func:`choose_k_gap`:
-      widest relative gap of the ward merge heights) or ``"silhouette"`` (the paper's,
-      :func:`choose_k` with ``k_tolerance`` = 0.10); measured side by side in
+      upper bound is 15): ``k_rule="calibrated"`` (**default, omnifc's**: the widest
+      relative gap of the ward merge heights tested against reference federations drawn
+      from D, ``calibrated_k``; it can answer K = 1), ``"gap"`` (:func:`choose_k_gap`, the
+      same gap without the test, K >= 2: the previous default) or ``"silhouette"`` (the
+      paper's, :func:`choose_k` with ``k_tolerance`` = 0.10); measured side by side in
       docs/adapters.md.
     - ``first_round="random"`` (the paper's CNN runs): round 0 gives each participant a
       random model, repaired so every model gets a client when there are enough (held for
@@ -432,7 +455,7 @@ def _run_clove_fl_once(clients, model, initial_models, *, restart, n_clusters, r
             if n_clusters is not None:
                 k_used = n_clusters
             else:
-                k_used = _choose_k(k_rule, d, k_upper, k_tolerance)
+                k_used = _choose_k(k_rule, d, k_upper, k_tolerance, seed=seed)
             labels = cluster_clients(d, k_used, random_state=seed)
             if secure:
                 sub = None if labels_of is None else [labels_of[i] for i in part]
