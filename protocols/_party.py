@@ -564,6 +564,8 @@ class Party(PartyReconnect):
         return self._maybe_ready()
 
     def _maybe_ready(self):
+        if self.phase != "shares":
+            return  # ready already (this generator was iterated late)
         if not self._own_done or any(
                 v is None for slots in self._pending.values() for v in slots.values()):
             return
