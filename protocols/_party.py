@@ -72,8 +72,8 @@ from finite_field import (AuthenticationError, InputError, IntegrityError, OmniF
                           DistanceTiles, Quantizer, encode_row_blocks, masked_upload_streams)
 
 from ._log_once import log_once
-from ._crypto import (PROTOCOL_VERSION, RUN_NONCE_BYTES, EphemeralKey, MaskView, PairKeys,
-                      new_run_nonce)
+from ._crypto import (PROTOCOL_VERSION, RUN_NONCE_BYTES, EphemeralKey, KeyStream, MaskView,
+                      PairKeys, new_run_nonce)
 from ._identity import public_key_bytes, sign, verify
 from ._integrity import group_streams
 from ._mask_graph import mask_neighbours
@@ -468,6 +468,17 @@ class Party(PartyReconnect):
             self._offsets[name] = offset
             offset += self.rows_of[name]
         self._own_done = False
+        # the noise of the Lagrange polynomials: AES-256-CTR under a fresh 32-byte key
+        # (the OS CSPRNG's; a seeded source only in tests), one stream per block of rows,
+        # so a share chunk is made again bit for bit when a resume must re-send it
+        # (_share_again) and the reconnect log keeps its coordinates, not its bytes
+        self._noise_key = bytes(self._source.bytes(32)) if self._source is not None \
+            else os.urandom(32)
+        self._chunks = chunk_rows(self.n_rows, width, self.parameters.chunk_bytes)
+        step = self._chunks[0][1] - self._chunks[0][0]
+        self._chunks_per_block = max(1, _ENCODE_ELEMENTS // (step * width * len(self.names)))
+        self._block_rows = step * self._chunks_per_block
+        self._block_cache = None  # (block index, its shares): the last one made again
         self._pending = {}
         for sender in self.names:
             if sender != self.party_id:
@@ -492,41 +503,57 @@ class Party(PartyReconnect):
             yield from self._maybe_ready()
 
     def _share_chunks(self):
-        """Encode this party's rows a block of rows at a time (:func:`encode_row_blocks`:
-        fresh noise per row and prime, every receiver's share of a row from the same
-        polynomial) and yield each block's chunks for every other party as it goes; its
-        own shares go straight into its held array. Nothing holds the shares of all rows
-        for all parties (n_rows x d/l x m int64 elements) at once: one block's."""
-        plan = self.plan
-        width = plan.segment_length
-        primes = len(plan.primes)
-        chunks = chunk_rows(self.n_rows, width, self.parameters.chunk_bytes)
-        step = chunks[0][1] - chunks[0][0]
-        per_block = max(1, _ENCODE_ELEMENTS // (step * width * len(self.names)))
+        """Encode this party's rows a block of rows at a time (:meth:`_encode_block`) and
+        yield each block's chunks for every other party as it goes; its own shares go
+        straight into its held array. Nothing holds the shares of all rows for all
+        parties (n_rows x d/l x m int64 elements) at once: one block's."""
+        primes = len(self.plan.primes)
         mine = self._offsets[self.party_id]
         receivers = [(j, name) for j, name in enumerate(self.names) if name != self.party_id]
-        c = 0
-        for a, b, shares in encode_row_blocks(plan, self.quantized, self._source,
-                                              party=self.party_id,
-                                              block_rows=step * per_block):
+        for block in range(-(-self.n_rows // self._block_rows)):
+            a, b, shares = self._encode_block(block)
             for k in range(primes):
                 self._held[k][mine + a:mine + b] = shares[k][self.index]
-            first = c
-            while c < len(chunks) and chunks[c][1] <= b:
-                c += 1
+            first = block * self._chunks_per_block
+            last = min(len(self._chunks), first + self._chunks_per_block)
             for j, receiver in receivers:
-                keys = self.keys[receiver]
                 for k in range(primes):
-                    for i in range(first, c):
-                        lo, hi = chunks[i]
-                        yield envelope(share=pb.ShareChunk(
-                            session_id=self.session_id, round=0, sender=self.party_id,
-                            receiver=receiver, prime_index=k, chunk_index=i,
-                            total_chunks=len(chunks),
-                            nonce=keys.nonce(self.party_id, 0, k, i),
-                            ciphertext=keys.encrypt(pack(shares[k][j][lo - a:hi - a]),
-                                                    round_=0, prime_index=k, chunk_index=i)))
+                    for i in range(first, last):
+                        yield self._share_envelope(j, receiver, k, i, a, shares)
             del shares
+
+    def _encode_block(self, block: int):
+        """(a, b, shares) of block ``block`` (rows [a, b)): :func:`encode_row_blocks` with
+        fresh noise per row and prime from the block's own keystream, every party's share
+        of a row from the same polynomial; the same arrays every time it is called."""
+        a = block * self._block_rows
+        b = min(self.n_rows, a + self._block_rows)
+        noise = KeyStream(self._noise_key, (block << 64).to_bytes(16, "big"))
+        [(_, _, shares)] = encode_row_blocks(self.plan, self.quantized[a:b], noise,
+                                             party=self.party_id, block_rows=b - a)
+        return a, b, shares
+
+    def _share_envelope(self, j: int, receiver: str, k: int, i: int, a: int, shares):
+        """Chunk ``i`` of this party's shares for ``receiver`` (roster index ``j``) modulo
+        prime ``k``, from the shares of the block that starts at row ``a``."""
+        lo, hi = self._chunks[i]
+        keys = self.keys[receiver]
+        return envelope(share=pb.ShareChunk(
+            session_id=self.session_id, round=0, sender=self.party_id, receiver=receiver,
+            prime_index=k, chunk_index=i, total_chunks=len(self._chunks),
+            nonce=keys.nonce(self.party_id, 0, k, i),
+            ciphertext=keys.encrypt(pack(shares[k][j][lo - a:hi - a]), round_=0,
+                                    prime_index=k, chunk_index=i)))
+
+    def _share_again(self, receiver: str, k: int, i: int) -> pb.Envelope:
+        """Share chunk ``i`` for ``receiver`` modulo prime ``k``, made again for a resume:
+        its block encoded again from the same keystream, so the plaintext and hence the
+        ciphertext (the same key, nonce and AAD) are the bytes sent first."""
+        block = i // self._chunks_per_block
+        if self._block_cache is None or self._block_cache[0] != block:
+            self._block_cache = (block, self._encode_block(block))
+        _, (a, _, shares) = self._block_cache
+        return self._share_envelope(self.names.index(receiver), receiver, k, i, a, shares)
 
     def _on_share(self, chunk: pb.ShareChunk):
         self._require_phase("share", "shares")
@@ -600,6 +627,10 @@ class Party(PartyReconnect):
         # the coordinator starts a round only with every party's Ready in: what this
         # party sent before it arrived (a round abandoned since needs nothing again)
         self._log.acknowledge_all()
+        # no share chunk can be asked for again: the noise key goes (a secret kept no longer
+        # than needed)
+        self.__dict__.pop("_noise_key", None)
+        self._block_cache = None
         self._round = start.round
         self._responders = order
         self.phase = "evaluation"
