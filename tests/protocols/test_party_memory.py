@@ -38,10 +38,7 @@ CHILD = textwrap.dedent("""
     folder, headroom, plant = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     if plant == "all-at-once":  # the old encoding: every party's shares of all rows
         import protocols._party as party_module
-
-        blocks = party_module.encode_row_blocks
-        party_module.encode_row_blocks = lambda plan, rows, source=None, *, party=None, \
-            block_rows=0: blocks(plan, rows, source, party=party, block_rows=len(rows))
+        party_module._ENCODE_ELEMENTS = 1 << 40  # one block of every row
     n0, dim = 200_000, 64
     rng = np.random.default_rng(11)
     # pairs across every chunk and party boundary, and random ones
