@@ -138,6 +138,17 @@ def test_other_npy_files_load_as_float64_as_before(tmp_path):
     assert type(load_party_data(tmp_path / "big.npy")) is np.ndarray
 
 
+def test_the_pairs_kernel_takes_held_uint32_shares_as_they_are():
+    from finite_field import paired_sq_distances
+
+    p = 2**31 - 1
+    x = np.random.default_rng(2).integers(0, p, (40, 5)).astype(np.uint32)
+    rows, cols = np.arange(40), np.arange(40)[::-1]
+    want = [sum((int(a) - int(b)) ** 2 for a, b in zip(x[i], x[j])) % p
+            for i, j in zip(rows, cols)]
+    assert paired_sq_distances(x, rows, cols, p).tolist() == want
+
+
 class _Call:
     def __init__(self, items):
         self.items = items
