@@ -238,19 +238,19 @@ class Party(PartyReconnect):
         array: a refused file costs memory, not a wrong message)."""
         params = self.parameters
         kind = session_type(params)
-        if isinstance(data, np.ndarray) and data.dtype.kind in "biuf":
-            x = data  # converted a block at a time below
-        else:
-            x = np.asarray(data, dtype=np.float64)
-        x = kind.check_data(x if kind.kind == "distance" else
-                            np.asarray(x, dtype=np.float64), params, self.party_id)
+        # rows that only go into shares (a distance session's) are read a block at a time;
+        # a sum's rows are its uploads (read as int64 by its tiles): quantized at once
+        blocks = kind.exchanges_shares
+        real = isinstance(data, np.ndarray) and data.dtype.kind in "biuf"
+        x = kind.check_data(data if blocks and real else np.asarray(data, dtype=np.float64),
+                            params, self.party_id)
         quantizer = Quantizer(scale_bits=params.scale_bits, bound=params.bound,
                               nonnegative=params.nonnegative)
-        if kind.kind != "distance":
+        if blocks:
+            values, clipped = _quantize_blocks(quantizer, x, self.party_id)
+        else:
             q = quantizer.quantize(x, party=self.party_id)
             values, clipped = q.values, q.clipped
-        else:
-            values, clipped = _quantize_blocks(quantizer, x, self.party_id)
         if clipped:
             logger.warning("party %r: %d entries clipped to the public bound", self.party_id,
                            clipped)
