@@ -69,11 +69,12 @@ from typing import Iterator
 import numpy as np
 
 from finite_field import (AuthenticationError, InputError, IntegrityError, OmniFCError, PeerError, ProtocolError,
-                          DistanceTiles, Quantizer, encode_row_blocks, masked_upload_streams)
+                          SYSTEM_RANDOM, DistanceTiles, Quantizer, encode_row_blocks,
+                          masked_upload_streams)
 
 from ._log_once import log_once
-from ._crypto import (PROTOCOL_VERSION, RUN_NONCE_BYTES, EphemeralKey, KeyStream, MaskView,
-                      PairKeys, new_run_nonce)
+from ._crypto import (PROTOCOL_VERSION, RUN_NONCE_BYTES, EphemeralKey, MaskView, PairKeys,
+                      new_run_nonce)
 from ._identity import public_key_bytes, sign, verify
 from ._integrity import group_streams
 from ._mask_graph import mask_neighbours
@@ -143,6 +144,32 @@ def _quantize_blocks(quantizer: Quantizer, x: np.ndarray, party) -> tuple:
         values[a:b] = q.values
         clipped += q.clipped
     return values, clipped
+
+
+class _Recorded:
+    """A byte source that hands out ``source``'s bytes and keeps them (``drawn``)."""
+
+    def __init__(self, source) -> None:
+        self.source, self.drawn = source, []
+
+    def bytes(self, n: int) -> bytes:
+        out = bytes(self.source.bytes(n))
+        self.drawn.append(out)
+        return out
+
+
+class _Replayed:
+    """The bytes a :class:`_Recorded` kept, handed out again in the same calls."""
+
+    def __init__(self, drawn, party) -> None:
+        self._drawn, self._party = iter(drawn), party
+
+    def bytes(self, n: int) -> bytes:
+        out = next(self._drawn, b"")
+        if len(out) != n:  # never for the same rows and plan: the same draws in order
+            raise ProtocolError(f"party {self._party!r}: a share block drawn again asked "
+                                f"for {n} random bytes, {len(out)} were kept")
+        return out
 
 
 class Party(PartyReconnect):
@@ -468,12 +495,12 @@ class Party(PartyReconnect):
             self._offsets[name] = offset
             offset += self.rows_of[name]
         self._own_done = False
-        # the noise of the Lagrange polynomials: AES-256-CTR under a fresh 32-byte key
-        # (the OS CSPRNG's; a seeded source only in tests), one stream per block of rows,
-        # so a share chunk is made again bit for bit when a resume must re-send it
-        # (_share_again) and the reconnect log keeps its coordinates, not its bytes
-        self._noise_key = bytes(self._source.bytes(32)) if self._source is not None \
-            else os.urandom(32)
+        # the random bytes each block's noise was drawn from (the OS CSPRNG's; a seeded
+        # source only in tests), kept until the round starts: a share chunk is made again
+        # bit for bit when a resume must re-send it (_share_again), so the reconnect log
+        # keeps its coordinates, not its bytes (n_rows t d/l elements per prime, 1/(m-1)
+        # of the chunks' bytes for t = 1)
+        self._noise = {}
         self._chunks = chunk_rows(self.n_rows, width, self.parameters.chunk_bytes)
         step = self._chunks[0][1] - self._chunks[0][0]
         self._chunks_per_block = max(1, _ENCODE_ELEMENTS // (step * width * len(self.names)))
@@ -524,12 +551,16 @@ class Party(PartyReconnect):
 
     def _encode_block(self, block: int):
         """(a, b, shares) of block ``block`` (rows [a, b)): :func:`encode_row_blocks` with
-        fresh noise per row and prime from the block's own keystream, every party's share
-        of a row from the same polynomial; the same arrays every time it is called."""
+        fresh noise per row and prime (the OS CSPRNG's bytes, kept), every party's share of
+        a row from the same polynomial; called again, from the same bytes: the same arrays."""
         a = block * self._block_rows
         b = min(self.n_rows, a + self._block_rows)
-        noise = KeyStream(self._noise_key, (block << 64).to_bytes(16, "big"))
-        [(_, _, shares)] = encode_row_blocks(self.plan, self.quantized[a:b], noise,
+        if block in self._noise:  # made again: the same bytes, the same noise
+            source = _Replayed(self._noise[block], self.party_id)
+        else:
+            source = _Recorded(SYSTEM_RANDOM if self._source is None else self._source)
+            self._noise[block] = source.drawn
+        [(_, _, shares)] = encode_row_blocks(self.plan, self.quantized[a:b], source,
                                              party=self.party_id, block_rows=b - a)
         return a, b, shares
 
@@ -547,7 +578,7 @@ class Party(PartyReconnect):
 
     def _share_again(self, receiver: str, k: int, i: int) -> pb.Envelope:
         """Share chunk ``i`` for ``receiver`` modulo prime ``k``, made again for a resume:
-        its block encoded again from the same keystream, so the plaintext and hence the
+        its block encoded again from the same random bytes, so the plaintext and hence the
         ciphertext (the same key, nonce and AAD) are the bytes sent first."""
         block = i // self._chunks_per_block
         if self._block_cache is None or self._block_cache[0] != block:
@@ -627,10 +658,9 @@ class Party(PartyReconnect):
         # the coordinator starts a round only with every party's Ready in: what this
         # party sent before it arrived (a round abandoned since needs nothing again)
         self._log.acknowledge_all()
-        # no share chunk can be asked for again: the noise key goes (a secret kept no longer
+        # no share chunk can be asked for again: the noise goes (a secret kept no longer
         # than needed)
-        self.__dict__.pop("_noise_key", None)
-        self._block_cache = None
+        self._noise, self._block_cache = {}, None
         self._round = start.round
         self._responders = order
         self.phase = "evaluation"
