@@ -56,8 +56,9 @@ def encode_rows(plan: CodingPlan, rows: np.ndarray, source: ByteSource | None = 
     party that sends its shares uses :func:`encode_row_blocks` instead, a block of rows
     at a time.
     """
+    rows = np.asarray(rows)
     [(_, _, shares)] = encode_row_blocks(plan, rows, source, party=party,
-                                         block_rows=max(1, len(rows)))
+                                         block_rows=max(1, rows.shape[0] if rows.ndim else 1))
     return [[block[j] for j in range(plan.parties)] for block in shares]
 
 
