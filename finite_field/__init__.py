@@ -38,7 +38,8 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "._reed_solomon": ["CheckedSum", "Decoding", "ReedSolomonCheck", "checked_sum",
                        "decode_evaluations", "dual_multipliers", "weighted_sums"],
     "._random": ["SYSTEM_RANDOM", "ByteSource", "SystemRandom", "uniform_elements"],
-    "._steps": ["decode_sum", "encode_rows", "evaluate_shares", "weight_evaluation"],
+    "._steps": ["decode_sum", "encode_row_blocks", "encode_rows", "evaluate_shares",
+                "weight_evaluation"],
 })
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
@@ -58,7 +59,7 @@ __all__ = [
     "crt_combine", "decode_residues", "decode_upper", "WrapAroundError",
     "masked_upload", "masked_upload_streams", "mask_words", "add_upload", "add_reduced",
     "symmetrize_mod", "warm_up", "warm_up_in_background", "KeptThreads",
-    "encode_rows", "evaluate_shares", "weight_evaluation", "decode_sum",
+    "encode_rows", "encode_row_blocks", "evaluate_shares", "weight_evaluation", "decode_sum",
     "ReedSolomonCheck", "Decoding", "CheckedSum", "checked_sum", "decode_evaluations", "weighted_sums",
     "dual_multipliers",
     "MaskGroup", "integrity_rows", "null_space", "rank_mod", "cyclic_groups", "mask_groups",

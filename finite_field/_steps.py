@@ -33,7 +33,7 @@ from ._kernels import cross_sq_distances, encode_blocks, sq_distances, weighted_
 from ._plan import CodingPlan
 from ._random import ByteSource, uniform_elements
 
-__all__ = ["encode_rows", "evaluate_shares", "weight_evaluation", "decode_sum"]
+__all__ = ["encode_rows", "encode_row_blocks", "evaluate_shares", "weight_evaluation", "decode_sum"]
 
 
 def encode_rows(plan: CodingPlan, rows: np.ndarray, source: ByteSource | None = None,
@@ -43,7 +43,7 @@ def encode_rows(plan: CodingPlan, rows: np.ndarray, source: ByteSource | None = 
     Parameters
     ----------
     plan : CodingPlan
-    rows : ndarray of int64, shape (n, d)
+    rows : ndarray of integers, shape (n, d)
         Signed quantized rows (``Quantizer.quantize(...).values``).
     source : ByteSource, optional
         Noise source; the OS CSPRNG when omitted.
@@ -51,28 +51,80 @@ def encode_rows(plan: CodingPlan, rows: np.ndarray, source: ByteSource | None = 
     Returns
     -------
     list (per prime) of list (per party) of ndarray of int64, shape (n, s)
+
+    Every party's shares of all n rows at once (m n d / l int64 elements per prime): a
+    party that sends its shares uses :func:`encode_row_blocks` instead, a block of rows
+    at a time.
+    """
+    rows = np.asarray(rows)
+    [(_, _, shares)] = encode_row_blocks(plan, rows, source, party=party,
+                                         block_rows=max(1, rows.shape[0] if rows.ndim else 1))
+    return [[block[j] for j in range(plan.parties)] for block in shares]
+
+
+def encode_row_blocks(plan: CodingPlan, rows: np.ndarray, source: ByteSource | None = None,
+                      *, party: object = None, block_rows: int = 4096):
+    """Lagrange-encode quantized rows a block of rows at a time, for every party at once.
+
+    The rows are checked in full (shape, not empty, every value within the quantizer's
+    bound) before the first block is encoded. Each block gets fresh noise, drawn per row
+    and prime (``source``, the OS CSPRNG when omitted), and every party's share of a row
+    comes from the same polynomial: the shares of one block for parties j and j' are
+    ``shares[k][j]`` and ``shares[k][j']`` of the same yield. Memory: one block's
+    ``m x block_rows x s`` int64 shares per prime, not the n rows' (encode_rows).
+
+    Parameters
+    ----------
+    plan : CodingPlan
+    rows : ndarray of integers, shape (n, d)
+        Signed quantized rows (any integer dtype; ``Quantizer.quantize(...).values``).
+    source : ByteSource, optional
+    block_rows : int
+        Rows per block (the last block may be shorter).
+
+    Yields
+    ------
+    (a, b, shares)
+        Rows [a, b) and, per prime, an int64 array of shape (m, b - a, s): ``shares[k][j]``
+        is party j's share of those rows modulo prime k.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from finite_field import make_plan
+    >>> plan = make_plan(dim=2, bound=4.0, scale_bits=4, parties=3)
+    >>> rows = plan.quantizer.quantize(np.array([[0.0, 1.0], [3.0, -1.0]])).values
+    >>> [(a, b, s[0].shape) for a, b, s in encode_row_blocks(plan, rows, block_rows=1)]
+    [(0, 1, (3, 1, 2)), (1, 2, (3, 1, 2))]
     """
     rows = np.asarray(rows)
     if rows.ndim != 2 or rows.shape[1] != plan.dim:
         raise InputError(f"rows must have shape (n, {plan.dim}), got {rows.shape}", party=party)
     if rows.shape[0] == 0:
         raise InputError("no rows to encode (empty party)", party=party)
-    limit = plan.quantizer.max_magnitude
-    if np.abs(rows).max() > limit:
-        raise InputError(f"quantized values must lie in [-{limit}, {limit}]", party=party)
+    block_rows = int(block_rows)
+    if block_rows < 1:
+        raise ParameterError(f"block_rows must be at least 1, got {block_rows}")
     n = rows.shape[0]
+    limit = plan.quantizer.max_magnitude
+    # checked a block at a time (no n x d temporary), all before any share exists
+    for a in range(0, n, block_rows):
+        block = rows[a:a + block_rows]
+        if max(-int(block.min()), int(block.max())) > limit:
+            raise InputError(f"quantized values must lie in [-{limit}, {limit}]", party=party)
     l, t, s = plan.segments, plan.noise_segments, plan.segment_length
-    padded = np.zeros((n, l * s), dtype=np.int64)
-    padded[:, : plan.dim] = rows
-    out = []
-    for code in plan.codes:
-        p = code.prime
-        blocks = np.empty((n, l + t, s), dtype=np.int64)
-        blocks[:, :l, :] = (padded % p).reshape(n, l, s)
-        blocks[:, l:, :] = uniform_elements(p, (n, t, s), source)
-        shares = encode_blocks(code.encoding_matrix(), blocks, p)
-        out.append([shares[j] for j in range(plan.parties)])
-    return out
+    for a in range(0, n, block_rows):
+        b = min(n, a + block_rows)
+        padded = np.zeros((b - a, l * s), dtype=np.int64)
+        padded[:, : plan.dim] = rows[a:b]
+        out = []
+        for code in plan.codes:
+            p = code.prime
+            blocks = np.empty((b - a, l + t, s), dtype=np.int64)
+            blocks[:, :l, :] = (padded % p).reshape(b - a, l, s)
+            blocks[:, l:, :] = uniform_elements(p, (b - a, t, s), source)
+            out.append(encode_blocks(code.encoding_matrix(), blocks, p))
+        yield a, b, out
 
 
 def evaluate_shares(plan: CodingPlan, shares, row_slice: slice | None = None) -> list[np.ndarray]:

@@ -69,7 +69,8 @@ from typing import Iterator
 import numpy as np
 
 from finite_field import (AuthenticationError, InputError, IntegrityError, OmniFCError, PeerError, ProtocolError,
-                          DistanceTiles, Quantizer, encode_rows, masked_upload_streams)
+                          SYSTEM_RANDOM, DistanceTiles, Quantizer, encode_row_blocks,
+                          masked_upload_streams)
 
 from ._log_once import log_once
 from ._crypto import (PROTOCOL_VERSION, RUN_NONCE_BYTES, EphemeralKey, MaskView, PairKeys,
@@ -79,7 +80,7 @@ from ._integrity import group_streams
 from ._mask_graph import mask_neighbours
 from ._generated import omnifc_pb2 as pb
 from ._messages import (SessionParameters, body_of, check_row_caps, chunk_rows, envelope,
-                        is_dropped, pack, unpack)
+                        is_dropped, pack, packed_view)
 from ._plans import _BLOCK_ELEMENTS, _block_stop, session_plan, session_type  # noqa: F401
 from ._resume import Outlog
 from ._fail_closed import COORDINATOR, as_protocol_error
@@ -103,6 +104,72 @@ def _tile_values(session, party, k: int, tiles):
         close = getattr(values_of, "close", None)
         if close is not None:
             close()
+
+
+#: Share elements (rows x d/l x m) a party encodes at a time, in whole share chunks: 2^22
+#: int64 elements, 32 MB per prime (at least one chunk).
+_ENCODE_ELEMENTS = 1 << 22
+#: Rows a party quantizes at a time (float64 temporaries of a few MB at d = 784).
+_QUANTIZE_ROWS = 1024
+
+
+def _storage_type(limit: int) -> np.dtype:
+    """The smallest signed integer type holding [-limit, limit].
+
+    >>> _storage_type(256).name, _storage_type(127).name, _storage_type(2**40).name
+    ('int16', 'int8', 'int64')
+    """
+    for dtype in (np.int8, np.int16, np.int32):
+        if np.iinfo(dtype).max >= limit:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)
+
+
+def _quantize_blocks(quantizer: Quantizer, x: np.ndarray, party) -> tuple:
+    """``quantizer.quantize(x)`` as (values, clipped), a block of rows at a time, the
+    values in :func:`_storage_type` of the bound. ``x`` may be any real array (a
+    read-only memory map too): only one block is ever converted to float64."""
+    n = x.shape[0]
+    values = np.empty(x.shape, dtype=_storage_type(quantizer.max_magnitude))
+    clipped = 0
+    for a in range(0, n, _QUANTIZE_ROWS):
+        b = min(n, a + _QUANTIZE_ROWS)
+        try:
+            q = quantizer.quantize(np.asarray(x[a:b], dtype=np.float64), party=party)
+        except InputError:
+            # the whole array's error (its first bad entry by global row, the count of
+            # all of them): quantized again at once, only on the way to refusing it
+            quantizer.quantize(np.asarray(x, dtype=np.float64), party=party)
+            raise
+        values[a:b] = q.values
+        clipped += q.clipped
+    return values, clipped
+
+
+class _Recorded:
+    """A byte source that hands out ``source``'s bytes and keeps them (``drawn``)."""
+
+    def __init__(self, source) -> None:
+        self.source, self.drawn = source, []
+
+    def bytes(self, n: int) -> bytes:
+        out = bytes(self.source.bytes(n))
+        self.drawn.append(out)
+        return out
+
+
+class _Replayed:
+    """The bytes a :class:`_Recorded` kept, handed out again in the same calls."""
+
+    def __init__(self, drawn, party) -> None:
+        self._drawn, self._party = iter(drawn), party
+
+    def bytes(self, n: int) -> bytes:
+        out = next(self._drawn, b"")
+        if len(out) != n:  # never for the same rows and plan: the same draws in order
+            raise ProtocolError(f"party {self._party!r}: a share block drawn again asked "
+                                f"for {n} random bytes, {len(out)} were kept")
+        return out
 
 
 class Party(PartyReconnect):
@@ -188,16 +255,33 @@ class Party(PartyReconnect):
 
     # -- input checks (before any share leaves) -----------------------------------------
     def _check_data(self, data):
+        """The rows checked and quantized, before anything is sent.
+
+        A distance session's rows are quantized ``_QUANTIZE_ROWS`` rows at a time into the
+        smallest signed integer type that holds them (int16 for q = 8 and a bound of 1):
+        no float64 copy of the rows and no n x d float temporaries, so a memory-mapped
+        ``.npy`` file (:func:`protocols.load_party_data`) stays file pages. A bad entry
+        raises the error the whole array's quantization raises (found again on the whole
+        array: a refused file costs memory, not a wrong message)."""
         params = self.parameters
-        x = session_type(params).check_data(np.asarray(data, dtype=np.float64), params,
-                                            self.party_id)
+        kind = session_type(params)
+        # rows that only go into shares (a distance session's) are read a block at a time;
+        # a sum's rows are its uploads (read as int64 by its tiles): quantized at once
+        blocks = kind.exchanges_shares
+        real = isinstance(data, np.ndarray) and data.dtype.kind in "biuf"
+        x = kind.check_data(data if blocks and real else np.asarray(data, dtype=np.float64),
+                            params, self.party_id)
         quantizer = Quantizer(scale_bits=params.scale_bits, bound=params.bound,
                               nonnegative=params.nonnegative)
-        q = quantizer.quantize(x, party=self.party_id)
-        if q.clipped:
+        if blocks:
+            values, clipped = _quantize_blocks(quantizer, x, self.party_id)
+        else:
+            q = quantizer.quantize(x, party=self.party_id)
+            values, clipped = q.values, q.clipped
+        if clipped:
             logger.warning("party %r: %d entries clipped to the public bound", self.party_id,
-                           q.clipped)
-        return q.values, q.clipped
+                           clipped)
+        return values, clipped
 
     @property
     def n_rows(self) -> int:
@@ -392,40 +476,115 @@ class Party(PartyReconnect):
         if not self.session.exchanges_shares:
             self.phase = "ready"
             return iter([self._ready()])
+        self._expect_shares()
         return self._send_shares()
 
     def _ready(self) -> pb.Envelope:
         return envelope(ready=pb.Ready(session_id=self.session_id, party_id=self.party_id,
                                        phase="shares"))
 
-    def _send_shares(self):
-        plan = self.plan
-        width = plan.segment_length
-        shares = encode_rows(plan, self.quantized, self._source, party=self.party_id)
-        self._received = {(self.party_id, k): shares[k][self.index]
-                          for k in range(len(plan.primes))}
+    def _expect_shares(self) -> None:
+        """Where every row's shares go, before any is sent or received: one n x (d/l)
+        uint32 array per prime (the field elements are < 2^31), rows in roster order,
+        filled as the chunks arrive (each copied in and dropped), and the chunks awaited."""
+        width = self.plan.segment_length
+        primes = len(self.plan.primes)
+        self._held = [np.empty((self.n_total, width), dtype=np.uint32) for _ in range(primes)]
+        self._offsets, offset = {}, 0
+        for name in self.names:
+            self._offsets[name] = offset
+            offset += self.rows_of[name]
+        self._own_done = False
+        # the random bytes each block's noise was drawn from (the OS CSPRNG's; a seeded
+        # source only in tests), kept until the round starts: a share chunk is made again
+        # bit for bit when a resume must re-send it (_share_again), so the reconnect log
+        # keeps its coordinates, not its bytes (n_rows t d/l elements per prime, 1/(m-1)
+        # of the chunks' bytes for t = 1)
+        self._noise = {}
+        self._chunks = chunk_rows(self.n_rows, width, self.parameters.chunk_bytes)
+        step = self._chunks[0][1] - self._chunks[0][0]
+        self._chunks_per_block = max(1, _ENCODE_ELEMENTS // (step * width * len(self.names)))
+        self._block_rows = step * self._chunks_per_block
+        self._block_cache = None  # (block index, its shares): the last one made again
         self._pending = {}
         for sender in self.names:
             if sender != self.party_id:
                 chunks = chunk_rows(self.rows_of[sender], width, self.parameters.chunk_bytes)
-                for k in range(len(plan.primes)):
+                for k in range(primes):
                     self._pending[(sender, k)] = {i: None for i in range(len(chunks))}
-        for j, receiver in enumerate(self.names):
-            if receiver == self.party_id:
-                continue
-            keys = self.keys[receiver]
-            for k in range(len(plan.primes)):
-                chunks = chunk_rows(self.n_rows, width, self.parameters.chunk_bytes)
-                for c, (a, b) in enumerate(chunks):
-                    yield envelope(share=pb.ShareChunk(
-                        session_id=self.session_id, round=0, sender=self.party_id,
-                        receiver=receiver, prime_index=k, chunk_index=c,
-                        total_chunks=len(chunks),
-                        nonce=keys.nonce(self.party_id, 0, k, c),
-                        ciphertext=keys.encrypt(pack(shares[k][j][a:b]), round_=0,
-                                                prime_index=k, chunk_index=c)))
-        if not self._pending:  # a single party (not a valid session, but be explicit)
+
+    def _send_shares(self):
+        """This party's share chunks (:meth:`_share_chunks`), then its Ready if every
+        other party's chunks are in by then. Its own shares are all held once the last
+        chunk is handed out: from then on the chunk that completes the others' may bring
+        the Ready (:meth:`_on_share`), as when all shares were encoded up front."""
+        last = None
+        for env in self._share_chunks():
+            if last is not None:
+                yield last
+            last = env
+        self._own_done = True
+        if last is not None:
+            yield last
+        if self.phase == "shares":  # else the Ready went out already (from _on_share)
             yield from self._maybe_ready()
+
+    def _share_chunks(self):
+        """Encode this party's rows a block of rows at a time (:meth:`_encode_block`) and
+        yield each block's chunks for every other party as it goes; its own shares go
+        straight into its held array. Nothing holds the shares of all rows for all
+        parties (n_rows x d/l x m int64 elements) at once: one block's."""
+        primes = len(self.plan.primes)
+        mine = self._offsets[self.party_id]
+        receivers = [(j, name) for j, name in enumerate(self.names) if name != self.party_id]
+        for block in range(-(-self.n_rows // self._block_rows)):
+            a, b, shares = self._encode_block(block)
+            for k in range(primes):
+                self._held[k][mine + a:mine + b] = shares[k][self.index]
+            first = block * self._chunks_per_block
+            last = min(len(self._chunks), first + self._chunks_per_block)
+            for j, receiver in receivers:
+                for k in range(primes):
+                    for i in range(first, last):
+                        yield self._share_envelope(j, receiver, k, i, a, shares)
+            del shares
+
+    def _encode_block(self, block: int):
+        """(a, b, shares) of block ``block`` (rows [a, b)): :func:`encode_row_blocks` with
+        fresh noise per row and prime (the OS CSPRNG's bytes, kept), every party's share of
+        a row from the same polynomial; called again, from the same bytes: the same arrays."""
+        a = block * self._block_rows
+        b = min(self.n_rows, a + self._block_rows)
+        if block in self._noise:  # made again: the same bytes, the same noise
+            source = _Replayed(self._noise[block], self.party_id)
+        else:
+            source = _Recorded(SYSTEM_RANDOM if self._source is None else self._source)
+            self._noise[block] = source.drawn
+        [(_, _, shares)] = encode_row_blocks(self.plan, self.quantized[a:b], source,
+                                             party=self.party_id, block_rows=b - a)
+        return a, b, shares
+
+    def _share_envelope(self, j: int, receiver: str, k: int, i: int, a: int, shares):
+        """Chunk ``i`` of this party's shares for ``receiver`` (roster index ``j``) modulo
+        prime ``k``, from the shares of the block that starts at row ``a``."""
+        lo, hi = self._chunks[i]
+        keys = self.keys[receiver]
+        return envelope(share=pb.ShareChunk(
+            session_id=self.session_id, round=0, sender=self.party_id, receiver=receiver,
+            prime_index=k, chunk_index=i, total_chunks=len(self._chunks),
+            nonce=keys.nonce(self.party_id, 0, k, i),
+            ciphertext=keys.encrypt(pack(shares[k][j][lo - a:hi - a]), round_=0,
+                                    prime_index=k, chunk_index=i)))
+
+    def _share_again(self, receiver: str, k: int, i: int) -> pb.Envelope:
+        """Share chunk ``i`` for ``receiver`` modulo prime ``k``, made again for a resume:
+        its block encoded again from the same random bytes, so the plaintext and hence the
+        ciphertext (the same key, nonce and AAD) are the bytes sent first."""
+        block = i // self._chunks_per_block
+        if self._block_cache is None or self._block_cache[0] != block:
+            self._block_cache = (block, self._encode_block(block))
+        _, (a, _, shares) = self._block_cache
+        return self._share_envelope(self.names.index(receiver), receiver, k, i, a, shares)
 
     def _on_share(self, chunk: pb.ShareChunk):
         self._require_phase("share", "shares")
@@ -453,32 +612,24 @@ class Party(PartyReconnect):
             chunk_index=chunk.chunk_index, nonce=chunk.nonce)
         a, b = chunks[chunk.chunk_index]
         p = self.plan.primes[chunk.prime_index]
-        slots[chunk.chunk_index] = unpack(plaintext, (b - a) * width, p, party=sender,
-                                          phase="shares").reshape(b - a, width)
+        values = packed_view(plaintext, (b - a) * width, party=sender, phase="shares")
+        if values.size and int(values.max()) >= p:
+            raise PeerError(f"payload holds a value >= p = {p}", party=sender, phase="shares")
+        # straight into the held array: no received chunk is kept
+        offset = self._offsets[sender]
+        self._held[chunk.prime_index][offset + a:offset + b] = values.reshape(b - a, width)
+        slots[chunk.chunk_index] = True
         return self._maybe_ready()
 
     def _maybe_ready(self):
-        if any(v is None for slots in self._pending.values() for v in slots.values()):
+        if self.phase != "shares":
+            return  # ready already (this generator was iterated late)
+        if not self._own_done or any(
+                v is None for slots in self._pending.values() for v in slots.values()):
             return
-        # every row's shares in roster order, copied chunk by chunk into one array per
-        # prime, each chunk dropped once copied: one n x (d/l) copy at a time, not three
-        width = self.plan.segment_length
-        held = []
-        for k in range(len(self.plan.primes)):
-            out = np.empty((self.n_total, width), dtype=np.int64)
-            row = 0
-            for name in self.names:
-                if name == self.party_id:
-                    blocks = [self._received.pop((name, k))]
-                else:
-                    slots = self._pending.pop((name, k))
-                    blocks = (slots.pop(i) for i in sorted(slots))
-                for block in blocks:
-                    out[row:row + len(block)] = block
-                    row += len(block)
-            held.append(out)
-        self.held = held
-        del self._pending, self._received
+        # every row's shares in roster order, one uint32 array per prime
+        self.held = self._held
+        del self._pending, self._held, self._own_done, self._offsets
         self.phase = "ready"
         yield self._ready()
 
@@ -507,6 +658,9 @@ class Party(PartyReconnect):
         # the coordinator starts a round only with every party's Ready in: what this
         # party sent before it arrived (a round abandoned since needs nothing again)
         self._log.acknowledge_all()
+        # no share chunk can be asked for again: the noise goes (a secret kept no longer
+        # than needed)
+        self._noise, self._block_cache = {}, None
         self._round = start.round
         self._responders = order
         self.phase = "evaluation"

@@ -28,7 +28,9 @@ __all__ = ["load_party_data"]
 def load_party_data(path) -> np.ndarray:
     """Rows of a party from ``.npy`` or ``.csv`` (comma-separated numbers, no header).
 
-    Every way a file can be unusable (missing, empty, not an array, not numeric) ends in
+    A ``.npy`` file of float64 rows is returned memory-mapped, read-only (no copy in
+    memory: :class:`protocols.Party` quantizes it a block of rows at a time and keeps
+    only the small integers); any other file is read into a float64 array. Every way a file can be unusable (missing, empty, not an array, not numeric) ends in
     one :class:`InputError` naming the file.
     """
     path = pathlib.Path(path)
@@ -40,6 +42,15 @@ def load_party_data(path) -> np.ndarray:
     if path.stat().st_size == 0:
         raise InputError(f"data file {str(path)!r} is empty (0 bytes)")
     if path.suffix == ".npy":
+        try:
+            # float64 rows stay in the file: memory-mapped read-only (file pages, which
+            # the kernel can drop, not anonymous memory); the party quantizes them a
+            # block of rows at a time (protocols._party). Anything else loads as before.
+            data = np.load(path, mmap_mode="r", allow_pickle=False)
+            if data.dtype == np.float64 and data.ndim >= 1 and data.dtype.isnative:
+                return data
+        except (ValueError, OSError, EOFError):
+            pass  # not mappable (or not an array): read below, which names the problem
         try:
             data = np.load(path, allow_pickle=False)
         except (ValueError, OSError, EOFError) as error:

@@ -2,8 +2,8 @@
 new stream after the old one broke.
 
 :class:`PartyReconnect` holds the methods of :class:`protocols._party.Party` that log every
-envelope sent (``_record``; a tile by its coordinates only: it is computed again, the
-identical bytes, when it must be re-sent), say whether a resume is possible
+envelope sent (``_record``; a tile or a share chunk by its coordinates only: it is
+computed again, the identical bytes, when it must be re-sent), say whether a resume is possible
 (``can_resume``), open the new stream (``resume_request``), answer the coordinator's
 challenge with the signed ``Resume`` (``answer_challenge``) and, once it is accepted, give
 what to send again (``resumed``). The handshake's cryptography and the logs are
@@ -22,6 +22,11 @@ from ._identity import sign
 from ._messages import body_of, envelope
 from ._resume import TILE, resume_proof, resume_transcript
 
+#: The first item of a party's log entry for one of its share chunks: ``(SHARE, receiver,
+#: prime index, chunk index)`` (made again, the same bytes, when it must be re-sent:
+#: ``Party._share_again``).
+SHARE = "share"
+
 __all__ = ["PartyReconnect"]
 
 logger = logging.getLogger(__name__)
@@ -38,6 +43,9 @@ class PartyReconnect:
         if env.HasField("tile"):
             t = env.tile
             self._log.append((TILE, t.round, t.prime_index, t.tile_index))
+        elif env.HasField("share"):  # n_rows d/l elements to every other party: not kept
+            c = env.share
+            self._log.append((SHARE, c.receiver, c.prime_index, c.chunk_index))
         else:
             self._log.append(env, env.ByteSize())
 
@@ -107,7 +115,10 @@ class PartyReconnect:
             held = {k: set(t.indices) for k, t in enumerate(accepted.held)}
             out = []
             for entry in entries:
-                if isinstance(entry, tuple):  # a tile: the same bytes, computed again
+                if isinstance(entry, tuple) and entry[0] == SHARE:
+                    if not restarted:  # a share chunk: the same bytes, made again
+                        out.append(self._share_again(*entry[1:]))
+                elif isinstance(entry, tuple):  # a tile: the same bytes, computed again
                     _, round_, k, index = entry
                     if round_ != self._round or index in held.get(k, ()):
                         continue  # an abandoned round's, or held already

@@ -32,7 +32,7 @@ def _paired_kernel(x, rows, cols, p, out):
         b = x[cols[q]]
         acc = 0
         for c in range(k):
-            d = (a[c] - b[c]) % p
+            d = (np.int64(a[c]) - np.int64(b[c])) % p
             acc += d * d % p
         out[q] = acc % p
 
@@ -41,11 +41,13 @@ def paired_sq_distances(x, rows, cols, p: int) -> np.ndarray:
     """``sum_c (x[rows[q], c] - x[cols[q], c])^2 mod p`` for every q, as int64 (P,).
 
     ``x`` (n, k) holds reduced elements of GF(p) (low level: not re-checked, every pass
-    over x would cost as much as the kernel); ``rows`` and ``cols`` are row indices in
-    [0, n) of equal length.
+    over x would cost as much as the kernel), int64 or uint32 (a party's held shares:
+    used as they are, not copied); ``rows`` and ``cols`` are row indices in [0, n) of
+    equal length.
     """
     p = _check_modulus(p)
-    x = _as_int64(x, "x")
+    x = np.asarray(x)
+    x = np.ascontiguousarray(x) if x.dtype == np.uint32 else _as_int64(x, "x")
     if x.ndim != 2:
         raise ParameterError(f"x must be a 2-d array (n, k), got shape {x.shape}")
     rows, cols = _as_int64(rows, "rows").reshape(-1), _as_int64(cols, "cols").reshape(-1)

@@ -52,6 +52,9 @@ print(json.dumps({
     "steps": steps.tolist(),
     "public": result.integer_distances.tolist(),
     "sq_distances_mod_p": sq_distances(np.array([[0, 1], [3, 5]]), 7).tolist(),
+    # a party's held shares are uint32: the pairs kernel must not subtract in uint32
+    "paired_uint32": finite_field.paired_sq_distances(
+        np.array([[0, 5], [6, 1]], dtype=np.uint32), [0, 1], [1, 0], 7).tolist(),
 }))
 """
 
@@ -74,3 +77,4 @@ def test_end_to_end_without_jit(oracle):
                                20, 2.0)
     assert report["public"] == oracle.sq_distances(all_rows)
     assert report["sq_distances_mod_p"] == [[0, 4], [4, 0]]
+    assert report["paired_uint32"] == [((0 - 6) ** 2 + (5 - 1) ** 2) % 7] * 2

@@ -210,7 +210,7 @@ def no_session(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("a share was made although the request was invalid")
 
-    monkeypatch.setattr(protocols._party, "encode_rows", forbidden)
+    monkeypatch.setattr(protocols._party, "encode_row_blocks", forbidden)
 
 
 def three(dim: int = 3, **overrides):
@@ -326,8 +326,8 @@ def test_refusal_check_can_fail(monkeypatch):
     import protocols._party
 
     calls = []
-    real = protocols._party.encode_rows
-    monkeypatch.setattr(protocols._party, "encode_rows",
+    real = protocols._party.encode_row_blocks
+    monkeypatch.setattr(protocols._party, "encode_row_blocks",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     secure_distance_matrix(three(), bound=1.0, scale_bits=8)
     assert len(calls) == 3  # one encoding per party

@@ -225,7 +225,7 @@ def test_masked_upload_minus_the_masks_is_the_weighted_evaluation():
                                              prime_index=0, tile_index=0)
                 for i, peer in enumerate(names) if i)
     c0 = lagrange_weights(outcome.parameters["betas"], outcome.parameters["alphas"][0], p)[0]
-    x = party.held[0]
+    x = party.held[0].astype(np.int64)  # held as uint32: the reference works in int64
     g = ((x[:, None, :] - x[None, :, :]) ** 2 % p).sum(-1) % p
     assert np.array_equal((upload - masks) % p, c0 * g % p)
     assert not np.array_equal(upload, c0 * g % p)

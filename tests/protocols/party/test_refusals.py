@@ -700,7 +700,7 @@ def _roster_accepted(monkeypatch):
 
     def out_of_memory(*args, **kwargs):
         raise MemoryError("no room for 12345")
-    monkeypatch.setattr(party_module, "encode_rows", out_of_memory)
+    monkeypatch.setattr(party_module, "encode_row_blocks", out_of_memory)
     return party, shares
 
 
