@@ -261,7 +261,7 @@ class PartyHandler:
         proof = b""
         if party.roster_digest is not None:  # the party is in a roster: it can prove it
             proof = prove_binding(setup.identity_key, session, setup.party_id,
-                                  party._hello.run_nonce, party.roster_digest,
+                                  party.run_nonce, party.roster_digest,
                                   context.node_id, message.metadata.message_id)
         timeline["reply"] = time.time()
         return (str(state[C.STATE_PHASE]), str(state[C.STATE_ERROR]), setup.party_id,
