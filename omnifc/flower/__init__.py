@@ -22,11 +22,12 @@ from ._constants import ACTION, MESSAGE_TYPE
 from ._binding import NodeBindingError
 from ._server import GrpcDataPlaneWorkflow, SecureDistanceWorkflow, distance_workflow
 from ._embeddings import (EMBEDDINGS, FMCL_PARTS, Embedding, client_distances, embedding,
-                          fmcl_dims, fmcl_rows)
+                          fmcl_dims, fmcl_exact_parameters, fmcl_exact_rows, fmcl_rows)
 from ._strategy import ClusteredFedAvg, ClusteredResult
 
 __all__ = ["SecureDistanceWorkflow", "GrpcDataPlaneWorkflow", "distance_workflow",
            "ClusteredFedAvg", "ClusteredResult", "Embedding", "EMBEDDINGS", "embedding",
-           "client_distances", "fmcl_rows", "fmcl_dims", "FMCL_PARTS", "NodeBindingError",
+           "client_distances", "fmcl_rows", "fmcl_dims", "fmcl_exact_rows",
+           "fmcl_exact_parameters", "FMCL_PARTS", "NodeBindingError",
            "PartyHandler", "PartySetup", "add_party", "party_status", "setup_from_node_config",
            "KeystreamSource", "ACTION", "MESSAGE_TYPE"]
