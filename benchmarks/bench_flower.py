@@ -90,6 +90,10 @@ class FlowerDeployment:
         if engine == "simulation":
             options = (f"options.num-supernodes = {len(data)}\n"
                        "options.backend.client-resources.num-cpus = 1\n")
+            if transport == "grpc":
+                # every party's ClientApp runs the whole session at once: as many actors
+                # as parties (Ray is told of m logical CPUs; the machine's cores are shared)
+                options += f"options.backend.init-args.num-cpus = {len(data)}\n"
         (self.home / "config.toml").write_text(
             '[superlink]\ndefault = "bench"\n\n[superlink.bench]\n'
             f'address = "127.0.0.1:{self.port}"\ninsecure = true\n{options}')
