@@ -263,9 +263,21 @@ def _digest(outcome) -> str:
                           ).hexdigest()
 
 
+#: How many ClientApps flwr 1.42's simulation engine runs at once: its VCE backend hands
+#: messages to a ThreadPoolExecutor() (vce_api.py), min(32, CPUs + 4) threads.
+SIMULATION_CONCURRENCY = min(32, (os.cpu_count() or 1) + 4)
+
+
 def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout: float,
           warmup: bool = True, engine: str = "deployment", transport: str = "grpc",
           strategy: bool = False):
+    if engine == "simulation" and transport == "grpc" and parties > SIMULATION_CONCURRENCY:
+        # over the gRPC data plane every party's ClientApp must run at once; the others
+        # would wait for a thread while the session waits for them (until its join deadline)
+        raise SystemExit(f"bench_flower: the simulation engine runs {SIMULATION_CONCURRENCY} "
+                         f"ClientApps at once on {os.cpu_count()} CPUs, m = {parties} parties "
+                         "over the gRPC data plane need them all at once: use --transport "
+                         "flower")
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (n, dim))
     bounds = np.linspace(0, n, parties + 1).astype(int)
