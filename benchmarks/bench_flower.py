@@ -81,6 +81,7 @@ class FlowerDeployment:
                  identity: dict, engine: str = "deployment", transport: str = "grpc",
                  strategy: bool = False) -> None:
         self.folder = folder
+        self.parties = len(data)
         self.engine = engine
         self.port = free_port()
         self.home = folder / "flwr-home"
@@ -89,6 +90,10 @@ class FlowerDeployment:
         if engine == "simulation":
             options = (f"options.num-supernodes = {len(data)}\n"
                        "options.backend.client-resources.num-cpus = 1\n")
+            if transport == "grpc":
+                # every party's ClientApp runs the whole session at once: as many actors
+                # as parties (Ray is told of m logical CPUs; the machine's cores are shared)
+                options += f"options.backend.init-args.num-cpus = {len(data)}\n"
         (self.home / "config.toml").write_text(
             '[superlink]\ndefault = "bench"\n\n[superlink.bench]\n'
             f'address = "127.0.0.1:{self.port}"\ninsecure = true\n{options}')
@@ -132,6 +137,9 @@ class FlowerDeployment:
     def run(self, session_config: pathlib.Path, timeout: float) -> tuple[dict, float]:
         result = self.folder / f"result-{time.monotonic_ns()}.json"
         overrides = f'session-config="{session_config}" result-file="{result}"' + self.extra
+        for old in self.folder.glob("trace-client-*.json"):  # the last run's stamps
+            old.unlink()
+        launched = time.time()
         start = time.perf_counter()
         done = subprocess.run([_tool("flwr"), "run", ".", "bench", "--stream", "--run-config",
                                overrides], cwd=APP, env=self.env, capture_output=True,
@@ -143,10 +151,107 @@ class FlowerDeployment:
         if not result.exists():
             raise RuntimeError("the Flower run produced no result:\n"
                                + (done.stdout + done.stderr).decode(errors="replace")[-3000:])
-        return json.loads(result.read_text()), wall
+        figures = json.loads(result.read_text())
+        deadline = time.monotonic() + 10  # the ClientApps write their stamps on return
+        while (len(list(self.folder.glob("trace-client-*.json"))) < self.parties
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
+        figures["clients"] = [json.loads(path.read_text())
+                              for path in sorted(self.folder.glob("trace-client-*.json"))]
+        figures["stamps"]["launched"] = launched
+        return figures, wall
 
     def close(self) -> None:
         self.processes.stop()
+
+
+#: The breakdown's events, in order: (label, where, key). ``where`` is "server" (the
+#: ServerApp process's stamps), "workflow" (GrpcDataPlaneWorkflow.timeline), "client" (one
+#: value per node: its ClientApp process's stamps and PartyHandler.timeline) or "reply"
+#: (one per node: when the ServerApp pulled its reply).
+EVENTS = [
+    ("`flwr run` launched", "server", "launched"),
+    ("ServerApp process started", "server", "process"),
+    ("ServerApp imports done", "server", "imported"),
+    ("workflow called (clock starts)", "workflow", "call"),
+    ("coordinator listening", "workflow", "listening"),
+    ("start messages pushed", "workflow", "pushed"),
+    ("ClientApp process started", "client", "process"),
+    ("ClientApp module loading (flwr loaded)", "client", "module"),
+    ("ClientApp imports done", "client", "imported"),
+    ("handler entered", "client", "handler"),
+    ("party built", "client", "party"),
+    ("party got the roster", "client", "party:shares"),
+    ("coordinator: all joined (shares)", "workflow", "phase:shares"),
+    ("coordinator: evaluation", "workflow", "phase:evaluation"),
+    ("coordinator: decode", "workflow", "phase:decode"),
+    ("coordinator: result final", "workflow", "outcome"),
+    ("workflow returns (clock stops)", "workflow", "returned"),
+    ("party's session ended", "client", "ended"),
+    ("ClientApp handler returned", "client", "returned"),
+    ("reply seen by the ServerApp (bind)", "reply", None),
+    ("proofs checked (bind)", "workflow", "bound"),
+]
+
+
+def breakdown(figures: dict) -> list:
+    """[(label, first, last)] seconds after ``workflow called`` (first and last node for
+    per-node events; the same twice otherwise; None where the stamp is missing)."""
+    timeline, stamps = figures.get("timeline") or {}, figures.get("stamps") or {}
+    zero = timeline.get("call")
+    if zero is None:
+        return []
+    rows = []
+    for label, where, key in EVENTS:
+        if where == "server":
+            values = [stamps.get(key)]
+        elif where == "workflow":
+            values = [timeline.get(key)]
+        elif where == "client":
+            values = [c.get(key) for c in figures.get("clients", [])]
+        else:
+            values = [v for k, v in timeline.items() if k.startswith("reply:")]
+        values = [v - zero for v in values if v is not None and v == v]
+        rows.append((label, min(values), max(values)) if values else (label, None, None))
+    return rows
+
+
+def client_cpu(figures: dict) -> list:
+    """Per ClientApp process, CPU seconds (all threads): before its module loaded (Python,
+    flwr, the FAB), the module's imports (numpy, omnifc), and the handler (the party's
+    session, numba's start and kernel loads included)."""
+    return [(c["cpu:module"], c["cpu:imported"] - c["cpu:module"],
+             c["cpu:returned"] - c["cpu:imported"])
+            for c in figures.get("clients", []) if "cpu:returned" in c]
+
+
+def _median_breakdown(runs: list) -> list:
+    """The per-event medians of several runs' :func:`breakdown`."""
+    out = []
+    for i, (label, _, _) in enumerate(EVENTS):
+        firsts = [r[i][1] for r in runs if r and r[i][1] is not None]
+        lasts = [r[i][2] for r in runs if r and r[i][2] is not None]
+        out.append((label, statistics.median(firsts) if firsts else None,
+                    statistics.median(lasts) if lasts else None))
+    return out
+
+
+def print_breakdown(row: dict) -> None:
+    """The median timeline of the Flower runs of one row, as a Markdown table."""
+    print(f"\nm = {row['parties']}: where the Flower path's time goes (seconds after the "
+          f"workflow is called; medians of {row['runs']} runs; per-node events: first and "
+          "last node)")
+    print("| event | first | last |\n|---|---|---|")
+    for label, first, last in row["breakdown"]:
+        if first is None:
+            print(f"| {label} | - | - |")
+        else:
+            print(f"| {label} | {first:+.2f} | {last:+.2f} |")
+    cpu = row.get("client_cpu") or [None]
+    if cpu[0] is not None:
+        print(f"CPU seconds per ClientApp process (median): {cpu[0]:.2f} before its module "
+              f"(Python, flwr, the FAB), {cpu[1]:.2f} its imports (numpy, omnifc), "
+              f"{cpu[2]:.2f} the handler (the party's session)")
 
 
 def _total_bytes(stats: dict) -> int:
@@ -158,9 +263,21 @@ def _digest(outcome) -> str:
                           ).hexdigest()
 
 
+#: How many ClientApps flwr 1.42's simulation engine runs at once: its VCE backend hands
+#: messages to a ThreadPoolExecutor() (vce_api.py), min(32, CPUs + 4) threads.
+SIMULATION_CONCURRENCY = min(32, (os.cpu_count() or 1) + 4)
+
+
 def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout: float,
           warmup: bool = True, engine: str = "deployment", transport: str = "grpc",
           strategy: bool = False):
+    if engine == "simulation" and transport == "grpc" and parties > SIMULATION_CONCURRENCY:
+        # over the gRPC data plane every party's ClientApp must run at once; the others
+        # would wait for a thread while the session waits for them (until its join deadline)
+        raise SystemExit(f"bench_flower: the simulation engine runs {SIMULATION_CONCURRENCY} "
+                         f"ClientApps at once on {os.cpu_count()} CPUs, m = {parties} parties "
+                         "over the gRPC data plane need them all at once: use --transport "
+                         "flower")
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (n, dim))
     bounds = np.linspace(0, n, parties + 1).astype(int)
@@ -178,7 +295,8 @@ def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout
         identity = {name: folder / "certs" / f"{name}.identity.pem" for name in data}
         deployment = FlowerDeployment(folder, data, certs.config, identity, engine, transport,
                                       strategy)
-        native, flower, flower_run, digests = [], [], [], set()
+        native, flower, flower_run, digests, traces = [], [], [], set(), []
+        cpu: list = []
         try:
             if warmup:  # app install, first imports and numba caches, on both paths
                 deployment.run(certs.config, timeout)
@@ -189,11 +307,13 @@ def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout
                 native.append((time.perf_counter() - start, _total_bytes(outcome.stats)))
                 digests.add(("native", _digest(outcome)))
                 figures, wall = deployment.run(certs.config, timeout)
-                if strategy and figures["bound"] != parties:
+                if transport == "grpc" and figures["bound"] != parties:
                     raise RuntimeError(f"the strategy bound {figures['bound']} of {parties} "
                                        "parties to their nodes")
                 flower.append((figures["seconds"], _total_bytes(figures["stats"])))
                 flower_run.append(wall)
+                traces.append(breakdown(figures))
+                cpu.extend(client_cpu(figures))
                 digests.add(("flower", figures["sha256"]))
         finally:
             deployment.close()
@@ -209,7 +329,10 @@ def bench(n: int, dim: int, parties: int, scale_bits: int, repeats: int, timeout
             "flower_seconds": flower_s, "flower_bytes": statistics.median(b for _, b in flower),
             "flower_run_seconds": statistics.median(flower_run),
             "native_all": [s for s, _ in native], "flower_all": [s for s, _ in flower],
-            "ratio": flower_s / native_s, "goal_met": flower_s / native_s <= GOAL}
+            "ratio": flower_s / native_s, "goal_met": flower_s / native_s <= GOAL,
+            "breakdown": _median_breakdown(traces),
+            "client_cpu": [statistics.median(c[i] for c in cpu) if cpu else None
+                           for i in range(3)]}
 
 
 def main(argv=None) -> int:
@@ -235,6 +358,9 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: n = 200, m = 3, one run each")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    parser.add_argument("--trace", action="store_true",
+                        help="print where the Flower path's time goes (gRPC data plane: "
+                             "the ServerApp's, the workflow's and every ClientApp's stamps)")
     parser.add_argument("--check", action="store_true", help="exit 1 when the goal is missed")
     args = parser.parse_args(argv)
     parties = [int(m) for m in str(args.parties).split(",") if m.strip()]
@@ -254,6 +380,8 @@ def main(argv=None) -> int:
               f"{row['flower_bytes'] / 1e6:9.2f} MB (flwr run end to end "
               f"{row['flower_run_seconds']:.2f} s) | ratio {row['ratio']:5.2f}x "
               f"(goal <= {GOAL:g}x: {'met' if row['goal_met'] else 'NOT met'})", flush=True)
+        if args.trace:
+            print_breakdown(row)
     print(f"bench_flower: n={args.n} d={args.dim} q={args.scale_bits} l=1 t=1 masked, "
           f"medians of {args.repeats} runs; same integer D on both paths; load average "
           f"{load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after, on "

@@ -291,6 +291,12 @@ class Party(PartyReconnect):
     def done(self) -> bool:
         return self.phase == "done"
 
+    @property
+    def run_nonce(self) -> bytes:
+        """This run's nonce (public: it is in the signed hello; read-only), e.g. for a
+        transport that binds the party to its own identities (omnifc.flower._binding)."""
+        return bytes(self._run_nonce)
+
     # -- helpers ------------------------------------------------------------------------
     def _fail(self, error: Exception):
         if self.phase != "failed":

@@ -39,6 +39,7 @@ import hashlib
 import inspect
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -156,6 +157,12 @@ class PartyHandler:
         self.rows = rows
         self.setup = setup
         self.on_result = on_result
+        #: wall-clock stamps (``time.time()``) of the last gRPC-data-plane message this
+        #: process handled: ``handler`` (entered), ``party`` (built), ``party:<phase>`` (the
+        #: phases as the party saw them: join, shares, evaluation, decode, result),
+        #: ``ended`` (the session over for this party), ``reply`` (the proof signed);
+        #: public timing, for the cost breakdown of docs/flower.md
+        self.timeline: dict = {}
         # live parties of this process: (run, node, session) -> (party, envelopes consumed,
         # digest of the randomness key); an optimization only, context.state is the truth
         self._live: dict = {}
@@ -212,6 +219,7 @@ class PartyHandler:
 
         from protocols import party_credentials, run_party
 
+        timeline = self.timeline = {"handler": time.time()}
         setup = self._start_once(context, session)
         config = setup.config
         if config is None:
@@ -223,6 +231,12 @@ class PartyHandler:
         party = Party(setup.party_id, self._rows(context, session, part), session_id=session,
                       parameters=setup.parameters, identity_key=setup.identity_key,
                       pinned=setup.pinned)  # the OS CSPRNG: the party lives in this call
+        timeline["party"] = time.time()
+
+        def progress(phase, _round, detail):
+            if detail is None:
+                timeline.setdefault(f"party:{phase}", time.time())
+
         d = config.deadlines
         try:
             run_party(party, config.coordinator,
@@ -231,12 +245,14 @@ class PartyHandler:
                       insecure=config.insecure,
                       timeout=d.join + d.shares + d.evaluation * 4 + d.result,
                       connect_timeout=d.join,
-                      tls_files=None if config.insecure else config.party_tls(setup.party_id))
+                      tls_files=None if config.insecure else config.party_tls(setup.party_id),
+                      on_progress=progress)
         except Exception as exc:  # fail closed: the party failed, the node says why
             error = as_protocol_error(exc, f"party {setup.party_id!r}", party.phase)
             if party.phase != "failed":
                 party._fail(error)
             logger.warning("party %r failed: %s", party.party_id, error)
+        timeline["ended"] = time.time()
         state[C.STATE_PHASE] = party.phase
         state[C.STATE_ERROR] = "" if party.error is None else str(party.error)
         context.state.config_records[C.STATE_RECORD] = state
@@ -245,8 +261,9 @@ class PartyHandler:
         proof = b""
         if party.roster_digest is not None:  # the party is in a roster: it can prove it
             proof = prove_binding(setup.identity_key, session, setup.party_id,
-                                  party._hello.run_nonce, party.roster_digest,
+                                  party.run_nonce, party.roster_digest,
                                   context.node_id, message.metadata.message_id)
+        timeline["reply"] = time.time()
         return (str(state[C.STATE_PHASE]), str(state[C.STATE_ERROR]), setup.party_id,
                 proof)
 

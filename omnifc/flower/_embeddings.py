@@ -22,7 +22,7 @@ import numpy as np
 from finite_field import ParameterError, ProtocolError
 
 __all__ = ["Embedding", "EMBEDDINGS", "embedding", "client_distances", "fmcl_rows",
-           "fmcl_dims", "FMCL_PARTS"]
+           "fmcl_dims", "fmcl_exact_rows", "fmcl_exact_parameters", "FMCL_PARTS"]
 
 logger = logging.getLogger(__name__)
 
@@ -184,6 +184,69 @@ def fmcl_rows(means, weights, resolution: int) -> dict:
     return {"z": np.stack([z, np.zeros_like(z)]), "t": np.stack([t, np.zeros_like(t)])}
 
 
+def _exact_code(sample_counts, n_classes: int, dim: int):
+    """FMCL's exact code of the public sample counts and the means' scale bits ``(code, s)``
+    (:func:`omnifc.adapters.fmcl.exact_code`: one level code when it fits, else the grouped
+    level code), from the counts as a set (every node and the server build the same)."""
+    from ..adapters import fmcl
+
+    counts = sorted(int(c) for c in (sample_counts.values() if isinstance(sample_counts, dict)
+                                     else sample_counts))
+    return fmcl.exact_code(counts, int(n_classes), int(dim))
+
+
+def fmcl_exact_rows(means, counts, sample_counts) -> dict:
+    """A node's FMCL embedding with its class weights carried **exactly** (the client half
+    of ``embedding("fmcl", sample_counts=...)``): FMCL's level-set rows
+    (:func:`omnifc.adapters.fmcl.level_rows` on :func:`~omnifc.adapters.fmcl.exact_code` of
+    the public sample counts: one level code, or the grouped level code when the counts'
+    lcm is too large for one), each followed by the public all-zero anchor row.
+
+    ``means`` (C, d): the node's class mean embeddings; ``counts`` (C,): its class counts
+    (their sum, its sample count, must be one of ``sample_counts``); ``sample_counts``: every
+    node's sample count (public, as FedAvg's weights; a list or a dict party -> count).
+    The sessions' parameters are :func:`fmcl_exact_parameters`'s.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> parts = fmcl_exact_rows(np.array([[1.0, 0.0], [0.0, 2.0]]), [1, 2], [3, 4])
+    >>> parts["t"].shape, parts["z"].shape, bool(parts["t"][1].any())   # row, zero anchor
+    ((2, 24), (2, 48), False)
+    >>> int(parts["t"][0] @ parts["t"][0])   # |t|^2 = L = lcm(3, 4): weights 4/12 + 8/12
+    12
+    """
+    from ..adapters.fmcl._paper import level_rows
+    from ..adapters.fmcl._secure import _unit_ints
+
+    means = np.asarray(means, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.int64)
+    if means.ndim != 2 or counts.shape != means.shape[:1]:
+        raise ParameterError(f"expected means (C, d) and counts (C,), got {means.shape} and "
+                             f"{counts.shape}")
+    code, bits = _exact_code(sample_counts, means.shape[0], means.shape[1])
+    z, t = level_rows(_unit_ints(means[None], counts[None], bits)[0], counts, code)
+    z, t = z.astype(np.float64), t.astype(np.float64)
+    return {"z": np.stack([z, np.zeros_like(z)]), "t": np.stack([t, np.zeros_like(t)])}
+
+
+def fmcl_exact_parameters(sample_counts, n_classes: int, dim: int) -> dict:
+    """The session parameters of each part of the exact FMCL embedding (public, from the
+    sample counts alone): ``{"z": {...}, "t": {...}}`` with ``dim``, ``bound``,
+    ``scale_bits`` (0: the rows are integers) and, for ``t``, ``nonnegative``; pass each to
+    :class:`protocols.SessionParameters` (or the session config of that part).
+
+    >>> fmcl_exact_parameters([3, 4], 2, 2)
+    {'z': {'dim': 48, 'bound': 65536.0, 'scale_bits': 0}, 't': {'dim': 24, 'bound': 1.0, 'scale_bits': 0, 'nonnegative': True}}
+    """
+    code, bits = _exact_code(sample_counts, n_classes, dim)
+    width = int(n_classes) * code.width
+    return {"z": {"dim": width * int(dim), "bound": float(code.largest_part * 2**bits),
+                  "scale_bits": 0},
+            "t": {"dim": width, "bound": float(code.largest_part), "scale_bits": 0,
+                  "nonnegative": True}}
+
+
 def fmcl_dims(n_classes: int, dim: int, resolution: int) -> dict:
     """The session ``dim`` of each FMCL part: ``{"z": C q d, "t": C q}`` (bound 1.0 both).
 
@@ -194,9 +257,10 @@ def fmcl_dims(n_classes: int, dim: int, resolution: int) -> dict:
             "t": int(n_classes) * int(resolution)}
 
 
-def _anchored(outcome, part: str) -> np.ndarray:
+def _anchored(outcome, part: str, exact: bool = False) -> np.ndarray:
     """The (n+1) x (n+1) distances of the clients' rows and one anchor (anchor last), after
-    checking that every client sent two rows whose second (the anchor) is the same point."""
+    checking that every client sent two rows whose second (the anchor) is the same point
+    (``exact``: the exact integer distances instead of the decoded values)."""
     rows = list(outcome.rows)
     if any(r != 2 for r in rows):
         raise ProtocolError(f"FMCL part {part!r}: every client sends its row and the zero "
@@ -207,7 +271,7 @@ def _anchored(outcome, part: str) -> np.ndarray:
         raise ProtocolError(f"FMCL part {part!r}: the clients' anchor rows are not one point "
                             "(every anchor must be the public all-zero row)")
     order = np.concatenate([np.arange(0, 2 * len(rows), 2), anchors[:1]])
-    return np.asarray(outcome.values)[np.ix_(order, order)]
+    return (integer if exact else np.asarray(outcome.values))[np.ix_(order, order)]
 
 
 def _mean_distance_assign(distances, labels) -> np.ndarray:
@@ -221,17 +285,61 @@ def _mean_distance_assign(distances, labels) -> np.ndarray:
     return np.array(clusters)[np.argmin(scores, axis=1)]
 
 
-def _fmcl(resolution=None, n_clusters=None, rule=None, max_clusters=None, fill="geodesic"):
-    from ..adapters import fmcl
+def _fmcl_exact_combine(sample_counts: dict, n_classes: int, dim: int, fill):
+    """``combine`` of the exact FMCL embedding: the two parts' exact integer Gram matrices
+    (from the anchored integer distances), divided by each pair's public scale and
+    evaluated in exact fractions, as :func:`omnifc.adapters.fmcl.exact_fmcl_distances`."""
+    from ..adapters.fmcl._secure import _anchored_grams, _exact_combine
 
-    if resolution is None or int(resolution) < 1:
-        raise ParameterError(f"embedding 'fmcl' needs the nodes' public resolution q >= 1, "
-                             f"got {resolution!r}")
-    q = int(resolution)
+    counts = {str(k): int(v) for k, v in sample_counts.items()}
+    code, bits = _exact_code(counts, n_classes, dim)
+    expected = fmcl_exact_parameters(counts, n_classes, dim)
 
     def combine(outcomes):
-        return fmcl.fmcl_from_anchored(_anchored(outcomes["z"], "z"),
-                                       _anchored(outcomes["t"], "t"), q, fill=fill)
+        names = list(outcomes["z"].party_names)
+        if list(outcomes["t"].party_names) != names:
+            raise ProtocolError("FMCL's z and t sessions have different rosters")
+        missing = [n for n in names if n not in counts]
+        if missing:
+            raise ProtocolError(f"FMCL's exact embedding has no public sample count for "
+                                f"{missing}")
+        for part in FMCL_PARTS:
+            got = int(outcomes[part].parameters["dim"])
+            if got != expected[part]["dim"]:
+                raise ProtocolError(f"FMCL part {part!r}: the session's dim is {got}, the "
+                                    f"exact code of these sample counts needs "
+                                    f"{expected[part]['dim']}")
+        grams = [_anchored_grams(_anchored(outcomes[part], part, exact=True))
+                 for part in FMCL_PARTS]
+        totals = [counts[n] for n in names]
+        scales = [[code.pair_scale(a, b) for b in totals] for a in totals]
+        return _exact_combine(grams[0], grams[1], scales, bits, fill)[0]
+
+    return combine
+
+
+def _fmcl(resolution=None, n_clusters=None, rule=None, max_clusters=None, fill="geodesic",
+          sample_counts=None, n_classes=None, dim=None):
+    from ..adapters import fmcl
+
+    if sample_counts is not None:  # exact class weights (the adapter's default path)
+        if resolution is not None:
+            raise ParameterError("embedding 'fmcl': give sample_counts (exact weights) or "
+                                 "resolution (rounded weights), not both")
+        if not isinstance(sample_counts, dict) or n_classes is None or dim is None:
+            raise ParameterError("embedding 'fmcl' with exact weights needs sample_counts "
+                                 "(a dict party -> count), n_classes and dim")
+        combine = _fmcl_exact_combine(sample_counts, int(n_classes), int(dim), fill)
+    else:
+        if resolution is None or int(resolution) < 1:
+            raise ParameterError("embedding 'fmcl' needs the nodes' public sample counts "
+                                 "(sample_counts=, exact) or resolution q >= 1 (rounded), "
+                                 f"got resolution={resolution!r}")
+        q = int(resolution)
+
+        def combine(outcomes):
+            return fmcl.fmcl_from_anchored(_anchored(outcomes["z"], "z"),
+                                           _anchored(outcomes["t"], "t"), q, fill=fill)
 
     if n_clusters is not None:
         from .._clustering import average_linkage_labels
@@ -259,8 +367,10 @@ EMBEDDINGS = {"raw": _raw, "clove": _clove, "client2vec": _client2vec, "flux": _
 def embedding(name: str, **options) -> Embedding:
     """The :class:`Embedding` of adapter ``name`` (``raw``, ``clove``, ``client2vec``,
     ``flux``, ``fmcl``), its server algorithm configured by ``options`` (``n_clusters``,
-    ``random_state``; FLUX: ``k_rule``, ``eps_rule``...; FMCL: ``resolution`` (the nodes'
-    public q, required), ``n_clusters`` (average linkage) or ``rule`` (K chosen by
+    ``random_state``; FLUX: ``k_rule``, ``eps_rule``...; FMCL: ``sample_counts`` (party ->
+    public sample count), ``n_classes`` and ``dim`` for exact class weights (the nodes send
+    :func:`fmcl_exact_rows`), or ``resolution`` (a public q: weights rounded to 1/q, the
+    nodes send :func:`fmcl_rows`), ``n_clusters`` (average linkage) or ``rule`` (K chosen by
     :func:`omnifc.adapters.fmcl.fmcl_server`, its default rule when neither is given),
     ``max_clusters``, ``fill``; newcomers join the cluster of least mean FMCL distance).
 

@@ -353,11 +353,22 @@ class GrpcDataPlaneWorkflow:
         self.outcome = None
         self.coordinator = None
         self.server = None
-        self.ends: dict = {}
-        self.nodes: dict = {}
-        self.refused: dict = {}
-        self.unbound: dict = {}
+        self._ends: dict = {}
+        self._nodes: dict = {}
+        self._refused: dict = {}
+        self._unbound: dict = {}
         self._claims: dict = {}
+        # (grid, start message ids still unanswered, message id -> node) between a session's
+        # result and the binding (:meth:`bind`); None when nothing is pending
+        self._pending = None
+        #: wall-clock stamps (``time.time()``) of the last call: ``call``, ``listening``
+        #: (the coordinator serves), ``nodes`` (enough nodes connected), ``pushed`` (the
+        #: start messages are at the SuperLink), ``phase:<phase>`` (the coordinator's
+        #: phases: join, shares, evaluation, decode, result), ``outcome`` (the result is
+        #: final), ``returned`` (the call returns), ``reply:<node id>`` (that node's reply
+        #: pulled, by :meth:`bind`), ``bound`` (the proofs checked, by :meth:`bind`);
+        #: public timing, for the cost breakdown of docs/flower.md
+        self.timeline: dict = {}
 
     def _session_seconds(self) -> float:
         d = self.config.deadlines
@@ -370,7 +381,9 @@ class GrpcDataPlaneWorkflow:
                                coordinator_from_config)
 
         config = self.config
-        self.nodes, self.refused, self.unbound, self._claims = {}, {}, {}, {}
+        timeline = self.timeline = {"call": time.time()}
+        self._nodes, self._refused, self._unbound, self._claims = {}, {}, {}, {}
+        self._ends, self._pending, self.outcome = {}, None, None
         coordinator = coordinator_from_config(config, cluster=self.cluster,
                                               responders=self.responders)
         self.coordinator = coordinator
@@ -379,9 +392,16 @@ class GrpcDataPlaneWorkflow:
             credentials=None if config.insecure else coordinator_credentials(config),
             insecure=config.insecure, config=config).start()
         self.server = server
+        timeline["listening"] = time.time()
         waiting: set = set()
+        sent: dict = {}
+
+        def phase_changed(phase, _round):
+            timeline.setdefault(f"phase:{phase}", time.time())
+
         try:
             nodes = _wait_for_nodes(grid, len(config.party_names), self.join_timeout)
+            timeline["nodes"] = time.time()
             ttl = self._session_seconds() + 60.0
             record = {C.KEY_SESSION: self.session_id, C.KEY_START: True,
                       C.KEY_TRANSPORT: C.TRANSPORT_GRPC}
@@ -393,7 +413,9 @@ class GrpcDataPlaneWorkflow:
                 for node in nodes]))
             sent = dict(zip(ids, nodes))  # message id -> the node it was sent to
             waiting = set(ids)
-            outcome = server.run()  # the coordinator's deadlines; raises its error
+            timeline["pushed"] = time.time()
+            outcome = server.run(on_phase=phase_changed)  # its deadlines; raises its error
+            timeline["outcome"] = time.time()
         except ProtocolError as error:
             if coordinator.error is None and coordinator.outcome is None:
                 server.fail(error)  # every connected party hears why
@@ -406,10 +428,63 @@ class GrpcDataPlaneWorkflow:
             raise wrapped from error
         finally:
             server.stop()
-            self._collect(grid, waiting, sent if waiting else {})
-        self._bind(coordinator)
+            if coordinator.outcome is None:  # failed: every node that answers says why
+                self._collect(grid, waiting, sent)
+        # the result is final: the replies (each node's binding proof) are collected and
+        # checked by bind(), which every reader of the binding calls first, so the caller
+        # does not wait for Flower's reply path where nothing depends on it
+        self._pending = (grid, waiting, sent)
         self.outcome = outcome
+        timeline["returned"] = time.time()
         return outcome
+
+    def bind(self) -> dict:
+        """Collect the nodes' replies to the last session's start messages (at most the
+        result deadline) and check every binding proof (:mod:`._binding`); return
+        :attr:`nodes`. The first call after a session does it, later calls return what it
+        found. :attr:`nodes`, :attr:`refused`, :attr:`unbound` and :attr:`ends` call it, so
+        no party is taken as bound before its proof is checked.
+
+        Examples
+        --------
+        ::
+
+            outcome = workflow(grid)     # returns once the result is final
+            labels = my_clustering(outcome.integer)   # overlaps the nodes' replies
+            nodes = workflow.bind()      # party -> node id, every proof checked
+        """
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            grid, waiting, sent = pending
+            self._collect(grid, waiting, sent)
+            self._bind(self.coordinator)
+            self.timeline["bound"] = time.time()
+        return self._nodes
+
+    @property
+    def nodes(self) -> dict:
+        """Party -> Flower node id of every party whose node proved it runs it (waits for
+        the proofs: :meth:`bind`)."""
+        return self.bind()
+
+    @property
+    def refused(self) -> dict:
+        """Node id -> :class:`NodeBindingError`: the claims that failed (after :meth:`bind`)."""
+        self.bind()
+        return self._refused
+
+    @property
+    def unbound(self) -> dict:
+        """Party -> why no node is bound to it (after :meth:`bind`)."""
+        self.bind()
+        return self._unbound
+
+    @property
+    def ends(self) -> dict:
+        """Node id -> (phase, error) as the nodes replied (after :meth:`bind`; on a failed
+        session, as collected before the error was raised)."""
+        self.bind()
+        return self._ends
 
     def _collect(self, grid, waiting: set, sent: dict) -> None:
         """The nodes' replies (how each party ended, the party each claims and its proof),
@@ -423,19 +498,20 @@ class GrpcDataPlaneWorkflow:
                     message_id = reply.metadata.reply_to_message_id
                     waiting.discard(message_id)
                     node = reply.metadata.src_node_id
+                    self.timeline[f"reply:{node}"] = time.time()
                     if sent.get(message_id) != node:
-                        self.refused[node] = NodeBindingError(
+                        self._refused[node] = NodeBindingError(
                             node, None, f"it answered message {message_id!r}, which was "
                             f"sent to node {sent.get(message_id)!r}")
                         continue
                     if reply.has_error():
-                        self.ends[node] = ("failed", f"Flower error: {reply.error.reason}")
+                        self._ends[node] = ("failed", f"Flower error: {reply.error.reason}")
                         continue
                     record = reply.content.config_records.get(C.RECORD)
                     if record is None:
-                        self.ends[node] = ("failed", f"no {C.RECORD!r} record")
+                        self._ends[node] = ("failed", f"no {C.RECORD!r} record")
                         continue
-                    self.ends[node] = (str(record.get(C.KEY_PHASE, "")),
+                    self._ends[node] = (str(record.get(C.KEY_PHASE, "")),
                                        str(record.get(C.KEY_ERROR, "")))
                     self._claims[node] = (message_id, record.get(C.KEY_PARTY),
                                           record.get(C.KEY_PROOF))
@@ -453,19 +529,19 @@ class GrpcDataPlaneWorkflow:
                 name = check_binding(self.pinned, coordinator.hellos,
                                      coordinator.roster_digest, self.session_id, node,
                                      message_id, party, proof)
-                if name in self.nodes:
+                if name in self._nodes:
                     raise NodeBindingError(node, name, f"that party is bound to node "
-                                           f"{self.nodes[name]} already")
+                                           f"{self._nodes[name]} already")
             except NodeBindingError as error:
-                self.refused[node] = error
+                self._refused[node] = error
                 logger.warning("%s", error)
                 continue
-            self.nodes[name] = node
+            self._nodes[name] = node
         for name in self.config.party_names:
-            if name not in self.nodes:
-                self.unbound[name] = ("no Flower node proved it runs this party within the "
+            if name not in self._nodes:
+                self._unbound[name] = ("no Flower node proved it runs this party within the "
                                       f"result deadline ({self.config.deadlines.result:g} s)")
-                logger.warning("party %r: %s", name, self.unbound[name])
+                logger.warning("party %r: %s", name, self._unbound[name])
 
     @property
     def pinned(self) -> dict:

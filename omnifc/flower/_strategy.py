@@ -97,7 +97,10 @@ class ClusteredResult:
 def _is_workflow(item) -> bool:
     """A workflow object (it runs a session over a grid and binds parties to nodes), as
     opposed to a session config or a ``k -> workflow`` factory."""
-    return hasattr(item, "nodes") and callable(item)
+    # looked up on the type or the instance's own attributes: a property ``nodes`` (the
+    # gRPC data plane's, which waits for the binding proofs) is not called here
+    return callable(item) and (hasattr(type(item), "nodes")
+                               or "nodes" in getattr(item, "__dict__", {}))
 
 
 def _fedavg_base():
@@ -226,9 +229,9 @@ class ClusteredFedAvg(_fedavg_base()):
         return out
 
     def _run_sessions(self, grid, spec):
-        """Run every part's session; return ``(outcomes by part, party names, nodes by
-        party, unbound parties)``. A party is bound to a node only when every part's session
-        bound it to that same node (its signed hello, or its binding proof)."""
+        """Run every part's session; return ``(workflows by part, outcomes by part, party
+        names)``. Which node runs which party is :meth:`_bound`'s (over the gRPC data plane
+        the nodes' proofs arrive after the result: the server computes meanwhile)."""
         workflows = self._workflows(spec)
         outcomes = {part: workflow(grid) for part, workflow in workflows.items()}
         names = next(iter(outcomes.values())).party_names
@@ -237,6 +240,13 @@ class ClusteredFedAvg(_fedavg_base()):
                 raise ProtocolError(f"the sessions of embedding {self.embedding.name!r} have "
                                     f"different rosters ({names} and, for part {part!r}, "
                                     f"{outcome.party_names})")
+        return workflows, outcomes, names
+
+    def _bound(self, workflows: dict, names: list):
+        """``(nodes by party, unbound parties)``, every binding checked (reading a
+        workflow's ``nodes`` waits for and checks its nodes' proofs). A party is bound to a
+        node only when every part's session bound it to that same node (its signed hello,
+        or its binding proof); raise when no party is bound."""
         nodes, unbound = {}, {}
         for name in names:
             seen = {part: workflow.nodes.get(name) for part, workflow in workflows.items()}
@@ -255,18 +265,19 @@ class ClusteredFedAvg(_fedavg_base()):
         if not nodes:
             raise ProtocolError("no party of the clustering is bound to a Flower node: "
                                 + "; ".join(f"{n}: {w}" for n, w in unbound.items()))
-        return outcomes, names, nodes, unbound
+        return nodes, unbound
 
     def cluster(self, grid, k: int = 0, result: ClusteredResult | None = None):
         """Run the k-th clustering session (one per embedding part); return ``(labels by
         node, result)``. Only nodes bound to their party get a label (and models)."""
         result = ClusteredResult() if result is None else result
-        outcomes, names, nodes, unbound = self._run_sessions(grid, self._session(k))
+        workflows, outcomes, names = self._run_sessions(grid, self._session(k))
         distances = self.embedding.distances(outcomes)
         labels = np.asarray(self.embedding.cluster(distances)).astype(int)
         if labels.shape != (len(names),):
             raise ProtocolError(f"the {self.embedding.name!r} clustering returned "
                                 f"{labels.shape} labels, expected ({len(names)},)")
+        nodes, unbound = self._bound(workflows, names)  # before any label goes to a node
         result.labels = {nodes[name]: int(c) for name, c in zip(names, labels)
                          if name in nodes}
         result.party_labels = {name: int(c) for name, c in zip(names, labels)}
@@ -366,7 +377,7 @@ class ClusteredFedAvg(_fedavg_base()):
         from flwr.app import ConfigRecord
         from flwr.common import MessageType
 
-        outcomes, names, nodes, unbound = self._run_sessions(grid, self.newcomer_workflow)
+        workflows, outcomes, names = self._run_sessions(grid, self.newcomer_workflow)
         clustered = getattr(result, "party_labels", None) or {
             result.parties[node]: c for node, c in result.labels.items()}
         known = [i for i, name in enumerate(names) if name in clustered]
@@ -379,6 +390,7 @@ class ClusteredFedAvg(_fedavg_base()):
         distances = self.embedding.distances(outcomes)
         train_labels = np.array([clustered[names[i]] for i in known])
         assigned = np.asarray(self.embedding.assign(distances, train_labels)).astype(int)
+        nodes, unbound = self._bound(workflows, names)  # before any model goes to a node
         result.outcomes.extend(outcomes.values())
         result.sessions.append(outcomes)
         result.parties.update({node: name for name, node in nodes.items()})

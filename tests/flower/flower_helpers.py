@@ -125,9 +125,29 @@ class ThreadedGrid(LoopbackGrid):
     that node handles its messages but its replies never arrive."""
 
     dropped: set = frozenset()
+    #: set: replies are pulled as they come; clear (``hold_replies``): they wait (Flower's
+    #: reply path, slow in a deployment) until ``release_replies``
+    released = None
 
     def drop_reply(self, node_id: int) -> None:
         self.dropped = set(self.dropped) | {node_id}
+
+    def hold_replies(self) -> None:
+        """From now on no reply can be pulled until :meth:`release_replies`."""
+        self.released = threading.Event()
+
+    def release_replies(self) -> None:
+        if self.released is not None:
+            self.released.set()
+
+    def answered(self) -> int:
+        """How many replies wait to be pulled."""
+        return len(self._replies)
+
+    def pull_messages(self, message_ids):
+        if self.released is not None and not self.released.is_set():
+            return []
+        return super().pull_messages(message_ids)
 
     def push_messages(self, messages):
         ids = []

@@ -258,3 +258,85 @@ def test_a_session_config_becomes_the_transports_workflow(tmp_path):
     assert set(flower["z"].pinned) == {"a", "b", "c"}
     with pytest.raises(ParameterError, match="transport"):
         ClusteredFedAvg(config, embedding("raw", n_clusters=2), transport="http")
+
+
+# -- exact class weights (FMCL's level-set code, grouped when the counts' lcm is large) ----
+
+#: one node per count: 8 primes whose lcm (2^45.2) is too large for one level code, so the
+#: adapter's exact path uses the grouped level code; and small counts, where one code fits
+EXACT_COUNTS = {"grouped": [37, 41, 43, 47, 53, 59, 61, 67], "single": [5, 6, 7, 8, 9, 10]}
+EXACT_CLASSES, EXACT_DIM = 2, 3
+
+
+def exact_signatures(totals, seed=0):
+    """Node i in group i % 2: class means along the group's directions plus noise; class
+    counts of its total n_i split about 70:30 (group 0) or 30:70 (group 1)."""
+    rng = np.random.default_rng(seed)
+    directions = np.array([[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]],
+                           [[0.0, 0.0, 1.0], [1.0, -1.0, 0.0]]])
+    means, counts, group = {}, {}, {}
+    for i, total in enumerate(totals):
+        g, name = i % 2, f"org-{i}"
+        first = int(round(total * (0.7 if g == 0 else 0.3)))
+        means[name] = directions[g] + rng.normal(0, 0.05, (EXACT_CLASSES, EXACT_DIM))
+        counts[name] = np.array([first, total - first])
+        group[name] = g
+    return means, counts, group
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", sorted(EXACT_COUNTS))
+def test_exact_fmcl_embedding_d_is_the_adapters_exact_d_bit_for_bit(kind):
+    from omnifc.flower import fmcl_exact_parameters, fmcl_exact_rows
+
+    totals = EXACT_COUNTS[kind]
+    means, counts, group = exact_signatures(totals)
+    sample_counts = {name: int(c.sum()) for name, c in counts.items()}
+    code, _ = fmcl.exact_code(totals, EXACT_CLASSES, EXACT_DIM)
+    assert type(code).__name__ == ("GroupedLevelCode" if kind == "grouped" else "LevelCode")
+    rows = {name: fmcl_exact_rows(means[name], counts[name], list(sample_counts.values()))
+            for name in means}
+    params = fmcl_exact_parameters(sample_counts, EXACT_CLASSES, EXACT_DIM)
+    fed = Federation(rows, {"fmcl-z": SessionParameters(**params["z"]),
+                            "fmcl-t": SessionParameters(**params["t"])},
+                     sessions={"fmcl-z": list(rows), "fmcl-t": list(rows)},
+                     session_id="fmcl-z")
+    strategy = ClusteredFedAvg({"z": fed.workflow("fmcl-z", part="z"),
+                                "t": fed.workflow("fmcl-t", part="t")},
+                               embedding("fmcl", sample_counts=sample_counts,
+                                         n_classes=EXACT_CLASSES, dim=EXACT_DIM, n_clusters=2),
+                               fraction_train=0.0, fraction_evaluate=0.0)
+    labels, result = strategy.cluster(fed.grid)
+    names = result.outcomes[0].party_names
+    assert names == list(means)
+    # the adapter's exact path (the same integers in the clear, combined in fractions)
+    expected = fmcl.exact_fmcl_distances(np.stack([means[n] for n in names]),
+                                         np.stack([counts[n] for n in names]), secure=False)
+    assert np.array_equal(result.distances, expected)
+    # and the plain FMCL formula on the exact weights, up to the means' 2^-16 rounding
+    weights = np.stack([counts[n] / counts[n].sum() for n in names])
+    direct = fmcl.fmcl_distances(np.stack([means[n] for n in names]), weights)
+    assert np.allclose(result.distances, direct, rtol=1e-3, atol=1e-3)
+    assert partition(result.party_labels) == partition(group)
+
+
+def test_exact_fmcl_embedding_refuses_what_does_not_fit():
+    with pytest.raises(ParameterError, match="not both"):
+        embedding("fmcl", sample_counts={"a": 3}, n_classes=2, dim=2, resolution=4)
+    with pytest.raises(ParameterError, match="n_classes and dim"):
+        embedding("fmcl", sample_counts={"a": 3, "b": 4})
+    with pytest.raises(ParameterError, match="sample counts"):
+        embedding("fmcl")
+    e = embedding("fmcl", sample_counts={"a": 3, "b": 4}, n_classes=2, dim=2, n_clusters=2)
+    outcome = _outcome([[1, 0], [0, 0], [0, 1], [0, 0]], ["a", "c"])
+    with pytest.raises(ProtocolError, match="no public sample count"):
+        e.distances({"z": outcome, "t": outcome})
+    outcome = _outcome([[1, 0], [0, 0], [0, 1], [0, 0]], ["a", "b"])
+    outcome.parameters = {"dim": 2}
+    with pytest.raises(ProtocolError, match="dim"):
+        e.distances({"z": outcome, "t": outcome})
+    # a node whose own count is not one of the public counts has no code
+    from omnifc.flower import fmcl_exact_rows
+    with pytest.raises(ParameterError, match="sample count"):
+        fmcl_exact_rows(np.ones((2, 2)), [2, 3], [3, 4])

@@ -95,10 +95,40 @@ def test_a_node_that_never_runs_its_party_ends_the_session_with_a_clear_error(tm
 def test_a_second_start_of_a_grpc_session_on_a_node_is_refused(tmp_path):
     data = _data()
     config, grid = _session(tmp_path, data)
-    GrpcDataPlaneWorkflow(config, join_timeout=5)(grid)
+    first = GrpcDataPlaneWorkflow(config, join_timeout=5)
+    first(grid)
+    assert len(first.bind()) == 3  # the first session's replies, every proof checked
     sent = len(grid.sent)
     with pytest.raises(ProtocolError):
         GrpcDataPlaneWorkflow(config, join_timeout=5)(grid)
     errors = [r for r in grid.received[3:] if r.has_error()]
     assert len(grid.sent) == sent + 3 and len(errors) == 3
     assert all("already started on this node" in r.error.reason for r in errors)
+
+
+def test_the_workflow_returns_with_the_result_and_checks_the_proofs_when_asked(tmp_path):
+    # Flower's reply path (ClientApp exit, the SuperNode's push, the ServerApp's pull) is
+    # slow in a deployment: the workflow returns once the coordinator's result is final,
+    # and the nodes' binding proofs are pulled and checked when the binding is read
+    data = _data()
+    config, grid = _session(tmp_path, data)
+    grid.hold_replies()
+    workflow = GrpcDataPlaneWorkflow(config, join_timeout=5)
+    outcome = workflow(grid)
+    expected = plaintext_sq_distances(np.concatenate(list(data.values())), BOUND, SCALE_BITS)
+    assert np.array_equal(np.asarray(outcome.integer), expected)
+    assert not grid.received  # returned without a single reply
+    deadline = time.monotonic() + 30
+    while grid.answered() < 3 and time.monotonic() < deadline:  # the ClientApps return
+        time.sleep(0.05)
+    assert grid.answered() == 3
+    grid.release_replies()
+    assert workflow.nodes == {"org-0": 2000, "org-1": 2001, "org-2": 2002}
+    assert not workflow.refused and not workflow.unbound
+    assert workflow.ends == {node: ("done", "") for node in (2000, 2001, 2002)}
+    assert len(grid.received) == 3
+    stamps = workflow.timeline
+    assert stamps["call"] <= stamps["pushed"] <= stamps["outcome"] <= stamps["returned"]
+    assert all(stamps["returned"] <= stamps[f"reply:{node}"] <= stamps["bound"]
+               for node in (2000, 2001, 2002))
+    assert workflow.bind() == workflow.nodes and len(grid.received) == 3  # once only

@@ -10,6 +10,7 @@ in a thread of its own, as SuperNodes run concurrently)."""
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import sys
 import time
@@ -243,3 +244,30 @@ def test_the_binding_transcript_is_omnifcs_transcript_under_its_own_label():
                 + field(b"message-id"))
     assert binding_transcript(*fields) == expected
     assert LABEL not in ("hello", "roster-confirmation", "resume", "roster")
+
+
+def test_the_strategy_clusters_while_the_proofs_travel_and_checks_them_before_any_label(
+        tmp_path):
+    # the clustering runs while the nodes' replies are still on Flower's reply path (held
+    # here); the labels by node come only after every proof was pulled and checked
+    rows, targets, group = planted()
+    config, grid, node_of = grpc_session(tmp_path, rows, dim=DIM, bound=BOUND,
+                                         scale_bits=SCALE_BITS)
+    grid.hold_replies()
+    base = embedding("raw", n_clusters=GROUPS)
+    seen = []
+
+    def cluster(distances):
+        seen.append(len(grid.received))  # replies pulled before the clustering
+        grid.release_replies()
+        return base.cluster(distances)
+
+    strategy = ClusteredFedAvg(config, dataclasses.replace(base, cluster=cluster),
+                               transport="grpc", workflow_options={"join_timeout": 10})
+    labels, result = strategy.cluster(grid)
+    assert seen == [0]
+    assert result.parties == {node: name for name, node in node_of.items()}
+    assert set(labels) == set(node_of.values()) and not result.unbound
+    members = _members({result.parties[node]: c for node, c in labels.items()})
+    assert sorted(sorted(m) for m in members.values()) == sorted(
+        sorted(n for n in rows if group[n] == g) for g in set(group.values()))

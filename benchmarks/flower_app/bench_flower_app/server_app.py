@@ -1,25 +1,34 @@
 """One secure-distance session over the Grid (or, with ``strategy``, ClusteredFedAvg's
 clustering step: the session, each node's party binding, the clustering); its time, bytes
-and result digest as JSON."""
+and result digest as JSON, with this process's stamps and the workflow's timeline for
+bench_flower.py's breakdown."""
 
-import hashlib
-import json
 import time
-from pathlib import Path
 
-import numpy as np
-from flwr.serverapp import ServerApp
+from bench_flower_app import _trace
 
-from omnifc.flower import (ClusteredFedAvg, GrpcDataPlaneWorkflow, SecureDistanceWorkflow,
-                           embedding)
-from protocols import load_session_config
-from protocols._grpc_coordinator import parameters_from_config
+_STAMPS = {"process": _trace.process_start(), "module": time.time()}
+
+import hashlib  # noqa: E402
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+from flwr.serverapp import ServerApp  # noqa: E402
+
+from omnifc.flower import (ClusteredFedAvg, GrpcDataPlaneWorkflow,  # noqa: E402
+                           SecureDistanceWorkflow, embedding)
+from protocols import load_session_config  # noqa: E402
+from protocols._grpc_coordinator import parameters_from_config  # noqa: E402
+
+_STAMPS["imported"] = time.time()
 
 app = ServerApp()
 
 
 @app.main()
 def main(grid, context):
+    _STAMPS["main"] = time.time()
     run = context.run_config
     config = load_session_config(str(run["session-config"]))
     if str(run["transport"]) == "grpc":  # one Flower message per node, omnifc's gRPC
@@ -35,6 +44,7 @@ def main(grid, context):
     # ServerApp would before its first round: timed is the clustering step itself
     strategy = (ClusteredFedAvg(workflow, embedding("raw", n_clusters=2))
                 if bool(run["strategy"]) else None)
+    _STAMPS["start"] = time.time()
     start = time.perf_counter()
     if strategy is not None:  # ClusteredFedAvg's clustering step: session + node binding
         labels, result = strategy.cluster(grid)
@@ -42,10 +52,16 @@ def main(grid, context):
     else:
         outcome = workflow(grid)
     seconds = time.perf_counter() - start
+    _STAMPS["end"] = time.time()
+    if strategy is None and isinstance(workflow, GrpcDataPlaneWorkflow):
+        # after the clock: the nodes' replies and binding proofs (nothing of the bare
+        # session depends on them; the strategy checks them before it sends a label)
+        bound = len(workflow.bind())
     integer = np.ascontiguousarray(outcome.integer, dtype=np.int64)
     Path(str(run["result-file"])).write_text(json.dumps({
         "seconds": seconds, "stats": outcome.stats, "round": outcome.round,
         "responders": outcome.responders, "primes": outcome.parameters["primes"],
         "sha256": hashlib.sha256(integer.tobytes()).hexdigest(),
         "transport": str(run["transport"]), "strategy": bool(run["strategy"]),
-        "bound": bound}))
+        "bound": bound, "stamps": _STAMPS,
+        "timeline": dict(getattr(workflow, "timeline", {}))}))
