@@ -100,13 +100,15 @@ def test_axis_statistic_p_value_margin_and_k_against_a_direct_computation(monkey
 
 def test_axis_statistic_at_alpha_rejects_and_just_below_keeps_one(monkeypatch):
     """Two tight groups against iid references: no reference is as clustered, so
-    p = 1 / (1 + 19) = 0.05 rejects at alpha = 0.05 and not at 0.0499; a reference equal
-    to the data counts as at least as clustered (p = 2/20)."""
+    p = 1 / (1 + 19) = 0.05 rejects at alpha = 0.05 and not at 0.0499; a reference
+    equal to the data's embedding counts as at least as clustered (p = 2/20)."""
     x = np.concatenate([np.zeros((5, 2)), np.full((5, 2), 10.0)])
     x = x + np.random.default_rng(1).normal(scale=0.01, size=x.shape)
 
+    embedded = ck.mds_embedding(_sq(x))[0]          # what the observed statistic reads
+
     def fixed(equal):
-        draws = iter([x] * equal + _refs(10, 19 - equal, seed=50))
+        draws = iter([embedded] * equal + _refs(10, 19 - equal, seed=50))
         monkeypatch.setattr(ck, "_draw", lambda *args: next(draws))
 
     fixed(0)
@@ -223,9 +225,20 @@ def test_population_federation_keeps_the_clients_and_gives_the_whole_pool():
         assert cl.x_train.shape[0] == cls.size == pool.size     # every pool row, every client
         assert np.array_equal(cl.y_train, cls)                  # label shift: no relabelling
         assert p.shape == (2,) and p.sum() == pytest.approx(1.0)
-    # the rows each sampled client holds are pool rows of the recorded classes
-    for cl, p in zip(sampled, priors):
-        assert set(np.unique(cl.y_train).tolist()) <= set(np.flatnonzero(p > 0).tolist())
+    # the priors are those the sampled run draws its clients' rows with (watched directly)
+    from omnifc.fl import _data
+
+    made, real = [], np.random.default_rng
+
+    def factory(*args, **kw):
+        made.append(bench._Recorder(real(*args, **kw)))
+        return made[-1]
+
+    with mock.patch.object(_data.np.random, "default_rng", factory):
+        bench.federation(*cell, 5)
+    watched = made[0].pvals[0::2]
+    assert len(watched) >= 6 and all(np.array_equal(a, b) for a, b in zip(priors, watched))
+    assert len({tuple(p) for p in priors}) == 6            # label shift: one prior per client
     # iid: every prior is uniform and every population descriptor the same, D = 0
     d = bench.population_distances("none", 6, 20, 1, 2, 5)
     assert d.shape == (6, 6) and np.all(d == 0)
