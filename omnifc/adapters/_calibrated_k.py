@@ -20,6 +20,13 @@ one-cluster null fitted to D itself:
    K = the smallest ``k >= 2`` with ``Gap(k) >= Gap(k + 1) - s_{k+1}`` (the largest gap
    when no k qualifies).
 
+The default statistic of step 1 is ``"ward_gap"`` (the widest ratio of consecutive Ward merge
+heights, K = Ward's cut at that gap); ``"drop"`` is the standardized drop above; ``"axis_ci"``
+(issue 24) is the 2-means cluster index ``W_2 / W_1`` of the projections on the top
+principal axis (:func:`axis_cluster_index`; exact in one dimension, :func:`cluster_index_1d`),
+scale-free along the axis, so the between-group variance a null fitted to D carries in its
+top axis does not raise the bar; ``p = (1 + #{T_b <= T}) / (1 + B)`` with B = 99 by default.
+
 ``W_k`` comes from Ward's tree on the embedding: the tree's merge heights ``h`` satisfy
 ``Delta W = h^2 / 2`` (scipy's Ward distance), so ``W_k = W_1 - sum`` of the ``n - k`` lowest
 ``h^2 / 2`` for every k at once. Every quantity is scale-free (a ratio of W's), so the rule
