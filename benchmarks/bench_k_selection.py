@@ -27,7 +27,8 @@ A rule is right in a run when it returns exactly the planted number of clusters;
 also shows how often the partition is exact (ARI 1). **Seeds:** the calibrated rule was
 developed on synthetic Gaussian clusters and on the design seed ``DESIGN_SEEDS`` of this
 grid; the figures are for the held-out seeds ``HELD_OUT_SEEDS`` (default), never looked at
-before the rule was frozen.
+before the rule was frozen (``FRESH_SEEDS`` for FMCL's additive null, ``FLUX_FRESH_SEEDS``
+for FLUX's ``axis_ci``: docs/adapters.md says which seeds each table used).
 
 Usage::
 
@@ -75,7 +76,7 @@ DESIGN_SEEDS = (900, 901, 902)
 #: before FLUX's ``axis_ci`` statistic was frozen.
 HELD_OUT_SEEDS = (1000, 1001, 1002)
 FRESH_SEEDS = (2000, 2001, 2002)
-FLUX_FRESH_SEEDS = (3000, 3001, 3002)
+FLUX_FRESH_SEEDS = (3000, 3001, 3002, 3003)
 IID_CLIENTS = (6, 20, 100, 300, 500)
 ENCODER_DIM = 32
 ADAPTERS = ("flux", "fmcl")

@@ -137,6 +137,8 @@ def test_axis_statistic_default_references_and_the_cluster_rule_name():
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("seed", [11, 12])
 def test_axis_statistic_finds_planted_groups_and_keeps_iid_at_one(seed):
+    """Fixed seeds (deterministic); a calibrated test at alpha = 0.05 would split about 1
+    Gaussian federation in 20, so these 6 iid cases are a check, not a rate."""
     rng = np.random.default_rng(seed)
     for k, n, dim in ((2, 20, 50), (3, 30, 50), (2, 40, 10)):
         centres = rng.normal(size=(k, dim)) * 3.0
