@@ -3,7 +3,6 @@ population-descriptor check (benchmarks/bench_k_selection.py --population)."""
 
 from __future__ import annotations
 
-import itertools
 from unittest import mock
 
 import numpy as np
