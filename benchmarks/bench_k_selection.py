@@ -11,9 +11,13 @@ each adapter's embedding (FLUX: the project's quantized plaintext path, equal to
 D bit for bit; FMCL: its direct formula) and applies every rule to the same D:
 
 - FLUX: ``calibrated`` (the default now: :func:`calibrated_k` on the weighted descriptor
-  with at least ``FLUX_MIN_COMPONENTS`` PCA components), ``ward`` (the previous default:
+  with at least ``FLUX_MIN_COMPONENTS`` PCA components), ``axis_ci`` (the same with
+  ``statistic="axis_ci"``: the top principal axis's 2-means cluster index, B = 99),
+  ``cal_l=C`` (``calibrated`` on the previous descriptor), ``ward`` (the previous default:
   Ward gap with the previous descriptor, l = number of classes), ``paper`` (the paper's
   descriptor, MinMax ``ranges``, DBSCAN with the knee);
+- ``flux:ward@K`` is not a rule: Ward's tree on FLUX's D cut at the planted K (told K); its
+  "exact" count says whether the planted partition is in the tree at all;
 - FMCL: ``additive`` (issue 24: the one-cluster test with the additive client-effect null,
   then silhouette), ``calibrated`` (overlap-stratified one-cluster test, then the gap
   statistic), ``tested`` (the default: exchangeable null, then silhouette), ``paper`` (the
@@ -23,15 +27,25 @@ A rule is right in a run when it returns exactly the planted number of clusters;
 also shows how often the partition is exact (ARI 1). **Seeds:** the calibrated rule was
 developed on synthetic Gaussian clusters and on the design seed ``DESIGN_SEEDS`` of this
 grid; the figures are for the held-out seeds ``HELD_OUT_SEEDS`` (default), never looked at
-before the rule was frozen.
+before the rule was frozen (``FRESH_SEEDS`` for FMCL's additive null, ``FLUX_FRESH_SEEDS``
+for FLUX's ``axis_ci``: docs/adapters.md says which seeds each table used).
 
 Usage::
 
     python benchmarks/bench_k_selection.py [--seeds 1000-1002] [--cache DIR] [--quick]
         [--clients 6,20,100,300] [--rows 20,50,500] [--classes 2,10] [--json FILE]
-        [--adapters flux,fmcl]
+        [--adapters flux,fmcl] [--population]
 
 ``--adapters fmcl`` computes only FMCL's D and rules (a fraction of the time).
+``--population`` (FLUX): also the **population-descriptor check**. The same clients (same
+seed, same call, so the same class priors and group transforms) get their population
+descriptor instead of the sampled one: each client's rows are replaced by the whole training
+pool of every class (shifted for its group), row ``r`` of class ``c`` weighted
+``p_c / n_c`` with ``p`` the client's class prior (:func:`population_descriptor`: the
+exact population value of the weighted descriptor, no sampling noise). The same rules
+(``pop:axis_ci``, ``pop:calibrated``) read that D, beside the sampled columns: where the
+rule misses on the sample but finds K on the population, the data are too few for it, not
+the cell out of reach.
 Resumable: every (cell, seed) result is appended to ``DIR/results.jsonl`` and skipped when
 re-run; every D is cached as ``DIR/d_<cell>_s<seed>.npz`` (delete results.jsonl to re-apply
 changed rules to the cached D in a fraction of the time). ``--quick``: 3 small cells, one
@@ -58,9 +72,11 @@ DATA = {2: "breast_cancer", 10: "digits"}
 #: Design seeds: 900 (the FLUX calibrated rule); 900-902 (FMCL's additive null: chosen there).
 DESIGN_SEEDS = (900, 901, 902)
 #: Held out: 1000-1002 (seed 1000 was looked at for FLUX's rule and the first FMCL table);
-#: 2000-2002: never looked at before FMCL's additive rule was frozen.
+#: 2000-2002: never looked at before FMCL's additive rule was frozen; 3000-: never looked at
+#: before FLUX's ``axis_ci`` statistic was frozen.
 HELD_OUT_SEEDS = (1000, 1001, 1002)
 FRESH_SEEDS = (2000, 2001, 2002)
+FLUX_FRESH_SEEDS = (3000, 3001, 3002, 3003, 3004, 3005, 3006)
 IID_CLIENTS = (6, 20, 100, 300, 500)
 ENCODER_DIM = 32
 ADAPTERS = ("flux", "fmcl")
@@ -124,17 +140,144 @@ def distances(shift, n, rows, imbalance, classes, seed, *, secure=False, adapter
     return out
 
 
+class _Recorder:
+    """Wraps a numpy Generator and records the ``pvals`` of every ``multinomial`` call (the
+    class prior of each client's rows), changing no draw."""
+
+    def __init__(self, rng):
+        self._rng = rng
+        self.pvals = []
+
+    def multinomial(self, n, pvals, *args, **kwargs):
+        self.pvals.append(np.array(pvals, dtype=np.float64))
+        return self._rng.multinomial(n, pvals, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._rng, name)
+
+
+def population_federation(shift, n, rows, imbalance, classes, seed):
+    """The clients of :func:`federation` with their populations instead of their samples.
+
+    Returns ``(clients, groups, class_of_row, priors)``: each client's ``x_train`` /
+    ``y_train`` is the whole training pool of every class, shifted for its group (labels
+    too, under concept shift); ``class_of_row`` the pool class of each row (before any
+    relabelling), ``priors[i]`` the class prior client i's rows were drawn with. The
+    generator is called exactly as in :func:`federation` (every draw made, recorded, then
+    the rows replaced), so the clients, their priors and the group transforms are the same.
+    """
+    from unittest import mock
+
+    from omnifc.fl import _data
+
+    recorders, pools = [], []
+    real_rng, real_draw = np.random.default_rng, _data._draw_rows
+
+    def rng_factory(*args, **kwargs):
+        recorders.append(_Recorder(real_rng(*args, **kwargs)))
+        return recorders[-1]
+
+    def whole_pool(by_class, counts, rng):
+        real_draw(by_class, counts, rng)               # the same draws as the sampled run
+        pools.append([len(b) for b in by_class])
+        return np.concatenate(by_class)
+
+    with mock.patch.object(_data.np.random, "default_rng", rng_factory), \
+            mock.patch.object(_data, "_draw_rows", whole_pool):
+        clients, groups, c, features = federation(shift, n, rows, imbalance, classes, seed)
+    (rec,) = recorders
+    # train then test draws per client; federation() keeps the first len(clients) clients
+    priors, sizes = rec.pvals[0::2][:len(clients)], pools[0::2][:len(clients)]
+    if len(priors) != len(clients):
+        raise RuntimeError(f"recorded {len(priors)} priors for {len(clients)} clients")
+    class_of_row = [np.repeat(np.arange(c), s) for s in sizes]
+    return clients, groups, class_of_row, priors
+
+
+def population_descriptor(latents, labels, weights, projection, n_classes):
+    """The weighted FLUX descriptor (``flux.descriptor(form="weighted")``) of a weighted
+    population: rows ``latents`` with labels and probabilities ``weights`` (summing to 1).
+
+    Moments are the weighted ones (``mu = sum w z``, ``sigma^2 = sum w (z - mu)^2``, class
+    share ``f_c = sum_{label c} w``); a class of share 0 gives zeros. With equal weights
+    ``1/n`` and every class holding >= 2 rows it equals ``flux.descriptor`` (tested).
+    """
+    z = projection.transform(np.asarray(latents, dtype=np.float64))
+    labels = np.asarray(labels)
+    w = np.asarray(weights, dtype=np.float64)
+    w = w / w.sum()
+    mu = w @ z
+    means, stds = [], []
+    for cls in range(n_classes):
+        mask = labels == cls
+        f = float(w[mask].sum())
+        if f <= 0:
+            means.append(np.zeros(z.shape[1]))
+            stds.append(np.zeros(z.shape[1]))
+            continue
+        wc = w[mask] / f
+        mc = wc @ z[mask]
+        means.append(np.sqrt(f) * (mc - mu))
+        stds.append(np.sqrt(f) * np.sqrt(np.maximum(wc @ (z[mask] - mc) ** 2, 0.0)))
+    sd = np.sqrt(np.maximum(w @ (z - mu) ** 2, 0.0))
+    return np.concatenate([mu, sd, *means, *stds])
+
+
+def population_distances(shift, n, rows, imbalance, classes, seed):
+    """FLUX's D (default descriptor, plaintext path) of the population descriptors of the
+    clients of one run; the projection and bound are the sampled run's (same M)."""
+    clients, _, c, features = federation(shift, n, rows, imbalance, classes, seed)
+    encode = fmcl.fixed_encoder(features, ENCODER_DIM, seed=seed)
+    largest = max(float(encode(cl.x_train).max(initial=0.0)) for cl in clients)
+    m = flux.ACTIVATION_MARGIN * max(largest, 1e-12)
+    l = flux.flux_components(c, ENCODER_DIM)
+    proj = flux.shared_projection(ENCODER_DIM, l, max_value=m)
+    pop, _, class_of_row, priors = population_federation(shift, n, rows, imbalance, classes,
+                                                         seed)
+    desc = []
+    for cl, cls, p in zip(pop, class_of_row, priors):
+        counts = np.bincount(cls, minlength=c).astype(np.float64)
+        weights = p[cls] / counts[cls]
+        desc.append(population_descriptor(encode(cl.x_train), cl.y_train, weights, proj, c))
+    return flux.block_distances(np.stack(desc), n_components=l, n_classes=c,
+                                bound=flux.descriptor_bound(proj, m), normalization="none",
+                                secure=False)[0]
+
+
+def _ward_at_planted_k(d, groups):
+    """Not a rule (it is told K): Ward's tree on D cut at the planted K. Its "exact" count
+    is the ceiling of every rule that cuts this tree (is the partition in D at all?)."""
+    from scipy.cluster.hierarchy import cut_tree
+
+    from omnifc.adapters._calibrated_k import _ward, mds_embedding
+
+    k = len(set(np.asarray(groups).tolist()))
+    if k == 1:
+        return np.zeros(len(groups), dtype=np.int64)
+    return cut_tree(_ward(mds_embedding(d)[0]), n_clusters=k).ravel()
+
+
 RULES = {
     "flux:calibrated": lambda r: calibrated_k(r["flux"]).labels,
+    "flux:axis_ci": lambda r: calibrated_k(r["flux"], statistic="axis_ci").labels,
     "flux:cal_l=C": lambda r: calibrated_k(r["flux_old"]).labels,
     "flux:ward": lambda r: flux.ward_gap(r["flux_old"]).labels,
     "flux:paper": lambda r: flux.adaptive_dbscan(r["flux_paper"], eps_rule="knee").labels,
+    "flux:ward@K": lambda r: _ward_at_planted_k(r["flux"], r["groups"]),
     "fmcl:additive": lambda r: fmcl.fmcl_server(r["fmcl"], rule="additive").labels,
     "fmcl:calibrated": lambda r: fmcl.fmcl_server(r["fmcl"], rule="calibrated",
                                                   overlap=r["overlap"]).labels,
     "fmcl:tested": lambda r: fmcl.fmcl_server(r["fmcl"], rule="tested").labels,
     "fmcl:paper": lambda r: fmcl.fmcl_server(r["fmcl_paper"], rule="paper").labels,
+    "pop:axis_ci": lambda r: calibrated_k(r["flux_pop"], statistic="axis_ci").labels,
+    "pop:calibrated": lambda r: calibrated_k(r["flux_pop"]).labels,
 }
+
+
+def _wanted(adapters, population):
+    """The rule names a run applies: the adapters' own, and ``pop:`` with --population."""
+    return [n for n in RULES if n.split(":")[0] in adapters
+            or (population and n.startswith("pop:"))]
 
 
 def cells(clients, rows, classes, iid_clients=None):
@@ -153,31 +296,33 @@ def cells(clients, rows, classes, iid_clients=None):
                     yield "none", n, m, 1, c
 
 
-def cached_distances(cell, seed, cache, adapters=ADAPTERS):
-    """:func:`distances`, cached as one .npz per (cell, seed) under ``cache`` (None: none).
+def cached_distances(cell, seed, cache, adapters=ADAPTERS, population=False):
+    """:func:`distances` (and with ``population`` :func:`population_distances` as
+    ``"flux_pop"``), cached as one .npz per (cell, seed) under ``cache`` (None: none).
 
-    A cached file missing a D that ``adapters`` need is recomputed (and replaced)."""
-    if cache is None:
-        return distances(*cell, seed, adapters=adapters)
-    path = os.path.join(cache, "d_" + "_".join(map(str, cell)) + f"_s{seed}.npz")
+    A cached file missing a D that is needed is computed (and the file replaced)."""
+    path = (None if cache is None else
+            os.path.join(cache, "d_" + "_".join(map(str, cell)) + f"_s{seed}.npz"))
     need = {"flux": "flux", "fmcl": "fmcl"}
-    if os.path.exists(path):
-        rec = dict(np.load(path))
-        if all(need[a] in rec for a in adapters):
-            return rec
-    rec = distances(*cell, seed, adapters=adapters)
-    np.savez(path, **rec)
+    rec = dict(np.load(path)) if path is not None and os.path.exists(path) else {}
+    changed = False
+    if not all(need[a] in rec for a in adapters):
+        rec.update(distances(*cell, seed, adapters=adapters))
+        changed = True
+    if population and "flux_pop" not in rec:
+        rec["flux_pop"] = population_distances(*cell, seed)
+        changed = True
+    if changed and path is not None:
+        np.savez(path, **rec)
     return rec
 
 
-def evaluate(cell, seed, cache=None, adapters=ADAPTERS):
-    rec = cached_distances(cell, seed, cache, adapters)
+def evaluate(cell, seed, cache=None, adapters=ADAPTERS, population=False):
+    rec = cached_distances(cell, seed, cache, adapters, population)
     planted = len(set(rec["groups"].tolist()))
     out = {}
-    for name, rule in RULES.items():
-        if name.split(":")[0] not in adapters:
-            continue
-        labels = np.asarray(rule(rec))
+    for name in _wanted(adapters, population):
+        labels = np.asarray(RULES[name](rec))
         k = len(set(labels.tolist()))
         out[name] = [k, bool(k == planted and adjusted_rand_score(rec["groups"], labels) == 1)]
     return planted, out
@@ -196,10 +341,13 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", default="/tmp/bench_k_selection")
     parser.add_argument("--json", help="write the per-cell counts here")
     parser.add_argument("--quick", action="store_true", help="3 small cells, one seed")
+    parser.add_argument("--population", action="store_true",
+                        help="FLUX: also the same rules on the clients' population "
+                        "descriptors (columns pop:...)")
     args = parser.parse_args(argv)
     seeds = _ints(args.seeds)
     adapters = tuple(a for a in ADAPTERS if a in args.adapters.split(","))
-    wanted = [n for n in RULES if n.split(":")[0] in adapters]
+    wanted = _wanted(adapters, args.population)
     if args.quick:
         todo = [("label", 6, 20, 1, 10), ("feature", 20, 20, 10, 2), ("none", 20, 20, 1, 2)]
         seeds = seeds[:1]
@@ -221,7 +369,9 @@ def main(argv=None) -> int:
             key = (tuple(cell), seed)
             if key not in done or any(n not in done[key]["rules"] for n in wanted):
                 planted, out = evaluate(cell, seed, None if args.quick else args.cache,
-                                        adapters)
+                                        adapters, args.population)
+                if key in done:                      # keep the rules already applied
+                    out = {**done[key]["rules"], **out}
                 done[key] = {"cell": list(cell), "seed": seed, "planted": planted,
                              "rules": out}
                 if not args.quick:
@@ -231,7 +381,8 @@ def main(argv=None) -> int:
     report(rows, seeds)
     print(f"cpu {time.process_time() - start:.1f} s (this process), seeds {seeds} "
           f"(held out: {list(HELD_OUT_SEEDS)}; design: {list(DESIGN_SEEDS)}; held out for "
-          f"FMCL's additive rule also: {list(FRESH_SEEDS)})")
+          f"FMCL's additive rule also: {list(FRESH_SEEDS)}; for FLUX's axis_ci: "
+          f"{list(FLUX_FRESH_SEEDS)})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)

@@ -20,6 +20,13 @@ one-cluster null fitted to D itself:
    K = the smallest ``k >= 2`` with ``Gap(k) >= Gap(k + 1) - s_{k+1}`` (the largest gap
    when no k qualifies).
 
+The default statistic of step 1 is ``"ward_gap"`` (the widest ratio of consecutive Ward merge
+heights, K = Ward's cut at that gap); ``"drop"`` is the standardized drop above; ``"axis_ci"``
+(issue 24) is the 2-means cluster index ``W_2 / W_1`` of the projections on the top
+principal axis (:func:`axis_cluster_index`; exact in one dimension, :func:`cluster_index_1d`),
+scale-free along the axis, so the between-group variance a null fitted to D carries in its
+top axis does not raise the bar; ``p = (1 + #{T_b <= T}) / (1 + B)`` with B = 99 by default.
+
 ``W_k`` comes from Ward's tree on the embedding: the tree's merge heights ``h`` satisfy
 ``Delta W = h^2 / 2`` (scipy's Ward distance), so ``W_k = W_1 - sum`` of the ``n - k`` lowest
 ``h^2 / 2`` for every k at once. Every quantity is scale-free (a ratio of W's), so the rule
@@ -52,7 +59,8 @@ from finite_field import ParameterError
 from .._geometry import check_distance_matrix
 from ._k_selection import GAP_SEARCH_FROM, _widest_gap
 
-__all__ = ["CALIBRATED_ALPHA", "CALIBRATED_REFERENCES", "NULLS", "KDecision", "calibrated_k",
+__all__ = ["AXIS_CI_REFERENCES", "CALIBRATED_ALPHA", "CALIBRATED_REFERENCES", "NULLS",
+           "KDecision", "STATISTICS", "axis_cluster_index", "calibrated_k", "cluster_index_1d",
            "mds_embedding", "within_sums"]
 
 logger = logging.getLogger(__name__)
@@ -71,11 +79,23 @@ NULLS = ("gaussian", "uniform")
 #: the descriptors' spread exceeds this many times the rank of the embedding (n - 1 at most).
 HDLSS_FACTOR = 2.0
 
+#: (our choice) reference draws B for ``statistic="axis_ci"``: p in steps of 0.01 (the
+#: FMCL tests' 99), so a p near alpha is not rounded to the next step of 0.025.
+AXIS_CI_REFERENCES = 99
+
 #: Statistics of the one-cluster test: ``"ward_gap"`` (default: the widest relative gap of
 #: Ward's merge heights, the statistic of :func:`ward_gap`, here against its reference
-#: distribution instead of a fixed threshold; K = Ward's cut at that gap) and ``"drop"``
-#: (the largest standardized drop of log W; K by the gap statistic).
-STATISTICS = ("ward_gap", "drop")
+#: distribution instead of a fixed threshold; K = Ward's cut at that gap), ``"axis_ci"``
+#: (the 2-means cluster index of the projections on the top principal axis,
+#: :func:`axis_cluster_index`, small = two groups; K = Ward's cut at the widest gap as for
+#: ``"ward_gap"``) and ``"drop"`` (the largest standardized drop of log W; K by the gap
+#: statistic).
+STATISTICS = ("ward_gap", "axis_ci", "drop")
+
+#: (our choice) Ward merge heights of the observed embedding below this fraction of the
+#: largest are rounding noise of equal descriptors and count as 0 (a height is a distance;
+#: MDS recovers coordinates to ~sqrt(machine eps) ~ 1.5e-8 of the scale).
+DUPLICATE_HEIGHT = 1e-6
 
 #: Largest K searched (as FMCL's ``MAX_CLUSTERS``; the top of the FMCL paper's window).
 MAX_K = 10
@@ -114,6 +134,7 @@ class KDecision:
     def summary(self) -> str:
         """One line: K and its evidence (what the adapters log at INFO)."""
         what = ("widest Ward gap ratio" if self.rule.endswith("ward_gap")
+                else "top-axis 2-means cluster index" if self.rule.endswith("axis_ci")
                 else "largest standardized drop")
         return (f"K={self.k} ({self.rule}: {what} {self.statistic:.4g} vs "
                 f"{self.null} reference {self.null_mean:.4g} +- {self.null_sd:.3g}, "
@@ -166,6 +187,68 @@ def within_sums(x, top: int, tree=None) -> np.ndarray:
     return np.where(ks == 1, total, np.minimum(w, total))
 
 
+def cluster_index_1d(values) -> float:
+    """The 2-means cluster index ``W_2 / W_1`` of one-dimensional values (exact).
+
+    ``W_1`` = the sum of squares about the mean, ``W_2`` = the least within-group sum of
+    squares over every split into two non-empty groups; in one dimension the best 2-means
+    split is a cut of the sorted values (the two groups are intervals), so the minimum over
+    the n - 1 cuts is exact. 1 for fewer than 2 distinct values. Small = two groups:
+    ``1 - 2/pi ~ 0.36`` for a large Gaussian sample, near 0 for two tight groups.
+
+    >>> cluster_index_1d([0.0, 0.1, 0.2, 5.0, 5.1, 5.2]) < 0.01
+    True
+    >>> round(cluster_index_1d([0.0, 1.0, 2.0, 3.0]), 4)   # cut 2 + 2: W_2 = 1, W_1 = 5
+    0.2
+    """
+    y = np.sort(np.asarray(values, dtype=np.float64).ravel())
+    n = y.size
+    if n < 2:
+        return 1.0
+    y = y - y.mean()                   # the sums below stay well conditioned
+    total = float((y * y).sum())
+    if not total > 0:
+        return 1.0
+    c1, c2 = np.cumsum(y), np.cumsum(y * y)
+    i = np.arange(1, n)
+    left = c2[:-1] - c1[:-1] ** 2 / i
+    right = (c2[-1] - c2[:-1]) - (c1[-1] - c1[:-1]) ** 2 / (n - i)
+    return float(max(np.min(left + right), 0.0) / total)
+
+
+def _top_axis(x) -> np.ndarray:
+    """Projections of the (centred) rows of ``x`` on their first principal axis."""
+    x = np.asarray(x, dtype=np.float64)
+    x = x - x.mean(axis=0)
+    n = x.shape[0]
+    if n < 2:
+        return np.zeros(n)
+    from scipy.linalg import eigh
+
+    if x.shape[1] <= n:                          # covariance side: p x p
+        _, vec = eigh(x.T @ x, subset_by_index=[x.shape[1] - 1, x.shape[1] - 1])
+        return x @ vec[:, 0]
+    val, vec = eigh(x @ x.T, subset_by_index=[n - 1, n - 1])   # Gram side: n x n
+    return vec[:, 0] * np.sqrt(max(float(val[0]), 0.0))
+
+
+def axis_cluster_index(x) -> float:
+    """The statistic of ``statistic="axis_ci"``: :func:`cluster_index_1d` of the rows of
+    ``x`` projected on their first principal axis (the axis of largest variance).
+
+    Scale-free along the axis, so an inflated top variance (the between-group variance a
+    Gaussian null fitted to D carries in its top axis) does not make the reference harder
+    to beat, unlike a statistic that compares the top axis with the others.
+
+    >>> import numpy as np
+    >>> t = np.array([0.0, 0.1, 4.0, 4.1])
+    >>> x = np.stack([t, t], axis=1)                  # on the diagonal: the top axis
+    >>> round(axis_cluster_index(x), 9) == round(cluster_index_1d(t), 9)
+    True
+    """
+    return cluster_index_1d(_top_axis(x))
+
+
 def _null_spectrum(d, values):
     """The one-cluster null's variances: ``(spikes, noise_var, noise_dims)``.
 
@@ -200,15 +283,19 @@ def _draw(rng, null, n, spectrum, lows, highs):
 
 
 def calibrated_k(distances, *, max_clusters: int = MAX_K,
-                 references: int = CALIBRATED_REFERENCES, alpha: float = CALIBRATED_ALPHA,
+                 references: int | None = None, alpha: float = CALIBRATED_ALPHA,
                  null: str = "gaussian", random_state: int = 0,
                  min_clusters: int = 1, statistic: str = "ward_gap") -> KDecision:
     """K from D: a one-cluster bootstrap test, then the gap statistic (module docstring).
 
     ``distances``: squared distances (FLUX's D is exactly that; FMCL's is used through its
     MDS embedding's positive part). ``max_clusters``: largest K tried (and at most n - 1).
-    ``references`` (B), ``alpha``, ``null`` (``"gaussian"`` or ``"uniform"``) and the public
-    ``random_state`` of the draws. Fewer than 3 clients: K = 1 (nothing to test).
+    ``references`` (B; default ``CALIBRATED_REFERENCES`` = 39, ``AXIS_CI_REFERENCES`` = 99
+    for ``statistic="axis_ci"``), ``alpha``, ``null`` (``"gaussian"`` or ``"uniform"``) and
+    the public ``random_state`` of the draws. Fewer than 3 clients: K = 1 (nothing to test).
+    ``statistic``: the one-cluster test's statistic (``STATISTICS``); for ``"axis_ci"``
+    (small = two groups) ``p = (1 + #{T_b <= T}) / (1 + B)`` and the margin of a K >= 2
+    decision is the references' alpha quantile / T.
     ``min_clusters=2`` skips step 1 (a caller that has its own one-cluster test, FMCL's,
     and has rejected one cluster): K >= 2 by the gap rule.
     """
@@ -218,6 +305,8 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
         raise ParameterError(f"min_clusters must be 1 or 2, got {min_clusters}")
     if null not in NULLS:
         raise ParameterError(f"null must be one of {NULLS}, got {null!r}")
+    if references is None:
+        references = AXIS_CI_REFERENCES if statistic == "axis_ci" else CALIBRATED_REFERENCES
     if int(references) < 1:
         raise ParameterError(f"references must be >= 1, got {references}")
     if not 0.0 < float(alpha) < 1.0:
@@ -236,17 +325,25 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
     top_k = min(int(max_clusters), n - 1)
     top = min(top_k + 1, n - 1)                       # W_{k+1} needed for the gap rule
     tree = _ward(x)
+    # clients with equal descriptors (D_ij = 0) merge at height 0, but MDS returns their
+    # coordinates with rounding noise (~1e-8 of the scale); a widest "gap" between two such
+    # noise heights is no gap: heights below DUPLICATE_HEIGHT x the largest count as 0
+    heights = tree[:, 2]
+    tree[:, 2] = np.where(heights <= DUPLICATE_HEIGHT * heights.max(), 0.0, heights)
     log_w = np.log(np.maximum(within_sums(x, top, tree), np.finfo(np.float64).tiny))
     rng = np.random.Generator(np.random.PCG64(int(random_state)))
     spectrum = _null_spectrum(d, values) if null == "gaussian" else None
     lows, highs = x.min(axis=0), x.max(axis=0)
     ref = np.empty((b, top))
     ref_ratio = np.empty(b)
+    ref_ci = np.empty(b)
     for i in range(b):
         z = _draw(rng, null, n, spectrum, lows, highs)
         z_tree = _ward(z)
         ref[i] = np.log(np.maximum(within_sums(z, top, z_tree), np.finfo(np.float64).tiny))
         ref_ratio[i] = _widest_gap(z_tree[:, 2], GAP_SEARCH_FROM)[1]
+        if statistic == "axis_ci":
+            ref_ci[i] = axis_cluster_index(z)
     gap = ref.mean(axis=0) - log_w
     sd = ref.std(axis=0) * np.sqrt(1.0 + 1.0 / b)
     # drops log W_1 - log W_k, k = 2..top_k, standardized by the reference's own spread
@@ -257,16 +354,23 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
     j, ratio, _ = _widest_gap(tree[:, 2], GAP_SEARCH_FROM)
     if statistic == "ward_gap":
         observed, null_t = ratio, ref_ratio
+    elif statistic == "axis_ci":
+        observed, null_t = axis_cluster_index(x), ref_ci
     else:
         observed = float(((drop - centre) / spread).max()) if top_k >= 2 else 0.0
         null_t = (((ref_drop - centre) / spread).max(axis=1) if top_k >= 2 else np.zeros(b))
-    p = (1.0 + float(np.count_nonzero(null_t >= observed))) / (1.0 + b)
+    beat = null_t <= observed if statistic == "axis_ci" else null_t >= observed
+    p = (1.0 + float(np.count_nonzero(beat))) / (1.0 + b)
     one = p > alpha and int(min_clusters) == 1       # min_clusters=2: the caller decided
     if one or top_k < 2:
         k, margin = 1, p - float(alpha)
-    elif statistic == "ward_gap":
+    elif statistic in ("ward_gap", "axis_ci"):
         k = min(n - 1 - j, top_k) if n - 1 - j >= 2 else 2
-        margin = float(observed / np.quantile(null_t, 1.0 - float(alpha)))
+        if statistic == "ward_gap":
+            margin = float(observed / np.quantile(null_t, 1.0 - float(alpha)))
+        else:
+            q = float(np.quantile(null_t, float(alpha)))
+            margin = q / observed if observed > 0 else float("inf")
     else:
         k, margin = None, float("inf")
         for cand in range(2, top_k + 1):

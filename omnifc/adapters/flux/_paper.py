@@ -189,9 +189,11 @@ def adaptive_dbscan(distances, *, eps_rule: str = "gap", eps_scaling: float = 1.
                         n_clusters=len(set(labels.tolist())), gap=gap)
 
 #: How :func:`cluster_clients` chooses K: ``"calibrated"`` (**default, omnifc's**:
-#: :func:`calibrated_k`), ``"ward"`` (the previous default: :func:`ward_gap`) or ``"dbscan"``
-#: (FLUX's adaptive DBSCAN, :func:`adaptive_dbscan`, with ``eps_rule``).
-K_RULES = ("calibrated", "ward", "dbscan")
+#: :func:`calibrated_k`), ``"calibrated_axis"`` (the same test with
+#: ``statistic="axis_ci"``: the 2-means cluster index on the top principal axis, B = 99),
+#: ``"ward"`` (the previous default: :func:`ward_gap`) or ``"dbscan"`` (FLUX's adaptive
+#: DBSCAN, :func:`adaptive_dbscan`, with ``eps_rule``).
+K_RULES = ("calibrated", "calibrated_axis", "ward", "dbscan")
 
 def _check_k_rule(k_rule: str, eps_rule: str, eps_scaling: float) -> None:
     if k_rule not in K_RULES:
@@ -211,7 +213,9 @@ def cluster_clients(distances, *, k_rule: str = "calibrated", eps_rule: str = "g
     bootstrap test against a Gaussian fitted to D, then the gap statistic; the public
     ``random_state`` seeds its reference draws); the result's ``decision`` holds the
     evidence, ``gap`` its p-value, ``knee_found`` whether one cluster was rejected, ``eps``
-    is NaN (no cut height). ``k_rule="ward"`` (the previous default): :func:`ward_gap`.
+    is NaN (no cut height). ``k_rule="calibrated_axis"``: the same with
+    ``calibrated_k(statistic="axis_ci")``. ``k_rule="ward"`` (the previous default):
+    :func:`ward_gap`.
     ``k_rule="dbscan"``:
     FLUX's adaptive DBSCAN (:func:`adaptive_dbscan`) with ``eps_rule`` (``"gap"``, omnifc's
     data-driven eps, or ``"knee"``, the paper's) and ``eps_scaling``. The DBSCAN options
@@ -229,8 +233,9 @@ def cluster_clients(distances, *, k_rule: str = "calibrated", eps_rule: str = "g
     True
     """
     _check_k_rule(k_rule, eps_rule, eps_scaling)
-    if k_rule == "calibrated":
-        out = calibrated_k(distances, random_state=random_state)
+    if k_rule in ("calibrated", "calibrated_axis"):
+        statistic = "axis_ci" if k_rule == "calibrated_axis" else "ward_gap"
+        out = calibrated_k(distances, random_state=random_state, statistic=statistic)
         return DbscanResult(labels=out.labels, eps=float("nan"), knee_found=out.k > 1,
                             n_clusters=out.k, gap=out.p_value, decision=out)
     if k_rule == "ward":
