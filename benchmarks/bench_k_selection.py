@@ -18,10 +18,10 @@ D bit for bit; FMCL: its direct formula) and applies every rule to the same D:
   descriptor, MinMax ``ranges``, DBSCAN with the knee);
 - ``flux:ward@K`` is not a rule: Ward's tree on FLUX's D cut at the planted K (told K); its
   "exact" count says whether the planted partition is in the tree at all;
-- FMCL: ``additive`` (issue 24: the one-cluster test with the additive client-effect null,
-  then silhouette), ``calibrated`` (overlap-stratified one-cluster test, then the gap
-  statistic), ``tested`` (the default: exchangeable null, then silhouette), ``paper`` (the
-  paper's fill, CV window and silhouette maximum).
+- FMCL: ``additive`` (the default since issue 24: the one-cluster test with the additive
+  client-effect null, then silhouette), ``calibrated`` (overlap-stratified one-cluster test,
+  then the gap statistic), ``tested`` (the previous default: exchangeable null, then
+  silhouette), ``paper`` (the paper's fill, CV window and silhouette maximum).
 
 A rule is right in a run when it returns exactly the planted number of clusters; the table
 also shows how often the partition is exact (ARI 1). **Seeds:** the calibrated rule was
@@ -35,8 +35,13 @@ Usage::
     python benchmarks/bench_k_selection.py [--seeds 1000-1002] [--cache DIR] [--quick]
         [--clients 6,20,100,300] [--rows 20,50,500] [--classes 2,10] [--json FILE]
         [--adapters flux,fmcl] [--population]
+    python benchmarks/bench_k_selection.py --class-sets [--seeds 4000-4004] [--quick]
 
 ``--adapters fmcl`` computes only FMCL's D and rules (a fraction of the time).
+``--class-sets``: FMCL's rules where clients hold overlapping class sets of unequal sizes
+(``benchmarks/_k_class_sets.py``: ``fmcl.synthetic_domains`` with Dirichlet(0.1) labels,
+K in 1, 2, 3, 5 domains, 10 and 30 clients per domain, three domain shifts; held-out seeds
+4000-4004); ``--quick`` there: seed 4000, K in 1, 2, 4 clients per domain.
 ``--population`` (FLUX): also the **population-descriptor check**. The same clients (same
 seed, same call, so the same class priors and group transforms) get their population
 descriptor instead of the sampled one: each client's rows are replaced by the whole training
@@ -328,9 +333,32 @@ def evaluate(cell, seed, cache=None, adapters=ADAPTERS, population=False):
     return planted, out
 
 
+def class_sets(args) -> int:
+    """``--class-sets``: FMCL's rules on synthetic domains with unequal class sets."""
+    import _k_class_sets
+
+    seeds = _k_class_sets.SEEDS if args.seeds is None else _ints(args.seeds)
+    if args.quick:
+        seeds, domains, clients = seeds[:1], (1, 2), (4,)
+    else:
+        domains, clients = _k_class_sets.DOMAINS, _k_class_sets.CLIENTS_PER_DOMAIN
+    start = time.process_time()
+    counts = _k_class_sets.grid(seeds, domains, clients)
+    print("\n".join(_k_class_sets.report(counts)))
+    print(f"cpu {time.process_time() - start:.1f} s (this process), seeds {list(seeds)} "
+          f"(held out for this regime: {list(_k_class_sets.SEEDS)})")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump([{"rule": k[0], "clients_per_domain": k[1], "shift": k[2],
+                        "k": k[3], "right": v[0], "runs": v[1]}
+                       for k, v in sorted(counts.items())], fh)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default=",".join(map(str, HELD_OUT_SEEDS)))
+    parser.add_argument("--seeds", help="default: the held-out seeds "
+                        f"{','.join(map(str, HELD_OUT_SEEDS))} (--class-sets: 4000-4004)")
     parser.add_argument("--clients", default="6,20,100,300")
     parser.add_argument("--rows", default="20,50,500")
     parser.add_argument("--classes", default="2,10")
@@ -341,11 +369,17 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", default="/tmp/bench_k_selection")
     parser.add_argument("--json", help="write the per-cell counts here")
     parser.add_argument("--quick", action="store_true", help="3 small cells, one seed")
+    parser.add_argument("--class-sets", action="store_true",
+                        help="FMCL where clients hold overlapping class sets of unequal sizes "
+                             "(benchmarks/_k_class_sets.py: synthetic domains, Dirichlet(0.1) "
+                             "labels, K in 1, 2, 3, 5); default seeds 4000-4004 (held out)")
     parser.add_argument("--population", action="store_true",
                         help="FLUX: also the same rules on the clients' population "
                         "descriptors (columns pop:...)")
     args = parser.parse_args(argv)
-    seeds = _ints(args.seeds)
+    if args.class_sets:
+        return class_sets(args)
+    seeds = list(HELD_OUT_SEEDS) if args.seeds is None else _ints(args.seeds)
     adapters = tuple(a for a in ADAPTERS if a in args.adapters.split(","))
     wanted = _wanted(adapters, args.population)
     if args.quick:

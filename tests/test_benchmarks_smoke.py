@@ -359,3 +359,34 @@ def test_bench_k_selection_quick_counts_what_its_rules_returned(tmp_path):
     counts = [f"{sum(r['rules'][n][0] == r['planted'] for r in rows)}/3" for n in names]
     assert total[44:].split()[::2] == counts
     assert "held out: [1000, 1001, 1002]; design: [900, 901, 902]" in done.stdout
+
+
+@pytest.mark.timeout(600)
+def test_bench_k_selection_class_sets_quick_counts_each_rules_k(tmp_path):
+    # the class-set regime of FMCL (issue 24): every rule's K on each federation, counted
+    # against K computed here from the same generator and the adapter's own functions
+    import numpy as np
+
+    from omnifc.adapters import fmcl
+
+    out = tmp_path / "sets.json"
+    done = run(BENCH / "bench_k_selection.py", "--class-sets", "--quick", "--json", out)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    expected = {}
+    for shift in fmcl.SHIFTS:
+        for k in (1, 2):
+            clients, _ = fmcl.synthetic_domains(n_domains=k, clients_per_domain=4,
+                                                samples=300, shift=shift, seed=4000)
+            sig = [fmcl.signature(x, y, 10) for x, y in clients]
+            means, weights = np.stack([s[0] for s in sig]), np.stack([s[1] for s in sig])
+            for rule in ("additive", "tested", "calibrated", "paper"):
+                d = fmcl.fmcl_distances(means, weights,
+                                        **({"fill": "paper"} if rule == "paper" else {}))
+                got = fmcl.fmcl_server(d, rule=rule).n_clusters
+                key = (rule, 4, shift, "K = 1" if k == 1 else "K >= 2")
+                expected[key] = [int(got == k), 1]
+    assert {(r["rule"], r["clients_per_domain"], r["shift"], r["k"]): [r["right"], r["runs"]]
+            for r in rows} == expected
+    assert "seeds [4000] (held out for this regime: [4000, 4001, 4002, 4003, 4004])" \
+        in done.stdout
