@@ -38,7 +38,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "._distance_store": ["DistanceStore", "TiledDistances", "discard_store"],
     "._result_storage": ["DEFAULT_MEMORY_BUDGET", "DEFAULT_TILE_BYTES", "storage_dtype",
                          "rows_per_tile", "IncompleteResultError"],
-    "._zarr_store": ["ZarrMatrix", "ZARR_COMPONENT"],
+    "._zarr_store": ["ZarrMatrix", "ZARR_COMPONENT", "require_zarr"],
     "._files": ["prepare_output_folder"],
     "._journal": ["Journal", "read_journal", "WORK_DIR", "why_not_journaled",
                   "open_serve_journal"],
@@ -82,7 +82,7 @@ __all__ = ["OmniFCError", "ParameterError", "InputError", "ProtocolError", "Peer
            # used by omnifc: distance storage, audit, CLI, Flower
            "DEFAULT_MEMORY_BUDGET", "DEFAULT_TILE_BYTES", "DistanceAccumulator",
            "DistanceStore", "TiledDistances", "storage_dtype", "rows_per_tile",
-           "IncompleteResultError", "ZarrMatrix", "ZARR_COMPONENT",
+           "IncompleteResultError", "ZarrMatrix", "ZARR_COMPONENT", "require_zarr",
            "EphemeralKey", "PairKeys", "transcript", "prepare_output_folder", "omnifc_pb2",
            "coordinator_from_config", "DEFAULT_MAX_PAIRS", "log_once", "log_once_scope",
            "check_distance_mask_degree", "collusion_threshold", "envelope", "row_tiles",

@@ -24,7 +24,7 @@ from finite_field import ParameterError
 
 from ._result_storage import _FORMAT, _remove, _rows_per_tile
 
-__all__ = ["ZarrMatrix", "ZARR_COMPONENT"]
+__all__ = ["ZarrMatrix", "ZARR_COMPONENT", "require_zarr"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +38,22 @@ def _is_zarr_path(path) -> bool:
     return path is not None and Path(path).suffix == ".zarr"
 
 
-def _import_zarr():
+def require_zarr():
+    """The ``zarr`` module, or :class:`ParameterError` saying how to install it (before a
+    session whose result is to be a Zarr store starts, not after).
+
+    >>> require_zarr().__name__
+    'zarr'
+    """
     try:
         import zarr
     except ImportError:
         raise ParameterError(f"a Zarr result (a path ending in .zarr) needs the zarr package: "
                              f"{_DASK_EXTRA}") from None
     return zarr
+
+
+_import_zarr = require_zarr
 
 
 class ZarrMatrix:

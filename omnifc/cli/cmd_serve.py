@@ -118,9 +118,9 @@ def check_data_out(path, layout: str) -> None:
         raise ParameterError(f"--data-out {path}: a Zarr result holds the full layout's n x n "
                              f"matrix; this session's layout is {layout!r} (save it as .npy)")
     if suffix == ".zarr":
-        from protocols._zarr_store import _import_zarr
+        from protocols import require_zarr
 
-        _import_zarr()  # refused now, with the install hint, not after the session
+        require_zarr()  # refused now, with the install hint, not after the session
 
 
 def save_result(outcome, path, distance_bound=None) -> None:
