@@ -118,24 +118,11 @@ def main(argv=None) -> int:
                     for i, (a, b) in enumerate(chunk_rows(rows_of[name], width,
                                                           params.chunk_bytes))]
         rng = np.random.default_rng(1)
-        sent = 0
-        for env in stream:  # interleaved as the gRPC party does: one in, one out
-            sent += env.HasField("share")
-            if incoming:
-                name, k, i, a, b = incoming.pop(0)
-                p = party.plan.primes[k]
-                payload = pack(rng.integers(0, p, (b - a) * width))
-                chunk = pb.ShareChunk(
-                    session_id="s", round=0, sender=name, receiver=names[0], prime_index=k,
-                    chunk_index=i, total_chunks=len(chunk_rows(rows_of[name], width,
-                                                               params.chunk_bytes)),
-                    nonce=senders[name].nonce(name, 0, k, i),
-                    ciphertext=senders[name].encrypt(payload, round_=0, prime_index=k,
-                                                     chunk_index=i))
-                list(party.receive(envelope(share=chunk)))
-        for name, k, i, a, b in incoming:  # the rest, once its own are out
-            p = party.plan.primes[k]
-            payload = pack(rng.integers(0, p, (b - a) * width))
+
+        def deliver(name, k, i, a, b):
+            """Chunk i of ``name``'s shares modulo prime k: random field elements,
+            encrypted under the pair key, received by the party."""
+            payload = pack(rng.integers(0, party.plan.primes[k], (b - a) * width))
             chunk = pb.ShareChunk(
                 session_id="s", round=0, sender=name, receiver=names[0], prime_index=k,
                 chunk_index=i, total_chunks=len(chunk_rows(rows_of[name], width,
@@ -144,6 +131,14 @@ def main(argv=None) -> int:
                 ciphertext=senders[name].encrypt(payload, round_=0, prime_index=k,
                                                  chunk_index=i))
             list(party.receive(envelope(share=chunk)))
+
+        sent = 0
+        for env in stream:  # interleaved as the gRPC party does: one in, one out
+            sent += env.HasField("share")
+            if incoming:
+                deliver(*incoming.pop(0))
+        for item in incoming:  # the rest, once its own are out
+            deliver(*item)
         assert party.phase == "ready", party.phase
         figures["shares"] = (watch.peak_anon, time.perf_counter() - started)
         started = time.perf_counter()
