@@ -24,6 +24,20 @@ def seeded_source():
 
 
 @pytest.fixture(scope="session")
+def k_selection_bench():
+    """``benchmarks/bench_k_selection.py`` loaded as a module (its grid's generators and
+    descriptors, which the K-rule tests check against the adapters)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_k_selection.py"
+    spec = importlib.util.spec_from_file_location("bench_k_selection", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
 def oracle():
     """Exact reference computations (see :class:`Oracle`)."""
     return Oracle

@@ -227,23 +227,12 @@ def test_fmcl_calibrated_rule_one_cluster_test_then_the_calibrated_cut(n_domains
         assert not test.one_cluster and got.n_clusters >= 2
 
 
-def _bench():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_k_selection.py"
-    spec = importlib.util.spec_from_file_location("bench_k_selection", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_one_grid_cell_through_the_secure_path_equals_the_plaintext_d():
+def test_one_grid_cell_through_the_secure_path_equals_the_plaintext_d(k_selection_bench):
     """The grid reads plaintext D; through omnifc's secure reconstruction the FLUX D of a
     cell is the same matrix bit for bit, hence the same calibrated decision."""
-    bench = _bench()
+    bench = k_selection_bench
     cell = ("label", 6, 20, 1, 10)
     plain = bench.distances(*cell, 1000)
     secure = bench.distances(*cell, 1000, secure=True)
@@ -253,8 +242,8 @@ def test_one_grid_cell_through_the_secure_path_equals_the_plaintext_d():
     assert a.k == b.k and np.array_equal(a.labels, b.labels) and a.p_value == b.p_value
 
 
-def test_grid_group_sizes_at_the_smallest_federation():
-    bench = _bench()
+def test_grid_group_sizes_at_the_smallest_federation(k_selection_bench):
+    bench = k_selection_bench
     assert bench.group_sizes(6, 1) == (3, 3) and bench.group_sizes(6, 10) == (4, 2)
     assert bench.group_sizes(20, 10) == (18, 2) and bench.group_sizes(300, 10) == (273, 27)
 

@@ -163,20 +163,9 @@ def test_equal_descriptors_in_two_groups_give_two_clusters(statistic):
     assert out.k == 2 and out.labels.tolist() == [0] * 7 + [1] * 5
 
 
-def _bench():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_k_selection.py"
-    spec = importlib.util.spec_from_file_location("bench_k_selection", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_population_descriptor_with_equal_weights_is_flux_descriptor():
+def test_population_descriptor_with_equal_weights_is_flux_descriptor(k_selection_bench):
     rng = np.random.default_rng(6)
-    bench = _bench()
+    bench = k_selection_bench
     proj = flux.shared_projection(8, 3, max_value=2.0)
     z = rng.uniform(0, 2, size=(40, 8))
     y = np.repeat([0, 1, 2, 3], 10)
@@ -190,11 +179,11 @@ def test_population_descriptor_with_equal_weights_is_flux_descriptor():
                        flux.descriptor(z[rows], y[rows], proj, 5), rtol=1e-12, atol=1e-12)
 
 
-def test_recorder_changes_no_draw_and_records_each_clients_prior():
+def test_recorder_changes_no_draw_and_records_each_clients_prior(k_selection_bench):
     from omnifc import fl
     from omnifc.fl import _data
 
-    bench = _bench()
+    bench = k_selection_bench
     kwargs = dict(shift="label", n_groups=2, clients_per_group=3, new_per_group=0,
                   train_samples=4000, test_samples=1, seed=7)
     plain = fl.make_federated("digits", **kwargs)
@@ -215,8 +204,8 @@ def test_recorder_changes_no_draw_and_records_each_clients_prior():
         assert np.all(np.abs(share - p) <= 5 * np.sqrt(p * (1 - p) / 4000) + 1e-12)
 
 
-def test_population_federation_keeps_the_clients_and_gives_the_whole_pool():
-    bench = _bench()
+def test_population_federation_keeps_the_clients_and_gives_the_whole_pool(k_selection_bench):
+    bench = k_selection_bench
     cell = ("label", 6, 20, 10, 2)                            # 4 + 2 clients, breast cancer
     sampled, groups, _, _ = bench.federation(*cell, 5)
     pop, pop_groups, class_of_row, priors = bench.population_federation(*cell, 5)
