@@ -64,19 +64,18 @@ def grid(seeds=SEEDS, domains=DOMAINS, clients=CLIENTS_PER_DOMAIN, shifts=None) 
 
 def report(counts: dict) -> list[str]:
     """Lines: per rule, K = 1 and K >= 2 right / runs, by clients per domain and in all."""
+    def tally(rule, single, per=None) -> str:
+        cells = [v for key, v in counts.items() if key[0] == rule and key[3] == single
+                 and per in (None, key[1])]
+        return f"{sum(v[0] for v in cells)}/{sum(v[1] for v in cells)}"
+
     lines = ["FMCL, overlapping class sets of unequal sizes (synthetic_domains, "
              "Dirichlet(0.1) labels): K right / runs"]
     for rule in RULES:
         parts = []
         for single in ("K = 1", "K >= 2"):
-            for per in sorted({key[1] for key in counts}):
-                right = sum(v[0] for key, v in counts.items()
-                            if key[0] == rule and key[1] == per and key[3] == single)
-                runs = sum(v[1] for key, v in counts.items()
-                           if key[0] == rule and key[1] == per and key[3] == single)
-                parts.append(f"{single}, {per}/domain {right}/{runs}")
-            right = sum(v[0] for key, v in counts.items() if key[0] == rule and key[3] == single)
-            runs = sum(v[1] for key, v in counts.items() if key[0] == rule and key[3] == single)
-            parts.append(f"{single} all {right}/{runs}")
+            parts += [f"{single}, {per}/domain {tally(rule, single, per)}"
+                      for per in sorted({key[1] for key in counts})]
+            parts.append(f"{single} all {tally(rule, single)}")
         lines.append(f"  fmcl:{rule:<11}" + "; ".join(parts))
     return lines
