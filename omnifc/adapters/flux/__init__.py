@@ -67,6 +67,8 @@ Examples
 """
 
 from .._k_selection import (DbscanResult, gap_eps, MIN_GAP, ward_gap, WARD_MIN_GAP)
+from ._assign import (ASSIGN_RULES, Assignment, AssignDecision, assign_with_evidence,
+                      conformal_p_values, GLOBAL)
 from ._paper import (adaptive_dbscan, assign_new_clients, cluster_clients, COORDINATOR_LEARNS,
                      descriptor, descriptor_bound, DESCRIPTOR_FORMS, EPS_RULES, K_RULES,
                      flux_components, FLUX_MIN_COMPONENTS, NORMALIZATIONS, shared_projection)
@@ -82,4 +84,5 @@ from .._k_selection import GAP_SEARCH_FROM  # noqa: F401 (module attributes befo
 #: (simulation, baselines, synthetic data, constants) stay importable from here.
 __all__ = ["COORDINATOR_LEARNS", "shared_projection", "descriptor", "descriptor_bound",
            "block_distances", "cluster_clients", "calibrated_k", "ward_gap", "adaptive_dbscan",
-           "prefix_distances", "assign_new_clients"]
+           "prefix_distances", "assign_new_clients", "assign_with_evidence",
+           "conformal_p_values", "AssignDecision", "Assignment", "ASSIGN_RULES", "GLOBAL"]
