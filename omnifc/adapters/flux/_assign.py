@@ -204,7 +204,7 @@ def assign_with_evidence(prefix, labels, *, rule: str = "calibrated",
     clusters, p, sq = conformal_p_values(prefix, labels)
     labels = np.asarray(labels)
     sizes = tuple(int(np.sum(labels == c)) for c in clusters)
-    untestable = tuple(int(c) for c, n in zip(clusters, sizes) if (n + 1) * alpha < 1.0)
+    untestable = tuple(int(c) for c, n in zip(clusters, sizes) if 1 / (n + 1) > alpha)
     if rule == "calibrated" and untestable:
         logger.info("clusters %s have n + 1 < 1/alpha = %.4g clients: their conformal p is at "
                     "least 1/(n + 1) > alpha, so no client can be rejected by them",
