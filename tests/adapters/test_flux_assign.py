@@ -252,3 +252,24 @@ def test_run_flux_calibrated_end_to_end_secure_equals_plaintext():
     assert secure.new_accuracy == pytest.approx(correct / total, abs=1e-12)
     nearest = flux.assign_new_clients(secure.prefix, secure.labels)
     assert set(nearest[unseen_group].tolist()) <= {0, 1}       # nearest forces a cluster
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_benchmark_script_quick_reports_both_rules():
+    """benchmarks/flux_assign.py --quick (feature shift, K = 2, seed 5101): its summary
+    row holds run_flux's own unseen accuracy for "nearest" (the default rule)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "flux_assign.py"),
+                           "--quick"], cwd=root, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = [line.split() for line in done.stdout.splitlines() if line.startswith("feature-2 ")]
+    data = fl.make_federated("digits", shift="feature", n_groups=2, clients_per_group=4,
+                             new_per_group=4, seed=5101)
+    run = flux.run_flux(data, fl.MLP(data.n_features, 32, data.n_classes), seed=5101,
+                        secure=False)
+    assert len(row) == 1 and row[0][2] == f"{run.new_accuracy:.3f}"

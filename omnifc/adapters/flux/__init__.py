@@ -29,7 +29,9 @@ default) or the paper's knee (``eps_rule="knee"``: the Kneedle knee, convex/incr
 the sorted distances of each client to its nearest other client, times ``eps_scaling``),
 centroids, and label-free test-time assignment of a new client to the nearest centroid
 using only the ``[mu_x, sigma_x]`` prefix, from distances:
-``||x - c_A||^2 = mean_{j in A} D_xj - sum_{j,k in A} D_jk / (2 |A|^2)``. The new client's
+``||x - c_A||^2 = mean_{j in A} D_xj - sum_{j,k in A} D_jk / (2 |A|^2)`` (default), or with
+omnifc's calibrated rule (``rule="calibrated"``, :func:`assign_with_evidence`: a full conformal
+p-value per cluster, the global model when every p <= 0.05). The new client's
 descriptor is protected too: it joins a reconstruction of the prefix blocks.
 
 Normalization: what each option reveals
