@@ -267,7 +267,8 @@ def test_benchmark_script_quick_reports_both_rules():
     done = subprocess.run([sys.executable, str(root / "benchmarks" / "flux_assign.py"),
                            "--quick"], cwd=root, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-2000:]
-    row = [line.split() for line in done.stdout.splitlines() if line.startswith("feature-2 ")]
+    row = [line.split() for line in done.stdout.splitlines()
+           if line.startswith("feature-2 ") and " seed " not in line]      # the summary row
     data = fl.make_federated("digits", shift="feature", n_groups=2, clients_per_group=4,
                              new_per_group=4, seed=5101)
     run = flux.run_flux(data, fl.MLP(data.n_features, 32, data.n_classes), seed=5101,
