@@ -257,14 +257,14 @@ def test_run_flux_calibrated_end_to_end_secure_equals_plaintext():
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_benchmark_script_quick_reports_both_rules():
-    """benchmarks/flux_assign.py --quick (feature shift, K = 2, seed 5101): its summary
+    """benchmarks/_flux_assign.py --quick (feature shift, K = 2, seed 5101): its summary
     row holds run_flux's own unseen accuracy for "nearest" (the default rule)."""
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, str(root / "benchmarks" / "flux_assign.py"),
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "_flux_assign.py"),
                            "--quick"], cwd=root, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-2000:]
     row = [line.split() for line in done.stdout.splitlines()

@@ -20,7 +20,7 @@ cluster models (weighted by training rows) would give, the alternative global mo
 
 Usage::
 
-    python benchmarks/flux_assign.py --seeds 5101-5103 [--settings feature-2,...] [--quick]
+    python benchmarks/_flux_assign.py --seeds 5101-5103 [--settings feature-2,...] [--quick]
 """
 
 from __future__ import annotations
