@@ -196,8 +196,10 @@ def test_bad_input_raises_parameter_error():
         flux.assign_with_evidence(d, [0.0, 0.5, 1.0])
     with pytest.raises(ParameterError, match="alpha must lie in"):
         flux.assign_with_evidence(d, [0, 0, 1], alpha=1.0)
-    with pytest.raises(ValueError):                             # not square (InputError)
+    with pytest.raises(ParameterError, match=r"square .* got shape \(3, 4\)"):
         flux.assign_with_evidence(d[:3], [0, 0, 1])
+    with pytest.raises(ParameterError, match=r"got shape \(16,\)"):
+        flux.assign_new_clients(d.ravel(), [0, 0, 1])
 
 
 def _new_shift_data(seed, per_group=19):

@@ -133,7 +133,11 @@ def _check(prefix, labels) -> tuple[np.ndarray, np.ndarray, int]:
     if not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0:
         raise ParameterError(f"labels must be non-negative integers, got {labels.dtype} "
                              f"with minimum {labels.min()}")
-    d = check_distance_matrix(prefix)
+    shape = np.shape(prefix)
+    if len(shape) != 2 or shape[0] != shape[1]:
+        raise ParameterError(f"prefix must be a square (n_train + n_new) squared-distance "
+                             f"matrix, got shape {shape}")
+    d = check_distance_matrix(prefix)      # InputError for NaN, asymmetry, negative entries
     n_train = labels.size
     if d.shape[0] <= n_train:
         raise ParameterError("the prefix matrix holds no new clients")   # (exact text tested)
