@@ -209,3 +209,27 @@ def ward_gap_k(x, k_upper=15):
         if ratio > best:
             best_k, best = k, ratio
     return best_k
+
+
+def conformal_p_value(members, x):
+    """Full conformal p-value of ``x`` against the cluster ``members``, from the vectors.
+
+    In the augmented set ``members + [x]`` each point's score is its squared distance to the
+    centroid of the other points (the centroid computed from the coordinates, in exact
+    fractions); ``p = #{score >= score(x)} / (len(members) + 1)``. Returns a Fraction.
+
+    >>> conformal_p_value([[0], [2]], [1])     # x at the centroid of the others: all >= it
+    Fraction(1, 1)
+    >>> conformal_p_value([[0], [1], [2]], [9])  # x beyond everything: only itself
+    Fraction(1, 4)
+    """
+    points = [[Fraction(v) for v in row] for row in members] + [[Fraction(v) for v in x]]
+    n = len(points)
+
+    def score(i):
+        others = [p for j, p in enumerate(points) if j != i]
+        centre = [sum(column) / len(others) for column in zip(*others)]
+        return sum((a - b) ** 2 for a, b in zip(points[i], centre))
+
+    scores = [score(i) for i in range(n)]
+    return Fraction(sum(1 for s in scores if s >= scores[-1]), n)

@@ -29,7 +29,9 @@ default) or the paper's knee (``eps_rule="knee"``: the Kneedle knee, convex/incr
 the sorted distances of each client to its nearest other client, times ``eps_scaling``),
 centroids, and label-free test-time assignment of a new client to the nearest centroid
 using only the ``[mu_x, sigma_x]`` prefix, from distances:
-``||x - c_A||^2 = mean_{j in A} D_xj - sum_{j,k in A} D_jk / (2 |A|^2)``. The new client's
+``||x - c_A||^2 = mean_{j in A} D_xj - sum_{j,k in A} D_jk / (2 |A|^2)`` (default), or with
+omnifc's calibrated rule (``rule="calibrated"``, :func:`assign_with_evidence`: a full conformal
+p-value per cluster, the global model when every p <= 0.05). The new client's
 descriptor is protected too: it joins a reconstruction of the prefix blocks.
 
 Normalization: what each option reveals
@@ -67,6 +69,8 @@ Examples
 """
 
 from .._k_selection import (DbscanResult, gap_eps, MIN_GAP, ward_gap, WARD_MIN_GAP)
+from ._assign import (ASSIGN_RULES, Assignment, AssignDecision, assign_with_evidence,
+                      conformal_p_values, GLOBAL)
 from ._paper import (adaptive_dbscan, assign_new_clients, cluster_clients, COORDINATOR_LEARNS,
                      descriptor, descriptor_bound, DESCRIPTOR_FORMS, EPS_RULES, K_RULES,
                      flux_components, FLUX_MIN_COMPONENTS, NORMALIZATIONS, shared_projection)
@@ -82,4 +86,5 @@ from .._k_selection import GAP_SEARCH_FROM  # noqa: F401 (module attributes befo
 #: (simulation, baselines, synthetic data, constants) stay importable from here.
 __all__ = ["COORDINATOR_LEARNS", "shared_projection", "descriptor", "descriptor_bound",
            "block_distances", "cluster_clients", "calibrated_k", "ward_gap", "adaptive_dbscan",
-           "prefix_distances", "assign_new_clients"]
+           "prefix_distances", "assign_new_clients", "assign_with_evidence",
+           "conformal_p_values", "AssignDecision", "Assignment", "ASSIGN_RULES", "GLOBAL"]

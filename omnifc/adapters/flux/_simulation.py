@@ -9,8 +9,9 @@ from sklearn.decomposition import PCA
 
 from finite_field import ParameterError
 
-from ._paper import (_check_k_rule, assign_new_clients, cluster_clients, descriptor,
-                     descriptor_bound, flux_components, shared_projection)
+from ._assign import ASSIGN_RULES, GLOBAL, assign_with_evidence
+from ._paper import (_check_k_rule, cluster_clients, descriptor, descriptor_bound,
+                     flux_components, shared_projection)
 from ._secure import block_distances, prefix_distances
 
 __all__ = ["ACTIVATION_MARGIN", "CLUSTER_ROUNDS", "FluxRun", "SHIFTS", "WARMUP_ROUNDS",
@@ -42,9 +43,12 @@ class FluxRun:
     """The outcome of :func:`run_flux`.
 
     ``labels``: cluster per training client; ``models``: one per cluster (after per-cluster
-    FedAvg); ``new_labels``: the cluster each unseen client was assigned to, label-free;
+    FedAvg); ``new_labels``: the cluster each unseen client was assigned to, label-free
+    (``GLOBAL``, -1: it resembles no cluster and uses ``global_model``); ``assignment``: the
+    :class:`~omnifc.adapters.flux.Assignment` behind ``new_labels`` (per unseen client the
+    rule, the conformal p-values and centroid distances, ``summary()``);
     ``accuracy`` / ``new_accuracy``: pooled test accuracy of the training / unseen clients
-    with their cluster's model; ``distances``: the D the server clustered; ``eps`` and
+    with their cluster's model (the global model for ``GLOBAL``); ``distances``: the D the server clustered; ``eps`` and
     ``gap``: the K rule's cut (DBSCAN's eps, or Ward's cut height) and its gap ratio;
     ``global_model``: the warm-up FedAvg model (the encoder).
     """
@@ -63,12 +67,14 @@ class FluxRun:
     max_activation: float
     #: the calibrated rule's evidence (:class:`omnifc.adapters._calibrated_k.KDecision`)
     decision: object = None
+    #: the unseen clients' assignment and its evidence (None without unseen clients)
+    assignment: object = None
 
 def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
              cluster_rounds: int = CLUSTER_ROUNDS, local_train=None, seed: int = 0,
              secure: bool = True, normalization: str = "none", k_rule: str = "calibrated",
              eps_rule: str = "gap", eps_scaling: float = 1.0, n_components: int | None = None,
-             descriptor_form: str = "weighted",
+             descriptor_form: str = "weighted", assign_rule: str = "nearest",
              scale_bits: int = 16, parties=None, new_parties=None) -> FluxRun:
     """FLUX end to end on an :func:`omnifc.fl.make_federated` data set.
 
@@ -89,7 +95,11 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     4. per-cluster FedAvg from the global model for ``cluster_rounds``;
     5. test time: every unseen client (``data.new_clients``) computes its descriptor (no
        labels are needed for the ``[mu_x, sigma_x]`` prefix), the prefix distances go through
-       a second reconstruction, and it takes the model of the nearest cluster centroid.
+       a second reconstruction, and it is assigned by ``assign_rule``
+       (:func:`assign_with_evidence`): ``"nearest"`` takes the model of the nearest cluster
+       centroid; ``"calibrated"`` the cluster with the largest conformal p-value, or the
+       global model (the warm-up FedAvg encoder) when every p <= alpha = 0.05; the
+       evidence is ``FluxRun.assignment``.
 
     ``secure=False`` computes the same distances from the same quantized descriptors in
     the clear; since the loop is seeded per (round, client), equal clusters give
@@ -99,6 +109,8 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     from ... import fl
 
     _check_k_rule(k_rule, eps_rule, eps_scaling)
+    if assign_rule not in ASSIGN_RULES:
+        raise ParameterError(f"assign_rule must be one of {ASSIGN_RULES}, got {assign_rule!r}")
     if local_train is None:
         local_train = fl.sgd_trainer(model, epochs=2, batch_size=20, learning_rate=0.3)
     warm = fl.run_federated(data.clients, [model.init(seed)], rounds=warmup_rounds,
@@ -127,6 +139,7 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     new_labels = np.zeros(0, dtype=np.int64)
     new_accuracy = float("nan")
     prefix = np.zeros((0, 0))
+    assignment = None
     if len(data.new_clients):
         # label-free: only the [mu_x, sigma_x] prefix is used (per-class blocks are ignored)
         new_desc = client_descriptors(model, encoder, data.new_clients, projection,
@@ -134,12 +147,18 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
         prefix = prefix_distances(desc, new_desc, n_components=l, n_classes=data.n_classes,
                                   bound=bound, scales=scales, normalization=normalization,
                                   secure=secure, scale_bits=scale_bits, parties=new_parties)
-        new_labels = assign_new_clients(prefix, labels)
-        new_accuracy = fl.mean_accuracy(model, clustered.models, new_labels, data.new_clients)
+        assignment = assign_with_evidence(prefix, labels, rule=assign_rule)
+        new_labels = assignment.labels
+        # GLOBAL (-1) indexes the global model, appended after the cluster models
+        with_global = list(clustered.models) + [encoder]
+        new_accuracy = fl.mean_accuracy(model, with_global,
+                                        np.where(new_labels == GLOBAL, found.n_clusters,
+                                                 new_labels), data.new_clients)
     return FluxRun(labels=labels, n_clusters=found.n_clusters, eps=found.eps, gap=found.gap,
                    models=clustered.models, new_labels=new_labels, accuracy=accuracy,
                    new_accuracy=new_accuracy, distances=d, prefix=prefix,
-                   global_model=encoder, max_activation=largest, decision=found.decision)
+                   global_model=encoder, max_activation=largest, decision=found.decision,
+                   assignment=assignment)
 
 def flux_baselines(data, model, flux_run: FluxRun, *, warmup_rounds: int = WARMUP_ROUNDS,
                    cluster_rounds: int = CLUSTER_ROUNDS, local_train=None,
