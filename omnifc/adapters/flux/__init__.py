@@ -69,9 +69,9 @@ Examples
 """
 
 from .._k_selection import (DbscanResult, gap_eps, MIN_GAP, ward_gap, WARD_MIN_GAP)
-from ._assign import (ASSIGN_RULES, Assignment, AssignDecision, assign_with_evidence,
-                      conformal_p_values, GLOBAL)
-from ._paper import (adaptive_dbscan, assign_new_clients, cluster_clients, COORDINATOR_LEARNS,
+from ._assign import (ASSIGN_RULES, Assignment, AssignDecision, assign_new_clients,
+                      assign_with_evidence, conformal_p_values, GLOBAL)
+from ._paper import (adaptive_dbscan, cluster_clients, COORDINATOR_LEARNS,
                      descriptor, descriptor_bound, DESCRIPTOR_FORMS, EPS_RULES, K_RULES,
                      flux_components, FLUX_MIN_COMPONENTS, NORMALIZATIONS, shared_projection)
 from .._calibrated_k import calibrated_k, KDecision  # noqa: F401

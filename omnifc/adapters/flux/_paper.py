@@ -241,7 +241,3 @@ def cluster_clients(distances, *, k_rule: str = "calibrated", eps_rule: str = "g
     if k_rule == "ward":
         return ward_gap(distances)
     return adaptive_dbscan(distances, eps_rule=eps_rule, eps_scaling=eps_scaling)
-
-# Test-time assignment (the nearest centroid and the calibrated conformal rule, issue 24)
-# lives in _assign; re-exported here, where it was.
-from ._assign import assign_new_clients  # noqa: E402
