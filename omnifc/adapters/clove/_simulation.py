@@ -298,7 +298,7 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
                  secure: bool = True, max_loss: float = CLASSIFIER_MAX_LOSS,
                  scale_bits: int = DEFAULT_SCALE_BITS, stability_rounds: int | None = 3,
                  k_rule=DEFAULT_K_RULE, k_tolerance: float = 0.10,
-                 random_rounds: int = 1, restarts: int = 1,
+                 random_rounds: int = 1, restarts: int = 1, kmeans_inits="auto",
                  parties=None) -> CloveFLRun:
     """CLoVE on a classifier in the :mod:`omnifc.fl` loop, with partial participation and
     newcomers.
@@ -332,6 +332,15 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
       centroid index as the model index (ignoring the matching); here the centroids are
       those of the clients holding each model, so the newcomer gets that model.
 
+    - ``kmeans_inits``: the k-means of every clustered round keeps the lowest-inertia
+      partition of that many k-means++ runs on D (``KMeans(n_init=kmeans_inits)``, seeded by
+      ``seed``); ``"auto"`` is the paper's single run. Server-side only, no new
+      information.
+    - ``restarts`` = R: the whole run is repeated with R independent round-0 draws (restart
+      0 is the R = 1 run) and the run whose last clustering has the largest silhouette on
+      sqrt(D) is kept (``restart_scores``); it costs R times the clients' training and loss
+      vectors.
+
     ``secure=False`` runs the plaintext reference on the same quantized vectors; the loop's
     per-(round, client) seeding makes equal assignments give bit-identical models.
     """
@@ -340,7 +349,12 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
                    first_round=first_round, k_upper=k_upper, seed=seed, secure=secure,
                    max_loss=max_loss, scale_bits=scale_bits,
                    stability_rounds=stability_rounds, k_rule=k_rule, k_tolerance=k_tolerance,
-                   random_rounds=random_rounds, parties=parties)
+                   random_rounds=random_rounds, kmeans_inits=kmeans_inits, parties=parties)
+    if not (kmeans_inits == "auto" or (isinstance(kmeans_inits, (int, np.integer))
+                                       and not isinstance(kmeans_inits, bool)
+                                       and kmeans_inits >= 1)):
+        raise ParameterError(f"kmeans_inits must be 'auto' or an integer >= 1, got "
+                             f"{kmeans_inits!r}")
     restarts = int(restarts)
     if restarts < 1:
         raise ParameterError(f"restarts must be >= 1, got {restarts}")
@@ -378,7 +392,7 @@ def _separation(run) -> float:
 def _run_clove_fl_once(clients, model, initial_models, *, restart, n_clusters, rounds,
                        local_train, participation, join_round, first_round, k_upper, seed,
                        secure, max_loss, scale_bits, stability_rounds, k_rule, k_tolerance,
-                       random_rounds, parties) -> CloveFLRun:
+                       random_rounds, kmeans_inits, parties) -> CloveFLRun:
     from ... import fl
 
     n = len(clients)
@@ -456,7 +470,7 @@ def _run_clove_fl_once(clients, model, initial_models, *, restart, n_clusters, r
                 k_used = n_clusters
             else:
                 k_used = _choose_k(k_rule, d, k_upper, k_tolerance, seed=seed)
-            labels = cluster_clients(d, k_used, random_state=seed)
+            labels = cluster_clients(d, k_used, random_state=seed, n_init=kmeans_inits)
             if secure:
                 sub = None if labels_of is None else [labels_of[i] for i in part]
                 cost = secure_group_sums(vectors, labels, n_groups=k_used, bound=max_loss,
