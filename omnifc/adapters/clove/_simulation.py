@@ -289,7 +289,10 @@ class CloveFLRun:
     ``n_clusters[r]``: the K used (None in the random round 0 or frozen rounds);
     ``frozen_from``: first frozen round; ``newcomers``: ``{client: (round, model)}`` for
     clients placed by the nearest-centroid rule after the freeze; ``accuracy``: pooled test
-    accuracy of every seen client with its final model; ``run``: the loop's own record.
+    accuracy of every seen client with its final model; ``run``: the loop's own record;
+    ``restart_scores``: the silhouette of each restart's last clustering when
+    ``restarts`` > 1 (None for one run); ``labels[r]``: round r's k-means labels (None in
+    unclustered rounds).
     """
 
     assignments: list
