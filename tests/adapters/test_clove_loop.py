@@ -4,6 +4,7 @@ after the freeze, silhouette auto-K, and secure == plaintext down to the models.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import numpy as np
@@ -268,7 +269,8 @@ def test_freeze_history_lengths_with_held_rounds(monkeypatch):
 
     monkeypatch.setattr(clove._simulation, "is_stable", spy)
     clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, rounds=3, random_rounds=2,
-                       n_clusters=3, local_train=_keep, secure=False, stability_rounds=3)
+                       n_clusters=3, local_train=_keep, secure=False, stability_rounds=3,
+                       paper=True)
     # round 0: no check; round 1: first client has 0 entries -> all() stops there;
     # round 2: 1 entry each (first client unstable -> stops)
     assert seen == [0, 1]
@@ -525,9 +527,9 @@ def test_true_models_default_spread_is_five(seed):
 
 # -- round 0 restarts (issue 24): a random round 0 must not lock merged groups in ----------
 
-def _unequal_mlp_case(name, k, seed, train_samples=150):
+def _unequal_mlp_case(name, k, seed, train_samples=150, shift="feature"):
     """5 clients in group 0, 2 in every other group (unequal groups), a small MLP."""
-    data = fl.make_federated(name, shift="feature", n_groups=k, clients_per_group=5,
+    data = fl.make_federated(name, shift=shift, n_groups=k, clients_per_group=5,
                              new_per_group=0, train_samples=train_samples, test_samples=30,
                              seed=seed)
     keep = [i for i, c in enumerate(data.clients)
@@ -558,11 +560,12 @@ def _silhouette(d, labels):
 @pytest.mark.timeout(900)
 def test_restarts_undo_a_round0_merge_and_keep_the_best_separated_run():
     clients, groups, model, start = _unequal_mlp_case("breast_cancer", 2, 12)
+    # the paper's k-means (one k-means++ run per round): the previous pass's restarts=4
     one = clove.run_clove_fl(clients, model, start, n_clusters=2, rounds=8, secure=False,
-                             seed=12, restarts=1)
+                             seed=12, paper=True)
     assert adjusted_rand_score(groups, one.assignments[-1]) < 0.5     # round 0 merged them
     four = clove.run_clove_fl(clients, model, start, n_clusters=2, rounds=8, secure=False,
-                              seed=12, restarts=4)
+                              seed=12, restarts=4, kmeans_inits="auto")
     assert adjusted_rand_score(groups, four.assignments[-1]) == 1.0
     assert len(four.restart_scores) == 4 and one.restart_scores is None
 
@@ -581,3 +584,134 @@ def test_restarts_must_be_positive():
     with pytest.raises(ParameterError, match="restarts must be >= 1"):
         clove.run_clove_fl(clients, model, start, n_clusters=2, rounds=1, secure=False,
                            restarts=0)
+
+
+# -- k-means inits and the defaults (issue 24, second pass) -------------------------------
+
+def _partitions(n, k):
+    """Every partition of range(n) into k nonempty blocks, as canonical label tuples."""
+    for labels in itertools.product(range(k), repeat=n):
+        if labels[0] == 0 and len(set(labels)) == k and all(
+                labels.index(c) < labels.index(c + 1) for c in range(k - 1)):
+            yield labels
+
+
+def _inertia(d, labels):
+    """k-means objective from D alone: sum over blocks of (sum of its pairwise D) / size."""
+    total = 0.0
+    for c in set(labels):
+        block = [i for i, lab in enumerate(labels) if lab == c]
+        total += sum(d[i][j] for i in block for j in block if i < j) / len(block)
+    return total
+
+
+def _best_partition(d, k):
+    """The least-inertia partition by brute force (asserted unique)."""
+    scored = sorted((_inertia(d, p), p) for p in _partitions(len(d), k))
+    assert scored[1][0] > scored[0][0] + 1e-12 * max(1.0, scored[0][0])
+    return scored[0][1]
+
+
+def _canonical(labels):
+    first = {}
+    return tuple(first.setdefault(int(x), len(first)) for x in labels)
+
+
+def test_kmeans_inits_find_the_least_inertia_partition_one_run_misses():
+    x = [18, 4, 6, 17, 8, 5, 16]                 # integers: D exact in floating point
+    d = [[float((a - b) ** 2) for b in x] for a in x]
+    best = _best_partition(d, 3)
+    ten = clove.cluster_clients(np.array(d), 3, random_state=0, n_init=10)
+    one = clove.cluster_clients(np.array(d), 3, random_state=0)       # the paper's "auto"
+    assert _canonical(ten) == best
+    assert _inertia(d, _canonical(one)) > _inertia(d, best)
+
+
+def _clustered_rounds(run):
+    return [(d, lab) for d, lab in zip(run.distances, run.labels)
+            if d is not None and lab is not None]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_kmeans_inits_in_the_loop_give_every_round_its_least_inertia_partition():
+    # label shift, breast cancer, K = 2, 7 clients: 63 partitions per round, brute force
+    clients, groups, model, start = _unequal_mlp_case("breast_cancer", 2, 54, shift="label")
+    ten = clove.run_clove_fl(clients, model, start, n_clusters=2, rounds=8, secure=False,
+                             seed=54, restarts=1, kmeans_inits=10)
+    rounds = _clustered_rounds(ten)
+    assert len(rounds) >= 3
+    for d, lab in rounds:
+        assert _canonical(lab) == _best_partition(d.tolist(), 2)
+    paper = clove.run_clove_fl(clients, model, start, n_clusters=2, rounds=8, secure=False,
+                               seed=54, paper=True)
+    assert any(_inertia(d.tolist(), _canonical(lab)) > _inertia(d.tolist(),
+               _best_partition(d.tolist(), 2)) for d, lab in _clustered_rounds(paper))
+    assert adjusted_rand_score(groups, ten.assignments[-1]) == 1.0
+    assert adjusted_rand_score(groups, paper.assignments[-1]) < 1.0
+
+
+def _spy_runs(monkeypatch):
+    """Record the keyword arguments of every single run and call the real one."""
+    real, calls = clove._simulation._run_clove_fl_once, []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(clove._simulation, "_run_clove_fl_once", spy)
+    return calls
+
+
+def test_run_clove_fl_defaults_are_four_restarts_and_ten_kmeans_inits(monkeypatch):
+    assert clove.DEFAULT_RESTARTS == 4 and clove.DEFAULT_KMEANS_INITS == 10
+    runs = _spy_runs(monkeypatch)
+    inits = _spy(monkeypatch, "cluster_clients")
+    kw = dict(n_clusters=3, rounds=2, local_train=_keep, secure=False)
+    out = clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, **kw)
+    assert [c["restart"] for c in runs] == [0, 1, 2, 3] and len(out.restart_scores) == 4
+    assert {c["n_init"] for c in inits} == {10} and len(inits) == 4   # round 1 of each
+    runs.clear(), inits.clear()
+    out = clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, paper=True, **kw)
+    assert [c["restart"] for c in runs] == [0] and out.restart_scores is None
+    assert [c["n_init"] for c in inits] == ["auto"]
+    runs.clear(), inits.clear()
+    # partial participation, newcomers or K unknown: one run (the score sees one round's
+    # participants / compares partitions of one size only)
+    clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, participation=0.5, **kw)
+    clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, join_round=[0] * 6, **kw)
+    clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, k_rule="gap", k_upper=3,
+                       **{**kw, "n_clusters": None})
+    assert [c["restart"] for c in runs] == [0, 0, 0] and {c["n_init"] for c in inits} == {10}
+    runs.clear(), inits.clear()
+    # explicit values win over paper=True
+    clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, paper=True, restarts=2,
+                       kmeans_inits=3, **kw)
+    assert [c["restart"] for c in runs] == [0, 1] and {c["n_init"] for c in inits} == {3}
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "many"])
+def test_kmeans_inits_must_be_auto_or_a_positive_integer(bad):
+    with pytest.raises(ParameterError, match="kmeans_inits must be"):
+        clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, n_clusters=3, rounds=1,
+                           local_train=_keep, secure=False, kmeans_inits=bad)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_default_restarts_and_inits_secure_equals_plaintext_and_repeat_from_the_seed():
+    clients, _, model, start = _unequal_mlp_case("wine", 3, 51, train_samples=40,
+                                                 shift="label")
+    kw = dict(n_clusters=3, rounds=4, seed=51)
+    plain = clove.run_clove_fl(clients, model, start, secure=False, **kw)
+    again = clove.run_clove_fl(clients, model, start, secure=False, **kw)
+    secure = clove.run_clove_fl(clients, model, start, secure=True, **kw)
+    assert len(plain.restart_scores) == 4
+    for other in (again, secure):
+        assert other.restart_scores == plain.restart_scores
+        assert all(np.array_equal(a, b) for a, b in zip(other.assignments, plain.assignments))
+        assert all((a is None and b is None) or np.array_equal(a, b)
+                   for a, b in zip(other.distances, plain.distances))
+        assert all((a is None and b is None) or np.array_equal(a, b)
+                   for a, b in zip(other.costs, plain.costs))
+        assert all(np.array_equal(a, b) for a, b in zip(other.models, plain.models))

@@ -64,9 +64,21 @@ def loss_vector(models, features, targets, *, loss=mse_loss,
         return np.sqrt(values)
     raise ParameterError(f"transform must be 'identity' or 'sqrt', got {transform!r}")
 
-def cluster_clients(distances, n_clusters: int, *, random_state: int = 0) -> np.ndarray:
-    """``KMeans(K, random_state, n_init="auto")`` on D, clusters sorted by smallest client."""
-    return sort_clusters(kmeans_from_distances(distances, n_clusters, random_state=random_state))
+def cluster_clients(distances, n_clusters: int, *, random_state: int = 0,
+                    n_init="auto") -> np.ndarray:
+    """``KMeans(K, random_state, n_init)`` on D, clusters sorted by smallest client.
+
+    ``n_init="auto"`` is the paper's (scikit-learn: one k-means++ run); an integer keeps the
+    lowest-inertia partition of that many k-means++ runs (``kmeans_inits`` of
+    ``run_clove_fl``).
+
+    >>> import numpy as np
+    >>> d = np.square(np.subtract.outer([0.0, 0.1, 5.0, 5.2], [0.0, 0.1, 5.0, 5.2]))
+    >>> cluster_clients(d, 2, n_init=10).tolist()
+    [0, 0, 1, 1]
+    """
+    return sort_clusters(kmeans_from_distances(distances, n_clusters, random_state=random_state,
+                                               n_init=n_init))
 
 def cluster_cost(loss_vectors, labels, n_clusters: int | None = None) -> np.ndarray:
     """Plaintext reference of the matching cost ``C[k, j] = sum_{i in C_k} L_i[j]``."""
