@@ -13,6 +13,8 @@ D bit for bit; FMCL: its direct formula) and applies every rule to the same D:
 - FLUX: ``calibrated`` (the default now: :func:`calibrated_k` on the weighted descriptor
   with at least ``FLUX_MIN_COMPONENTS`` PCA components), ``axis_ci`` (the same with
   ``statistic="axis_ci"``: the top principal axis's 2-means cluster index, B = 99),
+  ``unimodal`` (the same statistic, each reference's top axis drawn from the data's
+  least-smooth unimodal KDE: ``statistic="axis_unimodal"``),
   ``cal_l=C`` (``calibrated`` on the previous descriptor), ``ward`` (the previous default:
   Ward gap with the previous descriptor, l = number of classes), ``paper`` (the paper's
   descriptor, MinMax ``ranges``, DBSCAN with the knee);
@@ -265,6 +267,7 @@ def _ward_at_planted_k(d, groups):
 RULES = {
     "flux:calibrated": lambda r: calibrated_k(r["flux"]).labels,
     "flux:axis_ci": lambda r: calibrated_k(r["flux"], statistic="axis_ci").labels,
+    "flux:unimodal": lambda r: calibrated_k(r["flux"], statistic="axis_unimodal").labels,
     "flux:cal_l=C": lambda r: calibrated_k(r["flux_old"]).labels,
     "flux:ward": lambda r: flux.ward_gap(r["flux_old"]).labels,
     "flux:paper": lambda r: flux.adaptive_dbscan(r["flux_paper"], eps_rule="knee").labels,
