@@ -30,16 +30,20 @@ also shows how often the partition is exact (ARI 1). **Seeds:** the calibrated r
 developed on synthetic Gaussian clusters and on the design seed ``DESIGN_SEEDS`` of this
 grid; the figures are for the held-out seeds ``HELD_OUT_SEEDS`` (default), never looked at
 before the rule was frozen (``FRESH_SEEDS`` for FMCL's additive null, ``FLUX_FRESH_SEEDS``
-for FLUX's ``axis_ci``: docs/adapters.md says which seeds each table used).
+for FLUX's ``axis_ci``, ``FLUX_UNIMODAL_SEEDS`` for FLUX's ``unimodal``: docs/adapters.md says
+which seeds each table used).
 
 Usage::
 
     python benchmarks/bench_k_selection.py [--seeds 1000-1002] [--cache DIR] [--quick]
         [--clients 6,20,100,300] [--rows 20,50,500] [--classes 2,10] [--json FILE]
-        [--adapters flux,fmcl] [--population]
+        [--adapters flux,fmcl] [--population] [--rules flux:calibrated,...] [--iid-only]
+        [--iid-clients 6,20,100,300,500]
     python benchmarks/bench_k_selection.py --class-sets [--seeds 4000-4004] [--quick]
 
 ``--adapters fmcl`` computes only FMCL's D and rules (a fraction of the time).
+``--rules``: apply only the named rules (columns), e.g. to skip ``flux:cal_l=C`` on a long
+run; ``--iid-only``: only the iid (K = 1) cells.
 ``--class-sets``: FMCL's rules where clients hold overlapping class sets of unequal sizes
 (``benchmarks/_k_class_sets.py``: ``fmcl.synthetic_domains`` with Dirichlet(0.1) labels,
 K in 1, 2, 3, 5 domains, 10 and 30 clients per domain, three domain shifts; held-out seeds
@@ -84,6 +88,9 @@ DESIGN_SEEDS = (900, 901, 902)
 HELD_OUT_SEEDS = (1000, 1001, 1002)
 FRESH_SEEDS = (2000, 2001, 2002)
 FLUX_FRESH_SEEDS = (3000, 3001, 3002, 3003, 3004, 3005, 3006)
+#: 3007-: never generated before FLUX's ``unimodal`` rule (``statistic="axis_unimodal"``)
+#: was frozen (issue 24, fourth pass).
+FLUX_UNIMODAL_SEEDS = (3007, 3008, 3009, 3010, 3011)
 IID_CLIENTS = (6, 20, 100, 300, 500)
 ENCODER_DIM = 32
 ADAPTERS = ("flux", "fmcl")
@@ -325,11 +332,11 @@ def cached_distances(cell, seed, cache, adapters=ADAPTERS, population=False):
     return rec
 
 
-def evaluate(cell, seed, cache=None, adapters=ADAPTERS, population=False):
+def evaluate(cell, seed, cache=None, adapters=ADAPTERS, population=False, rules=None):
     rec = cached_distances(cell, seed, cache, adapters, population)
     planted = len(set(rec["groups"].tolist()))
     out = {}
-    for name in _wanted(adapters, population):
+    for name in _wanted(adapters, population) if rules is None else rules:
         labels = np.asarray(RULES[name](rec))
         k = len(set(labels.tolist()))
         out[name] = [k, bool(k == planted and adjusted_rand_score(rec["groups"], labels) == 1)]
@@ -376,6 +383,11 @@ def main(argv=None) -> int:
                         help="FMCL where clients hold overlapping class sets of unequal sizes "
                              "(benchmarks/_k_class_sets.py: synthetic domains, Dirichlet(0.1) "
                              "labels, K in 1, 2, 3, 5); default seeds 4000-4004 (held out)")
+    parser.add_argument("--rules", help="apply only these rules (comma-separated names of "
+                        "the table's columns, e.g. flux:calibrated,flux:unimodal); default: "
+                        "every rule of --adapters")
+    parser.add_argument("--iid-only", action="store_true",
+                        help="only the iid (K = 1) cells (--iid-clients sizes)")
     parser.add_argument("--population", action="store_true",
                         help="FLUX: also the same rules on the clients' population "
                         "descriptors (columns pop:...)")
@@ -385,12 +397,19 @@ def main(argv=None) -> int:
     seeds = list(HELD_OUT_SEEDS) if args.seeds is None else _ints(args.seeds)
     adapters = tuple(a for a in ADAPTERS if a in args.adapters.split(","))
     wanted = _wanted(adapters, args.population)
+    if args.rules is not None:
+        unknown = sorted(set(args.rules.split(",")) - set(wanted))
+        if unknown:
+            parser.error(f"unknown rules {unknown} for these adapters; choose from {wanted}")
+        wanted = [n for n in wanted if n in args.rules.split(",")]
     if args.quick:
         todo = [("label", 6, 20, 1, 10), ("feature", 20, 20, 10, 2), ("none", 20, 20, 1, 2)]
         seeds = seeds[:1]
     else:
         todo = list(cells(_ints(args.clients), _ints(args.rows), _ints(args.classes),
                           None if args.iid_clients is None else _ints(args.iid_clients)))
+        if args.iid_only:
+            todo = [c for c in todo if c[0] == "none"]
     os.makedirs(args.cache, exist_ok=True)
     store = os.path.join(args.cache, "results.jsonl")
     done = {}
@@ -406,7 +425,7 @@ def main(argv=None) -> int:
             key = (tuple(cell), seed)
             if key not in done or any(n not in done[key]["rules"] for n in wanted):
                 planted, out = evaluate(cell, seed, None if args.quick else args.cache,
-                                        adapters, args.population)
+                                        adapters, args.population, wanted)
                 if key in done:                      # keep the rules already applied
                     out = {**done[key]["rules"], **out}
                 done[key] = {"cell": list(cell), "seed": seed, "planted": planted,
@@ -419,7 +438,7 @@ def main(argv=None) -> int:
     print(f"cpu {time.process_time() - start:.1f} s (this process), seeds {seeds} "
           f"(held out: {list(HELD_OUT_SEEDS)}; design: {list(DESIGN_SEEDS)}; held out for "
           f"FMCL's additive rule also: {list(FRESH_SEEDS)}; for FLUX's axis_ci: "
-          f"{list(FLUX_FRESH_SEEDS)})")
+          f"{list(FLUX_FRESH_SEEDS)}; for FLUX's unimodal: {list(FLUX_UNIMODAL_SEEDS)})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)
