@@ -39,11 +39,13 @@ Usage::
         [--clients 6,20,100,300] [--rows 20,50,500] [--classes 2,10] [--json FILE]
         [--adapters flux,fmcl] [--population] [--rules flux:calibrated,...] [--iid-only]
         [--iid-clients 6,20,100,300,500]
+    python benchmarks/bench_k_selection.py --table DIR/results.jsonl ... [--rules ...]
     python benchmarks/bench_k_selection.py --class-sets [--seeds 4000-4004] [--quick]
 
 ``--adapters fmcl`` computes only FMCL's D and rules (a fraction of the time).
 ``--rules``: apply only the named rules (columns), e.g. to skip ``flux:cal_l=C`` on a long
-run; ``--iid-only``: only the iid (K = 1) cells.
+run; ``--iid-only``: only the iid (K = 1) cells. ``--table RESULTS...``: the grouped markdown
+table of docs/adapters.md from stored ``results.jsonl`` files (nothing recomputed).
 ``--class-sets``: FMCL's rules where clients hold overlapping class sets of unequal sizes
 (``benchmarks/_k_class_sets.py``: ``fmcl.synthetic_domains`` with Dirichlet(0.1) labels,
 K in 1, 2, 3, 5 domains, 10 and 30 clients per domain, three domain shifts; held-out seeds
@@ -343,6 +345,63 @@ def evaluate(cell, seed, cache=None, adapters=ADAPTERS, population=False, rules=
     return planted, out
 
 
+#: Row groups of :func:`grouped_table` (label, which runs): the tables of docs/adapters.md.
+def _row_groups():
+    planted = lambda r: r["cell"][0] != "none"
+    groups = [(f"K = 2, {c} classes", lambda r, c=c: planted(r) and r["cell"][4] == c)
+              for c in (10, 2)]
+    groups += [(f"K = 2, {n} clients", lambda r, n=n: planted(r) and r["cell"][1] == n)
+               for n in (6, 20, 100, 300)]
+    groups += [(f"K = 2, 1:{i}", lambda r, i=i: planted(r) and r["cell"][3] == i)
+               for i in (1, 10)]
+    groups += [(f"K = 2, {m} rows per client", lambda r, m=m: planted(r) and r["cell"][2] == m)
+               for m in (20, 50, 500)]
+    groups += [(f"K = 2, {s}", lambda r, s=s: r["cell"][0] == s) for s in SHIFTS]
+    groups.append(("**K = 2, all**", planted))
+    groups += [(f"iid (K = 1), {n} clients",
+                lambda r, n=n: not planted(r) and r["cell"][1] == n) for n in IID_CLIENTS]
+    groups.append(("**iid (K = 1), all**", lambda r: not planted(r)))
+    groups.append(("all runs", lambda r: True))
+    return groups
+
+
+def grouped_table(rows, names) -> list[str]:
+    """A markdown table: per row group (classes, clients, imbalance, rows, shift, iid size)
+    how many runs each rule in ``names`` got K right ("right/runs"); ``flux:ward@K`` counts
+    exact planted partitions of the planted runs instead (it is told K)."""
+    seeds = sorted({r["seed"] for r in rows})
+    out = [f"| runs (seeds {', '.join(map(str, seeds))}) | " + " | ".join(names) + " |",
+           "|---|" + "---|" * len(names)]
+    for label, pick in _row_groups():
+        sub = [r for r in rows if pick(r)]
+        if not sub:
+            continue
+        cells = []
+        for n in names:
+            if n == "flux:ward@K":
+                planted = [r for r in sub if r["cell"][0] != "none"]
+                cells.append(f"{sum(r['rules'][n][1] for r in planted)}/{len(planted)}"
+                             if planted else "–")
+            else:
+                cells.append(f"{sum(r['rules'][n][0] == r['planted'] for r in sub)}/{len(sub)}")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return out
+
+
+def table(paths, names) -> int:
+    """``--table``: :func:`grouped_table` of stored results (``results.jsonl`` files of
+    earlier runs; the last row of a (cell, seed) wins), nothing recomputed."""
+    rows = {}
+    for path in paths:
+        with open(path) as fh:
+            for line in fh:
+                row = json.loads(line)
+                rows[(tuple(row["cell"]), row["seed"])] = row
+    rows = [r for r in rows.values() if all(n in r["rules"] for n in names)]
+    print("\n".join(grouped_table(rows, names)))
+    return 0
+
+
 def class_sets(args) -> int:
     """``--class-sets``: FMCL's rules on synthetic domains with unequal class sets."""
     import _k_class_sets
@@ -386,6 +445,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rules", help="apply only these rules (comma-separated names of "
                         "the table's columns, e.g. flux:calibrated,flux:unimodal); default: "
                         "every rule of --adapters")
+    parser.add_argument("--table", nargs="+", metavar="RESULTS",
+                        help="print the grouped markdown table (docs/adapters.md) of these "
+                        "results.jsonl files for --rules (default: FLUX's), run nothing")
     parser.add_argument("--iid-only", action="store_true",
                         help="only the iid (K = 1) cells (--iid-clients sizes)")
     parser.add_argument("--population", action="store_true",
@@ -394,6 +456,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.class_sets:
         return class_sets(args)
+    if args.table:
+        names = (args.rules.split(",") if args.rules else
+                 ["flux:unimodal", "flux:calibrated", "flux:axis_ci", "flux:ward",
+                  "flux:paper", "flux:ward@K"])
+        return table(args.table, names)
     seeds = list(HELD_OUT_SEEDS) if args.seeds is None else _ints(args.seeds)
     adapters = tuple(a for a in ADAPTERS if a in args.adapters.split(","))
     wanted = _wanted(adapters, args.population)

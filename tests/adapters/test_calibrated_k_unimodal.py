@@ -217,3 +217,35 @@ def test_a_flat_single_population_is_one_cluster_and_two_groups_are_two():
     two = np.column_stack([rng.normal(size=60) + 10.0 * groups, rng.normal(size=(60, 4))])
     out = calibrated_k(_sq(two), statistic="axis_unimodal")
     assert out.k == 2 and len({(g, l) for g, l in zip(groups, out.labels)}) == 2
+
+
+def test_bench_grouped_table_counts_each_row_group(k_selection_bench, tmp_path):
+    """The --table mode: counts per row group from stored rows, the last row of a (cell,
+    seed) winning, ward@K counting exact planted partitions only."""
+    rows = [
+        {"cell": ["label", 6, 20, 1, 2], "seed": 1, "planted": 2,
+         "rules": {"flux:unimodal": [2, True], "flux:ward@K": [2, False]}},
+        {"cell": ["feature", 20, 20, 10, 10], "seed": 1, "planted": 2,
+         "rules": {"flux:unimodal": [1, False], "flux:ward@K": [2, True]}},
+        {"cell": ["none", 300, 20, 1, 2], "seed": 1, "planted": 1,
+         "rules": {"flux:unimodal": [1, True], "flux:ward@K": [1, True]}},
+        {"cell": ["none", 300, 20, 1, 2], "seed": 2, "planted": 1,
+         "rules": {"flux:unimodal": [2, False], "flux:ward@K": [1, True]}},
+    ]
+    store = tmp_path / "results.jsonl"
+    stale = dict(rows[3], rules={"flux:unimodal": [1, True], "flux:ward@K": [1, True]})
+    store.write_text("\n".join(__import__("json").dumps(r) for r in [stale] + rows) + "\n")
+    lines = k_selection_bench.grouped_table(rows, ["flux:unimodal", "flux:ward@K"])
+    got = {l.split(" | ")[0][2:]: l.split(" | ")[1:] for l in lines[2:]}
+    assert got["K = 2, 2 classes"] == ["1/1", "0/1 |"]
+    assert got["K = 2, 20 clients"] == ["0/1", "1/1 |"]
+    assert got["**K = 2, all**"] == ["1/2", "1/2 |"]
+    assert got["iid (K = 1), 300 clients"] == ["1/2", "– |"]
+    assert got["all runs"] == ["2/4", "1/2 |"]
+    assert "iid (K = 1), 6 clients" not in got
+    import contextlib
+    import io
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        k_selection_bench.table([str(store)], ["flux:unimodal", "flux:ward@K"])
+    assert buf.getvalue().splitlines() == lines      # the stale first row is replaced
