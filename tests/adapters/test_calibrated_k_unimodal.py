@@ -4,6 +4,10 @@ one-cluster test built from them, each against an independent computation."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+
 import numpy as np
 import pytest
 
@@ -234,7 +238,7 @@ def test_bench_grouped_table_counts_each_row_group(k_selection_bench, tmp_path):
     ]
     store = tmp_path / "results.jsonl"
     stale = dict(rows[3], rules={"flux:unimodal": [1, True], "flux:ward@K": [1, True]})
-    store.write_text("\n".join(__import__("json").dumps(r) for r in [stale] + rows) + "\n")
+    store.write_text("\n".join(json.dumps(r) for r in [stale] + rows) + "\n")
     lines = k_selection_bench.grouped_table(rows, ["flux:unimodal", "flux:ward@K"])
     got = {l.split(" | ")[0][2:]: l.split(" | ")[1:] for l in lines[2:]}
     assert got["K = 2, 2 classes"] == ["1/1", "0/1 |"]
@@ -243,8 +247,6 @@ def test_bench_grouped_table_counts_each_row_group(k_selection_bench, tmp_path):
     assert got["iid (K = 1), 300 clients"] == ["1/2", "– |"]
     assert got["all runs"] == ["2/4", "1/2 |"]
     assert "iid (K = 1), 6 clients" not in got
-    import contextlib
-    import io
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         k_selection_bench.table([str(store)], ["flux:unimodal", "flux:ward@K"])
