@@ -92,7 +92,7 @@ FRESH_SEEDS = (2000, 2001, 2002)
 FLUX_FRESH_SEEDS = (3000, 3001, 3002, 3003, 3004, 3005, 3006)
 #: 3007-: never generated before FLUX's ``unimodal`` rule (``statistic="axis_unimodal"``)
 #: was frozen (issue 24, fourth pass).
-FLUX_UNIMODAL_SEEDS = (3007, 3008, 3009, 3010, 3011)
+FLUX_UNIMODAL_SEEDS = (3007, 3008, 3009, 3010, 3011, 3012)
 IID_CLIENTS = (6, 20, 100, 300, 500)
 ENCODER_DIM = 32
 ADAPTERS = ("flux", "fmcl")
