@@ -13,6 +13,8 @@ D bit for bit; FMCL: its direct formula) and applies every rule to the same D:
 - FLUX: ``calibrated`` (the default now: :func:`calibrated_k` on the weighted descriptor
   with at least ``FLUX_MIN_COMPONENTS`` PCA components), ``axis_ci`` (the same with
   ``statistic="axis_ci"``: the top principal axis's 2-means cluster index, B = 99),
+  ``unimodal`` (the same statistic, each reference's top axis drawn from the data's
+  least-smooth unimodal KDE: ``statistic="axis_unimodal"``),
   ``cal_l=C`` (``calibrated`` on the previous descriptor), ``ward`` (the previous default:
   Ward gap with the previous descriptor, l = number of classes), ``paper`` (the paper's
   descriptor, MinMax ``ranges``, DBSCAN with the knee);
@@ -28,16 +30,22 @@ also shows how often the partition is exact (ARI 1). **Seeds:** the calibrated r
 developed on synthetic Gaussian clusters and on the design seed ``DESIGN_SEEDS`` of this
 grid; the figures are for the held-out seeds ``HELD_OUT_SEEDS`` (default), never looked at
 before the rule was frozen (``FRESH_SEEDS`` for FMCL's additive null, ``FLUX_FRESH_SEEDS``
-for FLUX's ``axis_ci``: docs/adapters.md says which seeds each table used).
+for FLUX's ``axis_ci``, ``FLUX_UNIMODAL_SEEDS`` for FLUX's ``unimodal``: docs/adapters.md says
+which seeds each table used).
 
 Usage::
 
     python benchmarks/bench_k_selection.py [--seeds 1000-1002] [--cache DIR] [--quick]
         [--clients 6,20,100,300] [--rows 20,50,500] [--classes 2,10] [--json FILE]
-        [--adapters flux,fmcl] [--population]
+        [--adapters flux,fmcl] [--population] [--rules flux:calibrated,...] [--iid-only]
+        [--iid-clients 6,20,100,300,500]
+    python benchmarks/bench_k_selection.py --table DIR/results.jsonl ... [--rules ...]
     python benchmarks/bench_k_selection.py --class-sets [--seeds 4000-4004] [--quick]
 
 ``--adapters fmcl`` computes only FMCL's D and rules (a fraction of the time).
+``--rules``: apply only the named rules (columns), e.g. to skip ``flux:cal_l=C`` on a long
+run; ``--iid-only``: only the iid (K = 1) cells. ``--table RESULTS...``: the grouped markdown
+table of docs/adapters.md from stored ``results.jsonl`` files (nothing recomputed).
 ``--class-sets``: FMCL's rules where clients hold overlapping class sets of unequal sizes
 (``benchmarks/_k_class_sets.py``: ``fmcl.synthetic_domains`` with Dirichlet(0.1) labels,
 K in 1, 2, 3, 5 domains, 10 and 30 clients per domain, three domain shifts; held-out seeds
@@ -82,6 +90,9 @@ DESIGN_SEEDS = (900, 901, 902)
 HELD_OUT_SEEDS = (1000, 1001, 1002)
 FRESH_SEEDS = (2000, 2001, 2002)
 FLUX_FRESH_SEEDS = (3000, 3001, 3002, 3003, 3004, 3005, 3006)
+#: 3007-: never generated before FLUX's ``unimodal`` rule (``statistic="axis_unimodal"``)
+#: was frozen (issue 24, fourth pass).
+FLUX_UNIMODAL_SEEDS = (3007, 3008, 3009, 3010, 3011, 3012)
 IID_CLIENTS = (6, 20, 100, 300, 500)
 ENCODER_DIM = 32
 ADAPTERS = ("flux", "fmcl")
@@ -265,6 +276,7 @@ def _ward_at_planted_k(d, groups):
 RULES = {
     "flux:calibrated": lambda r: calibrated_k(r["flux"]).labels,
     "flux:axis_ci": lambda r: calibrated_k(r["flux"], statistic="axis_ci").labels,
+    "flux:unimodal": lambda r: calibrated_k(r["flux"], statistic="axis_unimodal").labels,
     "flux:cal_l=C": lambda r: calibrated_k(r["flux_old"]).labels,
     "flux:ward": lambda r: flux.ward_gap(r["flux_old"]).labels,
     "flux:paper": lambda r: flux.adaptive_dbscan(r["flux_paper"], eps_rule="knee").labels,
@@ -322,15 +334,72 @@ def cached_distances(cell, seed, cache, adapters=ADAPTERS, population=False):
     return rec
 
 
-def evaluate(cell, seed, cache=None, adapters=ADAPTERS, population=False):
+def evaluate(cell, seed, cache=None, adapters=ADAPTERS, population=False, rules=None):
     rec = cached_distances(cell, seed, cache, adapters, population)
     planted = len(set(rec["groups"].tolist()))
     out = {}
-    for name in _wanted(adapters, population):
+    for name in _wanted(adapters, population) if rules is None else rules:
         labels = np.asarray(RULES[name](rec))
         k = len(set(labels.tolist()))
         out[name] = [k, bool(k == planted and adjusted_rand_score(rec["groups"], labels) == 1)]
     return planted, out
+
+
+#: Row groups of :func:`grouped_table` (label, which runs): the tables of docs/adapters.md.
+def _row_groups():
+    planted = lambda r: r["cell"][0] != "none"
+    groups = [(f"K = 2, {c} classes", lambda r, c=c: planted(r) and r["cell"][4] == c)
+              for c in (10, 2)]
+    groups += [(f"K = 2, {n} clients", lambda r, n=n: planted(r) and r["cell"][1] == n)
+               for n in (6, 20, 100, 300)]
+    groups += [(f"K = 2, 1:{i}", lambda r, i=i: planted(r) and r["cell"][3] == i)
+               for i in (1, 10)]
+    groups += [(f"K = 2, {m} rows per client", lambda r, m=m: planted(r) and r["cell"][2] == m)
+               for m in (20, 50, 500)]
+    groups += [(f"K = 2, {s}", lambda r, s=s: r["cell"][0] == s) for s in SHIFTS]
+    groups.append(("**K = 2, all**", planted))
+    groups += [(f"iid (K = 1), {n} clients",
+                lambda r, n=n: not planted(r) and r["cell"][1] == n) for n in IID_CLIENTS]
+    groups.append(("**iid (K = 1), all**", lambda r: not planted(r)))
+    groups.append(("all runs", lambda r: True))
+    return groups
+
+
+def grouped_table(rows, names) -> list[str]:
+    """A markdown table: per row group (classes, clients, imbalance, rows, shift, iid size)
+    how many runs each rule in ``names`` got K right ("right/runs"); ``flux:ward@K`` counts
+    exact planted partitions of the planted runs instead (it is told K)."""
+    seeds = sorted({r["seed"] for r in rows})
+    out = [f"| runs (seeds {', '.join(map(str, seeds))}) | " + " | ".join(names) + " |",
+           "|---|" + "---|" * len(names)]
+    for label, pick in _row_groups():
+        sub = [r for r in rows if pick(r)]
+        if not sub:
+            continue
+        cells = []
+        for n in names:
+            if n == "flux:ward@K":
+                planted = [r for r in sub if r["cell"][0] != "none"]
+                cells.append(f"{sum(r['rules'][n][1] for r in planted)}/{len(planted)}"
+                             if planted else "–")
+            else:
+                cells.append(f"{sum(r['rules'][n][0] == r['planted'] for r in sub)}/{len(sub)}")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return out
+
+
+def table(paths, names) -> int:
+    """``--table``: :func:`grouped_table` of stored results (``results.jsonl`` files of
+    earlier runs; the last row of a (cell, seed) wins), nothing recomputed."""
+    rows = {}
+    for path in paths:
+        with open(path) as fh:
+            for line in fh:
+                row = json.loads(line)
+                rows[(tuple(row["cell"]), row["seed"])] = row
+    rows = [r for r in rows.values() if all(n in r["rules"] for n in names)]
+    print("\n".join(grouped_table(rows, names)))
+    return 0
 
 
 def class_sets(args) -> int:
@@ -373,21 +442,41 @@ def main(argv=None) -> int:
                         help="FMCL where clients hold overlapping class sets of unequal sizes "
                              "(benchmarks/_k_class_sets.py: synthetic domains, Dirichlet(0.1) "
                              "labels, K in 1, 2, 3, 5); default seeds 4000-4004 (held out)")
+    parser.add_argument("--rules", help="apply only these rules (comma-separated names of "
+                        "the table's columns, e.g. flux:calibrated,flux:unimodal); default: "
+                        "every rule of --adapters")
+    parser.add_argument("--table", nargs="+", metavar="RESULTS",
+                        help="print the grouped markdown table (docs/adapters.md) of these "
+                        "results.jsonl files for --rules (default: FLUX's), run nothing")
+    parser.add_argument("--iid-only", action="store_true",
+                        help="only the iid (K = 1) cells (--iid-clients sizes)")
     parser.add_argument("--population", action="store_true",
                         help="FLUX: also the same rules on the clients' population "
                         "descriptors (columns pop:...)")
     args = parser.parse_args(argv)
     if args.class_sets:
         return class_sets(args)
+    if args.table:
+        names = (args.rules.split(",") if args.rules else
+                 ["flux:unimodal", "flux:calibrated", "flux:axis_ci", "flux:ward",
+                  "flux:paper", "flux:ward@K"])
+        return table(args.table, names)
     seeds = list(HELD_OUT_SEEDS) if args.seeds is None else _ints(args.seeds)
     adapters = tuple(a for a in ADAPTERS if a in args.adapters.split(","))
     wanted = _wanted(adapters, args.population)
+    if args.rules is not None:
+        unknown = sorted(set(args.rules.split(",")) - set(wanted))
+        if unknown:
+            parser.error(f"unknown rules {unknown} for these adapters; choose from {wanted}")
+        wanted = [n for n in wanted if n in args.rules.split(",")]
     if args.quick:
         todo = [("label", 6, 20, 1, 10), ("feature", 20, 20, 10, 2), ("none", 20, 20, 1, 2)]
         seeds = seeds[:1]
     else:
         todo = list(cells(_ints(args.clients), _ints(args.rows), _ints(args.classes),
                           None if args.iid_clients is None else _ints(args.iid_clients)))
+        if args.iid_only:
+            todo = [c for c in todo if c[0] == "none"]
     os.makedirs(args.cache, exist_ok=True)
     store = os.path.join(args.cache, "results.jsonl")
     done = {}
@@ -403,7 +492,7 @@ def main(argv=None) -> int:
             key = (tuple(cell), seed)
             if key not in done or any(n not in done[key]["rules"] for n in wanted):
                 planted, out = evaluate(cell, seed, None if args.quick else args.cache,
-                                        adapters, args.population)
+                                        adapters, args.population, wanted)
                 if key in done:                      # keep the rules already applied
                     out = {**done[key]["rules"], **out}
                 done[key] = {"cell": list(cell), "seed": seed, "planted": planted,
@@ -416,7 +505,7 @@ def main(argv=None) -> int:
     print(f"cpu {time.process_time() - start:.1f} s (this process), seeds {seeds} "
           f"(held out: {list(HELD_OUT_SEEDS)}; design: {list(DESIGN_SEEDS)}; held out for "
           f"FMCL's additive rule also: {list(FRESH_SEEDS)}; for FLUX's axis_ci: "
-          f"{list(FLUX_FRESH_SEEDS)})")
+          f"{list(FLUX_FRESH_SEEDS)}; for FLUX's unimodal: {list(FLUX_UNIMODAL_SEEDS)})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)

@@ -14,6 +14,7 @@ Usage::
 ``--quick``: one setting (label shift, K = 2, seed 0), seconds; the smoke test runs it.
 Rules (applied to the same cached D): ``calibrated`` (the default since issue 24),
 ``calibrated_axis`` (the same test on the top axis's 2-means cluster index),
+``calibrated_unimodal`` (that statistic against the data's least-smooth unimodal top axis),
 ``ward`` (the previous default), ``dbscan_gap``,
 ``dbscan_knee`` on the default descriptor's D; ``paper_ward``, ``paper_dbscan_gap``,
 ``paper_knee`` (the paper's pipeline) on the paper descriptor's MinMax-scaled D.
@@ -119,6 +120,8 @@ RULES = {
     "calibrated": lambda rec: flux.cluster_clients(rec["default"]).labels,
     "calibrated_axis": lambda rec: flux.cluster_clients(rec["default"],
                                                         k_rule="calibrated_axis").labels,
+    "calibrated_unimodal": lambda rec: flux.cluster_clients(
+        rec["default"], k_rule="calibrated_unimodal").labels,
     "ward": lambda rec: flux.cluster_clients(rec["default"], k_rule="ward").labels,
     "dbscan_gap": lambda rec: flux.cluster_clients(rec["default"], k_rule="dbscan").labels,
     "dbscan_knee": lambda rec: flux.cluster_clients(rec["default"], k_rule="dbscan",

@@ -353,7 +353,7 @@ def test_bench_k_selection_quick_counts_what_its_rules_returned(tmp_path):
                                                 ("feature", 20, 20, 10, 2),
                                                 ("none", 20, 20, 1, 2)]
     assert [r["planted"] for r in rows] == [2, 2, 1]
-    names = ["flux:calibrated", "flux:axis_ci", "flux:cal_l=C", "flux:ward", "flux:paper",
+    names = ["flux:calibrated", "flux:axis_ci", "flux:unimodal", "flux:cal_l=C", "flux:ward", "flux:paper",
              "flux:ward@K", "fmcl:additive", "fmcl:calibrated", "fmcl:tested", "fmcl:paper"]
     total = next(l for l in done.stdout.splitlines() if l.startswith("total K right"))
     counts = [f"{sum(r['rules'][n][0] == r['planted'] for r in rows)}/3" for n in names]

@@ -26,6 +26,13 @@ heights, K = Ward's cut at that gap); ``"drop"`` is the standardized drop above;
 principal axis (:func:`axis_cluster_index`; exact in one dimension, :func:`cluster_index_1d`),
 scale-free along the axis, so the between-group variance a null fitted to D carries in its
 top axis does not raise the bar; ``p = (1 + #{T_b <= T}) / (1 + B)`` with B = 99 by default.
+``"axis_unimodal"`` (issue 24, fourth pass) is the same statistic against a null whose top
+axis has the *shape* of the data: each reference's top-axis coordinate is a smoothed
+bootstrap draw (:func:`smoothed_bootstrap`) from the least-smooth unimodal Gaussian KDE of
+the observed top-axis projections, at Silverman's critical bandwidth
+(:func:`critical_bandwidth`; Silverman 1981), rescaled to the variance the null puts on that
+axis; the other axes stay the fitted null's. A skewed or heavy-tailed single population then
+has references of the same shape, so its low cluster index is no evidence of groups.
 
 ``W_k`` comes from Ward's tree on the embedding: the tree's merge heights ``h`` satisfy
 ``Delta W = h^2 / 2`` (scipy's Ward distance), so ``W_k = W_1 - sum`` of the ``n - k`` lowest
@@ -61,7 +68,8 @@ from ._k_selection import GAP_SEARCH_FROM, _widest_gap
 
 __all__ = ["AXIS_CI_REFERENCES", "CALIBRATED_ALPHA", "CALIBRATED_REFERENCES", "NULLS",
            "KDecision", "STATISTICS", "axis_cluster_index", "calibrated_k", "cluster_index_1d",
-           "mds_embedding", "within_sums"]
+           "critical_bandwidth", "kde_modes", "mds_embedding", "smoothed_bootstrap",
+           "within_sums"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,9 +96,24 @@ AXIS_CI_REFERENCES = 99
 #: distribution instead of a fixed threshold; K = Ward's cut at that gap), ``"axis_ci"``
 #: (the 2-means cluster index of the projections on the top principal axis,
 #: :func:`axis_cluster_index`, small = two groups; K = Ward's cut at the widest gap as for
+#: ``"ward_gap"``), ``"axis_unimodal"`` (the statistic of ``"axis_ci"``, each reference's
+#: top axis drawn from the data's least-smooth unimodal KDE instead of a Gaussian; K as for
 #: ``"ward_gap"``) and ``"drop"`` (the largest standardized drop of log W; K by the gap
 #: statistic).
-STATISTICS = ("ward_gap", "axis_ci", "drop")
+STATISTICS = ("ward_gap", "axis_ci", "drop", "axis_unimodal")
+
+#: Statistics whose T is the top axis's cluster index (small = two groups, B = 99 default).
+_AXIS_STATISTICS = ("axis_ci", "axis_unimodal")
+
+#: (our choice) grid of the KDE mode count: at least this many points over the data's range,
+#: and at least ``KDE_GRID_PER_BANDWIDTH`` per bandwidth (so no bump of width ~h is stepped
+#: over), at most ``KDE_GRID_MAX``.
+KDE_GRID_MIN = 512
+KDE_GRID_PER_BANDWIDTH = 16
+KDE_GRID_MAX = 16384
+
+#: (our choice) bisection steps of :func:`critical_bandwidth`: h_crit to 2^-40 of the range.
+CRITICAL_BANDWIDTH_STEPS = 40
 
 #: (our choice) Ward merge heights of the observed embedding below this fraction of the
 #: largest are rounding noise of equal descriptors and count as 0 (a height is a distance;
@@ -135,6 +158,8 @@ class KDecision:
         """One line: K and its evidence (what the adapters log at INFO)."""
         what = ("widest Ward gap ratio" if self.rule.endswith("ward_gap")
                 else "top-axis 2-means cluster index" if self.rule.endswith("axis_ci")
+                else "top-axis 2-means cluster index, unimodal-KDE top axis"
+                if self.rule.endswith("axis_unimodal")
                 else "largest standardized drop")
         return (f"K={self.k} ({self.rule}: {what} {self.statistic:.4g} vs "
                 f"{self.null} reference {self.null_mean:.4g} +- {self.null_sd:.3g}, "
@@ -249,6 +274,103 @@ def axis_cluster_index(x) -> float:
     return cluster_index_1d(_top_axis(x))
 
 
+def kde_modes(values, bandwidth: float) -> int:
+    """Number of modes of the Gaussian kernel density estimate of ``values`` at ``bandwidth``.
+
+    The KDE ``f(t) = sum_i exp(-(t - y_i)^2 / (2 h^2))`` has all its modes inside
+    ``[min y, max y]`` (``f' > 0`` left of the data, ``< 0`` right of it), so the modes are
+    the sign changes of ``f'`` from + to - on a grid over that range (``KDE_GRID_MIN`` to
+    ``KDE_GRID_MAX`` points, ``KDE_GRID_PER_BANDWIDTH`` per ``h``); exact zeros of ``f'`` (far
+    from every point, where it underflows) are skipped. 1 for fewer than 2 distinct values
+    or ``h = inf``; ``h <= 0`` counts the distinct values (the KDE's limit).
+
+    >>> kde_modes([0.0, 0.1, 0.2, 5.0, 5.1], 0.3), kde_modes([0.0, 0.1, 0.2, 5.0, 5.1], 3.0)
+    (2, 1)
+    """
+    y = np.sort(np.asarray(values, dtype=np.float64).ravel())
+    distinct = int(np.unique(y).size)
+    if distinct < 2 or not np.isfinite(bandwidth):
+        return 1
+    if bandwidth <= 0:
+        return distinct
+    h = float(bandwidth)
+    span = float(y[-1] - y[0])
+    size = int(min(max(KDE_GRID_MIN, np.ceil(KDE_GRID_PER_BANDWIDTH * span / h)), KDE_GRID_MAX))
+    grid = np.linspace(y[0], y[-1], size)
+    slope = np.empty(size)
+    step = max(1, 2_000_000 // max(y.size, 1))
+    for lo in range(0, size, step):                  # f'(t) ~ sum_i (y_i - t) exp(...)
+        diff = y[None, :] - grid[lo:lo + step, None]
+        slope[lo:lo + step] = (diff * np.exp(-0.5 * (diff / h) ** 2)).sum(axis=1)
+    signs = np.sign(slope)
+    signs = signs[signs != 0]
+    return max(int(np.count_nonzero((signs[:-1] > 0) & (signs[1:] < 0))), 1)
+
+
+def critical_bandwidth(values) -> float:
+    """Silverman's critical bandwidth: the smallest ``h`` at which the Gaussian KDE of
+    ``values`` (:func:`kde_modes`) has one mode.
+
+    The number of modes of a Gaussian KDE never grows with ``h`` (Silverman 1981, "Using
+    kernel density estimates to investigate multimodality"), so ``h_crit`` is found by
+    bisection between 0 and the range (at ``h >= range / 2`` the KDE is unimodal: every pair
+    of kernels is within two bandwidths) to ``2^-CRITICAL_BANDWIDTH_STEPS`` of the range; the
+    upper end of the last bracket (one mode) is returned. 0 for fewer than 2 distinct values.
+
+    >>> import numpy as np
+    >>> round(critical_bandwidth([-1.0, 1.0]), 3)    # two points: unimodal iff h >= half the gap
+    1.0
+    """
+    y = np.asarray(values, dtype=np.float64).ravel()
+    if np.unique(y).size < 2:
+        return 0.0
+    lo, hi = 0.0, float(y.max() - y.min())
+    while kde_modes(y, hi) > 1:                      # not expected; a guard against rounding
+        lo, hi = hi, 2.0 * hi
+    for _ in range(CRITICAL_BANDWIDTH_STEPS):
+        mid = 0.5 * (lo + hi)
+        if kde_modes(y, mid) > 1:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def smoothed_bootstrap(rng, values, bandwidth: float, size: int | None = None) -> np.ndarray:
+    """A draw of ``size`` values (default ``len(values)``) from the Gaussian KDE of ``values``
+    at ``bandwidth``, rescaled to the data's variance (Silverman 1981; Efron & Tibshirani,
+    *An Introduction to the Bootstrap*, ch. 16): ``y* = m + (y_I - m + h e) / sqrt(1 +
+    h^2 / s^2)`` with ``I`` uniform on the rows, ``e`` standard normal, ``m`` the mean and
+    ``s^2`` the variance (divisor n) of ``values``, so ``E[y*] = m`` and ``var(y*) = s^2``.
+
+    >>> import numpy as np
+    >>> y = smoothed_bootstrap(np.random.default_rng(0), [0.0, 1.0, 5.0], 2.0, size=200_000)
+    >>> round(float(y.mean()), 1), round(float(y.var()), 1)   # m = 2, s^2 = 14/3
+    (2.0, 4.7)
+    """
+    y = np.asarray(values, dtype=np.float64).ravel()
+    size = y.size if size is None else int(size)
+    m, var = float(y.mean()), float(y.var())
+    picks = y[rng.integers(0, y.size, size=size)]
+    noise = rng.standard_normal(size)
+    h = float(bandwidth)
+    if not var > 0:
+        return np.full(size, m)
+    return m + (picks - m + h * noise) / np.sqrt(1.0 + h * h / var)
+
+
+def _unimodal_top(rng, draw, top, bandwidth, top_var):
+    """The reference ``draw`` with its first column (the null's top axis) replaced by a
+    smoothed-bootstrap draw from the KDE of the observed top-axis projections ``top`` at
+    the critical ``bandwidth``, centred and scaled to the null's variance ``top_var`` there."""
+    y = np.asarray(top, dtype=np.float64)
+    sd = float(y.std())
+    col = smoothed_bootstrap(rng, y, bandwidth, draw.shape[0]) - float(y.mean())
+    out = np.array(draw, dtype=np.float64, copy=True)
+    out[:, 0] = col * (np.sqrt(top_var) / sd) if sd > 0 else 0.0
+    return out
+
+
 def _null_spectrum(d, values):
     """The one-cluster null's variances: ``(spikes, noise_var, noise_dims)``.
 
@@ -291,11 +413,15 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
     ``distances``: squared distances (FLUX's D is exactly that; FMCL's is used through its
     MDS embedding's positive part). ``max_clusters``: largest K tried (and at most n - 1).
     ``references`` (B; default ``CALIBRATED_REFERENCES`` = 39, ``AXIS_CI_REFERENCES`` = 99
-    for ``statistic="axis_ci"``), ``alpha``, ``null`` (``"gaussian"`` or ``"uniform"``) and
-    the public ``random_state`` of the draws. Fewer than 3 clients: K = 1 (nothing to test).
-    ``statistic``: the one-cluster test's statistic (``STATISTICS``); for ``"axis_ci"``
-    (small = two groups) ``p = (1 + #{T_b <= T}) / (1 + B)`` and the margin of a K >= 2
-    decision is the references' alpha quantile / T.
+    for ``statistic="axis_ci"`` and ``"axis_unimodal"``), ``alpha``, ``null`` (``"gaussian"``
+    or ``"uniform"``) and the public ``random_state`` of the draws. Fewer than 3 clients:
+    K = 1 (nothing to test).
+    ``statistic``: the one-cluster test's statistic (``STATISTICS``); for ``"axis_ci"`` and
+    ``"axis_unimodal"`` (small = two groups) ``p = (1 + #{T_b <= T}) / (1 + B)`` and the
+    margin of a K >= 2 decision is the references' alpha quantile / T. ``"axis_unimodal"``
+    draws each reference's top axis from the observed top-axis projections' KDE at their
+    critical bandwidth (:func:`critical_bandwidth`, :func:`smoothed_bootstrap`), scaled to
+    the variance the null gives that axis (module docstring).
     ``min_clusters=2`` skips step 1 (a caller that has its own one-cluster test, FMCL's,
     and has rejected one cluster): K >= 2 by the gap rule.
     """
@@ -306,7 +432,8 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
     if null not in NULLS:
         raise ParameterError(f"null must be one of {NULLS}, got {null!r}")
     if references is None:
-        references = AXIS_CI_REFERENCES if statistic == "axis_ci" else CALIBRATED_REFERENCES
+        references = (AXIS_CI_REFERENCES if statistic in _AXIS_STATISTICS
+                      else CALIBRATED_REFERENCES)
     if int(references) < 1:
         raise ParameterError(f"references must be >= 1, got {references}")
     if not 0.0 < float(alpha) < 1.0:
@@ -337,12 +464,21 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
     ref = np.empty((b, top))
     ref_ratio = np.empty(b)
     ref_ci = np.empty(b)
+    if statistic == "axis_unimodal":
+        top_y = x[:, 0]                       # MDS axes are the principal axes, largest first
+        h_crit = critical_bandwidth(top_y)
+        top_var = (spectrum[0][0] / (n - 1) if null == "gaussian"
+                   else (highs[0] - lows[0]) ** 2 / 12.0)
+        logger.debug("axis_unimodal: critical bandwidth %.4g (top-axis sd %.4g)", h_crit,
+                     float(top_y.std()))
     for i in range(b):
         z = _draw(rng, null, n, spectrum, lows, highs)
+        if statistic == "axis_unimodal":
+            z = _unimodal_top(rng, z, top_y, h_crit, top_var)
         z_tree = _ward(z)
         ref[i] = np.log(np.maximum(within_sums(z, top, z_tree), np.finfo(np.float64).tiny))
         ref_ratio[i] = _widest_gap(z_tree[:, 2], GAP_SEARCH_FROM)[1]
-        if statistic == "axis_ci":
+        if statistic in _AXIS_STATISTICS:
             ref_ci[i] = axis_cluster_index(z)
     gap = ref.mean(axis=0) - log_w
     sd = ref.std(axis=0) * np.sqrt(1.0 + 1.0 / b)
@@ -354,17 +490,17 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
     j, ratio, _ = _widest_gap(tree[:, 2], GAP_SEARCH_FROM)
     if statistic == "ward_gap":
         observed, null_t = ratio, ref_ratio
-    elif statistic == "axis_ci":
+    elif statistic in _AXIS_STATISTICS:
         observed, null_t = axis_cluster_index(x), ref_ci
     else:
         observed = float(((drop - centre) / spread).max()) if top_k >= 2 else 0.0
         null_t = (((ref_drop - centre) / spread).max(axis=1) if top_k >= 2 else np.zeros(b))
-    beat = null_t <= observed if statistic == "axis_ci" else null_t >= observed
+    beat = null_t <= observed if statistic in _AXIS_STATISTICS else null_t >= observed
     p = (1.0 + float(np.count_nonzero(beat))) / (1.0 + b)
     one = p > alpha and int(min_clusters) == 1       # min_clusters=2: the caller decided
     if one or top_k < 2:
         k, margin = 1, p - float(alpha)
-    elif statistic in ("ward_gap", "axis_ci"):
+    elif statistic in ("ward_gap",) + _AXIS_STATISTICS:
         k = min(n - 1 - j, top_k) if n - 1 - j >= 2 else 2
         if statistic == "ward_gap":
             margin = float(observed / np.quantile(null_t, 1.0 - float(alpha)))

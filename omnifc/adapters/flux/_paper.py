@@ -191,9 +191,15 @@ def adaptive_dbscan(distances, *, eps_rule: str = "gap", eps_scaling: float = 1.
 #: How :func:`cluster_clients` chooses K: ``"calibrated"`` (**default, omnifc's**:
 #: :func:`calibrated_k`), ``"calibrated_axis"`` (the same test with
 #: ``statistic="axis_ci"``: the 2-means cluster index on the top principal axis, B = 99),
+#: ``"calibrated_unimodal"`` (the same statistic against references whose top axis is drawn
+#: from the data's least-smooth unimodal KDE: ``statistic="axis_unimodal"``),
 #: ``"ward"`` (the previous default: :func:`ward_gap`) or ``"dbscan"`` (FLUX's adaptive
 #: DBSCAN, :func:`adaptive_dbscan`, with ``eps_rule``).
-K_RULES = ("calibrated", "calibrated_axis", "ward", "dbscan")
+K_RULES = ("calibrated", "calibrated_axis", "calibrated_unimodal", "ward", "dbscan")
+
+#: The :func:`calibrated_k` statistic of each calibrated K rule.
+_CALIBRATED_STATISTICS = {"calibrated": "ward_gap", "calibrated_axis": "axis_ci",
+                          "calibrated_unimodal": "axis_unimodal"}
 
 def _check_k_rule(k_rule: str, eps_rule: str, eps_scaling: float) -> None:
     if k_rule not in K_RULES:
@@ -214,7 +220,9 @@ def cluster_clients(distances, *, k_rule: str = "calibrated", eps_rule: str = "g
     ``random_state`` seeds its reference draws); the result's ``decision`` holds the
     evidence, ``gap`` its p-value, ``knee_found`` whether one cluster was rejected, ``eps``
     is NaN (no cut height). ``k_rule="calibrated_axis"``: the same with
-    ``calibrated_k(statistic="axis_ci")``. ``k_rule="ward"`` (the previous default):
+    ``calibrated_k(statistic="axis_ci")``; ``k_rule="calibrated_unimodal"``: the same with
+    ``calibrated_k(statistic="axis_unimodal")`` (the top axis's null drawn from the data's
+    least-smooth unimodal KDE). ``k_rule="ward"`` (the previous default):
     :func:`ward_gap`.
     ``k_rule="dbscan"``:
     FLUX's adaptive DBSCAN (:func:`adaptive_dbscan`) with ``eps_rule`` (``"gap"``, omnifc's
@@ -233,9 +241,9 @@ def cluster_clients(distances, *, k_rule: str = "calibrated", eps_rule: str = "g
     True
     """
     _check_k_rule(k_rule, eps_rule, eps_scaling)
-    if k_rule in ("calibrated", "calibrated_axis"):
-        statistic = "axis_ci" if k_rule == "calibrated_axis" else "ward_gap"
-        out = calibrated_k(distances, random_state=random_state, statistic=statistic)
+    if k_rule in _CALIBRATED_STATISTICS:
+        out = calibrated_k(distances, random_state=random_state,
+                           statistic=_CALIBRATED_STATISTICS[k_rule])
         return DbscanResult(labels=out.labels, eps=float("nan"), knee_found=out.k > 1,
                             n_clusters=out.k, gap=out.p_value, decision=out)
     if k_rule == "ward":
