@@ -128,15 +128,20 @@ def federation(shift, n, rows, imbalance, classes, seed):
             data.n_features)
 
 
-def distances(shift, n, rows, imbalance, classes, seed, *, secure=False, adapters=ADAPTERS):
-    """Every D the rules of ``adapters`` read, for one run (plaintext unless ``secure``)."""
+def distances(shift, n, rows, imbalance, classes, seed, *, secure=False, adapters=ADAPTERS,
+              descriptor_form="weighted"):
+    """Every D the rules of ``adapters`` read, for one run (plaintext unless ``secure``).
+
+    ``descriptor_form``: the form of FLUX's descriptor behind ``"flux"`` (the D of the
+    ``flux:calibrated``, ``axis_ci``, ``unimodal`` and ``ward@K`` columns); ``"flux_old"``
+    and ``"flux_paper"`` keep theirs."""
     clients, groups, c, features = federation(shift, n, rows, imbalance, classes, seed)
     encode = fmcl.fixed_encoder(features, ENCODER_DIM, seed=seed)
     latents = [encode(cl.x_train) for cl in clients]
     largest = max(float(z.max(initial=0.0)) for z in latents)
     m = flux.ACTIVATION_MARGIN * max(largest, 1e-12)
     out = {"groups": groups}
-    for key, l, form, norm in () if "flux" not in adapters else (("flux", flux.flux_components(c, ENCODER_DIM), "weighted",
+    for key, l, form, norm in () if "flux" not in adapters else (("flux", flux.flux_components(c, ENCODER_DIM), descriptor_form,
                                 "none"),
                                ("flux_old", c, "weighted", "none"),
                                ("flux_paper", c, "paper", "ranges")):
@@ -313,18 +318,22 @@ def cells(clients, rows, classes, iid_clients=None):
                     yield "none", n, m, 1, c
 
 
-def cached_distances(cell, seed, cache, adapters=ADAPTERS, population=False):
+def cached_distances(cell, seed, cache, adapters=ADAPTERS, population=False,
+                     descriptor_form="weighted"):
     """:func:`distances` (and with ``population`` :func:`population_distances` as
     ``"flux_pop"``), cached as one .npz per (cell, seed) under ``cache`` (None: none).
 
-    A cached file missing a D that is needed is computed (and the file replaced)."""
+    A cached file missing a D that is needed is computed (and the file replaced). A
+    ``descriptor_form`` other than ``"weighted"`` is cached under its own file name
+    (``..._s<seed>_<form>.npz``), so the forms' D never mix."""
+    suffix = "" if descriptor_form == "weighted" else f"_{descriptor_form}"
     path = (None if cache is None else
-            os.path.join(cache, "d_" + "_".join(map(str, cell)) + f"_s{seed}.npz"))
+            os.path.join(cache, "d_" + "_".join(map(str, cell)) + f"_s{seed}{suffix}.npz"))
     need = {"flux": "flux", "fmcl": "fmcl"}
     rec = dict(np.load(path)) if path is not None and os.path.exists(path) else {}
     changed = False
     if not all(need[a] in rec for a in adapters):
-        rec.update(distances(*cell, seed, adapters=adapters))
+        rec.update(distances(*cell, seed, adapters=adapters, descriptor_form=descriptor_form))
         changed = True
     if population and "flux_pop" not in rec:
         rec["flux_pop"] = population_distances(*cell, seed)
@@ -334,8 +343,9 @@ def cached_distances(cell, seed, cache, adapters=ADAPTERS, population=False):
     return rec
 
 
-def evaluate(cell, seed, cache=None, adapters=ADAPTERS, population=False, rules=None):
-    rec = cached_distances(cell, seed, cache, adapters, population)
+def evaluate(cell, seed, cache=None, adapters=ADAPTERS, population=False, rules=None,
+             descriptor_form="weighted"):
+    rec = cached_distances(cell, seed, cache, adapters, population, descriptor_form)
     planted = len(set(rec["groups"].tolist()))
     out = {}
     for name in _wanted(adapters, population) if rules is None else rules:
@@ -453,6 +463,11 @@ def main(argv=None) -> int:
     parser.add_argument("--population", action="store_true",
                         help="FLUX: also the same rules on the clients' population "
                         "descriptors (columns pop:...)")
+    parser.add_argument("--descriptor-form", default="weighted",
+                        choices=flux.DESCRIPTOR_FORMS,
+                        help="FLUX: the descriptor form behind the flux:calibrated, axis_ci, "
+                        "unimodal and ward@K columns (default weighted, FLUX's default); "
+                        "its D files and results (DIR/results_<form>.jsonl) are kept apart")
     args = parser.parse_args(argv)
     if args.class_sets:
         return class_sets(args)
@@ -478,7 +493,9 @@ def main(argv=None) -> int:
         if args.iid_only:
             todo = [c for c in todo if c[0] == "none"]
     os.makedirs(args.cache, exist_ok=True)
-    store = os.path.join(args.cache, "results.jsonl")
+    form = args.descriptor_form
+    store = os.path.join(args.cache, "results.jsonl" if form == "weighted" else
+                         f"results_{form}.jsonl")
     done = {}
     if os.path.exists(store) and not args.quick:
         with open(store) as fh:
@@ -492,7 +509,7 @@ def main(argv=None) -> int:
             key = (tuple(cell), seed)
             if key not in done or any(n not in done[key]["rules"] for n in wanted):
                 planted, out = evaluate(cell, seed, None if args.quick else args.cache,
-                                        adapters, args.population, wanted)
+                                        adapters, args.population, wanted, form)
                 if key in done:                      # keep the rules already applied
                     out = {**done[key]["rules"], **out}
                 done[key] = {"cell": list(cell), "seed": seed, "planted": planted,
