@@ -38,7 +38,7 @@ Usage::
     python benchmarks/bench_k_selection.py [--seeds 1000-1002] [--cache DIR] [--quick]
         [--clients 6,20,100,300] [--rows 20,50,500] [--classes 2,10] [--json FILE]
         [--adapters flux,fmcl] [--population] [--rules flux:calibrated,...] [--iid-only]
-        [--iid-clients 6,20,100,300,500]
+        [--iid-clients 6,20,100,300,500] [--descriptor-form weighted|weighted_all|paper]
     python benchmarks/bench_k_selection.py --table DIR/results.jsonl ... [--rules ...]
     python benchmarks/bench_k_selection.py --class-sets [--seeds 4000-4004] [--quick]
 
@@ -59,6 +59,10 @@ exact population value of the weighted descriptor, no sampling noise). The same 
 (``pop:axis_ci``, ``pop:calibrated``) read that D, beside the sampled columns: where the
 rule misses on the sample but finds K on the population, the data are too few for it, not
 the cell out of reach.
+``--descriptor-form weighted_all`` (FLUX): the D behind ``flux:calibrated``, ``axis_ci``,
+``unimodal`` and ``ward@K`` is built from ``flux.descriptor(..., form="weighted_all")`` (1-row
+classes kept; issue 24's fifth pass); its D files end in ``_weighted_all.npz`` and its
+results go to ``DIR/results_weighted_all.jsonl``, apart from the default form's.
 Resumable: every (cell, seed) result is appended to ``DIR/results.jsonl`` and skipped when
 re-run; every D is cached as ``DIR/d_<cell>_s<seed>.npz`` (delete results.jsonl to re-apply
 changed rules to the cached D in a fraction of the time). ``--quick``: 3 small cells, one
