@@ -846,3 +846,44 @@ def test_two_clients_exact_log_text_and_block_options(caplog):
     assert scales.max() < 1.0
     d, _, ranges = flux.block_distances(DESC, normalization="ranges", bound=1.0, **common)
     np.testing.assert_array_equal(d, _quantized_sq(DESC / ranges, 1.0))   # R / min range 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_bench_descriptor_form_switch_builds_flux_d_from_weighted_all(k_selection_bench,
+                                                                     tmp_path):
+    """``bench_k_selection --descriptor-form weighted_all``: the grid's "flux" D is the
+    squared distance of descriptors computed here per class by hand (1-row classes kept),
+    up to the 2^-16 quantization; the default form's D differs; the forms' caches stay apart."""
+    from scipy.spatial.distance import pdist, squareform
+
+    bench, cell, seed = k_selection_bench, ("none", 6, 20, 1, 10), 5
+    clients, _, c, features = bench.federation(*cell, seed)
+    flux_encoder = bench.fmcl.fixed_encoder(features, bench.ENCODER_DIM, seed=seed)
+    lat = [flux_encoder(cl.x_train) for cl in clients]
+    m = flux.ACTIVATION_MARGIN * max(float(z.max()) for z in lat)
+    proj = flux.shared_projection(bench.ENCODER_DIM, flux.flux_components(c, bench.ENCODER_DIM),
+                                  max_value=m)
+    singles = 0
+    rows = []
+    for z, cl in zip(lat, clients):
+        p, y = proj.transform(z), np.asarray(cl.y_train)
+        mu = p.mean(axis=0)
+        means, stds = [], []
+        for k in range(c):
+            pk = p[y == k]
+            f = len(pk) / len(p)
+            singles += len(pk) == 1
+            means.append(np.sqrt(f) * (pk.mean(axis=0) - mu) if len(pk) else 0 * mu)
+            stds.append(np.sqrt(f) * pk.std(axis=0) if len(pk) else 0 * mu)
+        rows.append(np.concatenate([mu, p.std(axis=0), *means, *stds]))
+    assert singles > 0                    # the cell has 1-row classes (where the forms differ)
+    want = squareform(pdist(np.stack(rows), "sqeuclidean"))
+    got = bench.cached_distances(cell, seed, str(tmp_path), ("flux",),
+                                 descriptor_form="weighted_all")["flux"]
+    old = bench.cached_distances(cell, seed, str(tmp_path), ("flux",))["flux"]
+    tol = 1e-3 * want.max()
+    assert np.abs(got - want).max() < tol
+    assert np.abs(old - want).max() > 10 * tol
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "d_none_6_20_1_10_s5.npz", "d_none_6_20_1_10_s5_weighted_all.npz"]
