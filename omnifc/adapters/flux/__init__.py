@@ -10,22 +10,23 @@ constant), ``l`` components (``l`` = number of classes by default). The paper's 
 
 with sigma the per-dimension population standard deviation (``np.std``, ddof 0) and
 classes with fewer than 2 samples filled with -1: all class means first, then all class
-stds; 2(U+1) blocks of l entries. omnifc's default (``form="weighted"``, *our choice*)
+stds; 2(U+1) blocks of l entries. omnifc's weighted form (``form="weighted"``, *our choice*)
 keeps the layout and the prefix and weights each class block by the square root of the
 class's share of the client's rows, ``sqrt(f_c) (mu_c - mu_x)`` and ``sqrt(f_c) sigma_c``
 (zeros for classes with < 2 samples): the squared blocks decompose the client's variance, so
 the label mix (what label shift changes) enters every class block and rare classes weigh
 little (see :func:`descriptor` and docs/adapters.md for the measured reason).
-``form="weighted_all"`` (an option) also keeps 1-row classes (mean block
+``form="weighted_all"`` (**the default**, issue 24) also keeps 1-row classes (mean block
 ``sqrt(1/n) (z - mu_x)``, std block 0), so the decomposition is exact for any class mix.
 
 Server side: optional per-block scaling (none by default), automatic K from D
-(:func:`cluster_clients`): omnifc's calibrated rule by default (``k_rule="calibrated"``,
-:func:`calibrated_k`: Ward's widest merge-height gap tested against Gaussian reference
-federations of the same size fitted to D, p <= 0.05, evidence in ``FluxRun.decision``),
-two options of the same test on the top principal axis (``"calibrated_axis"``: the 2-means
-cluster index against Gaussian references; ``"calibrated_unimodal"``: the same against
-references whose top axis has the data's own least-smooth unimodal shape), the previous
+(:func:`cluster_clients`): omnifc's calibrated test by default
+(``k_rule="calibrated_unimodal"``, :func:`calibrated_k` with ``statistic="axis_unimodal"``:
+the 2-means cluster index of the top principal axis against reference federations of the
+same size fitted to D whose top axis has the data's own least-smooth unimodal shape,
+p <= 0.05, evidence in ``FluxRun.decision``), the same test with Ward's widest merge-height
+gap (``"calibrated"``, the previous default) or with Gaussian references on the top axis
+(``"calibrated_axis"``), the previous
 Ward gap rule (``k_rule="ward"``, :func:`ward_gap`: Ward's tree on D cut at
 the widest relative gap of its merge heights above ``WARD_MIN_GAP``) or FLUX's adaptive DBSCAN (``k_rule="dbscan"``,
 ``min_samples = 2``; every noise point becomes its own cluster) with eps from omnifc's gap
@@ -77,7 +78,8 @@ from .._k_selection import (DbscanResult, gap_eps, MIN_GAP, ward_gap, WARD_MIN_G
 from ._assign import (ASSIGN_RULES, Assignment, AssignDecision, assign_new_clients,
                       assign_with_evidence, conformal_p_values, GLOBAL)
 from ._paper import (adaptive_dbscan, cluster_clients, COORDINATOR_LEARNS,
-                     descriptor, descriptor_bound, DESCRIPTOR_FORMS, EPS_RULES, K_RULES,
+                     DEFAULT_DESCRIPTOR_FORM, DEFAULT_K_RULE, descriptor, descriptor_bound,
+                     DESCRIPTOR_FORMS, EPS_RULES, K_RULES,
                      flux_components, FLUX_MIN_COMPONENTS, NORMALIZATIONS, shared_projection)
 from .._calibrated_k import calibrated_k, KDecision  # noqa: F401
 from ._secure import (block_distances, block_ranges, block_slices, combine_blocks,

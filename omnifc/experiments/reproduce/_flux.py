@@ -98,10 +98,13 @@ def run(quick: bool):
                     f"{len(settings)} settings", "K found automatically", f"{found}/"
                     f"{len(settings)}", "same D (bit-identical)", "-"))
     notes = ["Paper: FLUX (NeurIPS 2025, arXiv 2511.22305), official code. Run: "
-             "`flux.run_flux` (FedAvg warm-up encoder, weighted descriptors, secure D, K "
-             "by omnifc's default rule: the calibrated rule (`flux.calibrated_k`: Ward's "
-             "widest merge-height gap against its own Gaussian reference federations of "
-             "the same size fitted to D, one cluster when p > alpha; the previous Ward rule "
+             "`flux.run_flux` (FedAvg warm-up encoder, weighted descriptors with every class "
+             "a client holds (`form='weighted_all'`), secure D, K by omnifc's default rule: "
+             "the calibrated rule `calibrated_unimodal` (`flux.calibrated_k`, "
+             "`statistic='axis_unimodal'`: the top principal axis's 2-means cluster index "
+             "against reference federations of the same size fitted to D whose top axis "
+             "has the data's own least-smooth unimodal shape, one cluster when p > alpha; "
+             "the previous Ward rule "
              "with WARD_MIN_GAP and FLUX's adaptive DBSCAN with the gap eps shown next to "
              "it on the same D), per-cluster FedAvg, label-free assignment of unseen "
              "clients) and `flux.flux_baselines` (FedAvg, IFCA given K, random "
@@ -110,8 +113,9 @@ def run(quick: bool):
                      "assignment",
             "rows": rows, "notes": notes, "figure": fig,
             "seeds": f"one seed, {seed}, for data, models and training; held out: the "
-                     "calibrated rule's statistic was chosen on design seed 900 and its "
-                     "reference fits no threshold to seeds (docs/adapters.md, Automatic K); "
+                     "calibrated rule's statistic and descriptor were chosen on design seed "
+                     "900 and its reference fits no threshold to seeds (docs/adapters.md, "
+                     "Automatic K, fourth and fifth passes); "
                      "the previous Ward rule and WARD_MIN_GAP were designed on seeds 0-2.",
             "noise": "two binomial standard errors of the difference of two test "
                      "accuracies, each on the pooled test rows of the clients compared "
