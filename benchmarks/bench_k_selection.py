@@ -30,7 +30,8 @@ also shows how often the partition is exact (ARI 1). **Seeds:** the calibrated r
 developed on synthetic Gaussian clusters and on the design seed ``DESIGN_SEEDS`` of this
 grid; the figures are for the held-out seeds ``HELD_OUT_SEEDS`` (default), never looked at
 before the rule was frozen (``FRESH_SEEDS`` for FMCL's additive null, ``FLUX_FRESH_SEEDS``
-for FLUX's ``axis_ci``, ``FLUX_UNIMODAL_SEEDS`` for FLUX's ``unimodal``: docs/adapters.md says
+for FLUX's ``axis_ci``, ``FLUX_UNIMODAL_SEEDS`` for FLUX's ``unimodal``,
+``FLUX_WEIGHTED_ALL_SEEDS`` for the ``weighted_all`` descriptor: docs/adapters.md says
 which seeds each table used).
 
 Usage::
@@ -38,7 +39,7 @@ Usage::
     python benchmarks/bench_k_selection.py [--seeds 1000-1002] [--cache DIR] [--quick]
         [--clients 6,20,100,300] [--rows 20,50,500] [--classes 2,10] [--json FILE]
         [--adapters flux,fmcl] [--population] [--rules flux:calibrated,...] [--iid-only]
-        [--iid-clients 6,20,100,300,500]
+        [--iid-clients 6,20,100,300,500] [--descriptor-form weighted|weighted_all|paper]
     python benchmarks/bench_k_selection.py --table DIR/results.jsonl ... [--rules ...]
     python benchmarks/bench_k_selection.py --class-sets [--seeds 4000-4004] [--quick]
 
@@ -59,6 +60,10 @@ exact population value of the weighted descriptor, no sampling noise). The same 
 (``pop:axis_ci``, ``pop:calibrated``) read that D, beside the sampled columns: where the
 rule misses on the sample but finds K on the population, the data are too few for it, not
 the cell out of reach.
+``--descriptor-form weighted_all`` (FLUX): the D behind ``flux:calibrated``, ``axis_ci``,
+``unimodal`` and ``ward@K`` is built from ``flux.descriptor(..., form="weighted_all")`` (1-row
+classes kept; issue 24's fifth pass); its D files end in ``_weighted_all.npz`` and its
+results go to ``DIR/results_weighted_all.jsonl``, apart from the default form's.
 Resumable: every (cell, seed) result is appended to ``DIR/results.jsonl`` and skipped when
 re-run; every D is cached as ``DIR/d_<cell>_s<seed>.npz`` (delete results.jsonl to re-apply
 changed rules to the cached D in a fraction of the time). ``--quick``: 3 small cells, one
@@ -93,6 +98,9 @@ FLUX_FRESH_SEEDS = (3000, 3001, 3002, 3003, 3004, 3005, 3006)
 #: 3007-: never generated before FLUX's ``unimodal`` rule (``statistic="axis_unimodal"``)
 #: was frozen (issue 24, fourth pass).
 FLUX_UNIMODAL_SEEDS = (3007, 3008, 3009, 3010, 3011, 3012)
+#: 3013-: never generated before FLUX's ``weighted_all`` descriptor form was frozen (issue 24,
+#: fifth pass; 3013-3022 in docs/adapters.md's table, 3023 beside it).
+FLUX_WEIGHTED_ALL_SEEDS = tuple(range(3013, 3024))
 IID_CLIENTS = (6, 20, 100, 300, 500)
 ENCODER_DIM = 32
 ADAPTERS = ("flux", "fmcl")
@@ -128,15 +136,20 @@ def federation(shift, n, rows, imbalance, classes, seed):
             data.n_features)
 
 
-def distances(shift, n, rows, imbalance, classes, seed, *, secure=False, adapters=ADAPTERS):
-    """Every D the rules of ``adapters`` read, for one run (plaintext unless ``secure``)."""
+def distances(shift, n, rows, imbalance, classes, seed, *, secure=False, adapters=ADAPTERS,
+              descriptor_form="weighted"):
+    """Every D the rules of ``adapters`` read, for one run (plaintext unless ``secure``).
+
+    ``descriptor_form``: the form of FLUX's descriptor behind ``"flux"`` (the D of the
+    ``flux:calibrated``, ``axis_ci``, ``unimodal`` and ``ward@K`` columns); ``"flux_old"``
+    and ``"flux_paper"`` keep theirs."""
     clients, groups, c, features = federation(shift, n, rows, imbalance, classes, seed)
     encode = fmcl.fixed_encoder(features, ENCODER_DIM, seed=seed)
     latents = [encode(cl.x_train) for cl in clients]
     largest = max(float(z.max(initial=0.0)) for z in latents)
     m = flux.ACTIVATION_MARGIN * max(largest, 1e-12)
     out = {"groups": groups}
-    for key, l, form, norm in () if "flux" not in adapters else (("flux", flux.flux_components(c, ENCODER_DIM), "weighted",
+    for key, l, form, norm in () if "flux" not in adapters else (("flux", flux.flux_components(c, ENCODER_DIM), descriptor_form,
                                 "none"),
                                ("flux_old", c, "weighted", "none"),
                                ("flux_paper", c, "paper", "ranges")):
@@ -313,18 +326,22 @@ def cells(clients, rows, classes, iid_clients=None):
                     yield "none", n, m, 1, c
 
 
-def cached_distances(cell, seed, cache, adapters=ADAPTERS, population=False):
+def cached_distances(cell, seed, cache, adapters=ADAPTERS, population=False,
+                     descriptor_form="weighted"):
     """:func:`distances` (and with ``population`` :func:`population_distances` as
     ``"flux_pop"``), cached as one .npz per (cell, seed) under ``cache`` (None: none).
 
-    A cached file missing a D that is needed is computed (and the file replaced)."""
+    A cached file missing a D that is needed is computed (and the file replaced). A
+    ``descriptor_form`` other than ``"weighted"`` is cached under its own file name
+    (``..._s<seed>_<form>.npz``), so the forms' D never mix."""
+    suffix = "" if descriptor_form == "weighted" else f"_{descriptor_form}"
     path = (None if cache is None else
-            os.path.join(cache, "d_" + "_".join(map(str, cell)) + f"_s{seed}.npz"))
+            os.path.join(cache, "d_" + "_".join(map(str, cell)) + f"_s{seed}{suffix}.npz"))
     need = {"flux": "flux", "fmcl": "fmcl"}
     rec = dict(np.load(path)) if path is not None and os.path.exists(path) else {}
     changed = False
     if not all(need[a] in rec for a in adapters):
-        rec.update(distances(*cell, seed, adapters=adapters))
+        rec.update(distances(*cell, seed, adapters=adapters, descriptor_form=descriptor_form))
         changed = True
     if population and "flux_pop" not in rec:
         rec["flux_pop"] = population_distances(*cell, seed)
@@ -334,8 +351,9 @@ def cached_distances(cell, seed, cache, adapters=ADAPTERS, population=False):
     return rec
 
 
-def evaluate(cell, seed, cache=None, adapters=ADAPTERS, population=False, rules=None):
-    rec = cached_distances(cell, seed, cache, adapters, population)
+def evaluate(cell, seed, cache=None, adapters=ADAPTERS, population=False, rules=None,
+             descriptor_form="weighted"):
+    rec = cached_distances(cell, seed, cache, adapters, population, descriptor_form)
     planted = len(set(rec["groups"].tolist()))
     out = {}
     for name in _wanted(adapters, population) if rules is None else rules:
@@ -453,6 +471,11 @@ def main(argv=None) -> int:
     parser.add_argument("--population", action="store_true",
                         help="FLUX: also the same rules on the clients' population "
                         "descriptors (columns pop:...)")
+    parser.add_argument("--descriptor-form", default="weighted",
+                        choices=flux.DESCRIPTOR_FORMS,
+                        help="FLUX: the descriptor form behind the flux:calibrated, axis_ci, "
+                        "unimodal and ward@K columns (default weighted, FLUX's default); "
+                        "its D files and results (DIR/results_<form>.jsonl) are kept apart")
     args = parser.parse_args(argv)
     if args.class_sets:
         return class_sets(args)
@@ -478,7 +501,9 @@ def main(argv=None) -> int:
         if args.iid_only:
             todo = [c for c in todo if c[0] == "none"]
     os.makedirs(args.cache, exist_ok=True)
-    store = os.path.join(args.cache, "results.jsonl")
+    form = args.descriptor_form
+    store = os.path.join(args.cache, "results.jsonl" if form == "weighted" else
+                         f"results_{form}.jsonl")
     done = {}
     if os.path.exists(store) and not args.quick:
         with open(store) as fh:
@@ -492,7 +517,7 @@ def main(argv=None) -> int:
             key = (tuple(cell), seed)
             if key not in done or any(n not in done[key]["rules"] for n in wanted):
                 planted, out = evaluate(cell, seed, None if args.quick else args.cache,
-                                        adapters, args.population, wanted)
+                                        adapters, args.population, wanted, form)
                 if key in done:                      # keep the rules already applied
                     out = {**done[key]["rules"], **out}
                 done[key] = {"cell": list(cell), "seed": seed, "planted": planted,
@@ -505,7 +530,8 @@ def main(argv=None) -> int:
     print(f"cpu {time.process_time() - start:.1f} s (this process), seeds {seeds} "
           f"(held out: {list(HELD_OUT_SEEDS)}; design: {list(DESIGN_SEEDS)}; held out for "
           f"FMCL's additive rule also: {list(FRESH_SEEDS)}; for FLUX's axis_ci: "
-          f"{list(FLUX_FRESH_SEEDS)}; for FLUX's unimodal: {list(FLUX_UNIMODAL_SEEDS)})")
+          f"{list(FLUX_FRESH_SEEDS)}; for FLUX's unimodal: {list(FLUX_UNIMODAL_SEEDS)}; for "
+          f"FLUX's weighted_all: {FLUX_WEIGHTED_ALL_SEEDS[0]}-{FLUX_WEIGHTED_ALL_SEEDS[-1]})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)

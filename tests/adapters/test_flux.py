@@ -324,7 +324,7 @@ def test_descriptor_paper_and_weighted_forms_by_hand():
     np.testing.assert_allclose(two, [*mu, *sd, 0.0, 0.0, f * (1.0 - mu[0]), f * (1 - mu[1]),
                                      0.0, 0.0, f * 1.0, 0.0], rtol=1e-14, atol=1e-15)
     with pytest.raises(ParameterError, match=re.escape(
-            "form must be one of ('weighted', 'paper'), got 'other'")):
+            "form must be one of ('weighted', 'paper', 'weighted_all'), got 'other'")):
         flux.descriptor(x, y, _Identity(), 4, form="other")
     with pytest.raises(InputError, match=re.escape(
             "expected one label per latent row and at least one row, got 4 rows and 3 labels")):
@@ -332,6 +332,62 @@ def test_descriptor_paper_and_weighted_forms_by_hand():
     with pytest.raises(InputError, match=re.escape(
             "expected one label per latent row and at least one row, got 0 rows and 0 labels")):
         flux.descriptor(np.zeros((0, 1)), [], _Identity(), 4)
+
+
+def test_descriptor_weighted_all_by_hand():
+    x = [[0.0], [2.0], [4.0], [10.0]]
+    y = [0, 0, 1, 2]             # class 0: 2 samples, 1 and 2: one each, 3: none
+    got = flux.descriptor(x, y, _Identity(), 4, form="weighted_all")
+    h, q = math.sqrt(0.5), math.sqrt(0.25)
+    # mu 4; class 1's block sqrt(1/4) (4 - 4), class 2's sqrt(1/4) (10 - 4); 1-row stds 0
+    np.testing.assert_allclose(got, [4.0, math.sqrt(14.0), h * (1.0 - 4.0), 0.0, q * 6.0, 0.0,
+                                     h * 1.0, 0.0, 0.0, 0.0], rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_descriptor_weighted_all_decomposes_the_variance_exactly(seed):
+    """Any class mix (1-row, absent and larger classes): every class block against a
+    per-class computation in Python floats, and sigma_x^2 = sum_c f_c sigma_c^2 +
+    sum_c f_c (mu_c - mu_x)^2 per coordinate to 1e-12 (no class left out)."""
+    rng = np.random.default_rng(seed)
+    n_classes, n, dim = 7, int(rng.integers(3, 25)), 3
+    labels = rng.integers(0, n_classes, size=n)
+    labels[0], labels[1] = 5, 6            # at least one class of exactly 1 row (5 or 6)
+    labels[labels == 6] = 5
+    labels[1] = 6
+    x = rng.normal(size=(n, dim)) * rng.uniform(0.5, 3.0, size=dim)
+    got = flux.descriptor(x, labels, _Identity(), n_classes, form="weighted_all")
+    blocks = got.reshape(2 * (n_classes + 1), dim)
+    mu = [sum(x[i, k] for i in range(n)) / n for k in range(dim)]
+    var = [sum((x[i, k] - mu[k]) ** 2 for i in range(n)) / n for k in range(dim)]
+    np.testing.assert_allclose(blocks[0], mu, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(blocks[1] ** 2, var, rtol=1e-12)
+    for c in range(n_classes):
+        rows = [i for i in range(n) if labels[i] == c]
+        if not rows:
+            assert not blocks[2 + c].any() and not blocks[2 + n_classes + c].any()
+            continue
+        f = len(rows) / n
+        mc = [sum(x[i, k] for i in rows) / len(rows) for k in range(dim)]
+        sc = [math.sqrt(sum((x[i, k] - mc[k]) ** 2 for i in rows) / len(rows))
+              for k in range(dim)]
+        np.testing.assert_allclose(blocks[2 + c], [math.sqrt(f) * (mc[k] - mu[k])
+                                                   for k in range(dim)], rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(blocks[2 + n_classes + c], [math.sqrt(f) * s for s in sc],
+                                   rtol=1e-12, atol=1e-13)
+        if len(rows) == 1:                  # a 1-row class: sqrt(1/n) (z - mu_x), std 0
+            np.testing.assert_allclose(blocks[2 + c], math.sqrt(1 / n) * (x[rows[0]] - mu),
+                                       rtol=1e-12, atol=1e-13)
+            assert not blocks[2 + n_classes + c].any()
+    assert (labels == 6).sum() == 1
+    np.testing.assert_allclose((blocks[2:] ** 2).sum(axis=0), var, rtol=1e-12, atol=0)
+    # the default form leaves the 1-row classes out: its sum falls short by their share
+    old = flux.descriptor(x, labels, _Identity(), n_classes).reshape(blocks.shape)
+    single = [c for c in range(n_classes) if (labels == c).sum() == 1]
+    missing = sum(((x[labels == c][0] - mu) ** 2) / n for c in single)
+    np.testing.assert_allclose((old[2:] ** 2).sum(axis=0) + missing, var, rtol=1e-12)
+    big = [c for c in range(n_classes) if (labels == c).sum() >= 2]
+    np.testing.assert_array_equal(blocks[[2 + c for c in big]], old[[2 + c for c in big]])
 
 
 def test_descriptor_bound_and_block_slices_by_hand():
@@ -680,7 +736,8 @@ def test_constants():
     assert flux.WARMUP_ROUNDS == 5 and flux.CLUSTER_ROUNDS == 10
     assert flux.ACTIVATION_MARGIN == 1.02
     assert flux.NORMALIZATIONS == ("none", "block_neighbour", "block_diameter", "ranges")
-    assert flux.EPS_RULES == ("gap", "knee") and flux.DESCRIPTOR_FORMS == ("weighted", "paper")
+    assert flux.EPS_RULES == ("gap", "knee") and flux.DESCRIPTOR_FORMS == ("weighted", "paper",
+                                                                           "weighted_all")
 
 
 ODD = np.array([[0.1, 0.3, 0.7, -0.2],
@@ -789,3 +846,44 @@ def test_two_clients_exact_log_text_and_block_options(caplog):
     assert scales.max() < 1.0
     d, _, ranges = flux.block_distances(DESC, normalization="ranges", bound=1.0, **common)
     np.testing.assert_array_equal(d, _quantized_sq(DESC / ranges, 1.0))   # R / min range 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_bench_descriptor_form_switch_builds_flux_d_from_weighted_all(k_selection_bench,
+                                                                     tmp_path):
+    """``bench_k_selection --descriptor-form weighted_all``: the grid's "flux" D is the
+    squared distance of descriptors computed here per class by hand (1-row classes kept),
+    up to the 2^-16 quantization; the default form's D differs; the forms' caches stay apart."""
+    from scipy.spatial.distance import pdist, squareform
+
+    bench, cell, seed = k_selection_bench, ("none", 6, 20, 1, 10), 5
+    clients, _, c, features = bench.federation(*cell, seed)
+    flux_encoder = bench.fmcl.fixed_encoder(features, bench.ENCODER_DIM, seed=seed)
+    lat = [flux_encoder(cl.x_train) for cl in clients]
+    m = flux.ACTIVATION_MARGIN * max(float(z.max()) for z in lat)
+    proj = flux.shared_projection(bench.ENCODER_DIM, flux.flux_components(c, bench.ENCODER_DIM),
+                                  max_value=m)
+    singles = 0
+    rows = []
+    for z, cl in zip(lat, clients):
+        p, y = proj.transform(z), np.asarray(cl.y_train)
+        mu = p.mean(axis=0)
+        means, stds = [], []
+        for k in range(c):
+            pk = p[y == k]
+            f = len(pk) / len(p)
+            singles += len(pk) == 1
+            means.append(np.sqrt(f) * (pk.mean(axis=0) - mu) if len(pk) else 0 * mu)
+            stds.append(np.sqrt(f) * pk.std(axis=0) if len(pk) else 0 * mu)
+        rows.append(np.concatenate([mu, p.std(axis=0), *means, *stds]))
+    assert singles > 0                    # the cell has 1-row classes (where the forms differ)
+    want = squareform(pdist(np.stack(rows), "sqeuclidean"))
+    got = bench.cached_distances(cell, seed, str(tmp_path), ("flux",),
+                                 descriptor_form="weighted_all")["flux"]
+    old = bench.cached_distances(cell, seed, str(tmp_path), ("flux",))["flux"]
+    tol = 1e-3 * want.max()
+    assert np.abs(got - want).max() < tol
+    assert np.abs(old - want).max() > 10 * tol
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "d_none_6_20_1_10_s5.npz", "d_none_6_20_1_10_s5_weighted_all.npz"]

@@ -16,6 +16,8 @@ class's share of the client's rows, ``sqrt(f_c) (mu_c - mu_x)`` and ``sqrt(f_c) 
 (zeros for classes with < 2 samples): the squared blocks decompose the client's variance, so
 the label mix (what label shift changes) enters every class block and rare classes weigh
 little (see :func:`descriptor` and docs/adapters.md for the measured reason).
+``form="weighted_all"`` (an option) also keeps 1-row classes (mean block
+``sqrt(1/n) (z - mu_x)``, std block 0), so the decomposition is exact for any class mix.
 
 Server side: optional per-block scaling (none by default), automatic K from D
 (:func:`cluster_clients`): omnifc's calibrated rule by default (``k_rule="calibrated"``,

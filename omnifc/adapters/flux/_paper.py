@@ -57,8 +57,9 @@ def flux_components(n_classes: int, latent_dim: int) -> int:
     """
     return int(min(int(latent_dim), max(int(n_classes), FLUX_MIN_COMPONENTS)))
 
-#: Descriptor forms: ``"weighted"`` (**default, omnifc's**) and ``"paper"`` (the paper's).
-DESCRIPTOR_FORMS = ("weighted", "paper")
+#: Descriptor forms: ``"weighted"`` (**default, omnifc's**), ``"paper"`` (the paper's) and
+#: ``"weighted_all"`` (the weighted form with 1-row classes kept; issue 24, fifth pass).
+DESCRIPTOR_FORMS = ("weighted", "paper", "weighted_all")
 
 def descriptor(latents, labels, projection: PCA, n_classes: int, *,
                form: str = "weighted") -> np.ndarray:
@@ -77,6 +78,13 @@ def descriptor(latents, labels, projection: PCA, n_classes: int, *,
     enters every class block, a rare class's noisy statistics enter with a small weight, and
     a class a client happens to miss no longer jumps to a filler.
 
+    ``form="weighted_all"`` (an option, issue 24's fifth pass): ``"weighted"`` with no class
+    left out. A class with 1 row gets its mean block ``sqrt(1/n) (z - mu_x)`` and a std block
+    of 0 (the std of one point); only an absent class gives zeros. The decomposition
+    ``sigma_x^2 = sum_c f_c sigma_c^2 + sum_c f_c (mu_c - mu_x)^2`` then holds exactly for
+    any class mix, and the descriptor is a continuous function of the class mix (a class
+    going from 1 to 2 rows no longer jumps from zeros to a full block).
+
     Examples
     --------
     >>> import numpy as np
@@ -89,6 +97,12 @@ def descriptor(latents, labels, projection: PCA, n_classes: int, *,
     ...                                          - z.mean()))), float(d[4])    # class 2 absent
     (True, 0.0)
     >>> bool(np.isclose(d[1] ** 2, (d[2:5] ** 2).sum() + (d[5:8] ** 2).sum()))  # variance
+    True
+    >>> d1 = flux.descriptor(x[:3], [0, 0, 1], proj, 3, form="weighted_all")  # class 1: 1 row
+    >>> z1 = proj.transform(x[:3])[:, 0]
+    >>> bool(np.isclose(d1[3], np.sqrt(1 / 3) * (z1[2] - z1.mean()))), float(d1[6])
+    (True, 0.0)
+    >>> bool(np.isclose(d1[1] ** 2, (d1[2:5] ** 2).sum() + (d1[5:8] ** 2).sum()))
     True
     """
     if form not in DESCRIPTOR_FORMS:
@@ -103,7 +117,7 @@ def descriptor(latents, labels, projection: PCA, n_classes: int, *,
     means, stds = [], []
     for c in range(n_classes):
         zc = z[labels == c]
-        if zc.shape[0] < 2:
+        if zc.shape[0] < (1 if form == "weighted_all" else 2):
             filler = -1.0 if form == "paper" else 0.0
             means.append(np.full(l, filler))
             stds.append(np.full(l, filler))
