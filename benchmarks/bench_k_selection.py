@@ -30,7 +30,8 @@ also shows how often the partition is exact (ARI 1). **Seeds:** the calibrated r
 developed on synthetic Gaussian clusters and on the design seed ``DESIGN_SEEDS`` of this
 grid; the figures are for the held-out seeds ``HELD_OUT_SEEDS`` (default), never looked at
 before the rule was frozen (``FRESH_SEEDS`` for FMCL's additive null, ``FLUX_FRESH_SEEDS``
-for FLUX's ``axis_ci``, ``FLUX_UNIMODAL_SEEDS`` for FLUX's ``unimodal``: docs/adapters.md says
+for FLUX's ``axis_ci``, ``FLUX_UNIMODAL_SEEDS`` for FLUX's ``unimodal``,
+``FLUX_WEIGHTED_ALL_SEEDS`` for the ``weighted_all`` descriptor: docs/adapters.md says
 which seeds each table used).
 
 Usage::
@@ -97,6 +98,9 @@ FLUX_FRESH_SEEDS = (3000, 3001, 3002, 3003, 3004, 3005, 3006)
 #: 3007-: never generated before FLUX's ``unimodal`` rule (``statistic="axis_unimodal"``)
 #: was frozen (issue 24, fourth pass).
 FLUX_UNIMODAL_SEEDS = (3007, 3008, 3009, 3010, 3011, 3012)
+#: 3013-: never generated before FLUX's ``weighted_all`` descriptor form was frozen (issue 24,
+#: fifth pass; 3013-3022 in docs/adapters.md's table, 3023 beside it).
+FLUX_WEIGHTED_ALL_SEEDS = tuple(range(3013, 3024))
 IID_CLIENTS = (6, 20, 100, 300, 500)
 ENCODER_DIM = 32
 ADAPTERS = ("flux", "fmcl")
@@ -526,7 +530,8 @@ def main(argv=None) -> int:
     print(f"cpu {time.process_time() - start:.1f} s (this process), seeds {seeds} "
           f"(held out: {list(HELD_OUT_SEEDS)}; design: {list(DESIGN_SEEDS)}; held out for "
           f"FMCL's additive rule also: {list(FRESH_SEEDS)}; for FLUX's axis_ci: "
-          f"{list(FLUX_FRESH_SEEDS)}; for FLUX's unimodal: {list(FLUX_UNIMODAL_SEEDS)})")
+          f"{list(FLUX_FRESH_SEEDS)}; for FLUX's unimodal: {list(FLUX_UNIMODAL_SEEDS)}; for "
+          f"FLUX's weighted_all: {FLUX_WEIGHTED_ALL_SEEDS[0]}-{FLUX_WEIGHTED_ALL_SEEDS[-1]})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)
