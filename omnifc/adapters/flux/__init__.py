@@ -20,13 +20,12 @@ little (see :func:`descriptor` and docs/adapters.md for the measured reason).
 ``sqrt(1/n) (z - mu_x)``, std block 0), so the decomposition is exact for any class mix.
 
 Server side: optional per-block scaling (none by default), automatic K from D
-(:func:`cluster_clients`): omnifc's calibrated test by default
-(``k_rule="calibrated_unimodal"``, :func:`calibrated_k` with ``statistic="axis_unimodal"``:
-the 2-means cluster index of the top principal axis against reference federations of the
-same size fitted to D whose top axis has the data's own least-smooth unimodal shape,
-p <= 0.05, evidence in ``FluxRun.decision``), the same test with Ward's widest merge-height
-gap (``"calibrated"``, the previous default) or with Gaussian references on the top axis
-(``"calibrated_axis"``), the previous
+(:func:`cluster_clients`): omnifc's calibrated rule by default (``k_rule="calibrated"``,
+:func:`calibrated_k`: Ward's widest merge-height gap tested against Gaussian reference
+federations of the same size fitted to D, p <= 0.05, evidence in ``FluxRun.decision``),
+two options of the same test on the top principal axis (``"calibrated_axis"``: the 2-means
+cluster index against Gaussian references; ``"calibrated_unimodal"``: the same against
+references whose top axis has the data's own least-smooth unimodal shape), the previous
 Ward gap rule (``k_rule="ward"``, :func:`ward_gap`: Ward's tree on D cut at
 the widest relative gap of its merge heights above ``WARD_MIN_GAP``) or FLUX's adaptive DBSCAN (``k_rule="dbscan"``,
 ``min_samples = 2``; every noise point becomes its own cluster) with eps from omnifc's gap

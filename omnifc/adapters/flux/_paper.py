@@ -211,18 +211,17 @@ def adaptive_dbscan(distances, *, eps_rule: str = "gap", eps_scaling: float = 1.
     return DbscanResult(labels=labels, eps=eps, knee_found=found,
                         n_clusters=len(set(labels.tolist())), gap=gap)
 
-#: How :func:`cluster_clients` chooses K: ``"calibrated_unimodal"`` (**default, omnifc's**:
-#: :func:`calibrated_k` with ``statistic="axis_unimodal"``, the 2-means cluster index on the
-#: top principal axis against references whose top axis is drawn from the data's
-#: least-smooth unimodal KDE, B = 99), ``"calibrated"`` (the previous default: the same
-#: test with Ward's widest merge-height gap), ``"calibrated_axis"`` (the top-axis statistic
-#: against Gaussian references: ``statistic="axis_ci"``),
+#: How :func:`cluster_clients` chooses K: ``"calibrated"`` (**default, omnifc's**:
+#: :func:`calibrated_k`), ``"calibrated_axis"`` (the same test with
+#: ``statistic="axis_ci"``: the 2-means cluster index on the top principal axis, B = 99),
+#: ``"calibrated_unimodal"`` (the same statistic against references whose top axis is drawn
+#: from the data's least-smooth unimodal KDE: ``statistic="axis_unimodal"``),
 #: ``"ward"`` (the previous default: :func:`ward_gap`) or ``"dbscan"`` (FLUX's adaptive
 #: DBSCAN, :func:`adaptive_dbscan`, with ``eps_rule``).
 K_RULES = ("calibrated", "calibrated_axis", "calibrated_unimodal", "ward", "dbscan")
 
-#: The K rule every FLUX entry point uses unless told otherwise (issue 24, fifth pass).
-DEFAULT_K_RULE = "calibrated_unimodal"
+#: The K rule every FLUX entry point uses unless told otherwise (issue 24).
+DEFAULT_K_RULE = "calibrated"
 
 #: The :func:`calibrated_k` statistic of each calibrated K rule.
 _CALIBRATED_STATISTICS = {"calibrated": "ward_gap", "calibrated_axis": "axis_ci",
@@ -242,8 +241,7 @@ def cluster_clients(distances, *, k_rule: str = DEFAULT_K_RULE, eps_rule: str = 
                     eps_scaling: float = 1.0, random_state: int = 0) -> DbscanResult:
     """The server's clustering of the training clients from D, K chosen automatically.
 
-    ``k_rule="calibrated_unimodal"`` (**default, omnifc's**) and ``k_rule="calibrated"``
-    (the previous default): :func:`calibrated_k` (a one-cluster
+    ``k_rule="calibrated"`` (**default, omnifc's**): :func:`calibrated_k` (a one-cluster
     bootstrap test against a Gaussian fitted to D, then the gap statistic; the public
     ``random_state`` seeds its reference draws); the result's ``decision`` holds the
     evidence, ``gap`` its p-value, ``knee_found`` whether one cluster was rejected, ``eps``

@@ -88,11 +88,10 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
        descriptor);
     3. the server gets the (per-block) squared distances through the secure reconstruction
        (``normalization="none"`` by default: D only) and chooses the clusters with
-       :func:`cluster_clients`: ``k_rule="calibrated_unimodal"`` by default
-       (:func:`calibrated_k` with the top-axis statistic against a shape-fitted null,
+       :func:`cluster_clients`: ``k_rule="calibrated"`` by default (:func:`calibrated_k`,
        omnifc's, seeded by ``seed``; its evidence is ``FluxRun.decision``),
-       ``"calibrated"`` (the same test with Ward's widest gap, the previous default),
-       ``"calibrated_axis"`` (:data:`K_RULES`), ``"ward"`` (:func:`ward_gap`, an earlier
+       ``"calibrated_axis"`` and ``"calibrated_unimodal"`` (options: the same test on the
+       top principal axis, :data:`K_RULES`), ``"ward"`` (:func:`ward_gap`, the previous
        default);
        ``k_rule="dbscan"`` runs FLUX's adaptive DBSCAN with ``eps_rule`` (``"gap"``, the
        previous default, or the paper's ``"knee"`` with ``eps_scaling``);
