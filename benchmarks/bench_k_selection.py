@@ -60,10 +60,12 @@ exact population value of the weighted descriptor, no sampling noise). The same 
 (``pop:axis_ci``, ``pop:calibrated``) read that D, beside the sampled columns: where the
 rule misses on the sample but finds K on the population, the data are too few for it, not
 the cell out of reach.
-``--descriptor-form weighted_all`` (FLUX): the D behind ``flux:calibrated``, ``axis_ci``,
-``unimodal`` and ``ward@K`` is built from ``flux.descriptor(..., form="weighted_all")`` (1-row
-classes kept; issue 24's fifth pass); its D files end in ``_weighted_all.npz`` and its
-results go to ``DIR/results_weighted_all.jsonl``, apart from the default form's.
+``--descriptor-form`` (FLUX; default ``flux.DEFAULT_DESCRIPTOR_FORM``, ``weighted_all`` since
+issue 24's fifth pass: 1-row classes kept): the D behind ``flux:calibrated``, ``axis_ci``,
+``unimodal`` and ``ward@K`` is built from ``flux.descriptor(..., form=...)``; the
+``weighted_all`` D files end in ``_weighted_all.npz`` and its results go to
+``DIR/results_weighted_all.jsonl``, apart from the ``weighted`` form's (no suffix, the files
+of the passes before it).
 Resumable: every (cell, seed) result is appended to ``DIR/results.jsonl`` and skipped when
 re-run; every D is cached as ``DIR/d_<cell>_s<seed>.npz`` (delete results.jsonl to re-apply
 changed rules to the cached D in a fraction of the time). ``--quick``: 3 small cells, one
@@ -471,11 +473,13 @@ def main(argv=None) -> int:
     parser.add_argument("--population", action="store_true",
                         help="FLUX: also the same rules on the clients' population "
                         "descriptors (columns pop:...)")
-    parser.add_argument("--descriptor-form", default="weighted",
+    parser.add_argument("--descriptor-form", default=flux.DEFAULT_DESCRIPTOR_FORM,
                         choices=flux.DESCRIPTOR_FORMS,
                         help="FLUX: the descriptor form behind the flux:calibrated, axis_ci, "
-                        "unimodal and ward@K columns (default weighted, FLUX's default); "
-                        "its D files and results (DIR/results_<form>.jsonl) are kept apart")
+                        "unimodal and ward@K columns (default: FLUX's default, "
+                        f"{flux.DEFAULT_DESCRIPTOR_FORM}); each form's D files and results "
+                        "(DIR/results_<form>.jsonl; weighted: DIR/results.jsonl) are kept "
+                        "apart")
     args = parser.parse_args(argv)
     if args.class_sets:
         return class_sets(args)

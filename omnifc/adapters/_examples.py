@@ -120,7 +120,7 @@ def _flux(seed: int):
         d_plain, _, _ = flux.block_distances(desc, secure=False, **common)
         ok &= bool(np.array_equal(d_sec, d_plain))
         default = flux.adaptive_dbscan(d_sec, eps_rule="knee")
-        scaled = flux.cluster_clients(d_sec)     # omnifc's Ward gap rule (the default)
+        scaled = flux.cluster_clients(d_sec)     # omnifc's calibrated rule (the default)
         prefix = flux.prefix_distances(desc, new_desc, scales=scales,
                                        parties=np.arange(len(train) + len(new)) % 4, **common)
         assigned = flux.assign_new_clients(prefix, scaled.labels)

@@ -52,8 +52,8 @@ def test_descriptor_layout_population_std_and_filler():
     np.testing.assert_allclose(blocks[6], z[y == 0].std(0))            # ... then the stds
     np.testing.assert_allclose(blocks[8], z[y == 2].std(0))
     assert np.abs(d).max() <= flux.descriptor_bound(proj, 2.0)
-    # omnifc's default form: same prefix; class blocks weighted by sqrt(share), means centred
-    w = flux.descriptor(x, y, proj, 4)
+    # omnifc's weighted form: same prefix; class blocks weighted by sqrt(share), means centred
+    w = flux.descriptor(x, y, proj, 4, form="weighted")
     wb = [w[s] for s in flux.block_slices(2, 4)]
     np.testing.assert_array_equal(w[:4], d[:4])
     np.testing.assert_allclose(wb[2], np.sqrt(3 / 7) * (z[y == 0].mean(0) - z.mean(0)))
@@ -312,7 +312,7 @@ def test_descriptor_paper_and_weighted_forms_by_hand():
     # mu 4, sigma sqrt((16 + 4 + 0 + 36) / 4); class 0: mean 1, std 1; the rest -1
     assert paper.tolist() == [4.0, math.sqrt(14.0), 1.0, -1.0, -1.0, -1.0,
                               1.0, -1.0, -1.0, -1.0]
-    weighted = flux.descriptor(x, y, _Identity(), 4)
+    weighted = flux.descriptor(x, y, _Identity(), 4, form="weighted")
     h = math.sqrt(0.5)
     np.testing.assert_allclose(weighted, [4.0, math.sqrt(14.0), h * (1.0 - 4.0), 0, 0, 0,
                                           h * 1.0, 0, 0, 0], rtol=1e-15, atol=0)
@@ -381,8 +381,9 @@ def test_descriptor_weighted_all_decomposes_the_variance_exactly(seed):
             assert not blocks[2 + n_classes + c].any()
     assert (labels == 6).sum() == 1
     np.testing.assert_allclose((blocks[2:] ** 2).sum(axis=0), var, rtol=1e-12, atol=0)
-    # the default form leaves the 1-row classes out: its sum falls short by their share
-    old = flux.descriptor(x, labels, _Identity(), n_classes).reshape(blocks.shape)
+    # the weighted form leaves the 1-row classes out: its sum falls short by their share
+    old = flux.descriptor(x, labels, _Identity(), n_classes,
+                          form="weighted").reshape(blocks.shape)
     single = [c for c in range(n_classes) if (labels == c).sum() == 1]
     missing = sum(((x[labels == c][0] - mu) ** 2) / n for c in single)
     np.testing.assert_allclose((old[2:] ** 2).sum(axis=0) + missing, var, rtol=1e-12)

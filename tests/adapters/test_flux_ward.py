@@ -167,8 +167,13 @@ def test_cluster_clients_dispatch_and_errors():
                           flux.ward_gap(d).labels)
     default = flux.cluster_clients(d)                   # the calibrated rule, with evidence
     ref = calibrated_k(d)
+    assert flux.DEFAULT_K_RULE == "calibrated"
     assert np.array_equal(default.labels, ref.labels) and default.n_clusters == ref.k == 2
     assert default.decision.p_value == ref.p_value == default.gap and np.isnan(default.eps)
+    unimodal = flux.cluster_clients(d, k_rule="calibrated_unimodal")   # an option
+    ref = calibrated_k(d, statistic="axis_unimodal")
+    assert np.array_equal(unimodal.labels, ref.labels) and unimodal.n_clusters == ref.k
+    assert unimodal.decision.p_value == ref.p_value == unimodal.gap
     with pytest.raises(ParameterError, match="apply to k_rule='dbscan'"):
         flux.cluster_clients(d, k_rule="ward", eps_rule="knee")
     for rule, scaling in (("gap", 1.0), ("knee", 1.0), ("knee", 1.5)):

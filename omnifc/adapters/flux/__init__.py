@@ -10,13 +10,13 @@ constant), ``l`` components (``l`` = number of classes by default). The paper's 
 
 with sigma the per-dimension population standard deviation (``np.std``, ddof 0) and
 classes with fewer than 2 samples filled with -1: all class means first, then all class
-stds; 2(U+1) blocks of l entries. omnifc's default (``form="weighted"``, *our choice*)
+stds; 2(U+1) blocks of l entries. omnifc's weighted form (``form="weighted"``, *our choice*)
 keeps the layout and the prefix and weights each class block by the square root of the
 class's share of the client's rows, ``sqrt(f_c) (mu_c - mu_x)`` and ``sqrt(f_c) sigma_c``
 (zeros for classes with < 2 samples): the squared blocks decompose the client's variance, so
 the label mix (what label shift changes) enters every class block and rare classes weigh
 little (see :func:`descriptor` and docs/adapters.md for the measured reason).
-``form="weighted_all"`` (an option) also keeps 1-row classes (mean block
+``form="weighted_all"`` (**the default**, issue 24) also keeps 1-row classes (mean block
 ``sqrt(1/n) (z - mu_x)``, std block 0), so the decomposition is exact for any class mix.
 
 Server side: optional per-block scaling (none by default), automatic K from D
@@ -77,7 +77,8 @@ from .._k_selection import (DbscanResult, gap_eps, MIN_GAP, ward_gap, WARD_MIN_G
 from ._assign import (ASSIGN_RULES, Assignment, AssignDecision, assign_new_clients,
                       assign_with_evidence, conformal_p_values, GLOBAL)
 from ._paper import (adaptive_dbscan, cluster_clients, COORDINATOR_LEARNS,
-                     descriptor, descriptor_bound, DESCRIPTOR_FORMS, EPS_RULES, K_RULES,
+                     DEFAULT_DESCRIPTOR_FORM, DEFAULT_K_RULE, descriptor, descriptor_bound,
+                     DESCRIPTOR_FORMS, EPS_RULES, K_RULES,
                      flux_components, FLUX_MIN_COMPONENTS, NORMALIZATIONS, shared_projection)
 from .._calibrated_k import calibrated_k, KDecision  # noqa: F401
 from ._secure import (block_distances, block_ranges, block_slices, combine_blocks,

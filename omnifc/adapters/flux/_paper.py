@@ -15,9 +15,10 @@ from ..._geometry import check_distance_matrix, to_euclidean
 from .._calibrated_k import calibrated_k
 from .._k_selection import DbscanResult, MIN_GAP, gap_eps, ward_gap
 
-__all__ = ["COORDINATOR_LEARNS", "DESCRIPTOR_FORMS", "EPS_RULES", "K_RULES", "NORMALIZATIONS",
-           "adaptive_dbscan", "assign_new_clients", "cluster_clients", "descriptor",
-           "descriptor_bound", "flux_components", "FLUX_MIN_COMPONENTS", "shared_projection"]
+__all__ = ["COORDINATOR_LEARNS", "DEFAULT_DESCRIPTOR_FORM", "DEFAULT_K_RULE", "DESCRIPTOR_FORMS",
+           "EPS_RULES", "K_RULES", "NORMALIZATIONS", "adaptive_dbscan", "cluster_clients",
+           "descriptor", "descriptor_bound", "flux_components", "FLUX_MIN_COMPONENTS",
+           "shared_projection"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,18 +58,23 @@ def flux_components(n_classes: int, latent_dim: int) -> int:
     """
     return int(min(int(latent_dim), max(int(n_classes), FLUX_MIN_COMPONENTS)))
 
-#: Descriptor forms: ``"weighted"`` (**default, omnifc's**), ``"paper"`` (the paper's) and
-#: ``"weighted_all"`` (the weighted form with 1-row classes kept; issue 24, fifth pass).
+#: Descriptor forms: ``"weighted_all"`` (**default, omnifc's**: the weighted form with 1-row
+#: classes kept; issue 24, fifth pass), ``"weighted"`` (the previous default) and ``"paper"``
+#: (the paper's).
 DESCRIPTOR_FORMS = ("weighted", "paper", "weighted_all")
 
+#: The descriptor form every FLUX entry point uses unless told otherwise (issue 24, fifth
+#: pass: docs/adapters.md, "The descriptor with few rows per client").
+DEFAULT_DESCRIPTOR_FORM = "weighted_all"
+
 def descriptor(latents, labels, projection: PCA, n_classes: int, *,
-               form: str = "weighted") -> np.ndarray:
+               form: str = DEFAULT_DESCRIPTOR_FORM) -> np.ndarray:
     """Client side: the ``2(U+1)``-block descriptor of the projected latents.
 
     ``form="paper"`` (the paper's): ``[mu_x, sigma_x, mu_1..mu_U, sigma_1..sigma_U]``;
     classes with fewer than 2 samples are filled with -1.
 
-    ``form="weighted"`` (**default, omnifc's**): the same prefix ``[mu_x, sigma_x]``, and each
+    ``form="weighted"`` (the previous default): the same prefix ``[mu_x, sigma_x]``, and each
     class block weighted by the square root of the class's share ``f_c = n_c / n`` of the
     client's rows: ``sqrt(f_c) (mu_c - mu_x)``, then ``sqrt(f_c) sigma_c``; a class with fewer
     than 2 samples gives zeros (its value at ``f_c = 0``, no filler). The squared norms
@@ -78,12 +84,15 @@ def descriptor(latents, labels, projection: PCA, n_classes: int, *,
     enters every class block, a rare class's noisy statistics enter with a small weight, and
     a class a client happens to miss no longer jumps to a filler.
 
-    ``form="weighted_all"`` (an option, issue 24's fifth pass): ``"weighted"`` with no class
-    left out. A class with 1 row gets its mean block ``sqrt(1/n) (z - mu_x)`` and a std block
+    ``form="weighted_all"`` (**default, omnifc's**; issue 24's fifth pass): ``"weighted"``
+    with no class left out. A class with 1 row gets its mean block ``sqrt(1/n) (z - mu_x)`` and a std block
     of 0 (the std of one point); only an absent class gives zeros. The decomposition
     ``sigma_x^2 = sum_c f_c sigma_c^2 + sum_c f_c (mu_c - mu_x)^2`` then holds exactly for
     any class mix, and the descriptor is a continuous function of the class mix (a class
-    going from 1 to 2 rows no longer jumps from zeros to a full block).
+    going from 1 to 2 rows no longer jumps from zeros to a full block). With few rows per
+    client that jump made which classes a client holds >= 2 rows of a discrete pattern whose
+    modes the K rules read as groups of one population (docs/adapters.md, "The descriptor
+    with few rows per client").
 
     Examples
     --------
@@ -211,6 +220,9 @@ def adaptive_dbscan(distances, *, eps_rule: str = "gap", eps_scaling: float = 1.
 #: DBSCAN, :func:`adaptive_dbscan`, with ``eps_rule``).
 K_RULES = ("calibrated", "calibrated_axis", "calibrated_unimodal", "ward", "dbscan")
 
+#: The K rule every FLUX entry point uses unless told otherwise (issue 24).
+DEFAULT_K_RULE = "calibrated"
+
 #: The :func:`calibrated_k` statistic of each calibrated K rule.
 _CALIBRATED_STATISTICS = {"calibrated": "ward_gap", "calibrated_axis": "axis_ci",
                           "calibrated_unimodal": "axis_unimodal"}
@@ -225,7 +237,7 @@ def _check_k_rule(k_rule: str, eps_rule: str, eps_scaling: float) -> None:
                              f"eps_rule={eps_rule!r}, eps_scaling={eps_scaling} with "
                              f"k_rule={k_rule!r}")
 
-def cluster_clients(distances, *, k_rule: str = "calibrated", eps_rule: str = "gap",
+def cluster_clients(distances, *, k_rule: str = DEFAULT_K_RULE, eps_rule: str = "gap",
                     eps_scaling: float = 1.0, random_state: int = 0) -> DbscanResult:
     """The server's clustering of the training clients from D, K chosen automatically.
 

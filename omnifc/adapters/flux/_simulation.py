@@ -10,8 +10,8 @@ from sklearn.decomposition import PCA
 from finite_field import ParameterError
 
 from ._assign import ASSIGN_RULES, GLOBAL, assign_with_evidence
-from ._paper import (_check_k_rule, cluster_clients, descriptor, descriptor_bound,
-                     flux_components, shared_projection)
+from ._paper import (DEFAULT_DESCRIPTOR_FORM, DEFAULT_K_RULE, _check_k_rule, cluster_clients,
+                     descriptor, descriptor_bound, flux_components, shared_projection)
 from ._secure import block_distances, prefix_distances
 
 __all__ = ["ACTIVATION_MARGIN", "CLUSTER_ROUNDS", "FluxRun", "SHIFTS", "WARMUP_ROUNDS",
@@ -29,7 +29,7 @@ CLUSTER_ROUNDS = 10
 ACTIVATION_MARGIN = 1.02
 
 def client_descriptors(model, params, clients, projection: PCA, n_classes: int, *,
-                       split: str = "train", form: str = "weighted") -> np.ndarray:
+                       split: str = "train", form: str = DEFAULT_DESCRIPTOR_FORM) -> np.ndarray:
     """Each client's descriptor from the encoder ``model.latents(params, x)`` (client side)."""
     rows = []
     for c in clients:
@@ -72,9 +72,9 @@ class FluxRun:
 
 def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
              cluster_rounds: int = CLUSTER_ROUNDS, local_train=None, seed: int = 0,
-             secure: bool = True, normalization: str = "none", k_rule: str = "calibrated",
+             secure: bool = True, normalization: str = "none", k_rule: str = DEFAULT_K_RULE,
              eps_rule: str = "gap", eps_scaling: float = 1.0, n_components: int | None = None,
-             descriptor_form: str = "weighted", assign_rule: str = "nearest",
+             descriptor_form: str = DEFAULT_DESCRIPTOR_FORM, assign_rule: str = "nearest",
              scale_bits: int = 16, parties=None, new_parties=None) -> FluxRun:
     """FLUX end to end on an :func:`omnifc.fl.make_federated` data set.
 
@@ -83,8 +83,9 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
        the shared data-independent PCA with ``l = flux_components(n_classes, latent_dim)``
        components (at least ``FLUX_MIN_COMPONENTS``; the paper's ``l = n_classes`` with
        ``n_components=n_classes``), ``M`` = 1.02 x the
-       largest activation the clients report; ``descriptor_form="weighted"`` by default,
-       ``"paper"`` for the paper's descriptor);
+       largest activation the clients report; ``descriptor_form="weighted_all"`` by
+       default, ``"weighted"`` (the previous default), ``"paper"`` for the paper's
+       descriptor);
     3. the server gets the (per-block) squared distances through the secure reconstruction
        (``normalization="none"`` by default: D only) and chooses the clusters with
        :func:`cluster_clients`: ``k_rule="calibrated"`` by default (:func:`calibrated_k`,
