@@ -888,3 +888,21 @@ def test_bench_descriptor_form_switch_builds_flux_d_from_weighted_all(k_selectio
     assert np.abs(old - want).max() > 10 * tol
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "d_none_6_20_1_10_s5.npz", "d_none_6_20_1_10_s5_weighted_all.npz"]
+
+
+def test_the_default_descriptor_keeps_one_row_classes_everywhere_flux_builds_one():
+    # issue 24, fifth pass: weighted_all is the default of the descriptor, of
+    # client_descriptors and of run_flux (one home: flux.DEFAULT_DESCRIPTOR_FORM)
+    import inspect
+
+    x = np.array([[0.0, 1.0], [2.0, 0.5], [4.0, 3.0], [1.0, 1.0], [7.0, 2.0]])
+    y = np.array([0, 0, 1, 2, 2])              # class 1 has one row, class 3 none
+    got = flux.descriptor(x, y, _Identity(), 4)
+    np.testing.assert_array_equal(got, flux.descriptor(x, y, _Identity(), 4,
+                                                       form="weighted_all"))
+    blocks = got.reshape(10, 2)
+    np.testing.assert_allclose(blocks[2 + 1], math.sqrt(1 / 5) * (x[2] - x.mean(axis=0)),
+                               rtol=1e-12)
+    assert flux.DEFAULT_DESCRIPTOR_FORM == "weighted_all"
+    for fn, name in ((flux.client_descriptors, "form"), (flux.run_flux, "descriptor_form")):
+        assert inspect.signature(fn).parameters[name].default == "weighted_all"
