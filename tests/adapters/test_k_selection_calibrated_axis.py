@@ -97,10 +97,14 @@ def test_axis_statistic_p_value_margin_and_k_against_a_direct_computation(monkey
     assert out.rule == "calibrated/axis_ci" and "top-axis 2-means cluster index" in out.summary()
 
 
-def test_axis_statistic_at_alpha_rejects_and_just_below_keeps_one(monkeypatch):
+@pytest.mark.parametrize("statistic", ["axis_ci", "axis_unimodal"])
+def test_axis_statistic_at_alpha_rejects_and_just_below_keeps_one(monkeypatch, statistic):
     """Two tight groups against iid references: no reference is as clustered, so
     p = 1 / (1 + 19) = 0.05 rejects at alpha = 0.05 and not at 0.0499; a reference
-    equal to the data's embedding counts as at least as clustered (p = 2/20)."""
+    equal to the data's embedding counts as at least as clustered (p = 2/20). The same
+    p-value arithmetic for both top-axis statistics (``axis_unimodal``'s top-axis
+    replacement is held to the identity here: its draws are tested on their own in
+    test_calibrated_k_unimodal.py)."""
     x = np.concatenate([np.zeros((5, 2)), np.full((5, 2), 10.0)])
     x = x + np.random.default_rng(1).normal(scale=0.01, size=x.shape)
 
@@ -109,16 +113,18 @@ def test_axis_statistic_at_alpha_rejects_and_just_below_keeps_one(monkeypatch):
     def fixed(equal):
         draws = iter([embedded] * equal + _refs(10, 19 - equal, seed=50))
         monkeypatch.setattr(ck, "_draw", lambda *args: next(draws))
+        monkeypatch.setattr(ck, "_unimodal_top", lambda rng, z, *args: z)
 
     fixed(0)
-    at = calibrated_k(_sq(x), references=19, alpha=0.05, statistic="axis_ci")
+    at = calibrated_k(_sq(x), references=19, alpha=0.05, statistic=statistic)
     assert at.p_value == pytest.approx(0.05) and at.k == 2
+    assert at.labels.tolist() == [0] * 5 + [1] * 5
     fixed(0)
-    past = calibrated_k(_sq(x), references=19, alpha=0.0499, statistic="axis_ci")
+    past = calibrated_k(_sq(x), references=19, alpha=0.0499, statistic=statistic)
     assert past.p_value == pytest.approx(0.05) and past.k == 1
     assert past.margin == pytest.approx(0.05 - 0.0499)
     fixed(1)
-    tie = calibrated_k(_sq(x), references=19, alpha=0.05, statistic="axis_ci")
+    tie = calibrated_k(_sq(x), references=19, alpha=0.05, statistic=statistic)
     assert tie.p_value == pytest.approx(0.1) and tie.k == 1
 
 
