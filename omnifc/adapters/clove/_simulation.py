@@ -10,7 +10,7 @@ import numpy as np
 
 from finite_field import ParameterError
 
-from ..._geometry import centroid_sq_distances
+from ..._geometry import centroid_sq_distances, to_euclidean
 from .._common import plaintext_distances, protect, quantize_rows, secure_group_sums
 from .._k_selection import choose_k, choose_k_gap
 from ._paper import (DEFAULT_MAX_LOSS, DEFAULT_SCALE_BITS, cluster_clients, cluster_cost, fedavg,
@@ -417,7 +417,7 @@ def _separation(run) -> float:
         if d is not None and labels is not None:
             if len(set(labels.tolist())) < 2 or len(labels) < 3:
                 return -1.0
-            return float(silhouette_score(np.sqrt(np.maximum(d, 0.0)), labels,
+            return float(silhouette_score(to_euclidean(d), labels,
                                           metric="precomputed"))
     return -1.0
 
