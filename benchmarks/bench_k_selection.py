@@ -408,16 +408,22 @@ def grouped_table(rows, names) -> list[str]:
     return out
 
 
-def table(paths, names) -> int:
-    """``--table``: :func:`grouped_table` of stored results (``results.jsonl`` files of
-    earlier runs; the last row of a (cell, seed) wins), nothing recomputed."""
+def load_results(paths) -> dict:
+    """Stored results (``results.jsonl`` files) by ``(cell, seed)``; the last row of a
+    (cell, seed) wins."""
     rows = {}
     for path in paths:
         with open(path) as fh:
             for line in fh:
                 row = json.loads(line)
                 rows[(tuple(row["cell"]), row["seed"])] = row
-    rows = [r for r in rows.values() if all(n in r["rules"] for n in names)]
+    return rows
+
+
+def table(paths, names) -> int:
+    """``--table``: :func:`grouped_table` of stored results (``results.jsonl`` files of
+    earlier runs; the last row of a (cell, seed) wins), nothing recomputed."""
+    rows = [r for r in load_results(paths).values() if all(n in r["rules"] for n in names)]
     print("\n".join(grouped_table(rows, names)))
     return 0
 
@@ -508,12 +514,7 @@ def main(argv=None) -> int:
     form = args.descriptor_form
     store = os.path.join(args.cache, "results.jsonl" if form == "weighted" else
                          f"results_{form}.jsonl")
-    done = {}
-    if os.path.exists(store) and not args.quick:
-        with open(store) as fh:
-            for line in fh:
-                row = json.loads(line)
-                done[(tuple(row["cell"]), row["seed"])] = row
+    done = load_results([store]) if os.path.exists(store) and not args.quick else {}
     start = time.process_time()
     rows = []
     for cell in todo:
