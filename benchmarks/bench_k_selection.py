@@ -151,10 +151,10 @@ def distances(shift, n, rows, imbalance, classes, seed, *, secure=False, adapter
     largest = max(float(z.max(initial=0.0)) for z in latents)
     m = flux.ACTIVATION_MARGIN * max(largest, 1e-12)
     out = {"groups": groups}
-    for key, l, form, norm in () if "flux" not in adapters else (("flux", flux.flux_components(c, ENCODER_DIM), descriptor_form,
-                                "none"),
-                               ("flux_old", c, "weighted", "none"),
-                               ("flux_paper", c, "paper", "ranges")):
+    variants = (("flux", flux.flux_components(c, ENCODER_DIM), descriptor_form, "none"),
+                ("flux_old", c, "weighted", "none"),
+                ("flux_paper", c, "paper", "ranges"))
+    for key, l, form, norm in variants if "flux" in adapters else ():
         proj = flux.shared_projection(ENCODER_DIM, l, max_value=m)
         desc = np.stack([flux.descriptor(z, cl.y_train, proj, c, form=form)
                          for z, cl in zip(latents, clients)])

@@ -85,8 +85,8 @@ def descriptor(latents, labels, projection: PCA, n_classes: int, *,
     a class a client happens to miss no longer jumps to a filler.
 
     ``form="weighted_all"`` (**default, omnifc's**; issue 24's fifth pass): ``"weighted"``
-    with no class left out. A class with 1 row gets its mean block ``sqrt(1/n) (z - mu_x)`` and a std block
-    of 0 (the std of one point); only an absent class gives zeros. The decomposition
+    with no class left out. A class with 1 row gets its mean block ``sqrt(1/n) (z - mu_x)``
+    and a std block of 0 (the std of one point); only an absent class gives zeros. The decomposition
     ``sigma_x^2 = sum_c f_c sigma_c^2 + sum_c f_c (mu_c - mu_x)^2`` then holds exactly for
     any class mix, and the descriptor is a continuous function of the class mix (a class
     going from 1 to 2 rows no longer jumps from zeros to a full block). With few rows per
