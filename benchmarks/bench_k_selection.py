@@ -84,6 +84,7 @@ import numpy as np
 from sklearn.metrics import adjusted_rand_score
 
 from omnifc import fl
+from finite_field import ParameterError
 from omnifc.adapters import flux, fmcl
 from omnifc.adapters._calibrated_k import calibrated_k
 
@@ -288,6 +289,68 @@ def _ward_at_planted_k(d, groups):
     return cut_tree(_ward(mds_embedding(d)[0]), n_clusters=k).ravel()
 
 
+#: Permutations of the oracle's test (:func:`permanova`): its smallest p is 1/1000.
+ORACLE_PERMUTATIONS = 999
+
+
+def permanova(d, groups, *, permutations: int = ORACLE_PERMUTATIONS, seed: int = 0):
+    """PERMANOVA (Anderson 2001) of *known* groups on a squared-distance matrix ``d``.
+
+    Returns ``(F, p)``: the pseudo-F ``(SS_A / (a - 1)) / (SS_W / (n - a))`` with
+    ``SS_T = (1/n) sum_{i<j} d_ij``, ``SS_W = sum_g (1/n_g) sum_{i<j in g} d_ij`` and
+    ``SS_A = SS_T - SS_W`` (``d`` holds *squared* distances), and the permutation p-value
+    ``(1 + #{F_b >= F}) / (1 + B)`` over ``B`` random relabellings (public ``seed``). When the
+    clients are exchangeable (an iid federation) the test is exact: ``P(p <= alpha) <=
+    alpha``. A D of zeros gives ``(0.0, 1.0)``.
+
+    >>> x = np.array([0.0, 0.1, 0.2, 0.3, 5.0, 5.1, 5.2, 5.3])
+    >>> f, p = permanova((x[:, None] - x[None]) ** 2, [0, 0, 0, 0, 1, 1, 1, 1])
+    >>> round(f), p <= 0.05                 # exactly: 2 of the 70 splits are this one
+    (3000, True)
+    """
+    d = np.asarray(d, dtype=np.float64)
+    _, index = np.unique(np.asarray(groups), return_inverse=True)
+    n, a = len(index), int(index.max(initial=-1)) + 1
+    if d.shape != (n, n) or not 2 <= a < n:
+        raise ParameterError(f"permanova needs an n x n D and 2 <= groups < n clients; got D "
+                             f"{d.shape}, {a} groups of {n} clients")
+    if d.sum() <= 0:
+        return 0.0, 1.0
+    f = _pseudo_f(d, _relabellings(index, permutations, seed))
+    # a relabelling of the same partition sums in another order: equal up to rounding
+    count = int(np.sum(f[1:] >= f[0] * (1 - 1e-9)))
+    return float(f[0]), (1 + count) / (1 + permutations)
+
+
+def _relabellings(index, permutations, seed):
+    """Row 0 the labels ``index``, then ``permutations`` random shuffles (public seed)."""
+    rng = np.random.default_rng(seed)
+    return np.vstack([index, rng.permuted(np.tile(index, (permutations, 1)), axis=1)])
+
+
+def _pseudo_f(d, labels):
+    """PERMANOVA's pseudo-F of every row of ``labels`` (integer groups 0..a-1) on ``d``."""
+    n, a = labels.shape[1], int(labels.max()) + 1
+    onehot = (labels[:, :, None] == np.arange(a)).astype(np.float64)       # (B + 1, n, a)
+    quad = np.einsum("bia,bia->ba", onehot, np.matmul(d, onehot))
+    within = (quad / (2 * onehot.sum(axis=1))).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return ((d.sum() / (2 * n) - within) / (a - 1)) / (within / (n - a))
+
+
+def _oracle(d, groups, alpha=0.05):
+    """Not a rule (it is told the planted groups): the groups when :func:`permanova` on
+    ``d`` rejects "no difference" at ``alpha``, else one cluster. Its count of K = 2 on the
+    planted runs is how often a level-alpha test that knows the groups finds them in this
+    D: a reference for the rules, which do not know them (a reference, not a proof that no
+    rule could do better). With fewer than ``1/alpha`` distinct splits (6 clients: 10 or
+    15) it cannot reject: no permutation test can."""
+    groups = np.asarray(groups)
+    if len(set(groups.tolist())) < 2:
+        return np.zeros(len(groups), dtype=np.int64)
+    return groups if permanova(d, groups)[1] <= alpha else np.zeros(len(groups), np.int64)
+
+
 RULES = {
     "flux:calibrated": lambda r: calibrated_k(r["flux"]).labels,
     "flux:axis_ci": lambda r: calibrated_k(r["flux"], statistic="axis_ci").labels,
@@ -296,6 +359,7 @@ RULES = {
     "flux:ward": lambda r: flux.ward_gap(r["flux_old"]).labels,
     "flux:paper": lambda r: flux.adaptive_dbscan(r["flux_paper"], eps_rule="knee").labels,
     "flux:ward@K": lambda r: _ward_at_planted_k(r["flux"], r["groups"]),
+    "flux:oracle": lambda r: _oracle(r["flux"], r["groups"]),
     "fmcl:additive": lambda r: fmcl.fmcl_server(r["fmcl"], rule="additive").labels,
     "fmcl:calibrated": lambda r: fmcl.fmcl_server(r["fmcl"], rule="calibrated",
                                                   overlap=r["overlap"]).labels,
@@ -304,6 +368,9 @@ RULES = {
     "pop:axis_ci": lambda r: calibrated_k(r["flux_pop"], statistic="axis_ci").labels,
     "pop:calibrated": lambda r: calibrated_k(r["flux_pop"]).labels,
 }
+
+#: Not rules: they are told the planted groups (K, or the groups themselves).
+TOLD_THE_GROUPS = ("flux:ward@K", "flux:oracle")
 
 
 def _wanted(adapters, population):
@@ -387,8 +454,9 @@ def _row_groups():
 
 def grouped_table(rows, names) -> list[str]:
     """A markdown table: per row group (classes, clients, imbalance, rows, shift, iid size)
-    how many runs each rule in ``names`` got K right ("right/runs"); ``flux:ward@K`` counts
-    exact planted partitions of the planted runs instead (it is told K)."""
+    how many runs each rule in ``names`` got K right ("right/runs"). The columns told the
+    planted groups (:data:`TOLD_THE_GROUPS`) count the planted runs only: ``flux:ward@K``
+    its exact planted partitions, ``flux:oracle`` its K = 2."""
     seeds = sorted({r["seed"] for r in rows})
     out = [f"| runs (seeds {', '.join(map(str, seeds))}) | " + " | ".join(names) + " |",
            "|---|" + "---|" * len(names)]
@@ -398,10 +466,11 @@ def grouped_table(rows, names) -> list[str]:
             continue
         cells = []
         for n in names:
-            if n == "flux:ward@K":
+            if n in TOLD_THE_GROUPS:                 # counted on the planted runs only
                 planted = [r for r in sub if r["cell"][0] != "none"]
-                cells.append(f"{sum(r['rules'][n][1] for r in planted)}/{len(planted)}"
-                             if planted else "–")
+                hits = (sum(r["rules"][n][1] for r in planted) if n == "flux:ward@K"
+                        else sum(r["rules"][n][0] == r["planted"] for r in planted))
+                cells.append(f"{hits}/{len(planted)}" if planted else "–")
             else:
                 cells.append(f"{sum(r['rules'][n][0] == r['planted'] for r in sub)}/{len(sub)}")
         out.append(f"| {label} | " + " | ".join(cells) + " |")
@@ -554,6 +623,9 @@ def report(rows, seeds):
     for cell, group in by_cell.items():
         line = f"{cell[0]:11s} {cell[1]:4d} {cell[2]:4d} 1:{cell[3]:<3d} {cell[4]:3d}".ljust(44)
         for n in names:
+            if n in TOLD_THE_GROUPS and cell[0] == "none":   # told one group: nothing to say
+                line += "–".ljust(17)
+                continue
             right = sum(r["rules"][n][0] == r["planted"] for r in group)
             exact = sum(r["rules"][n][1] for r in group)
             totals[n][0] += right
@@ -569,7 +641,8 @@ def report(rows, seeds):
         sub = [r for r in rows if pick(r["cell"])]
         if sub:
             print(f"{label}: ".ljust(44) + "".join(
-                f"{sum(r['rules'][n][0] == r['planted'] for r in sub)}/{len(sub)}".ljust(17)
+                ("–" if n in TOLD_THE_GROUPS and label.startswith("iid") else
+                 f"{sum(r['rules'][n][0] == r['planted'] for r in sub)}/{len(sub)}").ljust(17)
                 for n in names))
 
 

@@ -8,6 +8,7 @@ they are on this machine).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -314,8 +315,6 @@ def test_bench_restart_quick_kills_the_coordinator_halfway_and_d_is_exact(tmp_pa
 
 
 def test_bench_chaos_schedule_is_seeded_and_draws_offsets_within_the_volume():
-    import importlib.util
-
     from protocols._config import Deadlines
     from protocols._fault_proxy import FaultSpec
 
@@ -353,11 +352,22 @@ def test_bench_k_selection_quick_counts_what_its_rules_returned(tmp_path):
                                                 ("feature", 20, 20, 10, 2),
                                                 ("none", 20, 20, 1, 2)]
     assert [r["planted"] for r in rows] == [2, 2, 1]
-    names = ["flux:calibrated", "flux:axis_ci", "flux:unimodal", "flux:cal_l=C", "flux:ward", "flux:paper",
-             "flux:ward@K", "fmcl:additive", "fmcl:calibrated", "fmcl:tested", "fmcl:paper"]
+    names = ["flux:calibrated", "flux:axis_ci", "flux:unimodal", "flux:cal_l=C", "flux:ward",
+             "flux:paper", "flux:ward@K", "flux:oracle", "fmcl:additive", "fmcl:calibrated",
+             "fmcl:tested", "fmcl:paper"]
+    told = {"flux:ward@K", "flux:oracle"}           # told the groups: planted runs only
     total = next(l for l in done.stdout.splitlines() if l.startswith("total K right"))
-    counts = [f"{sum(r['rules'][n][0] == r['planted'] for r in rows)}/3" for n in names]
+    counts = [f"{sum(r['rules'][n][0] == r['planted'] for r in rows[:2 if n in told else 3])}"
+              f"/{2 if n in told else 3}" for n in names]
     assert total[44:].split()[::2] == counts
+    # the oracle says K = 2 exactly when PERMANOVA of the planted groups rejects
+    spec = importlib.util.spec_from_file_location("bench_k", BENCH / "bench_k_selection.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for row in rows[:2]:
+        rec = bench.cached_distances(tuple(row["cell"]), row["seed"], None, ("flux",))
+        rejected = bench.permanova(rec["flux"], rec["groups"])[1] <= 0.05
+        assert row["rules"]["flux:oracle"] == [2 if rejected else 1, rejected]
     assert "held out: [1000, 1001, 1002]; design: [900, 901, 902]" in done.stdout
 
 

@@ -1,0 +1,129 @@
+"""The grid's oracle (benchmarks/bench_k_selection.py ``flux:oracle``): PERMANOVA of the
+planted groups on the rules' own D, checked against exact computations."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from finite_field import ParameterError
+
+
+def _sq_int(points):
+    """Squared Euclidean distances of integer points, as Python ints."""
+    return [[sum((a - b) ** 2 for a, b in zip(p, q)) for q in points] for p in points]
+
+
+def _pseudo_f_exact(d, groups):
+    """Anderson's pseudo-F from its definition, in fractions (pairs i < j)."""
+    n, labels = len(groups), sorted(set(groups))
+    a = len(labels)
+    total = Fraction(sum(d[i][j] for i in range(n) for j in range(i + 1, n)), n)
+    within = Fraction(0)
+    for g in labels:
+        members = [i for i in range(n) if groups[i] == g]
+        within += Fraction(sum(d[i][j] for i, j in itertools.combinations(members, 2)),
+                           len(members))
+    return ((total - within) / (a - 1)) / (within / (n - a))
+
+
+def test_pseudo_f_equals_the_exact_definition(k_selection_bench):
+    rng = np.random.default_rng(11)
+    points = rng.integers(-20, 21, size=(13, 4)).tolist()
+    groups = [0] * 4 + [1] * 6 + [2] * 3                # three groups of unequal sizes
+    d = _sq_int(points)
+    f, _ = k_selection_bench.permanova(np.array(d, dtype=np.float64), groups,
+                                       permutations=9)
+    exact = _pseudo_f_exact(d, groups)
+    assert f == pytest.approx(float(exact), rel=1e-12)
+    # group names do not matter, only the partition
+    renamed = [{0: 7, 1: -1, 2: 3}[g] for g in groups]
+    assert k_selection_bench.permanova(np.array(d, float), renamed, permutations=9)[0] == \
+        pytest.approx(f, rel=1e-12)
+
+
+def test_p_value_matches_the_full_enumeration_of_relabellings(k_selection_bench):
+    """n = 9 in groups of 4 and 5: the exact permutation p is the share of all 126 splits
+    whose F is at least the observed one; B = 999 random relabellings estimate it."""
+    rng = np.random.default_rng(3)
+    points = (rng.integers(-10, 11, size=(9, 2)) + np.repeat([[0, 0], [10, 0]], [4, 5], axis=0))
+    groups = [0] * 4 + [1] * 5
+    d = _sq_int(points.tolist())
+    observed = _pseudo_f_exact(d, groups)
+    splits = list(itertools.combinations(range(9), 4))
+    at_least = sum(_pseudo_f_exact(d, [0 if i in s else 1 for i in range(9)]) >= observed
+                   for s in splits)
+    exact_p = at_least / len(splits)
+    assert 0.02 < exact_p < 0.5                 # the data make the test non-trivial
+    _, p = k_selection_bench.permanova(np.array(d, dtype=np.float64), groups)
+    sd = np.sqrt(exact_p * (1 - exact_p) / 999)
+    assert abs(p - exact_p) <= 4 * sd + 1 / 1000
+
+
+def test_a_relabelling_of_the_same_partition_counts_as_at_least_observed(k_selection_bench):
+    """Two equal groups, far apart: of the 70 splits of 8 clients into 4 + 4, exactly two
+    (the partition and its swap) reach the observed F, so the exact p is 2/70, not the
+    1/(B + 1) a test that drops ties (summed in another order) would give."""
+    x = np.array([0.0, 0.1, 0.2, 0.3, 5.0, 5.1, 5.2, 5.3])
+    _, p = k_selection_bench.permanova((x[:, None] - x[None]) ** 2, [0] * 4 + [1] * 4)
+    exact_p = 2 / 70
+    assert abs(p - exact_p) <= 4 * np.sqrt(exact_p * (1 - exact_p) / 999) + 1 / 1000
+
+
+def test_level_when_the_clients_are_exchangeable(k_selection_bench):
+    """One population, any two labelled groups: P(p <= 0.05) <= 0.05 (exact for B = 99:
+    the observed F is one of 100 exchangeable values). 400 draws: the count of rejections
+    is Binomial(400, 0.05), mean 20, sd 4.4."""
+    rng = np.random.default_rng(20261205)
+    groups = [0] * 5 + [1] * 7
+    rejected = 0
+    for draw in range(400):
+        x = rng.standard_normal((12, 3))
+        d = ((x[:, None] - x[None]) ** 2).sum(-1)
+        rejected += k_selection_bench.permanova(d, groups, permutations=99, seed=draw)[1] <= 0.05
+    assert 7 <= rejected <= 33
+
+
+def test_separated_groups_reach_the_smallest_p_and_the_oracle_returns_them(
+        k_selection_bench):
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.normal(0, 1, (10, 3)), rng.normal(6, 1, (12, 3))])
+    d = ((x[:, None] - x[None]) ** 2).sum(-1)
+    groups = np.array([0] * 10 + [1] * 12)
+    assert k_selection_bench.permanova(d, groups)[1] == 1 / 1000
+    assert k_selection_bench._oracle(d, groups).tolist() == groups.tolist()
+    # the same D told a grouping that is not there: no difference found, one cluster
+    mixed = np.array([0, 1] * 11)
+    assert k_selection_bench.permanova(d, mixed)[1] > 0.05
+    assert k_selection_bench._oracle(d, mixed).tolist() == [0] * 22
+    # told one group (an iid cell): one cluster, nothing tested
+    assert k_selection_bench._oracle(d, np.zeros(22, int)).tolist() == [0] * 22
+
+
+def test_zero_distances_and_bad_input(k_selection_bench):
+    assert k_selection_bench.permanova(np.zeros((4, 4)), [0, 0, 1, 1]) == (0.0, 1.0)
+    with pytest.raises(ParameterError, match="groups"):
+        k_selection_bench.permanova(np.zeros((4, 4)), [0, 0, 0, 0])
+    with pytest.raises(ParameterError, match="groups"):
+        k_selection_bench.permanova(np.zeros((4, 4)), [0, 1, 2, 3])      # every client alone
+    with pytest.raises(ParameterError, match="n x n"):
+        k_selection_bench.permanova(np.zeros((4, 4)), [0, 0, 1])
+
+
+def test_grid_reports_the_oracle_on_planted_runs_only(k_selection_bench):
+    """The oracle column counts planted runs (K = 2 when it rejects); on iid rows it is
+    told one group and the table shows a dash."""
+    rows = [{"cell": ["label", 6, 20, 1, 10], "seed": 1, "planted": 2,
+             "rules": {"flux:calibrated": [1, False], "flux:oracle": [2, True]}},
+            {"cell": ["label", 6, 20, 1, 10], "seed": 2, "planted": 2,
+             "rules": {"flux:calibrated": [2, True], "flux:oracle": [1, False]}},
+            {"cell": ["none", 6, 20, 1, 10], "seed": 1, "planted": 1,
+             "rules": {"flux:calibrated": [1, True], "flux:oracle": [1, True]}}]
+    lines = k_selection_bench.grouped_table(rows, ["flux:calibrated", "flux:oracle"])
+    table = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in lines[2:]}
+    assert table["**K = 2, all**"] == ["1/2", "1/2 |"]
+    assert table["iid (K = 1), 6 clients"] == ["1/1", "– |"]
+
