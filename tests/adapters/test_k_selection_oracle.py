@@ -127,3 +127,25 @@ def test_grid_reports_the_oracle_on_planted_runs_only(k_selection_bench):
     assert table["**K = 2, all**"] == ["1/2", "1/2 |"]
     assert table["iid (K = 1), 6 clients"] == ["1/1", "– |"]
 
+
+
+def test_goal_alpha_is_derived_from_the_iid_goal(k_selection_bench):
+    """GOAL_ALPHA: a test of that exact level keeps <= 3 of 60 iid runs split at all five
+    sizes with probability >= 0.95 (Binomial tail); at 0.05 it would be 0.11."""
+    from scipy.stats import binom
+
+    assert binom.cdf(3, 60, k_selection_bench.GOAL_ALPHA) ** 5 >= 0.95
+    assert binom.cdf(3, 60, 0.05) ** 5 < 0.2
+
+
+def test_the_goal_level_column_is_the_default_rule_at_that_level(k_selection_bench):
+    """Two groups 2.2 sd apart (seed 6): p = 0.05 with the default rule (K = 2), p = 0.03
+    at B = 199, above GOAL_ALPHA: the column answers one cluster."""
+    from omnifc.adapters._calibrated_k import calibrated_k
+
+    rng = np.random.default_rng(6)
+    x = np.concatenate([rng.normal(0, 1, (12, 3)), rng.normal(0, 1, (12, 3)) + [2.2, 0, 0]])
+    rec = {"flux": ((x[:, None] - x[None]) ** 2).sum(-1)}
+    strict = calibrated_k(rec["flux"], alpha=0.01, references=199)
+    assert calibrated_k(rec["flux"]).k >= 2 and strict.k == 1 and 0.01 < strict.p_value
+    assert k_selection_bench.RULES["flux:calibrated@0.01"](rec).tolist() == [0] * 24
