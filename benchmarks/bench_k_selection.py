@@ -56,10 +56,16 @@ seed, same call, so the same class priors and group transforms) get their popula
 descriptor instead of the sampled one: each client's rows are replaced by the whole training
 pool of every class (shifted for its group), row ``r`` of class ``c`` weighted
 ``p_c / n_c`` with ``p`` the client's class prior (:func:`population_descriptor`: the
-exact population value of the weighted descriptor, no sampling noise). The same rules
+exact population value of the weighted descriptor, no sampling noise; also of
+``weighted_all``, which differs only for classes of one row). The same rules
 (``pop:axis_ci``, ``pop:calibrated``) read that D, beside the sampled columns: where the
 rule misses on the sample but finds K on the population, the data are too few for it, not
 the cell out of reach.
+Two columns are **told the planted groups** and counted on the planted runs only: ``flux:ward@K``
+(Ward's tree cut at the planted K; its exact partitions) and ``flux:oracle`` (K = 2 when
+:func:`permanova` of the planted groups on the same D rejects at alpha = 0.05: how often a
+level-alpha test that knows the groups finds them in this D; with 6 clients no permutation
+test can reject). ``flux:calibrated@0.01``: the default rule at ``GOAL_ALPHA``.
 ``--descriptor-form`` (FLUX; default ``flux.DEFAULT_DESCRIPTOR_FORM``, ``weighted_all`` since
 issue 24's fifth pass: 1-row classes kept): the D behind ``flux:calibrated``, ``axis_ci``,
 ``unimodal`` and ``ward@K`` is built from ``flux.descriptor(..., form=...)``; the
