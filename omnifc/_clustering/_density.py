@@ -19,6 +19,8 @@ import numpy as np
 
 from finite_field import ParameterError
 
+from .._geometry import to_euclidean
+
 __all__ = ["dbscan", "auto_eps", "knee_eps", "kneedle_knee", "warn_if_degenerate"]
 
 logger = logging.getLogger(__name__)
@@ -92,7 +94,7 @@ def dbscan(distances: np.ndarray, n_clusters=None, rng=None, *, eps=None,
 
     if isinstance(min_samples, bool) or int(min_samples) < 1:
         raise ParameterError(f"min_samples must be a positive integer, got {min_samples!r}")
-    dist = np.sqrt(np.maximum(distances, 0.0))
+    dist = to_euclidean(distances)
     if eps is None:
         eps = auto_eps(dist, min_samples)
     elif not eps > 0:

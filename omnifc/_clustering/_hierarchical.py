@@ -29,7 +29,7 @@ def hierarchical(distances: np.ndarray, n_clusters: int, rng=None, *,
     n = distances.shape[0]
     if n == 1:
         return {"labels": np.zeros(1, dtype=np.int64), "linkage_matrix": np.zeros((0, 4))}
-    condensed = np.sqrt(np.maximum(distances[np.triu_indices(n, 1)], 0.0))
+    condensed = to_euclidean(distances[np.triu_indices(n, 1)])
     tree = scipy_linkage(condensed, method=linkage)
     labels = fcluster(tree, t=n_clusters, criterion="maxclust") - 1
     return {"labels": labels, "linkage_matrix": tree}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._geometry import to_euclidean
 from ._progress import Steps
 
 __all__ = ["kmedoids", "pam", "medoid_cost"]
@@ -78,5 +79,5 @@ def pam(dist: np.ndarray, n_clusters: int, *, max_iter: int = 100) -> dict:
 def kmedoids(distances: np.ndarray, n_clusters: int, rng=None, *, squared: bool = False,
              max_iter: int = 100) -> dict:
     """PAM on sqrt(D) (or on D with ``squared=True``). ``rng`` is unused: PAM is deterministic."""
-    dist = distances if squared else np.sqrt(np.maximum(distances, 0.0))
+    dist = distances if squared else to_euclidean(distances)
     return pam(dist, n_clusters, max_iter=max_iter)

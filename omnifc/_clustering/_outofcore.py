@@ -32,6 +32,7 @@ import numpy as np
 
 from finite_field import ParameterError
 
+from .._geometry import to_euclidean
 from ._common import kmeans_plusplus_indices, seed_from
 from ._density import knee_eps
 from ._fcm import fcm_points
@@ -175,7 +176,7 @@ def kmedoids_streamed(view, order, n_clusters, rng, *, squared: bool = False,
                              f"{sample_size}")
 
     def dissimilarity(block):
-        return block if squared else np.sqrt(np.maximum(block, 0.0))
+        return block if squared else to_euclidean(block)
 
     def score(medoids):
         to_medoids = dissimilarity(rows.take_rows(medoids))  # (k, n): D is symmetric
