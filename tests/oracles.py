@@ -94,6 +94,13 @@ def graph_connected(n, edges, removed) -> bool:
     return len(seen) == len(alive)
 
 
+def sq_distances(x):
+    """Squared Euclidean distances of the rows of ``x`` (a 1-D ``x``: one value per row),
+    by broadcasting in float64."""
+    x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
+    return ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+
+
 def k_nearest(sq, k):
     """Each row's k nearest other rows of a square list-of-lists of exact squared distances,
     nearest first, ties to the lower row index (a stable sort of each row by distance)."""

@@ -16,12 +16,7 @@ from omnifc.adapters import flux
 from omnifc.adapters._calibrated_k import (calibrated_k, critical_bandwidth, kde_modes,
                                            smoothed_bootstrap)
 
-
-def _sq(x):
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim == 1:
-        x = x[:, None]
-    return ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+from oracles import sq_distances
 
 
 def _density_modes(values, h, points=20001):
@@ -142,7 +137,7 @@ def test_unimodal_statistic_p_value_against_a_direct_computation(monkeypatch):
     draws, columns = iter(refs), iter(cols)
     monkeypatch.setattr(ck, "_draw", lambda *args: next(draws))
     monkeypatch.setattr(ck, "smoothed_bootstrap", lambda *args: next(columns))
-    out = calibrated_k(_sq(x), references=9, alpha=0.2, statistic="axis_unimodal")
+    out = calibrated_k(sq_distances(x), references=9, alpha=0.2, statistic="axis_unimodal")
     c = x - x.mean(axis=0)
     sv = np.linalg.svd(c, compute_uv=False)
     y = c @ np.linalg.svd(c)[2][0]
@@ -164,13 +159,13 @@ def test_unimodal_statistic_p_value_against_a_direct_computation(monkeypatch):
 @pytest.mark.timeout(120)
 def test_unimodal_rule_is_reproducible_and_named():
     x = np.random.default_rng(4).normal(size=(25, 3))
-    a = calibrated_k(_sq(x), statistic="axis_unimodal", random_state=7)
-    b = calibrated_k(_sq(x), statistic="axis_unimodal", random_state=7)
-    c = calibrated_k(_sq(x), statistic="axis_unimodal", random_state=8)
+    a = calibrated_k(sq_distances(x), statistic="axis_unimodal", random_state=7)
+    b = calibrated_k(sq_distances(x), statistic="axis_unimodal", random_state=7)
+    c = calibrated_k(sq_distances(x), statistic="axis_unimodal", random_state=8)
     assert (a.p_value, a.null_mean, a.null_sd) == (b.p_value, b.null_mean, b.null_sd)
     assert a.null_mean != c.null_mean                  # the seed drives the references
     assert a.references == ck.AXIS_CI_REFERENCES == 99
-    got = flux.cluster_clients(_sq(x), k_rule="calibrated_unimodal", random_state=7)
+    got = flux.cluster_clients(sq_distances(x), k_rule="calibrated_unimodal", random_state=7)
     assert got.decision.rule == "calibrated/axis_unimodal"
     assert got.decision.p_value == a.p_value and got.n_clusters == a.k
     assert "calibrated_unimodal" in flux.K_RULES
@@ -187,13 +182,13 @@ def test_a_flat_single_population_is_one_cluster_and_two_groups_are_two():
     rng = np.random.default_rng(21)
     n = 300
     skewed = np.column_stack([12.0 * rng.beta(2.0, 2.0, n), rng.normal(size=(n, 4))])
-    ci = calibrated_k(_sq(skewed), statistic="axis_ci")
-    uni = calibrated_k(_sq(skewed), statistic="axis_unimodal")
+    ci = calibrated_k(sq_distances(skewed), statistic="axis_ci")
+    uni = calibrated_k(sq_distances(skewed), statistic="axis_unimodal")
     assert ci.k >= 2, ci.summary()
     assert uni.k == 1 and uni.p_value > uni.alpha, uni.summary()
     groups = np.arange(60) % 2
     two = np.column_stack([rng.normal(size=60) + 10.0 * groups, rng.normal(size=(60, 4))])
-    out = calibrated_k(_sq(two), statistic="axis_unimodal")
+    out = calibrated_k(sq_distances(two), statistic="axis_unimodal")
     assert out.k == 2 and len({(g, l) for g, l in zip(groups, out.labels)}) == 2
 
 

@@ -13,6 +13,8 @@ from finite_field import InputError, ParameterError
 from omnifc.adapters import client2vec as c2v
 from omnifc.adapters import plaintext_distances, protect, quantize_rows
 
+from oracles import sq_distances
+
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -205,10 +207,6 @@ def test_client2vec_loop_secure_equals_plaintext():
 # step written out (cross-entropy, L1 orthogonality, distillation); k-means with
 # scikit-learn on the vectors.
 
-def _sq(x):
-    x = np.asarray(x, dtype=np.float64)
-    return ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
-
 
 # ----------------------------------------------------------------------------- client side
 
@@ -276,7 +274,7 @@ def test_pair_similarity_from_distances_by_hand():
         cos = [[w[0] * float(i[0] @ j[0]) / math.hypot(*i[0]) / math.hypot(*j[0])
                 + w[1] * float(i[1] @ j[1]) / math.hypot(*i[1]) / math.hypot(*j[1])
                 for j in indices] for i in indices]
-        np.testing.assert_allclose(c2v.pair_similarity(_sq(rows), weights=w), cos, atol=1e-12)
+        np.testing.assert_allclose(c2v.pair_similarity(sq_distances(rows), weights=w), cos, atol=1e-12)
         np.testing.assert_allclose(c2v.direct_pair_similarity(indices, weights=w), cos,
                                    atol=1e-12)
 
@@ -396,10 +394,10 @@ def test_cluster_indices_is_kmeans_on_the_vectors():
     x = np.random.default_rng(11).uniform(0, 1, (30, 2))
     for state in (0, 3):
         ref = KMeans(n_clusters=4, random_state=state, n_init="auto").fit(x).labels_
-        ours = c2v.cluster_indices(_sq(x), 4, random_state=state)
+        ours = c2v.cluster_indices(sq_distances(x), 4, random_state=state)
         assert np.array_equal(_relabel(ours), _relabel(ref))
     ref = KMeans(n_clusters=4, random_state=0, n_init="auto").fit(x).labels_
-    assert np.array_equal(_relabel(c2v.cluster_indices(_sq(x), 4)), _relabel(ref))
+    assert np.array_equal(_relabel(c2v.cluster_indices(sq_distances(x), 4)), _relabel(ref))
     ref3 = KMeans(n_clusters=4, random_state=3, n_init="auto").fit(x).labels_
     assert not np.array_equal(_relabel(ref), _relabel(ref3))     # the seed matters here
 

@@ -12,7 +12,7 @@ from sklearn.cluster import AgglomerativeClustering, KMeans
 from sklearn.metrics import adjusted_rand_score, silhouette_score
 
 from finite_field import ParameterError
-from oracles import ward_gap_k
+from oracles import sq_distances, ward_gap_k
 from omnifc.adapters import clove, plaintext_distances, quantize_rows
 
 pytestmark = pytest.mark.timeout(120)
@@ -203,10 +203,6 @@ def test_sort_clusters_is_relabel_bit_for_bit_on_cluster_labels():
 # k-means with scikit-learn on the vectors, the matching with scipy's Hungarian solver, and
 # the quantization ``round(2^q clip(x, 0, R)) / 2^q`` by hand.
 
-def _sq(x):
-    x = np.asarray(x, dtype=np.float64)
-    return ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
-
 
 def _quantize(v, bound, bits):
     """The protocol's view of a loss: round(2^q clip(v, 0, R)) / 2^q, halves rounded up."""
@@ -324,7 +320,7 @@ def _paper_choose_k(x, k_upper=15, tolerance=0.10, repeat=5):
 @pytest.mark.parametrize("seed", [0, 4, 10])
 def test_choose_k_tolerance_repeat_and_upper_bound(seed):
     x = np.random.default_rng(seed).normal(0, 1, (7, 2))
-    d = _sq(x)
+    d = sq_distances(x)
     assert clove.choose_k(d) == _paper_choose_k(x)
     for tolerance in (0.0, 0.5):
         assert clove.choose_k(d, tolerance=tolerance) == _paper_choose_k(x, tolerance=tolerance)
@@ -337,17 +333,17 @@ def test_choose_k_tolerance_repeat_and_upper_bound(seed):
 def test_choose_k_known_answers_and_refusals():
     # seed 4: K = 7 with tolerance 0, the default 10 % rule keeps 5; seed 10: 6, and 4 at K_ub 4
     x4 = np.random.default_rng(4).normal(0, 1, (7, 2))
-    assert [clove.choose_k(_sq(x4), tolerance=0.0), clove.choose_k(_sq(x4))] == [7, 5]
+    assert [clove.choose_k(sq_distances(x4), tolerance=0.0), clove.choose_k(sq_distances(x4))] == [7, 5]
     x10 = np.random.default_rng(10).normal(0, 1, (7, 2))
-    assert [clove.choose_k(_sq(x10)), clove.choose_k(_sq(x10), k_upper=4)] == [6, 4]
-    two = _sq([[0.0], [1.0]])
+    assert [clove.choose_k(sq_distances(x10)), clove.choose_k(sq_distances(x10), k_upper=4)] == [6, 4]
+    two = sq_distances([[0.0], [1.0]])
     assert clove.choose_k(two) == 2                         # 2 clients: repeated, K = 2
     with pytest.raises(ParameterError, match=re.escape(
             "choosing K needs at least 2 clients and k_upper >= 2; got 1 clients, k_upper=15")):
         clove.choose_k(np.zeros((1, 1)))
     with pytest.raises(ParameterError, match=re.escape(
             "choosing K needs at least 2 clients and k_upper >= 2; got 7 clients, k_upper=1")):
-        clove.choose_k(_sq(x4), k_upper=1)
+        clove.choose_k(sq_distances(x4), k_upper=1)
 
 
 def test_choose_k_gap_small_cases_by_hand():
@@ -358,26 +354,26 @@ def test_choose_k_gap_small_cases_by_hand():
     heights = np.sort(linkage(line, "ward")[:, 2])
     np.testing.assert_allclose(heights, [1, 1, 1, 1, 10 * np.sqrt(2), 25 * np.sqrt(16 / 6),
                                          (200.5 - 83 / 6) * np.sqrt(3)], rtol=1e-12)
-    assert clove.choose_k_gap(_sq(line)) == 4
-    assert clove.choose_k_gap(_sq(line), k_upper=3) == 2
-    assert clove.choose_k_gap(_sq(line), k_upper=2) == 2
+    assert clove.choose_k_gap(sq_distances(line)) == 4
+    assert clove.choose_k_gap(sq_distances(line), k_upper=3) == 2
+    assert clove.choose_k_gap(sq_distances(line), k_upper=2) == 2
     # duplicated points: zero merge heights; a positive height above a zero one is an
     # infinite ratio, so K = 3 (the clusters {0,0}, {5,5}, {100,100})
     dup = np.array([[0.0], [0.0], [5.0], [5.0], [100.0], [100.0]])
-    assert clove.choose_k_gap(_sq(dup)) == 3
+    assert clove.choose_k_gap(sq_distances(dup)) == 3
     assert clove.choose_k_gap(np.zeros((4, 4))) == 2     # every height 0: ratio 1, K = 2
     # the doctest's far group, and k_upper = 2 cutting it off
     far = np.array([[0.0], [0.1], [5.0], [5.1], [100.0], [100.1]])
-    assert clove.choose_k_gap(_sq(far)) == 3 and clove.choose_k_gap(_sq(far), k_upper=2) == 2
+    assert clove.choose_k_gap(sq_distances(far)) == 3 and clove.choose_k_gap(sq_distances(far), k_upper=2) == 2
     # three clients: upper = n = 3, K = 2 or 3 from the two heights
     tri = np.array([[0.0], [1.0], [50.0]])
-    assert clove.choose_k_gap(_sq(tri)) == ward_gap_k(tri)
+    assert clove.choose_k_gap(sq_distances(tri)) == ward_gap_k(tri)
     with pytest.raises(ParameterError, match=re.escape(
             "choosing K needs at least 2 clients and k_upper >= 2; got 1 clients, k_upper=15")):
         clove.choose_k_gap(np.zeros((1, 1)))
     with pytest.raises(ParameterError, match=re.escape(
             "choosing K needs at least 2 clients and k_upper >= 2; got 6 clients, k_upper=1")):
-        clove.choose_k_gap(_sq(far), k_upper=1)
+        clove.choose_k_gap(sq_distances(far), k_upper=1)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -385,8 +381,8 @@ def test_choose_k_gap_against_sklearn_merge_distances(seed):
     rng = np.random.default_rng(40 + seed)
     n = int(rng.integers(4, 11))
     x = rng.normal(0, 1, (n, 2)) + 8 * rng.integers(0, 4, (n, 1))
-    assert clove.choose_k_gap(_sq(x)) == ward_gap_k(x)
-    assert clove.choose_k_gap(_sq(x), k_upper=3) == ward_gap_k(x, k_upper=3)
+    assert clove.choose_k_gap(sq_distances(x)) == ward_gap_k(x)
+    assert clove.choose_k_gap(sq_distances(x), k_upper=3) == ward_gap_k(x, k_upper=3)
     h = np.sort(linkage(x, "ward")[:, 2])                  # scipy from vectors agrees too
     np.testing.assert_allclose(h, np.sort(AgglomerativeClustering(
         linkage="ward", compute_distances=True).fit(x).distances_), rtol=1e-9)
@@ -406,7 +402,7 @@ def test_sort_clusters_and_cluster_clients_against_kmeans():
     assert out.dtype == np.int64 and out.tolist() == [0, 1, 0, 2, 1, 3]
     rng = np.random.default_rng(11)
     x = rng.uniform(0, 1, (30, 2))            # no structure: the seed decides the partition
-    d = _sq(x)
+    d = sq_distances(x)
     for state in (0, 3):
         ours = clove.cluster_clients(d, 4, random_state=state)
         ref = KMeans(n_clusters=4, random_state=state, n_init="auto").fit(x).labels_
@@ -553,7 +549,7 @@ def test_run_clove_defaults_against_the_written_out_loop():
     assert all(d is None for d in run.distances[3:])
     losses = np.array([[np.mean((x @ m - y) ** 2) for m in start] for x, y in clients])
     q = _quantize(losses, 16.0, 20)
-    np.testing.assert_array_equal(run.distances[0], _sq(q))    # dyadic: exact
+    np.testing.assert_array_equal(run.distances[0], sq_distances(q))    # dyadic: exact
 
 
 def test_run_clove_options_reach_the_loop():
@@ -606,7 +602,7 @@ def test_run_clove_with_a_trainer_and_secure_parties():
     _same(run, ref)
     assert calls == [10, 12, 11, 9]
     losses = np.array([[np.mean((x @ m - y) ** 2) for m in start] for x, y in clients])
-    np.testing.assert_array_equal(run.distances[0], _sq(_quantize(losses, 16.0, 20)))
+    np.testing.assert_array_equal(run.distances[0], sq_distances(_quantize(losses, 16.0, 20)))
 
 
 def test_run_ifca_against_the_written_out_loop():
@@ -753,7 +749,7 @@ def test_run_clove_fl_evaluation_based_rounds_and_freeze():
     assert [a.tolist() for a in run.assignments] == [expected.tolist()] * 5
     assert run.frozen_from == 3 and run.n_clusters == [3, 3, 3, None, None]
     for r in range(3):
-        np.testing.assert_array_equal(run.distances[r], _sq(losses))     # dyadic: exact
+        np.testing.assert_array_equal(run.distances[r], sq_distances(losses))     # dyadic: exact
         np.testing.assert_array_equal(run.costs[r], cost)
     assert run.distances[3:] == [None, None] and run.costs[3:] == [None, None]
     assert run.newcomers == {}
@@ -834,7 +830,7 @@ def test_run_clove_fl_newcomers_take_the_nearest_centroid_model():
     assert run.newcomers == {6: (5, picks[0]), 7: (5, picks[1])}
     assert run.assignments[5].tolist() == run.assignments[6].tolist() == \
         [0, 0, 1, 1, 2, 2, *picks]
-    np.testing.assert_array_equal(run.distances[5], _sq(losses))
+    np.testing.assert_array_equal(run.distances[5], sq_distances(losses))
     assert run.distances[3] is None and run.distances[4] is None and run.distances[6] is None
     assert run.costs[5] is None and run.n_clusters[5] is None
     # a newcomer that would be nearest model 0 and one nearest model 2
@@ -863,7 +859,7 @@ def test_run_clove_fl_partial_participation():
         shown[part] = matched
         assert run.assignments[r].tolist() == np.where(shown >= 0, assignment, -1).tolist()
         np.testing.assert_array_equal(run.costs[r], cost)
-        np.testing.assert_array_equal(run.distances[r], _sq(losses[part]))
+        np.testing.assert_array_equal(run.distances[r], sq_distances(losses[part]))
     small = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=1, rounds=2,
                                local_train=_keep, participation=0.1,
                                first_round="evaluation_based", secure=False)
@@ -911,14 +907,14 @@ def test_run_clove_fl_secure_quantized_and_clipped(caplog):
         plain = clove.run_clove_fl(clients, _Scalar(), MODELS, secure=False, **kwargs)
     assert "4 loss values above the public bound 4 were clipped" in caplog.text
     q = _quantize(losses, 4.0, 1)
-    np.testing.assert_array_equal(plain.distances[0], _sq(q))
+    np.testing.assert_array_equal(plain.distances[0], sq_distances(q))
     expected, cost = _matched(q, 3)
     np.testing.assert_array_equal(plain.costs[0], cost)
     assert plain.assignments[0].tolist() == expected.tolist()
     # the secure path refuses that much clipping: compare it at the default bound 16
     kwargs.pop("max_loss")
     plain = clove.run_clove_fl(clients, _Scalar(), MODELS, secure=False, **kwargs)
-    np.testing.assert_array_equal(plain.distances[0], _sq(_quantize(losses, 16.0, 1)))
+    np.testing.assert_array_equal(plain.distances[0], sq_distances(_quantize(losses, 16.0, 1)))
     secure = clove.run_clove_fl(clients, _Scalar(), MODELS, secure=True,
                                 parties=["a", "b", "c", "a", "b", "c"], **kwargs)
     np.testing.assert_array_equal(secure.distances[0], plain.distances[0])
@@ -935,7 +931,7 @@ def test_choose_k_logs_each_silhouette(caplog):
     x = np.array([[0.0], [0.5], [4.0], [4.5]])
     repeated = np.repeat(x, 5, axis=0)                  # k_upper >= n: each row 5 times
     with caplog.at_level("DEBUG", logger="omnifc.adapters"):
-        clove.choose_k(_sq(x))
+        clove.choose_k(sq_distances(x))
     expected = []
     for k in range(2, 5):
         labels = AgglomerativeClustering(n_clusters=k, linkage="ward").fit_predict(repeated)
@@ -963,8 +959,8 @@ def test_is_stable_compares_with_the_last_entry_and_ifca_default_step():
 
 def test_defaults_k_upper_15_and_five_rounds():
     x = np.random.default_rng(21).normal(0, 1, (16, 2))    # n = 16 > K_ub: no repetition
-    assert clove.choose_k(_sq(x)) == _paper_choose_k(x, k_upper=15)
-    assert clove.choose_k(_sq(x)) != _paper_choose_k(x, k_upper=16)
+    assert clove.choose_k(sq_distances(x)) == _paper_choose_k(x, k_upper=15)
+    assert clove.choose_k(sq_distances(x)) != _paper_choose_k(x, k_upper=16)
     clients = _clients(7, sizes=(10, 12, 11, 9))
     start = np.array([[0.6, 0.8, 0.0], [0.0, 0.6, 0.8]])
     assert len(clove.run_ifca(clients, start).assignments) == 5
@@ -1073,7 +1069,7 @@ def test_choose_k_gap_zero_height_below_a_small_one():
     # ward heights 0, 0, 0, sqrt(2) 0.3 = 0.42, then ~16: at K = 3 a zero height lies
     # below 0.42, an infinite ratio
     x = np.array([[0.0], [0.0], [0.3], [0.3], [10.0], [10.0]])
-    assert clove.choose_k_gap(_sq(x)) == ward_gap_k(x) == 3
+    assert clove.choose_k_gap(sq_distances(x)) == ward_gap_k(x) == 3
 
 
 def test_run_clove_fl_default_trainer_and_the_secure_sum_parties(monkeypatch):

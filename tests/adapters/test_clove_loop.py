@@ -17,6 +17,8 @@ from finite_field import ParameterError
 from omnifc import fl
 from omnifc.adapters import clove
 
+from oracles import sq_distances
+
 from .test_clove import MODELS, TARGETS, _fl_clients, _keep, _Scalar
 
 pytestmark = pytest.mark.timeout(300)
@@ -139,10 +141,6 @@ def test_partial_participation():
 # (``choose_k`` / ``choose_k_gap`` / ``cluster_clients`` / ``protect`` / ``is_stable``);
 # the K rules are recomputed with scipy on plaintext; the random first round and the freeze
 # are checked against the rules written in ``run_clove_fl``'s docstring.
-
-def _sq(x):
-    x = np.asarray(x, dtype=np.float64)
-    return ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
 
 
 def _spy(monkeypatch, name):
@@ -393,7 +391,7 @@ def test_choose_k_gap_identical_clients_keep_the_smallest_k():
     x = np.zeros((8, 2))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert clove.choose_k_gap(_sq(x)) == 2
+        assert clove.choose_k_gap(sq_distances(x)) == 2
 
 
 def test_choose_k_gap_duplicates_do_not_divide_by_zero():
@@ -401,14 +399,14 @@ def test_choose_k_gap_duplicates_do_not_divide_by_zero():
     x = np.array([[0.0], [0.0], [4.0], [4.0], [10.0], [10.0]])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert clove.choose_k_gap(_sq(x)) == _gap_reference(x) == 3
+        assert clove.choose_k_gap(sq_distances(x)) == _gap_reference(x) == 3
 
 
 def test_choose_k_gap_uses_ward_not_single_linkage():
     # on these 8 clients ward's widest gap is at K = 3, single linkage's at K = 2
     x = np.array([[18.0], [12.0], [13.0], [17.0], [11.0], [15.0], [16.0], [4.0]])
     assert _gap_reference(x, "ward") != _gap_reference(x, "single")
-    assert clove.choose_k_gap(_sq(x)) == _gap_reference(x, "ward")
+    assert clove.choose_k_gap(sq_distances(x)) == _gap_reference(x, "ward")
 
 
 # ----------------------------------------------------------------------------- synthetic data
@@ -514,7 +512,7 @@ def test_choose_k_keeps_the_first_k_on_an_exact_silhouette_tie():
     exact = {k: _exact_silhouette(x, AgglomerativeClustering(n_clusters=k).fit(
         x[:, None]).labels_.tolist()) for k in range(2, 7)}
     assert exact[4] == exact[5] == max(exact.values())
-    assert clove.choose_k(_sq(x[:, None]), k_upper=6, tolerance=0.0) == 4
+    assert clove.choose_k(sq_distances(x[:, None]), k_upper=6, tolerance=0.0) == 4
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -19,6 +19,8 @@ from sklearn.preprocessing import MinMaxScaler
 from finite_field import InputError, ParameterError
 from omnifc.adapters import _k_selection, flux
 
+from oracles import sq_distances
+
 pytestmark = pytest.mark.timeout(120)
 
 N_CLASSES, DIM, MAX_VALUE = 10, 50, 8.0
@@ -269,16 +271,10 @@ def test_the_knee_helper_is_the_kneedle_call_flux_made_before_the_move():
 # DBSCAN and the knee with scikit-learn and kneed on the vectors, centroid distances from
 # the vectors.
 
-def _sq(x):
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim == 1:
-        x = x[:, None]
-    return ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
-
 
 def _quantized_sq(rows, bound, bits=16):
     q = np.floor(np.clip(np.asarray(rows, float), -bound, bound) * 2.0 ** bits + 0.5) / 2.0 ** bits
-    return _sq(q)
+    return sq_distances(q)
 
 
 class _Identity:
@@ -436,13 +432,13 @@ def test_block_ranges_and_combine_blocks_by_hand():
 
 def test_neighbour_scales_by_hand():
     x = np.array([0.0, 1.0, 3.0, 5.0])
-    assert flux.neighbour_scales([_sq(x)]).tolist() == [math.sqrt(2.5)]
+    assert flux.neighbour_scales([sq_distances(x)]).tolist() == [math.sqrt(2.5)]
     dup = np.array([0.0, 0.0, 2.0, 2.0, 7.0])        # nearest 0, 0, 0, 0, 25: median 0
-    assert flux.neighbour_scales([_sq(dup)]).tolist() == [7.0]            # the diameter
+    assert flux.neighbour_scales([sq_distances(dup)]).tolist() == [7.0]            # the diameter
     assert flux.neighbour_scales([np.zeros((3, 3))]).tolist() == [1.0]    # constant block
     assert flux.neighbour_scales([np.zeros((1, 1))]).tolist() == [1.0]    # one client
     three = np.array([0.0, 2.0, 3.0])                # nearest 4, 1, 1: median 1
-    out = flux.neighbour_scales([_sq(three), _sq(x).tolist()])
+    out = flux.neighbour_scales([sq_distances(three), sq_distances(x).tolist()])
     assert out.tolist() == [1.0, math.sqrt(2.5)]
 
 
@@ -538,13 +534,13 @@ def test_assign_new_clients_nearest_centroid_by_hand():
     points = np.array([[0.0, 0.0], [2.0, 0.0], [10.0, 0.0], [10.0, 4.0], [9.0, 1.0],
                        [1.0, 3.0], [4.0, 0.0], [7.0, 0.0]])
     labels = [5, 5, 2, 2]                # centroids (1, 0) and (10, 2)
-    out = flux.assign_new_clients(_sq(points), labels)
+    out = flux.assign_new_clients(sq_distances(points), labels)
     # (9,1): 65 vs 2; (1,3): 9 vs 82; (4,0): 9 vs 40; (7,0): 36 vs 13
     assert out.tolist() == [2, 5, 5, 2]
-    out = flux.assign_new_clients(_sq(points[:5]).tolist(), np.array([0, 0, 1, 1]))
+    out = flux.assign_new_clients(sq_distances(points[:5]).tolist(), np.array([0, 0, 1, 1]))
     assert out.tolist() == [1]
     with pytest.raises(ParameterError, match=re.escape("the prefix matrix holds no new clients")):
-        flux.assign_new_clients(_sq(points[:4]), labels)
+        flux.assign_new_clients(sq_distances(points[:4]), labels)
     with pytest.raises(InputError, match="D must be symmetric"):
         flux.assign_new_clients(np.array([[0.0, 1.0, 2.0], [1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]),
                                 [0, 1])
@@ -554,7 +550,7 @@ def test_assign_new_clients_nearest_centroid_by_hand():
 
 def _mst_by_hand(points):
     """Kruskal on the Euclidean distances of the points (zero edges included)."""
-    e = np.sqrt(_sq(points))
+    e = np.sqrt(sq_distances(points))
     n = e.shape[0]
     parent = list(range(n))
 
@@ -573,37 +569,37 @@ def _mst_by_hand(points):
 
 def test_mst_edges_with_duplicates():
     pts = np.array([0.0, 0.0, 1.0, 3.0, 3.0, 7.0])
-    e = np.sqrt(_sq(pts))
+    e = np.sqrt(sq_distances(pts))
     assert _k_selection._mst_edges(e).tolist() == _mst_by_hand(pts) == [0.0, 0.0, 1.0, 2.0, 4.0]
-    ref = minimum_spanning_tree(np.sqrt(_sq([0.0, 1.0, 3.0, 7.0]))).toarray()
-    assert _k_selection._mst_edges(np.sqrt(_sq([0.0, 1.0, 3.0, 7.0]))).tolist() == \
+    ref = minimum_spanning_tree(np.sqrt(sq_distances([0.0, 1.0, 3.0, 7.0]))).toarray()
+    assert _k_selection._mst_edges(np.sqrt(sq_distances([0.0, 1.0, 3.0, 7.0]))).tolist() == \
         sorted(ref[ref > 0].tolist())
 
 
 def test_gap_eps_by_hand():
     x = np.array([0.0, 1.0, 2.0, 10.0, 11.5])        # edges 1, 1, 1.5, 8
-    eps, ratio, found = flux.gap_eps(_sq(x))
+    eps, ratio, found = flux.gap_eps(sq_distances(x))
     assert (eps, ratio, found) == (math.sqrt(1.5 * 8.0), 8.0 / 1.5, True)
     # searching from the start: the gap 1 -> 1.5 is smaller than 1.5 -> 8, same answer
-    assert flux.gap_eps(_sq(x), search_from=0.0) == (math.sqrt(12.0), 8.0 / 1.5, True)
+    assert flux.gap_eps(sq_distances(x), search_from=0.0) == (math.sqrt(12.0), 8.0 / 1.5, True)
     # min_gap above the widest ratio: no structure, eps = the largest edge
-    assert flux.gap_eps(_sq(x), min_gap=6.0) == (8.0, 8.0 / 1.5, False)
-    assert flux.gap_eps(_sq(x), min_gap=8.0 / 1.5) == (math.sqrt(12.0), 8.0 / 1.5, True)
+    assert flux.gap_eps(sq_distances(x), min_gap=6.0) == (8.0, 8.0 / 1.5, False)
+    assert flux.gap_eps(sq_distances(x), min_gap=8.0 / 1.5) == (math.sqrt(12.0), 8.0 / 1.5, True)
     # default search_from 0.5 skips the lower half: edges 1, 4 | 4.5, 5 (n = 5, start 2)
     y = np.array([0.0, 1.0, 5.0, 9.5, 14.5])
-    assert flux.gap_eps(_sq(y)) == (5.0, 5.0 / 4.5, False)     # 1.11 < 1.15
-    assert flux.gap_eps(_sq(y), search_from=0.0) == (2.0, 4.0, True)
-    assert flux.gap_eps(_sq(y), min_gap=1.1) == (math.sqrt(4.5 * 5.0), 5.0 / 4.5, True)
+    assert flux.gap_eps(sq_distances(y)) == (5.0, 5.0 / 4.5, False)     # 1.11 < 1.15
+    assert flux.gap_eps(sq_distances(y), search_from=0.0) == (2.0, 4.0, True)
+    assert flux.gap_eps(sq_distances(y), min_gap=1.1) == (math.sqrt(4.5 * 5.0), 5.0 / 4.5, True)
     # zero edges: a positive edge after a zero one is an infinite gap, eps = half the edge
     dup = np.array([0.0, 0.0, 0.0, 0.0, 6.0, 6.0])              # edges 0, 0, 0, 0, 6
-    assert flux.gap_eps(_sq(dup)) == (3.0, math.inf, True)
+    assert flux.gap_eps(sq_distances(dup)) == (3.0, math.inf, True)
     assert flux.gap_eps(np.zeros((4, 4))) == (0.0, 1.0, False)  # every edge 0: ratio 1
     # fewer than 3 clients
-    assert flux.gap_eps(_sq([0.0, 3.0])) == (3.0, 1.0, False)
+    assert flux.gap_eps(sq_distances([0.0, 3.0])) == (3.0, 1.0, False)
     assert flux.gap_eps(np.zeros((1, 1))) == (0.0, 1.0, False)
     # three clients: start = min(floor(0.5 * 2), 1) = 1, one ratio
-    assert flux.gap_eps(_sq([0.0, 1.0, 4.0])) == (math.sqrt(3.0), 3.0, True)
-    assert flux.gap_eps(_sq([0.0, 1.0, 4.0]), search_from=1.0) == (math.sqrt(3.0), 3.0, True)
+    assert flux.gap_eps(sq_distances([0.0, 1.0, 4.0])) == (math.sqrt(3.0), 3.0, True)
+    assert flux.gap_eps(sq_distances([0.0, 1.0, 4.0]), search_from=1.0) == (math.sqrt(3.0), 3.0, True)
 
 
 def _relabel_noise(labels):
@@ -617,22 +613,22 @@ def _relabel_noise(labels):
 
 def test_adaptive_dbscan_gap_rule_by_hand():
     x = np.array([0.0, 1.0, 2.0, 10.0, 11.5])
-    out = flux.adaptive_dbscan(_sq(x))
+    out = flux.adaptive_dbscan(sq_distances(x))
     assert out.labels.tolist() == [0, 0, 0, 1, 1] and out.labels.dtype == np.int64
     assert (out.eps, out.gap, out.knee_found, out.n_clusters) == \
         (math.sqrt(12.0), 8.0 / 1.5, True, 2)
-    out = flux.adaptive_dbscan(_sq(x), eps_scaling=0.25)   # eps 0.866: everyone alone
+    out = flux.adaptive_dbscan(sq_distances(x), eps_scaling=0.25)   # eps 0.866: everyone alone
     assert out.eps == 0.25 * math.sqrt(12.0) and out.labels.tolist() == [0, 1, 2, 3, 4]
     assert out.n_clusters == 5
-    out = flux.adaptive_dbscan(_sq(x), min_gap=6.0)        # no gap: eps = 8, one cluster
+    out = flux.adaptive_dbscan(sq_distances(x), min_gap=6.0)        # no gap: eps = 8, one cluster
     assert (out.eps, out.knee_found, out.n_clusters) == (8.0, False, 1)
     # min_samples: with 3, the pair {10, 11.5} has no core point and splits into noise
-    out = flux.adaptive_dbscan(_sq(x), min_samples=3)
+    out = flux.adaptive_dbscan(sq_distances(x), min_samples=3)
     ref = DBSCAN(eps=math.sqrt(12.0), min_samples=3).fit(x[:, None]).labels_
     assert out.labels.tolist() == _relabel_noise(ref).tolist() == [0, 0, 0, 1, 2]
     # noise points become their own clusters, numbered after the real ones, in order
     z = np.array([0.0, 0.5, 20.0, 20.5, 40.0, 41.0, 80.0, 200.0])
-    out = flux.adaptive_dbscan(_sq(z), eps_rule="gap", eps_scaling=1.0, min_gap=1.15)
+    out = flux.adaptive_dbscan(sq_distances(z), eps_rule="gap", eps_scaling=1.0, min_gap=1.15)
     ref = DBSCAN(eps=out.eps, min_samples=2).fit(z[:, None]).labels_
     assert out.labels.tolist() == _relabel_noise(ref).tolist()
     # every client identical: eps 0 becomes the smallest positive float, one cluster
@@ -644,21 +640,21 @@ def test_adaptive_dbscan_gap_rule_by_hand():
     assert (one.eps, one.knee_found, one.n_clusters, one.gap) == (0.0, False, 1, None)
     with pytest.raises(ParameterError, match=re.escape(
             "eps_rule must be one of ('gap', 'knee'), got 'elbow'")):
-        flux.adaptive_dbscan(_sq(x), eps_rule="elbow")
+        flux.adaptive_dbscan(sq_distances(x), eps_rule="elbow")
 
 
 def test_adaptive_dbscan_knee_rule_against_kneed_and_sklearn_on_vectors():
     rng = np.random.default_rng(12)
     x = np.concatenate([rng.normal(0, 0.3, (8, 2)), rng.normal(6, 0.3, (8, 2)),
                         rng.uniform(-20, 30, (3, 2))])
-    e = np.sqrt(_sq(x))
+    e = np.sqrt(sq_distances(x))
     nearest = np.sort(np.where(np.eye(len(x), dtype=bool), np.inf, e).min(1))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         knee = KneeLocator(range(len(x)), nearest, curve="convex", direction="increasing").knee
     assert knee is not None
     for scaling in (1.0, 1.7):
-        out = flux.adaptive_dbscan(_sq(x), eps_rule="knee", eps_scaling=scaling)
+        out = flux.adaptive_dbscan(sq_distances(x), eps_rule="knee", eps_scaling=scaling)
         eps = nearest[knee] * scaling
         assert out.eps == pytest.approx(eps, rel=1e-12) and out.knee_found and out.gap is None
         ref = DBSCAN(eps=eps, min_samples=2).fit(x).labels_
@@ -669,16 +665,16 @@ def test_adaptive_dbscan_knee_rule_against_kneed_and_sklearn_on_vectors():
 def test_knee_rule_without_a_knee_takes_the_largest_nearest_distance(caplog):
     grid = np.array([0.0, 1.0, 2.0, 3.0, 4.0])          # every nearest distance is 1: flat
     with caplog.at_level("INFO", logger="omnifc.adapters.flux"):
-        out = flux.adaptive_dbscan(_sq(grid), eps_rule="knee", eps_scaling=1.5)
+        out = flux.adaptive_dbscan(sq_distances(grid), eps_rule="knee", eps_scaling=1.5)
     assert (out.eps, out.knee_found, out.labels.tolist()) == (1.5, False, [0, 0, 0, 0, 0])
     assert "no knee in the nearest-neighbour distances; eps = largest (1.5)" in caplog.text
     # nearly flat (within 1e-9 relative) counts as flat too
     almost = np.array([0.0, 1.0, 2.0, 3.0 + 1e-12, 4.0 + 2e-12])
-    out = flux.adaptive_dbscan(_sq(almost), eps_rule="knee")
+    out = flux.adaptive_dbscan(sq_distances(almost), eps_rule="knee")
     assert out.knee_found is False and out.n_clusters == 1
     # a clear knee is not flat: a value 1e-6 relative above is
     bent = np.array([0.0, 1.0, 2.0, 3.0, 40.0])
-    assert flux.adaptive_dbscan(_sq(bent), eps_rule="knee").n_clusters >= 2
+    assert flux.adaptive_dbscan(sq_distances(bent), eps_rule="knee").n_clusters >= 2
 
 
 # ----------------------------------------------------------------------------- synthetic data
@@ -769,7 +765,7 @@ def test_prefix_distances_defaults_and_non_dyadic_scales():
     p = flux.prefix_distances(DESC[:3], DESC[3:], bound=1.0, scales=[0.5, 2.0, 0.25, 9.0],
                               normalization="ranges", **common)
     np.testing.assert_array_equal(p, _quantized_sq(DESC[:, :2] / [0.5, 2.0], 2.0))
-    assert p[0, 2] != _sq(DESC[:, :2] / [0.5, 2.0])[0, 2]        # 1.25 / 0.5 clipped to 2
+    assert p[0, 2] != sq_distances(DESC[:, :2] / [0.5, 2.0])[0, 2]        # 1.25 / 0.5 clipped to 2
 
 
 def test_prefix_distances_secure_passes_the_protocol_options(monkeypatch):
@@ -794,23 +790,23 @@ def test_gap_eps_search_starts_at_half_the_edges():
     # 8 points on a line: MST edges 1, 1, 1, 1, 10, 11, 12; from floor(0.5 x 7) = 3 the
     # ratios are 10/1, 11/10, 12/11: the gap is at the start of the searched half
     x = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 14.0, 25.0, 37.0])
-    assert flux.gap_eps(_sq(x)) == (math.sqrt(10.0), 10.0, True)
-    assert flux.gap_eps(_sq(x), search_from=0.6) == (12.0, 11.0 / 10.0, False)   # from 4
+    assert flux.gap_eps(sq_distances(x)) == (math.sqrt(10.0), 10.0, True)
+    assert flux.gap_eps(sq_distances(x), search_from=0.6) == (12.0, 11.0 / 10.0, False)   # from 4
 
 
 def test_neighbour_scales_of_two_clients_and_refusal_text():
-    assert flux.neighbour_scales([_sq([0.0, 3.0])]).tolist() == [3.0]    # nearest 9, 9
+    assert flux.neighbour_scales([sq_distances([0.0, 3.0])]).tolist() == [3.0]    # nearest 9, 9
     with pytest.raises(ParameterError, match=r"^the prefix matrix holds no new clients$"):
         flux.assign_new_clients(np.zeros((2, 2)), [0, 1])
 
 
 def test_gap_eps_with_edges_below_one():
     x = np.array([0.0, 0.1, 0.2, 1.0, 1.15])            # edges 0.1, 0.1, 0.15, 0.8
-    eps, ratio, found = flux.gap_eps(_sq(x))
+    eps, ratio, found = flux.gap_eps(sq_distances(x))
     assert found and ratio == pytest.approx(0.8 / 0.15, rel=1e-12)
     assert eps == pytest.approx(math.sqrt(0.15 * 0.8), rel=1e-12)
     dup = np.array([0.0, 0.0, 0.0, 0.0, 0.5, 0.5])       # a zero edge, then 0.5: infinite gap
-    assert flux.gap_eps(_sq(dup)) == (0.25, math.inf, True)
+    assert flux.gap_eps(sq_distances(dup)) == (0.25, math.inf, True)
 
 
 def test_shift_scenario_default_seed_and_odd_class_count():
@@ -830,11 +826,11 @@ def test_shift_scenario_default_seed_and_odd_class_count():
 
 
 def test_two_clients_exact_log_text_and_block_options(caplog):
-    two = flux.adaptive_dbscan(_sq([0.0, 3.0]))             # gap rule: eps = the one edge
+    two = flux.adaptive_dbscan(sq_distances([0.0, 3.0]))             # gap rule: eps = the one edge
     assert (two.labels.tolist(), two.eps, two.knee_found, two.n_clusters) == ([0, 0], 3.0,
                                                                               False, 1)
     with caplog.at_level("INFO", logger="omnifc.adapters.flux"):
-        flux.adaptive_dbscan(_sq([0.0, 1.0, 2.0, 3.0]), eps_rule="knee")
+        flux.adaptive_dbscan(sq_distances([0.0, 1.0, 2.0, 3.0]), eps_rule="knee")
     assert [r.getMessage() for r in caplog.records if r.name == "omnifc.adapters.flux._paper"] == \
         ["no knee in the nearest-neighbour distances; eps = largest (1)"]
     common = dict(n_components=1, n_classes=1, secure=False)

@@ -15,15 +15,9 @@ from finite_field import ParameterError
 from omnifc import fl
 from omnifc.adapters import flux
 from omnifc.adapters._calibrated_k import CALIBRATED_ALPHA
-from oracles import conformal_p_value
+from oracles import conformal_p_value, sq_distances
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _sq(x):
-    x = np.asarray(x, dtype=np.float64)
-    x = x[:, None] if x.ndim == 1 else x
-    return ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
 
 
 def _exact_sq_to_centroid(members, x):
@@ -43,7 +37,7 @@ def test_p_values_equal_brute_force_on_the_vectors(integer):
         train = np.concatenate([c + rng.normal(0, 1.5, (n, 3)) for c, n in zip(centres, sizes)])
         new = rng.normal(3, 4, (8, 3))
     labels = np.repeat([4, 1, 7], sizes)                      # unsorted, non-contiguous names
-    clusters, p, sq = flux.conformal_p_values(_sq(np.concatenate([train, new])), labels)
+    clusters, p, sq = flux.conformal_p_values(sq_distances(np.concatenate([train, new])), labels)
     assert clusters.tolist() == [1, 4, 7]
     for i, x in enumerate(new):
         for k, c in enumerate(clusters):
@@ -55,7 +49,7 @@ def test_p_values_equal_brute_force_on_the_vectors(integer):
 
 def test_p_value_of_one_member_cluster_is_one():
     """n_c = 1: the two points' leave-one-out scores are the same distance: p = 1."""
-    d = _sq([[0.0], [5.0], [100.0]])
+    d = sq_distances([[0.0], [5.0], [100.0]])
     _, p, _ = flux.conformal_p_values(d, [0, 1])
     assert p.tolist() == [[float(conformal_p_value([[0.0]], [100.0])),
                            float(conformal_p_value([[5.0]], [100.0]))]] == [[1.0, 1.0]]
@@ -74,12 +68,12 @@ def test_validity_on_iid_gaussian_draws():
     p_values = np.empty(draws)
     for b in range(draws):
         x = rng.standard_normal((n + 1, 4))
-        p_values[b] = flux.conformal_p_values(_sq(x), np.zeros(n, np.int64))[1][0, 0]
+        p_values[b] = flux.conformal_p_values(sq_distances(x), np.zeros(n, np.int64))[1][0, 0]
     for level, prob in ((CALIBRATED_ALPHA, 1 / 20), (0.5, 10 / 20)):
         count = int(np.sum(p_values <= level))
         low, high = binom.ppf(0.5e-6, draws, prob), binom.isf(0.5e-6, draws, prob)
         assert low <= count <= high, (level, count, low, high)
-    small = [flux.conformal_p_values(_sq(rng.standard_normal((10, 4))),
+    small = [flux.conformal_p_values(sq_distances(rng.standard_normal((10, 4))),
                                      np.zeros(9, np.int64))[1][0, 0] for _ in range(200)]
     assert min(small) >= 1 / 10 > CALIBRATED_ALPHA
 
@@ -98,14 +92,14 @@ def test_alpha_exactly_at_the_boundary():
     for n, expected in ((19, flux.GLOBAL), (18, 0)):
         train, labels = _two_clusters(n, rng)
         x = np.concatenate([train, [[-30.0, 0.0]]])     # far left: nearest is cluster 0
-        out = flux.assign_with_evidence(_sq(x), labels, rule="calibrated")
+        out = flux.assign_with_evidence(sq_distances(x), labels, rule="calibrated")
         decision = out.decisions[0]
         assert decision.p_values == (1 / (n + 1), 1 / (n + 1))
         assert out.labels.tolist() == [expected] and decision.fallback == (n == 19)
         assert decision.untestable == (() if n == 19 else (0, 1))
     train, labels = _two_clusters(19, rng)
     x = np.concatenate([train, [[-30.0, 0.0]]])
-    assert flux.assign_new_clients(_sq(x), labels, rule="calibrated",
+    assert flux.assign_new_clients(sq_distances(x), labels, rule="calibrated",
                                    alpha=np.nextafter(0.05, 0)).tolist() == [0]
 
 
@@ -113,14 +107,14 @@ def test_far_client_falls_back_and_inside_client_gets_its_cluster():
     rng = np.random.default_rng(77)
     train, labels = _two_clusters(25, rng)
     new = np.array([[0.1, 0.2], [19.8, -0.3], [10.0, 60.0], [10.0, 0.0]])
-    out = flux.assign_with_evidence(_sq(np.concatenate([train, new])), labels)
+    out = flux.assign_with_evidence(sq_distances(np.concatenate([train, new])), labels)
     # the middle point (10, 0) is farther from both centroids than every member: no cluster
     assert out.labels.tolist() == [0, 1, flux.GLOBAL, flux.GLOBAL]
     assert out.n_fallback == 2
     for i, x in enumerate(new):                          # the evidence is the brute force
         assert out.decisions[i].p_values == tuple(
             float(conformal_p_value(train[labels == c].tolist(), x.tolist())) for c in (0, 1))
-    nearest = flux.assign_new_clients(_sq(np.concatenate([train, new])), labels)
+    nearest = flux.assign_new_clients(sq_distances(np.concatenate([train, new])), labels)
     assert nearest.tolist()[:3] == [0, 1, int(np.argmin(
         [_exact_sq_to_centroid(train[labels == c], new[2]) for c in (0, 1)]))]
 
@@ -130,7 +124,7 @@ def test_equals_nearest_when_every_p_is_above_alpha_and_one_cluster_is_clearly_n
     train = np.concatenate([rng.normal(c, 1.0, (30, 3)) for c in (0.0, 15.0, 30.0)])
     labels = np.repeat([0, 1, 2], 30)
     new = np.concatenate([rng.normal(c, 0.5, (4, 3)) for c in (0.0, 15.0, 30.0)])
-    d = _sq(np.concatenate([train, new]))
+    d = sq_distances(np.concatenate([train, new]))
     calibrated = flux.assign_with_evidence(d, labels)
     assert all(max(dec.p_values) > CALIBRATED_ALPHA for dec in calibrated.decisions)
     truth = [int(np.argmin([_exact_sq_to_centroid(train[labels == c], x) for c in range(3)]))
@@ -146,7 +140,7 @@ def test_largest_p_can_prefer_a_wide_cluster_over_a_nearer_tight_one():
     rng = np.random.default_rng(3)
     tight, wide = rng.normal(0, 0.1, (30, 1)), rng.normal(10, 5, (30, 1))
     train, labels = np.concatenate([tight, wide]), np.repeat([0, 1], 30)
-    d = _sq(np.concatenate([train, [[3.0]]]))
+    d = sq_distances(np.concatenate([train, [[3.0]]]))
     out = flux.assign_with_evidence(d, labels)
     p_wide = float(conformal_p_value(wide.tolist(), [3.0]))
     assert out.decisions[0].p_values == (1 / 31, p_wide) and p_wide > 0.1
@@ -155,7 +149,7 @@ def test_largest_p_can_prefer_a_wide_cluster_over_a_nearer_tight_one():
 
 def test_ties_in_p_go_to_the_nearest_centroid():
     """Two clusters of 2 far from x: p = 1/3 in both; the nearer centroid wins."""
-    d = _sq([[0.0], [1.0], [10.0], [11.0], [30.0]])
+    d = sq_distances([[0.0], [1.0], [10.0], [11.0], [30.0]])
     out = flux.assign_with_evidence(d, [0, 0, 1, 1])
     assert out.decisions[0].p_values == (1 / 3, 1 / 3) and out.labels.tolist() == [1]
 
@@ -163,7 +157,7 @@ def test_ties_in_p_go_to_the_nearest_centroid():
 def test_evidence_summary_and_log(caplog):
     rng = np.random.default_rng(1)
     train, labels = _two_clusters(4, rng)
-    d = _sq(np.concatenate([train, [[0.0, 0.0]]]))
+    d = sq_distances(np.concatenate([train, [[0.0, 0.0]]]))
     with caplog.at_level(logging.INFO, logger="omnifc.adapters.flux._assign"):
         out = flux.assign_with_evidence(d, labels)
     decision = out.decisions[0]
@@ -181,7 +175,7 @@ def test_evidence_summary_and_log(caplog):
 
 
 def test_bad_input_raises_parameter_error():
-    d = _sq([[0.0], [1.0], [5.0], [2.0]])
+    d = sq_distances([[0.0], [1.0], [5.0], [2.0]])
     with pytest.raises(ParameterError, match="rule must be one of"):
         flux.assign_new_clients(d, [0, 0, 1], rule="closest")
     with pytest.raises(ParameterError, match=re.escape("the prefix matrix holds no new clients")):

@@ -14,24 +14,21 @@ from finite_field import ParameterError
 from omnifc.adapters import flux
 from omnifc.adapters._calibrated_k import calibrated_k
 
+from oracles import sq_distances
+
 pytestmark = pytest.mark.timeout(120)
-
-
-def _sq(x):
-    x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
-    return ((x[:, None] - x[None]) ** 2).sum(-1)
 
 
 def test_hand_computed_heights_gap_and_cut():
     """x = 0, 1, 10, 11: Ward heights 1, 1 and sqrt(2 * 2 * 2 / 4) * 10 = 10 sqrt(2) (the
     pair merge's Ward distance); the upper half of the merges is heights 2 and 3."""
-    out = flux.ward_gap(_sq([0.0, 1.0, 10.0, 11.0]))
+    out = flux.ward_gap(sq_distances([0.0, 1.0, 10.0, 11.0]))
     assert out.labels.tolist() == [0, 0, 1, 1] and out.n_clusters == 2 and out.knee_found
     assert out.labels.dtype == np.int64
     assert out.gap == pytest.approx(10 * np.sqrt(2), rel=1e-12)
     assert out.eps == pytest.approx(np.sqrt(10 * np.sqrt(2)), rel=1e-12)
     # the same tree, but a gap threshold above the ratio: one cluster, eps = the top height
-    one = flux.ward_gap(_sq([0.0, 1.0, 10.0, 11.0]), min_gap=15.0)
+    one = flux.ward_gap(sq_distances([0.0, 1.0, 10.0, 11.0]), min_gap=15.0)
     assert one.labels.tolist() == [0, 0, 0, 0] and one.n_clusters == 1
     assert one.knee_found is False and one.labels.dtype == np.int64
     assert one.eps == pytest.approx(10 * np.sqrt(2), rel=1e-12)
@@ -40,7 +37,7 @@ def test_hand_computed_heights_gap_and_cut():
 def test_three_groups_labelled_in_order_of_first_appearance():
     """Heights .1, .1, .1 (pairs), 10 sqrt(2) (two pairs), sqrt(2*4*2/6) * 15 (the third pair
     to the rest): upper-half ratios 141 and 1.73, so 3 clusters, not 2."""
-    out = flux.ward_gap(_sq([10.0, 0.0, 10.1, 0.1, 20.0, 20.1]))
+    out = flux.ward_gap(sq_distances([10.0, 0.0, 10.1, 0.1, 20.0, 20.1]))
     assert out.labels.tolist() == [0, 1, 0, 1, 2, 2]
     assert out.gap == pytest.approx(10 * np.sqrt(2) / 0.1, rel=1e-9)
 
@@ -48,7 +45,7 @@ def test_three_groups_labelled_in_order_of_first_appearance():
 def test_duplicate_clients_give_an_infinite_gap():
     """x = 0, 0, 0, 5, 5, 5: heights 0, 0, 0, 0 and sqrt(2 * 3 * 3 / 6) * 5 = 5 sqrt(3);
     the gap after 0 is infinite and the cut is half the upper height."""
-    out = flux.ward_gap(_sq([0.0, 0.0, 0.0, 5.0, 5.0, 5.0]))
+    out = flux.ward_gap(sq_distances([0.0, 0.0, 0.0, 5.0, 5.0, 5.0]))
     assert out.labels.tolist() == [0, 0, 0, 1, 1, 1] and out.gap == np.inf
     assert out.eps == pytest.approx(5 * np.sqrt(3) / 2, rel=1e-12)
 
@@ -57,19 +54,19 @@ def test_fewer_than_three_clients():
     """No gap to read: one cluster, eps 0, ratio 1, no landmark (DBSCAN's gap_eps: eps = the
     one distance, so DBSCAN joins the two)."""
     for x in ([0.0, 3.0], [0.0]):
-        out = flux.ward_gap(_sq(x))
+        out = flux.ward_gap(sq_distances(x))
         assert out.labels.tolist() == [0] * len(x) and out.labels.dtype == np.int64
         assert out.n_clusters == 1 and out.eps == 0.0 and out.gap == 1.0
         assert out.knee_found is False
-    assert flux.gap_eps(_sq([0.0, 3.0])) == (3.0, 1.0, False)
-    assert flux.gap_eps(_sq([0.0])) == (0.0, 1.0, False)
+    assert flux.gap_eps(sq_distances([0.0, 3.0])) == (3.0, 1.0, False)
+    assert flux.gap_eps(sq_distances([0.0])) == (0.0, 1.0, False)
 
 
 def test_a_ratio_equal_to_min_gap_is_a_gap():
     """"Below min_gap: one cluster", so a ratio exactly at min_gap splits. MST edges 1, 1, 2
     (exact in floating point): ratio 2."""
-    assert flux.gap_eps(_sq([0.0, 1.0, 2.0, 4.0]), min_gap=2.0) == (np.sqrt(2.0), 2.0, True)
-    d = _sq([0.0, 1.0, 10.0, 11.0])
+    assert flux.gap_eps(sq_distances([0.0, 1.0, 2.0, 4.0]), min_gap=2.0) == (np.sqrt(2.0), 2.0, True)
+    d = sq_distances([0.0, 1.0, 10.0, 11.0])
     ratio = flux.ward_gap(d).gap
     assert flux.ward_gap(d, min_gap=ratio).n_clusters == 2
     assert flux.ward_gap(d, min_gap=np.nextafter(ratio, np.inf)).n_clusters == 1
@@ -84,7 +81,7 @@ def test_zero_heights_without_warnings():
         same = flux.ward_gap(np.zeros((4, 4)))
         assert same.n_clusters == 1 and same.gap == 1.0
         assert flux.gap_eps(np.zeros((4, 4))) == (0.0, 1.0, False)
-        d = _sq([0.0, 0.0, 0.0, 0.5, 0.5, 0.5])
+        d = sq_distances([0.0, 0.0, 0.0, 0.5, 0.5, 0.5])
         out = flux.ward_gap(d)
         assert out.labels.tolist() == [0, 0, 0, 1, 1, 1] and out.gap == np.inf
         assert out.eps == pytest.approx(np.sqrt(3) * 0.5 / 2, rel=1e-12)
@@ -93,7 +90,7 @@ def test_zero_heights_without_warnings():
 
 def test_a_d_symmetric_within_rounding_is_accepted():
     """check_distance_matrix accepts |D - D^T| <= 1e-9 * max D; Ward reads one triangle."""
-    d = _sq([0.0, 1.0, 10.0, 11.0, 30.0, 31.0])
+    d = sq_distances([0.0, 1.0, 10.0, 11.0, 30.0, 31.0])
     skewed = d.copy()
     skewed[0, 1] += 1e-12
     assert np.array_equal(flux.ward_gap(skewed).labels, flux.ward_gap(d).labels)
@@ -106,7 +103,7 @@ def test_a_d_symmetric_within_rounding_is_accepted():
 def test_three_clients_split_two_and_one():
     """With 3 clients the only gap is searched (both rules crashed on an empty search before):
     MST edges 1, 4 (DBSCAN eps = sqrt(1 * 4) = 2); Ward heights 1 and sqrt(2*2*1/3) * 4.5."""
-    d = _sq([0.0, 1.0, 5.0])
+    d = sq_distances([0.0, 1.0, 5.0])
     dbscan = flux.adaptive_dbscan(d)
     assert dbscan.labels.tolist() == [0, 0, 1] and dbscan.eps == pytest.approx(2.0)
     ward = flux.ward_gap(d)
@@ -128,7 +125,7 @@ def test_equals_sklearn_ward_on_the_vectors():
             x = np.concatenate([x, centres[0] + rng.normal(0, 1, (2, 5))])
         x = x[rng.permutation(len(x))]
         n = len(x)
-        out = flux.ward_gap(_sq(x))
+        out = flux.ward_gap(sq_distances(x))
         tree = AgglomerativeClustering(n_clusters=None, distance_threshold=0.0, linkage="ward",
                                        compute_distances=True).fit(x)
         h = np.sort(tree.distances_)
@@ -152,7 +149,7 @@ def test_ward_does_not_chain_where_single_linkage_does():
     the MST has no gap (ratio 1.1 < MIN_GAP), so DBSCAN's gap rule answers one cluster;
     Ward merges whole groups last (height sqrt(5) * 5.1 against about 3.9 within)."""
     x = np.concatenate([np.arange(5.0), 5.1 + np.arange(5.0)])
-    d = _sq(x)
+    d = sq_distances(x)
     assert flux.adaptive_dbscan(d).n_clusters == 1
     out = flux.cluster_clients(d, k_rule="ward")     # the Ward rule, pinned by name
     assert out.labels.tolist() == [0] * 5 + [1] * 5
@@ -162,7 +159,7 @@ def test_ward_does_not_chain_where_single_linkage_does():
 def test_cluster_clients_dispatch_and_errors():
     rng = np.random.default_rng(3)
     x = np.concatenate([rng.normal(0, 1, (6, 4)), rng.normal(8, 1, (6, 4))])
-    d = _sq(x)
+    d = sq_distances(x)
     assert np.array_equal(flux.cluster_clients(d, k_rule="ward").labels,
                           flux.ward_gap(d).labels)
     default = flux.cluster_clients(d)                   # the calibrated rule, with evidence

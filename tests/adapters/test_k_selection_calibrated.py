@@ -13,12 +13,7 @@ from finite_field import InputError, ParameterError
 from omnifc.adapters import _calibrated_k as ck
 from omnifc.adapters._calibrated_k import calibrated_k, mds_embedding, within_sums
 
-
-def _sq(x):
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim == 1:
-        x = x[:, None]
-    return ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+from oracles import sq_distances
 
 
 def _sse(x, labels):
@@ -44,8 +39,8 @@ def test_within_sums_equal_sklearn_ward_cuts_on_the_vectors():
 def test_mds_embedding_reproduces_a_euclidean_d_and_its_spectrum():
     rng = np.random.default_rng(6)
     x = rng.normal(size=(7, 4))
-    emb, values = mds_embedding(_sq(x))
-    assert np.allclose(_sq(emb), _sq(x), atol=1e-9)
+    emb, values = mds_embedding(sq_distances(x))
+    assert np.allclose(sq_distances(emb), sq_distances(x), atol=1e-9)
     centred = x - x.mean(axis=0)
     assert np.allclose(np.sort(values)[::-1],
                        np.sort(np.linalg.eigvalsh(centred.T @ centred))[::-1], atol=1e-9)
@@ -59,7 +54,7 @@ def test_statistic_gap_and_p_against_a_direct_computation(monkeypatch):
     refs = [np.random.default_rng(s).normal(size=(6, 3)) for s in range(4)]
     draws = iter(refs)
     monkeypatch.setattr(ck, "_draw", lambda *args: next(draws))
-    out = calibrated_k(_sq(x), references=4, max_clusters=3, alpha=0.25, statistic="drop")
+    out = calibrated_k(sq_distances(x), references=4, max_clusters=3, alpha=0.25, statistic="drop")
 
     def log_w(points, k):
         labels = (np.zeros(len(points), dtype=int) if k == 1 else
@@ -99,7 +94,7 @@ def test_ward_gap_statistic_against_a_direct_computation(monkeypatch):
     refs = [np.random.default_rng(s).normal(size=(8, 3)) for s in range(9)]
     draws = iter(refs)
     monkeypatch.setattr(ck, "_draw", lambda *args: next(draws))
-    out = calibrated_k(_sq(x), references=9, alpha=0.2)
+    out = calibrated_k(sq_distances(x), references=9, alpha=0.2)
     ratio, j = _widest_ratio(x)
     null = np.array([_widest_ratio(r)[0] for r in refs])
     assert out.statistic == pytest.approx(ratio)
@@ -125,10 +120,10 @@ def test_alpha_is_a_bound_p_equal_to_alpha_rejects_one_cluster(monkeypatch):
     x = np.concatenate([np.zeros((5, 2)), np.full((5, 2), 10.0)])
     x = x + np.random.default_rng(1).normal(scale=0.01, size=x.shape)
     _fixed_p(monkeypatch, x, 19, 0)
-    at = calibrated_k(_sq(x), references=19, alpha=0.05)
+    at = calibrated_k(sq_distances(x), references=19, alpha=0.05)
     assert at.p_value == pytest.approx(0.05) and at.k == 2
     _fixed_p(monkeypatch, x, 19, 0)
-    past = calibrated_k(_sq(x), references=19, alpha=0.0499)
+    past = calibrated_k(sq_distances(x), references=19, alpha=0.0499)
     assert past.p_value == pytest.approx(0.05) and past.k == 1
     assert past.margin == pytest.approx(0.05 - 0.0499)
 
@@ -143,11 +138,11 @@ def test_planted_groups_found_and_iid_stays_one(seed, statistic):
         centres = rng.normal(size=(k, dim)) * 3.0
         groups = np.arange(n) % k
         x = rng.normal(size=(n, dim)) + centres[groups]
-        out = calibrated_k(_sq(x), statistic=statistic)
+        out = calibrated_k(sq_distances(x), statistic=statistic)
         assert out.k == k, (k, n, dim, out.summary())
         assert len({(g, l) for g, l in zip(groups, out.labels)}) == k     # the partition
     for n, dim in ((10, 200), (60, 220), (300, 20)):         # high and low dimension
-        out = calibrated_k(_sq(rng.normal(size=(n, dim))), statistic=statistic)
+        out = calibrated_k(sq_distances(rng.normal(size=(n, dim))), statistic=statistic)
         assert out.k == 1 and out.p_value > out.alpha, (n, dim, out.summary())
 
 
@@ -155,23 +150,23 @@ def test_seeded_reproducible_and_logged_at_info(caplog):
     rng = np.random.default_rng(2)
     x = np.concatenate([rng.normal(0, 1, (8, 5)), rng.normal(6, 1, (8, 5))])
     with caplog.at_level(logging.INFO, logger="omnifc.adapters._calibrated_k"):
-        a = calibrated_k(_sq(x), random_state=4)
-    b = calibrated_k(_sq(x), random_state=4)
+        a = calibrated_k(sq_distances(x), random_state=4)
+    b = calibrated_k(sq_distances(x), random_state=4)
     assert a.k == b.k == 2 and a.p_value == b.p_value and np.array_equal(a.gap, b.gap)
     assert any("K=2" in r.getMessage() and "p=" in r.getMessage() for r in caplog.records)
 
 
 def test_min_clusters_two_skips_the_one_cluster_step():
     x = np.random.default_rng(3).normal(size=(30, 4))
-    one = calibrated_k(_sq(x))
-    forced = calibrated_k(_sq(x), min_clusters=2)
+    one = calibrated_k(sq_distances(x))
+    forced = calibrated_k(sq_distances(x), min_clusters=2)
     assert one.k == 1 and forced.k >= 2 and forced.p_value == one.p_value
 
 
 def test_small_inputs_and_errors():
     assert calibrated_k(np.zeros((2, 2))).k == 1
     assert calibrated_k(np.zeros((5, 5))).k == 1                  # identical clients
-    d = _sq(np.arange(6.0))
+    d = sq_distances(np.arange(6.0))
     for kwargs, phrase in ((dict(null="box"), "null must be one of"),
                            (dict(references=0), "references must be >= 1"),
                            (dict(alpha=1.0), "alpha must be in"),
@@ -187,8 +182,8 @@ def test_small_inputs_and_errors():
 def test_uniform_null_also_decides():
     rng = np.random.default_rng(8)
     x = np.concatenate([rng.normal(0, 1, (10, 3)), rng.normal(9, 1, (10, 3))])
-    assert calibrated_k(_sq(x), null="uniform").k == 2
-    assert calibrated_k(_sq(x), null="uniform", statistic="drop").k == 2
+    assert calibrated_k(sq_distances(x), null="uniform").k == 2
+    assert calibrated_k(sq_distances(x), null="uniform", statistic="drop").k == 2
 
 
 def _fmcl_domains(n_domains, seed):
@@ -252,7 +247,7 @@ def test_noise_floor_correction_starts_just_past_hdlss_factor_times_the_rank(mon
     """The null keeps the sample spectrum while PR <= HDLSS_FACTOR * r (PR = 2 mean(D)^2 /
     var(D), r the embedding's rank), and spreads the floor over ceil(PR) directions past it."""
     x = np.random.default_rng(9).normal(size=(8, 40))
-    d = _sq(x)
+    d = sq_distances(x)
     _, values = mds_embedding(d)
     off = d[~np.eye(8, dtype=bool)]
     ratio = 2 * off.mean() ** 2 / off.var()

@@ -14,12 +14,7 @@ from omnifc.adapters import flux
 from omnifc.adapters._calibrated_k import (axis_cluster_index, calibrated_k,
                                            cluster_index_1d)
 
-
-def _sq(x):
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim == 1:
-        x = x[:, None]
-    return ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+from oracles import sq_distances
 
 
 def _ss(values):
@@ -77,7 +72,7 @@ def test_axis_statistic_p_value_margin_and_k_against_a_direct_computation(monkey
     refs = _refs(8, 9)
     draws = iter(refs)
     monkeypatch.setattr(ck, "_draw", lambda *args: next(draws))
-    out = calibrated_k(_sq(x), references=9, alpha=0.2, statistic="axis_ci")
+    out = calibrated_k(sq_distances(x), references=9, alpha=0.2, statistic="axis_ci")
     centred = x - x.mean(axis=0)
     observed = _brute_ci(centred @ np.linalg.svd(centred)[2][0])
     null = []
@@ -108,7 +103,7 @@ def test_axis_statistic_at_alpha_rejects_and_just_below_keeps_one(monkeypatch, s
     x = np.concatenate([np.zeros((5, 2)), np.full((5, 2), 10.0)])
     x = x + np.random.default_rng(1).normal(scale=0.01, size=x.shape)
 
-    embedded = ck.mds_embedding(_sq(x))[0]          # what the observed statistic reads
+    embedded = ck.mds_embedding(sq_distances(x))[0]          # what the observed statistic reads
 
     def fixed(equal):
         draws = iter([embedded] * equal + _refs(10, 19 - equal, seed=50))
@@ -116,15 +111,15 @@ def test_axis_statistic_at_alpha_rejects_and_just_below_keeps_one(monkeypatch, s
         monkeypatch.setattr(ck, "_unimodal_top", lambda rng, z, *args: z)
 
     fixed(0)
-    at = calibrated_k(_sq(x), references=19, alpha=0.05, statistic=statistic)
+    at = calibrated_k(sq_distances(x), references=19, alpha=0.05, statistic=statistic)
     assert at.p_value == pytest.approx(0.05) and at.k == 2
     assert at.labels.tolist() == [0] * 5 + [1] * 5
     fixed(0)
-    past = calibrated_k(_sq(x), references=19, alpha=0.0499, statistic=statistic)
+    past = calibrated_k(sq_distances(x), references=19, alpha=0.0499, statistic=statistic)
     assert past.p_value == pytest.approx(0.05) and past.k == 1
     assert past.margin == pytest.approx(0.05 - 0.0499)
     fixed(1)
-    tie = calibrated_k(_sq(x), references=19, alpha=0.05, statistic=statistic)
+    tie = calibrated_k(sq_distances(x), references=19, alpha=0.05, statistic=statistic)
     assert tie.p_value == pytest.approx(0.1) and tie.k == 1
 
 
@@ -132,9 +127,9 @@ def test_axis_statistic_at_alpha_rejects_and_just_below_keeps_one(monkeypatch, s
 @pytest.mark.timeout(120)
 def test_axis_statistic_default_references_and_the_cluster_rule_name():
     x = np.random.default_rng(4).normal(size=(9, 3))
-    assert calibrated_k(_sq(x), statistic="axis_ci").references == ck.AXIS_CI_REFERENCES == 99
-    assert calibrated_k(_sq(x)).references == ck.CALIBRATED_REFERENCES == 39
-    a = flux.cluster_clients(_sq(x), k_rule="calibrated_axis")
+    assert calibrated_k(sq_distances(x), statistic="axis_ci").references == ck.AXIS_CI_REFERENCES == 99
+    assert calibrated_k(sq_distances(x)).references == ck.CALIBRATED_REFERENCES == 39
+    a = flux.cluster_clients(sq_distances(x), k_rule="calibrated_axis")
     assert a.decision.rule == "calibrated/axis_ci" and a.decision.references == 99
 
 
@@ -149,11 +144,11 @@ def test_axis_statistic_finds_planted_groups_and_keeps_iid_at_one(seed):
         centres = rng.normal(size=(k, dim)) * 3.0
         groups = np.arange(n) % k
         x = rng.normal(size=(n, dim)) + centres[groups]
-        out = calibrated_k(_sq(x), statistic="axis_ci")
+        out = calibrated_k(sq_distances(x), statistic="axis_ci")
         assert out.k == k, (k, n, dim, out.summary())
         assert len({(g, l) for g, l in zip(groups, out.labels)}) == k
     for n, dim in ((10, 200), (60, 220), (300, 20)):
-        out = calibrated_k(_sq(rng.normal(size=(n, dim))), statistic="axis_ci")
+        out = calibrated_k(sq_distances(rng.normal(size=(n, dim))), statistic="axis_ci")
         assert out.k == 1 and out.p_value > out.alpha, (n, dim, out.summary())
 
 
@@ -165,7 +160,7 @@ def test_equal_descriptors_in_two_groups_give_two_clusters(statistic):
     rng = np.random.default_rng(3)
     a, b = rng.normal(size=12), rng.normal(size=12) + 0.5
     x = np.stack([a] * 7 + [b] * 5)
-    out = calibrated_k(_sq(x), statistic=statistic)
+    out = calibrated_k(sq_distances(x), statistic=statistic)
     assert out.k == 2 and out.labels.tolist() == [0] * 7 + [1] * 5
 
 
