@@ -355,6 +355,7 @@ RULES = {
     "flux:calibrated": lambda r: calibrated_k(r["flux"]).labels,
     "flux:axis_ci": lambda r: calibrated_k(r["flux"], statistic="axis_ci").labels,
     "flux:unimodal": lambda r: calibrated_k(r["flux"], statistic="axis_unimodal").labels,
+    "flux:denoised": lambda r: calibrated_k(r["flux"], statistic="denoised").labels,
     "flux:cal_l=C": lambda r: calibrated_k(r["flux_old"]).labels,
     "flux:ward": lambda r: flux.ward_gap(r["flux_old"]).labels,
     "flux:paper": lambda r: flux.adaptive_dbscan(r["flux_paper"], eps_rule="knee").labels,
