@@ -33,12 +33,15 @@ the observed top-axis projections, at Silverman's critical bandwidth
 (:func:`critical_bandwidth`; Silverman 1981), rescaled to the variance the null puts on that
 axis; the other axes stay the fitted null's. A skewed or heavy-tailed single population then
 has references of the same shape, so its low cluster index is no evidence of groups.
-``"denoised"`` (issue 24, seventh pass) keeps the leading principal axes above the
-broken-stick noise edge (:func:`broken_stick_axes`), takes the 2-means cluster index
+``"denoised"`` (issue 24, seventh pass) keeps the r leading principal axes above the
+broken-stick noise edge (:func:`broken_stick_axes`) and takes the 2-means cluster index
 ``W_2 / W_1`` there (:func:`two_means`, one start per kept axis, Lloyd's refinement;
-:func:`denoised_cluster_index`), and puts every reference draw through the same selection
-from its own spectrum, so the selection's optimism is in the null too; K = Ward's cut of the
-kept axes at its widest gap.
+:func:`denoised_cluster_index`). Each reference is the ``"axis_unimodal"`` draw (top axis
+from the data's unimodal KDE) read the same way on the r leading axes of *its own* spectrum:
+its directions are selected by its own variances, so that optimism is in the null, while the
+count r is the data's (a count re-selected per draw made the test anti-conservative: draws
+from the sample spectrum have a more dispersed spectrum, keep more axes, and an index in more
+axes is larger). K = Ward's cut of the kept axes at its widest gap.
 
 ``W_k`` comes from Ward's tree on the embedding: the tree's merge heights ``h`` satisfy
 ``Delta W = h^2 / 2`` (scipy's Ward distance), so ``W_k = W_1 - sum`` of the ``n - k`` lowest
@@ -106,9 +109,9 @@ AXIS_CI_REFERENCES = 99
 #: top axis drawn from the data's least-smooth unimodal KDE instead of a Gaussian; K as for
 #: ``"ward_gap"``) and ``"drop"`` (the largest standardized drop of log W; K by the gap
 #: statistic) and ``"denoised"`` (issue 24, seventh pass: the 2-means cluster index on the
-#: leading principal axes that stand above the broken-stick noise edge,
-#: :func:`denoised_cluster_index`; each reference goes through the same selection from its
-#: own draw; K = Ward's cut of those axes at its widest gap).
+#: r leading principal axes that stand above the broken-stick noise edge,
+#: :func:`denoised_cluster_index`; each reference, drawn as for ``"axis_unimodal"``, is read
+#: on the r leading axes of its own spectrum; K = Ward's cut of those axes at its widest gap).
 STATISTICS = ("ward_gap", "axis_ci", "drop", "axis_unimodal", "denoised")
 
 #: Statistics whose T is a 2-means cluster index (small = two groups, B = 99 default).
@@ -405,13 +408,16 @@ def _principal(x):
     return x @ vectors[:, keep], values[keep]
 
 
-def denoised_cluster_index(x, values=None) -> tuple[float, int, np.ndarray]:
+def denoised_cluster_index(x, values=None, axes: int | None = None
+                           ) -> tuple[float, int, np.ndarray]:
     """The statistic of ``statistic="denoised"``: ``(T, r, labels)``.
 
     ``x``: principal coordinates, largest variance first (the MDS embedding of D), with
     their variances ``values`` (computed from ``x`` when omitted, and ``x`` rotated to its
-    principal axes). ``r`` = :func:`broken_stick_axes` of the variances (the leading axes
-    above the noise edge), ``T`` and ``labels`` = :func:`two_means` of the first ``r`` axes.
+    principal axes). ``r`` = ``axes`` when given (a reference read on as many of its own
+    leading axes as the data kept), else :func:`broken_stick_axes` of the variances (the
+    leading axes above the noise edge); ``T`` and ``labels`` = :func:`two_means` of the
+    first ``r`` axes.
 
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
@@ -424,7 +430,8 @@ def denoised_cluster_index(x, values=None) -> tuple[float, int, np.ndarray]:
     if values is None:
         x, values = _principal(x)
     x = np.asarray(x, dtype=np.float64)
-    r = min(broken_stick_axes(values), x.shape[1])
+    r = broken_stick_axes(values) if axes is None else max(int(axes), 1)
+    r = min(r, x.shape[1])
     t, labels = two_means(x[:, :r])
     return t, r, labels
 
@@ -572,11 +579,14 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
     or ``"uniform"``) and the public ``random_state`` of the draws. Fewer than 3 clients:
     K = 1 (nothing to test).
     ``statistic``: the one-cluster test's statistic (``STATISTICS``); for ``"axis_ci"``,
-    ``"axis_unimodal"`` and ``"denoised"`` (small = two groups; B = 99 by default) ``p = (1 + #{T_b <= T}) / (1 + B)`` and the
+    ``"axis_unimodal"`` and ``"denoised"`` (small = two groups; B = 99 by default)
+    ``p = (1 + #{T_b <= T}) / (1 + B)`` and the
     margin of a K >= 2 decision is the references' alpha quantile / T. ``"axis_unimodal"``
     draws each reference's top axis from the observed top-axis projections' KDE at their
     critical bandwidth (:func:`critical_bandwidth`, :func:`smoothed_bootstrap`), scaled to
-    the variance the null gives that axis (module docstring).
+    the variance the null gives that axis (module docstring); ``"denoised"`` draws its
+    references the same way and reads data and references on as many leading axes as the
+    broken stick keeps for the data (:func:`denoised_cluster_index`).
     ``min_clusters=2`` skips step 1 (a caller that has its own one-cluster test, FMCL's,
     and has rejected one cluster): K >= 2 by the gap rule.
     """
@@ -619,22 +629,25 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
     ref = np.empty((b, top))
     ref_ratio = np.empty(b)
     ref_ci = np.empty(b)
-    if statistic == "axis_unimodal":
+    if statistic in ("axis_unimodal", "denoised"):
         top_y = x[:, 0]                       # MDS axes are the principal axes, largest first
         h_crit = critical_bandwidth(top_y)
         top_var = (spectrum[0][0] / (n - 1) if null == "gaussian"
                    else (highs[0] - lows[0]) ** 2 / 12.0)
-        logger.debug("axis_unimodal: critical bandwidth %.4g (top-axis sd %.4g)", h_crit,
+        logger.debug("%s: critical bandwidth %.4g (top-axis sd %.4g)", statistic, h_crit,
                      float(top_y.std()))
+    if statistic == "denoised":
+        kept_axes = broken_stick_axes(values)
     for i in range(b):
         z = _draw(rng, null, n, spectrum, lows, highs)
-        if statistic == "axis_unimodal":
+        if statistic in ("axis_unimodal", "denoised"):
             z = _unimodal_top(rng, z, top_y, h_crit, top_var)
         z_tree = _ward(z)
         ref[i] = np.log(np.maximum(within_sums(z, top, z_tree), np.finfo(np.float64).tiny))
         ref_ratio[i] = _widest_gap(z_tree[:, 2], GAP_SEARCH_FROM)[1]
         if statistic == "denoised":
-            ref_ci[i] = denoised_cluster_index(z)[0]      # the same selection, its own draw
+            # its own leading axes (selected by its own variances), as many as the data kept
+            ref_ci[i] = denoised_cluster_index(z, axes=kept_axes)[0]
         elif statistic in _AXIS_STATISTICS:
             ref_ci[i] = axis_cluster_index(z)
     gap = ref.mean(axis=0) - log_w
