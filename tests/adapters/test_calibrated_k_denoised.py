@@ -134,7 +134,37 @@ def test_two_means_in_several_dimensions_against_every_split():
     t, labels = two_means(x)
     assert t == pytest.approx(_brute_ci(x), rel=1e-10)
     assert labels.tolist() == groups.tolist()
-    assert two_means(np.ones((4, 2))) [0] == 1.0              # no spread: index 1
+    assert two_means(np.ones((4, 2)))[0] == 1.0              # no spread: index 1
+
+
+def test_lloyd_steps_reach_the_minimum_that_no_axis_cut_reaches():
+    """Two groups apart along an oblique direction of the principal plane (seed 4 of a
+    search for such a sample: no cut along either principal axis is the best split); the
+    refined 2-means is the exact minimum over every split, and it is the planted groups."""
+    rng = np.random.default_rng(4)
+    groups = np.arange(9) % 2
+    x = rng.normal(size=(9, 2)) * [1.5, 0.5] + 2.0 * groups[:, None] * np.array([1.0, 1.0])
+    coords = _principal_svd(x)[0]
+    cut_only = min(_cut_ci(coords, j) for j in range(2))
+    t, labels = two_means(coords)
+    assert t == pytest.approx(_brute_ci(coords), rel=1e-12)
+    assert cut_only > t + 1e-6
+    assert labels.tolist() == groups.tolist()
+
+
+def _cut_ci(x, j):
+    """W_2 / W_1 in all columns of the best cut of column j alone (every cut tried)."""
+    total = ((x - x.mean(axis=0)) ** 2).sum()
+    order = np.argsort(x[:, j])
+    best_1d, best = np.inf, None
+    for c in range(1, len(x)):
+        lo, hi = x[order[:c], j], x[order[c:], j]
+        w = ((lo - lo.mean()) ** 2).sum() + ((hi - hi.mean()) ** 2).sum()
+        if w < best_1d:
+            best_1d, best = w, c
+    g = np.zeros(len(x), dtype=bool)
+    g[order[best:]] = True
+    return sum(((x[s] - x[s].mean(axis=0)) ** 2).sum() for s in (g, ~g)) / total
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -256,3 +286,15 @@ def test_two_separated_groups_are_two_and_one_gaussian_is_one():
     one = calibrated_k(_sq(rng.normal(size=(40, 30))), statistic="denoised")
     assert one.k == 1 and one.p_value > one.alpha, one.summary()
     assert one.labels.tolist() == [0] * 40
+
+
+def test_bench_column_reads_the_denoised_rule(k_selection_bench):
+    """``flux:denoised`` in the grid is ``calibrated_k(D, statistic="denoised")`` on the
+    cell's FLUX D (labels compared with a direct call)."""
+    rng = np.random.default_rng(9)
+    groups = np.arange(12) % 2
+    x = rng.normal(size=(12, 4)) + 5.0 * groups[:, None]
+    d = _sq(x)
+    labels = k_selection_bench.RULES["flux:denoised"]({"flux": d, "groups": groups})
+    assert np.asarray(labels).tolist() == calibrated_k(d, statistic="denoised").labels.tolist()
+    assert len({(g, l) for g, l in zip(groups, labels)}) == 2
