@@ -31,8 +31,9 @@ developed on synthetic Gaussian clusters and on the design seed ``DESIGN_SEEDS``
 grid; the figures are for the held-out seeds ``HELD_OUT_SEEDS`` (default), never looked at
 before the rule was frozen (``FRESH_SEEDS`` for FMCL's additive null, ``FLUX_FRESH_SEEDS``
 for FLUX's ``axis_ci``, ``FLUX_UNIMODAL_SEEDS`` for FLUX's ``unimodal``,
-``FLUX_WEIGHTED_ALL_SEEDS`` for the ``weighted_all`` descriptor: docs/adapters.md says
-which seeds each table used).
+``FLUX_WEIGHTED_ALL_SEEDS`` for the ``weighted_all`` descriptor, ``FLUX_DENOISED_SEEDS`` for
+FLUX's ``denoised`` and the ``GOAL_ALPHA`` column: docs/adapters.md says which seeds each
+table used).
 
 Usage::
 
@@ -65,7 +66,8 @@ Two columns are **told the planted groups** and counted on the planted runs only
 (Ward's tree cut at the planted K; its exact partitions) and ``flux:oracle`` (K = 2 when
 :func:`permanova` of the planted groups on the same D rejects at alpha = 0.05: how often a
 level-alpha test that knows the groups finds them in this D; with 6 clients no permutation
-test can reject). ``flux:calibrated@0.01``: the default rule at ``GOAL_ALPHA``.
+test can reject). ``flux:calibrated@0.01``: the default rule at ``GOAL_ALPHA``;
+``flux:denoised``: ``calibrated_k(statistic="denoised")`` (the broken-stick axes).
 ``--descriptor-form`` (FLUX; default ``flux.DEFAULT_DESCRIPTOR_FORM``, ``weighted_all`` since
 issue 24's fifth pass: 1-row classes kept): the D behind ``flux:calibrated``, ``axis_ci``,
 ``unimodal`` and ``ward@K`` is built from ``flux.descriptor(..., form=...)``; the
@@ -110,6 +112,9 @@ FLUX_UNIMODAL_SEEDS = (3007, 3008, 3009, 3010, 3011, 3012)
 #: 3013-: never generated before FLUX's ``weighted_all`` descriptor form was frozen (issue 24,
 #: fifth pass; 3013-3022 in docs/adapters.md's table, 3023 beside it).
 FLUX_WEIGHTED_ALL_SEEDS = tuple(range(3013, 3024))
+#: 3024-3048: never generated before FLUX's ``denoised`` statistic and the ``GOAL_ALPHA``
+#: column were frozen (issue 24, seventh pass; 3048's planted cells not run).
+FLUX_DENOISED_SEEDS = tuple(range(3024, 3049))
 IID_CLIENTS = (6, 20, 100, 300, 500)
 ENCODER_DIM = 32
 ADAPTERS = ("flux", "fmcl")
@@ -370,6 +375,7 @@ RULES = {
     # the default rule at the level the iid goal asks for (GOAL_ALPHA), B = 199
     "flux:calibrated@0.01": lambda r: calibrated_k(r["flux"], alpha=GOAL_ALPHA,
                                                    references=199).labels,
+    "flux:denoised": lambda r: calibrated_k(r["flux"], statistic="denoised").labels,
     "flux:cal_l=C": lambda r: calibrated_k(r["flux_old"]).labels,
     "flux:ward": lambda r: flux.ward_gap(r["flux_old"]).labels,
     "flux:paper": lambda r: flux.adaptive_dbscan(r["flux_paper"], eps_rule="knee").labels,
@@ -620,7 +626,8 @@ def main(argv=None) -> int:
           f"(held out: {list(HELD_OUT_SEEDS)}; design: {list(DESIGN_SEEDS)}; held out for "
           f"FMCL's additive rule also: {list(FRESH_SEEDS)}; for FLUX's axis_ci: "
           f"{list(FLUX_FRESH_SEEDS)}; for FLUX's unimodal: {list(FLUX_UNIMODAL_SEEDS)}; for "
-          f"FLUX's weighted_all: {FLUX_WEIGHTED_ALL_SEEDS[0]}-{FLUX_WEIGHTED_ALL_SEEDS[-1]})")
+          f"FLUX's weighted_all: {FLUX_WEIGHTED_ALL_SEEDS[0]}-{FLUX_WEIGHTED_ALL_SEEDS[-1]}; "
+          f"for FLUX's denoised: {FLUX_DENOISED_SEEDS[0]}-{FLUX_DENOISED_SEEDS[-1]})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)

@@ -33,6 +33,15 @@ the observed top-axis projections, at Silverman's critical bandwidth
 (:func:`critical_bandwidth`; Silverman 1981), rescaled to the variance the null puts on that
 axis; the other axes stay the fitted null's. A skewed or heavy-tailed single population then
 has references of the same shape, so its low cluster index is no evidence of groups.
+``"denoised"`` (issue 24, seventh pass) keeps the r leading principal axes above the
+broken-stick noise edge (:func:`broken_stick_axes`) and takes the 2-means cluster index
+``W_2 / W_1`` there (:func:`two_means`, one start per kept axis, Lloyd's refinement;
+:func:`denoised_cluster_index`). Each reference is the ``"axis_unimodal"`` draw (top axis
+from the data's unimodal KDE) read the same way on the r leading axes of *its own* spectrum:
+its directions are selected by its own variances, so that optimism is in the null, while the
+count r is the data's (a count re-selected per draw made the test anti-conservative: draws
+from the sample spectrum have a more dispersed spectrum, keep more axes, and an index in more
+axes is larger). K = Ward's cut of the kept axes at its widest gap.
 
 ``W_k`` comes from Ward's tree on the embedding: the tree's merge heights ``h`` satisfy
 ``Delta W = h^2 / 2`` (scipy's Ward distance), so ``W_k = W_1 - sum`` of the ``n - k`` lowest
@@ -68,8 +77,8 @@ from ._k_selection import GAP_SEARCH_FROM, _widest_gap
 
 __all__ = ["AXIS_CI_REFERENCES", "CALIBRATED_ALPHA", "CALIBRATED_REFERENCES", "NULLS",
            "KDecision", "STATISTICS", "axis_cluster_index", "calibrated_k", "cluster_index_1d",
-           "critical_bandwidth", "kde_modes", "mds_embedding", "smoothed_bootstrap",
-           "within_sums"]
+           "broken_stick_axes", "critical_bandwidth", "denoised_cluster_index", "kde_modes",
+           "mds_embedding", "smoothed_bootstrap", "two_means", "within_sums"]
 
 logger = logging.getLogger(__name__)
 
@@ -99,11 +108,18 @@ AXIS_CI_REFERENCES = 99
 #: ``"ward_gap"``), ``"axis_unimodal"`` (the statistic of ``"axis_ci"``, each reference's
 #: top axis drawn from the data's least-smooth unimodal KDE instead of a Gaussian; K as for
 #: ``"ward_gap"``) and ``"drop"`` (the largest standardized drop of log W; K by the gap
-#: statistic).
-STATISTICS = ("ward_gap", "axis_ci", "drop", "axis_unimodal")
+#: statistic) and ``"denoised"`` (issue 24, seventh pass: the 2-means cluster index on the
+#: r leading principal axes that stand above the broken-stick noise edge,
+#: :func:`denoised_cluster_index`; each reference, drawn as for ``"axis_unimodal"``, is read
+#: on the r leading axes of its own spectrum; K = Ward's cut of those axes at its widest gap).
+STATISTICS = ("ward_gap", "axis_ci", "drop", "axis_unimodal", "denoised")
 
-#: Statistics whose T is the top axis's cluster index (small = two groups, B = 99 default).
-_AXIS_STATISTICS = ("axis_ci", "axis_unimodal")
+#: Statistics whose T is a 2-means cluster index (small = two groups, B = 99 default).
+_AXIS_STATISTICS = ("axis_ci", "axis_unimodal", "denoised")
+
+#: (our choice) Lloyd iterations of :func:`two_means` from each start (it stops earlier when
+#: the assignment no longer changes, in a handful of steps on every D measured).
+TWO_MEANS_ITERATIONS = 100
 
 #: (our choice) grid of the KDE mode count: at least this many points over the data's range,
 #: and at least ``KDE_GRID_PER_BANDWIDTH`` per bandwidth (so no bump of width ~h is stepped
@@ -160,6 +176,8 @@ class KDecision:
                 else "top-axis 2-means cluster index" if self.rule.endswith("axis_ci")
                 else "top-axis 2-means cluster index, unimodal-KDE top axis"
                 if self.rule.endswith("axis_unimodal")
+                else "2-means cluster index on the axes above the broken-stick edge"
+                if self.rule.endswith("denoised")
                 else "largest standardized drop")
         return (f"K={self.k} ({self.rule}: {what} {self.statistic:.4g} vs "
                 f"{self.null} reference {self.null_mean:.4g} +- {self.null_sd:.3g}, "
@@ -272,6 +290,150 @@ def axis_cluster_index(x) -> float:
     True
     """
     return cluster_index_1d(_top_axis(x))
+
+
+def broken_stick_axes(values) -> int:
+    """How many leading principal axes stand above the broken-stick noise edge (at least 1).
+
+    ``values``: the principal variances (any scale, any order; non-positive ones are
+    dropped), R of them. Axis j (largest first) carries the share ``lambda_j / sum lambda``;
+    the broken stick (Frontier 1976; Jackson 1993, "Stopping rules in principal components
+    analysis") expects ``b_j = (1/R) sum_{i=j}^{R} 1/i`` of the j-th largest of R shares
+    when the total variance is split at random, with no structure. The leading run of axes
+    with ``share_j > b_j`` is kept: the rule has no constant, and it reads only the spectrum,
+    so a reference draw is put through the same selection from its own spectrum.
+
+    >>> broken_stick_axes([10.0, 1.0, 1.0, 1.0])      # b = (0.521, 0.271, 0.146, 0.0625)
+    1
+    >>> broken_stick_axes([1.0, 1.0, 1.0, 1.0])       # 0.25 < b_1: no axis, at least 1 kept
+    1
+    >>> broken_stick_axes([6.0, 3.0, 0.5, 0.5])       # shares 0.6 > 0.521, 0.3 > 0.271
+    2
+    """
+    lam = np.sort(np.asarray(values, dtype=np.float64).ravel())[::-1]
+    lam = lam[lam > 0]
+    r = lam.size
+    if r < 2:
+        return 1
+    share = lam / lam.sum()
+    stick = np.cumsum(1.0 / np.arange(r, 0, -1))[::-1] / r        # b_j, j = 1..R
+    above = share > stick
+    keep = r if above.all() else int(np.argmin(above))
+    return max(keep, 1)
+
+
+def _best_cut_labels(y) -> np.ndarray:
+    """The best 2-means split of 1-D values (a cut of the sorted values), as 0/1 labels."""
+    y = np.asarray(y, dtype=np.float64)
+    n = y.size
+    order = np.argsort(y, kind="stable")
+    z = y[order] - y.mean()
+    c1, c2 = np.cumsum(z), np.cumsum(z * z)
+    i = np.arange(1, n)
+    cost = (c2[:-1] - c1[:-1] ** 2 / i) + ((c2[-1] - c2[:-1]) - (c1[-1] - c1[:-1]) ** 2 / (n - i))
+    labels = np.zeros(n, dtype=np.int64)
+    labels[order[int(np.argmin(cost)) + 1:]] = 1
+    return labels
+
+
+def _lloyd(x, labels, iterations):
+    """Lloyd's 2-means from ``labels``: the local optimum's ``(W_2, labels)``."""
+    labels = labels.copy()
+    for _ in range(iterations):
+        if labels.min() == labels.max():
+            break
+        c0, c1 = x[labels == 0].mean(axis=0), x[labels == 1].mean(axis=0)
+        new = (((x - c1) ** 2).sum(axis=1) < ((x - c0) ** 2).sum(axis=1)).astype(np.int64)
+        if np.array_equal(new, labels):
+            break
+        labels = new
+    if labels.min() == labels.max():
+        return float("inf"), labels
+    w = sum(float(((x[labels == g] - x[labels == g].mean(axis=0)) ** 2).sum()) for g in (0, 1))
+    return w, labels
+
+
+def two_means(x, iterations: int = TWO_MEANS_ITERATIONS) -> tuple[float, np.ndarray]:
+    """2-means of the rows of ``x``: ``(W_2 / W_1, labels)``, the best of one start per column.
+
+    Each start is the exact best split of one column (:func:`cluster_index_1d`'s cut),
+    refined by Lloyd's iterations in all columns; the smallest within sum of squares wins
+    (ties: the earlier column). Deterministic (no random start), so a reference and the data
+    are treated alike. With one column it is exact. ``W_2 / W_1`` is 1 when the rows do not
+    spread (fewer than 2 distinct rows).
+
+    >>> import numpy as np
+    >>> x = np.array([[0.0, 0.0], [0.1, 0.2], [5.0, 5.0], [5.2, 4.9]])
+    >>> t, labels = two_means(x)
+    >>> round(t, 4) < 0.01, labels.tolist()
+    (True, [0, 0, 1, 1])
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim == 1:
+        x = x[:, None]
+    n = x.shape[0]
+    x = x - x.mean(axis=0)
+    total = float((x * x).sum())
+    if n < 2 or not total > 0:
+        return 1.0, np.zeros(n, dtype=np.int64)
+    best, best_labels = float("inf"), np.zeros(n, dtype=np.int64)
+    for j in range(x.shape[1]):
+        if not np.ptp(x[:, j]) > 0:
+            continue
+        w, labels = _lloyd(x, _best_cut_labels(x[:, j]), int(iterations))
+        if w < best:
+            best, best_labels = w, labels
+    if not np.isfinite(best):
+        return 1.0, np.zeros(n, dtype=np.int64)
+    # numbered by first appearance, as the other rules' labels
+    if best_labels[0] == 1:
+        best_labels = 1 - best_labels
+    return float(max(best, 0.0) / total), best_labels
+
+
+def _principal(x):
+    """Principal coordinates of the (centred) rows of ``x``, largest variance first, and the
+    variances (the eigenvalues of the Gram matrix, the MDS of the rows' squared distances)."""
+    x = np.asarray(x, dtype=np.float64)
+    x = x - x.mean(axis=0)
+    gram = x @ x.T if x.shape[0] <= x.shape[1] else None
+    if gram is not None:
+        values, vectors = np.linalg.eigh(gram)
+        values, vectors = values[::-1], vectors[:, ::-1]
+        keep = values > max(values[0], 0.0) * x.shape[0] * np.finfo(np.float64).eps * 16
+        return vectors[:, keep] * np.sqrt(values[keep]), values[keep]
+    values, vectors = np.linalg.eigh(x.T @ x)
+    values, vectors = values[::-1], vectors[:, ::-1]
+    keep = values > max(values[0], 0.0) * x.shape[0] * np.finfo(np.float64).eps * 16
+    return x @ vectors[:, keep], values[keep]
+
+
+def denoised_cluster_index(x, values=None, axes: int | None = None
+                           ) -> tuple[float, int, np.ndarray]:
+    """The statistic of ``statistic="denoised"``: ``(T, r, labels)``.
+
+    ``x``: principal coordinates, largest variance first (the MDS embedding of D), with
+    their variances ``values`` (computed from ``x`` when omitted, and ``x`` rotated to its
+    principal axes). ``r`` = ``axes`` when given (a reference read on as many of its own
+    leading axes as the data kept), else :func:`broken_stick_axes` of the variances (the
+    leading axes above the noise edge); ``T`` and ``labels`` = :func:`two_means` of the
+    first ``r`` axes.
+
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> x = np.concatenate([rng.normal(0, 1, (10, 5)), rng.normal(0, 1, (10, 5))])
+    >>> x[10:, 0] += 12.0                     # two groups along the first coordinate
+    >>> t, r, labels = denoised_cluster_index(x)
+    >>> r, t < 0.1, labels.tolist() == [0] * 10 + [1] * 10
+    (1, True, True)
+    """
+    if values is None:
+        x, values = _principal(x)
+    x = np.asarray(x, dtype=np.float64)
+    r = broken_stick_axes(values) if axes is None else max(int(axes), 1)
+    r = min(r, x.shape[1])
+    t, labels = two_means(x[:, :r])
+    return t, r, labels
 
 
 def kde_modes(values, bandwidth: float) -> int:
@@ -416,12 +578,15 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
     for ``statistic="axis_ci"`` and ``"axis_unimodal"``), ``alpha``, ``null`` (``"gaussian"``
     or ``"uniform"``) and the public ``random_state`` of the draws. Fewer than 3 clients:
     K = 1 (nothing to test).
-    ``statistic``: the one-cluster test's statistic (``STATISTICS``); for ``"axis_ci"`` and
-    ``"axis_unimodal"`` (small = two groups) ``p = (1 + #{T_b <= T}) / (1 + B)`` and the
+    ``statistic``: the one-cluster test's statistic (``STATISTICS``); for ``"axis_ci"``,
+    ``"axis_unimodal"`` and ``"denoised"`` (small = two groups; B = 99 by default)
+    ``p = (1 + #{T_b <= T}) / (1 + B)`` and the
     margin of a K >= 2 decision is the references' alpha quantile / T. ``"axis_unimodal"``
     draws each reference's top axis from the observed top-axis projections' KDE at their
     critical bandwidth (:func:`critical_bandwidth`, :func:`smoothed_bootstrap`), scaled to
-    the variance the null gives that axis (module docstring).
+    the variance the null gives that axis (module docstring); ``"denoised"`` draws its
+    references the same way and reads data and references on as many leading axes as the
+    broken stick keeps for the data (:func:`denoised_cluster_index`).
     ``min_clusters=2`` skips step 1 (a caller that has its own one-cluster test, FMCL's,
     and has rejected one cluster): K >= 2 by the gap rule.
     """
@@ -464,21 +629,26 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
     ref = np.empty((b, top))
     ref_ratio = np.empty(b)
     ref_ci = np.empty(b)
-    if statistic == "axis_unimodal":
+    if statistic in ("axis_unimodal", "denoised"):
         top_y = x[:, 0]                       # MDS axes are the principal axes, largest first
         h_crit = critical_bandwidth(top_y)
         top_var = (spectrum[0][0] / (n - 1) if null == "gaussian"
                    else (highs[0] - lows[0]) ** 2 / 12.0)
-        logger.debug("axis_unimodal: critical bandwidth %.4g (top-axis sd %.4g)", h_crit,
+        logger.debug("%s: critical bandwidth %.4g (top-axis sd %.4g)", statistic, h_crit,
                      float(top_y.std()))
+    if statistic == "denoised":
+        kept_axes = broken_stick_axes(values)
     for i in range(b):
         z = _draw(rng, null, n, spectrum, lows, highs)
-        if statistic == "axis_unimodal":
+        if statistic in ("axis_unimodal", "denoised"):
             z = _unimodal_top(rng, z, top_y, h_crit, top_var)
         z_tree = _ward(z)
         ref[i] = np.log(np.maximum(within_sums(z, top, z_tree), np.finfo(np.float64).tiny))
         ref_ratio[i] = _widest_gap(z_tree[:, 2], GAP_SEARCH_FROM)[1]
-        if statistic in _AXIS_STATISTICS:
+        if statistic == "denoised":
+            # its own leading axes (selected by its own variances), as many as the data kept
+            ref_ci[i] = denoised_cluster_index(z, axes=kept_axes)[0]
+        elif statistic in _AXIS_STATISTICS:
             ref_ci[i] = axis_cluster_index(z)
     gap = ref.mean(axis=0) - log_w
     sd = ref.std(axis=0) * np.sqrt(1.0 + 1.0 / b)
@@ -490,6 +660,15 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
     j, ratio, _ = _widest_gap(tree[:, 2], GAP_SEARCH_FROM)
     if statistic == "ward_gap":
         observed, null_t = ratio, ref_ratio
+    elif statistic == "denoised":
+        observed, kept, _ = denoised_cluster_index(x, values)
+        null_t = ref_ci
+        # K from Ward's tree of the kept axes (the denoised embedding), at its widest gap
+        tree = _ward(x[:, :kept])
+        heights = tree[:, 2]
+        tree[:, 2] = np.where(heights <= DUPLICATE_HEIGHT * heights.max(), 0.0, heights)
+        j = _widest_gap(tree[:, 2], GAP_SEARCH_FROM)[0]
+        logger.debug("denoised: %d of %d axes above the broken-stick edge", kept, values.size)
     elif statistic in _AXIS_STATISTICS:
         observed, null_t = axis_cluster_index(x), ref_ci
     else:

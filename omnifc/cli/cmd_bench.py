@@ -21,7 +21,8 @@ BENCHMARKS = {"kernels": "bench_kernels.py", "protocol": "bench_protocol.py",
               "flux-k-grid": "flux_k_grid.py", "k-selection": "bench_k_selection.py",
               "startup": "bench_startup.py", "flower": "bench_flower.py",
               "chaos": "bench_chaos.py", "reset": "bench_reset.py",
-              "restart": "bench_restart.py"}
+              "restart": "bench_restart.py",
+              "clove-label-reference": "clove_label_reference.py"}
 
 
 def benchmarks_dir() -> Path:

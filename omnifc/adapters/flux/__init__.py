@@ -25,7 +25,8 @@ Server side: optional per-block scaling (none by default), automatic K from D
 federations of the same size fitted to D, p <= 0.05, evidence in ``FluxRun.decision``),
 two options of the same test on the top principal axis (``"calibrated_axis"``: the 2-means
 cluster index against Gaussian references; ``"calibrated_unimodal"``: the same against
-references whose top axis has the data's own least-smooth unimodal shape), the previous
+references whose top axis has the data's own least-smooth unimodal shape;
+``"calibrated_denoised"``: the 2-means cluster index on the broken-stick axes), the previous
 Ward gap rule (``k_rule="ward"``, :func:`ward_gap`: Ward's tree on D cut at
 the widest relative gap of its merge heights above ``WARD_MIN_GAP``) or FLUX's adaptive DBSCAN (``k_rule="dbscan"``,
 ``min_samples = 2``; every noise point becomes its own cluster) with eps from omnifc's gap

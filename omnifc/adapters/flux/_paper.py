@@ -216,16 +216,20 @@ def adaptive_dbscan(distances, *, eps_rule: str = "gap", eps_scaling: float = 1.
 #: ``statistic="axis_ci"``: the 2-means cluster index on the top principal axis, B = 99),
 #: ``"calibrated_unimodal"`` (the same statistic against references whose top axis is drawn
 #: from the data's least-smooth unimodal KDE: ``statistic="axis_unimodal"``),
+#: ``"calibrated_denoised"`` (``statistic="denoised"``: the 2-means cluster index on the
+#: leading axes above the broken-stick noise edge, issue 24 seventh pass),
 #: ``"ward"`` (the previous default: :func:`ward_gap`) or ``"dbscan"`` (FLUX's adaptive
 #: DBSCAN, :func:`adaptive_dbscan`, with ``eps_rule``).
-K_RULES = ("calibrated", "calibrated_axis", "calibrated_unimodal", "ward", "dbscan")
+K_RULES = ("calibrated", "calibrated_axis", "calibrated_unimodal", "calibrated_denoised",
+           "ward", "dbscan")
 
 #: The K rule every FLUX entry point uses unless told otherwise (issue 24).
 DEFAULT_K_RULE = "calibrated"
 
 #: The :func:`calibrated_k` statistic of each calibrated K rule.
 _CALIBRATED_STATISTICS = {"calibrated": "ward_gap", "calibrated_axis": "axis_ci",
-                          "calibrated_unimodal": "axis_unimodal"}
+                          "calibrated_unimodal": "axis_unimodal",
+                          "calibrated_denoised": "denoised"}
 
 def _check_k_rule(k_rule: str, eps_rule: str, eps_scaling: float) -> None:
     if k_rule not in K_RULES:
@@ -248,7 +252,10 @@ def cluster_clients(distances, *, k_rule: str = DEFAULT_K_RULE, eps_rule: str = 
     is NaN (no cut height). ``k_rule="calibrated_axis"``: the same with
     ``calibrated_k(statistic="axis_ci")``; ``k_rule="calibrated_unimodal"``: the same with
     ``calibrated_k(statistic="axis_unimodal")`` (the top axis's null drawn from the data's
-    least-smooth unimodal KDE). ``k_rule="ward"`` (the previous default):
+    least-smooth unimodal KDE); ``k_rule="calibrated_denoised"``: the same with
+    ``calibrated_k(statistic="denoised")`` (2-means on the axes above the broken-stick
+    noise edge, the references put through the same selection). ``k_rule="ward"`` (the
+    previous default):
     :func:`ward_gap`.
     ``k_rule="dbscan"``:
     FLUX's adaptive DBSCAN (:func:`adaptive_dbscan`) with ``eps_rule`` (``"gap"``, omnifc's

@@ -90,8 +90,9 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
        (``normalization="none"`` by default: D only) and chooses the clusters with
        :func:`cluster_clients`: ``k_rule="calibrated"`` by default (:func:`calibrated_k`,
        omnifc's, seeded by ``seed``; its evidence is ``FluxRun.decision``),
-       ``"calibrated_axis"`` and ``"calibrated_unimodal"`` (options: the same test on the
-       top principal axis, :data:`K_RULES`), ``"ward"`` (:func:`ward_gap`, the previous
+       ``"calibrated_axis"``, ``"calibrated_unimodal"`` and ``"calibrated_denoised"``
+       (options: the same test on the top principal axis or the broken-stick axes,
+       :data:`K_RULES`), ``"ward"`` (:func:`ward_gap`, the previous
        default);
        ``k_rule="dbscan"`` runs FLUX's adaptive DBSCAN with ``eps_rule`` (``"gap"``, the
        previous default, or the paper's ``"knee"`` with ``eps_scaling``);
