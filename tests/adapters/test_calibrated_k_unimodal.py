@@ -157,18 +157,22 @@ def test_unimodal_statistic_p_value_against_a_direct_computation(monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_unimodal_rule_is_reproducible_and_named():
+@pytest.mark.parametrize("statistic, k_rule", [("axis_unimodal", "calibrated_unimodal"),
+                                               ("denoised", "calibrated_denoised")])
+def test_top_axis_family_rule_is_reproducible_and_named(statistic, k_rule):
+    """The unimodal-reference statistics (``axis_unimodal`` and ``denoised``): the public
+    seed drives the references, B = 99, and FLUX's k_rule of that name is the same call."""
     x = np.random.default_rng(4).normal(size=(25, 3))
-    a = calibrated_k(sq_distances(x), statistic="axis_unimodal", random_state=7)
-    b = calibrated_k(sq_distances(x), statistic="axis_unimodal", random_state=7)
-    c = calibrated_k(sq_distances(x), statistic="axis_unimodal", random_state=8)
-    assert (a.p_value, a.null_mean, a.null_sd) == (b.p_value, b.null_mean, b.null_sd)
+    a = calibrated_k(sq_distances(x), statistic=statistic, random_state=7)
+    b = calibrated_k(sq_distances(x), statistic=statistic, random_state=7)
+    c = calibrated_k(sq_distances(x), statistic=statistic, random_state=8)
+    assert (a.p_value, a.null_mean, a.null_sd, a.k) == (b.p_value, b.null_mean, b.null_sd, b.k)
     assert a.null_mean != c.null_mean                  # the seed drives the references
     assert a.references == ck.AXIS_CI_REFERENCES == 99
-    got = flux.cluster_clients(sq_distances(x), k_rule="calibrated_unimodal", random_state=7)
-    assert got.decision.rule == "calibrated/axis_unimodal"
+    got = flux.cluster_clients(sq_distances(x), k_rule=k_rule, random_state=7)
+    assert got.decision.rule == f"calibrated/{statistic}"
     assert got.decision.p_value == a.p_value and got.n_clusters == a.k
-    assert "calibrated_unimodal" in flux.K_RULES
+    assert k_rule in flux.K_RULES and flux.DEFAULT_K_RULE == "calibrated"
 
 
 @pytest.mark.slow
