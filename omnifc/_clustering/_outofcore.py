@@ -38,8 +38,7 @@ from ._density import knee_eps
 from ._fcm import fcm_points
 from ._kmeans import best_lloyd
 from ._kmedoids import pam
-from ._streamed import (PermutedRows, knn_graph, mean_euclidean, min_above, radius_graph,
-                        streamed_mds)
+from ._streamed import PermutedRows, knn_graph, min_above, radius_graph, streamed_mds
 
 __all__ = ["STREAMED", "streamed_function", "knn_affinity", "spectral_on_graph"]
 
