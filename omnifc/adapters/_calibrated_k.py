@@ -211,6 +211,18 @@ def _ward(x):
     return linkage(x, method="ward")
 
 
+def _ward_of_embedding(x):
+    """Ward's tree of an MDS embedding of D, its rounding-noise merge heights set to 0.
+
+    Clients with equal descriptors (D_ij = 0) merge at height 0, but MDS returns their
+    coordinates with rounding noise (~1e-8 of the scale); a widest "gap" between two such
+    noise heights is no gap: heights below ``DUPLICATE_HEIGHT`` x the largest count as 0."""
+    tree = _ward(x)
+    heights = tree[:, 2]
+    tree[:, 2] = np.where(heights <= DUPLICATE_HEIGHT * heights.max(), 0.0, heights)
+    return tree
+
+
 def within_sums(x, top: int, tree=None) -> np.ndarray:
     """``W_k`` (within-cluster sum of squares of Ward's cut into k) for ``k = 1..top``.
 
@@ -396,16 +408,12 @@ def _principal(x):
     variances (the eigenvalues of the Gram matrix, the MDS of the rows' squared distances)."""
     x = np.asarray(x, dtype=np.float64)
     x = x - x.mean(axis=0)
-    gram = x @ x.T if x.shape[0] <= x.shape[1] else None
-    if gram is not None:
-        values, vectors = np.linalg.eigh(gram)
-        values, vectors = values[::-1], vectors[:, ::-1]
-        keep = values > max(values[0], 0.0) * x.shape[0] * np.finfo(np.float64).eps * 16
-        return vectors[:, keep] * np.sqrt(values[keep]), values[keep]
-    values, vectors = np.linalg.eigh(x.T @ x)
+    gram_side = x.shape[0] <= x.shape[1]              # eigh of the smaller square matrix
+    values, vectors = np.linalg.eigh(x @ x.T if gram_side else x.T @ x)
     values, vectors = values[::-1], vectors[:, ::-1]
     keep = values > max(values[0], 0.0) * x.shape[0] * np.finfo(np.float64).eps * 16
-    return x @ vectors[:, keep], values[keep]
+    values, vectors = values[keep], vectors[:, keep]
+    return (vectors * np.sqrt(values) if gram_side else x @ vectors), values
 
 
 def denoised_cluster_index(x, values=None, axes: int | None = None
@@ -616,12 +624,7 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
                          references=b, null=null, seed=int(random_state))
     top_k = min(int(max_clusters), n - 1)
     top = min(top_k + 1, n - 1)                       # W_{k+1} needed for the gap rule
-    tree = _ward(x)
-    # clients with equal descriptors (D_ij = 0) merge at height 0, but MDS returns their
-    # coordinates with rounding noise (~1e-8 of the scale); a widest "gap" between two such
-    # noise heights is no gap: heights below DUPLICATE_HEIGHT x the largest count as 0
-    heights = tree[:, 2]
-    tree[:, 2] = np.where(heights <= DUPLICATE_HEIGHT * heights.max(), 0.0, heights)
+    tree = _ward_of_embedding(x)
     log_w = np.log(np.maximum(within_sums(x, top, tree), np.finfo(np.float64).tiny))
     rng = np.random.Generator(np.random.PCG64(int(random_state)))
     spectrum = _null_spectrum(d, values) if null == "gaussian" else None
@@ -664,9 +667,7 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
         observed, kept, _ = denoised_cluster_index(x, values)
         null_t = ref_ci
         # K from Ward's tree of the kept axes (the denoised embedding), at its widest gap
-        tree = _ward(x[:, :kept])
-        heights = tree[:, 2]
-        tree[:, 2] = np.where(heights <= DUPLICATE_HEIGHT * heights.max(), 0.0, heights)
+        tree = _ward_of_embedding(x[:, :kept])
         j = _widest_gap(tree[:, 2], GAP_SEARCH_FROM)[0]
         logger.debug("denoised: %d of %d axes above the broken-stick edge", kept, values.size)
     elif statistic in _AXIS_STATISTICS:
