@@ -325,28 +325,19 @@ def permanova(d, groups, *, permutations: int = ORACLE_PERMUTATIONS, seed: int =
     if d.shape != (n, n) or not 2 <= a < n:
         raise ParameterError(f"permanova needs an n x n D and 2 <= groups < n clients; got D "
                              f"{d.shape}, {a} groups of {n} clients")
-    if d.sum() <= 0:
+    total = d.sum() / (2 * n)
+    if total <= 0:
         return 0.0, 1.0
-    f = _pseudo_f(d, _relabellings(index, permutations, seed))
-    # a relabelling of the same partition sums in another order: equal up to rounding
-    count = int(np.sum(f[1:] >= f[0] * (1 - 1e-9)))
-    return float(f[0]), (1 + count) / (1 + permutations)
-
-
-def _relabellings(index, permutations, seed):
-    """Row 0 the labels ``index``, then ``permutations`` random shuffles (public seed)."""
     rng = np.random.default_rng(seed)
-    return np.vstack([index, rng.permuted(np.tile(index, (permutations, 1)), axis=1)])
-
-
-def _pseudo_f(d, labels):
-    """PERMANOVA's pseudo-F of every row of ``labels`` (integer groups 0..a-1) on ``d``."""
-    n, a = labels.shape[1], int(labels.max()) + 1
+    labels = np.vstack([index, rng.permuted(np.tile(index, (permutations, 1)), axis=1)])
     onehot = (labels[:, :, None] == np.arange(a)).astype(np.float64)       # (B + 1, n, a)
     quad = np.einsum("bia,bia->ba", onehot, np.matmul(d, onehot))
     within = (quad / (2 * onehot.sum(axis=1))).sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return ((d.sum() / (2 * n) - within) / (a - 1)) / (within / (n - a))
+    with np.errstate(divide="ignore"):
+        f = ((total - within) / (a - 1)) / (within / (n - a))
+    # a relabelling of the same partition sums in another order: equal up to rounding
+    count = int(np.sum(f[1:] >= f[0] * (1 - 1e-9)))
+    return float(f[0]), (1 + count) / (1 + permutations)
 
 
 def _oracle(d, groups, alpha=0.05):
