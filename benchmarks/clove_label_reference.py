@@ -48,11 +48,13 @@ CASES = (("breast_cancer", 2), ("wine", 2), ("wine", 3), ("digits", 2), ("digits
 GROUP_ALPHA, CLIENT_CONCENTRATION, PRIOR_FLOOR = 0.5, 50.0, 1e-3
 
 
-def case(name: str, k: int, seed: int, shift: str = "label"):
+def case(name: str, k: int, seed: int, shift: str = "label", train_samples: int = 150):
     """The clients of one run (5 of group 0, the first 2 of every other group), their
-    planted groups, the model and K initial models (as in the study)."""
+    planted groups, the model and K initial models, and the class count (as in the study;
+    the CLoVE loop tests build their cases here too)."""
     data = fl.make_federated(name, shift=shift, n_groups=k, clients_per_group=5,
-                             new_per_group=0, train_samples=150, test_samples=30, seed=seed)
+                             new_per_group=0, train_samples=train_samples, test_samples=30,
+                             seed=seed)
     seen = np.zeros(k, dtype=np.int64)
     keep = []
     for i, cl in enumerate(data.clients):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benchmark_scripts import load_benchmark
 from oracles import Oracle
 
 #: A small prime, mid-size primes, and the int64 boundary prime 2^31 - 1.
@@ -27,14 +28,14 @@ def seeded_source():
 def k_selection_bench():
     """``benchmarks/bench_k_selection.py`` loaded as a module (its grid's generators and
     descriptors, which the K-rule tests check against the adapters)."""
-    import importlib.util
-    from pathlib import Path
+    return load_benchmark("bench_k_selection")
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_k_selection.py"
-    spec = importlib.util.spec_from_file_location("bench_k_selection", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+
+@pytest.fixture(scope="session")
+def clove_reference():
+    """``benchmarks/clove_label_reference.py`` loaded as a module (the CLoVE study's cases
+    and its label-shift references)."""
+    return load_benchmark("clove_label_reference")
 
 
 @pytest.fixture(scope="session")

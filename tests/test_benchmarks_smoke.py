@@ -8,7 +8,6 @@ they are on this machine).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -16,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from benchmark_scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
@@ -318,9 +319,7 @@ def test_bench_chaos_schedule_is_seeded_and_draws_offsets_within_the_volume():
     from protocols._config import Deadlines
     from protocols._fault_proxy import FaultSpec
 
-    spec = importlib.util.spec_from_file_location("bench_chaos", BENCH / "bench_chaos.py")
-    chaos = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(chaos)
+    chaos = load_benchmark("bench_chaos")
     names = [f"party-{i}" for i in range(7)]
     volume = {n: {"up": 5000, "down": 700} for n in names}
     deadlines = Deadlines(join=10, shares=8, evaluation=5, result=5)
@@ -362,9 +361,7 @@ def test_bench_k_selection_quick_counts_what_its_rules_returned(tmp_path):
               f"/{2 if n in told else 3}" for n in names]
     assert total[44:].split()[::2] == counts
     # the oracle says K = 2 exactly when PERMANOVA of the planted groups rejects
-    spec = importlib.util.spec_from_file_location("bench_k", BENCH / "bench_k_selection.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("bench_k_selection")
     for row in rows[:2]:
         rec = bench.cached_distances(tuple(row["cell"]), row["seed"], None, ("flux",))
         rejected = bench.permanova(rec["flux"], rec["groups"])[1] <= 0.05

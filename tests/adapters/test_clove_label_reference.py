@@ -3,7 +3,6 @@ checked against scipy, brute force and the generator itself."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import subprocess
 import sys
@@ -18,12 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def ref():
-    spec = importlib.util.spec_from_file_location(
-        "clove_label_reference", ROOT / "benchmarks" / "clove_label_reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def ref(clove_reference):
+    return clove_reference
 
 
 def test_loglik_is_scipys_dirichlet_multinomial_up_to_the_shared_coefficient(ref):

@@ -17,6 +17,7 @@ from finite_field import ParameterError
 from omnifc import fl
 from omnifc.adapters import clove
 
+from benchmark_scripts import load_benchmark
 from oracles import sq_distances
 
 from .test_clove import MODELS, TARGETS, _fl_clients, _keep, _Scalar
@@ -526,16 +527,10 @@ def test_true_models_default_spread_is_five(seed):
 # -- round 0 restarts (issue 24): a random round 0 must not lock merged groups in ----------
 
 def _unequal_mlp_case(name, k, seed, train_samples=150, shift="feature"):
-    """5 clients in group 0, 2 in every other group (unequal groups), a small MLP."""
-    data = fl.make_federated(name, shift=shift, n_groups=k, clients_per_group=5,
-                             new_per_group=0, train_samples=train_samples, test_samples=30,
-                             seed=seed)
-    keep = [i for i, c in enumerate(data.clients)
-            if c.group == 0 or sum(1 for j in range(i) if data.clients[j].group == c.group) < 2]
-    clients = [data.clients[i] for i in keep]
-    model = fl.MLP(data.n_features, 16, data.n_classes)
-    return clients, np.array([c.group for c in clients]), model, [model.init(seed * 100 + j)
-                                                                   for j in range(k)]
+    """5 clients in group 0, 2 in every other group (unequal groups), a small MLP: the CLoVE
+    study's case (``benchmarks/clove_label_reference.py::case``), feature shift by default."""
+    return load_benchmark("clove_label_reference").case(name, k, seed, shift=shift,
+                                                        train_samples=train_samples)[:4]
 
 
 def _silhouette(d, labels):

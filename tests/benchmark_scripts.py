@@ -1,0 +1,16 @@
+"""The benchmark scripts of ``benchmarks/`` loaded as modules (they are scripts, not a
+package), for tests that check or reuse what a benchmark defines."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+
+def load_benchmark(name: str):
+    """``benchmarks/<name>.py`` as a module."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
