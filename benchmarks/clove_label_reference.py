@@ -16,6 +16,15 @@ client, breast cancer K = 2, wine K = 2 and 3, digits K = 2, 3 and 5, label shif
   estimate what this reference is told.
 - ``histograms``: a label-free reference, k-means (50 initializations, K known) on the
   clients' training label histograms.
+- ``at truth``: CLoVE's own objective told the groups. The K models are trained on the
+  planted groups (:func:`truth_models`: the loop's trainer and rounds, as if the loop had
+  found them), every client's loss vector on them goes through the loop's D, and the loop's
+  k-means (K known, :data:`clove.DEFAULT_KMEANS_INITS` runs) clusters it
+  (:func:`at_truth`). Three counts: ``k-means`` (the clients all in their planted groups),
+  ``optimal`` (the planted partition's k-means objective, exact from D
+  (:func:`kmeans_objective`), is no larger than the partition k-means found: where it is
+  larger, no k-means search reaches the groups) and ``argmin`` (every client's lowest loss
+  is its group's model: IFCA's rule, which reads the loss vectors, not D).
 - ``clove`` (with ``--clove``): ``clove.run_clove_fl`` with its defaults, K known, 8 rounds,
   plaintext (secure = plaintext is tested): minutes.
 
@@ -32,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from fractions import Fraction
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -40,6 +50,8 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 
 from omnifc import fl
+from omnifc.adapters import clove
+from omnifc.adapters._common import plaintext_distances, quantize_rows
 
 CASES = (("breast_cancer", 2), ("wine", 2), ("wine", 3), ("digits", 2), ("digits", 3),
          ("digits", 5))
@@ -114,6 +126,56 @@ def references(name: str, k: int, seed: int):
             inits)
 
 
+def kmeans_objective(d, labels) -> Fraction:
+    """The k-means objective (within-cluster sum of squares) of a partition from the squared
+    distances alone, ``sum_g sum_{i, j in g} d_ij / (2 |g|)``, in exact arithmetic (each
+    entry taken as the exact number it is; the loop's D is dyadic).
+
+    >>> kmeans_objective(np.array([[0, 4, 9], [4, 0, 1], [9, 1, 0]]), np.array([0, 0, 1]))
+    Fraction(2, 1)
+    """
+    d, labels = np.asarray(d), np.asarray(labels)
+    total = Fraction(0)
+    for g in np.unique(labels):
+        idx = np.flatnonzero(labels == g)
+        block = sum(map(Fraction, d[np.ix_(idx, idx)].ravel().tolist()), Fraction(0))
+        total += block / (2 * idx.size)
+    return total
+
+
+def truth_models(clients, groups, model, inits, seed: int, rounds: int = 8) -> list:
+    """The K models trained on the planted groups: ``inits[g]`` trained by group g's
+    clients with the loop's trainer (:func:`clove.classifier_trainer`) and FedAvg, for the
+    loop's ``rounds``; the models CLoVE would hold had it found the groups."""
+    groups = np.asarray(groups)
+    record = fl.run_federated(clients, inits, rounds=rounds,
+                              local_train=clove.classifier_trainer(model),
+                              assign=fl.fixed_assign(groups), initial_assignment=groups,
+                              seed=seed)
+    return record.models
+
+
+def truth_loss_vectors(clients, groups, model, inits, seed: int):
+    """``(loss vectors, D)``: every client's mean training loss on each of the
+    :func:`truth_models`, and their squared distances as the loop reconstructs them."""
+    models = truth_models(clients, groups, model, inits, seed)
+    vectors = np.array([[model.loss(m, c.x_train, c.y_train) for m in models]
+                        for c in clients])
+    return vectors, plaintext_distances(quantize_rows(vectors, bound=clove.CLASSIFIER_MAX_LOSS,
+                                                      scale_bits=clove.DEFAULT_SCALE_BITS,
+                                                      nonnegative=True))
+
+
+def at_truth(clients, groups, model, inits, k: int, seed: int):
+    """``(k-means exact, planted objective optimal, argmin exact)`` of CLoVE's objective
+    told the groups (module docstring, ``at truth``)."""
+    vectors, d = truth_loss_vectors(clients, groups, model, inits, seed)
+    labels = clove.cluster_clients(d, k, random_state=seed, n_init=clove.DEFAULT_KMEANS_INITS)
+    return (bool(adjusted_rand_score(groups, labels) == 1),
+            kmeans_objective(d, groups) <= kmeans_objective(d, labels),
+            bool((vectors.argmin(axis=1) == groups).all()))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="70-79")
@@ -124,18 +186,21 @@ def main(argv=None) -> int:
     lo, _, hi = args.seeds.partition("-")
     seeds = [70] if args.quick else list(range(int(lo), int(hi or lo) + 1))
     cases = CASES[:2] if args.quick else CASES
-    totals = {"bayes": 0, "histograms": 0, "clove": 0}
+    totals = {"bayes": 0, "histograms": 0, "k-means": 0, "optimal": 0, "argmin": 0,
+              "clove": 0}
     runs = 0
-    print("seed  data            K  bayes  histograms" + ("  clove" if args.clove else ""))
+    print("seed  data            K  bayes  histograms  at truth: k-means  optimal  argmin"
+          + ("  clove" if args.clove else ""))
     for seed in seeds:
         for name, k in cases:
             bayes, hist, clients, groups, model, inits = references(name, k, seed)
-            line = f"{seed:4d}  {name:14s} {k:2d}  {int(bayes):5d}  {int(hist):10d}"
-            totals["bayes"] += bayes
-            totals["histograms"] += hist
+            kmeans, optimal, argmin = at_truth(clients, groups, model, inits, k, seed)
+            line = (f"{seed:4d}  {name:14s} {k:2d}  {int(bayes):5d}  {int(hist):10d}  "
+                    f"{int(kmeans):17d}  {int(optimal):7d}  {int(argmin):6d}")
+            for key, value in (("bayes", bayes), ("histograms", hist), ("k-means", kmeans),
+                               ("optimal", optimal), ("argmin", argmin)):
+                totals[key] += value
             if args.clove:
-                from omnifc.adapters import clove
-
                 run = clove.run_clove_fl(clients, model, inits, n_clusters=k, rounds=8,
                                          seed=seed, secure=False)
                 exact = bool(adjusted_rand_score(groups, run.assignments[-1]) == 1)
@@ -144,7 +209,9 @@ def main(argv=None) -> int:
             runs += 1
             print(line, flush=True)
     summary = (f"all clients right (ARI 1): bayes (told the priors) {totals['bayes']}/{runs}, "
-               f"histograms (label-free) {totals['histograms']}/{runs}")
+               f"histograms (label-free) {totals['histograms']}/{runs}, at truth: "
+               f"k-means {totals['k-means']}/{runs}, planted objective optimal "
+               f"{totals['optimal']}/{runs}, argmin {totals['argmin']}/{runs}")
     if args.clove:
         summary += f", clove (defaults) {totals['clove']}/{runs}"
     print(summary + f"; seeds {seeds}")

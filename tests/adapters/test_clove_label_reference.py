@@ -3,15 +3,20 @@ checked against scipy, brute force and the generator itself."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import subprocess
 import sys
+import types
+from fractions import Fraction
 from pathlib import Path
 from unittest import mock
 
 import numpy as np
 import pytest
 from scipy.stats import dirichlet_multinomial
+
+from omnifc import fl
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,6 +74,56 @@ def test_group_priors_replay_the_generators_draw(ref):
     assert np.bincount(groups).tolist() == [5, 2, 2] and len(clients) == 9
 
 
+def test_kmeans_objective_is_the_within_cluster_sum_of_squares(ref):
+    """Against the centroid form, in fractions, on integer vectors and random partitions."""
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        x = rng.integers(-50, 50, size=(9, 3))
+        labels = rng.integers(0, 3, size=9)
+        d = ((x[:, None, :] - x[None, :, :]) ** 2).sum(axis=2).astype(np.float64)
+        expected = Fraction(0)
+        for g in np.unique(labels):
+            rows = x[labels == g]
+            centre = [Fraction(int(c), len(rows)) for c in rows.sum(axis=0)]
+            expected += sum((int(v) - centre[j]) ** 2 for row in rows for j, v in enumerate(row))
+        assert ref.kmeans_objective(d, labels) == expected
+
+
+def test_truth_models_are_each_trained_by_their_own_group_only(ref):
+    """Changing a group-1 client's labels leaves group 0's model bit for bit and moves
+    group 1's."""
+    clients, groups, model, inits, _ = ref.case("wine", 2, 71)
+    before = ref.truth_models(clients, groups, model, inits, seed=71, rounds=2)
+    i = int(np.flatnonzero(groups == 1)[0])
+    changed = list(clients)
+    changed[i] = dataclasses.replace(clients[i], y_train=clients[i].y_train[::-1].copy())
+    after = ref.truth_models(changed, groups, model, inits, seed=71, rounds=2)
+    assert all(np.array_equal(a, b) for a, b in zip(before[0], after[0]))
+    assert not all(np.array_equal(a, b) for a, b in zip(before[1], after[1]))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name, k, seed", [("wine", 3, 70), ("wine", 3, 72), ("wine", 2, 74),
+                                           ("digits", 3, 70), ("breast_cancer", 2, 79)])
+def test_at_truth_optimal_means_the_planted_partition_is_the_global_optimum(ref, name, k,
+                                                                             seed):
+    """Every partition of the clients into k clusters tried (3,025 for 9 clients): the
+    ``optimal`` count is "the planted partition has the least k-means objective", so where it
+    is 0 no k-means search can reach the groups; ``argmin`` is the library's IFCA rule on the
+    same models. Cases from seeds 70-79 with both answers of each."""
+    clients, groups, model, inits, _ = ref.case(name, k, seed)
+    kmeans, optimal, argmin = ref.at_truth(clients, groups, model, inits, k, seed)
+    _, d = ref.truth_loss_vectors(clients, groups, model, inits, seed)
+    models = ref.truth_models(clients, groups, model, inits, seed)
+    ifca = fl.ifca_assign(model)(types.SimpleNamespace(models=models, clients=clients))
+    assert argmin == bool((ifca == groups).all())       # the library's IFCA rule
+    best = min(ref.kmeans_objective(d, np.array(a))
+               for a in itertools.product(range(k), repeat=len(clients))
+               if a[0] == 0 and len(set(a)) == k)
+    assert optimal == (ref.kmeans_objective(d, groups) == best)
+    assert kmeans <= optimal          # k-means finding the groups makes them optimal
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_quick_run_counts_its_rows():
@@ -79,4 +134,7 @@ def test_quick_run_counts_its_rows():
     rows = [line.split() for line in lines[1:-1]]
     assert [r[1:3] for r in rows] == [["breast_cancer", "2"], ["wine", "2"]]
     bayes, hist = sum(int(r[3]) for r in rows), sum(int(r[4]) for r in rows)
-    assert f"bayes (told the priors) {bayes}/2, histograms (label-free) {hist}/2" in lines[-1]
+    kmeans, optimal, argmin = (sum(int(r[c]) for r in rows) for c in (5, 6, 7))
+    assert (f"bayes (told the priors) {bayes}/2, histograms (label-free) {hist}/2, at truth: "
+            f"k-means {kmeans}/2, planted objective optimal {optimal}/2, argmin {argmin}/2"
+            in lines[-1])

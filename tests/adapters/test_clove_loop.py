@@ -49,7 +49,7 @@ def test_clove_on_a_classifier_recovers_the_planted_clusters(concept_runs):
     assert adjusted_rand_score(data.groups, run.assignments[0]) < 0.5    # random round 0
     assert all(adjusted_rand_score(data.groups, a) == 1.0 for a in run.assignments[1:])
     assert run.frozen_from is not None and run.frozen_from <= 5
-    train = fl.sgd_trainer(model, epochs=1, batch_size=20, learning_rate=0.3)
+    train = clove.classifier_trainer(model)
     plain = fl.run_federated(data.clients, [start[0]], rounds=6, local_train=train, seed=21)
     fedavg = fl.mean_accuracy(model, plain.models, plain.assignment, data.clients)
     assert run.accuracy > 0.85 and run.accuracy > fedavg + 0.3

@@ -307,6 +307,20 @@ class CloveFLRun:
     restart_scores: list | None = None
     labels: list = field(default_factory=list)
 
+def classifier_trainer(model):
+    """:func:`run_clove_fl`'s default local training: one epoch of SGD, batches of 20, step
+    0.3 (``fl.sgd_trainer``).
+
+    >>> from omnifc import fl
+    >>> train = classifier_trainer(fl.MLP(4, 16, 3))
+    >>> callable(train)
+    True
+    """
+    from ... import fl
+
+    return fl.sgd_trainer(model, epochs=1, batch_size=20, learning_rate=0.3)
+
+
 def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = None,
                  rounds: int = 10, local_train=None, participation=None, join_round=None,
                  first_round: str = "random", k_upper: int = 15, seed: int = 0,
@@ -372,9 +386,7 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
     if restarts is None:
         restarts = DEFAULT_RESTARTS if comparable and not paper else 1
     if local_train is None:
-        from ... import fl
-
-        local_train = fl.sgd_trainer(model, epochs=1, batch_size=20, learning_rate=0.3)
+        local_train = classifier_trainer(model)
     if kmeans_inits is None:
         kmeans_inits = "auto" if paper else DEFAULT_KMEANS_INITS
     options = dict(n_clusters=n_clusters, rounds=rounds, local_train=local_train,

@@ -83,8 +83,7 @@ def run(quick: bool):
         pla = clove.run_clove_fl(data.clients, model, start, n_clusters=3, rounds=rounds,
                                  seed=21, secure=False)
         ifca = fl.run_federated(data.clients, start, rounds=rounds,
-                                local_train=fl.sgd_trainer(model, epochs=1, batch_size=20,
-                                                           learning_rate=0.3),
+                                local_train=clove.classifier_trainer(model),
                                 assign=fl.ifca_assign(model),
                                 evaluate=fl.accuracy_evaluator(model), seed=21)
         same = all(np.array_equal(a, b) for a, b in zip(sec.models, pla.models))
@@ -146,8 +145,11 @@ def run(quick: bool):
                 "under label shift: docs/adapters.md reports, on held-out seeds 70-79 with "
                 "unequal groups, 48/60 with the defaults (4 restarts, 10 k-means runs) and "
                 "48/60 with the paper's loop (the clients' own label histograms separate the "
-                "groups in 56/60; 47 of those recovered); feature shift is met (83/84 on "
-                "held-out seeds 30-33 and 70-79, the paper's loop 80/84); this page runs one "
+                "groups in 56/60; 47 of those recovered; CLoVE's own objective told the "
+                "groups' models keeps them in 46/60, the planted partition not being the "
+                "k-means optimum of its loss vectors in the other 14, so the limit is the "
+                "objective, not the loop); feature shift is met (83/84 on held-out seeds "
+                "30-33 and 70-79, the paper's loop 80/84); this page runs one "
                 "softmax-regression federation."]
             + missed + not_better("CLoVE above IFCA", comparisons),
             "headline": [
