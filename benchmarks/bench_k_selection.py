@@ -32,15 +32,16 @@ grid; the figures are for the held-out seeds ``HELD_OUT_SEEDS`` (default), never
 before the rule was frozen (``FRESH_SEEDS`` for FMCL's additive null, ``FLUX_FRESH_SEEDS``
 for FLUX's ``axis_ci``, ``FLUX_UNIMODAL_SEEDS`` for FLUX's ``unimodal``,
 ``FLUX_WEIGHTED_ALL_SEEDS`` for the ``weighted_all`` descriptor, ``FLUX_DENOISED_SEEDS`` for
-FLUX's ``denoised`` and the ``GOAL_ALPHA`` column: docs/adapters.md says which seeds each
-table used).
+FLUX's ``denoised`` and the ``GOAL_ALPHA`` column, ``FLUX_MAD_SEEDS`` for the
+``weighted_mad`` descriptor, designed on seeds 920-949: docs/adapters.md says which seeds
+each table used).
 
 Usage::
 
     python benchmarks/bench_k_selection.py [--seeds 1000-1002] [--cache DIR] [--quick]
         [--clients 6,20,100,300] [--rows 20,50,500] [--classes 2,10] [--json FILE]
         [--adapters flux,fmcl] [--population] [--rules flux:calibrated,...] [--iid-only]
-        [--iid-clients 6,20,100,300,500] [--descriptor-form weighted|weighted_all|paper]
+        [--iid-clients 6,20,100,300,500] [--descriptor-form weighted_all|weighted_mad|...]
     python benchmarks/bench_k_selection.py --table DIR/results.jsonl ... [--rules ...]
     python benchmarks/bench_k_selection.py --class-sets [--seeds 4000-4004] [--quick]
 
@@ -115,6 +116,9 @@ FLUX_WEIGHTED_ALL_SEEDS = tuple(range(3013, 3024))
 #: 3024-3048: never generated before FLUX's ``denoised`` statistic and the ``GOAL_ALPHA``
 #: column were frozen (issue 24, seventh pass; 3048's planted cells not run).
 FLUX_DENOISED_SEEDS = tuple(range(3024, 3049))
+#: 3049-3072: never generated before FLUX's ``weighted_mad`` descriptor form was frozen
+#: (issue 24, ninth pass; designed on 920-949, iid and planted binary cells).
+FLUX_MAD_SEEDS = tuple(range(3049, 3073))
 IID_CLIENTS = (6, 20, 100, 300, 500)
 ENCODER_DIM = 32
 ADAPTERS = ("flux", "fmcl")
@@ -618,7 +622,8 @@ def main(argv=None) -> int:
           f"FMCL's additive rule also: {list(FRESH_SEEDS)}; for FLUX's axis_ci: "
           f"{list(FLUX_FRESH_SEEDS)}; for FLUX's unimodal: {list(FLUX_UNIMODAL_SEEDS)}; for "
           f"FLUX's weighted_all: {FLUX_WEIGHTED_ALL_SEEDS[0]}-{FLUX_WEIGHTED_ALL_SEEDS[-1]}; "
-          f"for FLUX's denoised: {FLUX_DENOISED_SEEDS[0]}-{FLUX_DENOISED_SEEDS[-1]})")
+          f"for FLUX's denoised: {FLUX_DENOISED_SEEDS[0]}-{FLUX_DENOISED_SEEDS[-1]}; for "
+          f"FLUX's weighted_mad: {FLUX_MAD_SEEDS[0]}-{FLUX_MAD_SEEDS[-1]})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import warnings
@@ -320,7 +321,8 @@ def test_descriptor_paper_and_weighted_forms_by_hand():
     np.testing.assert_allclose(two, [*mu, *sd, 0.0, 0.0, f * (1.0 - mu[0]), f * (1 - mu[1]),
                                      0.0, 0.0, f * 1.0, 0.0], rtol=1e-14, atol=1e-15)
     with pytest.raises(ParameterError, match=re.escape(
-            "form must be one of ('weighted', 'paper', 'weighted_all'), got 'other'")):
+            "form must be one of ('weighted', 'paper', 'weighted_all', 'weighted_mad'), got "
+            "'other'")):
         flux.descriptor(x, y, _Identity(), 4, form="other")
     with pytest.raises(InputError, match=re.escape(
             "expected one label per latent row and at least one row, got 4 rows and 3 labels")):
@@ -385,6 +387,84 @@ def test_descriptor_weighted_all_decomposes_the_variance_exactly(seed):
     np.testing.assert_allclose((old[2:] ** 2).sum(axis=0) + missing, var, rtol=1e-12)
     big = [c for c in range(n_classes) if (labels == c).sum() >= 2]
     np.testing.assert_array_equal(blocks[[2 + c for c in big]], old[[2 + c for c in big]])
+
+
+def _python_median(values):
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def test_mad_to_sd_is_the_normal_consistency_constant():
+    from scipy.stats import norm
+
+    assert flux.MAD_TO_SD == pytest.approx(1 / norm.ppf(0.75), rel=1e-15)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_descriptor_weighted_mad_against_python_medians(seed):
+    """Every block against a per-class computation with Python's own median: the means and
+    the 1-row and absent classes exactly as weighted_all, each scale MAD_TO_SD times the
+    median absolute deviation from the median, weighted by sqrt(f_c)."""
+    rng = np.random.default_rng(100 + seed)
+    n_classes, n, dim = 6, int(rng.integers(3, 30)), 3
+    labels = rng.integers(0, n_classes, size=n)
+    labels[labels == 5] = 4
+    labels[0] = 5                           # class 5: exactly one row
+    x = rng.standard_t(2, size=(n, dim))    # heavy tails
+    got = flux.descriptor(x, labels, _Identity(), n_classes, form="weighted_mad")
+    blocks = got.reshape(2 * (n_classes + 1), dim)
+    ref = flux.descriptor(x, labels, _Identity(), n_classes,
+                          form="weighted_all").reshape(blocks.shape)
+    np.testing.assert_array_equal(blocks[:1], ref[:1])                 # mu_x
+    np.testing.assert_array_equal(blocks[2:2 + n_classes], ref[2:2 + n_classes])  # means
+
+    def mad(rows, k):
+        m = _python_median([x[i, k] for i in rows])
+        return flux.MAD_TO_SD * _python_median([abs(x[i, k] - m) for i in rows])
+
+    np.testing.assert_allclose(blocks[1], [mad(range(n), k) for k in range(dim)],
+                               rtol=1e-13, atol=0)
+    for c in range(n_classes):
+        rows = [i for i in range(n) if labels[i] == c]
+        expected = [math.sqrt(len(rows) / n) * mad(rows, k) if rows else 0.0
+                    for k in range(dim)]
+        np.testing.assert_allclose(blocks[2 + n_classes + c], expected, rtol=1e-13, atol=0)
+    assert not blocks[2 + n_classes + 5].any()                         # a 1-row class: 0
+
+
+def test_descriptor_weighted_mad_ignores_how_far_an_extreme_row_lies():
+    """One row moved from 4 to 10^6 leaves every weighted_mad scale block as it was (its
+    deviation was already above the median deviation), while weighted_all's jump."""
+    x = np.array([[0.0], [1.0], [1.5], [2.0], [2.5], [3.0], [4.0]])
+    y = np.array([0, 0, 0, 1, 1, 1, 1])
+    far = x.copy()
+    far[-1, 0] = 1e6
+    near_mad = flux.descriptor(x, y, _Identity(), 2, form="weighted_mad")
+    far_mad = flux.descriptor(far, y, _Identity(), 2, form="weighted_mad")
+    scales = [1, 4, 5]                      # sigma_x and the two class scales
+    np.testing.assert_array_equal(near_mad[scales], far_mad[scales])
+    near_std = flux.descriptor(x, y, _Identity(), 2, form="weighted_all")
+    far_std = flux.descriptor(far, y, _Identity(), 2, form="weighted_all")
+    assert (far_std[[1, 5]] > 1e3 * near_std[[1, 5]]).all()       # sigma_x, class 1's
+
+
+def test_descriptor_weighted_mad_obeys_the_descriptor_bound_at_the_box_corners():
+    """Latents at the corners of [0, M]^D (the widest spread a client can have), every
+    client size from 1 to 9 rows and every split into two classes of the first rows: no
+    entry exceeds descriptor_bound (which the MAD scales must obey: <= 0.75 R)."""
+    proj = flux.shared_projection(4, 2, max_value=3.0)
+    bound = flux.descriptor_bound(proj, 3.0)
+    rng = np.random.default_rng(7)
+    corners = np.array(list(itertools.product([0.0, 3.0], repeat=4)))
+    largest = 0.0
+    for n in range(1, 10):
+        for _ in range(40):
+            z = corners[rng.integers(0, len(corners), size=n)]
+            y = rng.integers(0, 2, size=n)
+            d = flux.descriptor(z, y, proj, 2, form="weighted_mad")
+            largest = max(largest, float(np.abs(d).max()))
+    assert 0 < largest <= bound
 
 
 def test_descriptor_bound_and_block_slices_by_hand():
@@ -733,8 +813,8 @@ def test_constants():
     assert flux.WARMUP_ROUNDS == 5 and flux.CLUSTER_ROUNDS == 10
     assert flux.ACTIVATION_MARGIN == 1.02
     assert flux.NORMALIZATIONS == ("none", "block_neighbour", "block_diameter", "ranges")
-    assert flux.EPS_RULES == ("gap", "knee") and flux.DESCRIPTOR_FORMS == ("weighted", "paper",
-                                                                           "weighted_all")
+    assert flux.EPS_RULES == ("gap", "knee")
+    assert flux.DESCRIPTOR_FORMS == ("weighted", "paper", "weighted_all", "weighted_mad")
 
 
 ODD = np.array([[0.1, 0.3, 0.7, -0.2],

@@ -27,12 +27,13 @@ two options of the same test on the top principal axis (``"calibrated_axis"``: t
 cluster index against Gaussian references; ``"calibrated_unimodal"``: the same against
 references whose top axis has the data's own least-smooth unimodal shape;
 ``"calibrated_denoised"``: the 2-means cluster index on the broken-stick axes), the previous
-Ward gap rule (``k_rule="ward"``, :func:`ward_gap`: Ward's tree on D cut at
-the widest relative gap of its merge heights above ``WARD_MIN_GAP``) or FLUX's adaptive DBSCAN (``k_rule="dbscan"``,
-``min_samples = 2``; every noise point becomes its own cluster) with eps from omnifc's gap
-rule (:func:`gap_eps`: the widest relative gap of the MST edge lengths, the previous
-default) or the paper's knee (``eps_rule="knee"``: the Kneedle knee, convex/increasing, of
-the sorted distances of each client to its nearest other client, times ``eps_scaling``),
+Ward gap rule (``k_rule="ward"``, :func:`ward_gap`: Ward's tree on D cut at the widest
+relative gap of its merge heights above ``WARD_MIN_GAP``) or FLUX's adaptive DBSCAN
+(``k_rule="dbscan"``, ``min_samples = 2``; every noise point becomes its own cluster) with
+eps from omnifc's gap rule (:func:`gap_eps`: the widest relative gap of the MST edge
+lengths, the previous default) or the paper's knee (``eps_rule="knee"``: the Kneedle knee,
+convex/increasing, of the sorted distances of each client to its nearest other client,
+times ``eps_scaling``),
 centroids, and label-free test-time assignment of a new client to the nearest centroid
 using only the ``[mu_x, sigma_x]`` prefix, from distances:
 ``||x - c_A||^2 = mean_{j in A} D_xj - sum_{j,k in A} D_jk / (2 |A|^2)`` (default), or with
@@ -80,13 +81,15 @@ from ._assign import (ASSIGN_RULES, Assignment, AssignDecision, assign_new_clien
 from ._paper import (adaptive_dbscan, cluster_clients, COORDINATOR_LEARNS,
                      DEFAULT_DESCRIPTOR_FORM, DEFAULT_K_RULE, descriptor, descriptor_bound,
                      DESCRIPTOR_FORMS, EPS_RULES, K_RULES,
-                     flux_components, FLUX_MIN_COMPONENTS, NORMALIZATIONS, shared_projection)
+                     flux_components, FLUX_MIN_COMPONENTS, MAD_TO_SD, NORMALIZATIONS,
+                     shared_projection)
 from .._calibrated_k import calibrated_k, KDecision  # noqa: F401
 from ._secure import (block_distances, block_ranges, block_slices, combine_blocks,
                       neighbour_scales, prefix_distances)
 from ._simulation import (client_descriptors, flux_baselines, FluxRun, run_flux, shift_scenario,
                           SHIFTS)
-from ._simulation import ACTIVATION_MARGIN, CLUSTER_ROUNDS, WARMUP_ROUNDS  # noqa: F401 (module attributes before the split)
+# module attributes before the split
+from ._simulation import ACTIVATION_MARGIN, CLUSTER_ROUNDS, WARMUP_ROUNDS  # noqa: F401
 from .._k_selection import GAP_SEARCH_FROM  # noqa: F401 (module attributes before the split)
 
 #: The paper's API: the client embedding and the server algorithm. The other names above

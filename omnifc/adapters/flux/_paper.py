@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from statistics import NormalDist
 
 import numpy as np
 from sklearn.cluster import DBSCAN
@@ -18,7 +19,7 @@ from .._k_selection import DbscanResult, MIN_GAP, gap_eps, ward_gap
 __all__ = ["COORDINATOR_LEARNS", "DEFAULT_DESCRIPTOR_FORM", "DEFAULT_K_RULE", "DESCRIPTOR_FORMS",
            "EPS_RULES", "K_RULES", "NORMALIZATIONS", "adaptive_dbscan", "cluster_clients",
            "descriptor", "descriptor_bound", "flux_components", "FLUX_MIN_COMPONENTS",
-           "shared_projection"]
+           "MAD_TO_SD", "shared_projection"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +60,15 @@ def flux_components(n_classes: int, latent_dim: int) -> int:
     return int(min(int(latent_dim), max(int(n_classes), FLUX_MIN_COMPONENTS)))
 
 #: Descriptor forms: ``"weighted_all"`` (**default, omnifc's**: the weighted form with 1-row
-#: classes kept; issue 24, fifth pass), ``"weighted"`` (the previous default) and ``"paper"``
+#: classes kept; issue 24, fifth pass), ``"weighted_mad"`` (``"weighted_all"`` with robust
+#: scale blocks; issue 24, ninth pass), ``"weighted"`` (the previous default) and ``"paper"``
 #: (the paper's).
-DESCRIPTOR_FORMS = ("weighted", "paper", "weighted_all")
+DESCRIPTOR_FORMS = ("weighted", "paper", "weighted_all", "weighted_mad")
+
+#: ``1 / Phi^-1(3/4)``: the median absolute deviation times this estimates a normal
+#: population's standard deviation (Hampel 1974), so ``"weighted_mad"``'s scale blocks
+#: weigh what ``"weighted_all"``'s do on Gaussian data. Derived, not fitted.
+MAD_TO_SD = 1.0 / NormalDist().inv_cdf(0.75)
 
 #: The descriptor form every FLUX entry point uses unless told otherwise (issue 24, fifth
 #: pass: docs/adapters.md, "The descriptor with few rows per client").
@@ -94,6 +101,13 @@ def descriptor(latents, labels, projection: PCA, n_classes: int, *,
     modes the K rules read as groups of one population (docs/adapters.md, "The descriptor
     with few rows per client").
 
+    ``form="weighted_mad"`` (issue 24's ninth pass): ``"weighted_all"`` with every scale
+    (``sigma_x`` and each ``sigma_c``) taken as :data:`MAD_TO_SD` times the median absolute
+    deviation from the median instead of the standard deviation. One extreme row moves a
+    client's standard deviation by its square (a breast-cancer row at ``|z| > 6`` among 50
+    splits one population into clients with and without such a row) and its MAD hardly at
+    all; the means stay means. The variance decomposition above no longer holds.
+
     Examples
     --------
     >>> import numpy as np
@@ -113,6 +127,9 @@ def descriptor(latents, labels, projection: PCA, n_classes: int, *,
     (True, 0.0)
     >>> bool(np.isclose(d1[1] ** 2, (d1[2:5] ** 2).sum() + (d1[5:8] ** 2).sum()))
     True
+    >>> dm = flux.descriptor(x, [0, 0, 1, 1], proj, 3, form="weighted_mad")
+    >>> bool(np.isclose(dm[1], flux.MAD_TO_SD * np.median(np.abs(z - np.median(z)))))
+    True
     """
     if form not in DESCRIPTOR_FORMS:
         raise ParameterError(f"form must be one of {DESCRIPTOR_FORMS}, got {form!r}")
@@ -123,10 +140,11 @@ def descriptor(latents, labels, projection: PCA, n_classes: int, *,
                          f"{z.shape[0]} rows and {labels.shape[0]} labels")
     l = z.shape[1]
     mu = z.mean(axis=0)
+    scale = _mad_scale if form == "weighted_mad" else _std
     means, stds = [], []
     for c in range(n_classes):
         zc = z[labels == c]
-        if zc.shape[0] < (1 if form == "weighted_all" else 2):
+        if zc.shape[0] < (1 if form in ("weighted_all", "weighted_mad") else 2):
             filler = -1.0 if form == "paper" else 0.0
             means.append(np.full(l, filler))
             stds.append(np.full(l, filler))
@@ -136,8 +154,17 @@ def descriptor(latents, labels, projection: PCA, n_classes: int, *,
         else:
             weight = np.sqrt(zc.shape[0] / z.shape[0])
             means.append(weight * (zc.mean(axis=0) - mu))
-            stds.append(weight * zc.std(axis=0))
-    return np.concatenate([mu, z.std(axis=0), *means, *stds])
+            stds.append(weight * scale(zc))
+    return np.concatenate([mu, scale(z), *means, *stds])
+
+
+def _std(z: np.ndarray) -> np.ndarray:
+    return z.std(axis=0)
+
+
+def _mad_scale(z: np.ndarray) -> np.ndarray:
+    """:data:`MAD_TO_SD` times the median absolute deviation from the median, per column."""
+    return MAD_TO_SD * np.median(np.abs(z - np.median(z, axis=0)), axis=0)
 
 def descriptor_bound(projection: PCA, max_value: float) -> float:
     """Public clip bound of every descriptor entry, from the projection and M alone.
@@ -146,7 +173,11 @@ def descriptor_bound(projection: PCA, max_value: float) -> float:
     magnitude (the PCA mean lies in the box); stds are smaller; the filler is -1. The
     weighted class means obey it too: ``sqrt(f) (mu_c - mu_x) = sqrt(f) (1 - f) (mu_c -
     mu_rest)`` with ``|w_k . (a - b)| <= sum |w_k| M`` for a, b in the box and
-    ``sqrt(f) (1 - f) <= 0.39``.
+    ``sqrt(f) (1 - f) <= 0.39``. So do ``"weighted_mad"``'s scales: the projected values of
+    a client span at most R = ``sum |w_k| M``, and a median absolute deviation is at most
+    R / 2 (the shorter side of the median holds at least half the points, and for an even
+    count also the nearest point across it), so :data:`MAD_TO_SD` times it is at most
+    0.75 R.
     """
     reach = np.abs(projection.components_).sum(axis=1).max() * max_value
     return float(max(1.0, reach))
