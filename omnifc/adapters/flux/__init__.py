@@ -81,8 +81,7 @@ from ._assign import (ASSIGN_RULES, Assignment, AssignDecision, assign_new_clien
 from ._paper import (adaptive_dbscan, cluster_clients, COORDINATOR_LEARNS,
                      DEFAULT_DESCRIPTOR_FORM, DEFAULT_K_RULE, descriptor, descriptor_bound,
                      DESCRIPTOR_FORMS, EPS_RULES, K_RULES,
-                     flux_components, FLUX_MIN_COMPONENTS, MAD_TO_SD, NORMALIZATIONS,
-                     shared_projection)
+                     flux_components, FLUX_MIN_COMPONENTS, NORMALIZATIONS, shared_projection)
 from .._calibrated_k import calibrated_k, KDecision  # noqa: F401
 from ._secure import (block_distances, block_ranges, block_slices, combine_blocks,
                       neighbour_scales, prefix_distances)

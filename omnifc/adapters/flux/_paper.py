@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from statistics import NormalDist
 
 import numpy as np
+from scipy.stats import median_abs_deviation
 from sklearn.cluster import DBSCAN
 from sklearn.decomposition import PCA
 
@@ -19,7 +19,7 @@ from .._k_selection import DbscanResult, MIN_GAP, gap_eps, ward_gap
 __all__ = ["COORDINATOR_LEARNS", "DEFAULT_DESCRIPTOR_FORM", "DEFAULT_K_RULE", "DESCRIPTOR_FORMS",
            "EPS_RULES", "K_RULES", "NORMALIZATIONS", "adaptive_dbscan", "cluster_clients",
            "descriptor", "descriptor_bound", "flux_components", "FLUX_MIN_COMPONENTS",
-           "MAD_TO_SD", "shared_projection"]
+           "shared_projection"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,11 +65,6 @@ def flux_components(n_classes: int, latent_dim: int) -> int:
 #: (the paper's).
 DESCRIPTOR_FORMS = ("weighted", "paper", "weighted_all", "weighted_mad")
 
-#: ``1 / Phi^-1(3/4)``: the median absolute deviation times this estimates a normal
-#: population's standard deviation (Hampel 1974), so ``"weighted_mad"``'s scale blocks
-#: weigh what ``"weighted_all"``'s do on Gaussian data. Derived, not fitted.
-MAD_TO_SD = 1.0 / NormalDist().inv_cdf(0.75)
-
 #: The descriptor form every FLUX entry point uses unless told otherwise (issue 24, fifth
 #: pass: docs/adapters.md, "The descriptor with few rows per client").
 DEFAULT_DESCRIPTOR_FORM = "weighted_all"
@@ -102,8 +97,10 @@ def descriptor(latents, labels, projection: PCA, n_classes: int, *,
     with few rows per client").
 
     ``form="weighted_mad"`` (issue 24's ninth pass): ``"weighted_all"`` with every scale
-    (``sigma_x`` and each ``sigma_c``) taken as :data:`MAD_TO_SD` times the median absolute
-    deviation from the median instead of the standard deviation. One extreme row moves a
+    (``sigma_x`` and each ``sigma_c``) taken as the median absolute deviation from the
+    median, scaled to estimate a normal population's standard deviation (divided by
+    ``Phi^-1(3/4)``, Hampel 1974: ``scipy.stats.median_abs_deviation(scale="normal")``), so
+    the scale blocks weigh what ``"weighted_all"``'s do on Gaussian data; not fitted. One extreme row moves a
     client's standard deviation by its square (a breast-cancer row at ``|z| > 6`` among 50
     splits one population into clients with and without such a row) and its MAD hardly at
     all; the means stay means. The variance decomposition above no longer holds.
@@ -128,7 +125,7 @@ def descriptor(latents, labels, projection: PCA, n_classes: int, *,
     >>> bool(np.isclose(d1[1] ** 2, (d1[2:5] ** 2).sum() + (d1[5:8] ** 2).sum()))
     True
     >>> dm = flux.descriptor(x, [0, 0, 1, 1], proj, 3, form="weighted_mad")
-    >>> bool(np.isclose(dm[1], flux.MAD_TO_SD * np.median(np.abs(z - np.median(z)))))
+    >>> bool(np.isclose(dm[1], np.median(np.abs(z - np.median(z))) / 0.6744897501960817))
     True
     """
     if form not in DESCRIPTOR_FORMS:
@@ -163,8 +160,7 @@ def _std(z: np.ndarray) -> np.ndarray:
 
 
 def _mad_scale(z: np.ndarray) -> np.ndarray:
-    """:data:`MAD_TO_SD` times the median absolute deviation from the median, per column."""
-    return MAD_TO_SD * np.median(np.abs(z - np.median(z, axis=0)), axis=0)
+    return median_abs_deviation(z, axis=0, scale="normal")
 
 def descriptor_bound(projection: PCA, max_value: float) -> float:
     """Public clip bound of every descriptor entry, from the projection and M alone.
@@ -176,7 +172,7 @@ def descriptor_bound(projection: PCA, max_value: float) -> float:
     ``sqrt(f) (1 - f) <= 0.39``. So do ``"weighted_mad"``'s scales: the projected values of
     a client span at most R = ``sum |w_k| M``, and a median absolute deviation is at most
     R / 2 (the shorter side of the median holds at least half the points, and for an even
-    count also the nearest point across it), so :data:`MAD_TO_SD` times it is at most
+    count also the nearest point across it), so divided by ``Phi^-1(3/4)`` it is at most
     0.75 R.
     """
     reach = np.abs(projection.components_).sum(axis=1).max() * max_value
