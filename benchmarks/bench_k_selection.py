@@ -43,12 +43,14 @@ Usage::
         [--adapters flux,fmcl] [--population] [--rules flux:calibrated,...] [--iid-only]
         [--iid-clients 6,20,100,300,500] [--descriptor-form weighted_all|weighted_mad|...]
     python benchmarks/bench_k_selection.py --table DIR/results.jsonl ... [--rules ...]
+    python benchmarks/bench_k_selection.py --paired A.jsonl B.jsonl [--rules RULE]
     python benchmarks/bench_k_selection.py --class-sets [--seeds 4000-4004] [--quick]
 
 ``--adapters fmcl`` computes only FMCL's D and rules (a fraction of the time).
 ``--rules``: apply only the named rules (columns), e.g. to skip ``flux:cal_l=C`` on a long
 run; ``--iid-only``: only the iid (K = 1) cells. ``--table RESULTS...``: the grouped markdown
-table of docs/adapters.md from stored ``results.jsonl`` files (nothing recomputed).
+table of docs/adapters.md from stored ``results.jsonl`` files (nothing recomputed);
+``--paired A B``: one rule compared run by run between two such files (:func:`paired_table`).
 ``--class-sets``: FMCL's rules where clients hold overlapping class sets of unequal sizes
 (``benchmarks/_k_class_sets.py``: ``fmcl.synthetic_domains`` with Dirichlet(0.1) labels,
 K in 1, 2, 3, 5 domains, 10 and 30 clients per domain, three domain shifts; held-out seeds
@@ -513,6 +515,29 @@ def table(paths, names) -> int:
     return 0
 
 
+def paired_table(rows_a, rows_b, name: str) -> list[str]:
+    """One rule on two results (e.g. two descriptor forms on the same seeds), paired run by
+    run on the (cell, seed) both hold: per row group, each side's count, the runs only B /
+    only A gets right, the noise (two standard errors of the mean paired difference, times
+    the runs: ``paired_noise``) and the verdict of B against A computed from them."""
+    from omnifc.experiments.reproduce._verdicts import paired_noise, verdict
+
+    both = sorted(set(rows_a) & set(rows_b))
+    out = ["| runs (paired) | A | B | B only / A only | noise | B against A |",
+           "|---|---|---|---|---|---|"]
+    for label, pick in _row_groups():
+        keys = [k for k in both if pick(rows_a[k])]
+        if not keys:
+            continue
+        a = [int(rows_a[k]["rules"][name][0] == rows_a[k]["planted"]) for k in keys]
+        b = [int(rows_b[k]["rules"][name][0] == rows_b[k]["planted"]) for k in keys]
+        noise = paired_noise(b, a) * len(keys)
+        out.append(f"| {label} | {sum(a)}/{len(keys)} | {sum(b)}/{len(keys)} | "
+                   f"+{sum(x > y for x, y in zip(b, a))} / -{sum(x < y for x, y in zip(b, a))}"
+                   f" | {noise:.1f} | {verdict(sum(b), sum(a), noise)} |")
+    return out
+
+
 def class_sets(args) -> int:
     """``--class-sets``: FMCL's rules on synthetic domains with unequal class sets."""
     import _k_class_sets
@@ -559,6 +584,9 @@ def main(argv=None) -> int:
     parser.add_argument("--table", nargs="+", metavar="RESULTS",
                         help="print the grouped markdown table (docs/adapters.md) of these "
                         "results.jsonl files for --rules (default: FLUX's), run nothing")
+    parser.add_argument("--paired", nargs=2, metavar=("A", "B"),
+                        help="compare one rule (--rules, default flux:calibrated) between two "
+                        "results.jsonl files run by run (B against A), run nothing")
     parser.add_argument("--iid-only", action="store_true",
                         help="only the iid (K = 1) cells (--iid-clients sizes)")
     parser.add_argument("--population", action="store_true",
@@ -574,6 +602,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.class_sets:
         return class_sets(args)
+    if args.paired:
+        rows_a, rows_b = (load_results([path]) for path in args.paired)
+        print("\n".join(paired_table(rows_a, rows_b, args.rules or "flux:calibrated")))
+        return 0
     if args.table:
         names = (args.rules.split(",") if args.rules else
                  ["flux:unimodal", "flux:calibrated", "flux:axis_ci", "flux:ward",

@@ -129,6 +129,37 @@ def test_grid_reports_the_oracle_on_planted_runs_only(k_selection_bench):
 
 
 
+def test_paired_table_counts_run_by_run_and_computes_its_verdict(k_selection_bench, tmp_path,
+                                                                   capsys):
+    """Two results files with known outcomes: the counts, the runs only one side gets right,
+    the noise against statistics.stdev of the paired differences, the verdict; a run held by
+    one file only is left out. Through ``--paired`` as a user runs it."""
+    import json
+    import statistics
+
+    a_right = [1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 0, 0]
+    b_right = [1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 0, 1]
+    rows_a, rows_b = [], []
+    for seed, (a, b) in enumerate(zip(a_right, b_right)):
+        for rows, right in ((rows_a, a), (rows_b, b)):
+            rows.append({"cell": ["label", 20, 50, 1, 2], "seed": seed, "planted": 2,
+                         "rules": {"flux:calibrated": [2 if right else 1, bool(right)]}})
+    rows_b.append({"cell": ["label", 20, 50, 1, 2], "seed": 99, "planted": 2,
+                   "rules": {"flux:calibrated": [2, True]}})          # B only: not paired
+    paths = []
+    for name, rows in (("a.jsonl", rows_a), ("b.jsonl", rows_b)):
+        paths.append(tmp_path / name)
+        paths[-1].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert k_selection_bench.main(["--paired", str(paths[0]), str(paths[1])]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in lines[2:]}
+    diffs = [b - a for a, b in zip(a_right, b_right)]
+    noise = 2 * statistics.stdev(diffs) / len(diffs) ** 0.5 * len(diffs)
+    assert sum(diffs) == 5 and 4.5 < noise < 5                 # 5 more: just past the noise
+    assert table["**K = 2, all**"] == ["5/12", "10/12", "+6 / -1", f"{noise:.1f}", "better |"]
+    assert "iid (K = 1), all" not in table
+
+
 def test_goal_alpha_is_derived_from_the_iid_goal(k_selection_bench):
     """GOAL_ALPHA: a test of that exact level keeps <= 3 of 60 iid runs split at all five
     sizes with probability >= 0.95 (Binomial tail); at 0.05 it would be 0.11."""
