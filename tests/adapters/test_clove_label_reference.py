@@ -124,6 +124,32 @@ def test_at_truth_optimal_means_the_planted_partition_is_the_global_optimum(ref,
     assert kmeans <= optimal          # k-means finding the groups makes them optimal
 
 
+@pytest.mark.timeout(120)
+def test_feature_shift_runs_only_the_at_truth_columns(ref, capsys, monkeypatch):
+    """--shift feature: the clients of a feature-shift federation, the label-shift references
+    shown as '-' and left out of the summary, the at-truth counts those of at_truth itself."""
+    shifts, real = [], ref.case
+
+    def recording(*args, **kwargs):
+        shifts.append(kwargs.get("shift", "label"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ref, "case", recording)
+    assert ref.main(["--quick", "--shift", "feature"]) == 0
+    assert shifts == ["feature", "feature"]
+    monkeypatch.undo()
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.split() for line in lines[1:-1]]
+    expected = []
+    for name, k in ref.CASES[:2]:
+        clients, groups, model, inits, _ = ref.case(name, k, 70, shift="feature")
+        expected.append([str(int(v)) for v in ref.at_truth(clients, groups, model, inits, k, 70)])
+    assert [r[3:5] for r in rows] == [["-", "-"], ["-", "-"]]
+    assert [r[5:8] for r in rows] == expected
+    assert lines[-1].startswith("all clients right (ARI 1), feature shift: at truth: k-means ")
+    assert "bayes" not in lines[-1]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_quick_run_counts_its_rows():
