@@ -174,3 +174,28 @@ def test_defaults_still_find_k_on_the_other_shifts(shift, seed):
     run = flux.run_flux(data, model, seed=seed, secure=False, cluster_rounds=0)
     assert _found(data, run.labels) and run.decision.p_value <= run.decision.alpha
     assert flux.cluster_clients(run.distances, k_rule="ward").gap >= flux.WARD_MIN_GAP
+
+
+def test_weighted_mad_option_runs_end_to_end_through_the_secure_path():
+    """descriptor_form="weighted_mad" (the option of issue 24's ninth pass): the secure run
+    equals the plaintext one bit for bit, its D is the D of the library's weighted_mad
+    descriptors of the same encoder (not the default form's)."""
+    data = _data("feature", 2, 15, per_group=3)
+    model = fl.MLP(data.n_features, 32, data.n_classes)
+    options = dict(seed=15, cluster_rounds=0, descriptor_form="weighted_mad")
+    secure = flux.run_flux(data, model, **options)
+    plain = flux.run_flux(data, model, secure=False, **options)
+    assert np.array_equal(secure.distances, plain.distances)
+    assert np.array_equal(secure.prefix, plain.prefix)
+    assert np.array_equal(secure.labels, plain.labels)
+    m = flux.ACTIVATION_MARGIN * plain.max_activation
+    l = flux.flux_components(data.n_classes, 32)
+    proj = flux.shared_projection(32, l, max_value=m)
+    desc = np.stack([flux.descriptor(model.latents(plain.global_model, c.x_train), c.y_train,
+                                     proj, data.n_classes, form="weighted_mad")
+                     for c in data.clients])
+    expected = flux.block_distances(desc, n_components=l, n_classes=data.n_classes,
+                                    bound=flux.descriptor_bound(proj, m), secure=False)[0]
+    assert np.array_equal(plain.distances, expected)
+    default = flux.run_flux(data, model, seed=15, cluster_rounds=0, secure=False)
+    assert not np.array_equal(plain.distances, default.distances)
