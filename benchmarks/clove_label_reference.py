@@ -160,7 +160,7 @@ def truth_loss_vectors(clients, groups, model, inits, seed: int):
     """``(loss vectors, D)``: every client's mean training loss on each of the
     :func:`truth_models`, and their squared distances as the loop reconstructs them."""
     models = truth_models(clients, groups, model, inits, seed)
-    vectors = np.array([[model.loss(m, c.x_train, c.y_train) for m in models]
+    vectors = np.array([clove.loss_vector(models, c.x_train, c.y_train, loss=model.loss)
                         for c in clients])
     return vectors, plaintext_distances(quantize_rows(vectors, bound=clove.CLASSIFIER_MAX_LOSS,
                                                       scale_bits=clove.DEFAULT_SCALE_BITS,

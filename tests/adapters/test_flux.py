@@ -6,7 +6,7 @@ import itertools
 import math
 import re
 import warnings
-from statistics import NormalDist
+from statistics import NormalDist, median
 
 import numpy as np
 import pytest
@@ -390,12 +390,6 @@ def test_descriptor_weighted_all_decomposes_the_variance_exactly(seed):
     np.testing.assert_array_equal(blocks[[2 + c for c in big]], old[[2 + c for c in big]])
 
 
-def _python_median(values):
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_descriptor_weighted_mad_against_python_medians(seed):
     """Every block against a per-class computation with Python's own median: the means and
@@ -416,8 +410,8 @@ def test_descriptor_weighted_mad_against_python_medians(seed):
     np.testing.assert_array_equal(blocks[2:2 + n_classes], ref[2:2 + n_classes])  # means
 
     def mad(rows, k):
-        m = _python_median([x[i, k] for i in rows])
-        return _python_median([abs(x[i, k] - m) for i in rows]) / NormalDist().inv_cdf(0.75)
+        m = median([x[i, k] for i in rows])
+        return median([abs(x[i, k] - m) for i in rows]) / NormalDist().inv_cdf(0.75)
 
     np.testing.assert_allclose(blocks[1], [mad(range(n), k) for k in range(dim)],
                                rtol=1e-13, atol=0)

@@ -469,8 +469,8 @@ def _run_clove_fl_once(clients, model, initial_models, *, restart, n_clusters, r
                                                  scale_bits=scale_bits, nonnegative=True))
 
     def losses(models, idx):
-        vectors = np.array([[model.loss(m, clients[i].x_train, clients[i].y_train)
-                             for m in models] for i in idx])
+        vectors = np.array([loss_vector(models, clients[i].x_train, clients[i].y_train,
+                                        loss=model.loss) for i in idx])
         clipped = int((vectors > max_loss).sum())
         if clipped:
             logger.info("%d loss values above the public bound %.3g were clipped", clipped,
