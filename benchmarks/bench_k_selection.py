@@ -173,9 +173,7 @@ def distances(shift, n, rows, imbalance, classes, seed, *, secure=False, adapter
                 ("flux_old", c, "weighted", "none"),
                 ("flux_paper", c, "paper", "ranges"))
     for key, l, form, norm in variants if "flux" in adapters else ():
-        proj = flux.shared_projection(ENCODER_DIM, l, max_value=m)
-        desc = np.stack([flux.descriptor(z, cl.y_train, proj, c, form=form)
-                         for z, cl in zip(latents, clients)])
+        proj, desc = flux_descriptors(clients, latents, c, l, form, m)
         out[key] = flux.block_distances(desc, n_components=l, n_classes=c,
                                         bound=flux.descriptor_bound(proj, m),
                                         normalization=norm, secure=secure)[0]
@@ -187,6 +185,26 @@ def distances(shift, n, rows, imbalance, classes, seed, *, secure=False, adapter
     out["fmcl_paper"] = fmcl.fmcl_distances(means, weights, fill="paper")
     out["overlap"] = fmcl.class_overlap(weights)
     return out
+
+
+def flux_descriptors(clients, latents, c, l, form, m):
+    """``(projection, descriptors)``: FLUX's shared projection (``l`` components, scale
+    ``m``) and every client's descriptor of the given ``form``, from its ``latents``."""
+    proj = flux.shared_projection(ENCODER_DIM, l, max_value=m)
+    return proj, np.stack([flux.descriptor(z, cl.y_train, proj, c, form=form)
+                           for z, cl in zip(latents, clients)])
+
+
+def run_descriptors(shift, n, rows, imbalance, classes, seed, *,
+                    descriptor_form=flux.DEFAULT_DESCRIPTOR_FORM):
+    """``(descriptors, groups)``: the FLUX descriptors behind the ``"flux"`` D of
+    :func:`distances` for one run (the same clients, encoder, projection and form)."""
+    clients, groups, c, features = federation(shift, n, rows, imbalance, classes, seed)
+    encode = fmcl.fixed_encoder(features, ENCODER_DIM, seed=seed)
+    latents = [encode(cl.x_train) for cl in clients]
+    m = flux.ACTIVATION_MARGIN * max(max(float(z.max(initial=0.0)) for z in latents), 1e-12)
+    return flux_descriptors(clients, latents, c, flux.flux_components(c, ENCODER_DIM),
+                            descriptor_form, m)[1], groups
 
 
 class _Recorder:

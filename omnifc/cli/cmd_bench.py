@@ -22,7 +22,8 @@ BENCHMARKS = {"kernels": "bench_kernels.py", "protocol": "bench_protocol.py",
               "startup": "bench_startup.py", "flower": "bench_flower.py",
               "chaos": "bench_chaos.py", "reset": "bench_reset.py",
               "restart": "bench_restart.py",
-              "clove-label-reference": "clove_label_reference.py"}
+              "clove-label-reference": "clove_label_reference.py",
+              "flux-label-free-bound": "flux_label_free_bound.py"}
 
 
 def benchmarks_dir() -> Path:

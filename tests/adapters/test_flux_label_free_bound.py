@@ -1,0 +1,270 @@
+"""benchmarks/flux_label_free_bound.py: the Neyman-Pearson bound on label-free K rules and the
+reference told the discriminant axis, against independent computations."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import multivariate_normal
+
+from benchmark_scripts import load_benchmark
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def nb():
+    return load_benchmark("flux_label_free_bound")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_elementary_symmetric_is_the_sum_over_subsets(nb, seed):
+    r = np.random.default_rng(seed).uniform(0.05, 20.0, size=(3, 7))
+    np.testing.assert_array_equal(nb.log_elementary_symmetric(np.log(r), 0), np.zeros(3))
+    for m in range(8):
+        want = [math.log(math.fsum(math.prod(row[list(s)]) for s in
+                                   itertools.combinations(range(7), m))) for row in r]
+        np.testing.assert_allclose(nb.log_elementary_symmetric(np.log(r), m), want,
+                                   rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError):
+        nb.log_elementary_symmetric(np.log(r), 8)
+
+
+@pytest.mark.parametrize("n,m", [(6, 2), (5, 1), (6, 3)])
+def test_the_likelihood_ratio_reduces_exactly_to_the_discriminant_axis(nb, n, m):
+    """The full d-dimensional likelihood ratio (scipy densities, an explicit sum over the
+    C(n, m) arrangements) equals the one-axis ratio of the projections, for any x."""
+    rng = np.random.default_rng(n * 10 + m)
+    d = 3
+    a = rng.standard_normal((d, d))
+    cov = a @ a.T + 0.5 * np.eye(d)
+    mu_a, mu_b = rng.standard_normal(d), rng.standard_normal(d)
+    pi = m / n
+    delta = mu_a - mu_b
+    big_delta = math.sqrt(delta @ np.linalg.solve(cov, delta))
+    centre = pi * mu_a + (1 - pi) * mu_b
+    null = multivariate_normal(centre, cov + pi * (1 - pi) * np.outer(delta, delta))
+    fa, fb = multivariate_normal(mu_a, cov), multivariate_normal(mu_b, cov)
+    for trial in range(3):
+        x = centre + 2.0 * rng.standard_normal((n, d))
+        la, lb = fa.logpdf(x), fb.logpdf(x)
+        planted = np.logaddexp.reduce([la[list(s)].sum() + np.delete(lb, list(s)).sum()
+                                       for s in itertools.combinations(range(n), m)])
+        full = planted - null.logpdf(x).sum()            # + log C(n, m), as the function
+        u = (x - centre) @ np.linalg.solve(cov, delta) / big_delta
+        assert nb.log_likelihood_ratio(u, m, big_delta) == pytest.approx(full, abs=1e-9)
+
+
+def test_power_is_alpha_where_the_hypotheses_coincide_and_grows_with_the_separation(nb):
+    p = nb.label_free_power(20, 10, [0.0, 2.0, 4.0, 8.0], draws=1000)
+    assert p[0] == pytest.approx(0.05, abs=1e-12)
+    assert p[1] < p[2] < p[3] and p[3] > 0.99
+
+
+@pytest.mark.parametrize("n,m,delta", [(6, 2, 3.0), (6, 1, 4.0)])
+def test_power_against_an_explicit_sum_over_arrangements(nb, n, m, delta):
+    """The power from draws made here (the m clients of the small group at mean a, the others
+    at b, the ratio summed over every arrangement explicitly) matches label_free_power."""
+    rng = np.random.default_rng(21)
+    a, b = (1 - m / n) * delta, -(m / n) * delta
+    var0 = 1 + (m / n) * (1 - m / n) * delta ** 2
+    subsets = [list(s) for s in itertools.combinations(range(n), m)]
+
+    def ratio(u):
+        la, lb = -0.5 * (u - a) ** 2, -0.5 * (u - b) ** 2
+        planted = np.logaddexp.reduce([la[s].sum() + np.delete(lb, s).sum() for s in subsets])
+        return planted - (-0.5 * u ** 2 / var0 - 0.5 * math.log(var0)).sum()
+
+    draws = 3000
+    null = np.array([ratio(math.sqrt(var0) * rng.standard_normal(n)) for _ in range(draws)])
+    planted_draws = rng.standard_normal((draws, n)) + np.r_[[a] * m, [b] * (n - m)]
+    planted = np.array([ratio(u) for u in planted_draws])
+    want = np.mean(planted > np.quantile(null, 0.95))
+    got = nb.label_free_power(n, m, [delta], draws=draws)[0]
+    assert got == pytest.approx(want, abs=4 * math.sqrt(2 * 0.25 / draws) + 0.01)
+
+
+@pytest.mark.parametrize("n,m,delta", [(20, 10, 3.0), (6, 3, 5.0), (100, 50, 2.0)])
+def test_no_label_free_test_beats_the_bound_in_the_model(nb, n, m, delta):
+    """An actual label-free test of exact level 0.05 (the two-means index on the axis, its
+    normal null) on draws from the model: its power stays below the Neyman-Pearson power
+    (within the two Monte Carlo errors)."""
+    bound = nb.label_free_power(n, m, [delta], draws=2000)[0]
+    rng = np.random.default_rng(7)
+    a, b = nb.group_means(n, m, delta)
+    shift = np.where(np.arange(n) < m, a, b)
+    hits = sum(nb.told_axis((rng.standard_normal(n) + shift)[:, None], [1.0],
+                            draws=4000)[1] <= 0.05 for _ in range(1000))
+    assert hits / 1000 <= bound + 3 * math.sqrt(0.25 / 1000 + 0.25 / 2000)
+    assert hits / 1000 > 0.05                             # and it is a test with power
+
+
+def test_separation_estimates_the_mahalanobis_distance_without_bias(nb):
+    rng = np.random.default_rng(3)
+    d, n = 6, 3000
+    a = rng.standard_normal((d, d))
+    cov = a @ a.T + np.eye(d)
+    delta = rng.standard_normal(d)
+    want = delta @ np.linalg.solve(cov, delta)
+    chol = np.linalg.cholesky(cov)
+    x = np.vstack([rng.standard_normal((n, d)) @ chol.T + delta,
+                   rng.standard_normal((n, d)) @ chol.T])
+    groups = [0] * n + [1] * n
+    unbiased, plug_in, rank = nb.separation(x, groups)
+    assert rank == d and plug_in > unbiased
+    assert unbiased == pytest.approx(want, abs=4 * (2 * math.sqrt(want * 2 / n) + 0.01))
+    # a constant coordinate leaves the rank one short and the distance unchanged
+    padded = np.hstack([x, np.ones((2 * n, 1))])
+    assert nb.separation(padded, groups)[2] == d
+    assert nb.separation(padded, groups)[1] == pytest.approx(plug_in, rel=1e-9)
+    axis = nb.discriminant_axis(x, groups)
+    parts = [x[:n], x[n:]]
+    pooled = sum((p - p.mean(0)).T @ (p - p.mean(0)) for p in parts) / (2 * n - 2)
+    fisher = np.linalg.solve(pooled, parts[0].mean(0) - parts[1].mean(0))
+    np.testing.assert_allclose(axis, fisher / np.linalg.norm(fisher), rtol=1e-8, atol=1e-12)
+    with pytest.raises(ValueError):
+        nb.separation(x, [0] * (2 * n))
+
+
+def test_the_separation_estimate_is_unbiased_where_the_plug_in_is_not(nb):
+    """d = 20 with 60 rows per group: the plug-in's mean is about twice Delta^2 = 1; the
+    corrected estimate's mean over 300 draws is Delta^2 within 4 standard errors."""
+    rng = np.random.default_rng(4)
+    d, n = 20, 60
+    shift = np.r_[1.0, np.zeros(d - 1)]
+    est = np.array([nb.separation(np.vstack([rng.standard_normal((n, d)) + shift,
+                                             rng.standard_normal((n, d))]),
+                                  [0] * n + [1] * n)[:2] for _ in range(300)])
+    unbiased, plug_in = est[:, 0], est[:, 1]
+    assert abs(unbiased.mean() - 1.0) < 4 * unbiased.std() / math.sqrt(300)
+    assert plug_in.mean() > 1.7
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_two_means_is_the_best_of_every_split(nb, seed):
+    y = np.random.default_rng(seed).standard_normal(8) * [1, 1, 1, 1, 3, 3, 3, 3]
+    total = ((y - y.mean()) ** 2).sum()
+    best = min(sum(((y[list(g)] - y[list(g)].mean()) ** 2).sum() for g in (s, rest))
+               for k in range(1, 8) for s in itertools.combinations(range(8), k)
+               for rest in [tuple(i for i in range(8) if i not in s)])
+    index, labels = nb.two_means_1d(y)
+    assert index == pytest.approx(best / total, rel=1e-9)
+    w = sum(((y[labels == g] - y[labels == g].mean()) ** 2).sum() for g in (0, 1))
+    assert w == pytest.approx(best, rel=1e-9)
+    assert nb.two_means_1d(3.5 * y - 2.0)[0] == pytest.approx(index, rel=1e-9)
+
+
+def test_the_told_axis_test_has_its_level_on_normal_samples(nb):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2000, 20, 2)) * [1.0, 5.0] + [3.0, 0.0]
+    tests = [nb.told_axis(row, [2.0, 0.0], draws=4000) for row in x]
+    splits = sum(p <= 0.05 for _, p in tests)
+    assert abs(splits / 2000 - 0.05) < 3 * math.sqrt(0.05 * 0.95 / 2000) + 0.005
+    for labels, p in tests[:200]:                       # one cluster unless p <= alpha
+        assert (len(set(labels.tolist())) == 2) == (p <= 0.05)
+
+
+def test_run_descriptors_are_the_grids_d(nb):
+    grid = load_benchmark("bench_k_selection")
+    from omnifc.adapters import flux
+    cell = ("label", 6, 20, 1, 2)
+    desc, groups = grid.run_descriptors(*cell, 3049)
+    want = grid.distances(*cell, 3049, adapters=("flux",), descriptor_form="weighted_all")
+    got = flux.block_distances(desc, n_components=10, n_classes=2,
+                               bound=_bound(grid, cell, 3049), normalization="none",
+                               secure=False)[0]
+    np.testing.assert_array_equal(got, want["flux"])
+    np.testing.assert_array_equal(groups, want["groups"])
+
+
+def _bound(grid, cell, seed):
+    from omnifc.adapters import flux, fmcl
+    clients, _, c, features = grid.federation(*cell, seed)
+    encode = fmcl.fixed_encoder(features, grid.ENCODER_DIM, seed=seed)
+    m = flux.ACTIVATION_MARGIN * max(float(encode(cl.x_train).max()) for cl in clients)
+    return flux.descriptor_bound(flux.shared_projection(grid.ENCODER_DIM, 10, max_value=m), m)
+
+
+def test_each_run_gets_the_power_at_its_own_seeds_separation(nb):
+    cells = [("label", 20, 20, 1, 2), ("label", 20, 20, 10, 2)]
+    deltas = {("label", 20, 2, 1): 1.0, ("label", 20, 2, 2): 2.5}
+    bounds = nb.cell_bounds(cells, [1, 2], deltas, draws=300)
+    for cell, (big, small) in zip(cells, [(10, 10), (18, 2)]):
+        want = nb.label_free_power(big + small, small, [1.0, 2.5], draws=300)
+        np.testing.assert_allclose(bounds[cell], want, atol=1e-12)
+
+
+def test_the_iid_level_counts_every_shifts_axis(nb, monkeypatch):
+    """Each iid run is projected on the four planted shifts' axes of its (rows, classes,
+    seed); the splits are counted per (clients, classes), against told_axis directly."""
+    rng = np.random.default_rng(5)
+    runs = {}
+
+    def fake(shift, n, rows, imbalance, classes, seed, descriptor_form=None):
+        assert shift == "none" and imbalance == 1
+        runs[(n, rows, classes, seed)] = x = rng.standard_normal((n, 3)) * [1.0, 1.0, 0.1]
+        return x, np.zeros(n, dtype=np.int64)
+
+    monkeypatch.setattr(nb.grid, "run_descriptors", fake)
+    axes = {(sh, r, c, s): {"axis": rng.standard_normal(3)} for sh in nb.grid.SHIFTS
+            for r in (20, 50) for c in (2, 10) for s in (1, 2)}
+    got = nb.told_axis_iid([6, 20], [20, 50], [2, 10], [1, 2], axes)
+    for n in (6, 20):
+        for c in (2, 10):
+            splits = sum(nb.told_axis(runs[(n, r, c, s)], axes[(sh, r, c, s)]["axis"])[1]
+                         <= 0.05 for r in (20, 50) for s in (1, 2) for sh in nb.grid.SHIFTS)
+            assert got[(n, c)] == (splits, 16)
+    assert sum(s for s, _ in got.values()) > 0          # the fake data do split sometimes
+
+
+def test_report_flags_a_count_above_the_bound(nb, tmp_path):
+    cells = [("label", 20, 20, 1, 2), ("feature", 20, 20, 1, 2), ("concept", 20, 20, 1, 2)]
+    bounds = {cells[0]: [0.95] * 4, cells[1]: [0.2] * 4, cells[2]: [0.99] * 4}
+    told = {cells[0]: {s: (2, True) for s in range(4)}, cells[1]: {s: (1, False)
+                                                                   for s in range(4)},
+            cells[2]: {s: (2, True) for s in range(4)}}
+    path = tmp_path / "results.jsonl"
+    with open(path, "w") as f:
+        for s in range(4):
+            f.write(json.dumps({"cell": list(cells[0]), "seed": s, "planted": 2,
+                                "rules": {"flux:calibrated": [1 + (s > 0), False]}}) + "\n")
+            for cell in cells[1:]:
+                f.write(json.dumps({"cell": list(cell), "seed": s, "planted": 2,
+                                    "rules": {"flux:calibrated": [2, True]}}) + "\n")
+    counts = nb.grid_counts(path, "flux:calibrated", [0, 1, 2, 3])
+    assert counts == {cells[0]: {0: False, 1: True, 2: True, 3: True},
+                      cells[1]: {s: True for s in range(4)}, cells[2]: {s: True for s in range(4)}}
+    lines = nb.report(bounds, told, counts)
+    assert lines[2] == "| label | 2 | 20 | 20 | 10:10 | 95.0 % | 4/4 | 3/4 |  |"
+    assert lines[3] == "| feature | 2 | 20 | 20 | 10:10 | 20.0 % | 0/4 | 4/4 | over |"
+    assert lines[4] == "| concept | 2 | 20 | 20 | 10:10 | 99.0 % | 4/4 | 4/4 |  |"
+    assert lines[5].startswith("cells reaching 90 % (of 3): label-free bound 2, told the "
+                               "axis 2, the rule 2 (within the bound's reach and missed by "
+                               "the rule: 1); cells with a count above the bound beyond "
+                               "noise: 1")
+
+
+@pytest.mark.timeout(300)
+def test_the_command_line_quick_run(nb, tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "flux_label_free_bound.py"),
+                           "--quick", "--cache", str(tmp_path)], capture_output=True,
+                          text=True, timeout=280, check=True)
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| label")]
+    assert len(rows) == 4
+    axis = np.load(tmp_path / "axis_label_20_2_3049_weighted_all.npz")
+    assert nb.separation(*load_benchmark("bench_k_selection").run_descriptors(
+        "label", 600, 20, 1, 2, 3049))[0] == pytest.approx(float(axis["delta2"]), rel=1e-12)
+    for row, (n, (big, small)) in zip(rows, [(6, (3, 3)), (6, (4, 2)), (20, (10, 10)),
+                                            (20, (18, 2))]):
+        power = nb.interpolate_power(nb.power_curve(n, small, math.sqrt(float(axis["delta2"])),
+                                                    draws=500), math.sqrt(float(axis["delta2"])))
+        assert f"| {big}:{small} | {100 * power:.1f} % |" in row
+    told = [json.loads(line) for line in open(tmp_path / "told_axis_weighted_all.jsonl")]
+    assert len(told) == 4 and all(r["seed"] == 3049 for r in told)
