@@ -215,18 +215,28 @@ def separation(x, groups):
     return max(unbiased, 0.0), plug_in, rank
 
 
+#: The generator draws a run's group-0 clients first, so a population of the same seed
+#: begins with them: its first ``POPULATION_SKIP`` group-0 clients (the grid's largest
+#: federation) are dropped, and no run's client is in its population.
+POPULATION_SKIP = 300
+
+
 def population_axis(shift: str, rows: int, classes: int, seed: int, *,
-                    clients_per_group: int = POPULATION_CLIENTS,
+                    clients_per_group: int = POPULATION_CLIENTS, skip: int = POPULATION_SKIP,
                     descriptor_form: str = flux.DEFAULT_DESCRIPTOR_FORM) -> dict:
     """The separation and the discriminant axis of one (shift, rows, classes, seed).
 
-    ``clients_per_group`` clients per planted group are drawn as the grid draws a run of
-    this seed (``bench_k_selection.run_descriptors`` with ``2 clients_per_group`` clients at
-    1:1: the same ``fl.make_federated`` call, so the same group transforms, encoder and
-    projection). Returns ``delta2`` / ``plug_in`` / ``rank`` (:func:`separation`) and
-    ``axis``: ``S^+ delta``, Fisher's discriminant direction of these clients."""
-    x, groups = grid.run_descriptors(shift, 2 * clients_per_group, rows, 1, classes, seed,
+    The clients are drawn as the grid draws a run of this seed
+    (``bench_k_selection.run_descriptors`` at 1:1: the same ``fl.make_federated`` call, so
+    the same group transforms, encoder and projection), ``clients_per_group + skip`` per
+    group; group 0's first ``skip`` (the runs' own group-0 clients) are dropped. Returns
+    ``delta2`` / ``plug_in`` / ``rank`` (:func:`separation`) and ``axis``: Fisher's
+    discriminant direction of these clients (:func:`discriminant_axis`)."""
+    per_group = clients_per_group + skip
+    x, groups = grid.run_descriptors(shift, 2 * per_group, rows, 1, classes, seed,
                                      descriptor_form=descriptor_form)
+    keep = ~((groups == 0) & (np.arange(len(groups)) < skip))
+    x, groups = x[keep], groups[keep]
     unbiased, plug_in, rank = separation(x, groups)
     return {"delta2": unbiased, "plug_in": plug_in, "rank": rank,
             "axis": discriminant_axis(x, groups)}
@@ -246,12 +256,15 @@ def discriminant_axis(x, groups):
 
 def population_axes(keys, cache=None, **options) -> dict:
     """``{(shift, rows, classes, seed): population_axis(...)}``, each cached as
-    ``cache/axis_<shift>_<rows>_<classes>_s<seed>_<form>.npz`` and reused."""
+    ``cache/axis_<shift>_<rows>_<classes>_<seed>_<form>_n<clients>_skip<skip>.npz`` and
+    reused."""
     form = options.get("descriptor_form", flux.DEFAULT_DESCRIPTOR_FORM)
+    setting = (f"_{form}_n{options.get('clients_per_group', POPULATION_CLIENTS)}"
+               f"_skip{options.get('skip', POPULATION_SKIP)}")
     out = {}
     for key in keys:
         path = (None if cache is None else
-                os.path.join(cache, "axis_" + "_".join(map(str, key)) + f"_{form}.npz"))
+                os.path.join(cache, "axis_" + "_".join(map(str, key)) + setting + ".npz"))
         if path is not None and os.path.exists(path):
             rec = dict(np.load(path))
         else:
@@ -328,18 +341,17 @@ def planted_cells(clients, rows, classes):
 
 
 def cell_bounds(cells, seeds, deltas, *, draws: int = DRAWS) -> dict:
-    """``{cell: [power per seed]}``: each run's bound at its own seed's separation."""
-    curves, out = {}, {}
-    for cell in cells:
-        shift, n, rows, imbalance, classes = cell
-        big, small = grid.group_sizes(n, imbalance)
-        needed = [deltas[(shift, rows, classes, s)] for s in seeds]
+    """``{cell: [power per seed]}``: each run's bound at its own seed's separation (one power
+    curve per group-size pair, up to the largest separation it is needed at)."""
+    sizes = {cell: grid.group_sizes(cell[1], cell[3]) for cell in cells}
+    needed = {cell: [deltas[(cell[0], cell[2], cell[4], s)] for s in seeds] for cell in cells}
+    reach = {}
+    for cell, (big, small) in sizes.items():
         key = (big + small, small)
-        if key not in curves or (curves[key][0][-1] < max(needed)
-                                 and curves[key][1][-1] < 1.0):
-            curves[key] = power_curve(big + small, small, max(needed), draws=draws)
-        out[cell] = [interpolate_power(curves[key], d) for d in needed]
-    return out
+        reach[key] = max(reach.get(key, 0.0), max(needed[cell]))
+    curves = {key: power_curve(*key, top, draws=draws) for key, top in reach.items()}
+    return {cell: [interpolate_power(curves[(big + small, small)], d) for d in needed[cell]]
+            for cell, (big, small) in sizes.items()}
 
 
 def told_axis_counts(cells, seeds, axes, cache=None, *,
@@ -478,6 +490,9 @@ def main(argv=None) -> int:
     parser.add_argument("--descriptor-form", default=flux.DEFAULT_DESCRIPTOR_FORM,
                         choices=flux.DESCRIPTOR_FORMS)
     parser.add_argument("--population-clients", type=int, default=POPULATION_CLIENTS)
+    parser.add_argument("--skip", type=int, default=POPULATION_SKIP,
+                        help="group-0 clients dropped from each population (at least the "
+                             "largest federation: the runs' own clients)")
     parser.add_argument("--draws", type=int, default=DRAWS)
     parser.add_argument("--quick", action="store_true",
                         help="seed 3049, label shift, 20 rows, 2 classes, 6 and 20 clients, "
@@ -491,6 +506,7 @@ def main(argv=None) -> int:
         seeds, clients, rows, classes, shifts = seeds[:1], [6, 20], [20], [2], ["label"]
         args.iid_clients = ""
         args.population_clients, args.draws = 300, 500
+        args.skip = 20
     cells = [c for c in planted_cells(clients, rows, classes) if c[0] in shifts]
     if args.cache:
         os.makedirs(args.cache, exist_ok=True)
@@ -501,7 +517,7 @@ def main(argv=None) -> int:
     keys = sorted(keys)
     form = args.descriptor_form
     axes = population_axes(keys, args.cache, clients_per_group=args.population_clients,
-                           descriptor_form=form)
+                           skip=args.skip, descriptor_form=form)
     bounds = cell_bounds(cells, seeds, {k: math.sqrt(v["delta2"]) for k, v in axes.items()},
                          draws=args.draws)
     told = (None if args.no_told_axis else

@@ -192,6 +192,20 @@ def _bound(grid, cell, seed):
     return flux.descriptor_bound(flux.shared_projection(grid.ENCODER_DIM, 10, max_value=m), m)
 
 
+def test_a_population_begins_with_the_runs_clients_so_they_are_skipped(nb):
+    """The premise of POPULATION_SKIP: the generator draws a run's group-0 clients first, so
+    a population of the same seed begins with them (and with none of its group 1)."""
+    grid = load_benchmark("bench_k_selection")
+    run, groups, _, _ = grid.federation("conditional", 20, 20, 10, 2, 3049)
+    population, _, _, _ = grid.federation("conditional", 2 * 60, 20, 1, 2, 3049)
+    same = [[j for j, p in enumerate(population) if p.x_train.shape == c.x_train.shape
+             and np.array_equal(p.x_train, c.x_train)] for c in run]
+    assert [s for s, g in zip(same, groups) if g == 0] == [[j] for j in range(18)]
+    assert all(not s for s, g in zip(same, groups) if g == 1)
+    assert nb.POPULATION_SKIP >= max(grid.group_sizes(n, i)[0] for n in (6, 20, 100, 300)
+                                     for i in (1, 10))
+
+
 def test_each_run_gets_the_power_at_its_own_seeds_separation(nb):
     cells = [("label", 20, 20, 1, 2), ("label", 20, 20, 10, 2)]
     deltas = {("label", 20, 2, 1): 1.0, ("label", 20, 2, 2): 2.5}
@@ -258,9 +272,14 @@ def test_the_command_line_quick_run(nb, tmp_path):
                           text=True, timeout=280, check=True)
     rows = [line for line in done.stdout.splitlines() if line.startswith("| label")]
     assert len(rows) == 4
-    axis = np.load(tmp_path / "axis_label_20_2_3049_weighted_all.npz")
-    assert nb.separation(*load_benchmark("bench_k_selection").run_descriptors(
-        "label", 600, 20, 1, 2, 3049))[0] == pytest.approx(float(axis["delta2"]), rel=1e-12)
+    axis = np.load(tmp_path / "axis_label_20_2_3049_weighted_all_n300_skip20.npz")
+    x, groups = load_benchmark("bench_k_selection").run_descriptors("label", 640, 20, 1, 2,
+                                                                   3049)
+    kept = np.r_[20:640]                                # group 0's first 20 dropped
+    assert nb.separation(x[kept], groups[kept])[0] == pytest.approx(float(axis["delta2"]),
+                                                                    rel=1e-12)
+    np.testing.assert_allclose(axis["axis"], nb.discriminant_axis(x[kept], groups[kept]),
+                               rtol=1e-9, atol=1e-12)
     for row, (n, (big, small)) in zip(rows, [(6, (3, 3)), (6, (4, 2)), (20, (10, 10)),
                                             (20, (18, 2))]):
         power = nb.interpolate_power(nb.power_curve(n, small, math.sqrt(float(axis["delta2"])),
