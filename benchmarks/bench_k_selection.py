@@ -163,11 +163,7 @@ def distances(shift, n, rows, imbalance, classes, seed, *, secure=False, adapter
     ``descriptor_form``: the form of FLUX's descriptor behind ``"flux"`` (the D of the
     ``flux:calibrated``, ``axis_ci``, ``unimodal`` and ``ward@K`` columns); ``"flux_old"``
     and ``"flux_paper"`` keep theirs."""
-    clients, groups, c, features = federation(shift, n, rows, imbalance, classes, seed)
-    encode = fmcl.fixed_encoder(features, ENCODER_DIM, seed=seed)
-    latents = [encode(cl.x_train) for cl in clients]
-    largest = max(float(z.max(initial=0.0)) for z in latents)
-    m = flux.ACTIVATION_MARGIN * max(largest, 1e-12)
+    clients, groups, c, latents, m = encoded_run(shift, n, rows, imbalance, classes, seed)
     out = {"groups": groups}
     variants = (("flux", flux.flux_components(c, ENCODER_DIM), descriptor_form, "none"),
                 ("flux_old", c, "weighted", "none"),
@@ -187,6 +183,16 @@ def distances(shift, n, rows, imbalance, classes, seed, *, secure=False, adapter
     return out
 
 
+def encoded_run(shift, n, rows, imbalance, classes, seed):
+    """``(clients, groups, classes, latents, M)``: one run's clients (:func:`federation`),
+    their rows under the public frozen encoder, and FLUX's activation scale ``M``."""
+    clients, groups, c, features = federation(shift, n, rows, imbalance, classes, seed)
+    encode = fmcl.fixed_encoder(features, ENCODER_DIM, seed=seed)
+    latents = [encode(cl.x_train) for cl in clients]
+    largest = max(float(z.max(initial=0.0)) for z in latents)
+    return clients, groups, c, latents, flux.ACTIVATION_MARGIN * max(largest, 1e-12)
+
+
 def flux_descriptors(clients, latents, c, l, form, m):
     """``(projection, descriptors)``: FLUX's shared projection (``l`` components, scale
     ``m``) and every client's descriptor of the given ``form``, from its ``latents``."""
@@ -199,10 +205,7 @@ def run_descriptors(shift, n, rows, imbalance, classes, seed, *,
                     descriptor_form=flux.DEFAULT_DESCRIPTOR_FORM):
     """``(descriptors, groups)``: the FLUX descriptors behind the ``"flux"`` D of
     :func:`distances` for one run (the same clients, encoder, projection and form)."""
-    clients, groups, c, features = federation(shift, n, rows, imbalance, classes, seed)
-    encode = fmcl.fixed_encoder(features, ENCODER_DIM, seed=seed)
-    latents = [encode(cl.x_train) for cl in clients]
-    m = flux.ACTIVATION_MARGIN * max(max(float(z.max(initial=0.0)) for z in latents), 1e-12)
+    clients, groups, c, latents, m = encoded_run(shift, n, rows, imbalance, classes, seed)
     return flux_descriptors(clients, latents, c, flux.flux_components(c, ENCODER_DIM),
                             descriptor_form, m)[1], groups
 

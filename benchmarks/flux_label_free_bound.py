@@ -354,19 +354,35 @@ def cell_bounds(cells, seeds, deltas, *, draws: int = DRAWS) -> dict:
             for cell, (big, small) in sizes.items()}
 
 
+def _runs_file(cache, name):
+    """``(path, {(cell, seed): record})`` of a resumable per-run file ``cache/name`` (one
+    JSON record per line; ``(None, {})`` without a cache)."""
+    if cache is None:
+        return None, {}
+    path = os.path.join(cache, name)
+    stored = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                rec = json.loads(line)
+                stored[(tuple(rec["cell"]), rec["seed"])] = rec
+    return path, stored
+
+
+def _append(path, record) -> None:
+    """One record appended to a :func:`_runs_file` (nothing without a cache)."""
+    if path is not None:
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
 def told_axis_counts(cells, seeds, axes, cache=None, *,
                      descriptor_form=flux.DEFAULT_DESCRIPTOR_FORM) -> dict:
     """``{cell: {seed: (K, exact)}}`` of :func:`told_axis` on each run's own descriptors,
     the axis being its seed's population axis (``cache/told_axis_<form>.jsonl``, resumable).
     """
-    path = (None if cache is None else
-            os.path.join(cache, f"told_axis_{descriptor_form}.jsonl"))
-    done = {}
-    if path is not None and os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                rec = json.loads(line)
-                done[(tuple(rec["cell"]), rec["seed"])] = (rec["k"], rec["exact"])
+    path, stored = _runs_file(cache, f"told_axis_{descriptor_form}.jsonl")
+    done = {run: (rec["k"], rec["exact"]) for run, rec in stored.items()}
     for cell in cells:
         for seed in seeds:
             if (cell, seed) in done:
@@ -376,10 +392,7 @@ def told_axis_counts(cells, seeds, axes, cache=None, *,
             k = len(set(labels.tolist()))
             exact = bool(k == 2 and grid.adjusted_rand_score(groups, labels) == 1)
             done[(cell, seed)] = (k, exact)
-            if path is not None:
-                with open(path, "a") as f:
-                    f.write(json.dumps({"cell": list(cell), "seed": seed, "k": k,
-                                        "exact": exact}) + "\n")
+            _append(path, {"cell": list(cell), "seed": seed, "k": k, "exact": exact})
     return {cell: {s: done[(cell, s)] for s in seeds} for cell in cells}
 
 
@@ -388,14 +401,8 @@ def told_axis_iid(clients, rows, classes, seeds, axes, cache=None, *,
     """The told-axis test's level on the grid's iid federations (K = 1): ``{(n, classes):
     (splits, tests)}``, every iid run projected on each planted shift's population axis of
     its (rows, classes, seed) (``cache/told_axis_iid_<form>.jsonl``, resumable)."""
-    path = (None if cache is None else
-            os.path.join(cache, f"told_axis_iid_{descriptor_form}.jsonl"))
-    done = {}
-    if path is not None and os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                rec = json.loads(line)
-                done[(tuple(rec["cell"]), rec["seed"])] = rec["splits"]
+    path, stored = _runs_file(cache, f"told_axis_iid_{descriptor_form}.jsonl")
+    done = {run: rec["splits"] for run, rec in stored.items()}
     out = {}
     for n in clients:
         for c in classes:
@@ -408,10 +415,8 @@ def told_axis_iid(clients, rows, classes, seeds, axes, cache=None, *,
                         done[(cell, seed)] = [
                             int(told_axis(x, axes[(shift, r, c, seed)]["axis"])[1] <= ALPHA)
                             for shift in grid.SHIFTS]
-                        if path is not None:
-                            with open(path, "a") as f:
-                                f.write(json.dumps({"cell": list(cell), "seed": seed,
-                                                    "splits": done[(cell, seed)]}) + "\n")
+                        _append(path, {"cell": list(cell), "seed": seed,
+                                       "splits": done[(cell, seed)]})
                     splits, tests = out.get((n, c), (0, 0))
                     out[(n, c)] = (splits + sum(done[(cell, seed)]),
                                    tests + len(done[(cell, seed)]))
