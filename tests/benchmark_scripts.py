@@ -8,9 +8,10 @@ from pathlib import Path
 
 
 def load_benchmark(name: str):
-    """``benchmarks/<name>.py`` as a module."""
+    """``benchmarks/<name>.py`` as a module, named ``benchmarks.<name>`` after its path (the
+    name mutation testing expects of a file under benchmarks/: tools/mutation.py)."""
     path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = importlib.util.spec_from_file_location(f"benchmarks.{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -47,6 +47,7 @@ also_copy = finite_field
     omnifc
     proto
     tests
+    benchmarks
 """
 
 

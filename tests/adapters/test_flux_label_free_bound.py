@@ -207,8 +207,8 @@ def test_a_population_begins_with_the_runs_clients_so_they_are_skipped(nb):
 
 
 def test_each_run_gets_the_power_at_its_own_seeds_separation(nb):
-    cells = [("label", 20, 20, 1, 2), ("label", 20, 20, 10, 2)]
-    deltas = {("label", 20, 2, 1): 1.0, ("label", 20, 2, 2): 2.5}
+    cells = [("label", 20, 50, 1, 2), ("label", 20, 50, 10, 2)]
+    deltas = {("label", 50, 2, 1): 1.0, ("label", 50, 2, 2): 2.5}
     bounds = nb.cell_bounds(cells, [1, 2], deltas, draws=300)
     for cell, (big, small) in zip(cells, [(10, 10), (18, 2)]):
         want = nb.label_free_power(big + small, small, [1.0, 2.5], draws=300)
@@ -287,3 +287,95 @@ def test_the_command_line_quick_run(nb, tmp_path):
         assert f"| {big}:{small} | {100 * power:.1f} % |" in row
     told = [json.loads(line) for line in open(tmp_path / "told_axis_weighted_all.jsonl")]
     assert len(told) == 4 and all(r["seed"] == 3049 for r in told)
+
+
+def test_randomized_power_splits_the_tied_mass_to_reach_alpha_exactly(nb):
+    null = np.r_[[0.0] * 90, [1.0] * 8, [2.0] * 2]      # q = 1: 2 % above, 8 % at q
+    planted = np.r_[[1.0] * 50, [2.0] * 50]
+    gamma = (0.05 - 0.02) / 0.08
+    assert nb._randomized_power(null, planted, 0.05) == pytest.approx(0.5 + gamma * 0.5)
+    assert nb._randomized_power(np.arange(100.0), np.arange(100.0), 0.05) == pytest.approx(
+        0.05)                                             # no tie at q = 94.05: 5 values above
+
+
+def test_the_power_curve_tabulates_from_zero_at_the_given_level(nb):
+    deltas, powers = nb.power_curve(20, 10, 0.5, alpha=0.1, draws=300)
+    np.testing.assert_allclose(deltas[:6], np.arange(6) * nb.DELTA_STEP)
+    assert powers[0] == pytest.approx(0.1)
+    want = nb.label_free_power(20, 10, [0.3], alpha=0.1, draws=300)[0]
+    assert nb.interpolate_power((deltas, powers), 0.3) == pytest.approx(want, abs=1e-12)
+
+
+def test_two_means_edges_and_scale(nb):
+    assert nb.two_means_1d([2.0, 2.0, 2.0])[0] == 1.0
+    assert nb.two_means_1d([2.0, 2.0, 2.0])[1].tolist() == [0, 0, 0]
+    y = np.array([0.0, 0.1, 0.3, 5.0, 5.2, 5.9])
+    index, labels = nb.two_means_1d(y)
+    assert nb.two_means_1d(0.01 * y)[0] == pytest.approx(index, rel=1e-9)
+    assert nb.two_means_1d(0.01 * y)[1].tolist() == labels.tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_separation_is_scale_free_and_refuses_too_few_rows(nb):
+    rng = np.random.default_rng(8)
+    x = np.vstack([rng.standard_normal((40, 4)) + [1, 0, 0, 0], rng.standard_normal((40, 4))])
+    groups = [0] * 40 + [1] * 40
+    assert nb.separation(1e-6 * x, groups)[:2] == pytest.approx(nb.separation(x, groups)[:2],
+                                                              rel=1e-6)
+    assert nb.separation(1e-6 * x, groups)[2] == 4
+    with pytest.raises(ValueError, match="too few rows"):
+        nb.separation(x[[0, 1, 2, 40, 41, 42]], [0, 0, 0, 1, 1, 1])  # nu = 4, rank 4
+
+
+def test_told_axis_p_is_the_rank_of_the_index_in_its_null(nb):
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((12, 2))
+    axis = np.array([0.6, 0.8])
+    labels, p = nb.told_axis(x, axis, draws=2000)
+    index = nb.two_means_1d(x @ axis)[0]
+    z = np.random.default_rng(0).standard_normal((2000, 12))
+    null = np.array([nb.two_means_1d(row)[0] for row in z])
+    assert p == (1 + int(np.sum(null <= index))) / 2001
+    assert (labels.any()) == (p <= 0.05)
+
+
+def test_the_runs_files_resume_without_rebuilding_a_run(nb, monkeypatch, tmp_path):
+    calls = []
+
+    def fake(shift, n, rows, imbalance, classes, seed, descriptor_form=None):
+        calls.append((shift, n, seed))
+        rng = np.random.default_rng(seed * 100 + n)
+        groups = np.r_[[0] * (n // 2), [1] * (n - n // 2)]
+        return rng.standard_normal((n, 2)) + 9.0 * groups[:, None] * (shift != "none"), groups
+
+    monkeypatch.setattr(nb.grid, "run_descriptors", fake)
+    cells = [("label", 20, 20, 1, 2)]
+    axes = {(sh, 20, 2, s): {"axis": np.array([1.0, 0.0])} for sh in nb.grid.SHIFTS
+            for s in (1, 2)}
+    first = nb.told_axis_counts(cells, [1, 2], axes, str(tmp_path))
+    iid = nb.told_axis_iid([20], [20], [2], [1, 2], axes, str(tmp_path))
+    made = len(calls)
+    assert made == 4 and first[cells[0]] == {1: (2, True), 2: (2, True)}
+    assert nb.told_axis_counts(cells, [1, 2], axes, str(tmp_path)) == first
+    assert nb.told_axis_iid([20], [20], [2], [1, 2], axes, str(tmp_path)) == iid
+    assert len(calls) == made                             # nothing rebuilt
+    stored = [json.loads(line) for line in open(tmp_path / "told_axis_weighted_all.jsonl")]
+    assert stored == [{"cell": list(cells[0]), "seed": s, "k": 2, "exact": True} for s in (1, 2)]
+    stored = [json.loads(line) for line in open(tmp_path / "told_axis_iid_weighted_all.jsonl")]
+    assert [r["seed"] for r in stored] == [1, 2] and all(len(r["splits"]) == 4 for r in stored)
+    assert iid[(20, 2)] == (sum(sum(r["splits"]) for r in stored), 8)
+
+
+def test_report_without_references_and_the_null_draws_seeded(nb, tmp_path):
+    lines = nb.report({("label", 6, 20, 1, 2): [0.5, 1.0]})
+    assert lines[0].startswith("| shift | classes | rows | clients | groups | label-free bound")
+    assert lines[1] == "|---|---|---|---|---|---|---|---|---|"
+    assert lines[2] == "| label | 2 | 20 | 6 | 3:3 | 75.0 % | - | - |  |"
+    assert lines[3] == ("cells reaching 90 % (of 1): label-free bound 0; cells with a count "
+                        "above the bound beyond noise: 0")
+    z = np.random.default_rng(3).standard_normal((50, 7))
+    np.testing.assert_array_equal(nb.two_means_null(7, draws=50, seed=3),
+                                  np.sort([nb.two_means_1d(row)[0] for row in z]))
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({"cell": ["label", 6, 20, 1, 2], "seed": 9, "planted": 2,
+                                "rules": {"flux:calibrated": [2, True]}}) + "\n")
+    assert nb.grid_counts(path, "flux:calibrated", [1]) == {}
