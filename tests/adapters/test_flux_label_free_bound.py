@@ -367,7 +367,8 @@ def test_the_runs_files_resume_without_rebuilding_a_run(nb, monkeypatch, tmp_pat
 
 def test_report_without_references_and_the_null_draws_seeded(nb, tmp_path):
     lines = nb.report({("label", 6, 20, 1, 2): [0.5, 1.0]})
-    assert lines[0].startswith("| shift | classes | rows | clients | groups | label-free bound")
+    assert lines[0] == ("| shift | classes | rows | clients | groups | label-free bound (model) "
+                        "| told the axis: K = 2 | rule: K right | over |")
     assert lines[1] == "|---|---|---|---|---|---|---|---|---|"
     assert lines[2] == "| label | 2 | 20 | 6 | 3:3 | 75.0 % | - | - |  |"
     assert lines[3] == ("cells reaching 90 % (of 1): label-free bound 0; cells with a count "
@@ -379,3 +380,39 @@ def test_report_without_references_and_the_null_draws_seeded(nb, tmp_path):
     path.write_text(json.dumps({"cell": ["label", 6, 20, 1, 2], "seed": 9, "planted": 2,
                                 "rules": {"flux:calibrated": [2, True]}}) + "\n")
     assert nb.grid_counts(path, "flux:calibrated", [1]) == {}
+
+
+def test_an_over_count_of_the_told_axis_is_flagged_whatever_the_rule_does(nb, tmp_path):
+    cell = ("label", 20, 20, 1, 2)
+    told = {cell: {s: (2, True) for s in range(4)}}          # 4/4 against a bound of 20 %
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps({"cell": list(cell), "seed": s, "planted": 2,
+                                        "rules": {"r": [1, False]}}) + "\n" for s in range(4)))
+    lines = nb.report({cell: [0.2] * 4}, told, nb.grid_counts(path, "r", range(4)))
+    assert lines[2] == "| label | 2 | 20 | 20 | 10:10 | 20.0 % | 4/4 | 0/4 | over |"
+
+
+def test_one_dimensional_input_and_two_values(nb):
+    r = np.array([0.5, 2.0, 3.0, 0.1])
+    one = nb.log_elementary_symmetric(np.log(r), 2)
+    assert np.ndim(one) == 0
+    assert float(one) == pytest.approx(nb.log_elementary_symmetric(np.log(r)[None], 2)[0])
+    index, labels = nb.two_means_1d([3.0, 1.0])
+    assert index == 0.0 and labels.tolist() == [1, 0]
+
+
+def test_a_partly_done_runs_file_rebuilds_only_the_missing_runs(nb, monkeypatch, tmp_path):
+    calls = []
+
+    def fake(shift, n, rows, imbalance, classes, seed, descriptor_form=None):
+        calls.append(seed)
+        groups = np.r_[[0] * 10, [1] * 10]
+        return np.random.default_rng(seed).standard_normal((20, 2)) + 9.0 * groups[:, None], \
+            groups
+
+    monkeypatch.setattr(nb.grid, "run_descriptors", fake)
+    cells = [("label", 20, 20, 1, 2)]
+    axes = {("label", 20, 2, s): {"axis": np.array([1.0, 0.0])} for s in (1, 2, 3)}
+    nb.told_axis_counts(cells, [1], axes, str(tmp_path))
+    got = nb.told_axis_counts(cells, [1, 2, 3], axes, str(tmp_path))
+    assert calls == [1, 2, 3] and got[cells[0]] == {s: (2, True) for s in (1, 2, 3)}
