@@ -106,6 +106,11 @@ def group_means(n: int, m: int, delta: float) -> tuple[float, float]:
     return (1.0 - pi) * delta, -pi * delta
 
 
+def null_variance(n: int, m: int, delta: float) -> float:
+    """The variance of ``G0`` on the discriminant axis: ``1 + pi (1 - pi) delta^2``."""
+    return 1.0 + (m / n) * (1.0 - m / n) * delta ** 2
+
+
 def log_likelihood_ratio(u, m: int, delta: float):
     """``log`` of (planted model / ``G0``) for the projections ``u`` (last axis: clients),
     plus ``log C(n, m)`` (a constant; the test does not need it).
@@ -116,7 +121,7 @@ def log_likelihood_ratio(u, m: int, delta: float):
     u = np.asarray(u, dtype=np.float64)
     n = u.shape[-1]
     a, b = group_means(n, m, delta)
-    var0 = 1.0 + (m / n) * (1.0 - m / n) * delta ** 2
+    var0 = null_variance(n, m, delta)
     log_r = delta * u - (a * a - b * b) / 2.0
     log_fb = -0.5 * (u - b) ** 2
     log_g0 = -0.5 * u ** 2 / var0 - 0.5 * math.log(var0)
@@ -138,7 +143,7 @@ def label_free_power(n: int, m: int, deltas, *, alpha: float = ALPHA, draws: int
     out = []
     for delta in np.asarray(deltas, dtype=np.float64):
         a, b = group_means(n, m, float(delta))
-        var0 = 1.0 + (m / n) * (1.0 - m / n) * delta ** 2
+        var0 = null_variance(n, m, float(delta))
         shift = np.where(np.arange(n) < m, a, b)
         null = log_likelihood_ratio(z0 * math.sqrt(var0), m, float(delta))
         planted = log_likelihood_ratio(z1 + shift, m, float(delta))
@@ -177,6 +182,20 @@ def interpolate_power(curve, delta: float) -> float:
     return float(np.interp(delta, deltas, powers))
 
 
+def _within_groups(x, groups):
+    """``(sizes, S, delta)`` of exactly two groups of rows: their sizes, the pooled
+    within-group covariance (``N - 2`` degrees of freedom) and ``mean_0 - mean_1``."""
+    x = np.asarray(x, dtype=np.float64)
+    groups = np.asarray(groups)
+    labels = np.unique(groups)
+    if len(labels) != 2:
+        raise ValueError(f"separation needs exactly 2 groups, got {len(labels)}")
+    parts = [x[groups == g] for g in labels]
+    centred = np.vstack([p - p.mean(axis=0) for p in parts])
+    return ([len(p) for p in parts], centred.T @ centred / (len(x) - 2),
+            parts[0].mean(axis=0) - parts[1].mean(axis=0))
+
+
 def separation(x, groups):
     """``(Delta^2 unbiased, Delta^2 plug-in, rank)`` of two groups of rows ``x``.
 
@@ -193,17 +212,8 @@ def separation(x, groups):
     >>> bool(abs(unbiased - 4.0) < 0.3), rank          # Delta^2 = 4
     (True, 3)
     """
-    x = np.asarray(x, dtype=np.float64)
-    groups = np.asarray(groups)
-    labels = np.unique(groups)
-    if len(labels) != 2:
-        raise ValueError(f"separation needs exactly 2 groups, got {len(labels)}")
-    parts = [x[groups == g] for g in labels]
-    sizes = [len(p) for p in parts]
+    sizes, cov, delta = _within_groups(x, groups)
     nu = sum(sizes) - 2
-    centred = np.vstack([p - p.mean(axis=0) for p in parts])
-    cov = centred.T @ centred / nu
-    delta = parts[0].mean(axis=0) - parts[1].mean(axis=0)
     values, vectors = np.linalg.eigh(cov)
     keep = values > values.max(initial=0.0) * 1e-10
     rank = int(keep.sum())
@@ -245,12 +255,8 @@ def population_axis(shift: str, rows: int, classes: int, seed: int, *,
 def discriminant_axis(x, groups):
     """Fisher's direction ``S^+ (mean_0 - mean_1)`` (``S``: the pooled within-group
     covariance, pseudo-inverted on its numerical rank), scaled to unit length."""
-    x, groups = np.asarray(x, dtype=np.float64), np.asarray(groups)
-    parts = [x[groups == g] for g in np.unique(groups)]
-    centred = np.vstack([p - p.mean(axis=0) for p in parts])
-    cov = centred.T @ centred / (len(x) - 2)
-    axis = np.linalg.pinv(cov, rcond=1e-10, hermitian=True) @ (parts[0].mean(axis=0)
-                                                               - parts[1].mean(axis=0))
+    _, cov, delta = _within_groups(x, groups)
+    axis = np.linalg.pinv(cov, rcond=1e-10, hermitian=True) @ delta
     return axis / np.linalg.norm(axis)
 
 
