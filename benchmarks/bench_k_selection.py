@@ -33,8 +33,9 @@ before the rule was frozen (``FRESH_SEEDS`` for FMCL's additive null, ``FLUX_FRE
 for FLUX's ``axis_ci``, ``FLUX_UNIMODAL_SEEDS`` for FLUX's ``unimodal``,
 ``FLUX_WEIGHTED_ALL_SEEDS`` for the ``weighted_all`` descriptor, ``FLUX_DENOISED_SEEDS`` for
 FLUX's ``denoised`` and the ``GOAL_ALPHA`` column, ``FLUX_MAD_SEEDS`` for the
-``weighted_mad`` descriptor, designed on seeds 920-949: docs/adapters.md says which seeds
-each table used).
+``weighted_mad`` descriptor, designed on seeds 920-949; ``FLUX_WHITENED_SEEDS`` for the
+noise-whitened metric, designed on 3049-3054: docs/adapters.md says which seeds each table
+used).
 
 Usage::
 
@@ -71,6 +72,10 @@ Two columns are **told the planted groups** and counted on the planted runs only
 level-alpha test that knows the groups finds them in this D; with 6 clients no permutation
 test can reject). ``flux:calibrated@0.01``: the default rule at ``GOAL_ALPHA``;
 ``flux:denoised``: ``calibrated_k(statistic="denoised")`` (the broken-stick axes).
+``--normalization whitened`` (FLUX): the D behind the same columns is the noise-whitened
+metric's (``flux.noise_whitening``: every client's descriptor whitened by the pooled
+jackknife noise of all clients' descriptors; :func:`flux_whitening`), its D files and results
+kept apart (``..._<form>_whitened``); the candidate rule there is ``flux:axis_ci``.
 ``--descriptor-form`` (FLUX; default ``flux.DEFAULT_DESCRIPTOR_FORM``, ``weighted_all`` since
 issue 24's fifth pass: 1-row classes kept): the D behind ``flux:calibrated``, ``axis_ci``,
 ``unimodal`` and ``ward@K`` is built from ``flux.descriptor(..., form=...)``; the
@@ -121,6 +126,9 @@ FLUX_DENOISED_SEEDS = tuple(range(3024, 3049))
 #: 3049-3072: never generated before FLUX's ``weighted_mad`` descriptor form was frozen
 #: (issue 24, ninth pass; designed on 920-949, iid and planted binary cells).
 FLUX_MAD_SEEDS = tuple(range(3049, 3073))
+#: FLUX's noise-whitened metric (``--normalization whitened``, rule ``flux:axis_ci``): frozen
+#: before these seeds existed; designed on seeds 3049-3054 (docs/adapters.md, eleventh pass).
+FLUX_WHITENED_SEEDS = tuple(range(3073, 3097))
 IID_CLIENTS = (6, 20, 100, 300, 500)
 ENCODER_DIM = 32
 ADAPTERS = ("flux", "fmcl")
@@ -156,23 +164,33 @@ def federation(shift, n, rows, imbalance, classes, seed):
             data.n_features)
 
 
+FLUX_KEYS = ("flux", "flux_old", "flux_paper")
+
+
 def distances(shift, n, rows, imbalance, classes, seed, *, secure=False, adapters=ADAPTERS,
-              descriptor_form="weighted"):
+              descriptor_form="weighted", normalization="none", flux_keys=FLUX_KEYS):
     """Every D the rules of ``adapters`` read, for one run (plaintext unless ``secure``).
 
-    ``descriptor_form``: the form of FLUX's descriptor behind ``"flux"`` (the D of the
-    ``flux:calibrated``, ``axis_ci``, ``unimodal`` and ``ward@K`` columns); ``"flux_old"``
-    and ``"flux_paper"`` keep theirs."""
+    ``descriptor_form`` and ``normalization``: the form of FLUX's descriptor and the
+    normalization behind ``"flux"`` (the D of the ``flux:calibrated``, ``axis_ci``,
+    ``unimodal`` and ``ward@K`` columns; ``"whitened"``: :func:`flux_whitening`);
+    ``"flux_old"`` and ``"flux_paper"`` keep theirs. ``flux_keys``: which of the three FLUX
+    D to compute (:func:`_flux_keys`: those the rules read)."""
     clients, groups, c, latents, m = encoded_run(shift, n, rows, imbalance, classes, seed)
     out = {"groups": groups}
-    variants = (("flux", flux.flux_components(c, ENCODER_DIM), descriptor_form, "none"),
+    variants = (("flux", flux.flux_components(c, ENCODER_DIM), descriptor_form, normalization),
                 ("flux_old", c, "weighted", "none"),
                 ("flux_paper", c, "paper", "ranges"))
     for key, l, form, norm in variants if "flux" in adapters else ():
+        if key not in flux_keys:
+            continue
         proj, desc = flux_descriptors(clients, latents, c, l, form, m)
+        whitening = (flux_whitening(clients, latents, c, proj, form, m, secure=secure)
+                     if norm == "whitened" else None)
         out[key] = flux.block_distances(desc, n_components=l, n_classes=c,
                                         bound=flux.descriptor_bound(proj, m),
-                                        normalization=norm, secure=secure)[0]
+                                        normalization=norm, secure=secure,
+                                        whitening=whitening)[0]
     if "fmcl" not in adapters:
         return out
     sig = [fmcl.signature(z, cl.y_train, c) for z, cl in zip(latents, clients)]
@@ -199,6 +217,16 @@ def flux_descriptors(clients, latents, c, l, form, m):
     proj = flux.shared_projection(ENCODER_DIM, l, max_value=m)
     return proj, np.stack([flux.descriptor(z, cl.y_train, proj, c, form=form)
                            for z, cl in zip(latents, clients)])
+
+
+def flux_whitening(clients, latents, c, projection, form, m, *, secure=False):
+    """The run's noise-whitened metric (:func:`flux.noise_whitening`): every client's
+    jackknife noise from its ``latents`` (bound: the descriptors' at scale ``m``), pooled
+    (plaintext unless ``secure``; equal bit for bit)."""
+    bound = flux.descriptor_bound(projection, m)
+    noise = [flux.noise_contribution(z, cl.y_train, projection, c, bound=bound, form=form)
+             for z, cl in zip(latents, clients)]
+    return flux.noise_whitening(*flux.pool_noise(noise, secure=secure))
 
 
 def run_descriptors(shift, n, rows, imbalance, classes, seed, *,
@@ -434,22 +462,34 @@ def cells(clients, rows, classes, iid_clients=None):
                     yield "none", n, m, 1, c
 
 
+def _flux_keys(rules) -> tuple:
+    """The FLUX D that ``rules`` read (all three when ``rules`` is None)."""
+    if rules is None:
+        return FLUX_KEYS
+    old = any(r in ("flux:cal_l=C", "flux:ward") for r in rules)
+    return ("flux",) + (("flux_old",) if old else ()) + (
+        ("flux_paper",) if "flux:paper" in rules else ())
+
+
 def cached_distances(cell, seed, cache, adapters=ADAPTERS, population=False,
-                     descriptor_form="weighted"):
+                     descriptor_form="weighted", normalization="none", rules=None):
     """:func:`distances` (and with ``population`` :func:`population_distances` as
     ``"flux_pop"``), cached as one .npz per (cell, seed) under ``cache`` (None: none).
 
     A cached file missing a D that is needed is computed (and the file replaced). A
     ``descriptor_form`` other than ``"weighted"`` is cached under its own file name
-    (``..._s<seed>_<form>.npz``), so the forms' D never mix."""
-    suffix = "" if descriptor_form == "weighted" else f"_{descriptor_form}"
+    (``..._s<seed>_<form>.npz``), so the forms' D never mix; so is a ``normalization``
+    other than ``"none"`` (``..._<form>_<normalization>.npz``)."""
+    suffix = _variant_suffix(descriptor_form, normalization)
     path = (None if cache is None else
             os.path.join(cache, "d_" + "_".join(map(str, cell)) + f"_s{seed}{suffix}.npz"))
-    need = {"flux": "flux", "fmcl": "fmcl"}
+    need = (_flux_keys(rules) if "flux" in adapters else ()) + (
+        ("fmcl",) if "fmcl" in adapters else ())
     rec = dict(np.load(path)) if path is not None and os.path.exists(path) else {}
     changed = False
-    if not all(need[a] in rec for a in adapters):
-        rec.update(distances(*cell, seed, adapters=adapters, descriptor_form=descriptor_form))
+    if not all(key in rec for key in need):
+        rec.update(distances(*cell, seed, adapters=adapters, descriptor_form=descriptor_form,
+                             normalization=normalization, flux_keys=_flux_keys(rules)))
         changed = True
     if population and "flux_pop" not in rec:
         rec["flux_pop"] = population_distances(*cell, seed)
@@ -459,9 +499,18 @@ def cached_distances(cell, seed, cache, adapters=ADAPTERS, population=False,
     return rec
 
 
+def _variant_suffix(descriptor_form, normalization):
+    """The file-name suffix of a FLUX variant's D and results (none for the first form)."""
+    form = "" if descriptor_form == "weighted" else f"_{descriptor_form}"
+    if normalization != "none":
+        form = f"_{descriptor_form}_{normalization}"
+    return form
+
+
 def evaluate(cell, seed, cache=None, adapters=ADAPTERS, population=False, rules=None,
-             descriptor_form="weighted"):
-    rec = cached_distances(cell, seed, cache, adapters, population, descriptor_form)
+             descriptor_form="weighted", normalization="none"):
+    rec = cached_distances(cell, seed, cache, adapters, population, descriptor_form,
+                           normalization, rules)
     planted = len(set(rec["groups"].tolist()))
     out = {}
     for name in _wanted(adapters, population) if rules is None else rules:
@@ -536,11 +585,13 @@ def table(paths, names) -> int:
     return 0
 
 
-def paired_table(rows_a, rows_b, name: str) -> list[str]:
+def paired_table(rows_a, rows_b, name: str, name_b: str | None = None) -> list[str]:
     """One rule on two results (e.g. two descriptor forms on the same seeds), paired run by
     run on the (cell, seed) both hold: per row group, each side's count, the runs only B /
     only A gets right, the noise (two standard errors of the mean paired difference, times
-    the runs: ``paired_noise``) and the verdict of B against A computed from them."""
+    the runs: ``paired_noise``) and the verdict of B against A computed from them.
+    ``name_b``: B's rule, when it differs from A's (default ``name``)."""
+    name_b = name if name_b is None else name_b
     from omnifc.experiments.reproduce._verdicts import paired_noise, verdict
 
     both = sorted(set(rows_a) & set(rows_b))
@@ -551,7 +602,7 @@ def paired_table(rows_a, rows_b, name: str) -> list[str]:
         if not keys:
             continue
         a = [int(rows_a[k]["rules"][name][0] == rows_a[k]["planted"]) for k in keys]
-        b = [int(rows_b[k]["rules"][name][0] == rows_b[k]["planted"]) for k in keys]
+        b = [int(rows_b[k]["rules"][name_b][0] == rows_b[k]["planted"]) for k in keys]
         noise = paired_noise(b, a) * len(keys)
         out.append(f"| {label} | {sum(a)}/{len(keys)} | {sum(b)}/{len(keys)} | "
                    f"+{sum(x > y for x, y in zip(b, a))} / -{sum(x < y for x, y in zip(b, a))}"
@@ -606,7 +657,8 @@ def main(argv=None) -> int:
                         help="print the grouped markdown table (docs/adapters.md) of these "
                         "results.jsonl files for --rules (default: FLUX's), run nothing")
     parser.add_argument("--paired", nargs=2, metavar=("A", "B"),
-                        help="compare one rule (--rules, default flux:calibrated) between two "
+                        help="compare one rule (--rules, default flux:calibrated; or two, A's "
+                        "and B's: --rules flux:calibrated,flux:axis_ci) between two "
                         "results.jsonl files run by run (B against A), run nothing")
     parser.add_argument("--iid-only", action="store_true",
                         help="only the iid (K = 1) cells (--iid-clients sizes)")
@@ -620,12 +672,19 @@ def main(argv=None) -> int:
                         f"{flux.DEFAULT_DESCRIPTOR_FORM}); each form's D files and results "
                         "(DIR/results_<form>.jsonl; weighted: DIR/results.jsonl) are kept "
                         "apart")
+    parser.add_argument("--normalization", default="none", choices=("none", "whitened"),
+                        help="FLUX: the normalization behind the same columns (whitened: the "
+                        "noise-whitened metric, flux.noise_whitening); its D files and results "
+                        "(DIR/results_<form>_whitened.jsonl) are kept apart")
     args = parser.parse_args(argv)
     if args.class_sets:
         return class_sets(args)
     if args.paired:
         rows_a, rows_b = (load_results([path]) for path in args.paired)
-        print("\n".join(paired_table(rows_a, rows_b, args.rules or "flux:calibrated")))
+        names = (args.rules or "flux:calibrated").split(",")
+        if len(names) > 2:
+            parser.error("--paired takes one rule, or two (A's,B's) in --rules")
+        print("\n".join(paired_table(rows_a, rows_b, *names)))
         return 0
     if args.table:
         names = (args.rules.split(",") if args.rules else
@@ -650,8 +709,7 @@ def main(argv=None) -> int:
             todo = [c for c in todo if c[0] == "none"]
     os.makedirs(args.cache, exist_ok=True)
     form = args.descriptor_form
-    store = os.path.join(args.cache, "results.jsonl" if form == "weighted" else
-                         f"results_{form}.jsonl")
+    store = os.path.join(args.cache, f"results{_variant_suffix(form, args.normalization)}.jsonl")
     done = load_results([store]) if os.path.exists(store) and not args.quick else {}
     start = time.process_time()
     rows = []
@@ -660,7 +718,8 @@ def main(argv=None) -> int:
             key = (tuple(cell), seed)
             if key not in done or any(n not in done[key]["rules"] for n in wanted):
                 planted, out = evaluate(cell, seed, None if args.quick else args.cache,
-                                        adapters, args.population, wanted, form)
+                                        adapters, args.population, wanted, form,
+                                        args.normalization)
                 if key in done:                      # keep the rules already applied
                     out = {**done[key]["rules"], **out}
                 done[key] = {"cell": list(cell), "seed": seed, "planted": planted,
@@ -676,7 +735,8 @@ def main(argv=None) -> int:
           f"{list(FLUX_FRESH_SEEDS)}; for FLUX's unimodal: {list(FLUX_UNIMODAL_SEEDS)}; for "
           f"FLUX's weighted_all: {FLUX_WEIGHTED_ALL_SEEDS[0]}-{FLUX_WEIGHTED_ALL_SEEDS[-1]}; "
           f"for FLUX's denoised: {FLUX_DENOISED_SEEDS[0]}-{FLUX_DENOISED_SEEDS[-1]}; for "
-          f"FLUX's weighted_mad: {FLUX_MAD_SEEDS[0]}-{FLUX_MAD_SEEDS[-1]})")
+          f"FLUX's weighted_mad: {FLUX_MAD_SEEDS[0]}-{FLUX_MAD_SEEDS[-1]}; for FLUX's "
+          f"whitened metric: {FLUX_WHITENED_SEEDS[0]}-{FLUX_WHITENED_SEEDS[-1]})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)

@@ -125,7 +125,8 @@ def test_secure_block_distances_and_prefix_equal_plaintext():
                                                dim=12, samples=60, seed=3)
     desc, new_desc = _descriptors(train, proj, 4), _descriptors(new, proj, 4)
     common = dict(n_components=4, n_classes=4, bound=flux.descriptor_bound(proj, MAX_VALUE))
-    for normalization in flux.NORMALIZATIONS:
+    # "whitened" needs the clients' pooled noise: tests/adapters/test_flux_whitening.py
+    for normalization in (n for n in flux.NORMALIZATIONS if n != "whitened"):
         d_sec, _, scales = flux.block_distances(desc, normalization=normalization,
                                                 parties=np.arange(8) % 3, **common)
         d_plain, _, scales_plain = flux.block_distances(desc, normalization=normalization,
@@ -544,7 +545,7 @@ def test_block_distances_plaintext_each_normalization_by_hand():
     np.testing.assert_array_equal(d, _quantized_sq(DESC[:, 3] / 2.5, 1.0))
     with pytest.raises(ParameterError, match=re.escape(
             "normalization must be one of ('none', 'block_neighbour', 'block_diameter', "
-            "'ranges'), got 'minmax'")):
+            "'ranges', 'whitened'), got 'minmax'")):
         flux.block_distances(DESC, normalization="minmax", **common)
 
 
@@ -802,7 +803,9 @@ def test_constants():
     assert flux.MIN_GAP == 1.15 and flux.GAP_SEARCH_FROM == 0.5
     assert flux.WARMUP_ROUNDS == 5 and flux.CLUSTER_ROUNDS == 10
     assert flux.ACTIVATION_MARGIN == 1.02
-    assert flux.NORMALIZATIONS == ("none", "block_neighbour", "block_diameter", "ranges")
+    assert flux.NORMALIZATIONS == ("none", "block_neighbour", "block_diameter", "ranges",
+                                   "whitened")
+    assert flux.NOISE_BOUND == 16.0 and flux._whitening.NOISE_SCALE_BITS == 30
     assert flux.EPS_RULES == ("gap", "knee")
     assert flux.DESCRIPTOR_FORMS == ("weighted", "paper", "weighted_all", "weighted_mad")
 

@@ -85,6 +85,8 @@ from ._paper import (adaptive_dbscan, cluster_clients, COORDINATOR_LEARNS,
 from .._calibrated_k import calibrated_k, KDecision  # noqa: F401
 from ._secure import (block_distances, block_ranges, block_slices, combine_blocks,
                       neighbour_scales, prefix_distances)
+from ._whitening import (leave_one_out_descriptors, NOISE_BOUND, noise_contribution,
+                         noise_whitening, NoiseWhitening, oas_shrinkage, pool_noise)
 from ._simulation import (client_descriptors, flux_baselines, FluxRun, run_flux, shift_scenario,
                           SHIFTS)
 # module attributes before the split
@@ -96,4 +98,5 @@ from .._k_selection import GAP_SEARCH_FROM  # noqa: F401 (module attributes befo
 __all__ = ["COORDINATOR_LEARNS", "shared_projection", "descriptor", "descriptor_bound",
            "block_distances", "cluster_clients", "calibrated_k", "ward_gap", "adaptive_dbscan",
            "prefix_distances", "assign_new_clients", "assign_with_evidence",
-           "conformal_p_values", "AssignDecision", "Assignment", "ASSIGN_RULES", "GLOBAL"]
+           "conformal_p_values", "AssignDecision", "Assignment", "ASSIGN_RULES", "GLOBAL",
+           "noise_contribution", "pool_noise", "noise_whitening", "NoiseWhitening"]

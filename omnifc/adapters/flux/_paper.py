@@ -27,13 +27,17 @@ logger = logging.getLogger(__name__)
 COORDINATOR_LEARNS = (
     "default (normalization 'none'): D only; options 'block_neighbour' and "
     "'block_diameter': the 2(U+1) per-block squared-distance matrices; option 'ranges': "
-    "every client's per-block min and max. At test time: "
+    "every client's per-block min and max; option 'whitened': the pooled noise shape of the "
+    "descriptors (a p x p average over clients) and the total rows minus clients, by secure "
+    "sum. At test time: "
     "the prefix-block distances between the new client and the training clients; run_flux "
     "also reveals M, the largest latent activation over all clients (the paper's rule)")
 
 #: Server-side normalizations: ``"none"`` (default), ``"block_neighbour"`` (*our choice*),
-#: ``"block_diameter"`` (*our choice*, the previous default), ``"ranges"`` (the paper's).
-NORMALIZATIONS = ("none", "block_neighbour", "block_diameter", "ranges")
+#: ``"block_diameter"`` (*our choice*, the previous default), ``"ranges"`` (the paper's),
+#: ``"whitened"`` (*our choice*, issue 24's eleventh pass: the descriptors in units of their
+#: own jackknife sampling noise, :mod:`omnifc.adapters.flux._whitening`).
+NORMALIZATIONS = ("none", "block_neighbour", "block_diameter", "ranges", "whitened")
 
 def shared_projection(latent_dim: int, n_components: int, *, max_value: float = 2.0,
                       n_points: int = 200, seed: int = 1) -> PCA:

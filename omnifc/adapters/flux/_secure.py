@@ -64,17 +64,25 @@ def neighbour_scales(block_matrices) -> np.ndarray:
 
 def block_distances(descriptors, *, n_components: int, n_classes: int, bound: float,
                     normalization: str = "none", secure: bool = True,
-                    scale_bits: int = 16, parties=None, blocks=None, **options):
+                    scale_bits: int = 16, parties=None, blocks=None, whitening=None,
+                    **options):
     """The scaled squared-distance matrix the server clusters on (see module for leakage).
 
     Returns ``(D, block_matrices, scales)``; ``block_matrices`` is None unless the
     normalization needs them. ``secure=False`` computes the same from the same quantized
     descriptors in the clear (the plaintext reference). ``blocks`` restricts to a subset
-    of block indices (test time uses the prefix blocks 0 and 1).
+    of block indices (test time uses the prefix blocks 0 and 1). ``normalization=
+    "whitened"`` needs ``whitening`` (a :class:`~omnifc.adapters.flux.NoiseWhitening`):
+    every client maps its descriptor through it, and D is the squared distance of the
+    mapped rows, with the public bound :meth:`NoiseWhitening.bound` (all blocks), quantized
+    to ``2^-q`` with ``q`` = :meth:`NoiseWhitening.scale_bits` (at most ``scale_bits``).
     """
     if normalization not in NORMALIZATIONS:
         raise ParameterError(f"normalization must be one of {NORMALIZATIONS}, got "
                              f"{normalization!r}")
+    if (normalization == "whitened") != (whitening is not None):
+        raise ParameterError("normalization='whitened' needs whitening= (noise_whitening's "
+                             "result), and whitening= needs normalization='whitened'")
     x = np.asarray(descriptors, dtype=np.float64)
     slices = block_slices(n_components, n_classes)
     chosen = range(len(slices)) if blocks is None else list(blocks)
@@ -89,6 +97,16 @@ def block_distances(descriptors, *, n_components: int, n_classes: int, bound: fl
         ranges = block_ranges(x, n_components, n_classes)
         scaled = np.concatenate([x[:, slices[b]] / ranges[b] for b in chosen], axis=1)
         return run(scaled, bound / ranges.min()), None, ranges
+    if normalization == "whitened":
+        if blocks is not None:
+            raise ParameterError("the whitened metric mixes every block; blocks= cannot "
+                                 "restrict it")
+        bits = whitening.scale_bits(bound, scale_bits)
+        rows, row_bound = whitening.apply(x), whitening.bound(bound)
+        if secure:
+            return protect(rows, bound=row_bound, scale_bits=bits, parties=parties,
+                           **options).distances, None, None
+        return plaintext_distances(quantize_rows(rows, bound=row_bound, scale_bits=bits)), None, None
     if normalization == "none":
         rows = np.concatenate([x[:, slices[b]] for b in chosen], axis=1)
         return run(rows, bound), None, None
@@ -105,7 +123,9 @@ def prefix_distances(train_descriptors, new_descriptors, *, n_components: int, n
     """Squared distances on the ``[mu_x, sigma_x]`` prefix among training + new clients.
 
     Scaled with the training-time scales (``scales`` from :func:`block_distances`: the
-    fitted scalers, as in the paper). Rows 0..n_train-1 are the training clients.
+    fitted scalers, as in the paper). Rows 0..n_train-1 are the training clients. Under
+    ``"whitened"`` the prefix is not whitened (the whitening mixes the class blocks, which a
+    new client cannot compute label-free): the prefix distances are ``"none"``'s.
     """
     rows = np.concatenate([np.asarray(train_descriptors, float),
                            np.asarray(new_descriptors, float)])

@@ -13,6 +13,7 @@ from ._assign import ASSIGN_RULES, GLOBAL, assign_with_evidence
 from ._paper import (DEFAULT_DESCRIPTOR_FORM, DEFAULT_K_RULE, _check_k_rule, cluster_clients,
                      descriptor, descriptor_bound, flux_components, shared_projection)
 from ._secure import block_distances, prefix_distances
+from ._whitening import noise_contribution, noise_whitening, pool_noise
 
 __all__ = ["ACTIVATION_MARGIN", "CLUSTER_ROUNDS", "FluxRun", "SHIFTS", "WARMUP_ROUNDS",
            "client_descriptors", "flux_baselines", "run_flux", "shift_scenario"]
@@ -69,6 +70,9 @@ class FluxRun:
     decision: object = None
     #: the unseen clients' assignment and its evidence (None without unseen clients)
     assignment: object = None
+    #: the noise-whitened metric's map and evidence (:class:`NoiseWhitening`; None unless
+    #: ``normalization="whitened"``)
+    whitening: object = None
 
 def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
              cluster_rounds: int = CLUSTER_ROUNDS, local_train=None, seed: int = 0,
@@ -87,7 +91,11 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
        default, ``"weighted"`` (the previous default), ``"paper"`` for the paper's
        descriptor);
     3. the server gets the (per-block) squared distances through the secure reconstruction
-       (``normalization="none"`` by default: D only) and chooses the clusters with
+       (``normalization="none"`` by default: D only; ``"whitened"``: each client also
+       computes its jackknife noise shape, :func:`noise_contribution`, the shapes are
+       pooled by secure sum and every descriptor is whitened by the pooled noise before
+       the reconstruction, :mod:`omnifc.adapters.flux._whitening`; evidence in
+       ``FluxRun.whitening``) and chooses the clusters with
        :func:`cluster_clients`: ``k_rule="calibrated"`` by default (:func:`calibrated_k`,
        omnifc's, seeded by ``seed``; its evidence is ``FluxRun.decision``),
        ``"calibrated_axis"``, ``"calibrated_unimodal"`` and ``"calibrated_denoised"``
@@ -130,9 +138,16 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     bound = descriptor_bound(projection, max_value)
     desc = client_descriptors(model, encoder, data.clients, projection, data.n_classes,
                               form=descriptor_form)
+    whitening = None
+    if normalization == "whitened":
+        noise = [noise_contribution(model.latents(encoder, c.x_train), c.y_train, projection,
+                                    data.n_classes, bound=bound, form=descriptor_form)
+                 for c in data.clients]
+        whitening = noise_whitening(*pool_noise(noise, secure=secure, parties=parties))
     d, _, scales = block_distances(desc, n_components=l, n_classes=data.n_classes,
                                    bound=bound, normalization=normalization, secure=secure,
-                                   scale_bits=scale_bits, parties=parties)
+                                   scale_bits=scale_bits, parties=parties,
+                                   whitening=whitening)
     found = cluster_clients(d, k_rule=k_rule, eps_rule=eps_rule, eps_scaling=eps_scaling,
                             random_state=seed)
     labels = found.labels
@@ -162,7 +177,7 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
                    models=clustered.models, new_labels=new_labels, accuracy=accuracy,
                    new_accuracy=new_accuracy, distances=d, prefix=prefix,
                    global_model=encoder, max_activation=largest, decision=found.decision,
-                   assignment=assignment)
+                   assignment=assignment, whitening=whitening)
 
 def flux_baselines(data, model, flux_run: FluxRun, *, warmup_rounds: int = WARMUP_ROUNDS,
                    cluster_rounds: int = CLUSTER_ROUNDS, local_train=None,
