@@ -160,6 +160,69 @@ def test_paired_table_counts_run_by_run_and_computes_its_verdict(k_selection_ben
     assert "iid (K = 1), all" not in table
 
 
+def test_paired_table_with_two_rule_names_reads_a_from_a_and_b_from_b(k_selection_bench,
+                                                                      tmp_path, capsys):
+    """``--paired A B --rules RA,RB``: A's runs read rule RA, B's read RB (the whitened
+    metric's flux:axis_ci against the default's flux:calibrated); three names are refused."""
+    import json
+
+    rows_a = [{"cell": ["feature", 6, 20, 1, 2], "seed": s, "planted": 2,
+               "rules": {"flux:calibrated": [1, False], "flux:axis_ci": [2, True]}}
+              for s in range(3)]
+    rows_b = [{"cell": ["feature", 6, 20, 1, 2], "seed": s, "planted": 2,
+               "rules": {"flux:calibrated": [1, False], "flux:axis_ci": [2 if s else 1, s > 0]}}
+              for s in range(3)]
+    paths = []
+    for name, rows in (("a.jsonl", rows_a), ("b.jsonl", rows_b)):
+        paths.append(tmp_path / name)
+        paths[-1].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert k_selection_bench.main(["--paired", str(paths[0]), str(paths[1]), "--rules",
+                                   "flux:calibrated,flux:axis_ci"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in lines[2:]}
+    assert table["**K = 2, all**"][:3] == ["0/3", "2/3", "+2 / -0"]
+    with pytest.raises(SystemExit):
+        k_selection_bench.main(["--paired", str(paths[0]), str(paths[1]), "--rules",
+                                "flux:calibrated,flux:axis_ci,flux:ward"])
+
+
+def test_variant_files_and_the_flux_d_the_rules_read(k_selection_bench):
+    bench = k_selection_bench
+    assert bench._variant_suffix("weighted", "none") == ""
+    assert bench._variant_suffix("weighted_all", "none") == "_weighted_all"
+    assert bench._variant_suffix("weighted_all", "whitened") == "_weighted_all_whitened"
+    assert bench._flux_keys(None) == ("flux", "flux_old", "flux_paper")
+    assert bench._flux_keys(["flux:axis_ci"]) == ("flux",)
+    assert bench._flux_keys(["flux:ward", "flux:paper"]) == ("flux", "flux_old", "flux_paper")
+    assert bench._flux_keys(["flux:cal_l=C"]) == ("flux", "flux_old")
+
+
+def test_the_grid_whitened_d_is_the_whitened_descriptors_and_secure_equals_plaintext(
+        k_selection_bench):
+    """One cell: the grid's whitened D equals the squared distances of the run's own
+    descriptors mapped by noise_whitening of the clients' pooled jackknife noise (recomputed
+    here from the run's clients), within the quantization, and the secure path's D and map
+    equal the plaintext ones bit for bit."""
+    from omnifc.adapters import flux
+
+    bench = k_selection_bench
+    cell = ("label", 6, 20, 1, 2)
+    plain = bench.distances(*cell, 1000, adapters=("flux",), descriptor_form="weighted_all",
+                            normalization="whitened", flux_keys=("flux",))
+    secure = bench.distances(*cell, 1000, adapters=("flux",), descriptor_form="weighted_all",
+                             normalization="whitened", flux_keys=("flux",), secure=True)
+    assert set(plain) == {"groups", "flux"} and np.array_equal(plain["flux"], secure["flux"])
+    clients, _, c, latents, m = bench.encoded_run(*cell, 1000)
+    proj, desc = bench.flux_descriptors(clients, latents, c, flux.flux_components(c, 32),
+                                        "weighted_all", m)
+    bound = flux.descriptor_bound(proj, m)
+    parts = [flux.noise_contribution(z, cl.y_train, proj, c, bound=bound)
+             for z, cl in zip(latents, clients)]
+    y = flux.noise_whitening(*flux.pool_noise(parts)).apply(desc)
+    exact = ((y[:, None] - y[None]) ** 2).sum(-1)
+    assert np.abs(plain["flux"] - exact).max() < 4 * y.shape[1] * np.abs(y).max() * 2.0 ** -13
+
+
 def test_goal_alpha_is_derived_from_the_iid_goal(k_selection_bench):
     """GOAL_ALPHA: a test of that exact level keeps <= 3 of 60 iid runs split at all five
     sizes with probability >= 0.95 (Binomial tail); at 0.05 it would be 0.11."""
