@@ -223,6 +223,21 @@ def test_the_grid_whitened_d_is_the_whitened_descriptors_and_secure_equals_plain
     assert np.abs(plain["flux"] - exact).max() < 4 * y.shape[1] * np.abs(y).max() * 2.0 ** -13
 
 
+def test_the_strict_top_axis_column_is_axis_ci_at_the_goal_level(k_selection_bench):
+    """Two groups 2.2 sd apart (seed 19): the top-axis test gives p = 0.04 at B = 99 (K = 2
+    at 0.05) and p = 0.02 at B = 199, above GOAL_ALPHA: ``flux:axis_ci@0.01`` answers one
+    cluster, ``flux:axis_ci`` two."""
+    from omnifc.adapters._calibrated_k import calibrated_k
+
+    rng = np.random.default_rng(19)
+    x = np.concatenate([rng.normal(0, 1, (12, 3)), rng.normal(0, 1, (12, 3)) + [2.2, 0, 0]])
+    rec = {"flux": ((x[:, None] - x[None]) ** 2).sum(-1)}
+    strict = calibrated_k(rec["flux"], statistic="axis_ci", alpha=0.01, references=199)
+    assert strict.k == 1 and 0.01 < strict.p_value < 0.05 and strict.references == 199
+    assert len(set(k_selection_bench.RULES["flux:axis_ci"](rec).tolist())) >= 2
+    assert k_selection_bench.RULES["flux:axis_ci@0.01"](rec).tolist() == [0] * 24
+
+
 def test_goal_alpha_is_derived_from_the_iid_goal(k_selection_bench):
     """GOAL_ALPHA: a test of that exact level keeps <= 3 of 60 iid runs split at all five
     sizes with probability >= 0.95 (Binomial tail); at 0.05 it would be 0.11."""
