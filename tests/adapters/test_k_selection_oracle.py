@@ -236,6 +236,12 @@ def test_the_strict_top_axis_column_is_axis_ci_at_the_goal_level(k_selection_ben
     assert strict.k == 1 and 0.01 < strict.p_value < 0.05 and strict.references == 199
     assert len(set(k_selection_bench.RULES["flux:axis_ci"](rec).tolist())) >= 2
     assert k_selection_bench.RULES["flux:axis_ci@0.01"](rec).tolist() == [0] * 24
+    # seed 43, 2.8 sd apart: p = 0.01 with B = 199 (two clusters), 0.02 with B = 99 (one)
+    rng = np.random.default_rng(43)
+    x = np.concatenate([rng.normal(0, 1, (12, 3)), rng.normal(0, 1, (12, 3)) + [2.8, 0, 0]])
+    rec = {"flux": ((x[:, None] - x[None]) ** 2).sum(-1)}
+    assert calibrated_k(rec["flux"], statistic="axis_ci", alpha=0.01, references=99).k == 1
+    assert len(set(k_selection_bench.RULES["flux:axis_ci@0.01"](rec).tolist())) == 2
 
 
 def test_goal_alpha_is_derived_from_the_iid_goal(k_selection_bench):
