@@ -197,6 +197,34 @@ def test_the_public_bound_holds_at_its_worst_case():
     assert abs(white.apply(worst)[column]) == pytest.approx(white.bound(bound), rel=1e-12)
 
 
+def test_an_indefinite_pooled_noise_from_rounding_is_projected_not_refused(caplog):
+    """Seed 3097's cell (label, 20 clients, 500 rows, 1:10, 2 classes) pooled coordinates
+    with noise near the 2^-30 resolution, and their rounded correlation passed 1. Such a
+    matrix is projected onto the nearest PSD correlation (unit diagonal) and shrunk again,
+    with a warning; a PSD matrix is left as it is."""
+    s = np.array([[1.0, 0.3, 0.0], [0.3, 1.0e-9, 1.001e-9], [0.0, 1.001e-9, 1.0e-9]])
+    with caplog.at_level("WARNING"):
+        white = flux.noise_whitening(s, 10 ** 6)
+    assert "indefinite" in caplog.text
+    sd = np.sqrt(np.diag(s))
+    corr = s / np.outer(sd, sd)
+    w, u = np.linalg.eigh(corr)
+    psd = (u * np.maximum(w, 0)) @ u.T
+    psd = psd / np.outer(np.sqrt(np.diag(psd)), np.sqrt(np.diag(psd)))
+    rho = flux.oas_shrinkage(psd, 10 ** 6)
+    assert white.shrinkage == pytest.approx(rho, rel=1e-9) and rho > 0
+    cov = np.outer(sd, sd) * shrunk_covariance(psd, rho)
+    x = np.array([[0.1, 2e-5, -1e-5], [0.0, 0.0, 0.0]])
+    y = white.apply(x)
+    diff = x[0] - x[1]
+    assert ((y[0] - y[1]) ** 2).sum() == pytest.approx(diff @ np.linalg.solve(cov, diff),
+                                                       rel=1e-6)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        flux.noise_whitening(np.array([[1.0, 0.5], [0.5, 1.0]]), 10 ** 6)
+    assert "indefinite" not in caplog.text
+
+
 def test_noise_whitening_rejects_bad_input():
     with pytest.raises(InputError, match="finite square"):
         flux.noise_whitening(np.ones((3, 2)), 5)

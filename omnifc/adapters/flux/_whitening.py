@@ -328,8 +328,25 @@ def noise_whitening(shape, df: int) -> NoiseWhitening:
     values, vectors = np.linalg.eigh(shrunk_covariance(corr, shrinkage))
     floor = values.max() * np.finfo(np.float64).eps * corr.shape[0]
     if values.min() <= floor:
-        raise InputError("the pooled noise correlation is singular even after shrinkage "
-                         f"(smallest eigenvalue {values.min():.3g}); more rows are needed")
+        # A mean of PSD matrices is PSD; rounded to 2^-30, coordinates whose noise is near
+        # that resolution can make it indefinite (correlations beyond 1). Only then: the
+        # nearest PSD correlation (negative eigenvalues to 0, unit diagonal), shrunk again.
+        logger.warning("the pooled noise correlation is indefinite (smallest shrunk "
+                       "eigenvalue %.3g: coordinates with noise near the 2^-30 resolution); "
+                       "projected onto the positive semi-definite correlations", values.min())
+        w, u = np.linalg.eigh(corr)
+        corr = (u * np.maximum(w, 0.0)) @ u.T
+        unit = np.sqrt(np.diag(corr))
+        if not np.all(unit > 0):
+            raise InputError("the pooled noise correlation has a coordinate with no positive "
+                             "part; more rows are needed")
+        corr = corr / np.outer(unit, unit)
+        corr = (corr + corr.T) / 2
+        shrinkage = oas_shrinkage(corr, df)
+        values, vectors = np.linalg.eigh(shrunk_covariance(corr, shrinkage))
+        if values.min() <= floor:
+            raise InputError("the pooled noise correlation is singular even after shrinkage "
+                             f"(smallest eigenvalue {values.min():.3g}); more rows are needed")
     inverse_root = (vectors / np.sqrt(values)) @ vectors.T
     matrix = np.zeros((s.shape[0], s.shape[0]))
     matrix[np.ix_(kept, kept)] = inverse_root / sd[:, None]
