@@ -76,6 +76,17 @@ def test_noise_contribution_is_the_jackknife_covariance_per_row():
         np.testing.assert_allclose(np.diag(noise)[:2], z.var(axis=0) / bound ** 2, rtol=1e-9)
     with pytest.raises(ParameterError, match="bound must be positive"):
         flux.noise_contribution(x, y, proj, 3, bound=0.0)
+    # the form reaches the leave-one-out: "weighted" zeroes a 1-row class, "weighted_all" not
+    x, y = _client(rng, 7, 3, classes=[0, 0, 0, 1, 1, 1, 2])
+    for form in ("weighted", "weighted_all"):
+        noise, _ = flux.noise_contribution(x, y, proj, 3, bound=bound, form=form)
+        loo = flux.leave_one_out_descriptors(x, y, proj, 3, form=form)
+        centred = loo - loo.mean(axis=0)
+        np.testing.assert_allclose(noise, centred.T @ centred * 6 / 7 * 6 / bound ** 2,
+                                   rtol=1e-9, atol=1e-15)
+    assert not np.allclose(flux.noise_contribution(x, y, proj, 3, bound=bound,
+                                                   form="weighted")[0],
+                           flux.noise_contribution(x, y, proj, 3, bound=bound)[0])
 
 
 def test_one_row_clients_count_in_neither_sum_and_identical_rows_count_as_no_noise():
@@ -89,6 +100,12 @@ def test_one_row_clients_count_in_neither_sum_and_identical_rows_count_as_no_noi
     pooled, df = flux.pool_noise([one_row, real, same_rows])
     assert df == 13
     np.testing.assert_allclose(pooled, real[0] / 2, atol=2.0 ** -30)
+    two_rows = flux.noise_contribution(x[:2], [0, 1], proj, 2, bound=1.0)
+    assert two_rows[1] == 1 and two_rows[0].any()                 # 1 degree of freedom counts
+    pooled, df = flux.pool_noise([two_rows, real])
+    assert df == 10
+    np.testing.assert_allclose(pooled, (two_rows[0] + real[0]) / 2, atol=2.0 ** -30)
+    assert flux.noise_whitening(pooled, 1).df == 1
     with pytest.raises(InputError, match="cannot be estimated"):
         flux.pool_noise([one_row, one_row])
 
@@ -126,14 +143,30 @@ def test_pooled_shape_is_the_mean_and_secure_equals_plaintext_bit_for_bit():
         assert np.array_equal(secure, plain) and secure_df == df
 
 
+def test_secure_pooling_holds_party_sums_at_the_bound():
+    """Two clients per party, each at NOISE_BOUND in one entry: the party's sum is twice the
+    bound, and the secure sum still equals the plaintext one (its public bound is the bound
+    times the largest party's clients)."""
+    parts = _contributions(7)
+    edge = [(s.copy(), d) for s, d in parts]
+    for s, _ in edge:
+        s[0, 0] = flux.NOISE_BOUND
+        s[1, 1] = -flux.NOISE_BOUND
+    plain, df = flux.pool_noise(edge)
+    secure, secure_df = flux.pool_noise(edge, secure=True, parties=[0, 0, 1, 1, 2, 2])
+    assert np.array_equal(secure, plain) and secure_df == df
+    assert plain[0, 0] == flux.NOISE_BOUND and plain[1, 1] == -flux.NOISE_BOUND
+
+
 def test_pool_noise_rejects_parties_of_the_wrong_length():
     with pytest.raises(ParameterError, match="one label per client"):
         flux.pool_noise(_contributions(5), parties=[0, 1])
 
 
-@pytest.mark.parametrize("n,p", [(5, 3), (40, 5), (12, 30), (300, 8)])
-def test_oas_shrinkage_equals_scikit_learns(n, p):
-    x = np.random.default_rng(n * p).normal(size=(n, p)) * np.linspace(1, 3, p)
+@pytest.mark.parametrize("n,p,scale", [(5, 3, 1.0), (40, 5, 1.0), (12, 30, 1.0),
+                                       (300, 8, 1.0), (40, 5, 1e-3)])
+def test_oas_shrinkage_equals_scikit_learns(n, p, scale):
+    x = np.random.default_rng(n * p).normal(size=(n, p)) * np.linspace(1, 3, p) * scale
     assert flux.oas_shrinkage(empirical_covariance(x), n) == pytest.approx(oas(x)[1],
                                                                           rel=1e-12)
     assert flux.oas_shrinkage(np.eye(1), 10) == 0.0
@@ -223,6 +256,37 @@ def test_an_indefinite_pooled_noise_from_rounding_is_projected_not_refused(caplo
     with caplog.at_level("WARNING"):
         flux.noise_whitening(np.array([[1.0, 0.5], [0.5, 1.0]]), 10 ** 6)
     assert "indefinite" not in caplog.text
+
+
+def test_scale_bits_is_the_finest_that_fits_63_bits_and_the_bound_has_a_floor_of_one():
+    from finite_field import Quantizer
+    from finite_field._primes import MAX_EXACT_INTEGER
+
+    white = flux.noise_whitening(*flux.pool_noise(_contributions(17)))
+    dim = white.matrix.shape[1]
+    for descriptor_bound in (0.5, 40.0, 3000.0, 1e6):
+        bound = white.bound(descriptor_bound)
+        q = white.scale_bits(descriptor_bound, 16)
+        assert Quantizer(scale_bits=q, bound=bound).distance_bound(dim) < MAX_EXACT_INTEGER
+        assert q == 16 or (Quantizer(scale_bits=q + 1, bound=bound).distance_bound(dim)
+                           >= MAX_EXACT_INTEGER)
+    assert white.scale_bits(1e6, 16) < 16 and white.scale_bits(0.5, 16) == 16
+    assert white.scale_bits(0.5, 7) == 7
+    tiny = flux.noise_whitening(np.eye(2) * 1e6, 5)
+    assert tiny.bound(1.0) == 1.0 and tiny.bound(1e4) == pytest.approx(10.0)
+    with pytest.raises(ParameterError, match="even at scale_bits 0"):
+        flux.noise_whitening(np.eye(2) * 1e-30, 5).scale_bits(1.0, 16)
+
+
+def test_a_coordinate_without_noise_is_dropped_and_the_others_are_whitened():
+    s = np.array([[2.0, 0.5, 0.0, 0.3], [0.5, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0],
+                  [0.3, 0.0, 0.0, 4.0]])
+    white = flux.noise_whitening(s, 50)
+    kept = np.array([True, True, False, True])
+    assert white.kept.tolist() == kept.tolist() and "3 of 4 coordinates" in white.summary()
+    assert not white.matrix[2].any() and not white.matrix[:, 2].any()
+    sub = flux.noise_whitening(s[np.ix_(kept, kept)], 50)
+    np.testing.assert_allclose(white.matrix[np.ix_(kept, kept)], sub.matrix, rtol=1e-12)
 
 
 def test_noise_whitening_rejects_bad_input():

@@ -290,7 +290,10 @@ class NoiseWhitening:
         dim = self.matrix.shape[1]
         bound = self.bound(descriptor_bound)
         for q in range(int(wanted), -1, -1):
-            quantizer = Quantizer(scale_bits=q, bound=bound)
+            try:
+                quantizer = Quantizer(scale_bits=q, bound=bound)
+            except ParameterError:          # bound * 2^q beyond 2^53: a coarser q may fit
+                continue
             if quantizer.distance_bound(dim) < MAX_EXACT_INTEGER:
                 return q
         raise ParameterError(f"the whitened rows' bound {bound:.3g} in {dim} dimensions does "
