@@ -260,7 +260,8 @@ def test_an_indefinite_pooled_noise_from_rounding_is_projected_not_refused(caplo
 
 def test_scale_bits_is_the_finest_that_fits_63_bits_and_the_bound_has_a_floor_of_one():
     from finite_field import Quantizer
-    from finite_field._primes import MAX_EXACT_INTEGER
+
+    MAX_EXACT_INTEGER = 2 ** 63 - 1                     # the protocol's limit (63 bits)
 
     white = flux.noise_whitening(*flux.pool_noise(_contributions(17)))
     dim = white.matrix.shape[1]

@@ -57,8 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.covariance import shrunk_covariance
 
-from finite_field import InputError, ParameterError, Quantizer
-from finite_field._primes import MAX_EXACT_INTEGER
+from finite_field import InputError, ParameterError, Quantizer, choose_primes
 
 from ._paper import DEFAULT_DESCRIPTOR_FORM
 
@@ -282,20 +281,20 @@ class NoiseWhitening:
 
     def scale_bits(self, descriptor_bound: float, wanted: int) -> int:
         """The quantization ``q`` of the whitened rows: the largest ``q <= wanted`` whose
-        squared distances fit the protocol's 63 bits (:meth:`Quantizer.distance_bound`) under
-        :meth:`bound`. Whitened, the noise has the same standard deviation in every
-        direction (the pooled shape's trace normalization sets that common unit to about
-        the root of a client's total noise variance), so ``2^-q`` is a fixed fraction of the
-        noise in every direction, not of the descriptors' range."""
+        squared distances fit the protocol's 63 bits (``choose_primes`` of
+        :meth:`Quantizer.distance_bound`, as the protocol's plan checks it) under
+        :meth:`bound`. Whitened, a client's noise has the same standard deviation in every
+        direction, about ``B / sqrt(n - 1)`` for ``n`` rows (the pooled noise is per row, in
+        units of ``B^2``), so ``2^-q`` is a fixed fraction of the noise in every direction,
+        not of the descriptors' range."""
         dim = self.matrix.shape[1]
         bound = self.bound(descriptor_bound)
         for q in range(int(wanted), -1, -1):
-            try:
-                quantizer = Quantizer(scale_bits=q, bound=bound)
-            except ParameterError:          # bound * 2^q beyond 2^53: a coarser q may fit
+            try:                            # the protocol's own checks (finite_field's plan)
+                choose_primes(Quantizer(scale_bits=q, bound=bound).distance_bound(dim) + 1)
+            except ParameterError:          # beyond 2^53 or 63 bits: a coarser q may fit
                 continue
-            if quantizer.distance_bound(dim) < MAX_EXACT_INTEGER:
-                return q
+            return q
         raise ParameterError(f"the whitened rows' bound {bound:.3g} in {dim} dimensions does "
                              "not fit the protocol's 63 bits even at scale_bits 0")
 
