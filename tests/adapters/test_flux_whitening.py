@@ -17,7 +17,7 @@ import omnifc
 from finite_field import InputError, ParameterError
 from omnifc import fl
 from omnifc.adapters import flux
-from omnifc.adapters._calibrated_k import mds_embedding
+from omnifc.adapters._calibrated_k import calibrated_k, mds_embedding
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -336,11 +336,19 @@ def test_run_flux_whitened_secure_equals_plaintext():
     model = fl.MLP(data.n_features, 16, data.n_classes)
     org = np.arange(len(data.clients)) % 3
     new_org = np.arange(len(data.clients) + len(data.new_clients)) % 3
-    runs = [flux.run_flux(data, model, seed=12, normalization="whitened", secure=secure,
-                          k_rule="calibrated_axis", cluster_rounds=1, warmup_rounds=1,
+    runs = [flux.run_flux(data, model, seed=12, secure=secure, cluster_rounds=1,
+                          warmup_rounds=1, **flux.WHITENED_RECIPE,
                           **({"parties": org, "new_parties": new_org} if secure else {}))
             for secure in (True, False)]
     secure, plain = runs
+    assert flux.WHITENED_RECIPE == {"normalization": "whitened", "k_rule": "calibrated_axis",
+                                    "k_alpha": 0.01, "k_references": 199}
+    for run in runs:     # the recipe's test: top axis, level 0.01, 199 draws, on this D
+        again = calibrated_k(run.distances, statistic="axis_ci", alpha=0.01, references=199,
+                             random_state=12)
+        assert run.decision.alpha == 0.01 and run.decision.references == 199
+        assert run.decision.p_value == again.p_value and run.n_clusters == again.k
+    assert secure.decision.p_value == plain.decision.p_value
     assert np.array_equal(secure.distances, plain.distances)
     assert np.array_equal(secure.whitening.matrix, plain.whitening.matrix)
     assert np.array_equal(secure.labels, plain.labels)
@@ -354,6 +362,30 @@ def test_run_flux_whitened_secure_equals_plaintext():
     y = plain.whitening.apply(desc)
     exact = ((y[:, None] - y[None]) ** 2).sum(-1)
     assert np.abs(plain.distances - exact).max() < 4 * y.shape[1] * np.abs(y).max() * 2.0 ** -15
+
+
+def test_cluster_clients_passes_the_level_and_draws_to_the_calibrated_rules():
+    rng = np.random.default_rng(19)
+    x = np.concatenate([rng.normal(0, 1, (12, 3)), rng.normal(0, 1, (12, 3)) + [2.2, 0, 0]])
+    d = ((x[:, None] - x[None]) ** 2).sum(-1)
+    for k_rule, statistic in (("calibrated_axis", "axis_ci"), ("calibrated", "ward_gap")):
+        for alpha, refs in ((0.01, 199), (0.05, None), (None, 59)):
+            level = {} if alpha is None else {"alpha": alpha}
+            want = calibrated_k(d, statistic=statistic, references=refs, random_state=3,
+                                **level)
+            got = flux.cluster_clients(d, k_rule=k_rule, k_alpha=alpha, k_references=refs,
+                                       random_state=3)
+            assert got.decision.p_value == want.p_value and got.n_clusters == want.k
+            assert got.decision.alpha == want.alpha
+            assert got.decision.references == want.references
+    strict = flux.cluster_clients(d, k_rule="calibrated_axis", k_alpha=0.01, k_references=199)
+    assert strict.n_clusters == 1
+    assert flux.cluster_clients(d, k_rule="calibrated_axis").n_clusters >= 2
+    for k_rule in ("ward", "dbscan"):
+        with pytest.raises(ParameterError, match="apply to the calibrated K rules"):
+            flux.cluster_clients(d, k_rule=k_rule, k_alpha=0.01)
+        with pytest.raises(ParameterError, match="apply to the calibrated K rules"):
+            flux.cluster_clients(d, k_rule=k_rule, k_references=99)
 
 
 def test_a_coordinator_that_lies_about_the_pooled_shape_chooses_the_metric():

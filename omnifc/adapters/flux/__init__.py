@@ -81,7 +81,8 @@ from ._assign import (ASSIGN_RULES, Assignment, AssignDecision, assign_new_clien
 from ._paper import (adaptive_dbscan, cluster_clients, COORDINATOR_LEARNS,
                      DEFAULT_DESCRIPTOR_FORM, DEFAULT_K_RULE, descriptor, descriptor_bound,
                      DESCRIPTOR_FORMS, EPS_RULES, K_RULES,
-                     flux_components, FLUX_MIN_COMPONENTS, NORMALIZATIONS, shared_projection)
+                     flux_components, FLUX_MIN_COMPONENTS, NORMALIZATIONS, shared_projection,
+                     WHITENED_RECIPE)
 from .._calibrated_k import calibrated_k, KDecision  # noqa: F401
 from ._secure import (block_distances, block_ranges, block_slices, combine_blocks,
                       neighbour_scales, prefix_distances)
@@ -99,4 +100,5 @@ __all__ = ["COORDINATOR_LEARNS", "shared_projection", "descriptor", "descriptor_
            "block_distances", "cluster_clients", "calibrated_k", "ward_gap", "adaptive_dbscan",
            "prefix_distances", "assign_new_clients", "assign_with_evidence",
            "conformal_p_values", "AssignDecision", "Assignment", "ASSIGN_RULES", "GLOBAL",
-           "noise_contribution", "pool_noise", "noise_whitening", "NoiseWhitening"]
+           "noise_contribution", "pool_noise", "noise_whitening", "NoiseWhitening",
+           "WHITENED_RECIPE"]

@@ -87,11 +87,11 @@ def block_distances(descriptors, *, n_components: int, n_classes: int, bound: fl
     slices = block_slices(n_components, n_classes)
     chosen = range(len(slices)) if blocks is None else list(blocks)
 
-    def run(rows, row_bound):
+    def run(rows, row_bound, bits=scale_bits):
         if secure:
-            return protect(rows, bound=row_bound, scale_bits=scale_bits, parties=parties,
+            return protect(rows, bound=row_bound, scale_bits=bits, parties=parties,
                            **options).distances
-        return plaintext_distances(quantize_rows(rows, bound=row_bound, scale_bits=scale_bits))
+        return plaintext_distances(quantize_rows(rows, bound=row_bound, scale_bits=bits))
 
     if normalization == "ranges":
         ranges = block_ranges(x, n_components, n_classes)
@@ -101,12 +101,8 @@ def block_distances(descriptors, *, n_components: int, n_classes: int, bound: fl
         if blocks is not None:
             raise ParameterError("the whitened metric mixes every block; blocks= cannot "
                                  "restrict it")
-        bits = whitening.scale_bits(bound, scale_bits)
-        rows, row_bound = whitening.apply(x), whitening.bound(bound)
-        if secure:
-            return protect(rows, bound=row_bound, scale_bits=bits, parties=parties,
-                           **options).distances, None, None
-        return plaintext_distances(quantize_rows(rows, bound=row_bound, scale_bits=bits)), None, None
+        return run(whitening.apply(x), whitening.bound(bound),
+                   whitening.scale_bits(bound, scale_bits)), None, None
     if normalization == "none":
         rows = np.concatenate([x[:, slices[b]] for b in chosen], axis=1)
         return run(rows, bound), None, None
