@@ -27,9 +27,10 @@ logger = logging.getLogger(__name__)
 COORDINATOR_LEARNS = (
     "default (normalization 'none'): D only; options 'block_neighbour' and "
     "'block_diameter': the 2(U+1) per-block squared-distance matrices; option 'ranges': "
-    "every client's per-block min and max; option 'whitened': the pooled noise shape of the "
+    "every client's per-block min and max; option 'whitened': the pooled noise of the "
     "descriptors (a p x p average over clients) and the total rows minus clients, by secure "
-    "sum. At test time: "
+    "sum (it holds only against a coordinator that follows the protocol: one that lies about "
+    "the pooled noise chooses the metric). At test time: "
     "the prefix-block distances between the new client and the training clients; run_flux "
     "also reveals M, the largest latent activation over all clients (the paper's rule)")
 

@@ -195,29 +195,29 @@ def pool_noise(contributions, *, secure: bool = False, parties=None,
     clear (equal, bit for bit). Clients with 0 degrees of freedom count in neither sum. An
     entry beyond ``NOISE_BOUND`` raises :class:`InputError` (before anything is sent).
     """
-    shapes = [np.asarray(s, dtype=np.float64) for s, _ in contributions]
+    noises = [np.asarray(s, dtype=np.float64) for s, _ in contributions]
     dfs = [int(d) for _, d in contributions]
     used = [i for i, d in enumerate(dfs) if d > 0]
     if not used:
         raise InputError("no client has 2 or more rows: the noise of the descriptors cannot "
                          "be estimated")
-    labels = (np.arange(len(shapes)) if parties is None else np.asarray(parties))
-    if labels.shape != (len(shapes),):
-        raise ParameterError(f"parties must give one label per client ({len(shapes)}), got "
+    labels = (np.arange(len(noises)) if parties is None else np.asarray(parties))
+    if labels.shape != (len(noises),):
+        raise ParameterError(f"parties must give one label per client ({len(noises)}), got "
                              f"shape {labels.shape}")
     if not secure:
-        total = sum(_quantized(shapes[i], i) for i in used)
-        shape_sum = total / float(2 ** NOISE_SCALE_BITS)
-        return shape_sum / len(used), int(sum(dfs))
+        total = sum(_quantized(noises[i], i) for i in used)
+        noise_sum = total / float(2 ** NOISE_SCALE_BITS)
+        return noise_sum / len(used), int(sum(dfs))
     from ..._secure_sum import secure_sum
 
     names = [str(v) for v in dict.fromkeys(labels.tolist())]
     members = {name: [i for i in used if str(labels[i]) == name] for name in names}
     most = max(len(m) for m in members.values())
-    p = shapes[0].shape[0]
-    quantized = {name: sum((_quantized(shapes[i], i) for i in m), np.zeros((p, p), np.int64))
+    p = noises[0].shape[0]
+    quantized = {name: sum((_quantized(noises[i], i) for i in m), np.zeros((p, p), np.int64))
                  / float(2 ** NOISE_SCALE_BITS) for name, m in members.items()}
-    shape_sum = secure_sum(quantized, bound=NOISE_BOUND * max(most, 1),
+    noise_sum = secure_sum(quantized, bound=NOISE_BOUND * max(most, 1),
                            scale_bits=NOISE_SCALE_BITS,
                            **options).total
     df_parts = {name: np.array([float(sum(dfs[i] for i in m)), float(len(m))])
@@ -225,7 +225,7 @@ def pool_noise(contributions, *, secure: bool = False, parties=None,
     df_bound = float(max(max(v) for v in df_parts.values()))
     counts = secure_sum(df_parts, bound=max(df_bound, 1.0), scale_bits=0, nonnegative=True,
                         **options).total
-    return shape_sum / counts[1], int(round(counts[0]))
+    return noise_sum / counts[1], int(round(counts[0]))
 
 
 def oas_shrinkage(covariance, n_samples: float) -> float:
@@ -304,8 +304,8 @@ class NoiseWhitening:
                 f"{self.df} degrees of freedom")
 
 
-def noise_whitening(shape, df: int) -> NoiseWhitening:
-    """The whitening of the pooled noise shape ``S`` (:func:`pool_noise`).
+def noise_whitening(noise, df: int) -> NoiseWhitening:
+    """The whitening of the pooled noise ``S`` (:func:`pool_noise`).
 
     Coordinates with zero noise variance are dropped; the others are standardized, their
     correlation shrunk towards the identity by :func:`oas_shrinkage` with ``df`` samples
@@ -313,9 +313,9 @@ def noise_whitening(shape, df: int) -> NoiseWhitening:
     (ZCA). Distances between mapped descriptors are Mahalanobis distances for the shrunk
     noise covariance.
     """
-    s = np.asarray(shape, dtype=np.float64)
+    s = np.asarray(noise, dtype=np.float64)
     if s.ndim != 2 or s.shape[0] != s.shape[1] or not np.all(np.isfinite(s)):
-        raise InputError(f"the pooled noise shape must be a finite square matrix, got shape "
+        raise InputError(f"the pooled noise must be a finite square matrix, got shape "
                          f"{s.shape}")
     if int(df) < 1:
         raise InputError(f"the pooled noise needs at least 1 degree of freedom, got {df}")
