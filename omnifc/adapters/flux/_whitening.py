@@ -71,10 +71,14 @@ logger = logging.getLogger(__name__)
 NOISE_SCALE_BITS = 30
 
 #: Public clip bound of a client's contribution ``(n - 1) J / B^2``, per entry. Its mean
-#: block's entries are at most 1 (a variance of values within [-B, B], over B^2); a class
-#: block's leave-one-out jumps are of the same order (a 1-row class leaving moves its block
-#: by at most 2 B sqrt(1/n): at most 4 after the factor). 16 leaves room; an entry beyond it
-#: is refused (:func:`pool_noise` fails closed), never clipped silently.
+#: block's entries are at most 1 (a variance of values within [-B, B], over B^2). The
+#: largest leave-one-out jumps are a class block's: ``"weighted_all"``'s 1-row class leaving
+#: moves its block ``sqrt(1/n) (z - mu_x)`` to 0, at most ``2 B sqrt(1/n)``: at most 4 after
+#: the factor; ``"weighted"``'s 2-row class drops to 0 whichever row leaves, ``2 (2 B)^2
+#: (2/n)`` summed: at most 16. Both extremes need projected values spanning all of
+#: [-B, B], which B (a sum of absolute loadings) overstates; the tests' worst case on box
+#: corners is 3.97. An entry beyond 16 is refused (:func:`pool_noise` fails closed), never
+#: clipped silently.
 NOISE_BOUND = 16.0
 
 #: Descriptor forms with a closed-form leave-one-out: (form, least rows a class block needs).
