@@ -229,10 +229,9 @@ def flux_whitening(clients, latents, c, projection, form, m, *, secure=False):
     """The run's noise-whitened metric (:func:`flux.noise_whitening`): every client's
     jackknife noise from its ``latents`` (bound: the descriptors' at scale ``m``), pooled
     (plaintext unless ``secure``; equal bit for bit)."""
-    bound = flux.descriptor_bound(projection, m)
-    noise = [flux.noise_contribution(z, cl.y_train, projection, c, bound=bound, form=form)
-             for z, cl in zip(latents, clients)]
-    return flux.noise_whitening(*flux.pool_noise(noise, secure=secure))
+    return flux.whitening_of_clients(latents, [cl.y_train for cl in clients], projection, c,
+                                     bound=flux.descriptor_bound(projection, m), form=form,
+                                     secure=secure)
 
 
 def run_descriptors(shift, n, rows, imbalance, classes, seed, *,
@@ -511,10 +510,9 @@ def cached_distances(cell, seed, cache, adapters=ADAPTERS, population=False,
 
 def _variant_suffix(descriptor_form, normalization):
     """The file-name suffix of a FLUX variant's D and results (none for the first form)."""
-    form = "" if descriptor_form == "weighted" else f"_{descriptor_form}"
     if normalization != "none":
-        form = f"_{descriptor_form}_{normalization}"
-    return form
+        return f"_{descriptor_form}_{normalization}"
+    return "" if descriptor_form == "weighted" else f"_{descriptor_form}"
 
 
 def evaluate(cell, seed, cache=None, adapters=ADAPTERS, population=False, rules=None,

@@ -191,6 +191,23 @@ def test_secure_pooling_holds_party_sums_at_the_bound():
     assert plain[0, 0] == flux.NOISE_BOUND and plain[1, 1] == -flux.NOISE_BOUND
 
 
+def test_whitening_of_clients_is_the_contributions_pooled_and_whitened():
+    rng = np.random.default_rng(31)
+    proj = flux.shared_projection(4, 2, max_value=1.0)
+    clients = [_client(rng, int(rng.integers(3, 12)), 3) for _ in range(6)]
+    bound = flux.descriptor_bound(proj, 1.0)
+    for form in ("weighted_all", "weighted"):
+        parts = [flux.noise_contribution(x, y, proj, 3, bound=bound, form=form)
+                 for x, y in clients]
+        want = flux.noise_whitening(*flux.pool_noise(parts))
+        for secure, parties in ((False, None), (True, [0, 0, 1, 1, 2, 2])):
+            got = flux.whitening_of_clients([x for x, _ in clients], [y for _, y in clients],
+                                            proj, 3, bound=bound, form=form, secure=secure,
+                                            parties=parties)
+            assert np.array_equal(got.matrix, want.matrix) and got.df == want.df
+            assert got.shrinkage == want.shrinkage
+
+
 def test_pool_noise_rejects_parties_of_the_wrong_length():
     with pytest.raises(ParameterError, match="one label per client"):
         flux.pool_noise(_contributions(5), parties=[0, 1])

@@ -87,7 +87,8 @@ from .._calibrated_k import calibrated_k, KDecision  # noqa: F401
 from ._secure import (block_distances, block_ranges, block_slices, combine_blocks,
                       neighbour_scales, prefix_distances)
 from ._whitening import (leave_one_out_descriptors, NOISE_BOUND, noise_contribution,
-                         noise_whitening, NoiseWhitening, oas_shrinkage, pool_noise)
+                         noise_whitening, NoiseWhitening, oas_shrinkage, pool_noise,
+                         whitening_of_clients)
 from ._simulation import (client_descriptors, flux_baselines, FluxRun, run_flux, shift_scenario,
                           SHIFTS)
 # module attributes before the split

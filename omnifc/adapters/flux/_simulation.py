@@ -13,7 +13,7 @@ from ._assign import ASSIGN_RULES, GLOBAL, assign_with_evidence
 from ._paper import (DEFAULT_DESCRIPTOR_FORM, DEFAULT_K_RULE, _check_k_rule, cluster_clients,
                      descriptor, descriptor_bound, flux_components, shared_projection)
 from ._secure import block_distances, prefix_distances
-from ._whitening import noise_contribution, noise_whitening, pool_noise
+from ._whitening import whitening_of_clients
 
 __all__ = ["ACTIVATION_MARGIN", "CLUSTER_ROUNDS", "FluxRun", "SHIFTS", "WARMUP_ROUNDS",
            "client_descriptors", "flux_baselines", "run_flux", "shift_scenario"]
@@ -93,8 +93,8 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
        descriptor);
     3. the server gets the (per-block) squared distances through the secure reconstruction
        (``normalization="none"`` by default: D only; ``"whitened"``: each client also
-       computes its jackknife noise shape, :func:`noise_contribution`, the shapes are
-       pooled by secure sum and every descriptor is whitened by the pooled noise before
+       computes its jackknife noise, :func:`noise_contribution`, the noises are pooled by
+       secure sum and every descriptor is whitened by the pooled noise before
        the reconstruction, :mod:`omnifc.adapters.flux._whitening`; evidence in
        ``FluxRun.whitening``; ``**WHITENED_RECIPE`` is that metric with the top-axis
        test at level 0.01, B = 199: better than the default on held-out seeds, not the
@@ -143,10 +143,10 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
                               form=descriptor_form)
     whitening = None
     if normalization == "whitened":
-        noise = [noise_contribution(model.latents(encoder, c.x_train), c.y_train, projection,
-                                    data.n_classes, bound=bound, form=descriptor_form)
-                 for c in data.clients]
-        whitening = noise_whitening(*pool_noise(noise, secure=secure, parties=parties))
+        whitening = whitening_of_clients(
+            [model.latents(encoder, c.x_train) for c in data.clients],
+            [c.y_train for c in data.clients], projection, data.n_classes, bound=bound,
+            form=descriptor_form, secure=secure, parties=parties)
     d, _, scales = block_distances(desc, n_components=l, n_classes=data.n_classes,
                                    bound=bound, normalization=normalization, secure=secure,
                                    scale_bits=scale_bits, parties=parties,

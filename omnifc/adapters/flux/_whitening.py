@@ -62,7 +62,8 @@ from finite_field import InputError, ParameterError, Quantizer, choose_primes
 from ._paper import DEFAULT_DESCRIPTOR_FORM
 
 __all__ = ["NOISE_BOUND", "NOISE_SCALE_BITS", "NoiseWhitening", "leave_one_out_descriptors",
-           "noise_contribution", "noise_whitening", "oas_shrinkage", "pool_noise"]
+           "noise_contribution", "noise_whitening", "oas_shrinkage", "pool_noise",
+           "whitening_of_clients"]
 
 logger = logging.getLogger(__name__)
 
@@ -359,3 +360,15 @@ def noise_whitening(noise, df: int) -> NoiseWhitening:
     out = NoiseWhitening(matrix=matrix, shrinkage=shrinkage, df=int(df), kept=kept)
     logger.info("%s", out.summary())
     return out
+
+
+def whitening_of_clients(latents, labels, projection, n_classes: int, *, bound: float,
+                         form: str = DEFAULT_DESCRIPTOR_FORM, secure: bool = False,
+                         parties=None, **options) -> NoiseWhitening:
+    """The whole metric of a federation: every client's :func:`noise_contribution` (from its
+    ``latents`` and ``labels``, one array each per client), :func:`pool_noise` and
+    :func:`noise_whitening`. What ``run_flux(normalization="whitened")`` and the grid run.
+    """
+    noise = [noise_contribution(z, y, projection, n_classes, bound=bound, form=form)
+             for z, y in zip(latents, labels)]
+    return noise_whitening(*pool_noise(noise, secure=secure, parties=parties, **options))
