@@ -346,18 +346,26 @@ def planted_cells(clients, rows, classes):
             if cell[0] != "none"]
 
 
-def cell_bounds(cells, seeds, deltas, *, draws: int = DRAWS) -> dict:
+def cell_bounds(cells, seeds, deltas, *, draws: int = DRAWS, alpha: float = ALPHA) -> dict:
     """``{cell: [power per seed]}``: each run's bound at its own seed's separation (one power
-    curve per group-size pair, up to the largest separation it is needed at)."""
+    curve per group-size pair, up to the largest separation it is needed at), for rules of
+    level ``alpha``."""
     sizes = {cell: grid.group_sizes(cell[1], cell[3]) for cell in cells}
     needed = {cell: [deltas[(cell[0], cell[2], cell[4], s)] for s in seeds] for cell in cells}
     reach = {}
     for cell, (big, small) in sizes.items():
         key = (big + small, small)
         reach[key] = max(reach.get(key, 0.0), max(needed[cell]))
-    curves = {key: power_curve(*key, top, draws=draws) for key, top in reach.items()}
+    curves = {key: power_curve(*key, top, draws=draws, alpha=alpha)
+              for key, top in reach.items()}
     return {cell: [interpolate_power(curves[(big + small, small)], d) for d in needed[cell]]
             for cell, (big, small) in sizes.items()}
+
+
+def _level_suffix(alpha: float) -> str:
+    """The told-axis runs files' suffix for a level other than :data:`ALPHA` (none for it,
+    so the files of earlier runs stay theirs)."""
+    return "" if float(alpha) == ALPHA else f"_alpha{float(alpha):g}"
 
 
 def _runs_file(cache, name):
@@ -383,18 +391,20 @@ def _append(path, record) -> None:
 
 
 def told_axis_counts(cells, seeds, axes, cache=None, *,
-                     descriptor_form=flux.DEFAULT_DESCRIPTOR_FORM) -> dict:
-    """``{cell: {seed: (K, exact)}}`` of :func:`told_axis` on each run's own descriptors,
-    the axis being its seed's population axis (``cache/told_axis_<form>.jsonl``, resumable).
-    """
-    path, stored = _runs_file(cache, f"told_axis_{descriptor_form}.jsonl")
+                     descriptor_form=flux.DEFAULT_DESCRIPTOR_FORM,
+                     alpha: float = ALPHA) -> dict:
+    """``{cell: {seed: (K, exact)}}`` of :func:`told_axis` at level ``alpha`` on each run's
+    own descriptors, the axis being its seed's population axis
+    (``cache/told_axis_<form>[_alpha<a>].jsonl``, resumable)."""
+    path, stored = _runs_file(cache, f"told_axis_{descriptor_form}{_level_suffix(alpha)}.jsonl")
     done = {run: (rec["k"], rec["exact"]) for run, rec in stored.items()}
     for cell in cells:
         for seed in seeds:
             if (cell, seed) in done:
                 continue
             x, groups = grid.run_descriptors(*cell, seed, descriptor_form=descriptor_form)
-            labels, _ = told_axis(x, axes[(cell[0], cell[2], cell[4], seed)]["axis"])
+            labels, _ = told_axis(x, axes[(cell[0], cell[2], cell[4], seed)]["axis"],
+                                  alpha=alpha)
             k = len(set(labels.tolist()))
             exact = bool(k == 2 and grid.adjusted_rand_score(groups, labels) == 1)
             done[(cell, seed)] = (k, exact)
@@ -403,11 +413,13 @@ def told_axis_counts(cells, seeds, axes, cache=None, *,
 
 
 def told_axis_iid(clients, rows, classes, seeds, axes, cache=None, *,
-                  descriptor_form=flux.DEFAULT_DESCRIPTOR_FORM) -> dict:
-    """The told-axis test's level on the grid's iid federations (K = 1): ``{(n, classes):
-    (splits, tests)}``, every iid run projected on each planted shift's population axis of
-    its (rows, classes, seed) (``cache/told_axis_iid_<form>.jsonl``, resumable)."""
-    path, stored = _runs_file(cache, f"told_axis_iid_{descriptor_form}.jsonl")
+                  descriptor_form=flux.DEFAULT_DESCRIPTOR_FORM, alpha: float = ALPHA) -> dict:
+    """The told-axis test's level (``alpha``) on the grid's iid federations (K = 1):
+    ``{(n, classes): (splits, tests)}``, every iid run projected on each planted shift's
+    population axis of its (rows, classes, seed)
+    (``cache/told_axis_iid_<form>[_alpha<a>].jsonl``, resumable)."""
+    path, stored = _runs_file(cache,
+                              f"told_axis_iid_{descriptor_form}{_level_suffix(alpha)}.jsonl")
     done = {run: rec["splits"] for run, rec in stored.items()}
     out = {}
     for n in clients:
@@ -419,7 +431,7 @@ def told_axis_iid(clients, rows, classes, seeds, axes, cache=None, *,
                         x, _ = grid.run_descriptors(*cell, seed,
                                                     descriptor_form=descriptor_form)
                         done[(cell, seed)] = [
-                            int(told_axis(x, axes[(shift, r, c, seed)]["axis"])[1] <= ALPHA)
+                            int(told_axis(x, axes[(shift, r, c, seed)]["axis"])[1] <= alpha)
                             for shift in grid.SHIFTS]
                         _append(path, {"cell": list(cell), "seed": seed,
                                        "splits": done[(cell, seed)]})
@@ -505,10 +517,16 @@ def main(argv=None) -> int:
                         help="group-0 clients dropped from each population (at least the "
                              "largest federation: the runs' own clients)")
     parser.add_argument("--draws", type=int, default=DRAWS)
+    parser.add_argument("--alpha", type=float, default=ALPHA,
+                        help="the level of the rules bounded and of the told-axis test "
+                             f"(default {ALPHA}; the grid's iid goal is met reliably at "
+                             "bench_k_selection.GOAL_ALPHA = 0.01)")
     parser.add_argument("--quick", action="store_true",
                         help="seed 3049, label shift, 20 rows, 2 classes, 6 and 20 clients, "
                              "300 clients per group, 500 draws (seconds)")
     args = parser.parse_args(argv)
+    if not 0.0 < args.alpha < 1.0:
+        parser.error(f"--alpha must be in (0, 1), got {args.alpha}")
     seeds = grid._ints(args.seeds)
     clients, rows, classes = (grid._ints(args.clients), grid._ints(args.rows),
                               grid._ints(args.classes))
@@ -530,18 +548,20 @@ def main(argv=None) -> int:
     axes = population_axes(keys, args.cache, clients_per_group=args.population_clients,
                            skip=args.skip, descriptor_form=form)
     bounds = cell_bounds(cells, seeds, {k: math.sqrt(v["delta2"]) for k, v in axes.items()},
-                         draws=args.draws)
+                         draws=args.draws, alpha=args.alpha)
     told = (None if args.no_told_axis else
-            told_axis_counts(cells, seeds, axes, args.cache, descriptor_form=form))
+            told_axis_counts(cells, seeds, axes, args.cache, descriptor_form=form,
+                             alpha=args.alpha))
     counts = None if args.results is None else grid_counts(args.results, args.rule, seeds)
     print("\n".join(report(bounds, told, counts)))
     if not args.no_told_axis and args.iid_clients:
         level = told_axis_iid(grid._ints(args.iid_clients), rows, classes, seeds, axes,
-                              args.cache, descriptor_form=form)
+                              args.cache, descriptor_form=form, alpha=args.alpha)
         print("told the axis, iid federations (K = 1) split: " + ", ".join(
             f"{n} clients {c} classes {s}/{t}" for (n, c), (s, t) in sorted(level.items())))
     print(f"seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}); {args.population_clients} clients "
-          f"per group per population; {args.draws} draws per power; descriptor {form}"
+          f"per group per population; {args.draws} draws per power; level {args.alpha:g}; "
+          f"descriptor {form}"
           + (f"; rule {args.rule}" if counts is not None else ""))
     return 0
 

@@ -416,3 +416,62 @@ def test_a_partly_done_runs_file_rebuilds_only_the_missing_runs(nb, monkeypatch,
     nb.told_axis_counts(cells, [1], axes, str(tmp_path))
     got = nb.told_axis_counts(cells, [1, 2, 3], axes, str(tmp_path))
     assert calls == [1, 2, 3] and got[cells[0]] == {s: (2, True) for s in (1, 2, 3)}
+
+
+def test_the_bound_at_a_stricter_level_is_that_levels_power_and_never_above(nb):
+    """``alpha`` reaches the power curves: at Delta = 0 the power is the level itself, and a
+    level-0.01 rule is bounded below the level-0.05 bound at every separation."""
+    deltas = [0.0, 1.0, 2.0, 3.0, 4.0, 6.0]
+    strict = nb.label_free_power(20, 10, deltas, alpha=0.01, draws=2000)
+    loose = nb.label_free_power(20, 10, deltas, alpha=0.05, draws=2000)
+    assert strict[0] == pytest.approx(0.01, abs=1e-12)
+    assert np.all(strict <= loose) and np.any(strict < loose - 0.05)
+    cells = [("label", 20, 50, 1, 2), ("label", 20, 50, 10, 2)]
+    sep = {("label", 50, 2, 1): 1.5, ("label", 50, 2, 2): 3.0}
+    bounds = nb.cell_bounds(cells, [1, 2], sep, draws=400, alpha=0.01)
+    for cell, (big, small) in zip(cells, [(10, 10), (18, 2)]):
+        want = nb.label_free_power(big + small, small, [1.5, 3.0], draws=400, alpha=0.01)
+        np.testing.assert_allclose(bounds[cell], want, atol=1e-12)
+
+
+def test_the_told_axis_runs_at_another_level_keep_their_own_files(nb, monkeypatch, tmp_path):
+    """At ``alpha = 0.01`` the told-axis counts and the iid splits are told_axis's at that
+    level, stored apart from the default level's files (which stay as they were)."""
+    rng = np.random.default_rng(7)
+    runs = {}
+
+    def fake(shift, n, rows, imbalance, classes, seed, descriptor_form=None):
+        if (shift, n, seed) not in runs:
+            groups = np.r_[[0] * (n // 2), [1] * (n - n // 2)]
+            lift = 2.2 * groups[:, None]          # the iid runs too: their p spread out
+            runs[(shift, n, seed)] = (rng.standard_normal((n, 2)) + lift, groups)
+        return runs[(shift, n, seed)]
+
+    monkeypatch.setattr(nb.grid, "run_descriptors", fake)
+    cells = [("label", 20, 20, 1, 2)]
+    seeds = list(range(24))
+    axes = {(sh, 20, 2, s): {"axis": np.array([1.0, 0.0])} for sh in nb.grid.SHIFTS
+            for s in seeds}
+    loose = nb.told_axis_counts(cells, seeds, axes, str(tmp_path))
+    strict = nb.told_axis_counts(cells, seeds, axes, str(tmp_path), alpha=0.01)
+    iid = nb.told_axis_iid([20], [20], [2], seeds, axes, str(tmp_path), alpha=0.01)
+    for s in seeds:
+        x, _ = runs[("label", 20, s)]
+        for counts, level in ((loose, 0.05), (strict, 0.01)):
+            assert (counts[cells[0]][s][0] == 2) == (nb.told_axis(x, [1.0, 0.0])[1] <= level)
+    assert sum(k == 2 for k, _ in strict[cells[0]].values()) < sum(
+        k == 2 for k, _ in loose[cells[0]].values())          # the levels do differ here
+    p_iid = [nb.told_axis(runs[("none", 20, s)][0], [1.0, 0.0])[1] for s in seeds]
+    assert any(0.01 < p <= 0.05 for p in p_iid)               # the level decides some runs
+    splits = sum(p <= 0.01 for p in p_iid) * len(nb.grid.SHIFTS)
+    assert iid[(20, 2)] == (splits, 24 * len(nb.grid.SHIFTS))
+    assert {p.name for p in tmp_path.iterdir()} == {
+        "told_axis_weighted_all.jsonl", "told_axis_weighted_all_alpha0.01.jsonl",
+        "told_axis_iid_weighted_all_alpha0.01.jsonl"}
+
+
+@pytest.mark.parametrize("alpha", ["0", "1", "-0.1"])
+def test_the_command_line_refuses_a_level_outside_zero_one(nb, alpha, capsys):
+    with pytest.raises(SystemExit) as stop:
+        nb.main(["--quick", "--alpha", alpha])
+    assert stop.value.code == 2 and "--alpha must be in (0, 1)" in capsys.readouterr().err
