@@ -135,6 +135,11 @@ FLUX_WHITENED_SEEDS = tuple(range(3073, 3097))
 #: FLUX_WHITENED_SEEDS showed the level of ``flux:axis_ci`` above 0.05 with 6-20 clients;
 #: designed on seeds 3049-3054 (docs/adapters.md, eleventh pass).
 FLUX_WHITENED_STRICT_SEEDS = tuple(range(3097, 3109))
+#: A replication, not a verdict: generated after issue 24's twelfth pass, to measure the
+#: frozen default (``flux:calibrated``) and the frozen ``flux.WHITENED_RECIPE``
+#: (``flux:axis_ci@0.01`` on the whitened D) against the goals a third time. No rule, level or
+#: default is chosen on them.
+FLUX_REPLICATION_SEEDS = tuple(range(3109, 3121))
 IID_CLIENTS = (6, 20, 100, 300, 500)
 ENCODER_DIM = 32
 ADAPTERS = ("flux", "fmcl")
@@ -745,7 +750,8 @@ def main(argv=None) -> int:
           f"for FLUX's denoised: {FLUX_DENOISED_SEEDS[0]}-{FLUX_DENOISED_SEEDS[-1]}; for "
           f"FLUX's weighted_mad: {FLUX_MAD_SEEDS[0]}-{FLUX_MAD_SEEDS[-1]}; for FLUX's "
           f"whitened metric: {FLUX_WHITENED_SEEDS[0]}-{FLUX_WHITENED_SEEDS[-1]}, with "
-          f"axis_ci@0.01: {FLUX_WHITENED_STRICT_SEEDS[0]}-{FLUX_WHITENED_STRICT_SEEDS[-1]})")
+          f"axis_ci@0.01: {FLUX_WHITENED_STRICT_SEEDS[0]}-{FLUX_WHITENED_STRICT_SEEDS[-1]}; "
+          f"a replication of both: {FLUX_REPLICATION_SEEDS[0]}-{FLUX_REPLICATION_SEEDS[-1]})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)

@@ -264,3 +264,19 @@ def test_the_goal_level_column_is_the_default_rule_at_that_level(k_selection_ben
     strict = calibrated_k(rec["flux"], alpha=0.01, references=199)
     assert calibrated_k(rec["flux"]).k >= 2 and strict.k == 1 and 0.01 < strict.p_value
     assert k_selection_bench.RULES["flux:calibrated@0.01"](rec).tolist() == [0] * 24
+
+
+def test_the_held_out_seed_sets_never_overlap(k_selection_bench):
+    """Each FLUX seed set was generated after the rule it judged was frozen: no seed may sit in
+    two sets (a reused seed would be a design seed of the later verdict), and each later
+    set starts after the earlier ones."""
+    grid = k_selection_bench
+    sets = [grid.FLUX_FRESH_SEEDS, grid.FLUX_UNIMODAL_SEEDS, grid.FLUX_WEIGHTED_ALL_SEEDS,
+            grid.FLUX_DENOISED_SEEDS, grid.FLUX_MAD_SEEDS, grid.FLUX_WHITENED_SEEDS,
+            grid.FLUX_WHITENED_STRICT_SEEDS, grid.FLUX_REPLICATION_SEEDS]
+    for earlier, later in zip(sets, sets[1:]):
+        assert max(earlier) < min(later)
+    everything = [s for seeds in sets for s in seeds]
+    assert len(everything) == len(set(everything))
+    assert not set(everything) & (set(grid.DESIGN_SEEDS) | set(grid.HELD_OUT_SEEDS)
+                                  | set(grid.FRESH_SEEDS))
