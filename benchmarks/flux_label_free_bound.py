@@ -44,8 +44,10 @@ Usage::
 
     python benchmarks/flux_label_free_bound.py [--seeds 3049-3072] [--cache DIR]
         [--results DIR/results_weighted_all.jsonl] [--rule flux:calibrated]
-        [--descriptor-form weighted_all] [--quick]
+        [--descriptor-form weighted_all] [--alpha 0.05] [--quick]
 
+``--alpha``: the level of the rules bounded and of the test told the axis (issue 24's iid
+goal is met reliably at ``GOAL_ALPHA`` = 0.01: docs/adapters.md, twelfth pass).
 ``--results``: the grid's results file of the same seeds (``bench_k_selection --cache``),
 whose rule is compared run by run; ``--cache``: the populations' separations and axes
 and the told-axis runs are kept there and reused (resumable).
