@@ -140,6 +140,11 @@ FLUX_WHITENED_STRICT_SEEDS = tuple(range(3097, 3109))
 #: (``flux:axis_ci@0.01`` on the whitened D) against the goals a third time. No rule, level or
 #: default is chosen on them.
 FLUX_REPLICATION_SEEDS = tuple(range(3109, 3121))
+#: A measurement, not a verdict: the iid level of the frozen default and recipe with 6 and
+#: 20 clients (``--iid-only --clients 6,20 --iid-clients 6,20``), where the replication found
+#: the recipe splitting 10 of 288 iid runs over 3097-3120. Generated after that finding;
+#: nothing is chosen on them.
+FLUX_LEVEL_SEEDS = tuple(range(3121, 3201))
 IID_CLIENTS = (6, 20, 100, 300, 500)
 ENCODER_DIM = 32
 ADAPTERS = ("flux", "fmcl")
@@ -751,7 +756,8 @@ def main(argv=None) -> int:
           f"FLUX's weighted_mad: {FLUX_MAD_SEEDS[0]}-{FLUX_MAD_SEEDS[-1]}; for FLUX's "
           f"whitened metric: {FLUX_WHITENED_SEEDS[0]}-{FLUX_WHITENED_SEEDS[-1]}, with "
           f"axis_ci@0.01: {FLUX_WHITENED_STRICT_SEEDS[0]}-{FLUX_WHITENED_STRICT_SEEDS[-1]}; "
-          f"a replication of both: {FLUX_REPLICATION_SEEDS[0]}-{FLUX_REPLICATION_SEEDS[-1]})")
+          f"a replication of both: {FLUX_REPLICATION_SEEDS[0]}-{FLUX_REPLICATION_SEEDS[-1]}; "
+          f"their iid level at 6-20 clients: {FLUX_LEVEL_SEEDS[0]}-{FLUX_LEVEL_SEEDS[-1]})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)
