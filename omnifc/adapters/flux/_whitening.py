@@ -309,6 +309,16 @@ class NoiseWhitening:
                 f"{self.df} degrees of freedom")
 
 
+def _shrunk_eigen(corr, df: int):
+    """``(corr, shrinkage, eigenvalues, eigenvectors)``: the correlation ``corr``
+    symmetrized, and its eigen-decomposition once shrunk towards the identity by
+    :func:`oas_shrinkage` with ``df`` samples."""
+    corr = (corr + corr.T) / 2
+    shrinkage = oas_shrinkage(corr, df)
+    values, vectors = np.linalg.eigh(shrunk_covariance(corr, shrinkage))
+    return corr, shrinkage, values, vectors
+
+
 def noise_whitening(noise, df: int) -> NoiseWhitening:
     """The whitening of the pooled noise ``S`` (:func:`pool_noise`).
 
@@ -329,10 +339,8 @@ def noise_whitening(noise, df: int) -> NoiseWhitening:
     if not kept.any():
         raise InputError("no descriptor coordinate has any sampling noise")
     sd = np.sqrt(variances[kept])
-    corr = s[np.ix_(kept, kept)] / np.outer(sd, sd)
-    corr = (corr + corr.T) / 2
-    shrinkage = oas_shrinkage(corr, df)
-    values, vectors = np.linalg.eigh(shrunk_covariance(corr, shrinkage))
+    corr, shrinkage, values, vectors = _shrunk_eigen(s[np.ix_(kept, kept)] / np.outer(sd, sd),
+                                                     df)
     floor = values.max() * np.finfo(np.float64).eps * corr.shape[0]
     if values.min() <= floor:
         # A mean of PSD matrices is PSD; rounded to 2^-30, coordinates whose noise is near
@@ -347,10 +355,7 @@ def noise_whitening(noise, df: int) -> NoiseWhitening:
         if not np.all(unit > 0):
             raise InputError("the pooled noise correlation has a coordinate with no positive "
                              "part; more rows are needed")
-        corr = corr / np.outer(unit, unit)
-        corr = (corr + corr.T) / 2
-        shrinkage = oas_shrinkage(corr, df)
-        values, vectors = np.linalg.eigh(shrunk_covariance(corr, shrinkage))
+        _, shrinkage, values, vectors = _shrunk_eigen(corr / np.outer(unit, unit), df)
         if values.min() <= floor:
             raise InputError("the pooled noise correlation is singular even after shrinkage "
                              f"(smallest eigenvalue {values.min():.3g}); more rows are needed")
