@@ -77,7 +77,9 @@ metric's (``flux.noise_whitening``: every client's descriptor whitened by the po
 jackknife noise of all clients' descriptors; :func:`flux_whitening`), its D files and results
 kept apart (``..._<form>_whitened``); the candidate rules there are ``flux:axis_ci`` (seeds
 ``FLUX_WHITENED_SEEDS``) and ``flux:axis_ci@0.01`` (the same test at ``GOAL_ALPHA``, B = 199;
-seeds ``FLUX_WHITENED_STRICT_SEEDS``).
+seeds ``FLUX_WHITENED_STRICT_SEEDS``) and ``flux:axis_ci_min2@0.01`` (the same with no
+singleton cut, ``min_group=2``; seeds ``FLUX_MIN_GROUP_SEEDS``, verdict fixed in advance:
+``MIN_GROUP_VERDICT``).
 ``--descriptor-form`` (FLUX; default ``flux.DEFAULT_DESCRIPTOR_FORM``, ``weighted_all`` since
 issue 24's fifth pass: 1-row classes kept): the D behind ``flux:calibrated``, ``axis_ci``,
 ``unimodal`` and ``ward@K`` is built from ``flux.descriptor(..., form=...)``; the
@@ -145,6 +147,24 @@ FLUX_REPLICATION_SEEDS = tuple(range(3109, 3121))
 #: the recipe splitting 10 of 288 iid runs over 3097-3120. Generated after that finding;
 #: nothing is chosen on them.
 FLUX_LEVEL_SEEDS = tuple(range(3121, 3201))
+#: Issue 24, thirteenth pass: ``flux:axis_ci_min2@0.01`` (the recipe's test with no singleton
+#: cut, ``min_group=2``, in the data and every reference alike) on the whitened D, frozen
+#: before these seeds were generated; designed on FLUX_LEVEL_SEEDS (iid, 6 clients) and
+#: FLUX_WHITENED_SEEDS (planted, 6 clients). The whole whitened grid, paired with the
+#: recipe's ``flux:axis_ci@0.01`` on the same D. **Verdict fixed in advance**
+#: (``MIN_GROUP_VERDICT``).
+FLUX_MIN_GROUP_SEEDS = tuple(range(3201, 3213))
+#: Its iid level at 6 and 20 clients, beside the recipe's, on the same draws
+#: (``--iid-only --clients 6,20 --iid-clients 6,20``).
+FLUX_MIN_GROUP_LEVEL_SEEDS = tuple(range(3213, 3293))
+#: The thirteenth pass's rule, written before FLUX_MIN_GROUP_SEEDS existed: the recipe takes
+#: ``min_group=2`` only if all of these hold, and keeps its rule otherwise.
+MIN_GROUP_VERDICT = (
+    "on FLUX_MIN_GROUP_SEEDS, paired with flux:axis_ci@0.01 on the same whitened D: the row "
+    "'K = 2, all' is not 'worse'; no row 'iid (K = 1), n clients' and not 'iid (K = 1), all' "
+    "is 'worse'; cells with K right in >= 90 % are not fewer; and on "
+    "FLUX_MIN_GROUP_LEVEL_SEEDS its iid splits are not more than the recipe's at 6 clients "
+    "nor at 20 clients")
 IID_CLIENTS = (6, 20, 100, 300, 500)
 ENCODER_DIM = 32
 ADAPTERS = ("flux", "fmcl")
@@ -441,6 +461,11 @@ RULES = {
     # frozen for the whitened metric's second held-out run (FLUX_WHITENED_STRICT_SEEDS)
     "flux:axis_ci@0.01": lambda r: calibrated_k(r["flux"], statistic="axis_ci",
                                                 alpha=GOAL_ALPHA, references=199).labels,
+    # the same with no singleton cut (min_group=2, data and references): issue 24,
+    # thirteenth pass, frozen before FLUX_MIN_GROUP_SEEDS (verdict: MIN_GROUP_VERDICT)
+    "flux:axis_ci_min2@0.01": lambda r: calibrated_k(r["flux"], statistic="axis_ci",
+                                                     alpha=GOAL_ALPHA, references=199,
+                                                     min_group=2).labels,
     "flux:cal_l=C": lambda r: calibrated_k(r["flux_old"]).labels,
     "flux:ward": lambda r: flux.ward_gap(r["flux_old"]).labels,
     "flux:paper": lambda r: flux.adaptive_dbscan(r["flux_paper"], eps_rule="knee").labels,
@@ -757,7 +782,9 @@ def main(argv=None) -> int:
           f"whitened metric: {FLUX_WHITENED_SEEDS[0]}-{FLUX_WHITENED_SEEDS[-1]}, with "
           f"axis_ci@0.01: {FLUX_WHITENED_STRICT_SEEDS[0]}-{FLUX_WHITENED_STRICT_SEEDS[-1]}; "
           f"a replication of both: {FLUX_REPLICATION_SEEDS[0]}-{FLUX_REPLICATION_SEEDS[-1]}; "
-          f"their iid level at 6-20 clients: {FLUX_LEVEL_SEEDS[0]}-{FLUX_LEVEL_SEEDS[-1]})")
+          f"their iid level at 6-20 clients: {FLUX_LEVEL_SEEDS[0]}-{FLUX_LEVEL_SEEDS[-1]}; "
+          f"for axis_ci_min2@0.01: {FLUX_MIN_GROUP_SEEDS[0]}-{FLUX_MIN_GROUP_SEEDS[-1]}, its "
+          f"level: {FLUX_MIN_GROUP_LEVEL_SEEDS[0]}-{FLUX_MIN_GROUP_LEVEL_SEEDS[-1]})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)

@@ -148,7 +148,8 @@ class KDecision:
     largest standardized drop ``T`` observed, ``null_mean`` / ``null_sd`` its reference mean and sd,
     ``p_value`` against ``alpha``; ``gap`` / ``gap_sd``: ``Gap(k)`` and ``s_k`` for
     ``k = 1..len(gap)``; ``margin``: for K >= 2, ``Gap(K) - (Gap(K+1) - s_{K+1})`` (how far
-    inside the rule K is; ``inf`` at the top of the range), for K = 1, ``p - alpha``.
+    inside the rule K is; ``inf`` at the top of the range), for K = 1, ``p - alpha``;
+    ``min_group``: the top-axis index's smallest group (1: any cut; 2: no singleton).
     """
 
     k: int
@@ -165,6 +166,7 @@ class KDecision:
     null: str
     seed: int
     rule: str = field(default="calibrated")
+    min_group: int = 1
 
     @property
     def n_clusters(self) -> int:
@@ -172,13 +174,14 @@ class KDecision:
 
     def summary(self) -> str:
         """One line: K and its evidence (what the adapters log at INFO)."""
+        floor = f" (groups >= {self.min_group})" if self.min_group > 1 else ""
         what = ("widest Ward gap ratio" if self.rule.endswith("ward_gap")
                 else "top-axis 2-means cluster index" if self.rule.endswith("axis_ci")
                 else "top-axis 2-means cluster index, unimodal-KDE top axis"
                 if self.rule.endswith("axis_unimodal")
                 else "2-means cluster index on the axes above the broken-stick edge"
                 if self.rule.endswith("denoised")
-                else "largest standardized drop")
+                else "largest standardized drop") + floor
         return (f"K={self.k} ({self.rule}: {what} {self.statistic:.4g} vs "
                 f"{self.null} reference {self.null_mean:.4g} +- {self.null_sd:.3g}, "
                 f"p={self.p_value:.3g} at alpha={self.alpha:g}, B={self.references}, "
@@ -242,32 +245,44 @@ def within_sums(x, top: int, tree=None) -> np.ndarray:
     return np.where(ks == 1, total, np.minimum(w, total))
 
 
-def cluster_index_1d(values) -> float:
+def cluster_index_1d(values, min_group: int = 1) -> float:
     """The 2-means cluster index ``W_2 / W_1`` of one-dimensional values (exact).
 
     ``W_1`` = the sum of squares about the mean, ``W_2`` = the least within-group sum of
-    squares over every split into two non-empty groups; in one dimension the best 2-means
-    split is a cut of the sorted values (the two groups are intervals), so the minimum over
-    the n - 1 cuts is exact. 1 for fewer than 2 distinct values. Small = two groups:
+    squares over every split into two groups of at least ``min_group`` values each; in one
+    dimension the best split of given sizes ``(m, n - m)`` is a cut of the sorted values
+    (``W_2 = W_1 - m (n - m) / n * (mean_1 - mean_2)^2``, and the means lie furthest apart
+    when one group holds the m smallest values), so the minimum over the cuts
+    ``m = min_group .. n - min_group`` is exact. 1 for
+    fewer than ``2 * min_group`` values or no spread. Small = two groups:
     ``1 - 2/pi ~ 0.36`` for a large Gaussian sample, near 0 for two tight groups.
+    ``min_group=2`` (issue 24, thirteenth pass) never cuts one value off: a single outlying
+    client is not a group.
 
     >>> cluster_index_1d([0.0, 0.1, 0.2, 5.0, 5.1, 5.2]) < 0.01
     True
     >>> round(cluster_index_1d([0.0, 1.0, 2.0, 3.0]), 4)   # cut 2 + 2: W_2 = 1, W_1 = 5
     0.2
+    >>> round(cluster_index_1d([0.0, 0.1, 0.2, 9.0]), 3)   # the outlier alone: W_2 = 0.02
+    0.0
+    >>> round(cluster_index_1d([0.0, 0.1, 0.2, 9.0], min_group=2), 3)   # no singleton
+    0.652
     """
+    min_group = int(min_group)
+    if min_group < 1:
+        raise ParameterError(f"min_group must be >= 1, got {min_group}")
     y = np.sort(np.asarray(values, dtype=np.float64).ravel())
     n = y.size
-    if n < 2:
+    if n < max(2, 2 * min_group):
         return 1.0
     y = y - y.mean()                   # the sums below stay well conditioned
     total = float((y * y).sum())
     if not total > 0:
         return 1.0
     c1, c2 = np.cumsum(y), np.cumsum(y * y)
-    i = np.arange(1, n)
-    left = c2[:-1] - c1[:-1] ** 2 / i
-    right = (c2[-1] - c2[:-1]) - (c1[-1] - c1[:-1]) ** 2 / (n - i)
+    i = np.arange(min_group, n - min_group + 1)      # left group y[:i], right y[i:]
+    left = c2[i - 1] - c1[i - 1] ** 2 / i
+    right = (c2[-1] - c2[i - 1]) - (c1[-1] - c1[i - 1]) ** 2 / (n - i)
     return float(max(np.min(left + right), 0.0) / total)
 
 
@@ -287,9 +302,10 @@ def _top_axis(x) -> np.ndarray:
     return vec[:, 0] * np.sqrt(max(float(val[0]), 0.0))
 
 
-def axis_cluster_index(x) -> float:
+def axis_cluster_index(x, min_group: int = 1) -> float:
     """The statistic of ``statistic="axis_ci"``: :func:`cluster_index_1d` of the rows of
-    ``x`` projected on their first principal axis (the axis of largest variance).
+    ``x`` projected on their first principal axis (the axis of largest variance), over
+    splits into groups of at least ``min_group`` rows.
 
     Scale-free along the axis, so an inflated top variance (the between-group variance a
     Gaussian null fitted to D carries in its top axis) does not make the reference harder
@@ -301,7 +317,7 @@ def axis_cluster_index(x) -> float:
     >>> round(axis_cluster_index(x), 9) == round(cluster_index_1d(t), 9)
     True
     """
-    return cluster_index_1d(_top_axis(x))
+    return cluster_index_1d(_top_axis(x), min_group)
 
 
 def broken_stick_axes(values) -> int:
@@ -577,7 +593,8 @@ def _draw(rng, null, n, spectrum, lows, highs):
 def calibrated_k(distances, *, max_clusters: int = MAX_K,
                  references: int | None = None, alpha: float = CALIBRATED_ALPHA,
                  null: str = "gaussian", random_state: int = 0,
-                 min_clusters: int = 1, statistic: str = "ward_gap") -> KDecision:
+                 min_clusters: int = 1, statistic: str = "ward_gap",
+                 min_group: int = 1) -> KDecision:
     """K from D: a one-cluster bootstrap test, then the gap statistic (module docstring).
 
     ``distances``: squared distances (FLUX's D is exactly that; FMCL's is used through its
@@ -597,9 +614,20 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
     broken stick keeps for the data (:func:`denoised_cluster_index`).
     ``min_clusters=2`` skips step 1 (a caller that has its own one-cluster test, FMCL's,
     and has rejected one cluster): K >= 2 by the gap rule.
+    ``min_group`` (``"axis_ci"`` and ``"axis_unimodal"`` only; issue 24, thirteenth pass):
+    the top-axis index of the data *and* of every reference splits into groups of at least
+    this many clients; 2 = a single outlying client is no evidence of two groups. K is
+    still Ward's cut at its widest gap.
     """
     if statistic not in STATISTICS:
         raise ParameterError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
+    if int(min_group) < 1:
+        raise ParameterError(f"min_group must be >= 1, got {min_group}")
+    if int(min_group) != 1 and statistic not in ("axis_ci", "axis_unimodal"):
+        raise ParameterError(f"min_group applies to the top-axis statistics 'axis_ci' and "
+                             f"'axis_unimodal'; got min_group={min_group} with "
+                             f"statistic={statistic!r}")
+    min_group = int(min_group)
     if int(min_clusters) not in (1, 2):
         raise ParameterError(f"min_clusters must be 1 or 2, got {min_clusters}")
     if null not in NULLS:
@@ -621,7 +649,8 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
         return KDecision(k=1, labels=np.zeros(n, dtype=np.int64), statistic=0.0,
                          null_mean=0.0, null_sd=0.0, p_value=1.0, alpha=float(alpha),
                          gap=np.zeros(1), gap_sd=np.zeros(1), margin=1.0 - float(alpha),
-                         references=b, null=null, seed=int(random_state))
+                         references=b, null=null, seed=int(random_state),
+                         min_group=min_group)
     top_k = min(int(max_clusters), n - 1)
     top = min(top_k + 1, n - 1)                       # W_{k+1} needed for the gap rule
     tree = _ward_of_embedding(x)
@@ -652,7 +681,7 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
             # its own leading axes (selected by its own variances), as many as the data kept
             ref_ci[i] = denoised_cluster_index(z, axes=kept_axes)[0]
         elif statistic in _AXIS_STATISTICS:
-            ref_ci[i] = axis_cluster_index(z)
+            ref_ci[i] = axis_cluster_index(z, min_group)
     gap = ref.mean(axis=0) - log_w
     sd = ref.std(axis=0) * np.sqrt(1.0 + 1.0 / b)
     # drops log W_1 - log W_k, k = 2..top_k, standardized by the reference's own spread
@@ -671,7 +700,7 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
         j = _widest_gap(tree[:, 2], GAP_SEARCH_FROM)[0]
         logger.debug("denoised: %d of %d axes above the broken-stick edge", kept, values.size)
     elif statistic in _AXIS_STATISTICS:
-        observed, null_t = axis_cluster_index(x), ref_ci
+        observed, null_t = axis_cluster_index(x, min_group), ref_ci
     else:
         observed = float(((drop - centre) / spread).max()) if top_k >= 2 else 0.0
         null_t = (((ref_drop - centre) / spread).max(axis=1) if top_k >= 2 else np.zeros(b))
@@ -709,6 +738,7 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
     out = KDecision(k=k, labels=labels, statistic=float(observed), null_mean=float(null_t.mean()),
                     null_sd=float(null_t.std()), p_value=p, alpha=float(alpha), gap=gap,
                     gap_sd=sd, margin=margin, references=b, null=null,
-                    seed=int(random_state), rule=f"calibrated/{statistic}")
+                    seed=int(random_state), rule=f"calibrated/{statistic}",
+                    min_group=min_group)
     logger.info("%s", out.summary())
     return out

@@ -24,14 +24,16 @@ def _ss(values):
     return sum((v - mean) ** 2 for v in values)
 
 
-def _brute_ci(values):
-    """W_2 / W_1 by trying every split of the values into two non-empty groups (any
-    subsets, not only cuts of the sorted order): the independent oracle."""
+def _brute_ci(values, min_group=1):
+    """W_2 / W_1 by trying every split of the values into two groups of at least
+    ``min_group`` values (any subsets, not only cuts of the sorted order): the independent
+    oracle."""
     values = [float(v) for v in values]
     n = len(values)
     best = min(_ss([values[i] for i in range(n) if mask >> i & 1])
                + _ss([values[i] for i in range(n) if not mask >> i & 1])
-               for mask in range(1, 2 ** (n - 1)))      # element n-1 always in group "0"
+               for mask in range(1, 2 ** (n - 1))       # element n-1 always in group "0"
+               if min_group <= bin(mask).count("1") <= n - min_group)
     return best / _ss(values)
 
 
@@ -41,6 +43,32 @@ def test_cluster_index_1d_equals_the_best_of_every_two_group_split(seed):
     n = int(rng.integers(2, 11))
     values = rng.normal(size=n) * 3 + (rng.random(n) < 0.4) * rng.normal(0, 8)
     assert cluster_index_1d(values) == pytest.approx(_brute_ci(values), rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cluster_index_1d_with_a_group_floor_equals_the_best_split_of_allowed_sizes(seed):
+    """``min_group`` 2 and 3 against every subset split whose groups both hold at least
+    that many values (n from 4 to 11, outliers planted in some draws)."""
+    rng = np.random.default_rng(100 + seed)
+    m = 2 + seed % 2
+    n = int(rng.integers(2 * m, 12))
+    values = rng.normal(size=n) + (rng.random(n) < 0.2) * rng.normal(0, 10, n)
+    assert cluster_index_1d(values, min_group=m) == pytest.approx(
+        _brute_ci(values, m), rel=1e-9, abs=1e-12)
+    assert cluster_index_1d(values, min_group=m) >= cluster_index_1d(values) - 1e-12
+
+
+def test_cluster_index_1d_group_floor_at_and_past_the_sample_size():
+    """At n = 2 m the only split is m + m; one value fewer leaves no split (index 1);
+    min_group below 1 is refused."""
+    from finite_field import ParameterError
+
+    values = [0.0, 0.5, 3.0, 10.0]
+    assert cluster_index_1d(values, min_group=2) == pytest.approx(
+        (_ss(values[:2]) + _ss(values[2:])) / _ss(values))
+    assert cluster_index_1d(values[:3], min_group=2) == 1.0
+    with pytest.raises(ParameterError, match="min_group"):
+        cluster_index_1d(values, min_group=0)
 
 
 def test_cluster_index_1d_fixed_values_and_degenerate_inputs():
@@ -233,3 +261,55 @@ def test_population_federation_keeps_the_clients_and_gives_the_whole_pool(k_sele
     # iid: every prior is uniform and every population descriptor the same, D = 0
     d = bench.population_distances("none", 6, 20, 1, 2, 5)
     assert d.shape == (6, 6) and np.all(d == 0)
+
+
+def test_min_group_p_value_against_a_direct_computation(monkeypatch):
+    """``min_group=2``: the data's and every reference's top-axis index skip singleton
+    cuts; p, the statistic and the reference mean equal the brute-force oracle's."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(9, 3))
+    x[0] += [9.0, 0.0, 0.0]                                   # one outlying client
+    refs = _refs(9, 19, seed=70)
+    for r in refs[::2]:                                       # singleton cuts win in these
+        r[0] += [6.0, 0.0, 0.0]
+    draws = iter(refs)
+    monkeypatch.setattr(ck, "_draw", lambda *args: next(draws))
+    out = calibrated_k(sq_distances(x), references=19, alpha=0.05, statistic="axis_ci",
+                       min_group=2)
+
+    def top(z):
+        zc = z - z.mean(axis=0)
+        return zc @ np.linalg.svd(zc)[2][0]
+
+    observed = _brute_ci(top(x), 2)
+    null = np.array([_brute_ci(top(r), 2) for r in refs])
+    assert not np.allclose(null, [_brute_ci(top(r)) for r in refs])   # the floor matters
+    assert out.statistic == pytest.approx(observed)
+    assert out.p_value == pytest.approx((1 + np.sum(null <= observed)) / 20)
+    assert out.null_mean == pytest.approx(null.mean())
+    assert out.min_group == 2 and "(groups >= 2)" in out.summary()
+
+
+def test_a_single_outlying_client_is_not_two_groups_with_min_group_2():
+    """Eleven clients from one Gaussian and one far off: the any-cut index calls it two
+    groups, the index with no singleton cut one; two groups of 6 are found by both."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(12, 4))
+    x[0] += [12.0, 0, 0, 0]
+    d = sq_distances(x)
+    assert calibrated_k(d, statistic="axis_ci", alpha=0.01, references=199).k >= 2
+    alone = calibrated_k(d, statistic="axis_ci", alpha=0.01, references=199, min_group=2)
+    assert alone.k == 1 and alone.p_value > 0.01
+    x2 = rng.normal(size=(12, 4)) + np.repeat([[0.0] * 4, [8.0, 0, 0, 0]], 6, axis=0)
+    assert calibrated_k(sq_distances(x2), statistic="axis_ci", alpha=0.01, references=199,
+                        min_group=2).k == 2
+
+
+@pytest.mark.parametrize("kwargs", [{"min_group": 0}, {"min_group": 2},
+                                    {"min_group": 2, "statistic": "denoised"}])
+def test_min_group_is_refused_outside_the_top_axis_statistics(kwargs):
+    from finite_field import ParameterError
+
+    d = sq_distances(np.random.default_rng(0).normal(size=(8, 2)))
+    with pytest.raises(ParameterError, match="min_group"):
+        calibrated_k(d, **kwargs)

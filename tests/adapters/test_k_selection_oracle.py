@@ -244,6 +244,17 @@ def test_the_strict_top_axis_column_is_axis_ci_at_the_goal_level(k_selection_ben
     assert len(set(k_selection_bench.RULES["flux:axis_ci@0.01"](rec).tolist())) == 2
 
 
+def test_the_min_group_column_is_the_strict_test_with_no_singleton_cut(k_selection_bench):
+    """One client far from eleven others: ``flux:axis_ci@0.01`` splits it off,
+    ``flux:axis_ci_min2@0.01`` (min_group=2, frozen before FLUX_MIN_GROUP_SEEDS) does not."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(12, 4))
+    x[0] += [12.0, 0, 0, 0]
+    rec = {"flux": ((x[:, None] - x[None]) ** 2).sum(-1)}
+    assert len(set(k_selection_bench.RULES["flux:axis_ci@0.01"](rec).tolist())) >= 2
+    assert k_selection_bench.RULES["flux:axis_ci_min2@0.01"](rec).tolist() == [0] * 12
+
+
 def test_goal_alpha_is_derived_from_the_iid_goal(k_selection_bench):
     """GOAL_ALPHA: a test of that exact level keeps <= 3 of 60 iid runs split at all five
     sizes with probability >= 0.95 (Binomial tail); at 0.05 it would be 0.11."""
@@ -273,7 +284,8 @@ def test_the_held_out_seed_sets_never_overlap(k_selection_bench):
     grid = k_selection_bench
     sets = [grid.FLUX_FRESH_SEEDS, grid.FLUX_UNIMODAL_SEEDS, grid.FLUX_WEIGHTED_ALL_SEEDS,
             grid.FLUX_DENOISED_SEEDS, grid.FLUX_MAD_SEEDS, grid.FLUX_WHITENED_SEEDS,
-            grid.FLUX_WHITENED_STRICT_SEEDS, grid.FLUX_REPLICATION_SEEDS, grid.FLUX_LEVEL_SEEDS]
+            grid.FLUX_WHITENED_STRICT_SEEDS, grid.FLUX_REPLICATION_SEEDS, grid.FLUX_LEVEL_SEEDS,
+            grid.FLUX_MIN_GROUP_SEEDS, grid.FLUX_MIN_GROUP_LEVEL_SEEDS]
     for earlier, later in zip(sets, sets[1:]):
         assert max(earlier) < min(later)
     everything = [s for seeds in sets for s in seeds]
