@@ -465,3 +465,35 @@ def test_a_coordinator_that_lies_about_the_pooled_shape_chooses_the_metric():
 
     assert recovered(lie) > 0.999
     assert recovered(pooled) < 0.9
+
+
+@pytest.mark.timeout(600)
+def test_run_flux_whitened_runs_each_clients_encoder_once_and_matches_the_direct_path():
+    """Each client's training rows go through the encoder once (descriptor, activation
+    bound and jackknife noise share that pass; before, three passes), and the metric and
+    D equal the pieces computed directly from the run's encoder."""
+    data = fl.make_federated("digits", shift="label", n_groups=2, clients_per_group=3,
+                             new_per_group=1, seed=5)
+    base = fl.MLP(data.n_features, 16, data.n_classes)
+    rows = {id(c.x_train): 0 for c in list(data.clients) + list(data.new_clients)}
+
+    class Counting(fl.MLP):
+        def latents(self, params, x):
+            if id(x) in rows:
+                rows[id(x)] += 1
+            return super().latents(params, x)
+
+    model = Counting(data.n_features, 16, data.n_classes)
+    run = flux.run_flux(data, model, seed=5, secure=False, cluster_rounds=1,
+                        warmup_rounds=1, **flux.WHITENED_RECIPE)
+    assert sorted(rows.values()) == [1] * len(rows)
+    encoder = run.global_model
+    latents = [base.latents(encoder, c.x_train) for c in data.clients]
+    assert run.max_activation == max(float(z.max()) for z in latents + [
+        base.latents(encoder, c.x_train) for c in data.new_clients])
+    l = flux.flux_components(data.n_classes, 16)
+    proj = flux.shared_projection(16, l, max_value=flux.ACTIVATION_MARGIN * run.max_activation)
+    bound = flux.descriptor_bound(proj, flux.ACTIVATION_MARGIN * run.max_activation)
+    again = flux.whitening_of_clients(latents, [c.y_train for c in data.clients], proj,
+                                      data.n_classes, bound=bound)
+    assert np.array_equal(again.matrix, run.whitening.matrix)

@@ -131,22 +131,24 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     warm = fl.run_federated(data.clients, [model.init(seed)], rounds=warmup_rounds,
                             local_train=local_train, seed=seed)
     encoder = warm.models[0]
-    latent_dim = model.latents(encoder, data.clients[0].x_train[:1]).shape[1]
+    # each client encodes its training rows once: the activation it reports, its
+    # descriptor and (whitened) its jackknife noise all read these latents
+    latents = [model.latents(encoder, c.x_train) for c in data.clients]
+    new_latents = [model.latents(encoder, c.x_train) for c in data.new_clients]
+    latent_dim = latents[0].shape[1]
     # M: the paper's 1.02 x the largest activation any client reports (the server learns it)
-    largest = max(float(model.latents(encoder, c.x_train).max(initial=0.0))
-                  for c in list(data.clients) + list(data.new_clients))
+    largest = max(float(z.max(initial=0.0)) for z in latents + new_latents)
     max_value = ACTIVATION_MARGIN * max(largest, 1e-12)
     l = flux_components(data.n_classes, latent_dim) if n_components is None else int(n_components)
     projection = shared_projection(latent_dim, l, max_value=max_value)
     bound = descriptor_bound(projection, max_value)
-    desc = client_descriptors(model, encoder, data.clients, projection, data.n_classes,
-                              form=descriptor_form)
+    desc = np.stack([descriptor(z, c.y_train, projection, data.n_classes, form=descriptor_form)
+                     for z, c in zip(latents, data.clients)])
     whitening = None
     if normalization == "whitened":
         whitening = whitening_of_clients(
-            [model.latents(encoder, c.x_train) for c in data.clients],
-            [c.y_train for c in data.clients], projection, data.n_classes, bound=bound,
-            form=descriptor_form, secure=secure, parties=parties)
+            latents, [c.y_train for c in data.clients], projection, data.n_classes,
+            bound=bound, form=descriptor_form, secure=secure, parties=parties)
     d, _, scales = block_distances(desc, n_components=l, n_classes=data.n_classes,
                                    bound=bound, normalization=normalization, secure=secure,
                                    scale_bits=scale_bits, parties=parties,
@@ -165,8 +167,9 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     assignment = None
     if len(data.new_clients):
         # label-free: only the [mu_x, sigma_x] prefix is used (per-class blocks are ignored)
-        new_desc = client_descriptors(model, encoder, data.new_clients, projection,
-                                      data.n_classes, form=descriptor_form)
+        new_desc = np.stack([descriptor(z, c.y_train, projection, data.n_classes,
+                                        form=descriptor_form)
+                             for z, c in zip(new_latents, data.new_clients)])
         prefix = prefix_distances(desc, new_desc, n_components=l, n_classes=data.n_classes,
                                   bound=bound, scales=scales, normalization=normalization,
                                   secure=secure, scale_bits=scale_bits, parties=new_parties)
