@@ -497,3 +497,31 @@ def test_run_flux_whitened_runs_each_clients_encoder_once_and_matches_the_direct
     again = flux.whitening_of_clients(latents, [c.y_train for c in data.clients], proj,
                                       data.n_classes, bound=bound)
     assert np.array_equal(again.matrix, run.whitening.matrix)
+
+
+def test_cluster_clients_passes_the_group_floor_to_the_top_axis_rules():
+    """``k_min_group`` reaches calibrated_k's ``min_group`` (one client far from eleven:
+    split off with no floor, not with 2) and is refused with every other K rule."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(12, 4))
+    x[0] += [12.0, 0, 0, 0]
+    d = ((x[:, None] - x[None]) ** 2).sum(-1)
+    for k_rule, statistic in (("calibrated_axis", "axis_ci"),
+                              ("calibrated_unimodal", "axis_unimodal")):
+        want = calibrated_k(d, statistic=statistic, alpha=0.01, references=199,
+                            random_state=4, min_group=2)
+        got = flux.cluster_clients(d, k_rule=k_rule, k_alpha=0.01, k_references=199,
+                                   k_min_group=2, random_state=4)
+        assert got.decision.p_value == want.p_value and got.decision.min_group == 2
+        assert got.n_clusters == want.k
+    assert flux.cluster_clients(d, k_rule="calibrated_axis", k_alpha=0.01,
+                                k_references=199).n_clusters >= 2
+    assert flux.cluster_clients(d, k_rule="calibrated_axis", k_alpha=0.01,
+                                k_references=199, k_min_group=2).n_clusters == 1
+    for k_rule in ("calibrated", "calibrated_denoised", "ward", "dbscan"):
+        with pytest.raises(ParameterError, match="k_min_group applies"):
+            flux.cluster_clients(d, k_rule=k_rule, k_min_group=2)
+    data = fl.make_federated("digits", shift="label", n_groups=2, clients_per_group=2,
+                             new_per_group=0, seed=1)
+    with pytest.raises(ParameterError, match="k_min_group applies"):
+        flux.run_flux(data, fl.MLP(data.n_features, 8, data.n_classes), k_min_group=2)

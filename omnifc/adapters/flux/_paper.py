@@ -275,10 +275,16 @@ _CALIBRATED_STATISTICS = {"calibrated": "ward_gap", "calibrated_axis": "axis_ci"
 WHITENED_RECIPE = {"normalization": "whitened", "k_rule": "calibrated_axis", "k_alpha": 0.01,
                    "k_references": 199}
 
+#: The calibrated K rules whose top-axis index takes a group floor (``k_min_group``).
+_MIN_GROUP_RULES = ("calibrated_axis", "calibrated_unimodal")
+
 def _check_k_rule(k_rule: str, eps_rule: str, eps_scaling: float, k_alpha=None,
-                  k_references=None) -> None:
+                  k_references=None, k_min_group=None) -> None:
     if k_rule not in K_RULES:
         raise ParameterError(f"k_rule must be one of {K_RULES}, got {k_rule!r}")
+    if k_min_group is not None and k_rule not in _MIN_GROUP_RULES:
+        raise ParameterError(f"k_min_group applies to the top-axis K rules "
+                             f"{_MIN_GROUP_RULES}; got it with k_rule={k_rule!r}")
     if k_rule not in _CALIBRATED_STATISTICS and (k_alpha is not None
                                                  or k_references is not None):
         raise ParameterError(f"k_alpha and k_references apply to the calibrated K rules "
@@ -294,7 +300,8 @@ def _check_k_rule(k_rule: str, eps_rule: str, eps_scaling: float, k_alpha=None,
 def cluster_clients(distances, *, k_rule: str = DEFAULT_K_RULE, eps_rule: str = "gap",
                     eps_scaling: float = 1.0, random_state: int = 0,
                     k_alpha: float | None = None,
-                    k_references: int | None = None) -> DbscanResult:
+                    k_references: int | None = None,
+                    k_min_group: int | None = None) -> DbscanResult:
     """The server's clustering of the training clients from D, K chosen automatically.
 
     ``k_rule="calibrated"`` (**default, omnifc's**): :func:`calibrated_k` (a one-cluster
@@ -308,7 +315,8 @@ def cluster_clients(distances, *, k_rule: str = DEFAULT_K_RULE, eps_rule: str = 
     ``calibrated_k(statistic="denoised")`` (2-means on the axes above the broken-stick
     noise edge, the references put through the same selection). ``k_alpha`` and
     ``k_references`` set a calibrated rule's level and number of reference draws
-    (:func:`calibrated_k`'s ``alpha`` and ``references``; its defaults when None).
+    (:func:`calibrated_k`'s ``alpha`` and ``references``; its defaults when None);
+    ``k_min_group`` (top-axis rules only) is its ``min_group``: 2 = no group of one client.
     ``k_rule="ward"`` (the previous default):
     :func:`ward_gap`.
     ``k_rule="dbscan"``:
@@ -327,11 +335,12 @@ def cluster_clients(distances, *, k_rule: str = DEFAULT_K_RULE, eps_rule: str = 
     ...     d, k_rule="dbscan").labels.tolist()
     True
     """
-    _check_k_rule(k_rule, eps_rule, eps_scaling, k_alpha, k_references)
+    _check_k_rule(k_rule, eps_rule, eps_scaling, k_alpha, k_references, k_min_group)
     if k_rule in _CALIBRATED_STATISTICS:
         level = {} if k_alpha is None else {"alpha": float(k_alpha)}
+        floor = {} if k_min_group is None else {"min_group": int(k_min_group)}
         out = calibrated_k(distances, random_state=random_state, references=k_references,
-                           statistic=_CALIBRATED_STATISTICS[k_rule], **level)
+                           statistic=_CALIBRATED_STATISTICS[k_rule], **level, **floor)
         return DbscanResult(labels=out.labels, eps=float("nan"), knee_found=out.k > 1,
                             n_clusters=out.k, gap=out.p_value, decision=out)
     if k_rule == "ward":

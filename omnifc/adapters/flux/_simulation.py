@@ -80,7 +80,8 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
              eps_rule: str = "gap", eps_scaling: float = 1.0, n_components: int | None = None,
              descriptor_form: str = DEFAULT_DESCRIPTOR_FORM, assign_rule: str = "nearest",
              scale_bits: int = 16, parties=None, new_parties=None,
-             k_alpha: float | None = None, k_references: int | None = None) -> FluxRun:
+             k_alpha: float | None = None, k_references: int | None = None,
+             k_min_group: int | None = None) -> FluxRun:
     """FLUX end to end on an :func:`omnifc.fl.make_federated` data set.
 
     1. FedAvg warm-up of ``model`` for ``warmup_rounds`` (the global model is the encoder);
@@ -103,8 +104,9 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
        omnifc's, seeded by ``seed``; its evidence is ``FluxRun.decision``),
        ``"calibrated_axis"``, ``"calibrated_unimodal"`` and ``"calibrated_denoised"``
        (options: the same test on the top principal axis or the broken-stick axes,
-       :data:`K_RULES`), ``"ward"`` (:func:`ward_gap`, the previous
-       default);
+       :data:`K_RULES`; ``k_alpha``, ``k_references`` and, for the top-axis rules,
+       ``k_min_group`` go to :func:`cluster_clients`), ``"ward"`` (:func:`ward_gap`, the
+       previous default);
        ``k_rule="dbscan"`` runs FLUX's adaptive DBSCAN with ``eps_rule`` (``"gap"``, the
        previous default, or the paper's ``"knee"`` with ``eps_scaling``);
     4. per-cluster FedAvg from the global model for ``cluster_rounds``;
@@ -123,7 +125,7 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     """
     from ... import fl
 
-    _check_k_rule(k_rule, eps_rule, eps_scaling, k_alpha, k_references)
+    _check_k_rule(k_rule, eps_rule, eps_scaling, k_alpha, k_references, k_min_group)
     if assign_rule not in ASSIGN_RULES:
         raise ParameterError(f"assign_rule must be one of {ASSIGN_RULES}, got {assign_rule!r}")
     if local_train is None:
@@ -155,6 +157,7 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
                                    whitening=whitening)
     found = cluster_clients(d, k_rule=k_rule, eps_rule=eps_rule, eps_scaling=eps_scaling,
                             k_alpha=k_alpha, k_references=k_references,
+                            k_min_group=k_min_group,
                             random_state=seed)
     labels = found.labels
     clustered = fl.run_federated(data.clients, [encoder] * found.n_clusters,
