@@ -220,6 +220,9 @@ def test_bench_grouped_table_counts_each_row_group(k_selection_bench, tmp_path):
     assert got["iid (K = 1), 300 clients"] == ["1/2", "– |"]
     assert got["all runs"] == ["2/4", "1/2 |"]
     assert "iid (K = 1), 6 clients" not in got
+    # cells at the goal: label (1 of 1 right) yes, feature no, iid 300 (1 of 2) no;
+    # ward@K on the two planted cells only (exact partition: feature's)
+    assert got["cells with K right in ≥ 90% of runs"] == ["1/3", "1/2 |"]
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         k_selection_bench.table([str(store)], ["flux:unimodal", "flux:ward@K"])

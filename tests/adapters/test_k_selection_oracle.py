@@ -160,6 +160,39 @@ def test_paired_table_counts_run_by_run_and_computes_its_verdict(k_selection_ben
     assert "iid (K = 1), all" not in table
 
 
+def test_cells_at_goal_counts_a_cell_at_exactly_the_goal_share_and_not_below(
+        k_selection_bench, tmp_path, capsys):
+    """A cell of 10 runs with 9 right is at the goal (0.9), 8 right is not; 12 runs need
+    11. Through ``--paired`` as a user runs it: A and B each get their own cell count."""
+    import json
+
+    def rows(right_by_cell):
+        out = []
+        for (cell, right) in right_by_cell:
+            for seed, ok in enumerate(right):
+                out.append({"cell": cell, "seed": seed, "planted": 2,
+                            "rules": {"flux:axis_ci": [2 if ok else 1, bool(ok)]}})
+        return out
+
+    c1, c2, c3 = ["label", 6, 20, 1, 2], ["feature", 6, 20, 1, 2], ["concept", 6, 20, 1, 2]
+    a = rows([(c1, [1] * 9 + [0]), (c2, [1] * 8 + [0] * 2), (c3, [1] * 10)])
+    b = rows([(c1, [1] * 8 + [0] * 2), (c2, [1] * 10), (c3, [1] * 10)])
+    assert k_selection_bench.cells_at_goal(a, "flux:axis_ci") == (2, 3)
+    assert k_selection_bench.cells_at_goal(b, "flux:axis_ci") == (2, 3)
+    twelve = rows([(c1, [1] * 11 + [0]), (c2, [1] * 10 + [0] * 2)])
+    assert k_selection_bench.cells_at_goal(twelve, "flux:axis_ci") == (1, 2)
+    b = rows([(c1, [1] * 10), (c2, [1] * 10), (c3, [1] * 10)])
+    paths = []
+    for name, rs in (("a.jsonl", a), ("b.jsonl", b)):
+        paths.append(tmp_path / name)
+        paths[-1].write_text("".join(json.dumps(r) + "\n" for r in rs))
+    assert k_selection_bench.main(["--paired", str(paths[0]), str(paths[1]), "--rules",
+                                   "flux:axis_ci,flux:axis_ci"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in lines[2:]}
+    assert table["cells with K right in ≥ 90% of runs"][:2] == ["2/3", "3/3"]
+
+
 def test_paired_table_with_two_rule_names_reads_a_from_a_and_b_from_b(k_selection_bench,
                                                                       tmp_path, capsys):
     """``--paired A B --rules RA,RB``: A's runs read rule RA, B's read RB (the whitened
