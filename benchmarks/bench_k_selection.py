@@ -158,7 +158,9 @@ FLUX_MIN_GROUP_SEEDS = tuple(range(3201, 3213))
 #: (``--iid-only --clients 6,20 --iid-clients 6,20``).
 FLUX_MIN_GROUP_LEVEL_SEEDS = tuple(range(3213, 3293))
 #: The thirteenth pass's rule, written before FLUX_MIN_GROUP_SEEDS existed: the recipe takes
-#: ``min_group=2`` only if all of these hold, and keeps its rule otherwise.
+#: ``min_group=2`` only if all of these hold, and keeps its rule otherwise. Judged: not
+#: adopted (cells at the goal 173 against the recipe's 175; the other three held;
+#: docs/adapters.md, thirteenth pass).
 MIN_GROUP_VERDICT = (
     "on FLUX_MIN_GROUP_SEEDS, paired with flux:axis_ci@0.01 on the same whitened D: the row "
     "'K = 2, all' is not 'worse'; no row 'iid (K = 1), n clients' and not 'iid (K = 1), all' "

@@ -270,8 +270,9 @@ _CALIBRATED_STATISTICS = {"calibrated": "ward_gap", "calibrated_axis": "axis_ci"
 #: docs/adapters.md, "The noise-whitened metric"). ``run_flux(data, model,
 #: **WHITENED_RECIPE)``. Not the default: it reveals the pooled noise of the descriptors and
 #: holds only against a coordinator that follows the protocol. Replicated on fresh seeds
-#: 3109-3120 (twelfth pass); its iid level with 6 clients is 3.1 % (15 of 480 runs), above
-#: its nominal 0.01, and 1.0 % with 20.
+#: 3109-3120 (twelfth pass) and 3201-3212 (thirteenth); its iid level is 2.4 % with 6
+#: clients (23 of 960 runs on 3121-3200 and 3213-3292) and 1.5 % with 20, above its nominal
+#: 0.01. ``k_min_group=2`` was judged against it and not adopted (thirteenth pass).
 WHITENED_RECIPE = {"normalization": "whitened", "k_rule": "calibrated_axis", "k_alpha": 0.01,
                    "k_references": 199}
 
