@@ -129,12 +129,26 @@ def test_grid_reports_the_oracle_on_planted_runs_only(k_selection_bench):
 
 
 
+def _paired(bench, tmp_path, capsys, rows_a, rows_b, rules=None):
+    """``--paired A B [--rules RA,RB]`` on two results files written from ``rows_a`` and
+    ``rows_b``, as a user runs it: the printed table by its first column."""
+    import json
+
+    paths = []
+    for name, rows in (("a.jsonl", rows_a), ("b.jsonl", rows_b)):
+        paths.append(tmp_path / name)
+        paths[-1].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["--paired", str(paths[0]), str(paths[1])] + (["--rules", rules] if rules else [])
+    assert bench.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    return {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in lines[2:]}, paths
+
+
 def test_paired_table_counts_run_by_run_and_computes_its_verdict(k_selection_bench, tmp_path,
                                                                    capsys):
     """Two results files with known outcomes: the counts, the runs only one side gets right,
     the noise against statistics.stdev of the paired differences, the verdict; a run held by
     one file only is left out. Through ``--paired`` as a user runs it."""
-    import json
     import statistics
 
     a_right = [1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 0, 0]
@@ -146,13 +160,7 @@ def test_paired_table_counts_run_by_run_and_computes_its_verdict(k_selection_ben
                          "rules": {"flux:calibrated": [2 if right else 1, bool(right)]}})
     rows_b.append({"cell": ["label", 20, 50, 1, 2], "seed": 99, "planted": 2,
                    "rules": {"flux:calibrated": [2, True]}})          # B only: not paired
-    paths = []
-    for name, rows in (("a.jsonl", rows_a), ("b.jsonl", rows_b)):
-        paths.append(tmp_path / name)
-        paths[-1].write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert k_selection_bench.main(["--paired", str(paths[0]), str(paths[1])]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    table = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in lines[2:]}
+    table, _ = _paired(k_selection_bench, tmp_path, capsys, rows_a, rows_b)
     diffs = [b - a for a, b in zip(a_right, b_right)]
     noise = 2 * statistics.stdev(diffs) / len(diffs) ** 0.5 * len(diffs)
     assert sum(diffs) == 5 and 4.5 < noise < 5                 # 5 more: just past the noise
@@ -164,8 +172,6 @@ def test_cells_at_goal_counts_a_cell_at_exactly_the_goal_share_and_not_below(
         k_selection_bench, tmp_path, capsys):
     """A cell of 10 runs with 9 right is at the goal (0.9), 8 right is not; 12 runs need
     11. Through ``--paired`` as a user runs it: A and B each get their own cell count."""
-    import json
-
     def rows(right_by_cell):
         out = []
         for (cell, right) in right_by_cell:
@@ -182,14 +188,7 @@ def test_cells_at_goal_counts_a_cell_at_exactly_the_goal_share_and_not_below(
     twelve = rows([(c1, [1] * 11 + [0]), (c2, [1] * 10 + [0] * 2)])
     assert k_selection_bench.cells_at_goal(twelve, "flux:axis_ci") == (1, 2)
     b = rows([(c1, [1] * 10), (c2, [1] * 10), (c3, [1] * 10)])
-    paths = []
-    for name, rs in (("a.jsonl", a), ("b.jsonl", b)):
-        paths.append(tmp_path / name)
-        paths[-1].write_text("".join(json.dumps(r) + "\n" for r in rs))
-    assert k_selection_bench.main(["--paired", str(paths[0]), str(paths[1]), "--rules",
-                                   "flux:axis_ci,flux:axis_ci"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    table = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in lines[2:]}
+    table, _ = _paired(k_selection_bench, tmp_path, capsys, a, b, "flux:axis_ci,flux:axis_ci")
     assert table["cells with K right in ≥ 90% of runs"][:2] == ["2/3", "3/3"]
 
 
@@ -197,7 +196,6 @@ def test_paired_table_with_two_rule_names_reads_a_from_a_and_b_from_b(k_selectio
                                                                       tmp_path, capsys):
     """``--paired A B --rules RA,RB``: A's runs read rule RA, B's read RB (the whitened
     metric's flux:axis_ci against the default's flux:calibrated); three names are refused."""
-    import json
 
     rows_a = [{"cell": ["feature", 6, 20, 1, 2], "seed": s, "planted": 2,
                "rules": {"flux:calibrated": [1, False], "flux:axis_ci": [2, True]}}
@@ -205,14 +203,8 @@ def test_paired_table_with_two_rule_names_reads_a_from_a_and_b_from_b(k_selectio
     rows_b = [{"cell": ["feature", 6, 20, 1, 2], "seed": s, "planted": 2,
                "rules": {"flux:calibrated": [1, False], "flux:axis_ci": [2 if s else 1, s > 0]}}
               for s in range(3)]
-    paths = []
-    for name, rows in (("a.jsonl", rows_a), ("b.jsonl", rows_b)):
-        paths.append(tmp_path / name)
-        paths[-1].write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert k_selection_bench.main(["--paired", str(paths[0]), str(paths[1]), "--rules",
-                                   "flux:calibrated,flux:axis_ci"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    table = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in lines[2:]}
+    table, paths = _paired(k_selection_bench, tmp_path, capsys, rows_a, rows_b,
+                           "flux:calibrated,flux:axis_ci")
     assert table["**K = 2, all**"][:3] == ["0/3", "2/3", "+2 / -0"]
     with pytest.raises(SystemExit):
         k_selection_bench.main(["--paired", str(paths[0]), str(paths[1]), "--rules",
