@@ -521,7 +521,14 @@ def test_cluster_clients_passes_the_group_floor_to_the_top_axis_rules():
     for k_rule in ("calibrated", "calibrated_denoised", "ward", "dbscan"):
         with pytest.raises(ParameterError, match="k_min_group applies"):
             flux.cluster_clients(d, k_rule=k_rule, k_min_group=2)
-    data = fl.make_federated("digits", shift="label", n_groups=2, clients_per_group=2,
+    data = fl.make_federated("digits", shift="label", n_groups=2, clients_per_group=3,
                              new_per_group=0, seed=1)
+    model = fl.MLP(data.n_features, 8, data.n_classes)
     with pytest.raises(ParameterError, match="k_min_group applies"):
-        flux.run_flux(data, fl.MLP(data.n_features, 8, data.n_classes), k_min_group=2)
+        flux.run_flux(data, model, k_min_group=2)
+    run = flux.run_flux(data, model, seed=1, secure=False, warmup_rounds=1, cluster_rounds=1,
+                        k_min_group=2, **flux.WHITENED_RECIPE)
+    want = calibrated_k(run.distances, statistic="axis_ci", alpha=0.01, references=199,
+                        random_state=1, min_group=2)
+    assert run.decision.min_group == 2 and run.decision.statistic == want.statistic
+    assert run.decision.p_value == want.p_value and run.n_clusters == want.k

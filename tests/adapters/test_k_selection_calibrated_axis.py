@@ -58,6 +58,21 @@ def test_cluster_index_1d_with_a_group_floor_equals_the_best_split_of_allowed_si
     assert cluster_index_1d(values, min_group=m) >= cluster_index_1d(values) - 1e-12
 
 
+def test_cluster_index_1d_is_scale_free_down_to_two_values_and_tiny_spreads():
+    """Two distinct values are two groups (index 0); the index of values scaled by 1e-4
+    (a sum of squares far below 1) equals the unscaled one; and, with no floor, an
+    outlier alone is the best cut of the top axis (the default of axis_cluster_index)."""
+    assert cluster_index_1d([0.0, 1.0]) == 0.0 and cluster_index_1d([3.0, 3.0]) == 1.0
+    values = np.random.default_rng(5).normal(size=9)
+    assert cluster_index_1d(values * 1e-4) == pytest.approx(cluster_index_1d(values),
+                                                            rel=1e-9)
+    x = np.random.default_rng(6).normal(size=(8, 2)) * [3.0, 1.0]
+    x[0, 0] += 20.0
+    assert axis_cluster_index(x) == pytest.approx(_brute_ci((x - x.mean(0)) @ np.linalg.svd(
+        x - x.mean(0))[2][0]), rel=1e-9)
+    assert axis_cluster_index(x) < axis_cluster_index(x, min_group=2)
+
+
 def test_cluster_index_1d_group_floor_at_and_past_the_sample_size():
     """At n = 2 m the only split is m + m; one value fewer leaves no split (index 1);
     min_group below 1 is refused."""
