@@ -1,0 +1,157 @@
+"""A design look (issue 24, thirteenth pass): FLUX's noise whitening from D alone.
+
+Not a speed benchmark, not a verdict. ``flux.WHITENED_RECIPE`` whitens every descriptor by
+the clients' pooled jackknife noise: the coordinator learns that pooled noise beside D, and a
+coordinator that lies about it chooses the metric of D. Here the noise is read from D
+itself. Every client splits its rows at random into two halves and computes a descriptor of
+each (``A_i``, ``B_i``), beside its full descriptor ``F_i``; the coordinator gets one D of
+those 2n (``"split"``) or 3n (``"split_full"``) vectors, embeds it by classical MDS, takes
+the noise covariance from the within-client differences ``A_i - B_i`` (shrunk by OAS:
+Chen, Wiesel, Eldar & Hero 2010, the recipe's estimator), and whitens either the midpoints
+``(A_i + B_i) / 2`` (``"split"``) or the full descriptors ``F_i`` (``"split_full"``) before
+the recipe's test (``calibrated_k``, ``statistic="axis_ci"``, level 0.01, B = 199). A lie
+about D only spoils the coordinator's own clustering; what it learns is the D of the
+submitted vectors (each client's half-to-half distance measures its own sampling noise).
+
+Every run also applies the frozen default (``flux:calibrated`` on the full descriptors) and
+the recipe (the pooled jackknife noise, :func:`bench_k_selection.flux_whitening`) to the
+same clients. The grid's cells and generator (``bench_k_selection.encoded_run``); the D are
+computed in floating point (the secure path's quantization is not modelled here). The
+split is seeded from the run's seed for reproducibility; a deployment draws it privately.
+
+Usage::
+
+    python benchmarks/_flux_split_half.py --seeds 960-961 --out FILE [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from sklearn.covariance import oas
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_k_selection as grid  # noqa: E402
+
+from omnifc.adapters import flux  # noqa: E402
+from omnifc.adapters._calibrated_k import calibrated_k, mds_embedding  # noqa: E402
+
+#: The rules of the look, in the order of the table.
+RULES = ("default", "recipe", "split", "split_full")
+#: The design seeds of this look (never held out for any later verdict on it).
+DESIGN_SEEDS = (960, 961)
+
+
+def squared_distances(x) -> np.ndarray:
+    """Squared Euclidean distances between the rows of ``x``."""
+    x = np.asarray(x, dtype=np.float64)
+    g = x @ x.T
+    d = np.diag(g)
+    return np.maximum(d[:, None] + d[None] - 2.0 * g, 0.0)
+
+
+def split_halves(latents, labels, projection, n_classes: int, form: str, seed: int):
+    """``(A, B)``: per client, the descriptors of two disjoint halves of its rows (sizes
+    ``floor(m / 2)`` and ``ceil(m / 2)``), the split drawn from ``seed``."""
+    rng = np.random.default_rng(seed)
+    a, b = [], []
+    for z, y in zip(latents, labels):
+        order = rng.permutation(len(z))
+        half = len(z) // 2
+        for out, rows in ((a, order[:half]), (b, order[half:])):
+            out.append(flux.descriptor(z[rows], np.asarray(y)[rows], projection, n_classes,
+                                       form=form))
+    return np.stack(a), np.stack(b)
+
+
+def split_whitened_distances(distances, n: int) -> np.ndarray:
+    """The coordinator's computation, from D only: ``distances`` is the D of ``[A; B]``
+    (2n rows: the midpoints are whitened) or of ``[A; B; F]`` (3n rows: ``F`` is). Returns
+    the squared distances of the whitened points (n x n)."""
+    d = np.asarray(distances, dtype=np.float64)
+    if d.shape not in ((2 * n, 2 * n), (3 * n, 3 * n)):
+        raise ValueError(f"D must be 2n x 2n or 3n x 3n for n = {n}, got {d.shape}")
+    x = mds_embedding(d)[0]
+    noise, _ = oas(x[:n] - x[n:2 * n], assume_centered=True)
+    values, vectors = np.linalg.eigh(noise)
+    values = np.maximum(values, values.max() * 1e-12)
+    points = (x[:n] + x[n:2 * n]) / 2.0 if d.shape[0] == 2 * n else x[2 * n:]
+    return squared_distances(points @ vectors / np.sqrt(values))
+
+
+def run(cell, seed: int) -> dict:
+    """Every rule of :data:`RULES` on one run of the grid: K found by each."""
+    shift, n, rows, imbalance, classes = cell
+    clients, groups, c, latents, m = grid.encoded_run(shift, n, rows, imbalance, classes, seed)
+    l = flux.flux_components(c, grid.ENCODER_DIM)
+    proj, desc = grid.flux_descriptors(clients, latents, c, l, "weighted_all", m)
+    a, b = split_halves(latents, [cl.y_train for cl in clients], proj, c, "weighted_all", seed)
+    strict = {"statistic": "axis_ci", "alpha": grid.GOAL_ALPHA, "references": 199}
+    whitened = grid.flux_whitening(clients, latents, c, proj, "weighted_all", m).apply(desc)
+    k = {"default": calibrated_k(squared_distances(desc)).k,
+         "recipe": calibrated_k(squared_distances(whitened), **strict).k,
+         "split": calibrated_k(split_whitened_distances(
+             squared_distances(np.vstack([a, b])), n), **strict).k,
+         "split_full": calibrated_k(split_whitened_distances(
+             squared_distances(np.vstack([a, b, desc])), n), **strict).k}
+    return {"cell": list(cell), "seed": seed, "planted": 1 if shift == "none" else 2, "k": k}
+
+
+def cells(quick: bool):
+    if quick:
+        return [("none", 6, 20, 1, 2), ("feature", 6, 50, 1, 10)]
+    out = [("none", n, r, 1, c) for n in grid.IID_CLIENTS for r in (20, 50, 500) for c in (2, 10)]
+    out += [(s, n, r, i, c) for s in grid.SHIFTS for n in (6, 20, 100) for r in (20, 50, 500)
+            for i in (1, 10) for c in (2, 10)]
+    return out
+
+
+def table(results) -> list[str]:
+    """Per row group, how many runs each rule gets K right."""
+    groups = [(f"iid, {n} clients", lambda r, n=n: r["planted"] == 1 and r["cell"][1] == n)
+              for n in grid.IID_CLIENTS]
+    groups += [(f"planted, {n} clients", lambda r, n=n: r["planted"] == 2 and r["cell"][1] == n)
+               for n in (6, 20, 100)]
+    groups += [(f"planted, {m} rows", lambda r, m=m: r["planted"] == 2 and r["cell"][2] == m)
+               for m in (20, 50, 500)]
+    groups += [(f"planted, {s}", lambda r, s=s: r["cell"][0] == s) for s in grid.SHIFTS]
+    groups += [("planted, all", lambda r: r["planted"] == 2)]
+    out = ["| runs | " + " | ".join(RULES) + " |", "|---|" + "---|" * len(RULES)]
+    for label, pick in groups:
+        sub = [r for r in results if pick(r)]
+        if sub:
+            out.append(f"| {label} | " + " | ".join(
+                f"{sum(r['k'][n] == r['planted'] for r in sub)}/{len(sub)}" for n in RULES)
+                + " |")
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default=f"{DESIGN_SEEDS[0]}-{DESIGN_SEEDS[-1]}")
+    parser.add_argument("--out", help="append one JSON line per run here")
+    parser.add_argument("--quick", action="store_true", help="two small cells, one seed")
+    args = parser.parse_args(argv)
+    seeds = grid._ints(args.seeds)[:1] if args.quick else grid._ints(args.seeds)
+    start = time.process_time()
+    results = []
+    for seed in seeds:
+        for cell in cells(args.quick):
+            results.append(run(cell, seed))
+            if args.out:
+                with open(args.out, "a") as fh:
+                    fh.write(json.dumps(results[-1]) + "\n")
+    print("\n".join(table(results)))
+    print(f"cpu {time.process_time() - start:.1f} s (this process), seeds {seeds} "
+          f"(design seeds of this look: {list(DESIGN_SEEDS)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

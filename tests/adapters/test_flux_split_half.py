@@ -1,0 +1,87 @@
+"""benchmarks/_flux_split_half.py: noise whitening from D alone (issue 24, thirteenth pass,
+a design look): the halves, the coordinator's computation against the vectors, the table."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.covariance import oas
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def look():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("_flux_split_half",
+                                                  ROOT / "benchmarks" / "_flux_split_half.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_split_halves_partitions_each_clients_rows(look, monkeypatch):
+    """Each client's rows go to exactly one half, sizes floor and ceil of m / 2, labels
+    kept with their rows; the split follows the seed."""
+    seen = []
+
+    def fake_descriptor(z, y, projection, n_classes, form):
+        seen.append((z[:, 0].tolist(), list(y)))
+        return np.array([z.sum()])
+
+    monkeypatch.setattr(look.flux, "descriptor", fake_descriptor)
+    latents = [np.arange(7.0)[:, None] + 100 * i for i in range(3)]
+    labels = [(np.arange(7) + 100 * i) % 3 for i in range(3)]
+    a, b = look.split_halves(latents, labels, None, 3, "weighted_all", seed=4)
+    for i in range(3):
+        (rows_a, y_a), (rows_b, y_b) = seen[2 * i], seen[2 * i + 1]
+        assert sorted(rows_a + rows_b) == latents[i][:, 0].tolist()
+        assert (len(rows_a), len(rows_b)) == (3, 4)
+        assert y_a == [int(r) % 3 for r in rows_a] and y_b == [int(r) % 3 for r in rows_b]
+        assert a[i, 0] == sum(rows_a) and b[i, 0] == sum(rows_b)
+    first = [s[0] for s in seen]
+    seen.clear()
+    look.split_halves(latents, labels, None, 3, "weighted_all", seed=4)
+    assert [s[0] for s in seen] == first
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_whitening_from_d_alone_equals_whitening_the_vectors(look, full):
+    """From D only (MDS of the 2n or 3n vectors) the coordinator gets the distances of the
+    vectors whitened by the OAS-shrunk covariance of A - B, computed here on the vectors
+    themselves (rotated and moved: D cannot tell); the embedding has the vectors' own
+    dimension, so OAS shrinks toward the same target."""
+    rng = np.random.default_rng(8)
+    n, p = 9, 5
+    scale = np.array([4.0, 1.0, 0.5, 2.0, 0.2])
+    f = rng.normal(size=(n, p)) * 3
+    a = f + rng.normal(size=(n, p)) * scale
+    b = f + rng.normal(size=(n, p)) * scale
+    rotation = np.linalg.qr(rng.normal(size=(p, p)))[0]
+    vectors = np.vstack([a, b, f] if full else [a, b]) @ rotation + 7.0
+    got = look.split_whitened_distances(look.squared_distances(vectors), n)
+    noise, _ = oas(a - b, assume_centered=True)
+    root = np.linalg.cholesky(np.linalg.inv(noise))       # any W with W W^T = noise^-1
+    points = f if full else (a + b) / 2
+    want = ((points[:, None] - points[None]) @ root) ** 2
+    assert got == pytest.approx(want.sum(-1), rel=1e-7, abs=1e-9)
+    with pytest.raises(ValueError, match="2n x 2n or 3n x 3n"):
+        look.split_whitened_distances(look.squared_distances(vectors[:-1]), n)
+
+
+@pytest.mark.timeout(300)
+def test_quick_look_counts_what_each_rule_returned(look, capsys):
+    """--quick: two cells, one seed; the table's counts are each rule's K against the
+    planted K, recomputed here from run()."""
+    assert look.main(["--quick"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [look.run(cell, 960) for cell in look.cells(quick=True)]
+    table = {l.split(" | ")[0].strip("| "): l.split(" | ")[1:] for l in lines[2:] if "|" in l}
+    iid, planted = rows
+    assert table["iid, 6 clients"][:3] == [f"{int(iid['k'][r] == 1)}/1" for r in look.RULES[:3]]
+    assert table["planted, all"][-1] == f"{int(planted['k']['split_full'] == 2)}/1 |"
+    assert (iid["planted"], planted["planted"]) == (1, 2)
