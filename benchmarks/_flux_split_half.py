@@ -22,6 +22,9 @@ split is seeded from the run's seed for reproducibility; a deployment draws it p
 Usage::
 
     python benchmarks/_flux_split_half.py --seeds 960-961 --out FILE [--quick]
+
+Design seeds 960-961 (``DESIGN_SEEDS``); held out for the frozen verdict
+(``SPLIT_HALF_VERDICT``): ``bench_k_selection.FLUX_SPLIT_HALF_SEEDS``, 3293-3304.
 """
 
 from __future__ import annotations
@@ -46,6 +49,15 @@ from omnifc.adapters._calibrated_k import calibrated_k, mds_embedding  # noqa: E
 RULES = ("default", "recipe", "split", "split_full")
 #: The design seeds of this look (never held out for any later verdict on it).
 DESIGN_SEEDS = (960, 961)
+#: Written before ``bench_k_selection.FLUX_SPLIT_HALF_SEEDS`` (3293-3304) were generated: the
+#: consequence is whether the next pass builds ``split_full``'s secure path as a candidate
+#: for the default, or drops it.
+SPLIT_HALF_VERDICT = (
+    "on FLUX_SPLIT_HALF_SEEDS, every cell of this script, paired run by run: split_full "
+    "against the default on 'planted, all' is 'better' (verdict(), paired_noise), and no iid "
+    "row (each client count, and all iid runs) of split_full is 'worse' than the default's; "
+    "then the next pass builds its secure path and judges it as a default candidate, else it "
+    "is dropped. Reported beside, not part of the verdict: split_full against the recipe.")
 
 
 def squared_distances(x) -> np.ndarray:
@@ -132,6 +144,43 @@ def table(results) -> list[str]:
     return out
 
 
+def paired(results, a: str, b: str, pick) -> tuple[int, int, int, int, float, str]:
+    """``(a right, b right, b only, a only, noise, verdict of b against a)`` on the runs
+    ``pick`` selects (``paired_noise`` over the runs, :func:`verdict`)."""
+    from omnifc.experiments.reproduce._verdicts import paired_noise, verdict
+
+    sub = [r for r in results if pick(r)]
+    xa = [int(r["k"][a] == r["planted"]) for r in sub]
+    xb = [int(r["k"][b] == r["planted"]) for r in sub]
+    noise = paired_noise(xb, xa) * len(sub) if len(sub) > 1 else 0.0
+    return (sum(xa), sum(xb), sum(x > y for x, y in zip(xb, xa)),
+            sum(x < y for x, y in zip(xb, xa)), noise, verdict(sum(xb), sum(xa), noise))
+
+
+def verdict_lines(results) -> list[str]:
+    """``SPLIT_HALF_VERDICT`` computed: split_full against the default (planted, all; every
+    iid row), and against the recipe beside it."""
+    rows = [("planted, all", lambda r: r["planted"] == 2)]
+    rows += [(f"iid, {n} clients", lambda r, n=n: r["planted"] == 1 and r["cell"][1] == n)
+             for n in grid.IID_CLIENTS]
+    rows += [("iid, all", lambda r: r["planted"] == 1)]
+    out = ["| split_full against | runs | A | split_full | + / − | noise | verdict |",
+           "|---|---|---|---|---|---|---|"]
+    holds = True
+    for a in ("default", "recipe"):
+        for label, pick in rows:
+            if not any(pick(r) for r in results):
+                continue
+            ra, rb, plus, minus, noise, word = paired(results, a, "split_full", pick)
+            out.append(f"| {a} | {label} | {ra} | {rb} | +{plus} / −{minus} | {noise:.1f} "
+                       f"| {word} |")
+            if a == "default":
+                holds &= (word == "better") if label == "planted, all" else word != "worse"
+    out.append(f"SPLIT_HALF_VERDICT {'holds' if holds else 'fails'}: "
+               f"{'build its secure path next' if holds else 'dropped'}")
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default=f"{DESIGN_SEEDS[0]}-{DESIGN_SEEDS[-1]}")
@@ -148,6 +197,7 @@ def main(argv=None) -> int:
                 with open(args.out, "a") as fh:
                     fh.write(json.dumps(results[-1]) + "\n")
     print("\n".join(table(results)))
+    print("\n".join(verdict_lines(results)))
     print(f"cpu {time.process_time() - start:.1f} s (this process), seeds {seeds} "
           f"(design seeds of this look: {list(DESIGN_SEEDS)})")
     return 0

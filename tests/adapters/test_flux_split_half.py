@@ -85,3 +85,33 @@ def test_quick_look_counts_what_each_rule_returned(look, capsys):
     assert table["iid, 6 clients"][:3] == [f"{int(iid['k'][r] == 1)}/1" for r in look.RULES[:3]]
     assert table["planted, all"][-1] == f"{int(planted['k']['split_full'] == 2)}/1 |"
     assert (iid["planted"], planted["planted"]) == (1, 2)
+
+
+def test_the_frozen_verdict_is_computed_from_paired_runs(look):
+    """split_full against the default: better on the planted runs (+6 / -0 of 6 is past two
+    standard errors), no iid row worse -> holds; one iid size where split_full loses 4 of 4
+    -> fails. Noise against statistics.stdev of the paired differences."""
+    import statistics
+
+    def result(cell, planted, default, split_full):
+        return {"cell": cell, "planted": planted, "seed": 0,
+                "k": {"default": default, "recipe": planted, "split": 1,
+                      "split_full": split_full}}
+
+    planted = [result(["label", 6, 20, 1, 2], 2, 1, 2) for _ in range(6)]
+    iid = [result(["none", 20, 20, 1, 2], 1, 1, 1) for _ in range(4)]
+    lines = look.verdict_lines(planted + iid)
+    assert lines[-1].startswith("SPLIT_HALF_VERDICT holds")
+    row = next(l for l in lines if l.startswith("| default | planted, all |"))
+    assert row.split(" | ")[2:7] == ["0", "6", "+6 / −0", "0.0", "better |"]
+    bad = [result(["none", 500, 20, 1, 2], 1, 1, 2) for _ in range(4)]
+    lines = look.verdict_lines(planted + iid + bad)
+    assert lines[-1].startswith("SPLIT_HALF_VERDICT fails")
+    mixed = planted[:3] + [result(["label", 6, 20, 1, 2], 2, 2, 1) for _ in range(3)]
+    ra, rb, plus, minus, noise, word = look.paired(mixed, "default", "split_full",
+                                                   lambda r: r["planted"] == 2)
+    diffs = [1, 1, 1, -1, -1, -1]
+    assert look.verdict_lines(mixed + iid)[-1].startswith("SPLIT_HALF_VERDICT fails")  # a tie
+    assert (ra, rb, plus, minus) == (3, 3, 3, 3)
+    assert noise == pytest.approx(2 * statistics.stdev(diffs) / 6 ** 0.5 * 6)
+    assert word == "tie within noise"
