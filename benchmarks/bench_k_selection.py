@@ -159,7 +159,8 @@ FLUX_MIN_GROUP_SEEDS = tuple(range(3201, 3213))
 FLUX_MIN_GROUP_LEVEL_SEEDS = tuple(range(3213, 3293))
 #: Issue 24, thirteenth pass: the noise read from D alone (``split_full`` of
 #: benchmarks/_flux_split_half.py, designed on seeds 960-961), frozen before these seeds were
-#: generated, with its verdict (``_flux_split_half.SPLIT_HALF_VERDICT``).
+#: generated, with its verdict (``_flux_split_half.SPLIT_HALF_VERDICT``). Judged: holds
+#: (docs/adapters.md, "The noise read from D alone").
 FLUX_SPLIT_HALF_SEEDS = tuple(range(3293, 3305))
 #: The thirteenth pass's rule, written before FLUX_MIN_GROUP_SEEDS existed: the recipe takes
 #: ``min_group=2`` only if all of these hold, and keeps its rule otherwise. Judged: not
