@@ -36,7 +36,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from sklearn.covariance import oas
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -69,32 +68,14 @@ def squared_distances(x) -> np.ndarray:
 
 
 def split_halves(latents, labels, projection, n_classes: int, form: str, seed: int):
-    """``(A, B)``: per client, the descriptors of two disjoint halves of its rows (sizes
-    ``floor(m / 2)`` and ``ceil(m / 2)``), the split drawn from ``seed``."""
-    rng = np.random.default_rng(seed)
-    a, b = [], []
-    for z, y in zip(latents, labels):
-        order = rng.permutation(len(z))
-        half = len(z) // 2
-        for out, rows in ((a, order[:half]), (b, order[half:])):
-            out.append(flux.descriptor(z[rows], np.asarray(y)[rows], projection, n_classes,
-                                       form=form))
-    return np.stack(a), np.stack(b)
+    """``flux.split_descriptors`` with the split drawn from ``seed`` (the library's secure
+    path, ``run_flux(normalization="split")``, draws it the same way from the run's seed)."""
+    return flux.split_descriptors(latents, labels, projection, n_classes, form=form,
+                                  rng=np.random.default_rng(seed))
 
 
-def split_whitened_distances(distances, n: int) -> np.ndarray:
-    """The coordinator's computation, from D only: ``distances`` is the D of ``[A; B]``
-    (2n rows: the midpoints are whitened) or of ``[A; B; F]`` (3n rows: ``F`` is). Returns
-    the squared distances of the whitened points (n x n)."""
-    d = np.asarray(distances, dtype=np.float64)
-    if d.shape not in ((2 * n, 2 * n), (3 * n, 3 * n)):
-        raise ValueError(f"D must be 2n x 2n or 3n x 3n for n = {n}, got {d.shape}")
-    x = mds_embedding(d)[0]
-    noise, _ = oas(x[:n] - x[n:2 * n], assume_centered=True)
-    values, vectors = np.linalg.eigh(noise)
-    values = np.maximum(values, values.max() * 1e-12)
-    points = (x[:n] + x[n:2 * n]) / 2.0 if d.shape[0] == 2 * n else x[2 * n:]
-    return squared_distances(points @ vectors / np.sqrt(values))
+#: The coordinator's computation from D alone: the library's (one home).
+split_whitened_distances = flux.split_whitened_distances
 
 
 def run(cell, seed: int) -> dict:

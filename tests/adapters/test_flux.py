@@ -125,8 +125,9 @@ def test_secure_block_distances_and_prefix_equal_plaintext():
                                                dim=12, samples=60, seed=3)
     desc, new_desc = _descriptors(train, proj, 4), _descriptors(new, proj, 4)
     common = dict(n_components=4, n_classes=4, bound=flux.descriptor_bound(proj, MAX_VALUE))
-    # "whitened" needs the clients' pooled noise: tests/adapters/test_flux_whitening.py
-    for normalization in (n for n in flux.NORMALIZATIONS if n != "whitened"):
+    # "whitened" needs the clients' pooled noise: tests/adapters/test_flux_whitening.py;
+    # "split" the halves of their rows: tests/adapters/test_flux_split_half.py
+    for normalization in (n for n in flux.NORMALIZATIONS if n not in ("whitened", "split")):
         d_sec, _, scales = flux.block_distances(desc, normalization=normalization,
                                                 parties=np.arange(8) % 3, **common)
         d_plain, _, scales_plain = flux.block_distances(desc, normalization=normalization,
@@ -545,7 +546,7 @@ def test_block_distances_plaintext_each_normalization_by_hand():
     np.testing.assert_array_equal(d, _quantized_sq(DESC[:, 3] / 2.5, 1.0))
     with pytest.raises(ParameterError, match=re.escape(
             "normalization must be one of ('none', 'block_neighbour', 'block_diameter', "
-            "'ranges', 'whitened'), got 'minmax'")):
+            "'ranges', 'whitened', 'split'), got 'minmax'")):
         flux.block_distances(DESC, normalization="minmax", **common)
 
 
@@ -804,7 +805,7 @@ def test_constants():
     assert flux.WARMUP_ROUNDS == 5 and flux.CLUSTER_ROUNDS == 10
     assert flux.ACTIVATION_MARGIN == 1.02
     assert flux.NORMALIZATIONS == ("none", "block_neighbour", "block_diameter", "ranges",
-                                   "whitened")
+                                   "whitened", "split")
     assert flux.NOISE_BOUND == 16.0 and flux._whitening.NOISE_SCALE_BITS == 30
     assert flux.EPS_RULES == ("gap", "knee")
     assert flux.DESCRIPTOR_FORMS == ("weighted", "paper", "weighted_all", "weighted_mad")

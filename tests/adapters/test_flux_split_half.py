@@ -1,5 +1,6 @@
-"""benchmarks/_flux_split_half.py: noise whitening from D alone (issue 24, thirteenth pass,
-a design look): the halves, the coordinator's computation against the vectors, the table."""
+"""FLUX's noise read from D alone (issue 24, thirteenth pass): the halves and the
+coordinator's computation (omnifc.adapters.flux._split_half, through
+benchmarks/_flux_split_half.py, which uses them), the look's table and its frozen verdict."""
 
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ def test_split_halves_partitions_each_clients_rows(look, monkeypatch):
         seen.append((z[:, 0].tolist(), list(y)))
         return np.array([z.sum()])
 
-    monkeypatch.setattr(look.flux, "descriptor", fake_descriptor)
+    from omnifc.adapters.flux import _split_half
+
+    monkeypatch.setattr(_split_half, "descriptor", fake_descriptor)
     latents = [np.arange(7.0)[:, None] + 100 * i for i in range(3)]
     labels = [(np.arange(7) + 100 * i) % 3 for i in range(3)]
     a, b = look.split_halves(latents, labels, None, 3, "weighted_all", seed=4)
@@ -115,3 +118,83 @@ def test_the_frozen_verdict_is_computed_from_paired_runs(look):
     assert (ra, rb, plus, minus) == (3, 3, 3, 3)
     assert noise == pytest.approx(2 * statistics.stdev(diffs) / 6 ** 0.5 * 6)
     assert word == "tie within noise"
+
+
+def test_split_whitened_distances_refuses_a_d_of_the_wrong_size(look):
+    from finite_field import ParameterError
+
+    d = look.squared_distances(np.random.default_rng(0).normal(size=(12, 3)))
+    for n in (3, 5, 1):
+        with pytest.raises(ParameterError, match="2n x 2n or 3n x 3n"):
+            look.split_whitened_distances(d, n)
+    assert look.split_whitened_distances(d, 4).shape == (4, 4)        # 3n = 12
+    assert look.split_whitened_distances(d, 6).shape == (6, 6)        # 2n = 12
+
+
+@pytest.mark.timeout(600)
+def test_block_distances_split_is_the_coordinators_computation_on_the_secure_d():
+    """normalization='split': the secure D of [A; B; F] (a client's three rows in its
+    party) equals the plaintext one bit for bit, and the result is split_whitened_distances
+    of the plaintext D of the quantized rows; halves are required, refused elsewhere, and
+    must have the descriptors' shape."""
+    from finite_field import ParameterError
+    from omnifc.adapters import flux
+    from omnifc.adapters._common import plaintext_distances, quantize_rows
+
+    rng = np.random.default_rng(2)
+    proj = flux.shared_projection(8, 3, max_value=2.0)
+    latents = [rng.random((int(rng.integers(6, 12)), 8)) * 2 for _ in range(7)]
+    labels = [rng.integers(0, 3, len(z)) for z in latents]
+    desc = np.stack([flux.descriptor(z, y, proj, 3) for z, y in zip(latents, labels)])
+    a, b = flux.split_descriptors(latents, labels, proj, 3, form=flux.DEFAULT_DESCRIPTOR_FORM,
+                                  rng=np.random.default_rng(5))
+    common = dict(n_components=3, n_classes=3, bound=flux.descriptor_bound(proj, 2.0))
+    secure, _, _ = flux.block_distances(desc, normalization="split", halves=(a, b),
+                                        parties=np.arange(7) % 3, **common)
+    plain, _, _ = flux.block_distances(desc, normalization="split", halves=(a, b),
+                                       secure=False, **common)
+    assert np.array_equal(secure, plain)
+    rows = quantize_rows(np.vstack([a, b, desc]), bound=common["bound"], scale_bits=16)
+    assert np.array_equal(plain, flux.split_whitened_distances(plaintext_distances(rows), 7))
+    import omnifc.adapters.flux._secure as secure_module
+
+    seen = []
+    real = secure_module.protect
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(secure_module, "protect",
+                      lambda rows, **kw: seen.append(kw["parties"]) or real(rows, **kw))
+        flux.block_distances(desc, normalization="split", halves=(a, b), **common)
+    assert seen[0].tolist() == list(range(7)) * 3      # a client's three rows: one party
+    with pytest.raises(ParameterError, match="needs halves"):
+        flux.block_distances(desc, normalization="split", secure=False, **common)
+    with pytest.raises(ParameterError, match="needs halves"):
+        flux.block_distances(desc, halves=(a, b), secure=False, **common)
+    with pytest.raises(ParameterError, match="two halves"):
+        flux.block_distances(desc, normalization="split", halves=(a[:-1], b), secure=False,
+                             **common)
+
+
+@pytest.mark.timeout(600)
+def test_run_flux_split_secure_equals_plaintext_and_is_the_recipes_test():
+    from omnifc import fl
+    from omnifc.adapters import flux
+    from omnifc.adapters._calibrated_k import calibrated_k
+
+    data = fl.make_federated("digits", shift="feature", n_groups=2, clients_per_group=4,
+                             new_per_group=1, seed=3)
+    model = fl.MLP(data.n_features, 16, data.n_classes)
+    org = np.arange(len(data.clients)) % 3
+    new_org = np.arange(len(data.clients) + len(data.new_clients)) % 3
+    secure, plain = [flux.run_flux(data, model, seed=3, secure=s, cluster_rounds=1,
+                                   warmup_rounds=1, **flux.SPLIT_HALF_RECIPE,
+                                   **({"parties": org, "new_parties": new_org} if s else {}))
+                     for s in (True, False)]
+    assert flux.SPLIT_HALF_RECIPE == {"normalization": "split", "k_rule": "calibrated_axis",
+                                      "k_alpha": 0.01, "k_references": 199}
+    assert np.array_equal(secure.distances, plain.distances)
+    assert np.array_equal(secure.labels, plain.labels)
+    assert np.array_equal(secure.prefix, plain.prefix)
+    again = calibrated_k(plain.distances, statistic="axis_ci", alpha=0.01, references=199,
+                         random_state=3)
+    assert plain.decision.p_value == again.p_value and plain.n_clusters == again.k
+    assert plain.whitening is None

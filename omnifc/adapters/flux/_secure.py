@@ -65,7 +65,7 @@ def neighbour_scales(block_matrices) -> np.ndarray:
 def block_distances(descriptors, *, n_components: int, n_classes: int, bound: float,
                     normalization: str = "none", secure: bool = True,
                     scale_bits: int = 16, parties=None, blocks=None, whitening=None,
-                    **options):
+                    halves=None, **options):
     """The scaled squared-distance matrix the server clusters on (see module for leakage).
 
     Returns ``(D, block_matrices, scales)``; ``block_matrices`` is None unless the
@@ -76,6 +76,11 @@ def block_distances(descriptors, *, n_components: int, n_classes: int, bound: fl
     every client maps its descriptor through it, and D is the squared distance of the
     mapped rows, with the public bound :meth:`NoiseWhitening.bound` (all blocks), quantized
     to ``2^-q`` with ``q`` = :meth:`NoiseWhitening.scale_bits` (at most ``scale_bits``).
+    ``normalization="split"`` needs ``halves`` (``(A, B)`` of
+    :func:`~omnifc.adapters.flux._split_half.split_descriptors`): the secure D of the 3n
+    rows ``[A; B; descriptors]`` (each row its client's party, the descriptors' bound), and
+    D is :func:`~omnifc.adapters.flux._split_half.split_whitened_distances` of it, computed
+    by the coordinator from that D alone.
     """
     if normalization not in NORMALIZATIONS:
         raise ParameterError(f"normalization must be one of {NORMALIZATIONS}, got "
@@ -83,13 +88,16 @@ def block_distances(descriptors, *, n_components: int, n_classes: int, bound: fl
     if (normalization == "whitened") != (whitening is not None):
         raise ParameterError("normalization='whitened' needs whitening= (noise_whitening's "
                              "result), and whitening= needs normalization='whitened'")
+    if (normalization == "split") != (halves is not None):
+        raise ParameterError("normalization='split' needs halves= (split_descriptors' (A, B)), "
+                             "and halves= needs normalization='split'")
     x = np.asarray(descriptors, dtype=np.float64)
     slices = block_slices(n_components, n_classes)
     chosen = range(len(slices)) if blocks is None else list(blocks)
 
-    def run(rows, row_bound, bits=scale_bits):
+    def run(rows, row_bound, bits=scale_bits, owners=parties):
         if secure:
-            return protect(rows, bound=row_bound, scale_bits=bits, parties=parties,
+            return protect(rows, bound=row_bound, scale_bits=bits, parties=owners,
                            **options).distances
         return plaintext_distances(quantize_rows(rows, bound=row_bound, scale_bits=bits))
 
@@ -103,6 +111,18 @@ def block_distances(descriptors, *, n_components: int, n_classes: int, bound: fl
                                  "restrict it")
         return run(whitening.apply(x), whitening.bound(bound),
                    whitening.scale_bits(bound, scale_bits)), None, None
+    if normalization == "split":
+        from ._split_half import split_whitened_distances
+
+        a, b = (np.asarray(h, dtype=np.float64) for h in halves)
+        if blocks is not None or a.shape != x.shape or b.shape != x.shape:
+            raise ParameterError(f"normalization='split' takes every block and two halves of "
+                                 f"the descriptors' shape {x.shape}; got {a.shape} and "
+                                 f"{b.shape}" + (" and blocks=" if blocks is not None else ""))
+        # a client's three rows belong to its party (one party per client by default)
+        owners = np.tile(np.arange(x.shape[0]) if parties is None else np.asarray(parties), 3)
+        full = run(np.vstack([a, b, x]), bound, owners=owners)
+        return split_whitened_distances(full, x.shape[0]), None, None
     if normalization == "none":
         rows = np.concatenate([x[:, slices[b]] for b in chosen], axis=1)
         return run(rows, bound), None, None

@@ -13,6 +13,7 @@ from ._assign import ASSIGN_RULES, GLOBAL, assign_with_evidence
 from ._paper import (DEFAULT_DESCRIPTOR_FORM, DEFAULT_K_RULE, _check_k_rule, cluster_clients,
                      descriptor, descriptor_bound, flux_components, shared_projection)
 from ._secure import block_distances, prefix_distances
+from ._split_half import split_descriptors
 from ._whitening import whitening_of_clients
 
 __all__ = ["ACTIVATION_MARGIN", "CLUSTER_ROUNDS", "FluxRun", "SHIFTS", "WARMUP_ROUNDS",
@@ -97,7 +98,10 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
        computes its jackknife noise, :func:`noise_contribution`, the noises are pooled by
        secure sum and every descriptor is whitened by the pooled noise before
        the reconstruction, :mod:`omnifc.adapters.flux._whitening`; evidence in
-       ``FluxRun.whitening``; ``**WHITENED_RECIPE`` is that metric with the top-axis
+       ``FluxRun.whitening``; ``"split"``: each client also sends the descriptors of two
+       random halves of its rows, and the server whitens from that D alone,
+       :mod:`omnifc.adapters.flux._split_half`, ``**SPLIT_HALF_RECIPE`` with the top-axis
+       test; ``**WHITENED_RECIPE`` is the whitened metric with the top-axis
        test at level 0.01, B = 199: better than the default on held-out seeds, not the
        default for what it reveals) and chooses the clusters with
        :func:`cluster_clients`: ``k_rule="calibrated"`` by default (:func:`calibrated_k`,
@@ -151,10 +155,16 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
         whitening = whitening_of_clients(
             latents, [c.y_train for c in data.clients], projection, data.n_classes,
             bound=bound, form=descriptor_form, secure=secure, parties=parties)
+    halves = None
+    if normalization == "split":
+        # each client splits its rows at random (seeded here, for a reproducible simulation)
+        halves = split_descriptors(latents, [c.y_train for c in data.clients], projection,
+                                   data.n_classes, form=descriptor_form,
+                                   rng=np.random.default_rng(seed))
     d, _, scales = block_distances(desc, n_components=l, n_classes=data.n_classes,
                                    bound=bound, normalization=normalization, secure=secure,
                                    scale_bits=scale_bits, parties=parties,
-                                   whitening=whitening)
+                                   whitening=whitening, halves=halves)
     found = cluster_clients(d, k_rule=k_rule, eps_rule=eps_rule, eps_scaling=eps_scaling,
                             k_alpha=k_alpha, k_references=k_references,
                             k_min_group=k_min_group,

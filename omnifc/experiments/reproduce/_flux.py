@@ -220,7 +220,8 @@ def run(quick: bool):
                 "rule fixed before they existed: planted K = 2 in 1337 of 1728 runs (the "
                 "default 954, the recipe 1472), one cluster in at least 69 of 72 iid "
                 "federations at every size (the default 66 of 72 at 300 and 500 clients). "
-                "Its secure path is the next pass: "
+                "Its secure path is built (`flux.SPLIT_HALF_RECIPE`, an option), not yet "
+                "judged on a fresh grid: "
                 + docs_link("docs/adapters.md, thirteenth pass", "adapters.md",
                             "The noise read from D alone: split-half descriptors (issue 24, "
                             "thirteenth pass)")
