@@ -240,3 +240,18 @@ def conformal_p_value(members, x):
 
     scores = [score(i) for i in range(n)]
     return Fraction(sum(1 for s in scores if s >= scores[-1]), n)
+
+
+def secure_and_plain_flux_runs(data, model, seed, **options):
+    """``(secure, plain)``: one ``flux.run_flux`` on ``data`` through the secure path (the
+    clients in three parties, training and unseen alike) and the same run in the clear, one
+    warm-up and one cluster round each; ``options`` go to both (a recipe, say)."""
+    import numpy as np
+
+    from omnifc.adapters import flux
+
+    parties = {"parties": np.arange(len(data.clients)) % 3,
+               "new_parties": np.arange(len(data.clients) + len(data.new_clients)) % 3}
+    return tuple(flux.run_flux(data, model, seed=seed, secure=secure, cluster_rounds=1,
+                               warmup_rounds=1, **options, **(parties if secure else {}))
+                 for secure in (True, False))

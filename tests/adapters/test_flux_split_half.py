@@ -182,13 +182,10 @@ def test_run_flux_split_secure_equals_plaintext_and_is_the_recipes_test():
 
     data = fl.make_federated("digits", shift="feature", n_groups=2, clients_per_group=4,
                              new_per_group=1, seed=3)
+    from oracles import secure_and_plain_flux_runs
+
     model = fl.MLP(data.n_features, 16, data.n_classes)
-    org = np.arange(len(data.clients)) % 3
-    new_org = np.arange(len(data.clients) + len(data.new_clients)) % 3
-    secure, plain = [flux.run_flux(data, model, seed=3, secure=s, cluster_rounds=1,
-                                   warmup_rounds=1, **flux.SPLIT_HALF_RECIPE,
-                                   **({"parties": org, "new_parties": new_org} if s else {}))
-                     for s in (True, False)]
+    secure, plain = secure_and_plain_flux_runs(data, model, 3, **flux.SPLIT_HALF_RECIPE)
     assert flux.SPLIT_HALF_RECIPE == {"normalization": "split", "k_rule": "calibrated_axis",
                                       "k_alpha": 0.01, "k_references": 199}
     assert np.array_equal(secure.distances, plain.distances)

@@ -19,6 +19,8 @@ from omnifc import fl
 from omnifc.adapters import flux
 from omnifc.adapters._calibrated_k import calibrated_k, mds_embedding
 
+from oracles import secure_and_plain_flux_runs
+
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -384,12 +386,7 @@ def test_run_flux_whitened_secure_equals_plaintext():
     data = fl.make_federated("digits", shift="label", n_groups=2, clients_per_group=4,
                              new_per_group=1, seed=12)
     model = fl.MLP(data.n_features, 16, data.n_classes)
-    org = np.arange(len(data.clients)) % 3
-    new_org = np.arange(len(data.clients) + len(data.new_clients)) % 3
-    runs = [flux.run_flux(data, model, seed=12, secure=secure, cluster_rounds=1,
-                          warmup_rounds=1, **flux.WHITENED_RECIPE,
-                          **({"parties": org, "new_parties": new_org} if secure else {}))
-            for secure in (True, False)]
+    runs = secure_and_plain_flux_runs(data, model, 12, **flux.WHITENED_RECIPE)
     secure, plain = runs
     assert flux.WHITENED_RECIPE == {"normalization": "whitened", "k_rule": "calibrated_axis",
                                     "k_alpha": 0.01, "k_references": 199}
