@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_k_selection as grid  # noqa: E402
 
 from omnifc.adapters import flux  # noqa: E402
+from omnifc.adapters.flux import _split_half  # noqa: E402
 from omnifc.adapters._calibrated_k import calibrated_k, mds_embedding  # noqa: E402
 
 #: The rules of the look, in the order of the table.
@@ -59,12 +60,8 @@ SPLIT_HALF_VERDICT = (
     "is dropped. Reported beside, not part of the verdict: split_full against the recipe.")
 
 
-def squared_distances(x) -> np.ndarray:
-    """Squared Euclidean distances between the rows of ``x``."""
-    x = np.asarray(x, dtype=np.float64)
-    g = x @ x.T
-    d = np.diag(g)
-    return np.maximum(d[:, None] + d[None] - 2.0 * g, 0.0)
+#: Squared Euclidean distances between rows: the library's (the coordinator's function uses it).
+squared_distances = _split_half.squared_distances
 
 
 def split_halves(latents, labels, projection, n_classes: int, form: str, seed: int):
@@ -127,15 +124,10 @@ def table(results) -> list[str]:
 
 def paired(results, a: str, b: str, pick) -> tuple[int, int, int, int, float, str]:
     """``(a right, b right, b only, a only, noise, verdict of b against a)`` on the runs
-    ``pick`` selects (``paired_noise`` over the runs, :func:`verdict`)."""
-    from omnifc.experiments.reproduce._verdicts import paired_noise, verdict
-
+    ``pick`` selects (the grid's :func:`bench_k_selection.paired_counts`)."""
     sub = [r for r in results if pick(r)]
-    xa = [int(r["k"][a] == r["planted"]) for r in sub]
-    xb = [int(r["k"][b] == r["planted"]) for r in sub]
-    noise = paired_noise(xb, xa) * len(sub) if len(sub) > 1 else 0.0
-    return (sum(xa), sum(xb), sum(x > y for x, y in zip(xb, xa)),
-            sum(x < y for x, y in zip(xb, xa)), noise, verdict(sum(xb), sum(xa), noise))
+    return grid.paired_counts([int(r["k"][a] == r["planted"]) for r in sub],
+                              [int(r["k"][b] == r["planted"]) for r in sub])
 
 
 def verdict_lines(results) -> list[str]:

@@ -659,6 +659,17 @@ def table(paths, names) -> int:
     return 0
 
 
+def paired_counts(a, b) -> tuple[int, int, int, int, float, str]:
+    """Two rules' 0/1 outcomes on the same runs: ``(A right, B right, B only, A only,
+    noise, verdict of B against A)``; the noise is two standard errors of the mean paired
+    difference, times the runs (``paired_noise``)."""
+    from omnifc.experiments.reproduce._verdicts import paired_noise, verdict
+
+    noise = paired_noise(b, a) * len(a)
+    return (sum(a), sum(b), sum(x > y for x, y in zip(b, a)),
+            sum(x < y for x, y in zip(b, a)), noise, verdict(sum(b), sum(a), noise))
+
+
 def paired_table(rows_a, rows_b, name: str, name_b: str | None = None) -> list[str]:
     """One rule on two results (e.g. two descriptor forms on the same seeds), paired run by
     run on the (cell, seed) both hold: per row group, each side's count, the runs only B /
@@ -666,8 +677,6 @@ def paired_table(rows_a, rows_b, name: str, name_b: str | None = None) -> list[s
     the runs: ``paired_noise``) and the verdict of B against A computed from them.
     ``name_b``: B's rule, when it differs from A's (default ``name``)."""
     name_b = name if name_b is None else name_b
-    from omnifc.experiments.reproduce._verdicts import paired_noise, verdict
-
     both = sorted(set(rows_a) & set(rows_b))
     out = ["| runs (paired) | A | B | B only / A only | noise | B against A |",
            "|---|---|---|---|---|---|"]
@@ -677,10 +686,9 @@ def paired_table(rows_a, rows_b, name: str, name_b: str | None = None) -> list[s
             continue
         a = [int(rows_a[k]["rules"][name][0] == rows_a[k]["planted"]) for k in keys]
         b = [int(rows_b[k]["rules"][name_b][0] == rows_b[k]["planted"]) for k in keys]
-        noise = paired_noise(b, a) * len(keys)
-        out.append(f"| {label} | {sum(a)}/{len(keys)} | {sum(b)}/{len(keys)} | "
-                   f"+{sum(x > y for x, y in zip(b, a))} / -{sum(x < y for x, y in zip(b, a))}"
-                   f" | {noise:.1f} | {verdict(sum(b), sum(a), noise)} |")
+        right_a, right_b, plus, minus, noise, word = paired_counts(a, b)
+        out.append(f"| {label} | {right_a}/{len(keys)} | {right_b}/{len(keys)} | "
+                   f"+{plus} / -{minus} | {noise:.1f} | {word} |")
     cells_a = cells_at_goal([rows_a[k] for k in both], name)
     cells_b = cells_at_goal([rows_b[k] for k in both], name_b)
     out.append(f"| cells with K right in ≥ {CELL_GOAL:.0%} of runs | {cells_a[0]}/{cells_a[1]} "

@@ -33,12 +33,16 @@ ACTIVATION_MARGIN = 1.02
 def client_descriptors(model, params, clients, projection: PCA, n_classes: int, *,
                        split: str = "train", form: str = DEFAULT_DESCRIPTOR_FORM) -> np.ndarray:
     """Each client's descriptor from the encoder ``model.latents(params, x)`` (client side)."""
-    rows = []
-    for c in clients:
-        x, y = (c.x_train, c.y_train) if split == "train" else (c.x_test, c.y_test)
-        rows.append(descriptor(model.latents(params, x), y, projection, n_classes,
-                               form=form))
-    return np.stack(rows)
+    x = [c.x_train if split == "train" else c.x_test for c in clients]
+    y = [c.y_train if split == "train" else c.y_test for c in clients]
+    return _descriptors([model.latents(params, rows) for rows in x], y, projection, n_classes,
+                        form)
+
+
+def _descriptors(latents, labels, projection, n_classes: int, form: str) -> np.ndarray:
+    """One :func:`descriptor` per client, from its ``latents`` and ``labels``, stacked."""
+    return np.stack([descriptor(z, y, projection, n_classes, form=form)
+                     for z, y in zip(latents, labels)])
 
 @dataclass
 class FluxRun:
@@ -148,18 +152,18 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     l = flux_components(data.n_classes, latent_dim) if n_components is None else int(n_components)
     projection = shared_projection(latent_dim, l, max_value=max_value)
     bound = descriptor_bound(projection, max_value)
-    desc = np.stack([descriptor(z, c.y_train, projection, data.n_classes, form=descriptor_form)
-                     for z, c in zip(latents, data.clients)])
+    labels = [c.y_train for c in data.clients]
+    desc = _descriptors(latents, labels, projection, data.n_classes, descriptor_form)
     whitening = None
     if normalization == "whitened":
         whitening = whitening_of_clients(
-            latents, [c.y_train for c in data.clients], projection, data.n_classes,
-            bound=bound, form=descriptor_form, secure=secure, parties=parties)
+            latents, labels, projection, data.n_classes, bound=bound, form=descriptor_form,
+            secure=secure, parties=parties)
     halves = None
     if normalization == "split":
         # each client splits its rows at random (seeded here, for a reproducible simulation)
-        halves = split_descriptors(latents, [c.y_train for c in data.clients], projection,
-                                   data.n_classes, form=descriptor_form,
+        halves = split_descriptors(latents, labels, projection, data.n_classes,
+                                   form=descriptor_form,
                                    rng=np.random.default_rng(seed))
     d, _, scales = block_distances(desc, n_components=l, n_classes=data.n_classes,
                                    bound=bound, normalization=normalization, secure=secure,
@@ -180,9 +184,8 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     assignment = None
     if len(data.new_clients):
         # label-free: only the [mu_x, sigma_x] prefix is used (per-class blocks are ignored)
-        new_desc = np.stack([descriptor(z, c.y_train, projection, data.n_classes,
-                                        form=descriptor_form)
-                             for z, c in zip(new_latents, data.new_clients)])
+        new_desc = _descriptors(new_latents, [c.y_train for c in data.new_clients],
+                                projection, data.n_classes, descriptor_form)
         prefix = prefix_distances(desc, new_desc, n_components=l, n_classes=data.n_classes,
                                   bound=bound, scales=scales, normalization=normalization,
                                   secure=secure, scale_bits=scale_bits, parties=new_parties)

@@ -64,7 +64,10 @@ def split_descriptors(latents, labels, projection, n_classes: int, *, form: str,
     return np.stack(a), np.stack(b)
 
 
-def _squared_distances(x) -> np.ndarray:
+def squared_distances(x) -> np.ndarray:
+    """Squared Euclidean distances between the rows of ``x`` (float64, negatives of
+    rounding set to 0)."""
+    x = np.asarray(x, dtype=np.float64)
     g = x @ x.T
     d = np.diag(g)
     return np.maximum(d[:, None] + d[None] - 2.0 * g, 0.0)
@@ -88,4 +91,4 @@ def split_whitened_distances(distances, n: int) -> np.ndarray:
     values, vectors = np.linalg.eigh(noise)
     values = np.maximum(values, values.max() * 1e-12)
     points = (x[:n] + x[n:2 * n]) / 2.0 if d.shape[0] == 2 * n else x[2 * n:]
-    return _squared_distances(points @ vectors / np.sqrt(values))
+    return squared_distances(points @ vectors / np.sqrt(values))
