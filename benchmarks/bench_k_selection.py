@@ -80,6 +80,12 @@ kept apart (``..._<form>_whitened``); the candidate rules there are ``flux:axis_
 seeds ``FLUX_WHITENED_STRICT_SEEDS``) and ``flux:axis_ci_min2@0.01`` (the same with no
 singleton cut, ``min_group=2``; seeds ``FLUX_MIN_GROUP_SEEDS``, verdict fixed in advance:
 ``MIN_GROUP_VERDICT``).
+``--normalization split`` (FLUX): the D behind the same columns is the coordinator's
+whitening from D alone (``flux.split_whitened_distances`` of the quantized D of the 3n rows of
+every client's two half-descriptors and its descriptor, :func:`flux_halves`; the D of
+``run_flux(normalization="split")``), files and results kept apart (``..._<form>_split``);
+judged with ``flux:axis_ci@0.01`` (``flux.SPLIT_HALF_RECIPE``) on ``FLUX_SPLIT_SECURE_SEEDS``,
+verdict fixed in advance: ``SPLIT_SECURE_VERDICT``.
 ``--descriptor-form`` (FLUX; default ``flux.DEFAULT_DESCRIPTOR_FORM``, ``weighted_all`` since
 issue 24's fifth pass: 1-row classes kept): the D behind ``flux:calibrated``, ``axis_ci``,
 ``unimodal`` and ``ward@K`` is built from ``flux.descriptor(..., form=...)``; the
@@ -162,6 +168,20 @@ FLUX_MIN_GROUP_LEVEL_SEEDS = tuple(range(3213, 3293))
 #: generated, with its verdict (``_flux_split_half.SPLIT_HALF_VERDICT``). Judged: holds
 #: (docs/adapters.md, "The noise read from D alone").
 FLUX_SPLIT_HALF_SEEDS = tuple(range(3293, 3305))
+#: Issue 24, fourteenth pass: the split-half recipe in its secure form (``flux.SPLIT_HALF_RECIPE``:
+#: ``flux:axis_ci@0.01`` on the D of ``--normalization split``, quantized as the protocol
+#: computes it) judged on the whole grid against the default on the same federations, frozen
+#: (code and ``SPLIT_SECURE_VERDICT``) before these seeds were generated.
+FLUX_SPLIT_SECURE_SEEDS = tuple(range(3305, 3317))
+#: The fourteenth pass's rule, written before FLUX_SPLIT_SECURE_SEEDS existed.
+SPLIT_SECURE_VERDICT = (
+    "on FLUX_SPLIT_SECURE_SEEDS, the whole grid (planted 6-300 clients, iid 6-500), paired run "
+    "by run: flux:axis_ci@0.01 on the split D (--normalization split) against the default "
+    "flux:calibrated on the default D of the same federations (--paired): the row 'K = 2, "
+    "all' is 'better'; no row 'iid (K = 1), n clients' and not 'iid (K = 1), all' is 'worse'; "
+    "cells with K right in >= 90 % are not fewer. If all hold, flux.SPLIT_HALF_RECIPE becomes "
+    "run_flux's default; else it stays an option. Reported beside, not part of the verdict: "
+    "the iid goal (>= 95 % at every size) and the whitened recipe on the same seeds.")
 #: The thirteenth pass's rule, written before FLUX_MIN_GROUP_SEEDS existed: the recipe takes
 #: ``min_group=2`` only if all of these hold, and keeps its rule otherwise. Judged: not
 #: adopted (cells at the goal 173 against the recipe's 175; the other three held;
@@ -216,7 +236,9 @@ def distances(shift, n, rows, imbalance, classes, seed, *, secure=False, adapter
 
     ``descriptor_form`` and ``normalization``: the form of FLUX's descriptor and the
     normalization behind ``"flux"`` (the D of the ``flux:calibrated``, ``axis_ci``,
-    ``unimodal`` and ``ward@K`` columns; ``"whitened"``: :func:`flux_whitening`);
+    ``unimodal`` and ``ward@K`` columns; ``"whitened"``: :func:`flux_whitening`;
+    ``"split"``: the coordinator's whitening from the D of the 3n rows of
+    :func:`flux_halves` and the descriptors);
     ``"flux_old"`` and ``"flux_paper"`` keep theirs. ``flux_keys``: which of the three FLUX
     D to compute (:func:`_flux_keys`: those the rules read)."""
     clients, groups, c, latents, m = encoded_run(shift, n, rows, imbalance, classes, seed)
@@ -230,10 +252,12 @@ def distances(shift, n, rows, imbalance, classes, seed, *, secure=False, adapter
         proj, desc = flux_descriptors(clients, latents, c, l, form, m)
         whitening = (flux_whitening(clients, latents, c, proj, form, m, secure=secure)
                      if norm == "whitened" else None)
+        halves = (flux_halves(clients, latents, c, proj, form, seed)
+                  if norm == "split" else None)
         out[key] = flux.block_distances(desc, n_components=l, n_classes=c,
                                         bound=flux.descriptor_bound(proj, m),
                                         normalization=norm, secure=secure,
-                                        whitening=whitening)[0]
+                                        whitening=whitening, halves=halves)[0]
     if "fmcl" not in adapters:
         return out
     sig = [fmcl.signature(z, cl.y_train, c) for z, cl in zip(latents, clients)]
@@ -269,6 +293,14 @@ def flux_whitening(clients, latents, c, projection, form, m, *, secure=False):
     return flux.whitening_of_clients(latents, [cl.y_train for cl in clients], projection, c,
                                      bound=flux.descriptor_bound(projection, m), form=form,
                                      secure=secure)
+
+
+def flux_halves(clients, latents, c, projection, form, seed):
+    """``(A, B)``: every client's descriptors of two random halves of its rows
+    (:func:`flux.split_descriptors`), split as ``run_flux(normalization="split")`` splits
+    them (``numpy.random.default_rng(seed)``)."""
+    return flux.split_descriptors(latents, [cl.y_train for cl in clients], projection, c,
+                                  form=form, rng=np.random.default_rng(seed))
 
 
 def run_descriptors(shift, n, rows, imbalance, classes, seed, *,
@@ -758,10 +790,12 @@ def main(argv=None) -> int:
                         f"{flux.DEFAULT_DESCRIPTOR_FORM}); each form's D files and results "
                         "(DIR/results_<form>.jsonl; weighted: DIR/results.jsonl) are kept "
                         "apart")
-    parser.add_argument("--normalization", default="none", choices=("none", "whitened"),
+    parser.add_argument("--normalization", default="none",
+                        choices=("none", "whitened", "split"),
                         help="FLUX: the normalization behind the same columns (whitened: the "
-                        "noise-whitened metric, flux.noise_whitening); its D files and results "
-                        "(DIR/results_<form>_whitened.jsonl) are kept apart")
+                        "noise-whitened metric, flux.noise_whitening; split: the noise read "
+                        "from D alone, split-half descriptors); its D files and results "
+                        "(DIR/results_<form>_<normalization>.jsonl) are kept apart")
     args = parser.parse_args(argv)
     if args.class_sets:
         return class_sets(args)
@@ -827,7 +861,9 @@ def main(argv=None) -> int:
           f"a replication of both: {FLUX_REPLICATION_SEEDS[0]}-{FLUX_REPLICATION_SEEDS[-1]}; "
           f"their iid level at 6-20 clients: {FLUX_LEVEL_SEEDS[0]}-{FLUX_LEVEL_SEEDS[-1]}; "
           f"for axis_ci_min2@0.01: {FLUX_MIN_GROUP_SEEDS[0]}-{FLUX_MIN_GROUP_SEEDS[-1]}, its "
-          f"level: {FLUX_MIN_GROUP_LEVEL_SEEDS[0]}-{FLUX_MIN_GROUP_LEVEL_SEEDS[-1]})")
+          f"level: {FLUX_MIN_GROUP_LEVEL_SEEDS[0]}-{FLUX_MIN_GROUP_LEVEL_SEEDS[-1]}; for the "
+          f"split-half recipe: {FLUX_SPLIT_HALF_SEEDS[0]}-{FLUX_SPLIT_HALF_SEEDS[-1]}, in its "
+          f"secure form: {FLUX_SPLIT_SECURE_SEEDS[0]}-{FLUX_SPLIT_SECURE_SEEDS[-1]})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)

@@ -248,6 +248,47 @@ def test_the_grid_whitened_d_is_the_whitened_descriptors_and_secure_equals_plain
     assert np.abs(plain["flux"] - exact).max() < 4 * y.shape[1] * np.abs(y).max() * 2.0 ** -13
 
 
+def test_the_grid_split_d_is_the_coordinators_whitening_and_secure_equals_plaintext(
+        k_selection_bench):
+    """One cell: the grid's split D is the coordinator's computation from D alone on the
+    squared distances of the 3n rows [A; B; F], where F are the run's descriptors and A, B
+    the descriptors of two halves of every client's rows, recomputed here from the rows
+    themselves with the split run_flux uses (default_rng(seed)); quantization within its
+    bound; and the secure path's D equals the plaintext one bit for bit."""
+    from omnifc.adapters import flux
+
+    bench = k_selection_bench
+    cell, seed = ("label", 6, 20, 1, 2), 1000
+    plain = bench.distances(*cell, seed, adapters=("flux",), descriptor_form="weighted_all",
+                            normalization="split", flux_keys=("flux",))
+    secure = bench.distances(*cell, seed, adapters=("flux",), descriptor_form="weighted_all",
+                             normalization="split", flux_keys=("flux",), secure=True)
+    assert set(plain) == {"groups", "flux"} and np.array_equal(plain["flux"], secure["flux"])
+    clients, _, c, latents, m = bench.encoded_run(*cell, seed)
+    proj, desc = bench.flux_descriptors(clients, latents, c, flux.flux_components(c, 32),
+                                        "weighted_all", m)
+    rng = np.random.default_rng(seed)
+    halves = [[], []]
+    for z, cl in zip(latents, clients):
+        order = rng.permutation(len(z))
+        for side, rows in zip(halves, (order[:len(z) // 2], order[len(z) // 2:])):
+            side.append(flux.descriptor(z[rows], cl.y_train[rows], proj, c,
+                                        form="weighted_all"))
+
+    def coordinator(a, b):
+        rows = np.vstack([np.stack(a), np.stack(b), desc])
+        return flux.split_whitened_distances(((rows[:, None] - rows[None]) ** 2).sum(-1), 6)
+
+    exact = coordinator(*halves)
+    assert plain["flux"].shape == (6, 6)
+    scale = np.abs(exact).max()
+    assert 0 < np.abs(plain["flux"] - exact).max() < 1e-4 * scale   # 2^-16 quantization
+    # another split of the same rows gives another D: the grid uses run_flux's split
+    a, b = flux.split_descriptors(latents, [cl.y_train for cl in clients], proj, c,
+                                  form="weighted_all", rng=np.random.default_rng(seed + 7))
+    assert np.abs(plain["flux"] - coordinator(a, b)).max() > 1e-2 * scale
+
+
 def test_the_strict_top_axis_column_is_axis_ci_at_the_goal_level(k_selection_bench):
     """Two groups 2.2 sd apart (seed 19): the top-axis test gives p = 0.04 at B = 99 (K = 2
     at 0.05) and p = 0.02 at B = 199, above GOAL_ALPHA: ``flux:axis_ci@0.01`` answers one
@@ -311,7 +352,7 @@ def test_the_held_out_seed_sets_never_overlap(k_selection_bench):
             grid.FLUX_DENOISED_SEEDS, grid.FLUX_MAD_SEEDS, grid.FLUX_WHITENED_SEEDS,
             grid.FLUX_WHITENED_STRICT_SEEDS, grid.FLUX_REPLICATION_SEEDS, grid.FLUX_LEVEL_SEEDS,
             grid.FLUX_MIN_GROUP_SEEDS, grid.FLUX_MIN_GROUP_LEVEL_SEEDS,
-            grid.FLUX_SPLIT_HALF_SEEDS]
+            grid.FLUX_SPLIT_HALF_SEEDS, grid.FLUX_SPLIT_SECURE_SEEDS]
     for earlier, later in zip(sets, sets[1:]):
         assert max(earlier) < min(later)
     everything = [s for seeds in sets for s in seeds]
