@@ -496,6 +496,9 @@ RULES = {
     "flux:calibrated@0.01": lambda r: calibrated_k(r["flux"], alpha=GOAL_ALPHA,
                                                    references=199).labels,
     "flux:denoised": lambda r: calibrated_k(r["flux"], statistic="denoised").labels,
+    # issue 24, fourteenth pass: the top-axis index and the Ward gap, min-p, at GOAL_ALPHA
+    "flux:axis_or_gap@0.01": lambda r: calibrated_k(r["flux"], statistic="axis_or_gap",
+                                                    alpha=GOAL_ALPHA, references=199).labels,
     # the top-axis test at the level the iid goal asks for (GOAL_ALPHA), B = 199: the rule
     # frozen for the whitened metric's second held-out run (FLUX_WHITENED_STRICT_SEEDS)
     "flux:axis_ci@0.01": lambda r: calibrated_k(r["flux"], statistic="axis_ci",

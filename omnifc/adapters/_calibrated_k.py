@@ -111,11 +111,15 @@ AXIS_CI_REFERENCES = 99
 #: statistic) and ``"denoised"`` (issue 24, seventh pass: the 2-means cluster index on the
 #: r leading principal axes that stand above the broken-stick noise edge,
 #: :func:`denoised_cluster_index`; each reference, drawn as for ``"axis_unimodal"``, is read
-#: on the r leading axes of its own spectrum; K = Ward's cut of those axes at its widest gap).
-STATISTICS = ("ward_gap", "axis_ci", "drop", "axis_unimodal", "denoised")
+#: on the r leading axes of its own spectrum; K = Ward's cut of those axes at its widest gap)
+#: and ``"axis_or_gap"`` (issue 24, fourteenth pass: both ``"axis_ci"`` and ``"ward_gap"``
+#: against the same reference draws, combined by the smaller of their two p-values, itself
+#: calibrated on those draws: :func:`min_p`; small = groups; K as for ``"ward_gap"``).
+STATISTICS = ("ward_gap", "axis_ci", "drop", "axis_unimodal", "denoised", "axis_or_gap")
 
-#: Statistics whose T is a 2-means cluster index (small = two groups, B = 99 default).
-_AXIS_STATISTICS = ("axis_ci", "axis_unimodal", "denoised")
+#: Statistics whose T is small for groups (a 2-means cluster index, or the min-p of
+#: ``"axis_or_gap"``; B = 99 default).
+_AXIS_STATISTICS = ("axis_ci", "axis_unimodal", "denoised", "axis_or_gap")
 
 #: (our choice) Lloyd iterations of :func:`two_means` from each start (it stops earlier when
 #: the assignment no longer changes, in a handful of steps on every D measured).
@@ -181,6 +185,8 @@ class KDecision:
                 if self.rule.endswith("axis_unimodal")
                 else "2-means cluster index on the axes above the broken-stick edge"
                 if self.rule.endswith("denoised")
+                else "smaller p of the top-axis index and the Ward gap (min-p)"
+                if self.rule.endswith("axis_or_gap")
                 else "largest standardized drop") + floor
         return (f"K={self.k} ({self.rule}: {what} {self.statistic:.4g} vs "
                 f"{self.null} reference {self.null_mean:.4g} +- {self.null_sd:.3g}, "
@@ -590,6 +596,30 @@ def _draw(rng, null, n, spectrum, lows, highs):
     return rng.uniform(lows, highs, size=(n, lows.size))
 
 
+def min_p(observed, references) -> tuple[float, np.ndarray]:
+    """Several one-cluster statistics combined by the smallest of their p-values, calibrated
+    on the same draws (the Monte Carlo min-p test: Westfall & Young 1993, ch. 2).
+
+    ``observed``: the data's m statistics, ``references``: a B x m array of the same on
+    every reference draw, each small = groups. The data and the B draws are pooled (B + 1
+    exchangeable values under the null); every value's p-value per statistic is its rank
+    among the pool, ``#{pool <= value} / (B + 1)``, and its combined statistic the smallest
+    of its m p-values. Returns ``(the data's, the references')`` combined statistics, so
+    ``p = (1 + #{ref <= obs}) / (1 + B)`` is an exact level-alpha test of the pooled null
+    whichever statistic carries the evidence.
+
+    >>> import numpy as np
+    >>> obs, refs = min_p(np.array([0.1, 5.0]), np.array([[1.0, 1.0], [2.0, 2.0], [3.0, 0.5]]))
+    >>> float(obs), refs.tolist()
+    (0.25, [0.5, 0.75, 0.25])
+    """
+    pool = np.vstack([np.asarray(observed, dtype=np.float64)[None],
+                      np.asarray(references, dtype=np.float64)])
+    ranks = (pool[None, :, :] <= pool[:, None, :]).sum(axis=1) / pool.shape[0]
+    combined = ranks.min(axis=1)
+    return float(combined[0]), combined[1:]
+
+
 def calibrated_k(distances, *, max_clusters: int = MAX_K,
                  references: int | None = None, alpha: float = CALIBRATED_ALPHA,
                  null: str = "gaussian", random_state: int = 0,
@@ -699,6 +729,9 @@ def calibrated_k(distances, *, max_clusters: int = MAX_K,
         tree = _ward_of_embedding(x[:, :kept])
         j = _widest_gap(tree[:, 2], GAP_SEARCH_FROM)[0]
         logger.debug("denoised: %d of %d axes above the broken-stick edge", kept, values.size)
+    elif statistic == "axis_or_gap":
+        observed, null_t = min_p(np.array([axis_cluster_index(x, min_group), -ratio]),
+                                 np.stack([ref_ci, -ref_ratio], axis=1))
     elif statistic in _AXIS_STATISTICS:
         observed, null_t = axis_cluster_index(x, min_group), ref_ci
     else:

@@ -256,10 +256,12 @@ def adaptive_dbscan(distances, *, eps_rule: str = "gap", eps_scaling: float = 1.
 #: from the data's least-smooth unimodal KDE: ``statistic="axis_unimodal"``),
 #: ``"calibrated_denoised"`` (``statistic="denoised"``: the 2-means cluster index on the
 #: leading axes above the broken-stick noise edge, issue 24 seventh pass),
+#: ``"calibrated_axis_or_gap"`` (``statistic="axis_or_gap"``: the top-axis index and the
+#: Ward gap against the same references, the smaller p calibrated on them; fourteenth pass),
 #: ``"ward"`` (the previous default: :func:`ward_gap`) or ``"dbscan"`` (FLUX's adaptive
 #: DBSCAN, :func:`adaptive_dbscan`, with ``eps_rule``).
 K_RULES = ("calibrated", "calibrated_axis", "calibrated_unimodal", "calibrated_denoised",
-           "ward", "dbscan")
+           "calibrated_axis_or_gap", "ward", "dbscan")
 
 #: The K rule every FLUX entry point uses unless told otherwise (issue 24).
 DEFAULT_K_RULE = "calibrated"
@@ -267,7 +269,8 @@ DEFAULT_K_RULE = "calibrated"
 #: The :func:`calibrated_k` statistic of each calibrated K rule.
 _CALIBRATED_STATISTICS = {"calibrated": "ward_gap", "calibrated_axis": "axis_ci",
                           "calibrated_unimodal": "axis_unimodal",
-                          "calibrated_denoised": "denoised"}
+                          "calibrated_denoised": "denoised",
+                          "calibrated_axis_or_gap": "axis_or_gap"}
 
 #: The noise-whitened metric with the top-axis test at the iid goal's level: the recipe
 #: judged better than the default on held-out seeds 3097-3108 (issue 24, eleventh pass;
