@@ -182,6 +182,22 @@ SPLIT_SECURE_VERDICT = (
     "cells with K right in >= 90 % are not fewer. If all hold, flux.SPLIT_HALF_RECIPE becomes "
     "run_flux's default; else it stays an option. Reported beside, not part of the verdict: "
     "the iid goal (>= 95 % at every size) and the whitened recipe on the same seeds.")
+#: Issue 24, fourteenth pass, second verdict: before flipping the default, a look at K = 3
+#: and 5 groups (benchmarks/_flux_many_groups.py, design seeds 5300-5302) found the top-axis
+#: test weak there on every D (split 25 of 48 against the default's 43). The candidate
+#: ``flux:axis_or_gap@0.01`` on the split D (the top-axis index and the Ward gap, min-p,
+#: designed on 3305-3316 and 5300-5302: K = 2 planted 1,815 of 2,304 against 1,338; K >= 3
+#: 41 of 48 against 43), frozen (code, ``SPLIT_MIN_P_VERDICT``, ``flux.SPLIT_MIN_P_RECIPE``)
+#: before these seeds and ``_flux_many_groups.FRESH_SEEDS`` were generated.
+FLUX_SPLIT_MIN_P_SEEDS = tuple(range(3317, 3329))
+SPLIT_MIN_P_VERDICT = (
+    "on FLUX_SPLIT_MIN_P_SEEDS, the whole grid, paired run by run: flux:axis_or_gap@0.01 on "
+    "the split D (--normalization split) against the default flux:calibrated on the default "
+    "D of the same federations: the row 'K = 2, all' is 'better'; no row 'iid (K = 1), n "
+    "clients' and not 'iid (K = 1), all' is 'worse'; cells with K right in >= 90 % are not "
+    "fewer; and on _flux_many_groups.FRESH_SEEDS (K = 3 and 5), split_axis_or_gap against "
+    "default on 'all' is not 'worse'. If all hold, flux.SPLIT_MIN_P_RECIPE becomes "
+    "run_flux's default; else the default stays.")
 #: The thirteenth pass's rule, written before FLUX_MIN_GROUP_SEEDS existed: the recipe takes
 #: ``min_group=2`` only if all of these hold, and keeps its rule otherwise. Judged: not
 #: adopted (cells at the goal 173 against the recipe's 175; the other three held;
@@ -866,7 +882,8 @@ def main(argv=None) -> int:
           f"for axis_ci_min2@0.01: {FLUX_MIN_GROUP_SEEDS[0]}-{FLUX_MIN_GROUP_SEEDS[-1]}, its "
           f"level: {FLUX_MIN_GROUP_LEVEL_SEEDS[0]}-{FLUX_MIN_GROUP_LEVEL_SEEDS[-1]}; for the "
           f"split-half recipe: {FLUX_SPLIT_HALF_SEEDS[0]}-{FLUX_SPLIT_HALF_SEEDS[-1]}, in its "
-          f"secure form: {FLUX_SPLIT_SECURE_SEEDS[0]}-{FLUX_SPLIT_SECURE_SEEDS[-1]})")
+          f"secure form: {FLUX_SPLIT_SECURE_SEEDS[0]}-{FLUX_SPLIT_SECURE_SEEDS[-1]}; for "
+          f"axis_or_gap@0.01 on it: {FLUX_SPLIT_MIN_P_SEEDS[0]}-{FLUX_SPLIT_MIN_P_SEEDS[-1]})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)

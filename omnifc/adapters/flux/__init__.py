@@ -82,7 +82,7 @@ from ._paper import (adaptive_dbscan, cluster_clients, COORDINATOR_LEARNS,
                      DEFAULT_DESCRIPTOR_FORM, DEFAULT_K_RULE, descriptor, descriptor_bound,
                      DESCRIPTOR_FORMS, EPS_RULES, K_RULES,
                      flux_components, FLUX_MIN_COMPONENTS, NORMALIZATIONS, shared_projection,
-                     SPLIT_HALF_RECIPE, WHITENED_RECIPE)
+                     SPLIT_HALF_RECIPE, SPLIT_MIN_P_RECIPE, WHITENED_RECIPE)
 from ._split_half import split_descriptors, split_whitened_distances
 from .._calibrated_k import calibrated_k, KDecision  # noqa: F401
 from ._secure import (block_distances, block_ranges, block_slices, combine_blocks,
@@ -104,4 +104,4 @@ __all__ = ["COORDINATOR_LEARNS", "shared_projection", "descriptor", "descriptor_
            "conformal_p_values", "AssignDecision", "Assignment", "ASSIGN_RULES", "GLOBAL",
            "noise_contribution", "pool_noise", "noise_whitening", "NoiseWhitening",
            "WHITENED_RECIPE", "split_descriptors", "split_whitened_distances",
-           "SPLIT_HALF_RECIPE"]
+           "SPLIT_HALF_RECIPE", "SPLIT_MIN_P_RECIPE"]

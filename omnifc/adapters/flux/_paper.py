@@ -17,7 +17,8 @@ from .._calibrated_k import calibrated_k
 from .._k_selection import DbscanResult, MIN_GAP, gap_eps, ward_gap
 
 __all__ = ["COORDINATOR_LEARNS", "DEFAULT_DESCRIPTOR_FORM", "DEFAULT_K_RULE", "DESCRIPTOR_FORMS",
-           "EPS_RULES", "K_RULES", "NORMALIZATIONS", "SPLIT_HALF_RECIPE", "adaptive_dbscan",
+           "EPS_RULES", "K_RULES", "NORMALIZATIONS", "SPLIT_HALF_RECIPE", "SPLIT_MIN_P_RECIPE",
+           "adaptive_dbscan",
            "cluster_clients", "descriptor", "descriptor_bound", "flux_components", "FLUX_MIN_COMPONENTS",
            "shared_projection"]
 
@@ -282,6 +283,13 @@ _CALIBRATED_STATISTICS = {"calibrated": "ward_gap", "calibrated_axis": "axis_ci"
 #: 0.01. ``k_min_group=2`` was judged against it and not adopted (thirteenth pass).
 WHITENED_RECIPE = {"normalization": "whitened", "k_rule": "calibrated_axis", "k_alpha": 0.01,
                    "k_references": 199}
+
+#: The split D with the top-axis index and the Ward gap combined (min-p, ``k_rule=
+#: "calibrated_axis_or_gap"``) at 0.01, B = 199: the candidate for ``run_flux``'s default of
+#: issue 24's fourteenth pass (``SPLIT_HALF_RECIPE``'s top-axis test alone is weak with 3 and
+#: 5 groups), frozen before its fresh seeds (``bench_k_selection.SPLIT_MIN_P_VERDICT``).
+SPLIT_MIN_P_RECIPE = {"normalization": "split", "k_rule": "calibrated_axis_or_gap",
+                      "k_alpha": 0.01, "k_references": 199}
 
 #: The calibrated K rules whose top-axis index takes a group floor (``k_min_group``).
 _MIN_GROUP_RULES = ("calibrated_axis", "calibrated_unimodal")
