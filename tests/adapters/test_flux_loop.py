@@ -1,5 +1,5 @@
 """FLUX end to end in the omnifc.fl loop: train -> descriptors -> secure D -> automatic K
-(Ward gap rule by default; FLUX's adaptive DBSCAN as an option) -> per-cluster FedAvg ->
+(flux.SPLIT_MIN_P_RECIPE by default; Ward, FLUX's adaptive DBSCAN as options) -> per-cluster FedAvg ->
 label-free test-time assignment, against FedAvg, IFCA and random."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def test_secure_and_plaintext_runs_are_identical(feature_runs):
 @pytest.mark.parametrize("shift, k, seed", [("concept", 5, 12), ("conditional", 2, 13)])
 def test_gap_rule_finds_k_where_the_papers_rule_over_splits(shift, k, seed):
     """Automatic K on shifts and K values the constants were not tuned on (seeds 12, 13):
-    the default (Ward gap) and DBSCAN with the gap eps on the same D find K; the paper's
+    the default and DBSCAN with the gap eps on its D find K; the paper's
     pipeline (its descriptor, MinMax 'ranges', knee at eps_scaling 1.0) over-splits."""
     data = _data(shift, k, seed, per_group=5)
     model = fl.MLP(data.n_features, 32, data.n_classes)
@@ -127,14 +127,16 @@ def test_defaults_find_k_under_label_shift_where_dbscan_chains():
     since issue 24) on the same D: 10/12 measured standalone (K = 5 at seeds 22 and 23
     missed), with K = 2 seed 23 and K = 3 seed 20 at p = alpha exactly (B = 39: p moves in
     steps of 0.025), and one of them was lost in a pytest run: at least 9 is asserted. The
-    Ward rule is pinned by name."""
+    Ward rule is pinned by name. All on the descriptors' D with the calibrated rule at 0.05:
+    the default before issue 24's fourteenth pass (``flux.PREVIOUS_DEFAULT``)."""
     found, found_dbscan, found_calibrated = {}, {}, {}
     for k in (2, 3, 5):
         for seed in (20, 21, 22, 23):
             data = fl.make_federated("digits", shift="label", n_groups=k, clients_per_group=5,
                                      new_per_group=0, seed=seed)
             model = fl.MLP(data.n_features, 32, data.n_classes)
-            run = flux.run_flux(data, model, seed=seed, secure=False, cluster_rounds=0)
+            run = flux.run_flux(data, model, seed=seed, secure=False, cluster_rounds=0,
+                                **flux.PREVIOUS_DEFAULT)
             found_calibrated[k, seed] = _found(data, run.labels)
             found[k, seed] = _found(
                 data, flux.cluster_clients(run.distances, k_rule="ward").labels)
@@ -153,11 +155,12 @@ def test_defaults_find_k_under_label_shift_at_other_federation_sizes(per_group):
     the default finds K on 15/18 and 17/18 label runs, DBSCAN's gap rule on 12/18 and
     11/18): Ward finds the 5 groups, single linkage chains them into 3. Pinned to the Ward
     rule by name (the calibrated default answers one cluster at 3 per group here, p = 0.075:
-    a miss, docs/adapters.md)."""
+    a miss, docs/adapters.md). On the descriptors' D (``flux.PREVIOUS_DEFAULT``'s)."""
     data = fl.make_federated("digits", shift="label", n_groups=5, clients_per_group=per_group,
                              new_per_group=0, seed=6)
     model = fl.MLP(data.n_features, 32, data.n_classes)
-    run = flux.run_flux(data, model, seed=6, secure=False, cluster_rounds=0)
+    run = flux.run_flux(data, model, seed=6, secure=False, cluster_rounds=0,
+                        **flux.PREVIOUS_DEFAULT)
     assert _found(data, flux.cluster_clients(run.distances, k_rule="ward").labels)
     assert flux.cluster_clients(run.distances, k_rule="dbscan").n_clusters < 5
 
@@ -167,11 +170,13 @@ def test_defaults_find_k_under_label_shift_at_other_federation_sizes(per_group):
 def test_defaults_still_find_k_on_the_other_shifts(shift, seed):
     """The Ward default does not lose the other shifts: K = 5 (the hardest K of the grid),
     held-out seeds; over seeds 3-8 and 20-23 it finds K on every feature, concept and
-    P(X|Y) run (90/90, docs/adapters.md)."""
+    P(X|Y) run (90/90, docs/adapters.md). On the descriptors' D with the calibrated rule
+    at 0.05 (``flux.PREVIOUS_DEFAULT``)."""
     data = fl.make_federated("digits", shift=shift, n_groups=5, clients_per_group=5,
                              new_per_group=0, seed=seed)
     model = fl.MLP(data.n_features, 32, data.n_classes)
-    run = flux.run_flux(data, model, seed=seed, secure=False, cluster_rounds=0)
+    run = flux.run_flux(data, model, seed=seed, secure=False, cluster_rounds=0,
+                        **flux.PREVIOUS_DEFAULT)
     assert _found(data, run.labels) and run.decision.p_value <= run.decision.alpha
     assert flux.cluster_clients(run.distances, k_rule="ward").gap >= flux.WARD_MIN_GAP
 
@@ -182,7 +187,8 @@ def test_weighted_mad_option_runs_end_to_end_through_the_secure_path():
     descriptors of the same encoder (not the default form's)."""
     data = _data("feature", 2, 15, per_group=3)
     model = fl.MLP(data.n_features, 32, data.n_classes)
-    options = dict(seed=15, cluster_rounds=0, descriptor_form="weighted_mad")
+    options = dict(seed=15, cluster_rounds=0, descriptor_form="weighted_mad",
+                   normalization="none")
     secure = flux.run_flux(data, model, **options)
     plain = flux.run_flux(data, model, secure=False, **options)
     assert np.array_equal(secure.distances, plain.distances)
@@ -197,5 +203,6 @@ def test_weighted_mad_option_runs_end_to_end_through_the_secure_path():
     expected = flux.block_distances(desc, n_components=l, n_classes=data.n_classes,
                                     bound=flux.descriptor_bound(proj, m), secure=False)[0]
     assert np.array_equal(plain.distances, expected)
-    default = flux.run_flux(data, model, seed=15, cluster_rounds=0, secure=False)
+    default = flux.run_flux(data, model, seed=15, cluster_rounds=0, secure=False,
+                            normalization="none")
     assert not np.array_equal(plain.distances, default.distances)

@@ -195,3 +195,48 @@ def test_run_flux_split_secure_equals_plaintext_and_is_the_recipes_test():
                          random_state=3)
     assert plain.decision.p_value == again.p_value and plain.n_clusters == again.k
     assert plain.whitening is None
+
+
+@pytest.mark.timeout(600)
+def test_run_flux_defaults_to_the_split_min_p_recipe_and_tests_at_the_goal_level():
+    """Issue 24, fourteenth pass (SPLIT_MIN_P_VERDICT held): run_flux's defaults are
+    SPLIT_MIN_P_RECIPE, bit for bit; every calibrated rule in run_flux tests at RUN_K_ALPHA
+    with RUN_K_REFERENCES draws unless told otherwise; PREVIOUS_DEFAULT is the descriptors'
+    D with calibrated_k's own level; Ward and DBSCAN take no level and run."""
+    from omnifc import fl
+    from omnifc.adapters import flux
+    from omnifc.adapters._calibrated_k import calibrated_k
+
+    data = fl.make_federated("digits", shift="label", n_groups=2, clients_per_group=4,
+                             new_per_group=0, seed=8)
+    model = fl.MLP(data.n_features, 8, data.n_classes)
+    fast = dict(seed=8, secure=False, warmup_rounds=1, cluster_rounds=0)
+
+    def same(a, b):
+        return ((a.k, a.p_value, a.alpha, a.references, a.rule)
+                == (b.k, b.p_value, b.alpha, b.references, b.rule)
+                and np.array_equal(a.labels, b.labels))
+
+    default = flux.run_flux(data, model, **fast)
+    recipe = flux.run_flux(data, model, **fast, **flux.SPLIT_MIN_P_RECIPE)
+    assert np.array_equal(default.distances, recipe.distances)
+    assert same(default.decision, recipe.decision) and default.distances.shape == (8, 8)
+    assert (flux.RUN_K_ALPHA, flux.RUN_K_REFERENCES) == (0.01, 199)
+    assert (default.decision.alpha, default.decision.references) == (0.01, 199)
+    assert default.decision.rule == "calibrated/axis_or_gap"
+    assert flux.SPLIT_MIN_P_RECIPE == {"normalization": "split",
+                                       "k_rule": "calibrated_axis_or_gap",
+                                       "k_alpha": 0.01, "k_references": 199}
+    none = flux.run_flux(data, model, **fast, normalization="none", k_rule="calibrated")
+    want = calibrated_k(none.distances, alpha=0.01, references=199, random_state=8)
+    assert same(none.decision, want)
+    previous = flux.run_flux(data, model, **fast, **flux.PREVIOUS_DEFAULT)
+    assert np.array_equal(previous.distances, none.distances)
+    assert same(previous.decision, calibrated_k(none.distances, random_state=8))
+    assert (previous.decision.alpha, previous.decision.references) == (0.05, 39)
+    assert not np.allclose(previous.distances, default.distances)
+    for rule in ("ward", "dbscan"):
+        run = flux.run_flux(data, model, **fast, normalization="none", k_rule=rule)
+        assert run.decision is None
+        assert np.array_equal(run.labels, flux.cluster_clients(none.distances,
+                                                               k_rule=rule).labels)

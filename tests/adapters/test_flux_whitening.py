@@ -522,7 +522,7 @@ def test_cluster_clients_passes_the_group_floor_to_the_top_axis_rules():
                              new_per_group=0, seed=1)
     model = fl.MLP(data.n_features, 8, data.n_classes)
     with pytest.raises(ParameterError, match="k_min_group applies"):
-        flux.run_flux(data, model, k_min_group=2)
+        flux.run_flux(data, model, k_rule="calibrated", k_min_group=2)
     run = flux.run_flux(data, model, seed=1, secure=False, warmup_rounds=1, cluster_rounds=1,
                         k_min_group=2, **flux.WHITENED_RECIPE)
     want = calibrated_k(run.distances, statistic="axis_ci", alpha=0.01, references=199,

@@ -19,8 +19,13 @@ little (see :func:`descriptor` and docs/adapters.md for the measured reason).
 ``form="weighted_all"`` (**the default**, issue 24) also keeps 1-row classes (mean block
 ``sqrt(1/n) (z - mu_x)``, std block 0), so the decomposition is exact for any class mix.
 
-Server side: optional per-block scaling (none by default), automatic K from D
-(:func:`cluster_clients`): omnifc's calibrated rule by default (``k_rule="calibrated"``,
+Server side (``run_flux``'s default since issue 24's fourteenth pass:
+:data:`SPLIT_MIN_P_RECIPE`, the noise-whitened D read from the D of every client's
+descriptor and the descriptors of two halves of its rows, ``normalization="split"``, and the
+min-p of the top-axis index and Ward's widest gap, ``k_rule="calibrated_axis_or_gap"``, at
+0.01 with B = 199; :data:`PREVIOUS_DEFAULT` before it): optional normalization, automatic K
+from D (:func:`cluster_clients`): omnifc's calibrated rule by default for a D alone
+(``k_rule="calibrated"``,
 :func:`calibrated_k`: Ward's widest merge-height gap tested against Gaussian reference
 federations of the same size fitted to D, p <= 0.05, evidence in ``FluxRun.decision``),
 two options of the same test on the top principal axis (``"calibrated_axis"``: the 2-means
@@ -46,7 +51,8 @@ Normalization: what each option reveals
 The paper min-max scales each block with the range over all clients and coordinates;
 distances cannot give ranges.
 
-- ``"none"`` (**default**): one reconstruction of the unscaled descriptor; reveals D only.
+- ``"none"`` (``block_distances``' default, ``run_flux``'s before the fourteenth pass): one
+  reconstruction of the unscaled descriptor; reveals D only.
 - ``"block_neighbour"`` (distance-only, *our choice*): one reconstruction per block; block b
   is divided by its noise scale, the median over clients of the squared distance to the
   nearest other client in that block (:func:`neighbour_scales`). Reveals the per-block
@@ -61,6 +67,14 @@ distances cannot give ranges.
   block b by ``r_b`` (offsets cancel in distances) and one reconstruction gives the paper's
   scaled D. The coordinator learns every client's per-block min and max (2 x 2(U+1) numbers
   per client; with a secure max/min only the global ranges would be revealed).
+- ``"whitened"`` (an option): every descriptor whitened by the clients' pooled jackknife
+  noise (pooled by secure sum); the coordinator learns that pooled noise and must follow
+  the protocol (:mod:`omnifc.adapters.flux._whitening`).
+- ``"split"`` (``run_flux``'s default): each client also sends the descriptors of two random
+  halves of its rows; one reconstruction of the 3n rows, from which the coordinator alone
+  reads the noise and whitens (:mod:`omnifc.adapters.flux._split_half`). It learns the D of
+  the 3n rows (each client's half-to-half distance), nothing else; a coordinator that lies
+  only spoils its own clustering.
 
 Design rationale, measurements and the named deviations from the paper: docs/adapters.md
 (FLUX). ``_secure`` holds the secure path, ``_simulation`` the federated loop, baselines and
@@ -82,7 +96,8 @@ from ._paper import (adaptive_dbscan, cluster_clients, COORDINATOR_LEARNS,
                      DEFAULT_DESCRIPTOR_FORM, DEFAULT_K_RULE, descriptor, descriptor_bound,
                      DESCRIPTOR_FORMS, EPS_RULES, K_RULES,
                      flux_components, FLUX_MIN_COMPONENTS, NORMALIZATIONS, shared_projection,
-                     SPLIT_HALF_RECIPE, SPLIT_MIN_P_RECIPE, WHITENED_RECIPE)
+                     PREVIOUS_DEFAULT, RUN_K_ALPHA, RUN_K_REFERENCES, SPLIT_HALF_RECIPE,
+                     SPLIT_MIN_P_RECIPE, WHITENED_RECIPE)
 from ._split_half import split_descriptors, split_whitened_distances
 from .._calibrated_k import calibrated_k, KDecision  # noqa: F401
 from ._secure import (block_distances, block_ranges, block_slices, combine_blocks,
@@ -104,4 +119,4 @@ __all__ = ["COORDINATOR_LEARNS", "shared_projection", "descriptor", "descriptor_
            "conformal_p_values", "AssignDecision", "Assignment", "ASSIGN_RULES", "GLOBAL",
            "noise_contribution", "pool_noise", "noise_whitening", "NoiseWhitening",
            "WHITENED_RECIPE", "split_descriptors", "split_whitened_distances",
-           "SPLIT_HALF_RECIPE", "SPLIT_MIN_P_RECIPE"]
+           "SPLIT_HALF_RECIPE", "SPLIT_MIN_P_RECIPE", "PREVIOUS_DEFAULT"]

@@ -13,11 +13,12 @@ from finite_field import InputError, ParameterError
 
 from ..._clustering import kneedle_knee
 from ..._geometry import check_distance_matrix, to_euclidean
-from .._calibrated_k import calibrated_k
+from .._calibrated_k import CALIBRATED_ALPHA, CALIBRATED_REFERENCES, calibrated_k
 from .._k_selection import DbscanResult, MIN_GAP, gap_eps, ward_gap
 
 __all__ = ["COORDINATOR_LEARNS", "DEFAULT_DESCRIPTOR_FORM", "DEFAULT_K_RULE", "DESCRIPTOR_FORMS",
-           "EPS_RULES", "K_RULES", "NORMALIZATIONS", "SPLIT_HALF_RECIPE", "SPLIT_MIN_P_RECIPE",
+           "EPS_RULES", "K_RULES", "NORMALIZATIONS", "SPLIT_HALF_RECIPE", "SPLIT_MIN_P_RECIPE", "PREVIOUS_DEFAULT",
+           "RUN_K_ALPHA", "RUN_K_REFERENCES",
            "adaptive_dbscan",
            "cluster_clients", "descriptor", "descriptor_bound", "flux_components", "FLUX_MIN_COMPONENTS",
            "shared_projection"]
@@ -26,23 +27,25 @@ logger = logging.getLogger(__name__)
 
 
 COORDINATOR_LEARNS = (
-    "default (normalization 'none'): D only; options 'block_neighbour' and "
+    "run_flux's default (normalization 'split', since issue 24's fourteenth pass): the "
+    "distances among every client's descriptor and the descriptors of two halves of its rows "
+    "(3n rows), nothing else; option 'none' (block_distances' default): D only; options "
+    "'block_neighbour' and "
     "'block_diameter': the 2(U+1) per-block squared-distance matrices; option 'ranges': "
     "every client's per-block min and max; option 'whitened': the pooled noise of the "
     "descriptors (a p x p average over clients) and the total rows minus clients, by secure "
     "sum (it holds only against a coordinator that follows the protocol: one that lies about "
-    "the pooled noise chooses the metric); option 'split': the distances among every "
-    "client's descriptor and the descriptors of two halves of its rows (3n rows), nothing "
-    "else. At test time: "
+    "the pooled noise chooses the metric). At test time: "
     "the prefix-block distances between the new client and the training clients; run_flux "
     "also reveals M, the largest latent activation over all clients (the paper's rule)")
 
-#: Server-side normalizations: ``"none"`` (default), ``"block_neighbour"`` (*our choice*),
+#: Server-side normalizations: ``"none"`` (``block_distances``' default), ``"block_neighbour"`` (*our choice*),
 #: ``"block_diameter"`` (*our choice*, the previous default), ``"ranges"`` (the paper's),
 #: ``"whitened"`` (*our choice*, issue 24's eleventh pass: the descriptors in units of their
 #: own jackknife sampling noise, :mod:`omnifc.adapters.flux._whitening`), ``"split"`` (*our
 #: choice*, issue 24's thirteenth pass: the same noise read from D alone, each client also
-#: sending the descriptors of two halves of its rows, :mod:`omnifc.adapters.flux._split_half`).
+#: sending the descriptors of two halves of its rows, :mod:`omnifc.adapters.flux._split_half`;
+#: ``run_flux``'s default since the fourteenth pass).
 NORMALIZATIONS = ("none", "block_neighbour", "block_diameter", "ranges", "whitened", "split")
 
 def shared_projection(latent_dim: int, n_components: int, *, max_value: float = 2.0,
@@ -264,7 +267,8 @@ def adaptive_dbscan(distances, *, eps_rule: str = "gap", eps_scaling: float = 1.
 K_RULES = ("calibrated", "calibrated_axis", "calibrated_unimodal", "calibrated_denoised",
            "calibrated_axis_or_gap", "ward", "dbscan")
 
-#: The K rule every FLUX entry point uses unless told otherwise (issue 24).
+#: :func:`cluster_clients`' K rule unless told otherwise (issue 24): the rule for a D alone.
+#: ``run_flux`` defaults to :data:`SPLIT_MIN_P_RECIPE` instead (fourteenth pass).
 DEFAULT_K_RULE = "calibrated"
 
 #: The :func:`calibrated_k` statistic of each calibrated K rule.
@@ -272,6 +276,14 @@ _CALIBRATED_STATISTICS = {"calibrated": "ward_gap", "calibrated_axis": "axis_ci"
                           "calibrated_unimodal": "axis_unimodal",
                           "calibrated_denoised": "denoised",
                           "calibrated_axis_or_gap": "axis_or_gap"}
+
+#: The level and reference draws of ``run_flux``'s calibrated K rules unless told otherwise
+#: (issue 24, fourteenth pass): the level the iid goal needs (one cluster in >= 95 % of iid
+#: federations: ``bench_k_selection.GOAL_ALPHA``, docs/adapters.md twelfth pass), with enough
+#: draws to reach it (p = 1 / (B + 1) = 0.005 at best). :func:`cluster_clients`, for a D
+#: alone, keeps :func:`calibrated_k`'s (0.05).
+RUN_K_ALPHA = 0.01
+RUN_K_REFERENCES = 199
 
 #: The noise-whitened metric with the top-axis test at the iid goal's level: the recipe
 #: judged better than the default on held-out seeds 3097-3108 (issue 24, eleventh pass;
@@ -281,25 +293,33 @@ _CALIBRATED_STATISTICS = {"calibrated": "ward_gap", "calibrated_axis": "axis_ci"
 #: 3109-3120 (twelfth pass) and 3201-3212 (thirteenth); its iid level is 2.4 % with 6
 #: clients (23 of 960 runs on 3121-3200 and 3213-3292) and 1.5 % with 20, above its nominal
 #: 0.01. ``k_min_group=2`` was judged against it and not adopted (thirteenth pass).
-WHITENED_RECIPE = {"normalization": "whitened", "k_rule": "calibrated_axis", "k_alpha": 0.01,
-                   "k_references": 199}
+WHITENED_RECIPE = {"normalization": "whitened", "k_rule": "calibrated_axis",
+                   "k_alpha": RUN_K_ALPHA, "k_references": RUN_K_REFERENCES}
 
-#: The split D with the top-axis index and the Ward gap combined (min-p, ``k_rule=
-#: "calibrated_axis_or_gap"``) at 0.01, B = 199: the candidate for ``run_flux``'s default of
-#: issue 24's fourteenth pass (``SPLIT_HALF_RECIPE``'s top-axis test alone is weak with 3 and
-#: 5 groups), frozen before its fresh seeds (``bench_k_selection.SPLIT_MIN_P_VERDICT``).
+#: **run_flux's default** since issue 24's fourteenth pass: the split D (the noise read from
+#: D alone) with the top-axis index and the Ward gap combined (min-p, ``k_rule=
+#: "calibrated_axis_or_gap"``) at 0.01, B = 199 (``SPLIT_HALF_RECIPE``'s top-axis test alone
+#: is weak with 3 and 5 groups). Frozen before its fresh seeds, judged on them
+#: (``bench_k_selection.SPLIT_MIN_P_VERDICT``; docs/adapters.md, fourteenth pass).
 SPLIT_MIN_P_RECIPE = {"normalization": "split", "k_rule": "calibrated_axis_or_gap",
-                      "k_alpha": 0.01, "k_references": 199}
+                      "k_alpha": RUN_K_ALPHA, "k_references": RUN_K_REFERENCES}
+
+#: ``run_flux``'s default before issue 24's fourteenth pass: D of the descriptors alone
+#: (reveals D only, n x n) and the calibrated Ward-gap rule at 0.05 with 39 draws.
+#: ``run_flux(data, model, **PREVIOUS_DEFAULT)``.
+PREVIOUS_DEFAULT = {"normalization": "none", "k_rule": "calibrated",
+                    "k_alpha": CALIBRATED_ALPHA, "k_references": CALIBRATED_REFERENCES}
 
 #: The calibrated K rules whose top-axis index takes a group floor (``k_min_group``).
 _MIN_GROUP_RULES = ("calibrated_axis", "calibrated_unimodal")
 
-#: The noise read from D alone with the recipe's test: ``run_flux(data, model,
-#: **SPLIT_HALF_RECIPE)``. Judged better than the default on fresh seeds 3293-3304 in
-#: floating point (issue 24, thirteenth pass); not the default: its secure path is new and
-#: has not been judged on a fresh grid.
-SPLIT_HALF_RECIPE = {"normalization": "split", "k_rule": "calibrated_axis", "k_alpha": 0.01,
-                     "k_references": 199}
+#: The noise read from D alone with the recipe's top-axis test: ``run_flux(data, model,
+#: **SPLIT_HALF_RECIPE)``. Judged better than the previous default on fresh seeds 3293-3304
+#: in floating point (thirteenth pass) and on the whole grid in its secure form on 3305-3316
+#: (fourteenth pass, ``bench_k_selection.SPLIT_SECURE_VERDICT``); not made the default: the
+#: top-axis test alone loses with 3 and 5 groups (docs/adapters.md, fourteenth pass).
+SPLIT_HALF_RECIPE = {"normalization": "split", "k_rule": "calibrated_axis",
+                     "k_alpha": RUN_K_ALPHA, "k_references": RUN_K_REFERENCES}
 
 def _check_k_rule(k_rule: str, eps_rule: str, eps_scaling: float, k_alpha=None,
                   k_references=None, k_min_group=None) -> None:

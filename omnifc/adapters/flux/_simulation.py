@@ -10,7 +10,8 @@ from sklearn.decomposition import PCA
 from finite_field import ParameterError
 
 from ._assign import ASSIGN_RULES, GLOBAL, assign_with_evidence
-from ._paper import (DEFAULT_DESCRIPTOR_FORM, DEFAULT_K_RULE, _check_k_rule, cluster_clients,
+from ._paper import (_CALIBRATED_STATISTICS, DEFAULT_DESCRIPTOR_FORM, RUN_K_ALPHA,
+                     RUN_K_REFERENCES, SPLIT_MIN_P_RECIPE, _check_k_rule, cluster_clients,
                      descriptor, descriptor_bound, flux_components, shared_projection)
 from ._secure import block_distances, prefix_distances
 from ._split_half import split_descriptors
@@ -81,7 +82,8 @@ class FluxRun:
 
 def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
              cluster_rounds: int = CLUSTER_ROUNDS, local_train=None, seed: int = 0,
-             secure: bool = True, normalization: str = "none", k_rule: str = DEFAULT_K_RULE,
+             secure: bool = True, normalization: str = SPLIT_MIN_P_RECIPE["normalization"],
+             k_rule: str = SPLIT_MIN_P_RECIPE["k_rule"],
              eps_rule: str = "gap", eps_scaling: float = 1.0, n_components: int | None = None,
              descriptor_form: str = DEFAULT_DESCRIPTOR_FORM, assign_rule: str = "nearest",
              scale_bits: int = 16, parties=None, new_parties=None,
@@ -97,24 +99,28 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
        largest activation the clients report; ``descriptor_form="weighted_all"`` by
        default, ``"weighted"`` (the previous default), ``"paper"`` for the paper's
        descriptor);
-    3. the server gets the (per-block) squared distances through the secure reconstruction
-       (``normalization="none"`` by default: D only; ``"whitened"``: each client also
-       computes its jackknife noise, :func:`noise_contribution`, the noises are pooled by
-       secure sum and every descriptor is whitened by the pooled noise before
-       the reconstruction, :mod:`omnifc.adapters.flux._whitening`; evidence in
-       ``FluxRun.whitening``; ``"split"``: each client also sends the descriptors of two
-       random halves of its rows, and the server whitens from that D alone,
-       :mod:`omnifc.adapters.flux._split_half`, ``**SPLIT_HALF_RECIPE`` with the top-axis
-       test; ``**WHITENED_RECIPE`` is the whitened metric with the top-axis
-       test at level 0.01, B = 199: better than the default on held-out seeds, not the
-       default for what it reveals) and chooses the clusters with
-       :func:`cluster_clients`: ``k_rule="calibrated"`` by default (:func:`calibrated_k`,
-       omnifc's, seeded by ``seed``; its evidence is ``FluxRun.decision``),
-       ``"calibrated_axis"``, ``"calibrated_unimodal"`` and ``"calibrated_denoised"``
-       (options: the same test on the top principal axis or the broken-stick axes,
-       :data:`K_RULES`; ``k_alpha``, ``k_references`` and, for the top-axis rules,
-       ``k_min_group`` go to :func:`cluster_clients`), ``"ward"`` (:func:`ward_gap`, the
-       previous default);
+    3. the server gets the squared distances through the secure reconstruction and chooses
+       the clusters with :func:`cluster_clients`. **By default** (``SPLIT_MIN_P_RECIPE``,
+       issue 24's fourteenth pass): ``normalization="split"``, each client also computes the
+       descriptors of two random halves of its rows, its three rows join one secure D of 3n
+       rows, and the server whitens the descriptors by the noise it reads from that D alone
+       (:mod:`omnifc.adapters.flux._split_half`); ``k_rule="calibrated_axis_or_gap"``, the
+       calibrated one-cluster test that reads both the top principal axis and Ward's widest
+       merge gap against the same references, min-p (:func:`calibrated_k`,
+       ``statistic="axis_or_gap"``, seeded by ``seed``; evidence in ``FluxRun.decision``);
+       K = Ward's cut at its widest gap. ``**SPLIT_HALF_RECIPE``: the top-axis test alone.
+       Every calibrated rule here tests at ``k_alpha`` = ``RUN_K_ALPHA`` (0.01, the iid
+       goal's level) with ``k_references`` = ``RUN_K_REFERENCES`` (199) unless told
+       otherwise. Options: ``normalization="none"`` (D of the descriptors only, n x n;
+       ``**PREVIOUS_DEFAULT`` is the default before that pass, with ``k_rule="calibrated"``
+       at 0.05), ``"whitened"`` (each client also computes its jackknife noise,
+       :func:`noise_contribution`, pooled by secure sum, every descriptor whitened by it
+       before the reconstruction, :mod:`omnifc.adapters.flux._whitening`, evidence in
+       ``FluxRun.whitening``; ``**WHITENED_RECIPE``: better than the default on held-out
+       seeds, not the default for what it reveals), the block normalizations
+       (:data:`NORMALIZATIONS`); K rules ``"calibrated"``, ``"calibrated_axis"``,
+       ``"calibrated_unimodal"`` and ``"calibrated_denoised"`` (:data:`K_RULES`; ``k_min_group`` goes to
+       :func:`cluster_clients` for the top-axis rules), ``"ward"`` (:func:`ward_gap`);
        ``k_rule="dbscan"`` runs FLUX's adaptive DBSCAN with ``eps_rule`` (``"gap"``, the
        previous default, or the paper's ``"knee"`` with ``eps_scaling``);
     4. per-cluster FedAvg from the global model for ``cluster_rounds``;
@@ -134,6 +140,9 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     from ... import fl
 
     _check_k_rule(k_rule, eps_rule, eps_scaling, k_alpha, k_references, k_min_group)
+    if k_rule in _CALIBRATED_STATISTICS:     # run_flux's level unless told otherwise
+        k_alpha = RUN_K_ALPHA if k_alpha is None else k_alpha
+        k_references = RUN_K_REFERENCES if k_references is None else k_references
     if assign_rule not in ASSIGN_RULES:
         raise ParameterError(f"assign_rule must be one of {ASSIGN_RULES}, got {assign_rule!r}")
     if local_train is None:

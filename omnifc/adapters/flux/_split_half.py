@@ -13,7 +13,9 @@ each client's half-to-half distance (a measure of its own sampling noise).
 
 Judged against the default on fresh seeds 3293-3304 in floating point
 (``benchmarks/_flux_split_half.py``, docs/adapters.md, "The noise read from D alone"); this
-is its secure path (``run_flux(normalization="split")``, ``flux.SPLIT_HALF_RECIPE``).
+is its secure path (``run_flux(normalization="split")``), ``run_flux``'s default since issue
+24's fourteenth pass (``flux.SPLIT_MIN_P_RECIPE``, judged on fresh seeds 3317-3328 and
+5303-5314).
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
