@@ -3,27 +3,19 @@ and five planted groups; each record is run_flux's own answer, the tables count 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
-ROOT = Path(__file__).resolve().parents[2]
+from benchmark_scripts import load_benchmark
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
 def look():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("_flux_many_groups",
-                                                  ROOT / "benchmarks" / "_flux_many_groups.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("_flux_many_groups")
 
 
 def test_a_record_is_each_pipelines_run_flux_answer(look):

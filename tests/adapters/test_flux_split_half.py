@@ -4,25 +4,16 @@ benchmarks/_flux_split_half.py, which uses them), the look's table and its froze
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from sklearn.covariance import oas
 
-ROOT = Path(__file__).resolve().parents[2]
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def look():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("_flux_split_half",
-                                                  ROOT / "benchmarks" / "_flux_split_half.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("_flux_split_half")
 
 
 def test_split_halves_partitions_each_clients_rows(look, monkeypatch):
