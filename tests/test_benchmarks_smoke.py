@@ -352,7 +352,8 @@ def test_bench_k_selection_quick_counts_what_its_rules_returned(tmp_path):
                                                 ("none", 20, 20, 1, 2)]
     assert [r["planted"] for r in rows] == [2, 2, 1]
     names = ["flux:calibrated", "flux:axis_ci", "flux:unimodal", "flux:calibrated@0.01",
-             "flux:denoised", "flux:axis_ci@0.01", "flux:axis_ci_min2@0.01", "flux:cal_l=C", "flux:ward",
+             "flux:denoised", "flux:axis_or_gap@0.01", "flux:axis_ci@0.01",
+             "flux:axis_ci_min2@0.01", "flux:cal_l=C", "flux:ward",
              "flux:paper", "flux:ward@K", "flux:oracle", "fmcl:additive", "fmcl:calibrated",
              "fmcl:tested", "fmcl:paper"]
     told = {"flux:ward@K", "flux:oracle"}           # told the groups: planted runs only

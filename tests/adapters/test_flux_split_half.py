@@ -231,3 +231,28 @@ def test_run_flux_defaults_to_the_split_min_p_recipe_and_tests_at_the_goal_level
         assert run.decision is None
         assert np.array_equal(run.labels, flux.cluster_clients(none.distances,
                                                                k_rule=rule).labels)
+
+
+@pytest.mark.timeout(300)
+def test_run_flux_refuses_a_client_of_one_row_by_default_and_takes_it_without_the_split():
+    """Fail closed: the default splits every client's rows, so a client with one training
+    row is refused before any secure session starts (InputError, an OmniFCError, naming
+    the count); normalization="none" still clusters such a federation."""
+    import dataclasses
+
+    from finite_field import InputError, OmniFCError
+    from omnifc import fl
+    from omnifc.adapters import flux
+
+    data = fl.make_federated("digits", shift="feature", n_groups=2, clients_per_group=3,
+                             new_per_group=0, seed=2)
+    first = data.clients[0]
+    data.clients[0] = dataclasses.replace(first, x_train=first.x_train[:1],
+                                          y_train=first.y_train[:1])
+    model = fl.MLP(data.n_features, 8, data.n_classes)
+    fast = dict(seed=2, warmup_rounds=1, cluster_rounds=0)
+    with pytest.raises(InputError, match="at least 2 rows to split.*has 1") as caught:
+        flux.run_flux(data, model, **fast)
+    assert isinstance(caught.value, OmniFCError)
+    run = flux.run_flux(data, model, secure=False, normalization="none", **fast)
+    assert run.distances.shape == (6, 6)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from finite_field import ParameterError
+from finite_field import InputError, ParameterError
 
 from .._calibrated_k import mds_embedding
 from ._paper import descriptor
@@ -58,7 +58,8 @@ def split_descriptors(latents, labels, projection, n_classes: int, *, form: str,
     for z, y in zip(latents, labels):
         z, y = np.asarray(z), np.asarray(y)
         if len(z) < 2:
-            raise ParameterError(f"a client needs at least 2 rows to split, has {len(z)}")
+            raise InputError(f"a client needs at least 2 rows to split (run_flux's default, "
+                             f"normalization='split'), has {len(z)}")
         order = rng.permutation(len(z))
         half = len(z) // 2
         for out, rows in ((a, order[:half]), (b, order[half:])):
