@@ -195,6 +195,10 @@ SPLIT_SECURE_VERDICT = (
 #: 110; K = 3 and 5: 177 of 192 against 180, a tie), so it is ``run_flux``'s default
 #: (docs/adapters.md, fourteenth pass).
 FLUX_SPLIT_MIN_P_SEEDS = tuple(range(3317, 3329))
+#: A measurement, not a verdict: the new default's iid level at 6 and 20 clients, beside the
+#: previous default's, on the same draws (``--iid-only --clients 6,20 --iid-clients 6,20``);
+#: generated after the default was switched; nothing is chosen on them.
+FLUX_SPLIT_MIN_P_LEVEL_SEEDS = tuple(range(3329, 3409))
 SPLIT_MIN_P_VERDICT = (
     "on FLUX_SPLIT_MIN_P_SEEDS, the whole grid, paired run by run: flux:axis_or_gap@0.01 on "
     "the split D (--normalization split) against the default flux:calibrated on the default "
@@ -888,7 +892,8 @@ def main(argv=None) -> int:
           f"level: {FLUX_MIN_GROUP_LEVEL_SEEDS[0]}-{FLUX_MIN_GROUP_LEVEL_SEEDS[-1]}; for the "
           f"split-half recipe: {FLUX_SPLIT_HALF_SEEDS[0]}-{FLUX_SPLIT_HALF_SEEDS[-1]}, in its "
           f"secure form: {FLUX_SPLIT_SECURE_SEEDS[0]}-{FLUX_SPLIT_SECURE_SEEDS[-1]}; for "
-          f"axis_or_gap@0.01 on it: {FLUX_SPLIT_MIN_P_SEEDS[0]}-{FLUX_SPLIT_MIN_P_SEEDS[-1]})")
+          f"axis_or_gap@0.01 on it: {FLUX_SPLIT_MIN_P_SEEDS[0]}-{FLUX_SPLIT_MIN_P_SEEDS[-1]}, "
+          f"its level: {FLUX_SPLIT_MIN_P_LEVEL_SEEDS[0]}-{FLUX_SPLIT_MIN_P_LEVEL_SEEDS[-1]})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)
