@@ -64,11 +64,9 @@ SPLIT_HALF_VERDICT = (
 squared_distances = _split_half.squared_distances
 
 
-def split_halves(latents, labels, projection, n_classes: int, form: str, seed: int):
-    """``flux.split_descriptors`` with the split drawn from ``seed`` (the library's secure
-    path, ``run_flux(normalization="split")``, draws it the same way from the run's seed)."""
-    return flux.split_descriptors(latents, labels, projection, n_classes, form=form,
-                                  rng=np.random.default_rng(seed))
+#: ``flux.split_descriptors`` with the split drawn from the run's seed, as the grid and the
+#: library's secure path (``run_flux(normalization="split")``) draw it: the grid's (one home).
+split_halves = grid.split_halves
 
 
 #: The coordinator's computation from D alone: the library's (one home).

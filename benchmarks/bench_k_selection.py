@@ -82,7 +82,7 @@ singleton cut, ``min_group=2``; seeds ``FLUX_MIN_GROUP_SEEDS``, verdict fixed in
 ``MIN_GROUP_VERDICT``).
 ``--normalization split`` (FLUX): the D behind the same columns is the coordinator's
 whitening from D alone (``flux.split_whitened_distances`` of the quantized D of the 3n rows of
-every client's two half-descriptors and its descriptor, :func:`flux_halves`; the D of
+every client's two half-descriptors and its descriptor, :func:`split_halves`; the D of
 ``run_flux(normalization="split")``), files and results kept apart (``..._<form>_split``);
 judged with ``flux:axis_ci@0.01`` (``flux.SPLIT_HALF_RECIPE``) on ``FLUX_SPLIT_SECURE_SEEDS``,
 verdict fixed in advance: ``SPLIT_SECURE_VERDICT``.
@@ -263,7 +263,7 @@ def distances(shift, n, rows, imbalance, classes, seed, *, secure=False, adapter
     normalization behind ``"flux"`` (the D of the ``flux:calibrated``, ``axis_ci``,
     ``unimodal`` and ``ward@K`` columns; ``"whitened"``: :func:`flux_whitening`;
     ``"split"``: the coordinator's whitening from the D of the 3n rows of
-    :func:`flux_halves` and the descriptors);
+    :func:`split_halves` and the descriptors);
     ``"flux_old"`` and ``"flux_paper"`` keep theirs. ``flux_keys``: which of the three FLUX
     D to compute (:func:`_flux_keys`: those the rules read)."""
     clients, groups, c, latents, m = encoded_run(shift, n, rows, imbalance, classes, seed)
@@ -277,7 +277,7 @@ def distances(shift, n, rows, imbalance, classes, seed, *, secure=False, adapter
         proj, desc = flux_descriptors(clients, latents, c, l, form, m)
         whitening = (flux_whitening(clients, latents, c, proj, form, m, secure=secure)
                      if norm == "whitened" else None)
-        halves = (flux_halves(clients, latents, c, proj, form, seed)
+        halves = (split_halves(latents, [cl.y_train for cl in clients], proj, c, form, seed)
                   if norm == "split" else None)
         out[key] = flux.block_distances(desc, n_components=l, n_classes=c,
                                         bound=flux.descriptor_bound(proj, m),
@@ -320,12 +320,12 @@ def flux_whitening(clients, latents, c, projection, form, m, *, secure=False):
                                      secure=secure)
 
 
-def flux_halves(clients, latents, c, projection, form, seed):
+def split_halves(latents, labels, projection, n_classes: int, form: str, seed: int):
     """``(A, B)``: every client's descriptors of two random halves of its rows
     (:func:`flux.split_descriptors`), split as ``run_flux(normalization="split")`` splits
     them (``numpy.random.default_rng(seed)``)."""
-    return flux.split_descriptors(latents, [cl.y_train for cl in clients], projection, c,
-                                  form=form, rng=np.random.default_rng(seed))
+    return flux.split_descriptors(latents, labels, projection, n_classes, form=form,
+                                  rng=np.random.default_rng(seed))
 
 
 def run_descriptors(shift, n, rows, imbalance, classes, seed, *,
