@@ -92,6 +92,10 @@ class Embedding:
     combine : callable, optional
         ``combine({part: Outcome}) -> D_clients`` (roster order); for one part by default
         the squared distances of the clients' row centroids (:func:`client_distances`).
+    combine_newcomers : callable, optional
+        The same for the newcomer session (``ClusteredFedAvg(newcomer_workflow=...)``),
+        when its rows differ from the clustering's (FLUX's split embedding: three rows per
+        client to cluster, the label-free prefix to assign); ``combine`` when None.
 
     Examples
     --------
@@ -106,16 +110,18 @@ class Embedding:
     assign: Callable = _nearest_centroid
     parts: tuple = ()
     combine: Callable | None = None
+    combine_newcomers: Callable | None = None
 
-    def distances(self, outcomes: dict) -> np.ndarray:
+    def distances(self, outcomes: dict, *, newcomers: bool = False) -> np.ndarray:
         """The client-level distances from ``{part: Outcome}`` (``{None: Outcome}`` for a
-        one-part embedding)."""
+        one-part embedding); ``newcomers=True``: of the newcomer session."""
         expected = set(self.parts) if self.parts else {None}
         if set(outcomes) != expected:
             raise ParameterError(f"embedding {self.name!r} combines the parts "
                                  f"{sorted(map(str, expected))}, got sessions for "
                                  f"{sorted(map(str, outcomes))}")
-        return (self.combine or _one_session)(outcomes)
+        combine = (self.combine_newcomers if newcomers else None) or self.combine
+        return (combine or _one_session)(outcomes)
 
 
 def _needs_k(name, n_clusters):
@@ -146,13 +152,63 @@ def _client2vec(n_clusters=None, random_state=0):
     return lambda d: client2vec.cluster_indices(d, k, random_state=random_state)
 
 
-def _flux(n_clusters=None, **options):
+#: The normalizations a Flower FLUX embedding runs: one session of every node's
+#: ``flux.split_rows`` (``run_flux``'s default) or of its descriptor alone. The others need
+#: a secure sum (``"whitened"``) or a session per block.
+FLUX_NORMALIZATIONS = ("split", "none")
+
+
+def _rows_per_client(outcome, expected: int, what: str) -> None:
+    counts = [int(r) for r in outcome.rows]
+    if any(c != expected for c in counts):
+        raise ProtocolError(f"{what} needs {expected} row(s) per client, got {counts} "
+                            f"(roster order)")
+
+
+def _flux(n_clusters=None, *, normalization=None, k_rule=None, k_alpha=None,
+          k_references=None, random_state=0, **options):
+    """``run_flux``'s server side. ``normalization="split"`` (default, ``run_flux``'s): every
+    node sends :func:`omnifc.adapters.flux.split_rows` (3 rows), the server whitens the
+    descriptors by the noise it reads from that D alone; ``"none"``: one descriptor row per
+    node (``**flux.PREVIOUS_DEFAULT``: the pipeline before issue 24's fourteenth pass). K by
+    :func:`~omnifc.adapters.flux.cluster_clients` with ``run_flux``'s rule and level
+    (:func:`~omnifc.adapters.flux.run_k_level`). Newcomers send one row each (their
+    :func:`~omnifc.adapters.flux.prefix_row`) and join the nearest centroid of that D."""
     from ..adapters import flux
+    from ..adapters.flux._paper import _check_k_rule
 
     if n_clusters is not None:
         raise ParameterError("FLUX chooses K itself (flux.cluster_clients); n_clusters must "
                              f"be None, got {n_clusters!r}")
-    return lambda d: np.asarray(flux.cluster_clients(d, **options).labels)
+    normalization = flux.SPLIT_MIN_P_RECIPE["normalization"] if normalization is None \
+        else normalization
+    if normalization not in FLUX_NORMALIZATIONS:
+        raise ParameterError(f"a Flower FLUX embedding runs normalization "
+                             f"{FLUX_NORMALIZATIONS}, got {normalization!r}")
+    k_rule = flux.SPLIT_MIN_P_RECIPE["k_rule"] if k_rule is None else k_rule
+    _check_k_rule(k_rule, options.get("eps_rule", "gap"), options.get("eps_scaling", 1.0),
+                  k_alpha, k_references, options.get("k_min_group"))
+    k_alpha, k_references = flux.run_k_level(k_rule, k_alpha, k_references)
+
+    def cluster(d):
+        return np.asarray(flux.cluster_clients(d, k_rule=k_rule, k_alpha=k_alpha,
+                                               k_references=k_references,
+                                               random_state=random_state, **options).labels)
+
+    def split(outcomes):
+        (outcome,) = outcomes.values()
+        _rows_per_client(outcome, 3, "FLUX's split embedding (flux.split_rows)")
+        return flux.split_whitened_distances(outcome.values, len(outcome.rows),
+                                             order="client")
+
+    def prefix(outcomes):
+        (outcome,) = outcomes.values()
+        _rows_per_client(outcome, 1, "FLUX's newcomer session (flux.prefix_row)")
+        return _one_session(outcomes)
+
+    if normalization == "none":
+        return {"cluster": cluster}
+    return {"cluster": cluster, "combine": split, "combine_newcomers": prefix}
 
 
 #: FMCL's two parts: the class-weighted unit means ``z`` and the thermometer code ``t``.
@@ -367,7 +423,9 @@ EMBEDDINGS = {"raw": _raw, "clove": _clove, "client2vec": _client2vec, "flux": _
 def embedding(name: str, **options) -> Embedding:
     """The :class:`Embedding` of adapter ``name`` (``raw``, ``clove``, ``client2vec``,
     ``flux``, ``fmcl``), its server algorithm configured by ``options`` (``n_clusters``,
-    ``random_state``; FLUX: ``k_rule``, ``eps_rule``...; FMCL: ``sample_counts`` (party ->
+    ``random_state``; FLUX: ``normalization`` (``"split"``, the default: the nodes send
+    :func:`omnifc.adapters.flux.split_rows`; ``"none"``: their descriptor), ``k_rule``,
+    ``k_alpha``, ``k_references`` (``run_flux``'s defaults), ``eps_rule``...; FMCL: ``sample_counts`` (party ->
     public sample count), ``n_classes`` and ``dim`` for exact class weights (the nodes send
     :func:`fmcl_exact_rows`), or ``resolution`` (a public q: weights rounded to 1/q, the
     nodes send :func:`fmcl_rows`), ``n_clusters`` (average linkage) or ``rule`` (K chosen by

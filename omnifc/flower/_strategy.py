@@ -387,7 +387,7 @@ class ClusteredFedAvg(_fedavg_base()):
                                 f"(roster {names})")
         if not new:
             raise ProtocolError("the newcomer session has no newcomer")
-        distances = self.embedding.distances(outcomes)
+        distances = self.embedding.distances(outcomes, newcomers=True)
         train_labels = np.array([clustered[names[i]] for i in known])
         assigned = np.asarray(self.embedding.assign(distances, train_labels)).astype(int)
         nodes, unbound = self._bound(workflows, names)  # before any model goes to a node

@@ -282,7 +282,11 @@ def test_clove_example_secure_arguments_and_a_difference(small_clove, monkeypatc
 # ----------------------------------------------------------------------------- flux
 
 def test_flux_example_lines(monkeypatch):
+    """The example runs run_flux's default pipeline (split rows, the min-p test at 0.01) and
+    the paper's knee on the descriptors' own D; recomputed here in the clear, from the
+    halves up (split_descriptors under the example's per-client generators)."""
     from omnifc.adapters import flux
+    from omnifc.adapters._common import plaintext_distances, quantize_rows
 
     seed = 1
     projection = flux.shared_projection(50, 10, max_value=8.0)
@@ -292,25 +296,34 @@ def test_flux_example_lines(monkeypatch):
             "P(Y|X) swaps"]
     for shift in flux.SHIFTS:
         (train, groups), (new, new_groups) = flux.shift_scenario(shift, seed=seed)
+        halves = [flux.split_descriptors([x], [y], projection, 10, form="weighted_all",
+                                         rng=np.random.default_rng([seed, i]))
+                  for i, (x, y) in enumerate(train)]
+        a = np.concatenate([h[0] for h in halves])
+        b = np.concatenate([h[1] for h in halves])
         desc = np.stack([flux.descriptor(x, y, projection, 10) for x, y in train])
         new_desc = np.stack([flux.descriptor(x, y, projection, 10) for x, y in new])
-        common = dict(n_components=10, n_classes=10, bound=bound)
-        d, _, scales = flux.block_distances(desc, secure=False, **common)
-        knee = flux.adaptive_dbscan(d, eps_rule="knee")
-        gap = flux.ward_gap(d)                 # the default K rule (tested against sklearn)
-        prefix = flux.prefix_distances(desc, new_desc, scales=scales, secure=False, **common)
-        assigned = flux.assign_new_clients(prefix, gap.labels)
-        majority = {c: np.bincount(groups[gap.labels == c]).argmax()
-                    for c in set(gap.labels.tolist())}
+        q = lambda rows: plaintext_distances(quantize_rows(rows, bound=bound, scale_bits=16))
+        d = flux.split_whitened_distances(q(np.vstack([a, b, desc])), len(train))
+        knee = flux.adaptive_dbscan(q(desc), eps_rule="knee")
+        found = flux.calibrated_k(d, statistic="axis_or_gap", alpha=0.01, references=199,
+                                  random_state=seed)
+        prefix = q(np.vstack([desc, new_desc])[:, :20])      # [mu_x, sigma_x]: 2 l = 20
+        assigned = flux.assign_new_clients(prefix, found.labels)
+        majority = {c: np.bincount(groups[found.labels == c]).argmax()
+                    for c in set(found.labels.tolist())}
         accuracy = np.mean([majority[c] == g for c, g in zip(assigned, new_groups)])
         want.append(f"{shift:<7}          clusters found (2 groups): paper's knee -> "
-                    f"{knee.n_clusters}, omnifc's Ward gap rule -> {gap.n_clusters} (ARI "
-                    f"{_ari(groups, gap.labels):.2f}); test-time accuracy {accuracy:.2f}")
+                    f"{knee.n_clusters}, omnifc's default -> {found.k} (ARI "
+                    f"{_ari(groups, found.labels):.2f}, one-cluster p = "
+                    f"{found.p_value:.3f}); test-time accuracy {accuracy:.2f}")
     want.append("note             secure D equals the plaintext D bit for bit: True; with the "
                 "paper's eps_scaling 1.0 every client whose nearest neighbour lies beyond the "
                 "knee is a singleton (DBSCAN min_samples 2), so groups come back split, never "
-                "merged; the default Ward gap rule (widest relative gap of Ward's merge "
-                "heights on D) joins them with no knob")
+                "merged; omnifc's default (run_flux's: flux.SPLIT_MIN_P_RECIPE) reads each "
+                "client's sampling noise from the D of its descriptor and two halves of its "
+                "rows, and tests one cluster at 0.01 against references drawn from that D, "
+                "with no knob")
     calls = []
     real = flux.block_distances
 
@@ -331,13 +344,17 @@ def test_flux_example_lines(monkeypatch):
     assert len(prefix_calls) == len(flux.SHIFTS)
     first = prefix_calls[0]
     assert np.array_equal(first.pop("parties"), np.arange(30) % 4)      # 20 train + 10 new
-    assert sorted(first) == ["bound", "n_classes", "n_components", "scales"]
+    assert sorted(first) == ["bound", "n_classes", "n_components", "normalization"]
     assert lines == want
     assert ok is True
-    assert len(calls) == 2 * len(flux.SHIFTS)
-    secure_kw, plain_kw = calls[:2]
+    assert len(calls) == 3 * len(flux.SHIFTS)
+    secure_kw, plain_kw, paper_kw = calls[:3]
     assert np.array_equal(secure_kw.pop("parties"), np.arange(20) % 4)   # 20 train clients
-    assert secure_kw == dict(n_components=10, n_classes=10, bound=bound)
+    assert np.array_equal(paper_kw.pop("parties"), np.arange(20) % 4)
+    for kw in (secure_kw, plain_kw):
+        a, b = kw.pop("halves")
+        assert a.shape == b.shape == (20, 220) and kw.pop("normalization") == "split"
+    assert secure_kw == paper_kw == dict(n_components=10, n_classes=10, bound=bound)
     assert plain_kw == dict(n_components=10, n_classes=10, bound=bound, secure=False)
 
 
@@ -422,8 +439,8 @@ def test_flux_example_ok_needs_every_shift(monkeypatch):
 
     def wrong_once(desc, **kwargs):
         d, blocks, scales = real(desc, **kwargs)
-        if kwargs.get("secure", True):
-            secure_calls.append(1)
+        if kwargs.get("secure", True) and kwargs.get("normalization") == "split":
+            secure_calls.append(1)                       # the D the example compares
             if len(secure_calls) == 1:                   # only the first shift goes wrong
                 d = d.copy()
                 d[0, 1] = d[1, 0] = d[0, 1] + 1.0

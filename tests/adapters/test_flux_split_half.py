@@ -256,3 +256,83 @@ def test_run_flux_refuses_a_client_of_one_row_by_default_and_takes_it_without_th
     assert isinstance(caught.value, OmniFCError)
     run = flux.run_flux(data, model, secure=False, normalization="none", **fast)
     assert run.distances.shape == (6, 6)
+
+
+# -- the client's rows and the server's order, for a session over nodes (Flower) ------------
+
+def _clients(seed=3, n=5, classes=3, dim=8):
+    from omnifc.adapters import flux
+
+    rng = np.random.default_rng(seed)
+    proj = flux.shared_projection(dim, classes, max_value=2.0)
+    latents = [rng.random((int(rng.integers(5, 11)), dim)) * 2 for _ in range(n)]
+    labels = [rng.integers(0, classes, len(z)) for z in latents]
+    return proj, latents, labels
+
+
+def test_split_rows_are_one_clients_halves_and_descriptor():
+    """A node's [A; B; F]: split_descriptors of its rows under the same generator, then its
+    descriptor; every form; a fresh split when no generator is given."""
+    from omnifc.adapters import flux
+
+    proj, latents, labels = _clients()
+    for form in flux.DESCRIPTOR_FORMS:
+        for z, y in zip(latents, labels):
+            rows = flux.split_rows(z, y, proj, 3, form=form, rng=np.random.default_rng(9))
+            (a,), (b,) = flux.split_descriptors([z], [y], proj, 3, form=form,
+                                                rng=np.random.default_rng(9))
+            assert np.array_equal(rows, np.stack([a, b, flux.descriptor(z, y, proj, 3,
+                                                                        form=form)]))
+    z, y = latents[0], labels[0]
+    draws = {flux.split_rows(z, y, proj, 3)[0].tobytes() for _ in range(12)}
+    assert len(draws) > 1                      # OS entropy: not one fixed split
+
+
+def test_split_whitened_distances_in_client_order_is_the_stacked_order_permuted():
+    """Rows client by client (A_0, B_0, F_0, A_1, ...: a session over the nodes' split_rows)
+    give what the stacked [A; B; F] gives, for 3n and 2n rows; an unknown order is refused."""
+    from finite_field import ParameterError
+    from omnifc.adapters import flux
+    from omnifc.adapters.flux._split_half import squared_distances
+
+    proj, latents, labels = _clients(n=6)
+    per_client = [flux.split_rows(z, y, proj, 3, rng=np.random.default_rng(i))
+                  for i, (z, y) in enumerate(zip(latents, labels))]
+    client = np.concatenate(per_client)
+    stacked = np.concatenate([np.stack([r[k] for r in per_client]) for k in range(3)])
+    got = flux.split_whitened_distances(squared_distances(client), 6, order="client")
+    assert np.array_equal(got, flux.split_whitened_distances(squared_distances(stacked), 6))
+    two = np.concatenate([r[:2] for r in per_client])
+    got2 = flux.split_whitened_distances(squared_distances(two), 6, order="client")
+    assert np.array_equal(got2, flux.split_whitened_distances(
+        squared_distances(stacked[:12]), 6))
+    with pytest.raises(ParameterError, match="order"):
+        flux.split_whitened_distances(squared_distances(client), 6, order="clients")
+
+
+def test_prefix_row_is_the_descriptors_label_free_prefix():
+    from finite_field import InputError, ParameterError
+    from omnifc.adapters import flux
+
+    proj, latents, labels = _clients()
+    for form in flux.DESCRIPTOR_FORMS:
+        for z, y in zip(latents, labels):
+            assert np.array_equal(flux.prefix_row(z, proj, form=form),
+                                  flux.descriptor(z, y, proj, 3, form=form)[:6])  # 2 l
+    with pytest.raises(ParameterError, match="form"):
+        flux.prefix_row(latents[0], proj, form="weighted_typo")
+    with pytest.raises(InputError, match="at least one"):
+        flux.prefix_row(np.zeros((0, 8)), proj)
+
+
+def test_run_k_level_is_run_fluxs_level_for_the_calibrated_rules_only():
+    from omnifc.adapters import flux
+    from omnifc.adapters.flux._paper import _CALIBRATED_STATISTICS
+
+    for rule in flux.K_RULES:
+        calibrated = rule in _CALIBRATED_STATISTICS
+        assert flux.run_k_level(rule) == ((flux.RUN_K_ALPHA, flux.RUN_K_REFERENCES)
+                                          if calibrated else (None, None))
+        if calibrated:
+            assert flux.run_k_level(rule, 0.05) == (0.05, flux.RUN_K_REFERENCES)
+            assert flux.run_k_level(rule, None, 39) == (flux.RUN_K_ALPHA, 39)

@@ -174,7 +174,8 @@ class ThreadedGrid(LoopbackGrid):
 class Federation:
     """Flower nodes, each an omnifc party with its own identity key and Context.
 
-    ``data``: party -> rows (or a dict part -> rows: a multi-part embedding);
+    ``data``: party -> rows (or a dict part -> rows: a multi-part embedding; or the node's
+    ``rows(context, session)``: rows that depend on the session);
     ``parameters``: SessionParameters, or a dict session -> SessionParameters.
     ``sessions``: session id -> the parties it pins (all of
     ``data`` in one session ``session_id`` by default). ``newcomers`` (party names of
@@ -224,8 +225,9 @@ class Federation:
                                      {p: self.public[p] for p in parties})
                     for session, parties in self.sessions.items() if name in parties]
 
-        self.handlers[name] = self._add_party(app, lambda context: self.data[name],
-                                              setup=setup)
+        rows = self.data[name]   # rows, {part: rows}, or rows(context, session)
+        self.handlers[name] = self._add_party(
+            app, rows if callable(rows) else (lambda context: self.data[name]), setup=setup)
         if self.register is not None:
             self.register(app, name)
         return app

@@ -21,7 +21,7 @@ __all__ = ["COORDINATOR_LEARNS", "DEFAULT_DESCRIPTOR_FORM", "DEFAULT_K_RULE", "D
            "RUN_K_ALPHA", "RUN_K_REFERENCES",
            "adaptive_dbscan",
            "cluster_clients", "descriptor", "descriptor_bound", "flux_components", "FLUX_MIN_COMPONENTS",
-           "shared_projection"]
+           "prefix_row", "run_k_level", "shared_projection"]
 
 logger = logging.getLogger(__name__)
 
@@ -168,6 +168,27 @@ def descriptor(latents, labels, projection: PCA, n_classes: int, *,
             means.append(weight * (zc.mean(axis=0) - mu))
             stds.append(weight * scale(zc))
     return np.concatenate([mu, scale(z), *means, *stds])
+
+
+def prefix_row(latents, projection: PCA, *, form: str = DEFAULT_DESCRIPTOR_FORM) -> np.ndarray:
+    """Client side, label-free: the ``[mu_x, sigma_x]`` prefix of :func:`descriptor` (its
+    first two blocks, what an unseen client sends for its test-time assignment).
+
+    >>> import numpy as np
+    >>> from omnifc.adapters import flux
+    >>> proj = flux.shared_projection(3, 1, max_value=2.0)
+    >>> x = np.array([[0.0, 0, 0], [0.2, 0, 0], [1, 1, 1], [1.2, 1, 1]])
+    >>> bool(np.array_equal(flux.prefix_row(x, proj), flux.descriptor(x, [0, 0, 1, 1], proj, 3)[:2]))
+    True
+    """
+    if form not in DESCRIPTOR_FORMS:
+        raise ParameterError(f"form must be one of {DESCRIPTOR_FORMS}, got {form!r}")
+    latents = np.asarray(latents, dtype=np.float64)
+    if latents.ndim != 2 or latents.shape[0] == 0:
+        raise InputError(f"expected at least one latent row (2-D), got shape {latents.shape}")
+    z = projection.transform(latents)
+    scale = _mad_scale if form == "weighted_mad" else _std
+    return np.concatenate([z.mean(axis=0), scale(z)])
 
 
 def _std(z: np.ndarray) -> np.ndarray:
@@ -320,6 +341,23 @@ _MIN_GROUP_RULES = ("calibrated_axis", "calibrated_unimodal")
 #: top-axis test alone loses with 3 and 5 groups (docs/adapters.md, fourteenth pass).
 SPLIT_HALF_RECIPE = {"normalization": "split", "k_rule": "calibrated_axis",
                      "k_alpha": RUN_K_ALPHA, "k_references": RUN_K_REFERENCES}
+
+def run_k_level(k_rule: str, k_alpha: float | None = None,
+                k_references: int | None = None) -> tuple:
+    """``(k_alpha, k_references)`` of ``run_flux``'s pipeline (and the Flower embedding's):
+    a calibrated K rule tests at :data:`RUN_K_ALPHA` with :data:`RUN_K_REFERENCES` draws
+    unless told otherwise; the other rules take neither (None, None stay None).
+
+    >>> from omnifc.adapters import flux
+    >>> flux.run_k_level("calibrated_axis_or_gap"), flux.run_k_level("calibrated", 0.05, 39)
+    ((0.01, 199), (0.05, 39))
+    >>> flux.run_k_level("ward")
+    (None, None)
+    """
+    if k_rule in _CALIBRATED_STATISTICS:
+        return (RUN_K_ALPHA if k_alpha is None else k_alpha,
+                RUN_K_REFERENCES if k_references is None else k_references)
+    return k_alpha, k_references
 
 def _check_k_rule(k_rule: str, eps_rule: str, eps_scaling: float, k_alpha=None,
                   k_references=None, k_min_group=None) -> None:

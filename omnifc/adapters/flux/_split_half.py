@@ -34,9 +34,9 @@ import numpy as np
 from finite_field import InputError, ParameterError
 
 from .._calibrated_k import mds_embedding
-from ._paper import descriptor
+from ._paper import DEFAULT_DESCRIPTOR_FORM, descriptor
 
-__all__ = ["split_descriptors", "split_whitened_distances"]
+__all__ = ["split_descriptors", "split_rows", "split_whitened_distances"]
 
 
 def split_descriptors(latents, labels, projection, n_classes: int, *, form: str,
@@ -67,6 +67,28 @@ def split_descriptors(latents, labels, projection, n_classes: int, *, form: str,
     return np.stack(a), np.stack(b)
 
 
+def split_rows(latents, labels, projection, n_classes: int, *,
+               form: str = DEFAULT_DESCRIPTOR_FORM, rng=None) -> np.ndarray:
+    """One client's rows of the split D: ``[A; B; F]`` (3 x p), the descriptors of two
+    disjoint random halves of its rows (:func:`split_descriptors`) and of all of them
+    (:func:`~omnifc.adapters.flux.descriptor`). What a node sends for the Flower embedding
+    ``embedding("flux")`` (its rows function returns this). ``rng``: the split's generator
+    (fresh OS entropy when None; seed it only to reproduce a run).
+
+    >>> import numpy as np
+    >>> from sklearn.decomposition import PCA
+    >>> z = np.random.default_rng(1).random((6, 4))
+    >>> proj = PCA(2).fit(np.random.default_rng(2).random((20, 4)))
+    >>> rows = split_rows(z, [0, 1, 0, 1, 1, 0], proj, 2, rng=np.random.default_rng(3))
+    >>> rows.shape, bool(np.array_equal(rows[2], descriptor(z, [0, 1, 0, 1, 1, 0], proj, 2)))
+    ((3, 12), True)
+    """
+    rng = np.random.default_rng() if rng is None else rng
+    (a,), (b,) = split_descriptors([latents], [labels], projection, n_classes, form=form,
+                                   rng=rng)
+    return np.stack([a, b, descriptor(latents, labels, projection, n_classes, form=form)])
+
+
 def squared_distances(x) -> np.ndarray:
     """Squared Euclidean distances between the rows of ``x`` (float64, negatives of
     rounding set to 0)."""
@@ -76,19 +98,27 @@ def squared_distances(x) -> np.ndarray:
     return np.maximum(d[:, None] + d[None] - 2.0 * g, 0.0)
 
 
-def split_whitened_distances(distances, n: int) -> np.ndarray:
+def split_whitened_distances(distances, n: int, *, order: str = "stacked") -> np.ndarray:
     """The coordinator's computation, from D only: ``distances`` is the squared-distance
     matrix of ``[A; B; F]`` (3n rows: ``F`` is whitened) or of ``[A; B]`` (2n rows: the
     midpoints ``(A + B) / 2`` are). Returns the n x n squared distances of the whitened
     points: the noise covariance is the OAS-shrunk covariance of ``A_i - B_i`` in D's MDS
-    embedding (directions with no noise floored at 1e-12 of the largest variance)."""
+    embedding (directions with no noise floored at 1e-12 of the largest variance).
+    ``order="client"``: the rows come client by client instead (``A_0, B_0, F_0, A_1, ...``:
+    a session over the nodes' :func:`split_rows`)."""
     from sklearn.covariance import oas
 
     d = np.asarray(distances, dtype=np.float64)
     n = int(n)
+    if order not in ("stacked", "client"):
+        raise ParameterError(f"order must be 'stacked' or 'client', got {order!r}")
     if n < 2 or d.shape not in ((2 * n, 2 * n), (3 * n, 3 * n)):
         raise ParameterError(f"D must be 2n x 2n or 3n x 3n for n >= 2 clients (n = {n}), "
                              f"got shape {d.shape}")
+    if order == "client":        # row k * n + i of the stacked order is row i * r + k
+        r = d.shape[0] // n
+        stacked = (np.arange(n)[None, :] * r + np.arange(r)[:, None]).ravel()
+        d = d[np.ix_(stacked, stacked)]
     x = mds_embedding(d)[0]
     noise, _ = oas(x[:n] - x[n:2 * n], assume_centered=True)
     values, vectors = np.linalg.eigh(noise)
