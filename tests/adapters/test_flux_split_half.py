@@ -120,6 +120,8 @@ def test_split_whitened_distances_refuses_a_d_of_the_wrong_size(look):
             look.split_whitened_distances(d, n)
     assert look.split_whitened_distances(d, 4).shape == (4, 4)        # 3n = 12
     assert look.split_whitened_distances(d, 6).shape == (6, 6)        # 2n = 12
+    assert look.split_whitened_distances(d[:6, :6], 2).shape == (2, 2)  # the fewest clients
+    assert look.split_whitened_distances(d[:4, :4], 2).shape == (2, 2)
 
 
 @pytest.mark.timeout(600)

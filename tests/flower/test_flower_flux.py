@@ -183,3 +183,27 @@ def test_the_flux_embedding_takes_run_fluxs_options_and_refuses_the_rest():
         embedding("flux", k_rule="silhouette")
     with pytest.raises(ParameterError, match="FLUX chooses K"):
         embedding("flux", n_clusters=2)
+
+
+def test_the_flux_embedding_tests_at_run_fluxs_level(monkeypatch):
+    """What the server's rule is called with: run_flux's rule, level and draws by default
+    (flux.run_k_level), the caller's when given; the rules without a level get none."""
+    seen = []
+    real = flux.cluster_clients
+
+    def spy(d, **kwargs):
+        seen.append(kwargs)
+        return real(d, **kwargs)
+
+    monkeypatch.setattr(flux, "cluster_clients", spy)
+    d = _outcome(1, n=6)[0].values
+    embedding("flux").cluster(d)
+    embedding("flux", k_rule="calibrated", k_alpha=0.05, random_state=3).cluster(d)
+    embedding("flux", k_rule="ward").cluster(d)
+    assert seen == [
+        dict(k_rule="calibrated_axis_or_gap", k_alpha=flux.RUN_K_ALPHA,
+             k_references=flux.RUN_K_REFERENCES, random_state=0),
+        dict(k_rule="calibrated", k_alpha=0.05, k_references=flux.RUN_K_REFERENCES,
+             random_state=3),
+        dict(k_rule="ward", k_alpha=None, k_references=None, random_state=0)]
+    assert (flux.RUN_K_ALPHA, flux.RUN_K_REFERENCES) == (0.01, 199)
