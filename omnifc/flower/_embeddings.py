@@ -425,10 +425,11 @@ def embedding(name: str, **options) -> Embedding:
     ``flux``, ``fmcl``), its server algorithm configured by ``options`` (``n_clusters``,
     ``random_state``; FLUX: ``normalization`` (``"split"``, the default: the nodes send
     :func:`omnifc.adapters.flux.split_rows`; ``"none"``: their descriptor), ``k_rule``,
-    ``k_alpha``, ``k_references`` (``run_flux``'s defaults), ``eps_rule``...; FMCL: ``sample_counts`` (party ->
-    public sample count), ``n_classes`` and ``dim`` for exact class weights (the nodes send
-    :func:`fmcl_exact_rows`), or ``resolution`` (a public q: weights rounded to 1/q, the
-    nodes send :func:`fmcl_rows`), ``n_clusters`` (average linkage) or ``rule`` (K chosen by
+    ``k_alpha``, ``k_references`` (``run_flux``'s defaults), ``eps_rule``...; FMCL:
+    ``sample_counts`` (party -> public sample count), ``n_classes`` and ``dim`` for exact
+    class weights (the nodes send :func:`fmcl_exact_rows`), or ``resolution`` (a public q:
+    weights rounded to 1/q, the nodes send :func:`fmcl_rows`), ``n_clusters`` (average
+    linkage) or ``rule`` (K chosen by
     :func:`omnifc.adapters.fmcl.fmcl_server`, its default rule when neither is given),
     ``max_clusters``, ``fill``; newcomers join the cluster of least mean FMCL distance).
 

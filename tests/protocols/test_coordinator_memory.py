@@ -228,7 +228,8 @@ def test_a_party_that_delays_its_stream_cannot_push_the_coordinator_past_its_bud
     assert run.all_tile_sums > 10 * BUDGET
     # the result (640 KB) is memory-mapped: the whole budget is left for open sums
     assert run.memory["result_ram_bytes"] == 0 and run.memory["open_sum_budget"] == BUDGET
-    assert run.held <= BUDGET, f"the coordinator held {run.held} bytes of open sums, budget {BUDGET}"
+    assert run.held <= BUDGET, \
+        f"the coordinator held {run.held} bytes of open sums, budget {BUDGET}"
     assert run.working <= _working_constant(run.checks)
     assert max(run.open_ram) <= BUDGET
     # the stat is what the coordinator really held

@@ -178,7 +178,8 @@ def prefix_row(latents, projection: PCA, *, form: str = DEFAULT_DESCRIPTOR_FORM)
     >>> from omnifc.adapters import flux
     >>> proj = flux.shared_projection(3, 1, max_value=2.0)
     >>> x = np.array([[0.0, 0, 0], [0.2, 0, 0], [1, 1, 1], [1.2, 1, 1]])
-    >>> bool(np.array_equal(flux.prefix_row(x, proj), flux.descriptor(x, [0, 0, 1, 1], proj, 3)[:2]))
+    >>> full = flux.descriptor(x, [0, 0, 1, 1], proj, 3)
+    >>> bool(np.array_equal(flux.prefix_row(x, proj), full[:2]))
     True
     """
     if form not in DESCRIPTOR_FORMS:
