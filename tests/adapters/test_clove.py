@@ -231,7 +231,7 @@ def test_mse_loss_and_loss_vector_by_hand():
     assert clove.loss_vector(models, x, y, loss=absolute, transform="sqrt").tolist() == \
         [np.sqrt(3.0), np.sqrt(5.0), 1.0]
     with pytest.raises(ParameterError, match=re.escape(
-            "transform must be 'identity' or 'sqrt', got 'log'")):
+            "transform must be one of ('identity', 'sqrt'), got 'log'")):
         clove.loss_vector(models, x, y, transform="log")
 
 

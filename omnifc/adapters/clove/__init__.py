@@ -48,8 +48,8 @@ Examples
 
 from .._k_selection import choose_k, choose_k_gap
 from ._paper import (cluster_clients, cluster_cost, COORDINATOR_LEARNS, DEFAULT_MAX_LOSS,
-                     DEFAULT_SCALE_BITS, fedavg, is_stable, loss_vector, match_clusters, mse_loss,
-                     sort_clusters)
+                     DEFAULT_SCALE_BITS, fedavg, is_stable, LOSS_TRANSFORMS, loss_vector,
+                     match_clusters, mse_loss, sort_clusters)
 from ._simulation import (adam_trainer, CLASSIFIER_MAX_LOSS, classifier_trainer, CloveFLRun,
                           CloveRun, DEFAULT_KMEANS_INITS, DEFAULT_RESTARTS, local_update,
                           run_clove, run_clove_fl, run_ifca)

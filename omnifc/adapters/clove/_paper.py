@@ -9,7 +9,8 @@ from finite_field import ParameterError
 
 from ..._clustering import kmeans_from_distances, relabel
 
-__all__ = ["COORDINATOR_LEARNS", "DEFAULT_MAX_LOSS", "DEFAULT_SCALE_BITS", "cluster_clients",
+__all__ = ["COORDINATOR_LEARNS", "DEFAULT_MAX_LOSS", "DEFAULT_SCALE_BITS", "LOSS_TRANSFORMS",
+           "cluster_clients",
            "cluster_cost", "fedavg", "is_stable", "loss_vector", "match_clusters", "mse_loss"]
 
 
@@ -33,6 +34,10 @@ def mse_loss(theta, features, targets) -> float:
     """Mean squared error of the linear model ``y = x . theta`` (no bias, as in the paper)."""
     residual = np.asarray(features) @ np.asarray(theta) - np.asarray(targets)
     return float(np.mean(residual * residual))
+
+#: The client-side transforms of a loss vector: the paper's default and its ablation.
+LOSS_TRANSFORMS = ("identity", "sqrt")
+
 
 def loss_vector(models, features, targets, *, loss=mse_loss,
                 transform: str = "identity") -> np.ndarray:
@@ -62,7 +67,7 @@ def loss_vector(models, features, targets, *, loss=mse_loss,
         return values
     if transform == "sqrt":
         return np.sqrt(values)
-    raise ParameterError(f"transform must be 'identity' or 'sqrt', got {transform!r}")
+    raise ParameterError(f"transform must be one of {LOSS_TRANSFORMS}, got {transform!r}")
 
 def cluster_clients(distances, n_clusters: int, *, random_state: int = 0,
                     n_init="auto") -> np.ndarray:

@@ -13,8 +13,8 @@ from finite_field import ParameterError
 from ..._geometry import centroid_sq_distances, to_euclidean
 from .._common import plaintext_distances, protect, quantize_rows, secure_group_sums
 from .._k_selection import choose_k, choose_k_gap
-from ._paper import (DEFAULT_MAX_LOSS, DEFAULT_SCALE_BITS, cluster_clients, cluster_cost, fedavg,
-                     is_stable, loss_vector, match_clusters)
+from ._paper import (DEFAULT_MAX_LOSS, DEFAULT_SCALE_BITS, LOSS_TRANSFORMS, cluster_clients,
+                     cluster_cost, fedavg, is_stable, loss_vector, match_clusters)
 
 __all__ = ["CLASSIFIER_MAX_LOSS", "CloveFLRun", "CloveRun", "DEFAULT_KMEANS_INITS",
            "DEFAULT_RESTARTS", "adam_trainer", "local_update", "run_clove", "run_clove_fl",
@@ -328,7 +328,7 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
                  scale_bits: int = DEFAULT_SCALE_BITS, stability_rounds: int | None = 3,
                  k_rule=DEFAULT_K_RULE, k_tolerance: float = 0.10,
                  random_rounds: int = 1, restarts: int | None = None, kmeans_inits=None,
-                 paper: bool = False, parties=None) -> CloveFLRun:
+                 paper: bool = False, parties=None, transform: str = "identity") -> CloveFLRun:
     """CLoVE on a classifier in the :mod:`omnifc.fl` loop, with partial participation and
     newcomers.
 
@@ -376,6 +376,10 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
     - ``paper=True``: the paper's loop, ``restarts=1, kmeans_inits="auto"`` (an explicit
       ``restarts`` or ``kmeans_inits`` still wins). Measured against the defaults in
       docs/adapters.md (CLoVE, "Round-0 restarts").
+    - ``transform`` (:func:`loss_vector`'s): ``"identity"`` (the paper's default) or
+      ``"sqrt"`` (the paper's ablation: every client sends the square roots of its losses,
+      clipped to the same public ``max_loss``); judged under label shift in
+      docs/adapters.md (CLoVE, "The loss transform").
 
     ``secure=False`` runs the plaintext reference on the same quantized vectors; the loop's
     per-(round, client) seeding makes equal assignments give bit-identical models.
@@ -394,7 +398,10 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
                    first_round=first_round, k_upper=k_upper, seed=seed, secure=secure,
                    max_loss=max_loss, scale_bits=scale_bits,
                    stability_rounds=stability_rounds, k_rule=k_rule, k_tolerance=k_tolerance,
-                   random_rounds=random_rounds, kmeans_inits=kmeans_inits, parties=parties)
+                   random_rounds=random_rounds, kmeans_inits=kmeans_inits, parties=parties,
+                   transform=transform)
+    if transform not in LOSS_TRANSFORMS:
+        raise ParameterError(f"transform must be one of {LOSS_TRANSFORMS}, got {transform!r}")
     if not (kmeans_inits == "auto" or (isinstance(kmeans_inits, (int, np.integer))
                                        and not isinstance(kmeans_inits, bool)
                                        and kmeans_inits >= 1)):
@@ -437,7 +444,7 @@ def _separation(run) -> float:
 def _run_clove_fl_once(clients, model, initial_models, *, restart, n_clusters, rounds,
                        local_train, participation, join_round, first_round, k_upper, seed,
                        secure, max_loss, scale_bits, stability_rounds, k_rule, k_tolerance,
-                       random_rounds, kmeans_inits, parties) -> CloveFLRun:
+                       random_rounds, kmeans_inits, parties, transform) -> CloveFLRun:
     from ... import fl
 
     n = len(clients)
@@ -470,7 +477,7 @@ def _run_clove_fl_once(clients, model, initial_models, *, restart, n_clusters, r
 
     def losses(models, idx):
         vectors = np.array([loss_vector(models, clients[i].x_train, clients[i].y_train,
-                                        loss=model.loss) for i in idx])
+                                        loss=model.loss, transform=transform) for i in idx])
         clipped = int((vectors > max_loss).sum())
         if clipped:
             logger.info("%d loss values above the public bound %.3g were clipped", clipped,
