@@ -728,6 +728,13 @@ def _losses(targets):
     return np.array([[(m[0] - c) ** 2 for m in MODELS] for c in targets])
 
 
+def _run_on_losses(*args, **kwargs):
+    """``run_clove_fl`` sending the losses themselves (``transform="identity"``): the loop's
+    machinery checked against losses computed by hand here; the default transform ("sqrt")
+    is checked in tests/adapters/test_clove_transform.py."""
+    return clove.run_clove_fl(*args, transform="identity", **kwargs)
+
+
 def _matched(losses, n_clusters, seed=0):
     """k-means on the loss vectors, clusters by smallest client, Hungarian on cluster sums."""
     labels = np.array(_sorted_labels(KMeans(n_clusters=n_clusters, random_state=seed,
@@ -741,8 +748,8 @@ def _matched(losses, n_clusters, seed=0):
 
 def test_run_clove_fl_evaluation_based_rounds_and_freeze():
     clients = _fl_clients(TARGETS)
-    run = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=3, rounds=5,
-                             local_train=_keep, first_round="evaluation_based", secure=False)
+    run = _run_on_losses(clients, _Scalar(), MODELS, n_clusters=3, rounds=5,
+                         local_train=_keep, first_round="evaluation_based", secure=False)
     losses = _losses(TARGETS)
     expected, cost = _matched(losses, 3)
     assert expected.tolist() == [0, 0, 1, 1, 2, 2]
@@ -756,13 +763,13 @@ def test_run_clove_fl_evaluation_based_rounds_and_freeze():
     assert run.accuracy == 5 / 6                    # |0 - 0.5| is not below 0.5
     assert len(run.run.history) == 5 and [m.tolist() for m in run.models] == [[0.0], [1.5],
                                                                                   [3.0]]
-    never = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=3, rounds=5,
-                               local_train=_keep, first_round="evaluation_based",
-                               secure=False, stability_rounds=None)
+    never = _run_on_losses(clients, _Scalar(), MODELS, n_clusters=3, rounds=5,
+                           local_train=_keep, first_round="evaluation_based",
+                           secure=False, stability_rounds=None)
     assert never.frozen_from is None and never.n_clusters == [3] * 5
-    two = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=3, rounds=4,
-                             local_train=_keep, first_round="evaluation_based", secure=False,
-                             stability_rounds=2)
+    two = _run_on_losses(clients, _Scalar(), MODELS, n_clusters=3, rounds=4,
+                         local_train=_keep, first_round="evaluation_based", secure=False,
+                         stability_rounds=2)
     assert two.frozen_from == 2
 
 
@@ -816,9 +823,9 @@ def test_run_clove_fl_newcomers_take_the_nearest_centroid_model():
     targets = TARGETS + [0.75, 2.0]
     clients = _fl_clients(targets)
     join = [0, 0, 0, 0, 0, 0, 5, 5]
-    run = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=3, rounds=7,
-                             local_train=_keep, join_round=join,
-                             first_round="evaluation_based", secure=False)
+    run = _run_on_losses(clients, _Scalar(), MODELS, n_clusters=3, rounds=7,
+                         local_train=_keep, join_round=join,
+                         first_round="evaluation_based", secure=False)
     assert run.frozen_from == 3
     for r in range(5):
         assert run.assignments[r].tolist() == [0, 0, 1, 1, 2, 2, -1, -1]   # not seen yet
@@ -835,19 +842,19 @@ def test_run_clove_fl_newcomers_take_the_nearest_centroid_model():
     assert run.costs[5] is None and run.n_clusters[5] is None
     # a newcomer that would be nearest model 0 and one nearest model 2
     targets = TARGETS + [0.25, 3.25]
-    run = clove.run_clove_fl(_fl_clients(targets), _Scalar(), MODELS, n_clusters=3, rounds=6,
-                             local_train=_keep, join_round=np.array(join),
-                             first_round="evaluation_based", secure=False)
+    run = _run_on_losses(_fl_clients(targets), _Scalar(), MODELS, n_clusters=3, rounds=6,
+                         local_train=_keep, join_round=np.array(join),
+                         first_round="evaluation_based", secure=False)
     assert run.newcomers == {6: (5, 0), 7: (5, 2)}
 
 
 def test_run_clove_fl_partial_participation():
     clients = _fl_clients(TARGETS)
     losses = _losses(TARGETS)
-    run = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=2, rounds=4,
-                             local_train=_keep, participation=0.5, seed=3,
-                             first_round="evaluation_based", secure=False,
-                             stability_rounds=None)
+    run = _run_on_losses(clients, _Scalar(), MODELS, n_clusters=2, rounds=4,
+                         local_train=_keep, participation=0.5, seed=3,
+                         first_round="evaluation_based", secure=False,
+                         stability_rounds=None)
     shown = np.full(6, -1)
     assignment = np.zeros(6, dtype=int)
     for r in range(4):
@@ -860,18 +867,18 @@ def test_run_clove_fl_partial_participation():
         assert run.assignments[r].tolist() == np.where(shown >= 0, assignment, -1).tolist()
         np.testing.assert_array_equal(run.costs[r], cost)
         np.testing.assert_array_equal(run.distances[r], sq_distances(losses[part]))
-    small = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=1, rounds=2,
-                               local_train=_keep, participation=0.1,
-                               first_round="evaluation_based", secure=False)
+    small = _run_on_losses(clients, _Scalar(), MODELS, n_clusters=1, rounds=2,
+                           local_train=_keep, participation=0.1,
+                           first_round="evaluation_based", secure=False)
     assert [h.participants.size for h in small.run.history] == [1, 1]      # at least one
-    full = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=3, rounds=1,
-                              local_train=_keep, participation=1.0,
-                              first_round="evaluation_based", secure=False)
+    full = _run_on_losses(clients, _Scalar(), MODELS, n_clusters=3, rounds=1,
+                          local_train=_keep, participation=1.0,
+                          first_round="evaluation_based", secure=False)
     assert full.run.history[0].participants.tolist() == list(range(6))
-    chosen = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=2, rounds=2,
-                                local_train=_keep, participation=lambda r, rng: [0, 2, 5, 9],
-                                join_round=[0, 0, 0, 0, 0, 1],
-                                first_round="evaluation_based", secure=False)
+    chosen = _run_on_losses(clients, _Scalar(), MODELS, n_clusters=2, rounds=2,
+                            local_train=_keep, participation=lambda r, rng: [0, 2, 5, 9],
+                            join_round=[0, 0, 0, 0, 0, 1],
+                            first_round="evaluation_based", secure=False)
     assert chosen.run.history[0].participants.tolist() == [0, 2]     # 5 joins in round 1
     assert chosen.run.history[1].participants.tolist() == [0, 2, 5]
     assert chosen.assignments[0].tolist()[1] == -1 and chosen.assignments[0][5] == -1
@@ -904,7 +911,7 @@ def test_run_clove_fl_secure_quantized_and_clipped(caplog):
     kwargs = dict(n_clusters=3, rounds=1, local_train=_keep, first_round="evaluation_based",
                   max_loss=4.0, scale_bits=1)
     with caplog.at_level("INFO", logger="omnifc.adapters"):
-        plain = clove.run_clove_fl(clients, _Scalar(), MODELS, secure=False, **kwargs)
+        plain = _run_on_losses(clients, _Scalar(), MODELS, secure=False, **kwargs)
     assert "4 loss values above the public bound 4 were clipped" in caplog.text
     q = _quantize(losses, 4.0, 1)
     np.testing.assert_array_equal(plain.distances[0], sq_distances(q))
@@ -913,17 +920,17 @@ def test_run_clove_fl_secure_quantized_and_clipped(caplog):
     assert plain.assignments[0].tolist() == expected.tolist()
     # the secure path refuses that much clipping: compare it at the default bound 16
     kwargs.pop("max_loss")
-    plain = clove.run_clove_fl(clients, _Scalar(), MODELS, secure=False, **kwargs)
+    plain = _run_on_losses(clients, _Scalar(), MODELS, secure=False, **kwargs)
     np.testing.assert_array_equal(plain.distances[0], sq_distances(_quantize(losses, 16.0, 1)))
-    secure = clove.run_clove_fl(clients, _Scalar(), MODELS, secure=True,
-                                parties=["a", "b", "c", "a", "b", "c"], **kwargs)
+    secure = _run_on_losses(clients, _Scalar(), MODELS, secure=True,
+                            parties=["a", "b", "c", "a", "b", "c"], **kwargs)
     np.testing.assert_array_equal(secure.distances[0], plain.distances[0])
     np.testing.assert_array_equal(secure.costs[0], plain.costs[0])
     assert secure.assignments[0].tolist() == plain.assignments[0].tolist()
     caplog.clear()
     with caplog.at_level("INFO", logger="omnifc.adapters"):
-        clove.run_clove_fl(clients, _Scalar(), MODELS, secure=False, n_clusters=3, rounds=1,
-                           local_train=_keep, first_round="evaluation_based")
+        _run_on_losses(clients, _Scalar(), MODELS, secure=False, n_clusters=3, rounds=1,
+                       local_train=_keep, first_round="evaluation_based")
     assert "clipped" not in caplog.text                         # 16 is above every loss
 
 
@@ -1008,19 +1015,19 @@ def test_fedavg_never_writes_into_its_input_and_linear_mixture_default_seed(monk
 
 def test_run_clove_fl_defaults_parties_and_the_clip_count(monkeypatch, caplog):
     clients = _fl_clients(TARGETS)
-    run = clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=3, local_train=_keep,
-                             secure=False)
+    run = _run_on_losses(clients, _Scalar(), MODELS, n_clusters=3, local_train=_keep,
+                         secure=False)
     assert len(run.assignments) == 10                            # rounds=10 by default
     losses = _losses(TARGETS)
-    sil = clove.run_clove_fl(clients, _Scalar(), MODELS, rounds=1, local_train=_keep,
-                             first_round="evaluation_based", secure=False,
-                             k_rule="silhouette", k_upper=3)     # tolerance 0.10 by default
+    sil = _run_on_losses(clients, _Scalar(), MODELS, rounds=1, local_train=_keep,
+                         first_round="evaluation_based", secure=False,
+                         k_rule="silhouette", k_upper=3)     # tolerance 0.10 by default
     assert sil.n_clusters == [_paper_choose_k(losses, k_upper=3, tolerance=0.10)]
     # a loss exactly at the bound is not clipped: 4 values above 4, (3 - 1)^2 = 4 is not
     with caplog.at_level("INFO", logger="omnifc.adapters"):
-        clove.run_clove_fl(_fl_clients(TARGETS + [1.0]), _Scalar(), MODELS, n_clusters=3,
-                           rounds=1, local_train=_keep, first_round="evaluation_based",
-                           secure=False, max_loss=4.0)
+        _run_on_losses(_fl_clients(TARGETS + [1.0]), _Scalar(), MODELS, n_clusters=3,
+                       rounds=1, local_train=_keep, first_round="evaluation_based",
+                       secure=False, max_loss=4.0)
     assert [r.getMessage() for r in caplog.records if r.name == "omnifc.adapters.clove._simulation"] == \
         ["4 loss values above the public bound 4 were clipped"]
     import omnifc.adapters.clove._simulation as module
@@ -1033,9 +1040,9 @@ def test_run_clove_fl_defaults_parties_and_the_clip_count(monkeypatch, caplog):
         return real(rows, **kwargs)
 
     monkeypatch.setattr(module, "protect", spy)
-    clove.run_clove_fl(clients, _Scalar(), MODELS, n_clusters=2, rounds=1, local_train=_keep,
-                       first_round="evaluation_based", participation=lambda r, rng: [1, 2, 3, 4],
-                       parties=["a", "b", "c", "a", "b", "c"])
+    _run_on_losses(clients, _Scalar(), MODELS, n_clusters=2, rounds=1, local_train=_keep,
+                   first_round="evaluation_based", participation=lambda r, rng: [1, 2, 3, 4],
+                   parties=["a", "b", "c", "a", "b", "c"])
     assert seen == [["b", "c", "a", "b"]]                        # the participants' labels
 
 

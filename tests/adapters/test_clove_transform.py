@@ -117,3 +117,29 @@ def test_the_fresh_seeds_were_never_a_clove_seed_set(look):
     earlier = set(range(0, 34)) | set(range(50, 80)) | set(range(100, 110)) | {1000}
     assert len(fresh) == 40 and not fresh & (design | earlier)
     assert "400-439" in look.SQRT_VERDICT and "better under label shift" in look.SQRT_VERDICT
+
+
+@pytest.mark.timeout(300)
+def test_the_default_transform_is_sqrt_and_the_papers_loop_sends_the_losses(look,
+                                                                            monkeypatch):
+    """The frozen verdict's consequence (it held on 400-439): run_clove_fl sends square
+    roots by default; paper=True sends the losses; an explicit transform wins either way."""
+    from omnifc.adapters import clove
+    from omnifc.adapters.clove import _simulation
+
+    clients, _, model, inits, _ = look.study.case("breast_cancer", 2, 52, train_samples=20)
+    seen, real = [], _simulation.loss_vector
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("transform"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_simulation, "loss_vector", spy)
+    common = dict(n_clusters=2, rounds=2, seed=52, secure=False, restarts=1)
+    for options, want in (({}, "sqrt"), ({"paper": True}, "identity"),
+                          ({"paper": True, "transform": "sqrt"}, "sqrt"),
+                          ({"transform": "identity"}, "identity")):
+        seen.clear()
+        clove.run_clove_fl(clients, model, inits, **common, **options)
+        assert seen and set(seen) == {want}, options
+    assert clove.DEFAULT_TRANSFORM == "sqrt" and clove.LOSS_TRANSFORMS == ("identity", "sqrt")

@@ -129,7 +129,8 @@ def run(quick: bool):
                       "K rule was designed on seeds 0, 1, 22, the calibrated K rule, now the "
                       "default, on other federations (docs/adapters.md); the default round-0 "
                       "restarts and k-means runs on seeds 50-59 (held out for them: 70-79, "
-                      "30-33))."),
+                      "30-33), the default loss transform (square roots) on seeds 50-59 "
+                      "(held out for it: 400-439))."),
             "noise": "linear regression: two standard errors of the mean paired difference "
                      "of the final ARI over the seeds (`paired_noise`; a pair = the same data "
                      "and initial models); classifier: two binomial standard errors of the "
