@@ -123,7 +123,8 @@ def test_the_fresh_seeds_were_never_a_clove_seed_set(look):
 def test_the_default_transform_is_sqrt_and_the_papers_loop_sends_the_losses(look,
                                                                             monkeypatch):
     """The frozen verdict's consequence (it held on 400-439): run_clove_fl sends square
-    roots by default; paper=True sends the losses; an explicit transform wins either way."""
+    roots by default with K known (the regime judged); paper=True and K unknown send the
+    losses; an explicit transform wins either way."""
     from omnifc.adapters import clove
     from omnifc.adapters.clove import _simulation
 
@@ -135,11 +136,14 @@ def test_the_default_transform_is_sqrt_and_the_papers_loop_sends_the_losses(look
         return real(*args, **kwargs)
 
     monkeypatch.setattr(_simulation, "loss_vector", spy)
-    common = dict(n_clusters=2, rounds=2, seed=52, secure=False, restarts=1)
+    common = dict(rounds=2, seed=52, secure=False, restarts=1)
+    known = dict(common, n_clusters=2)
     for options, want in (({}, "sqrt"), ({"paper": True}, "identity"),
                           ({"paper": True, "transform": "sqrt"}, "sqrt"),
-                          ({"transform": "identity"}, "identity")):
+                          ({"transform": "identity"}, "identity"),
+                          ({"n_clusters": None}, "identity"),       # K unknown: not judged
+                          ({"n_clusters": None, "transform": "sqrt"}, "sqrt")):
         seen.clear()
-        clove.run_clove_fl(clients, model, inits, **common, **options)
+        clove.run_clove_fl(clients, model, inits, **{**known, **options})
         assert seen and set(seen) == {want}, options
     assert clove.DEFAULT_TRANSFORM == "sqrt" and clove.LOSS_TRANSFORMS == ("identity", "sqrt")
