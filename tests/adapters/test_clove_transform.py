@@ -147,3 +147,66 @@ def test_the_default_transform_is_sqrt_and_the_papers_loop_sends_the_losses(look
         clove.run_clove_fl(clients, model, inits, **{**known, **options})
         assert seen and set(seen) == {want}, options
     assert clove.DEFAULT_TRANSFORM == "sqrt" and clove.LOSS_TRANSFORMS == ("identity", "sqrt")
+
+
+# -- K unknown: the second verdict --------------------------------------------------------------
+
+def test_auto_k_runs_are_the_automatic_k_study(look, monkeypatch):
+    """name 'digits-auto-k': K unknown (15 models, k_upper 15, no n_clusters), 5 clients per
+    planted group, one population of 15 clients for shift 'none'; a run counts at ARI 1."""
+    from omnifc import fl
+    from omnifc.adapters import clove
+
+    made, calls = [], []
+    real_make = fl.make_federated
+
+    def make(name, **kwargs):
+        made.append((name, kwargs["shift"], kwargs["n_groups"], kwargs["clients_per_group"]))
+        return real_make(name, **{**kwargs, "train_samples": 20, "test_samples": 5})
+
+    def fake_run(clients, model, inits, **kwargs):
+        calls.append((len(clients), len(inits), kwargs))
+
+        class Out:
+            assignments = [np.zeros(len(clients), dtype=int)]
+        return Out()
+
+    monkeypatch.setattr(fl, "make_federated", make)
+    monkeypatch.setattr(clove, "run_clove_fl", fake_run)
+    planted = look.run(441, "digits-auto-k", 3, "concept", "sqrt")
+    one = look.run(441, "digits-auto-k", 1, "none", "identity")
+    assert made == [("digits", "concept", 3, 5), ("digits", "none", 1, 15)]
+    assert [(n, m) for n, m, _ in calls] == [(15, 15), (15, 15)]
+    for _, _, kwargs in calls:
+        assert "n_clusters" not in kwargs and kwargs["k_upper"] == 15 and kwargs["rounds"] == 8
+    assert calls[0][2]["transform"] == "sqrt" and calls[1][2]["transform"] == "identity"
+    assert planted["exact"] is False and one["exact"] is True     # all on one model
+
+
+def test_the_auto_k_verdict_needs_neither_planted_nor_one_population_worse(look):
+    def records(pairs, shift, k=2):
+        out = []
+        for i, outcomes in enumerate(pairs):
+            for transform, exact in zip(look.VARIANTS, outcomes):
+                out.append({"seed": 440 + i, "data": "digits-auto-k", "k": k, "shift": shift,
+                            "transform": transform, "exact": bool(exact)})
+        return out
+
+    tie, worse = [(1, 1)] * 20, [(1, 0)] * 8 + [(1, 1)] * 12
+    planted = [r for s in look.AUTO_K_SHIFTS for r in records(tie, s)]
+    assert look.paired(planted, look.AUTO_K_SHIFTS)["runs"] == 80   # pooled, paired by shift
+    assert look.holds_auto_k(planted + records(tie, "none", 1))
+    assert not look.holds_auto_k(planted + records(worse, "none", 1))
+    assert not look.holds_auto_k(records(worse, "label") + records(tie, "none", 1))
+    assert not look.holds_auto_k(planted)                             # one population never run
+    text = look.table(planted + records(tie, "none", 1))
+    assert "| K unknown, planted (pooled) | 80 | 80 | 80 |" in text
+    assert "| K unknown, one population | 20 |" in text and "| label |" not in text
+
+
+def test_the_auto_k_seeds_are_fresh(look):
+    fresh = set(range(look.SQRT_AUTO_K_SEEDS[0], look.SQRT_AUTO_K_SEEDS[1] + 1))
+    earlier = (set(range(look.SQRT_FRESH_SEEDS[0], look.SQRT_FRESH_SEEDS[1] + 1))
+               | set(range(0, 34)) | set(range(50, 80)) | set(range(100, 110)) | {1000})
+    assert len(fresh) == 30 and not fresh & earlier
+    assert "440-469" in look.SQRT_AUTO_K_VERDICT
