@@ -122,8 +122,8 @@ def test_the_fresh_seeds_were_never_a_clove_seed_set(look):
 @pytest.mark.timeout(300)
 def test_the_default_transform_is_sqrt_and_the_papers_loop_sends_the_losses(look,
                                                                             monkeypatch):
-    """The frozen verdict's consequence (it held on 400-439): run_clove_fl sends square
-    roots by default with K known (the regime judged); paper=True and K unknown send the
+    """The frozen verdicts' consequence (both held: K known on 400-439, K unknown on
+    440-469): run_clove_fl sends square roots by default whatever K; paper=True sends the
     losses; an explicit transform wins either way."""
     from omnifc.adapters import clove
     from omnifc.adapters.clove import _simulation
@@ -141,8 +141,8 @@ def test_the_default_transform_is_sqrt_and_the_papers_loop_sends_the_losses(look
     for options, want in (({}, "sqrt"), ({"paper": True}, "identity"),
                           ({"paper": True, "transform": "sqrt"}, "sqrt"),
                           ({"transform": "identity"}, "identity"),
-                          ({"n_clusters": None}, "identity"),       # K unknown: not judged
-                          ({"n_clusters": None, "transform": "sqrt"}, "sqrt")):
+                          ({"n_clusters": None}, "sqrt"),           # K unknown too
+                          ({"n_clusters": None, "transform": "identity"}, "identity")):
         seen.clear()
         clove.run_clove_fl(clients, model, inits, **{**known, **options})
         assert seen and set(seen) == {want}, options

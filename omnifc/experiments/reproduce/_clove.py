@@ -130,7 +130,7 @@ def run(quick: bool):
                       "default, on other federations (docs/adapters.md); the default round-0 "
                       "restarts and k-means runs on seeds 50-59 (held out for them: 70-79, "
                       "30-33), the default loss transform (square roots) on seeds 50-59 "
-                      "(held out for it: 400-439))."),
+                      "(held out for it: 400-439, and 440-469 with K unknown))."),
             "noise": "linear regression: two standard errors of the mean paired difference "
                      "of the final ARI over the seeds (`paired_noise`; a pair = the same data "
                      "and initial models); classifier: two binomial standard errors of the "
