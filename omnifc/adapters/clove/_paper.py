@@ -20,8 +20,9 @@ sort_clusters = relabel
 
 
 COORDINATOR_LEARNS = (
-    "squared distances between loss vectors; the K x K_hat per-cluster loss totals (secure "
-    "sum; a singleton cluster's total is that client's loss vector); the model updates and "
+    "squared distances between loss vectors (run_clove_fl's default: of the square roots "
+    "of the losses); the K x K_hat per-cluster loss totals of those vectors (secure "
+    "sum; a singleton cluster's total is that client's vector); the model updates and "
     "training-set sizes used by FedAvg (not protected by this adapter)")
 
 #: Public clip bound on a loss value (MSE of near-unit-norm linear models stays far below).
