@@ -196,6 +196,10 @@ def test_the_auto_k_verdict_needs_neither_planted_nor_one_population_worse(look)
     planted = [r for s in look.AUTO_K_SHIFTS for r in records(tie, s)]
     assert look.paired(planted, look.AUTO_K_SHIFTS)["runs"] == 80   # pooled, paired by shift
     assert look.holds_auto_k(planted + records(tie, "none", 1))
+    better = [(0, 1)] * 8 + [(1, 1)] * 12
+    gained = [r for s in look.AUTO_K_SHIFTS for r in records(better, s)]
+    assert look.paired(gained, look.AUTO_K_SHIFTS)["verdict"] == "better"
+    assert look.holds_auto_k(gained + records(better, "none", 1))      # better passes too
     assert not look.holds_auto_k(planted + records(worse, "none", 1))
     assert not look.holds_auto_k(records(worse, "label") + records(tie, "none", 1))
     assert not look.holds_auto_k(planted)                             # one population never run
