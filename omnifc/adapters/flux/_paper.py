@@ -143,8 +143,7 @@ def descriptor(latents, labels, projection: PCA, n_classes: int, *,
     >>> bool(np.isclose(dm[1], np.median(np.abs(z - np.median(z))) / 0.6744897501960817))
     True
     """
-    if form not in DESCRIPTOR_FORMS:
-        raise ParameterError(f"form must be one of {DESCRIPTOR_FORMS}, got {form!r}")
+    scale = _scale_of(form)
     z = projection.transform(np.asarray(latents, dtype=np.float64))
     labels = np.asarray(labels)
     if z.shape[0] != labels.shape[0] or z.shape[0] == 0:
@@ -152,7 +151,6 @@ def descriptor(latents, labels, projection: PCA, n_classes: int, *,
                          f"{z.shape[0]} rows and {labels.shape[0]} labels")
     l = z.shape[1]
     mu = z.mean(axis=0)
-    scale = _mad_scale if form == "weighted_mad" else _std
     means, stds = [], []
     for c in range(n_classes):
         zc = z[labels == c]
@@ -182,14 +180,20 @@ def prefix_row(latents, projection: PCA, *, form: str = DEFAULT_DESCRIPTOR_FORM)
     >>> bool(np.array_equal(flux.prefix_row(x, proj), full[:2]))
     True
     """
-    if form not in DESCRIPTOR_FORMS:
-        raise ParameterError(f"form must be one of {DESCRIPTOR_FORMS}, got {form!r}")
+    scale = _scale_of(form)
     latents = np.asarray(latents, dtype=np.float64)
     if latents.ndim != 2 or latents.shape[0] == 0:
         raise InputError(f"expected at least one latent row (2-D), got shape {latents.shape}")
     z = projection.transform(latents)
-    scale = _mad_scale if form == "weighted_mad" else _std
     return np.concatenate([z.mean(axis=0), scale(z)])
+
+
+def _scale_of(form: str):
+    """The scale blocks' statistic of descriptor ``form`` (checked): the MAD for
+    ``"weighted_mad"``, the standard deviation otherwise."""
+    if form not in DESCRIPTOR_FORMS:
+        raise ParameterError(f"form must be one of {DESCRIPTOR_FORMS}, got {form!r}")
+    return _mad_scale if form == "weighted_mad" else _std
 
 
 def _std(z: np.ndarray) -> np.ndarray:
