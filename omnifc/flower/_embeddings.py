@@ -175,7 +175,6 @@ def _flux(n_clusters=None, *, normalization=None, k_rule=None, k_alpha=None,
     (:func:`~omnifc.adapters.flux.run_k_level`). Newcomers send one row each (their
     :func:`~omnifc.adapters.flux.prefix_row`) and join the nearest centroid of that D."""
     from ..adapters import flux
-    from ..adapters.flux._paper import _check_k_rule
 
     if n_clusters is not None:
         raise ParameterError("FLUX chooses K itself (flux.cluster_clients); n_clusters must "
@@ -186,9 +185,7 @@ def _flux(n_clusters=None, *, normalization=None, k_rule=None, k_alpha=None,
         raise ParameterError(f"a Flower FLUX embedding runs normalization "
                              f"{FLUX_NORMALIZATIONS}, got {normalization!r}")
     k_rule = flux.SPLIT_MIN_P_RECIPE["k_rule"] if k_rule is None else k_rule
-    _check_k_rule(k_rule, options.get("eps_rule", "gap"), options.get("eps_scaling", 1.0),
-                  k_alpha, k_references, options.get("k_min_group"))
-    k_alpha, k_references = flux.run_k_level(k_rule, k_alpha, k_references)
+    k_alpha, k_references = flux.run_k_level(k_rule, k_alpha, k_references, **options)
 
     def cluster(d):
         return np.asarray(flux.cluster_clients(d, k_rule=k_rule, k_alpha=k_alpha,

@@ -348,9 +348,11 @@ SPLIT_HALF_RECIPE = {"normalization": "split", "k_rule": "calibrated_axis",
                      "k_alpha": RUN_K_ALPHA, "k_references": RUN_K_REFERENCES}
 
 def run_k_level(k_rule: str, k_alpha: float | None = None,
-                k_references: int | None = None) -> tuple:
-    """``(k_alpha, k_references)`` of ``run_flux``'s pipeline (and the Flower embedding's):
-    a calibrated K rule tests at :data:`RUN_K_ALPHA` with :data:`RUN_K_REFERENCES` draws
+                k_references: int | None = None, *, eps_rule: str = "gap",
+                eps_scaling: float = 1.0, k_min_group: int | None = None) -> tuple:
+    """``(k_alpha, k_references)`` of ``run_flux``'s pipeline (and the Flower embedding's),
+    after checking the K options as :func:`cluster_clients` does (``ParameterError``): a
+    calibrated K rule tests at :data:`RUN_K_ALPHA` with :data:`RUN_K_REFERENCES` draws
     unless told otherwise; the other rules take neither (None, None stay None).
 
     >>> from omnifc.adapters import flux
@@ -359,6 +361,7 @@ def run_k_level(k_rule: str, k_alpha: float | None = None,
     >>> flux.run_k_level("ward")
     (None, None)
     """
+    _check_k_rule(k_rule, eps_rule, eps_scaling, k_alpha, k_references, k_min_group)
     if k_rule in _CALIBRATED_STATISTICS:
         return (RUN_K_ALPHA if k_alpha is None else k_alpha,
                 RUN_K_REFERENCES if k_references is None else k_references)

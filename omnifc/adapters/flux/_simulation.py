@@ -10,9 +10,9 @@ from sklearn.decomposition import PCA
 from finite_field import ParameterError
 
 from ._assign import ASSIGN_RULES, GLOBAL, assign_with_evidence
-from ._paper import (DEFAULT_DESCRIPTOR_FORM, SPLIT_MIN_P_RECIPE, _check_k_rule,
-                     cluster_clients, descriptor, descriptor_bound, flux_components,
-                     run_k_level, shared_projection)
+from ._paper import (DEFAULT_DESCRIPTOR_FORM, SPLIT_MIN_P_RECIPE, cluster_clients,
+                     descriptor, descriptor_bound, flux_components, run_k_level,
+                     shared_projection)
 from ._secure import block_distances, prefix_distances
 from ._split_half import split_descriptors
 from ._whitening import whitening_of_clients
@@ -139,8 +139,8 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     """
     from ... import fl
 
-    _check_k_rule(k_rule, eps_rule, eps_scaling, k_alpha, k_references, k_min_group)
-    k_alpha, k_references = run_k_level(k_rule, k_alpha, k_references)
+    k_alpha, k_references = run_k_level(k_rule, k_alpha, k_references, eps_rule=eps_rule,
+                                        eps_scaling=eps_scaling, k_min_group=k_min_group)
     if assign_rule not in ASSIGN_RULES:
         raise ParameterError(f"assign_rule must be one of {ASSIGN_RULES}, got {assign_rule!r}")
     if local_train is None:
