@@ -158,11 +158,14 @@ def _client2vec(n_clusters=None, random_state=0):
 FLUX_NORMALIZATIONS = ("split", "none")
 
 
-def _rows_per_client(outcome, expected: int, what: str) -> None:
-    counts = [int(r) for r in outcome.rows]
-    if any(c != expected for c in counts):
-        raise ProtocolError(f"{what} needs {expected} row(s) per client, got {counts} "
-                            f"(roster order)")
+def _rows_per_client(outcome, expected: int, message: str) -> list:
+    """The session's rows per client (roster order), refused (``ProtocolError``) unless
+    every client sent exactly ``expected``; ``message`` is formatted with the counts
+    (``{rows}``) and the roster (``{names}``)."""
+    rows = [int(r) for r in outcome.rows]
+    if any(r != expected for r in rows):
+        raise ProtocolError(message.format(rows=rows, names=outcome.party_names))
+    return rows
 
 
 def _flux(n_clusters=None, *, normalization=None, k_rule=None, k_alpha=None,
@@ -194,13 +197,15 @@ def _flux(n_clusters=None, *, normalization=None, k_rule=None, k_alpha=None,
 
     def split(outcomes):
         (outcome,) = outcomes.values()
-        _rows_per_client(outcome, 3, "FLUX's split embedding (flux.split_rows)")
+        _rows_per_client(outcome, 3, "FLUX's split embedding (flux.split_rows) needs 3 "
+                         "row(s) per client, got {rows} (roster order)")
         return flux.split_whitened_distances(outcome.values, len(outcome.rows),
                                              order="client")
 
     def prefix(outcomes):
         (outcome,) = outcomes.values()
-        _rows_per_client(outcome, 1, "FLUX's newcomer session (flux.prefix_row)")
+        _rows_per_client(outcome, 1, "FLUX's newcomer session (flux.prefix_row) needs 1 "
+                         "row(s) per client, got {rows} (roster order)")
         return _one_session(outcomes)
 
     if normalization == "none":
@@ -314,10 +319,8 @@ def _anchored(outcome, part: str, exact: bool = False) -> np.ndarray:
     """The (n+1) x (n+1) distances of the clients' rows and one anchor (anchor last), after
     checking that every client sent two rows whose second (the anchor) is the same point
     (``exact``: the exact integer distances instead of the decoded values)."""
-    rows = list(outcome.rows)
-    if any(r != 2 for r in rows):
-        raise ProtocolError(f"FMCL part {part!r}: every client sends its row and the zero "
-                            f"anchor (2 rows), got {rows} rows (roster {outcome.party_names})")
+    rows = _rows_per_client(outcome, 2, f"FMCL part {part!r}: every client sends its row and "
+                            "the zero anchor (2 rows), got {rows} rows (roster {names})")
     integer = np.asarray(outcome.integer)
     anchors = np.arange(1, 2 * len(rows), 2)
     if np.any(integer[np.ix_(anchors, anchors)] != 0):
