@@ -31,11 +31,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_k_selection as grid  # noqa: E402
 import clove_label_reference as study  # noqa: E402
 from sklearn.metrics import adjusted_rand_score  # noqa: E402
 
 from omnifc.adapters import clove  # noqa: E402
-from omnifc.experiments.reproduce._verdicts import paired_noise, verdict  # noqa: E402
 
 #: The default and the candidate, in that order.
 VARIANTS = ("identity", "sqrt")
@@ -59,8 +59,9 @@ SQRT_VERDICT = (
 #: Looked at before the freeze on the table's held-out seeds 3-5 and 60-65 (never used for
 #: the transform): planted 105 against 103 of 108 runs, one population 9 and 9 of 9.
 AUTO_K_SHIFTS = ("label", "feature", "concept", "conditional")
-AUTO_K_CASES = tuple(("digits-auto-k", k) for k in (2, 3, 5))
-ONE_POPULATION = (("digits-auto-k", 1),)
+AUTO_K_DATA = "digits-auto-k"       # the records' "data" of the automatic-K study
+AUTO_K_CASES = tuple((AUTO_K_DATA, k) for k in (2, 3, 5))
+ONE_POPULATION = ((AUTO_K_DATA, 1),)
 SQRT_AUTO_K_SEEDS = (440, 469)
 SQRT_AUTO_K_VERDICT = (
     "run_clove_fl(transform='sqrt') against 'identity' with K unknown (the automatic-K "
@@ -74,24 +75,23 @@ def run(seed: int, name: str, k: int, shift: str, transform: str) -> dict:
     """One run of ``run_clove_fl`` with its defaults but ``transform``: a case of the label
     study (K known), or of the automatic-K study (``name="digits-auto-k"``, K unknown;
     ``shift="none"``: one population of 15 clients, right when it stays on one model)."""
-    if name == AUTO_K_CASES[0][0]:
+    if name == AUTO_K_DATA:
         from omnifc import fl
 
-        groups, per_group = (1, 15) if shift == "none" else (k, 5)
-        data = fl.make_federated("digits", shift=shift, n_groups=groups,
+        n_groups, per_group = (1, 15) if shift == "none" else (k, 5)
+        data = fl.make_federated("digits", shift=shift, n_groups=n_groups,
                                  clients_per_group=per_group, new_per_group=0, seed=seed)
+        clients, groups = data.clients, data.groups
         model = fl.SoftmaxRegression(data.n_features, data.n_classes)
         inits = [model.init(seed=100 * seed + j) for j in range(15)]
-        out = clove.run_clove_fl(data.clients, model, inits, k_upper=15, rounds=8, seed=seed,
-                                 secure=False, transform=transform)
-        exact = bool(adjusted_rand_score(data.groups, out.assignments[-1]) == 1)
+        k_option = {"k_upper": 15}
     else:
         clients, groups, model, inits, _ = study.case(name, k, seed, shift=shift)
-        out = clove.run_clove_fl(clients, model, inits, n_clusters=k, rounds=8, seed=seed,
-                                 secure=False, transform=transform)
-        exact = bool(adjusted_rand_score(groups, out.assignments[-1]) == 1)
+        k_option = {"n_clusters": k}
+    out = clove.run_clove_fl(clients, model, inits, rounds=8, seed=seed, secure=False,
+                             transform=transform, **k_option)
     return {"seed": seed, "data": name, "k": k, "shift": shift, "transform": transform,
-            "exact": exact}
+            "exact": bool(adjusted_rand_score(groups, out.assignments[-1]) == 1)}
 
 
 def _key(record: dict) -> tuple:
@@ -122,7 +122,7 @@ def collect(seeds, shift: str, out=None, cases=study.CASES) -> list:
 def paired(records, shift) -> dict:
     """Counts and the verdict of the candidate against the default under ``shift`` (one
     shift, or a tuple of them pooled): the runs both variants completed, paired by (seed,
-    data, K, shift)."""
+    data, K, shift); the grid's :func:`bench_k_selection.paired_counts` (noise in runs)."""
     shifts = (shift,) if isinstance(shift, str) else tuple(shift)
     by = {}
     for r in records:
@@ -130,16 +130,12 @@ def paired(records, shift) -> dict:
             key = (r["seed"], r["data"], r["k"], r["shift"])
             by.setdefault(key, {})[r["transform"]] = r["exact"]
     runs = sorted(key for key, v in by.items() if set(v) == set(VARIANTS))
-    default = [float(by[key][VARIANTS[0]]) for key in runs]
-    candidate = [float(by[key][VARIANTS[1]]) for key in runs]
     if not runs:
         return {"runs": 0}
-    noise = paired_noise(candidate, default)
-    return {"runs": len(runs), "default": int(sum(default)), "candidate": int(sum(candidate)),
-            "plus": sum(c > d for c, d in zip(candidate, default)),
-            "minus": sum(c < d for c, d in zip(candidate, default)),
-            "noise": noise,
-            "verdict": verdict(sum(candidate) / len(runs), sum(default) / len(runs), noise)}
+    default, candidate, plus, minus, noise, word = grid.paired_counts(
+        [int(by[key][VARIANTS[0]]) for key in runs], [int(by[key][VARIANTS[1]]) for key in runs])
+    return {"runs": len(runs), "default": default, "candidate": candidate, "plus": plus,
+            "minus": minus, "noise": noise, "verdict": word}
 
 
 def holds(records) -> bool:
@@ -159,24 +155,19 @@ def holds_auto_k(records) -> bool:
 
 
 def table(records) -> str:
-    lines = ["| shift | runs | identity (default) | sqrt | + / - | noise (of the mean) | "
-             "verdict |", "|---|---|---|---|---|---|---|"]
-    rows = [(shift, shift) for shift in ("label", "feature")]
-    rows += [(f"K unknown, {shift}", (shift,)) for shift in AUTO_K_SHIFTS]
-    rows += [("K unknown, planted (pooled)", AUTO_K_SHIFTS), ("K unknown, one population",
-                                                             ("none",))]
-    auto = {r["shift"] for r in records if r["data"] == AUTO_K_CASES[0][0]}
-    for name, shifts in rows:
-        if name in ("label", "feature"):     # the label study's rows: its cases only
-            chosen = [r for r in records if r["data"] != AUTO_K_CASES[0][0]]
-        else:
-            chosen = [r for r in records if r["data"] == AUTO_K_CASES[0][0]]
-            if not auto:
-                continue
+    lines = ["| shift | runs | identity (default) | sqrt | + / - | noise (runs) | verdict |",
+             "|---|---|---|---|---|---|---|"]
+    study_rows = [r for r in records if r["data"] != AUTO_K_DATA]
+    auto_rows = [r for r in records if r["data"] == AUTO_K_DATA]
+    rows = [(shift, shift, study_rows) for shift in ("label", "feature")]
+    rows += [(f"K unknown, {shift}", shift, auto_rows) for shift in AUTO_K_SHIFTS]
+    rows += [("K unknown, planted (pooled)", AUTO_K_SHIFTS, auto_rows),
+             ("K unknown, one population", "none", auto_rows)]
+    for name, shifts, chosen in rows:
         p = paired(chosen, shifts)
         if p["runs"]:
             lines.append(f"| {name} | {p['runs']} | {p['default']} | {p['candidate']} | "
-                         f"+{p['plus']} / -{p['minus']} | {p['noise']:.3f} | {p['verdict']} |")
+                         f"+{p['plus']} / -{p['minus']} | {p['noise']:.1f} | {p['verdict']} |")
     return "\n".join(lines)
 
 
@@ -194,9 +185,9 @@ def main(argv=None) -> int:
         records = [json.loads(line) for f in args.table
                    for line in Path(f).read_text().splitlines() if line]
         print(table(records))
-        if any(r["data"] != AUTO_K_CASES[0][0] for r in records):
+        if any(r["data"] != AUTO_K_DATA for r in records):
             print(f"verdict (SQRT_VERDICT): {'holds' if holds(records) else 'does not hold'}")
-        if any(r["data"] == AUTO_K_CASES[0][0] for r in records):
+        if any(r["data"] == AUTO_K_DATA for r in records):
             print("verdict (SQRT_AUTO_K_VERDICT): "
                   f"{'holds' if holds_auto_k(records) else 'does not hold'}")
         return 0

@@ -67,7 +67,7 @@ def test_paired_counts_and_verdicts_are_computed_from_the_runs(look):
     default, candidate = [float(a) for a, _ in pairs], [float(b) for _, b in pairs]
     noise = paired_noise(candidate, default)
     assert (p["runs"], p["default"], p["candidate"], p["plus"], p["minus"]) == (20, 14, 19, 6, 1)
-    assert p["noise"] == noise and 5 / 20 > noise and p["verdict"] == "better"
+    assert p["noise"] == noise * 20 and 5 / 20 > noise and p["verdict"] == "better"
     # a run only one variant completed is not paired
     partial = _records(pairs) + [{"seed": 999, "data": "wine", "k": 2, "shift": "label",
                                   "transform": "sqrt", "exact": True}]

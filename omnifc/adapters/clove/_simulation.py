@@ -46,7 +46,7 @@ DEFAULT_KMEANS_INITS = 10
 #: square roots of its losses (the paper's ablation). Frozen as a candidate before its fresh
 #: seeds (benchmarks/_clove_transform.py, ``SQRT_VERDICT``) and judged on them: under label
 #: shift better than the losses themselves (193 against 184 of 240 runs with every client in
-#: its group, +11 / -2, noise 7.2 runs), under feature shift a tie (239 and 239); with K
+#: its group, +11 / -2, noise 7.1 runs), under feature shift a tie (239 and 239); with K
 #: unknown (``SQRT_AUTO_K_VERDICT``, fresh seeds 440-469) no worse: 335 against 331 of 360
 #: planted runs, 29 and 29 of 30 one-population runs on one model.
 #: ``paper=True`` (or ``transform="identity"``) sends the losses, as the paper's default does.
