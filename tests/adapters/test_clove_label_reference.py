@@ -103,17 +103,20 @@ def test_truth_models_are_each_trained_by_their_own_group_only(ref):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("transform", ["identity", "sqrt"])
 @pytest.mark.parametrize("name, k, seed", [("wine", 3, 70), ("wine", 3, 72), ("wine", 2, 74),
                                            ("digits", 3, 70), ("breast_cancer", 2, 79)])
 def test_at_truth_optimal_means_the_planted_partition_is_the_global_optimum(ref, name, k,
-                                                                             seed):
+                                                                             seed, transform):
     """Every partition of the clients into k clusters tried (3,025 for 9 clients): the
     ``optimal`` count is "the planted partition has the least k-means objective", so where it
     is 0 no k-means search can reach the groups; ``argmin`` is the library's IFCA rule on the
-    same models. Cases from seeds 70-79 with both answers of each."""
+    same models. Cases from seeds 70-79 with both answers of each (on the losses, the eighth
+    pass's table), and the same cases on the default transform's square roots."""
     clients, groups, model, inits, _ = ref.case(name, k, seed)
-    kmeans, optimal, argmin = ref.at_truth(clients, groups, model, inits, k, seed)
-    _, d = ref.truth_loss_vectors(clients, groups, model, inits, seed)
+    kmeans, optimal, argmin = ref.at_truth(clients, groups, model, inits, k, seed,
+                                           transform=transform)
+    _, d = ref.truth_loss_vectors(clients, groups, model, inits, seed, transform=transform)
     models = ref.truth_models(clients, groups, model, inits, seed)
     ifca = fl.ifca_assign(model)(types.SimpleNamespace(models=models, clients=clients))
     assert argmin == bool((ifca == groups).all())       # the library's IFCA rule
@@ -164,3 +167,87 @@ def test_quick_run_counts_its_rows():
     assert (f"bayes (told the priors) {bayes}/2, histograms (label-free) {hist}/2, at truth: "
             f"k-means {kmeans}/2, planted objective optimal {optimal}/2, argmin {argmin}/2"
             in lines[-1])
+
+
+def test_at_truth_sends_the_loops_transform(ref):
+    """The at-truth vectors are the loop's: the default is the loop's transform, and the
+    square roots are those of the losses, element by element."""
+    from omnifc.adapters import clove
+    clients, groups, model, inits, _ = ref.case("wine", 3, 72)
+    losses, d_losses = ref.truth_loss_vectors(clients, groups, model, inits, 72,
+                                              transform="identity")
+    roots, d_roots = ref.truth_loss_vectors(clients, groups, model, inits, 72, transform="sqrt")
+    default, d_default = ref.truth_loss_vectors(clients, groups, model, inits, 72)
+    assert clove.DEFAULT_TRANSFORM == "sqrt"
+    assert np.array_equal(roots, np.sqrt(losses)) and np.array_equal(default, roots)
+    assert np.array_equal(d_default, d_roots) and not np.array_equal(d_roots, d_losses)
+
+
+def _independent_within_reach(records):
+    looped = [r for r in records if r["clove"] is not None]
+    reach = [r for r in looped if r["k-means"]]
+    return (len([r for r in reach if r["clove"]]), len(reach),
+            len([r for r in looped if not r["k-means"] and r["clove"]]),
+            len(looped) - len(reach))
+
+
+def test_within_reach_counts_every_pattern_of_four_runs(ref):
+    """Every record pattern of four runs (at truth right or not; the loop right, wrong or not
+    run): the split and the goal against a count written independently."""
+    states = [{"k-means": a, "clove": c} for a in (False, True) for c in (None, False, True)]
+    for records in itertools.product(states, repeat=4):
+        expected = _independent_within_reach(records)
+        assert ref.within_reach(records) == expected
+        right, reach = expected[0], expected[1]
+        assert ref.goal_within_reach(records) == (reach > 0 and 100 * right >= 95 * reach)
+
+
+@pytest.mark.parametrize("reach", [20, 40, 60, 100])
+def test_the_goal_within_reach_at_its_bound(ref, reach):
+    """At exactly 95 % of the runs within reach the goal holds; one run fewer, it does not;
+    runs beyond reach, however many the loop gets wrong or right, change nothing."""
+    at_bound = 95 * reach // 100
+    beyond = [{"k-means": False, "clove": c} for c in (True, False, False)]
+    for right, holds in ((at_bound, True), (at_bound - 1, False)):
+        records = ([{"k-means": True, "clove": True}] * right
+                   + [{"k-means": True, "clove": False}] * (reach - right) + beyond)
+        assert ref.goal_within_reach(records) is holds
+    assert ref.goal_within_reach(beyond) is False
+
+
+@pytest.mark.timeout(180)
+def test_out_resumes_and_table_sums_the_halves(ref, tmp_path, capsys, monkeypatch):
+    """Two halves of the seeds in two record files: --table prints the summary of running
+    both seeds in one go; a second run on a file skips the runs it holds; the loop runs with
+    the transform asked for."""
+    from omnifc.adapters import clove
+    monkeypatch.setattr(ref, "CASES", ref.CASES[1:2])          # wine, K = 2
+    transforms, real = [], clove.run_clove_fl
+
+    def spy(*args, **kwargs):
+        transforms.append(kwargs["transform"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(clove, "run_clove_fl", spy)
+    halves = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    for seed, out in zip((70, 71), halves):
+        assert ref.main(["--seeds", str(seed), "--clove", "--transform", "identity",
+                         "--out", str(out)]) == 0
+    assert transforms == ["identity", "identity"]
+    assert ref.main(["--seeds", "70", "--clove", "--transform", "identity",
+                     "--out", str(halves[0])]) == 0          # resumed: nothing new
+    assert transforms == ["identity", "identity"]
+    assert len(halves[0].read_text().splitlines()) == 1
+    capsys.readouterr()
+    assert ref.main(["--seeds", "70-71", "--clove", "--transform", "identity"]) == 0
+    whole = capsys.readouterr().out.splitlines()[-1]
+    assert ref.main(["--table", *map(str, halves)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0] == whole
+    records = [r for p in halves for r in map(__import__("json").loads,
+                                              p.read_text().splitlines())]
+    right, reach, _, _ = _independent_within_reach(records)
+    assert f"within reach (at truth: k-means right) clove {right}/{reach}" in whole
+    assert table[1] == ("goal within reach (WITHIN_REACH_VERDICT): "
+                        + ("holds" if reach and 100 * right >= 95 * reach else "does not hold"))
+    assert "transform identity; seeds [70, 71]" in whole
