@@ -229,11 +229,18 @@ def test_out_resumes_and_table_sums_the_halves(ref, tmp_path, capsys, monkeypatc
         return real(*args, **kwargs)
 
     monkeypatch.setattr(clove, "run_clove_fl", spy)
+    at_truth_transforms, real_at_truth = [], ref.at_truth
+
+    def at_truth_spy(*args, **kwargs):
+        at_truth_transforms.append(kwargs["transform"])
+        return real_at_truth(*args, **kwargs)
+
+    monkeypatch.setattr(ref, "at_truth", at_truth_spy)
     halves = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
     for seed, out in zip((70, 71), halves):
         assert ref.main(["--seeds", str(seed), "--clove", "--transform", "identity",
                          "--out", str(out)]) == 0
-    assert transforms == ["identity", "identity"]
+    assert transforms == at_truth_transforms == ["identity", "identity"]
     assert ref.main(["--seeds", "70", "--clove", "--transform", "identity",
                      "--out", str(halves[0])]) == 0          # resumed: nothing new
     assert transforms == ["identity", "identity"]
