@@ -258,3 +258,94 @@ def test_out_resumes_and_table_sums_the_halves(ref, tmp_path, capsys, monkeypatc
     assert table[1] == ("goal within reach (WITHIN_REACH_VERDICT): "
                         + ("holds" if reach and 100 * right >= 95 * reach else "does not hold"))
     assert "transform identity; seeds [70, 71]" in whole
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("transform", ["identity", "sqrt"])
+def test_at_truth_counts_from_an_independent_computation(ref, transform):
+    """at_truth's three counts recomputed here from the truth models: the loss vectors of the
+    transform, their D at the loop's scale (2^-20, exact integers), k-means as the loop runs
+    it, the objective compared in fractions and the row minima. The cases give both answers
+    of the k-means count on the losses."""
+    from omnifc.adapters import clove
+    seen = []
+    for name, k, seed in (("wine", 3, 70), ("wine", 3, 72), ("digits", 3, 70)):
+        clients, groups, model, inits, _ = ref.case(name, k, seed)
+        models = ref.truth_models(clients, groups, model, inits, seed)
+        vectors = np.array([clove.loss_vector(models, c.x_train, c.y_train, loss=model.loss,
+                                              transform=transform) for c in clients])
+        scale = 2 ** 20
+        ints = [[int(round(float(v) * scale)) for v in row] for row in vectors]
+        d = np.array([[Fraction(sum((a - b) ** 2 for a, b in zip(p, q)), scale * scale)
+                       for q in ints] for p in ints])
+        got_vectors, got_d = ref.truth_loss_vectors(clients, groups, model, inits, seed,
+                                                    transform=transform)
+        assert np.array_equal(got_vectors, vectors)
+        assert [[Fraction(x) for x in row] for row in got_d.tolist()] == d.tolist()
+        labels = clove.cluster_clients(got_d, k, random_state=seed, n_init=10)
+        kmeans = bool((np.unique(np.stack([labels, groups]), axis=1).shape[1] == k))
+        expected = (kmeans, ref.kmeans_objective(got_d, groups)
+                    <= ref.kmeans_objective(got_d, labels),
+                    bool((vectors.argmin(axis=1) == groups).all()))
+        assert ref.at_truth(clients, groups, model, inits, k, seed,
+                            transform=transform) == expected
+        seen.append(kmeans)
+    if transform == "identity":
+        assert set(seen) == {True, False}
+
+
+@pytest.mark.timeout(180)
+def test_run_record_reports_the_references_and_the_last_rounds_partition(ref, monkeypatch):
+    """A label-shift record carries the label references of ``references``; a feature-shift
+    record none; the loop is called with K known, 8 rounds, the run's seed, plaintext and the
+    transform, and its count is the last round's partition (a run whose earlier rounds are
+    right and last is wrong counts 0, and the reverse 1)."""
+    from omnifc.adapters import clove
+    bayes, hist, clients, groups, model, inits = ref.references("wine", 2, 72)
+    calls = []
+    wrong = np.zeros_like(groups)
+
+    def loop(*args, **kwargs):
+        calls.append(kwargs)
+        order = [groups, groups, wrong] if len(calls) == 1 else [wrong, wrong, groups]
+        return types.SimpleNamespace(assignments=order)
+
+    monkeypatch.setattr(clove, "run_clove_fl", loop)
+    first = ref.run_record(72, "wine", 2, "label", "identity", True)
+    second = ref.run_record(72, "wine", 2, "label", "identity", True)
+    assert (first["bayes"], first["histograms"]) == (bayes, hist)
+    assert first["clove"] is False and second["clove"] is True
+    assert calls[0] == {"n_clusters": 2, "rounds": 8, "seed": 72, "secure": False,
+                        "transform": "identity"}
+    assert first["k-means"] == ref.at_truth(clients, groups, model, inits, 2, 72,
+                                            transform="identity")[0]
+    feature = ref.run_record(72, "wine", 2, "feature", "sqrt", False)
+    assert feature["bayes"] is None and feature["histograms"] is None
+    assert feature["clove"] is None and len(calls) == 2
+
+
+def test_summary_text_from_hand_made_records(ref):
+    """The closing line, written out for records whose counts are known: label shift with the
+    loop (runs within reach and beyond), feature shift without it, and no run within reach."""
+    def rec(seed, shift, km, cl, transform="sqrt", bayes=True, hist=False):
+        return {"seed": seed, "data": "wine", "k": 2, "shift": shift, "transform": transform,
+                "bayes": bayes if shift == "label" else None,
+                "histograms": hist if shift == "label" else None, "k-means": km,
+                "optimal": km, "argmin": not km, "clove": cl}
+
+    label = [rec(1, "label", True, True), rec(2, "label", True, False, hist=True),
+             rec(3, "label", False, True), rec(4, "label", True, True, bayes=False)]
+    assert ref.summary(label) == (
+        "all clients right (ARI 1), label shift: bayes (told the priors) 3/4, histograms "
+        "(label-free) 1/4, at truth: k-means 3/4, planted objective optimal 3/4, argmin 1/4, "
+        "clove (defaults) 3/4; within reach (at truth: k-means right) clove 2/3 (66.7 %), "
+        "beyond it clove 1/1; transform sqrt; seeds [1, 2, 3, 4]")
+    feature = [rec(5, "feature", True, None, "identity"), rec(6, "feature", False, None,
+                                                              "identity")]
+    assert ref.summary(feature) == (
+        "all clients right (ARI 1), feature shift: at truth: k-means 1/2, planted objective "
+        "optimal 1/2, argmin 1/2; transform identity; seeds [5, 6]")
+    beyond = [rec(7, "label", False, False), rec(8, "label", False, True, transform="identity")]
+    assert ref.summary(beyond).endswith(
+        "clove (defaults) 1/2; within reach (at truth: k-means right) clove 0/0, beyond it "
+        "clove 1/2; transform identity/sqrt; seeds [7, 8]")
