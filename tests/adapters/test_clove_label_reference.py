@@ -181,6 +181,16 @@ def test_at_truth_sends_the_loops_transform(ref):
     assert clove.DEFAULT_TRANSFORM == "sqrt"
     assert np.array_equal(roots, np.sqrt(losses)) and np.array_equal(default, roots)
     assert np.array_equal(d_default, d_roots) and not np.array_equal(d_roots, d_losses)
+    asked, real = [], ref.truth_loss_vectors
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs.get("transform"))
+        return real(*args, **kwargs)
+
+    with mock.patch.object(ref, "truth_loss_vectors", spy):
+        ref.at_truth(clients, groups, model, inits, 3, 72, transform="identity")
+        ref.at_truth(clients, groups, model, inits, 3, 72)
+    assert asked == ["identity", clove.DEFAULT_TRANSFORM]
 
 
 def _independent_within_reach(records):
@@ -345,6 +355,8 @@ def test_summary_text_from_hand_made_records(ref):
     assert ref.summary(feature) == (
         "all clients right (ARI 1), feature shift: at truth: k-means 1/2, planted objective "
         "optimal 1/2, argmin 1/2; transform identity; seeds [5, 6]")
+    mixed = ref.summary([rec(9, "label", True, None), rec(10, "feature", True, None)])
+    assert mixed.startswith("all clients right (ARI 1), feature/label shift: at truth: ")
     beyond = [rec(7, "label", False, False), rec(8, "label", False, True, transform="identity")]
     assert ref.summary(beyond).endswith(
         "clove (defaults) 1/2; within reach (at truth: k-means right) clove 0/0, beyond it "
