@@ -199,6 +199,11 @@ FLUX_SPLIT_MIN_P_SEEDS = tuple(range(3317, 3329))
 #: previous default's, on the same draws (``--iid-only --clients 6,20 --iid-clients 6,20``);
 #: generated after the default was switched; nothing is chosen on them.
 FLUX_SPLIT_MIN_P_LEVEL_SEEDS = tuple(range(3329, 3409))
+#: A measurement, not a verdict: the defaults (FLUX ``flux:axis_or_gap@0.01`` on the split D,
+#: FMCL ``fmcl:additive``) with 5,000 rows per client (``--rows 5000``), the top of the
+#: issue's local data size, every client count of the grid; generated after both defaults
+#: were fixed (issue 24, sixteenth pass); nothing is chosen on them.
+ROWS_5000_SEEDS = tuple(range(3409, 3421))
 SPLIT_MIN_P_VERDICT = (
     "on FLUX_SPLIT_MIN_P_SEEDS, the whole grid, paired run by run: flux:axis_or_gap@0.01 on "
     "the split D (--normalization split) against the default flux:calibrated on the default "
@@ -893,7 +898,8 @@ def main(argv=None) -> int:
           f"split-half recipe: {FLUX_SPLIT_HALF_SEEDS[0]}-{FLUX_SPLIT_HALF_SEEDS[-1]}, in its "
           f"secure form: {FLUX_SPLIT_SECURE_SEEDS[0]}-{FLUX_SPLIT_SECURE_SEEDS[-1]}; for "
           f"axis_or_gap@0.01 on it: {FLUX_SPLIT_MIN_P_SEEDS[0]}-{FLUX_SPLIT_MIN_P_SEEDS[-1]}, "
-          f"its level: {FLUX_SPLIT_MIN_P_LEVEL_SEEDS[0]}-{FLUX_SPLIT_MIN_P_LEVEL_SEEDS[-1]})")
+          f"its level: {FLUX_SPLIT_MIN_P_LEVEL_SEEDS[0]}-{FLUX_SPLIT_MIN_P_LEVEL_SEEDS[-1]}; "
+          f"the defaults with 5,000 rows: {ROWS_5000_SEEDS[0]}-{ROWS_5000_SEEDS[-1]})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)

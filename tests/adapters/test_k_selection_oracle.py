@@ -353,7 +353,8 @@ def test_the_held_out_seed_sets_never_overlap(k_selection_bench):
             grid.FLUX_WHITENED_STRICT_SEEDS, grid.FLUX_REPLICATION_SEEDS, grid.FLUX_LEVEL_SEEDS,
             grid.FLUX_MIN_GROUP_SEEDS, grid.FLUX_MIN_GROUP_LEVEL_SEEDS,
             grid.FLUX_SPLIT_HALF_SEEDS, grid.FLUX_SPLIT_SECURE_SEEDS,
-            grid.FLUX_SPLIT_MIN_P_SEEDS, grid.FLUX_SPLIT_MIN_P_LEVEL_SEEDS]
+            grid.FLUX_SPLIT_MIN_P_SEEDS, grid.FLUX_SPLIT_MIN_P_LEVEL_SEEDS,
+            grid.ROWS_5000_SEEDS]
     for earlier, later in zip(sets, sets[1:]):
         assert max(earlier) < min(later)
     everything = [s for seeds in sets for s in seeds]
