@@ -40,6 +40,12 @@ def mse_loss(theta, features, targets) -> float:
 LOSS_TRANSFORMS = ("identity", "sqrt")
 
 
+def _check_transform(transform: str) -> None:
+    """``ParameterError`` unless ``transform`` is one of :data:`LOSS_TRANSFORMS`."""
+    if transform not in LOSS_TRANSFORMS:
+        raise ParameterError(f"transform must be one of {LOSS_TRANSFORMS}, got {transform!r}")
+
+
 def loss_vector(models, features, targets, *, loss=mse_loss,
                 transform: str = "identity") -> np.ndarray:
     """Client side: the loss of every current model on this client's training data.
@@ -58,17 +64,14 @@ def loss_vector(models, features, targets, *, loss=mse_loss,
     ndarray (K_hat,)
         The vector to protect.
     """
+    _check_transform(transform)
     if loss is mse_loss:
         residual = np.asarray(features) @ np.asarray(models, dtype=np.float64).T \
             - np.asarray(targets)[:, None]
         values = np.mean(residual * residual, axis=0)
     else:
         values = np.array([loss(m, features, targets) for m in models], dtype=np.float64)
-    if transform == "identity":
-        return values
-    if transform == "sqrt":
-        return np.sqrt(values)
-    raise ParameterError(f"transform must be one of {LOSS_TRANSFORMS}, got {transform!r}")
+    return np.sqrt(values) if transform == "sqrt" else values
 
 def cluster_clients(distances, n_clusters: int, *, random_state: int = 0,
                     n_init="auto") -> np.ndarray:

@@ -13,7 +13,7 @@ from finite_field import ParameterError
 from ..._geometry import centroid_sq_distances, to_euclidean
 from .._common import plaintext_distances, protect, quantize_rows, secure_group_sums
 from .._k_selection import choose_k, choose_k_gap
-from ._paper import (DEFAULT_MAX_LOSS, DEFAULT_SCALE_BITS, LOSS_TRANSFORMS, cluster_clients,
+from ._paper import (DEFAULT_MAX_LOSS, DEFAULT_SCALE_BITS, _check_transform, cluster_clients,
                      cluster_cost, fedavg, is_stable, loss_vector, match_clusters)
 
 __all__ = ["CLASSIFIER_MAX_LOSS", "CloveFLRun", "CloveRun", "DEFAULT_KMEANS_INITS",
@@ -413,8 +413,7 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
                    stability_rounds=stability_rounds, k_rule=k_rule, k_tolerance=k_tolerance,
                    random_rounds=random_rounds, kmeans_inits=kmeans_inits, parties=parties,
                    transform=transform)
-    if transform not in LOSS_TRANSFORMS:
-        raise ParameterError(f"transform must be one of {LOSS_TRANSFORMS}, got {transform!r}")
+    _check_transform(transform)
     if not (kmeans_inits == "auto" or (isinstance(kmeans_inits, (int, np.integer))
                                        and not isinstance(kmeans_inits, bool)
                                        and kmeans_inits >= 1)):
