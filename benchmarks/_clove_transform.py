@@ -25,7 +25,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -101,11 +100,8 @@ def _key(record: dict) -> tuple:
 def collect(seeds, shift: str, out=None, cases=study.CASES) -> list:
     """Every variant on every case of ``seeds``; the records already in ``out`` are kept
     (a stopped run resumes), new ones appended to it."""
-    records = []
-    done = set()
-    if out is not None and Path(out).exists():
-        records = [json.loads(line) for line in Path(out).read_text().splitlines() if line]
-        done = {_key(r) for r in records}
+    records = study.resumed(out)
+    done = {_key(r) for r in records}
     for seed in seeds:
         for name, k in cases:
             for transform in VARIANTS:
@@ -113,9 +109,7 @@ def collect(seeds, shift: str, out=None, cases=study.CASES) -> list:
                     continue
                 record = run(seed, name, k, shift, transform)
                 records.append(record)
-                if out is not None:
-                    with open(out, "a") as f:
-                        f.write(json.dumps(record) + "\n")
+                study.append_record(out, record)
     return records
 
 
@@ -182,8 +176,7 @@ def main(argv=None) -> int:
     parser.add_argument("--table", nargs="+", help="print the paired table of these files")
     args = parser.parse_args(argv)
     if args.table:
-        records = [json.loads(line) for f in args.table
-                   for line in Path(f).read_text().splitlines() if line]
+        records = study.read_records(args.table)
         print(table(records))
         if any(r["data"] != AUTO_K_DATA for r in records):
             print(f"verdict (SQRT_VERDICT): {'holds' if holds(records) else 'does not hold'}")

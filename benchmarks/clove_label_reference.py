@@ -288,9 +288,23 @@ def summary(records) -> str:
     return text + f"; transform {'/'.join(transforms)}; seeds {seeds}"
 
 
-def _read(paths) -> list:
+def read_records(paths) -> list:
+    """The JSON-lines records of ``paths``, in order."""
     return [json.loads(line) for p in paths for line in Path(p).read_text().splitlines()
             if line]
+
+
+def resumed(path) -> list:
+    """The records a resumable run starts from: those already in ``path`` (none when it is
+    ``None`` or does not exist yet)."""
+    return read_records([path]) if path is not None and Path(path).exists() else []
+
+
+def append_record(path, record: dict) -> None:
+    """One record appended to the JSON-lines file ``path`` (``None``: kept nowhere)."""
+    if path is not None:
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
 
 
 def main(argv=None) -> int:
@@ -313,7 +327,7 @@ def main(argv=None) -> int:
     parser.add_argument("--table", nargs="+", help="print the summary of these record files")
     args = parser.parse_args(argv)
     if args.table:
-        records = _read(args.table)
+        records = read_records(args.table)
         print(summary(records))
         if any(r["clove"] is not None for r in records):
             print("goal within reach (WITHIN_REACH_VERDICT): "
@@ -322,7 +336,7 @@ def main(argv=None) -> int:
     lo, _, hi = args.seeds.partition("-")
     seeds = [70] if args.quick else list(range(int(lo), int(hi or lo) + 1))
     cases = CASES[:2] if args.quick else CASES
-    records = _read([args.out]) if args.out and Path(args.out).exists() else []
+    records = resumed(args.out)
     done = {_key(r) for r in records}
     print("seed  data            K  bayes  histograms  at truth: k-means  optimal  argmin"
           + ("  clove" if args.clove else ""))
@@ -339,9 +353,7 @@ def main(argv=None) -> int:
                 line += f"  {int(r['clove']):5d}"
             print(line, flush=True)
             records.append(r)
-            if args.out:
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(r) + "\n")
+            append_record(args.out, r)
     print(summary(records))
     return 0
 
