@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import subprocess
 import sys
 import types
@@ -261,8 +262,7 @@ def test_out_resumes_and_table_sums_the_halves(ref, tmp_path, capsys, monkeypatc
     assert ref.main(["--table", *map(str, halves)]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0] == whole
-    records = [r for p in halves for r in map(__import__("json").loads,
-                                              p.read_text().splitlines())]
+    records = [json.loads(line) for p in halves for line in p.read_text().splitlines()]
     right, reach, _, _ = _independent_within_reach(records)
     assert f"within reach (at truth: k-means right) clove {right}/{reach}" in whole
     assert table[1] == ("goal within reach (WITHIN_REACH_VERDICT): "
