@@ -456,20 +456,28 @@ def grid_counts(path, rule, seeds) -> dict:
 
 
 def report(bounds, told=None, counts=None, *, goal: float = 0.9,
-           noise: float = 2.0) -> list[str]:
+           noise: float = 2.0, direction_free=None) -> list[str]:
     """The per-cell table and the summary lines. ``over``: the rule's or the told-axis
     count exceeds the bound by more than ``noise`` binomial standard errors of the runs (the
-    model does not bound that cell)."""
+    model does not bound that cell). ``direction_free``: ``{cell: [power per seed]}`` of
+    ``flux_direction_free_bound`` (the bound for rules not told the direction); where it
+    is given, a cell's reach is the smaller of the two bounds."""
+    df = direction_free is not None
     lines = ["| shift | classes | rows | clients | groups | label-free bound (model) | "
-             "told the axis: K = 2 | rule: K right | over |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    tally = {"bound": 0, "told": 0, "rule": 0, "over": 0, "bound_only": 0}
+             + ("not told the direction | " if df else "")
+             + "told the axis: K = 2 | rule: K right | over |",
+             "|---|---|---|---|---|---|---|---|---|" + ("---|" if df else "")]
+    tally = {"bound": 0, "told": 0, "rule": 0, "over": 0, "bound_only": 0, "reach": 0}
     for cell, powers in bounds.items():
         shift, n, rows, imbalance, classes = cell
         big, small = grid.group_sizes(n, imbalance)
         bound = float(np.mean(powers))
-        se = math.sqrt(max(bound * (1 - bound), 1.0 / len(powers)) / len(powers))
+        free = (None if not df or cell not in direction_free
+                else float(np.mean(direction_free[cell])))
+        reach = bound if free is None else min(bound, free)
+        se = math.sqrt(max(reach * (1 - reach), 1.0 / len(powers)) / len(powers))
         tally["bound"] += bound >= goal
+        tally["reach"] += reach >= goal
         shown, over = [], False
         for source, right in (("told", None if told is None else
                                {s: kx[0] == 2 for s, kx in told.get(cell, {}).items()}),
@@ -481,15 +489,21 @@ def report(bounds, told=None, counts=None, *, goal: float = 0.9,
             rate = sum(runs) / len(runs)
             tally[source] += rate >= goal
             if source == "rule":
-                tally["bound_only"] += bound >= goal and rate < goal
-            over |= rate - bound > noise * se
+                tally["bound_only"] += reach >= goal and rate < goal
+            if source == "rule" or free is None:   # the told-axis test is told a direction
+                over |= rate - reach > noise * se
             shown.append(f"{sum(runs)}/{len(runs)}")
         tally["over"] += over
         lines.append(f"| {shift} | {classes} | {rows} | {n} | {big}:{small} | "
-                     f"{100 * bound:.1f} % | {shown[0]} | {shown[1]} | "
-                     f"{'over' if over else ''} |")
+                     f"{100 * bound:.1f} % | "
+                     + ((f"{100 * free:.1f} % | " if free is not None else "- | ") if df
+                        else "")
+                     + f"{shown[0]} | {shown[1]} | {'over' if over else ''} |")
     lines.append(f"cells reaching {100 * goal:.0f} % (of {len(bounds)}): label-free bound "
-                 f"{tally['bound']}" + (f", told the axis {tally['told']}" if told else "")
+                 f"{tally['bound']}"
+                 + (f", not told the direction (where computed, else the label-free bound) "
+                    f"{tally['reach']}" if df else "")
+                 + (f", told the axis {tally['told']}" if told else "")
                  + (f", the rule {tally['rule']} (within the bound's reach and missed by the "
                     f"rule: {tally['bound_only']})" if counts else "")
                  + f"; cells with a count above the bound beyond noise: {tally['over']}")
@@ -523,9 +537,17 @@ def main(argv=None) -> int:
                         help="the level of the rules bounded and of the told-axis test "
                              f"(default {ALPHA}; the grid's iid goal is met reliably at "
                              "bench_k_selection.GOAL_ALPHA = 0.01)")
+    parser.add_argument("--direction-free", action="store_true",
+                        help="also the bound for rules not told the direction "
+                             "(flux_direction_free_bound; the cells of at most "
+                             "200,000 arrangements: 6 and 20 clients)")
+    parser.add_argument("--direction-free-draws", type=int, default=None,
+                        help="draws per hypothesis behind one direction-free power "
+                             "(default flux_direction_free_bound.DRAWS)")
     parser.add_argument("--quick", action="store_true",
-                        help="seed 3049, label shift, 20 rows, 2 classes, 6 and 20 clients, "
-                             "300 clients per group, 500 draws (seconds)")
+                        help="seed 3049, label shift, 20 rows, 2 classes, 6 and 20 clients "
+                             "(6 with --direction-free, 100 draws), 300 clients per group, "
+                             "500 draws (seconds)")
     args = parser.parse_args(argv)
     if not 0.0 < args.alpha < 1.0:
         parser.error(f"--alpha must be in (0, 1), got {args.alpha}")
@@ -538,6 +560,8 @@ def main(argv=None) -> int:
         args.iid_clients = ""
         args.population_clients, args.draws = 300, 500
         args.skip = 20
+        if args.direction_free:      # 20 clients at 1:1 sum over 92,378 arrangements
+            clients, args.direction_free_draws = [6], 100
     cells = [c for c in planted_cells(clients, rows, classes) if c[0] in shifts]
     if args.cache:
         os.makedirs(args.cache, exist_ok=True)
@@ -555,7 +579,15 @@ def main(argv=None) -> int:
             told_axis_counts(cells, seeds, axes, args.cache, descriptor_form=form,
                              alpha=args.alpha))
     counts = None if args.results is None else grid_counts(args.results, args.rule, seeds)
-    print("\n".join(report(bounds, told, counts)))
+    free = None
+    if args.direction_free:
+        import flux_direction_free_bound as df
+        free = df.direction_free_bounds(
+            cells, seeds, {k: math.sqrt(v["delta2"]) for k, v in axes.items()},
+            {k: v["rank"] for k, v in axes.items()}, grid.group_sizes, alpha=args.alpha,
+            draws=args.direction_free_draws or df.DRAWS, cache=args.cache,
+            progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print("\n".join(report(bounds, told, counts, direction_free=free)))
     if not args.no_told_axis and args.iid_clients:
         level = told_axis_iid(grid._ints(args.iid_clients), rows, classes, seeds, axes,
                               args.cache, descriptor_form=form, alpha=args.alpha)

@@ -1,0 +1,324 @@
+"""The label-free bound when the direction in which the groups differ is not known.
+
+Not a speed benchmark. ``flux_label_free_bound`` bounds every label-free K rule by the
+Neyman-Pearson test that is *told the axis* along which two groups differ (their means and
+the shared covariance ``Sigma``). A rule reading the federation's distances is told no axis:
+it must find it among ``d`` directions from ``n`` clients. This module computes the bound
+for a rule that does not know the direction.
+
+**The model** (as in ``flux_label_free_bound``). Whitened by ``Sigma`` (``d``: its rank),
+a client's descriptor is ``N(mu_g, I)``; ``m`` clients in one group and ``n - m`` in the
+other, in an unknown arrangement, their means ``Delta`` apart along a unit direction ``u``.
+The one-cluster null contains every Gaussian, in particular ``G0(u) = N(mu, I + c u u^T)``
+(the two groups pooled; ``c = pi (1 - pi) Delta^2``, ``pi = m / n``).
+
+**The bound.** Let the direction be unknown: ``u`` uniform on the sphere. A rule of level
+``alpha`` against every Gaussian has level ``alpha`` against the average of ``G0(u)`` over
+``u``, so by the Neyman-Pearson lemma its power *averaged over directions* is at most that
+of the likelihood-ratio test of the averaged null against the averaged planted model
+(:func:`direction_free_power`). A rule that reads only the distances in the noise's own
+(Mahalanobis) metric does equally well in every direction, so for it the bound holds at
+each direction, not only on average. It is told ``mu``, ``Sigma``, ``m`` and ``Delta``: more
+than any rule knows, so the bound is generous.
+
+**The ratio in closed form.** Both averaged densities depend on the clients' whitened,
+centred descriptors ``Y`` (``n x d``) only through their Gram matrix ``G = Y Y^T``:
+
+- planted / standard normal: ``exp(-n c / 2)`` times the mean over the ``C(n, m)``
+  arrangements ``s`` of ``E_u exp(Delta u . Y^T a_s)`` (``a_i = 1 - pi`` in the small group,
+  ``-pi`` in the other), and ``E_u exp(k u_1) = 0F1(; d/2; k^2 / 4)``
+  (:func:`log_sphere_mgf`, a Bessel function);
+- null / standard normal: ``(1 + c)^(-n/2) E_u exp(b u^T Y^T Y u)``, ``b = c / (2 (1 + c))``;
+  with ``lambda`` the eigenvalues of ``G`` the coordinates ``(u . e_j)^2`` are
+  ``Dirichlet(1/2, ..., 1/2, (d - k) / 2)``, whose moment generating function
+  (:func:`log_dirichlet_mgf`) is an inverse Laplace transform computed on a Bromwich line
+  through its saddle point.
+
+Usage: ``python benchmarks/flux_label_free_bound.py --direction-free ...`` (the cells'
+separations and ranks come from the same populations).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import sys
+
+import numpy as np
+from scipy import special
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+#: Monte Carlo draws per hypothesis behind one power.
+DRAWS = 4000
+#: Up to this many arrangements, the quadratic forms of a whole stack at once.
+_FEW_ARRANGEMENTS = 2000
+#: The inversion contour: points per unit of the saddle's width, and how far down (in
+#: e-folds of ``e^s``) it is followed.
+_LINE_DENSITY, _LINE_REACH = 4.0, 40.0
+
+
+def log_sphere_mgf(kappa, d: int):
+    """``log E exp(kappa u_1)`` for ``u`` uniform on the unit sphere of ``R^d``:
+    ``log 0F1(; d/2; kappa^2 / 4)`` (elementwise).
+
+    >>> round(float(log_sphere_mgf(0.0, 5)), 12)
+    0.0
+    >>> float(np.exp(log_sphere_mgf(1.0, 1)))            # d = 1: u = +-1, cosh(1)
+    1.5430806348152437
+    """
+    kappa = np.asarray(kappa, dtype=np.float64)
+    shape = kappa.shape
+    kappa = np.abs(kappa).reshape(-1)
+    b, z = d / 2.0, kappa ** 2 / 4.0
+    out = np.empty_like(kappa)
+    small = z <= b
+    # the series sum_k z^k / ((b)_k k!): its ratio z / ((b + k)(k + 1)) stays below 1
+    k = np.arange(80.0)
+    coefficients = special.gammaln(b) - special.gammaln(b + k) - special.gammaln(k + 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_z = np.log(z[small])
+        log_terms = np.where(k == 0, 0.0, k * log_z[:, None]) + coefficients
+    out[small] = special.logsumexp(log_terms, axis=1)
+    big = ~small
+    nu = b - 1.0
+    out[big] = (special.gammaln(b) + nu * np.log(2.0 / kappa[big])
+                + _log_bessel_i(nu, kappa[big]))
+    return out.reshape(shape)
+
+
+#: From this order on, ``log I_nu`` by Debye's expansion (five terms: relative error
+#: below ``nu^-5``, 3e-7 at 20); below it by scipy's ``ive``.
+_DEBYE_ORDER = 20.0
+
+
+def _log_bessel_i(nu: float, x):
+    """``log I_nu(x)`` for ``x > 0`` (Debye's uniform expansion for large ``nu``: scipy's
+    ``ive`` costs about a microsecond per value, and the arrangement sums need millions).
+
+    >>> bool(abs(_log_bessel_i(30.0, np.array([50.0]))[0]
+    ...          - math.log(special.ive(30.0, 50.0)) - 50.0) < 1e-8)
+    True
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if nu < _DEBYE_ORDER:
+        return np.log(special.ive(nu, x)) + x
+    z = x / nu
+    root = np.sqrt(1.0 + z * z)
+    t = 1.0 / root
+    eta = root + np.log(z / (1.0 + root))
+    t2 = t * t
+    u1 = t * (3.0 - 5.0 * t2) / 24.0
+    u2 = t2 * (81.0 - 462.0 * t2 + 385.0 * t2 ** 2) / 1152.0
+    u3 = t * t2 * (30375.0 - 369603.0 * t2 + 765765.0 * t2 ** 2 - 425425.0 * t2 ** 3) / 414720.0
+    u4 = t2 ** 2 * (4465125.0 - 94121676.0 * t2 + 349922430.0 * t2 ** 2
+                    - 446185740.0 * t2 ** 3 + 185910725.0 * t2 ** 4) / 39813120.0
+    series = 1.0 + u1 / nu + u2 / nu ** 2 + u3 / nu ** 3 + u4 / nu ** 4
+    return nu * eta - 0.5 * np.log(2.0 * math.pi * nu) + 0.5 * np.log(t) + np.log(series)
+
+
+def log_dirichlet_mgf(beta, d: int):
+    """``log E exp(beta . t)`` for ``t``: the first ``k`` coordinates of
+    ``Dirichlet(1/2, ..., 1/2, (d - k) / 2)`` (``(u . e_j)^2`` of a uniform unit vector
+    ``u`` of ``R^d``), ``beta >= 0`` of shape ``(..., k)``; one value per leading index.
+
+    The inverse Laplace transform at 1 of ``Gamma(d/2) s^(-(d-k)/2) prod_j (s -
+    beta_j)^(-1/2)``, integrated (trapezoid) on a parabola through the real saddle point
+    of its integrand that opens to the left: it crosses the real axis only there, right
+    of every singularity, and ``e^s`` decays along it like a Gaussian.
+
+    >>> round(float(np.exp(log_dirichlet_mgf([0.0, 0.0], 6))), 9)
+    1.0
+    >>> bool(abs(log_dirichlet_mgf([2.0], 4) - math.log(special.hyp1f1(0.5, 2.0, 2.0))) < 1e-9)
+    True
+    """
+    beta = np.asarray(beta, dtype=np.float64)
+    lead = beta.shape[:-1]
+    beta = beta.reshape(-1, beta.shape[-1])
+    k = beta.shape[1]
+    rest = (d - k) / 2.0
+    if rest < 0 or np.any(beta < 0):
+        raise ValueError(f"need beta >= 0 and at most d = {d} coordinates, got {k}")
+    top = beta.max(axis=1, initial=0.0)
+
+    def slope(s):            # d/ds of log(e^s F(s)), increasing right of every singularity
+        with np.errstate(divide="ignore"):
+            return 1.0 - rest / s - 0.5 * np.sum(1.0 / (s[:, None] - beta), axis=1)
+    # bisection on (top, top + d/2 + 1]: the slope is positive at the right end
+    low, high = top.copy(), top + d / 2.0 + 1.0
+    for _ in range(80):
+        mid = 0.5 * (low + high)
+        negative = slope(mid) < 0
+        low, high = np.where(negative, mid, low), np.where(negative, high, mid)
+    saddle = high
+    curvature = rest / saddle ** 2 + 0.5 * np.sum(1.0 / (saddle[:, None] - beta) ** 2, axis=1)
+    width = 1.0 / np.sqrt(curvature)
+    scale = np.maximum(saddle, width ** 2)
+    reach = np.sqrt(2.0 * scale * (saddle + _LINE_REACH))
+    points = int(np.ceil(np.max(reach / width) * _LINE_DENSITY)) + 1
+    step = reach / (points - 1)
+    y = step[:, None] * np.arange(points)[None, :]
+    s = saddle[:, None] - y ** 2 / (2.0 * scale[:, None]) + 1j * y
+    log_f = s - (rest * np.log(s) if rest > 0 else 0.0) - 0.5 * np.sum(
+        np.log(s[:, :, None] - beta[:, None, :]), axis=2)
+    anchor = log_f[:, 0].real
+    values = (np.exp(log_f - anchor[:, None]) * (1.0 + 1j * y / scale[:, None])).real
+    # (1 / 2 pi i) int e^s F(s) ds = (1 / pi) int_0^inf Re[e^s F(s) s'(y) / i] dy
+    integral = step * (values.sum(axis=1) - 0.5 * values[:, 0]) / math.pi
+    if not np.all(integral > 0):
+        raise ArithmeticError("the inverse Laplace transform did not converge")
+    out = special.gammaln(d / 2.0) + anchor + np.log(integral)
+    return out.reshape(lead) if lead else float(out[0])
+
+
+def arrangements(n: int, m: int) -> np.ndarray:
+    """``a_s`` for every arrangement of ``m`` clients in the small group, one per row
+    (``1 - pi`` there, ``-pi`` elsewhere); with ``2 m = n`` one of each complementary
+    pair (they give the same ``|Y^T a_s|``).
+
+    >>> arrangements(3, 1).round(3).tolist()
+    [[0.667, -0.333, -0.333], [-0.333, 0.667, -0.333], [-0.333, -0.333, 0.667]]
+    """
+    pi = m / n
+    subsets = itertools.combinations(range(n), m)
+    if 2 * m == n:
+        subsets = (c for c in subsets if 0 in c)
+    rows = []
+    for c in subsets:
+        a = np.full(n, -pi)
+        a[list(c)] = 1.0 - pi
+        rows.append(a)
+    return np.array(rows)
+
+
+def log_likelihood_ratio(gram, m: int, delta: float, d: int, a=None):
+    """``log`` (planted / null), both averaged over the direction, for the clients'
+    whitened Gram matrix ``gram`` (``n x n``, or a stack of them) in ``d`` dimensions;
+    ``a``: :func:`arrangements` (computed when not given).
+
+    >>> float(log_likelihood_ratio(np.eye(4) * 5.0, 2, 0.0, 6))     # Delta = 0: one law
+    0.0
+    """
+    gram = np.asarray(gram, dtype=np.float64)
+    n = gram.shape[-1]
+    grams = gram.reshape(-1, n, n)
+    a = arrangements(n, m) if a is None else a
+    c = (m / n) * (1.0 - m / n) * delta ** 2
+    if len(a) <= _FEW_ARRANGEMENTS:
+        squares = np.einsum("si,bij,sj->bs", a, grams, a)
+    else:                               # one Gram matrix at a time: (a G) a, summed
+        squares = np.array([np.einsum("si,si->s", a @ g, a) for g in grams])
+    norms = np.sqrt(np.maximum(squares, 0.0))
+    planted = (special.logsumexp(log_sphere_mgf(delta * norms, d), axis=1)
+               - 0.5 * n * c - math.log(len(a)))
+    values = np.linalg.eigvalsh(grams)[:, ::-1][:, :min(n, d)]
+    null = -0.5 * n * math.log1p(c) + log_dirichlet_mgf(
+        np.maximum(values, 0.0) * c / (2.0 * (1.0 + c)), d)
+    out = planted - null
+    return out.reshape(gram.shape[:-2]) if gram.ndim > 2 else float(out[0])
+
+
+def direction_free_power(n: int, m: int, d: int, deltas, *, alpha: float = 0.05,
+                         draws: int = DRAWS, seed: int = 0):
+    """Power of the level-``alpha`` test of the direction-averaged null against the
+    direction-averaged planted model (``m : n - m`` clients, separation ``Delta``, ``d``
+    dimensions), at every ``Delta`` of ``deltas`` (Monte Carlo, the same draws for every
+    ``Delta``; by symmetry the planted draws take ``u = e_1`` and the first ``m`` clients).
+
+    >>> p = direction_free_power(6, 3, 8, [0.0, 12.0], draws=400)
+    >>> bool(abs(p[0] - 0.05) < 0.04), bool(p[1] > 0.95)
+    (True, True)
+    """
+    from flux_label_free_bound import _randomized_power   # (imports the grid: lazily)
+    if not (1 <= m < n and d >= 2):
+        raise ValueError(f"need 1 <= m < n and d >= 2, got n={n}, m={m}, d={d}")
+    rng = np.random.default_rng(seed)
+    a = arrangements(n, m)
+    shift = np.where(np.arange(n) < m, 1.0 - m / n, -m / n)
+    z0, z1 = rng.standard_normal((draws, n)), rng.standard_normal((draws, n))
+    rest0, rest1 = _wishart(rng, draws, n, d - 1), _wishart(rng, draws, n, d - 1)
+    out = []
+    for delta in np.asarray(deltas, dtype=np.float64):
+        c = (m / n) * (1.0 - m / n) * float(delta) ** 2
+        null = log_likelihood_ratio(rest0 + (1.0 + c) * np.einsum("bi,bj->bij", z0, z0),
+                                    m, float(delta), d, a)
+        y1 = z1 + float(delta) * shift
+        planted = log_likelihood_ratio(rest1 + np.einsum("bi,bj->bij", y1, y1),
+                                       m, float(delta), d, a)
+        out.append(_randomized_power(null, planted, alpha))
+    return np.array(out)
+
+
+def _wishart(rng, draws: int, n: int, dof: int) -> np.ndarray:
+    """``draws`` Gram matrices ``W W^T`` of ``n x dof`` standard normal ``W``."""
+    out = np.empty((draws, n, n))
+    for i in range(draws):
+        w = rng.standard_normal((n, dof))
+        out[i] = w @ w.T
+    return out
+
+
+#: Separations at which a curve is tabulated, then interpolated.
+DELTA_STEP = 0.5
+#: Cells whose group sizes have more arrangements than this are not bounded here (the
+#: grid's 100 and 300 clients): the ratio sums over every arrangement.
+MAX_ARRANGEMENTS = 200_000
+
+
+def direction_free_curve(n: int, m: int, d: int, delta_max: float, *, alpha: float = 0.05,
+                         draws: int = DRAWS, seed: int = 0, cache=None):
+    """``(deltas, powers)`` of :func:`direction_free_power` on a grid of step
+    :data:`DELTA_STEP` from 0 to past ``delta_max``, stopped once the power stays at 1
+    (two grid points); kept in ``cache`` (a directory) as JSON and reused when it reaches
+    far enough."""
+    import json
+    path = None if cache is None else os.path.join(
+        cache, f"direction_free_n{n}_m{m}_d{d}_a{alpha:g}_draws{draws}_seed{seed}.json")
+    deltas, powers = [], []
+    if path is not None and os.path.exists(path):
+        with open(path) as f:
+            deltas, powers = json.load(f)
+    while not deltas or (deltas[-1] < delta_max + DELTA_STEP
+                         and not (len(powers) >= 2 and min(powers[-2:]) >= 1.0)):
+        chunk = [len(deltas) * DELTA_STEP + i * DELTA_STEP for i in range(4)]
+        more = direction_free_power(n, m, d, chunk, alpha=alpha, draws=draws, seed=seed)
+        deltas += chunk
+        powers += [float(p) for p in more]
+        if path is not None:
+            with open(path, "w") as f:
+                json.dump([deltas, powers], f)
+    return np.array(deltas), np.array(powers)
+
+
+def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
+                          alpha: float = 0.05, draws: int = DRAWS, cache=None,
+                          progress=None) -> dict:
+    """``{cell: [power per seed]}`` for the cells (``(shift, n, rows, imbalance, classes)``)
+    whose arrangements number at most :data:`MAX_ARRANGEMENTS`: each run's bound at its
+    seed's separation and rank (``separations`` and ``ranks`` keyed by ``(shift, rows,
+    classes, seed)``); ``group_sizes(n, imbalance) -> (big, small)``."""
+    keys = {cell: [(cell[0], cell[2], cell[4], s) for s in seeds] for cell in cells}
+    wanted = {}
+    for cell, cell_keys in keys.items():
+        big, small = group_sizes(cell[1], cell[3])
+        if math.comb(big + small, small) > MAX_ARRANGEMENTS:
+            continue
+        for key in cell_keys:
+            curve = (big + small, small, int(ranks[key]))
+            wanted[curve] = max(wanted.get(curve, 0.0), separations[key])
+    curves = {}
+    for curve, top in sorted(wanted.items()):
+        if progress is not None:
+            progress(f"direction-free power curve n={curve[0]} m={curve[1]} d={curve[2]} "
+                     f"up to Delta={top:.1f}")
+        curves[curve] = direction_free_curve(*curve, top, alpha=alpha, draws=draws,
+                                             cache=cache)
+    out = {}
+    for cell, cell_keys in keys.items():
+        big, small = group_sizes(cell[1], cell[3])
+        if math.comb(big + small, small) <= MAX_ARRANGEMENTS:
+            out[cell] = [float(np.interp(separations[k], *curves[(big + small, small,
+                                                                  int(ranks[k]))]))
+                         for k in cell_keys]
+    return out

@@ -1,0 +1,288 @@
+"""benchmarks/flux_direction_free_bound.py: the label-free bound for rules not told the
+direction in which the groups differ, against independent computations (closed forms,
+quadrature, Monte Carlo over directions, scipy's densities)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import integrate, special, stats
+
+from benchmark_scripts import load_benchmark
+
+
+@pytest.fixture(scope="module")
+def df():
+    return load_benchmark("flux_direction_free_bound")
+
+
+def _unit_vectors(rng, count, d):
+    u = rng.standard_normal((count, d))
+    return u / np.linalg.norm(u, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("d", [1, 3, 5, 8, 41, 42, 60, 220])
+def test_the_sphere_average_is_the_bessel_function(df, d):
+    """E exp(k u_1) = 0F1(; d/2; k^2/4): scipy's hyp0f1 where it is finite, sinh(k)/k at
+    d = 3, cosh at d = 1; every branch (series, Bessel, Debye from order 20, whose relative
+    error stays below 1e-7 there) is hit."""
+    kappa = np.array([0.0, 1e-4, 0.3, 2.0, 9.0, 15.0, 40.0, 120.0, 600.0])
+    got = df.log_sphere_mgf(kappa, d)
+    for k, g in zip(kappa, got):
+        want = special.hyp0f1(d / 2.0, k * k / 4.0)
+        if np.isfinite(want):
+            assert g == pytest.approx(math.log(want), rel=1e-7, abs=1e-12)
+        if d == 3 and k > 0:
+            assert g == pytest.approx(math.log(math.sinh(k) / k) if k < 700 else g, rel=1e-9)
+        if d == 1:
+            assert g == pytest.approx(k + math.log1p(math.exp(-2 * k)) - math.log(2), rel=1e-9,
+                                      abs=1e-12)
+    assert df.log_sphere_mgf(-kappa, d) == pytest.approx(got)     # even in kappa
+    assert df.log_sphere_mgf(kappa.reshape(3, 3), d).shape == (3, 3)
+
+
+def test_the_sphere_average_against_monte_carlo(df):
+    rng = np.random.default_rng(0)
+    u = _unit_vectors(rng, 400_000, 12)
+    for kappa in (0.5, 3.0, 8.0):
+        want = special.logsumexp(kappa * u[:, 0]) - math.log(len(u))
+        assert df.log_sphere_mgf(kappa, 12) == pytest.approx(want, abs=0.01)
+
+
+@pytest.mark.parametrize("d,k", [(d, k) for d in (4, 8, 60, 220) for k in (1, 2, 3, 6) if k <= d])
+def test_equal_eigenvalues_give_the_confluent_hypergeometric_function(df, d, k):
+    """k equal betas: t_1 + ... + t_k is Beta(k/2, (d - k)/2), so the mean is 1F1(k/2; d/2;
+    beta) (scipy's, where finite)."""
+    for beta in (0.0, 0.5, 7.0, 60.0, 400.0):
+        want = special.hyp1f1(k / 2.0, d / 2.0, beta)
+        if np.isfinite(want) and want < 1e300:
+            assert df.log_dirichlet_mgf([beta] * k, d) == pytest.approx(math.log(want),
+                                                                      rel=1e-8, abs=1e-10)
+
+
+@pytest.mark.parametrize("betas,d", [([0.3, 0.1, 0.05], 8), ([0.45, 0.2, 0.2, 0.01, 0.0], 60),
+                                     ([0.4, 0.3], 220)])
+def test_distinct_eigenvalues_by_the_laplace_identity(df, betas, d):
+    """For g ~ N(0, I_d): E exp(g^T B g) = prod (1 - 2 beta_j)^(-1/2) (beta_j < 1/2), and
+    g^T B g = r (u^T B u) with r ~ chi2_d independent of u: so the chi2_d average of
+    exp(log_dirichlet_mgf(r beta)) (quadrature over r) is that product."""
+    betas = np.array(betas)
+    chi2 = stats.chi2(d)
+    top = 40.0 * (d + 30.0) / (1.0 - 2.0 * betas.max())   # the tilted integrand is gone
+    value, _ = integrate.quad(lambda r: math.exp(chi2.logpdf(r)
+                                                 + df.log_dirichlet_mgf(r * betas, d)),
+                              0, top, limit=400, epsabs=0, epsrel=1e-11,
+                              points=[d / 2.0, d, 3.0 * d])
+    assert math.log(value) == pytest.approx(-0.5 * np.sum(np.log1p(-2 * betas)), rel=1e-7)
+
+
+@pytest.mark.parametrize("b1,b2,d", [(3, 1, 8), (27, 12, 60), (27, 0.6, 60), (100, 30, 220),
+                                     (5, 0, 10)])
+def test_two_distinct_eigenvalues_by_conditioning(df, b1, b2, d):
+    """t_1 ~ Beta(1/2, (d - 1)/2) and, given it, t_2 / (1 - t_1) ~ Beta(1/2, (d - 2)/2): the
+    mean is the t_1-average of exp(b1 t_1) 1F1(1/2; (d - 1)/2; b2 (1 - t_1)) (quadrature)."""
+    beta = stats.beta(0.5, (d - 1) / 2)
+    value, _ = integrate.quad(lambda t: beta.pdf(t) * math.exp(b1 * t) * special.hyp1f1(
+        0.5, (d - 1) / 2, b2 * (1 - t)), 0, 1, limit=500, epsabs=0, epsrel=1e-12,
+        points=[1e-6, 1e-3, 0.1, 0.5])
+    assert df.log_dirichlet_mgf([b1, b2], d) == pytest.approx(math.log(value), rel=1e-10)
+    assert df.log_dirichlet_mgf([b2, b1], d) == pytest.approx(math.log(value), rel=1e-10)
+
+
+def test_distinct_eigenvalues_against_monte_carlo_and_batches(df):
+    rng = np.random.default_rng(1)
+    u = _unit_vectors(rng, 1_000_000, 9)
+    betas = np.array([[3.0, 1.0, 0.5, 0.0], [1.0, 2.0, 0.2, 0.1]])
+    got = df.log_dirichlet_mgf(betas, 9)
+    assert got.shape == (2,)
+    for b, g in zip(betas, got):
+        want = special.logsumexp(u[:, :4] ** 2 @ b) - math.log(len(u))
+        assert g == pytest.approx(want, abs=0.005)
+        assert df.log_dirichlet_mgf(b, 9) == pytest.approx(g, rel=1e-12)
+    with pytest.raises(ValueError):
+        df.log_dirichlet_mgf([1.0] * 5, 4)                 # more coordinates than d
+    with pytest.raises(ValueError):
+        df.log_dirichlet_mgf([-1.0], 4)
+
+
+def test_arrangements_are_every_subset_once_and_halved_when_balanced(df):
+    for n, m in [(5, 2), (6, 3), (6, 1), (8, 4)]:
+        a = df.arrangements(n, m)
+        want = math.comb(n, m) // (2 if 2 * m == n else 1)
+        assert a.shape == (want, n)
+        assert np.allclose(a.sum(axis=1), 0.0)
+        assert len({tuple(np.flatnonzero(row > 0)) for row in a}) == want
+        assert np.allclose(a[a > 0], 1 - m / n) and np.allclose(a[a < 0], -m / n)
+
+
+def _brute_ratio(y, m, delta, u):
+    """log of the direction-averaged planted / null densities: at each direction of ``u``
+    the planted density summed over every arrangement and the null's, both written out
+    (checked against scipy's densities at the first three directions), averaged explicitly."""
+    n, d = y.shape
+    pi = m / n
+    c = pi * (1 - pi) * delta ** 2
+    constant = -0.5 * n * d * math.log(2 * math.pi)
+    contrasts = []
+    for subset in itertools.combinations(range(n), m):
+        a = np.full(n, -pi)
+        a[list(subset)] = 1 - pi
+        contrasts.append(a)
+    contrasts = np.array(contrasts)
+    # planted: -|y_i - Delta a_i u|^2 / 2 summed over clients, for each (u, arrangement)
+    residual = y[None, None] - delta * contrasts[None, :, :, None] * u[:, None, None, :]
+    planted = constant - 0.5 * np.sum(residual ** 2, axis=(2, 3))
+    projections = u @ y.T
+    null = (constant - 0.5 * n * math.log1p(c)
+            - 0.5 * (np.sum(y ** 2) - c / (1 + c) * np.sum(projections ** 2, axis=1)))
+    for i in range(3):
+        scipy_planted = [stats.multivariate_normal(np.zeros(d)).logpdf(
+            y - delta * a[:, None] * u[i]).sum() for a in contrasts]
+        np.testing.assert_allclose(planted[i], scipy_planted, rtol=1e-12)
+        assert null[i] == pytest.approx(stats.multivariate_normal(
+            np.zeros(d), np.eye(d) + c * np.outer(u[i], u[i])).logpdf(y).sum(), rel=1e-12)
+    planted = special.logsumexp(planted, axis=1) - math.log(len(contrasts))
+    return special.logsumexp(planted) - special.logsumexp(null)
+
+
+@pytest.mark.parametrize("n,m,d,delta", [(3, 1, 3, 2.0), (4, 2, 3, 1.5), (4, 1, 5, 2.5)])
+def test_the_ratio_is_the_direction_average_of_the_densities(df, n, m, d, delta):
+    rng = np.random.default_rng(n + 10 * d)
+    y = rng.standard_normal((n, d)) * 1.3
+    u = _unit_vectors(rng, 100_000, d)
+    want = _brute_ratio(y, m, delta, u)
+    assert df.log_likelihood_ratio(y @ y.T, m, delta, d) == pytest.approx(want, abs=0.03)
+    # it reads the Gram matrix only: a rotation of the clients' vectors changes nothing
+    q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    z = y @ q
+    assert df.log_likelihood_ratio(z @ z.T, m, delta, d) == pytest.approx(
+        df.log_likelihood_ratio(y @ y.T, m, delta, d), rel=1e-9)
+    # and is symmetric in the clients
+    p = rng.permutation(n)
+    assert df.log_likelihood_ratio((y @ y.T)[np.ix_(p, p)], m, delta, d) == pytest.approx(
+        df.log_likelihood_ratio(y @ y.T, m, delta, d), rel=1e-9)
+    stack = np.stack([y @ y.T, z @ z.T, np.eye(n)])
+    assert df.log_likelihood_ratio(stack, m, delta, d).shape == (3,)
+    assert df.log_likelihood_ratio(np.eye(n) * 4.0, m, 0.0, d) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_power_is_alpha_at_no_separation_and_grows(df):
+    p = df.direction_free_power(6, 2, 10, [0.0, 3.0, 6.0, 10.0], draws=800, alpha=0.05)
+    assert abs(p[0] - 0.05) < 0.02
+    assert p[0] < p[1] < p[2] < p[3] and p[3] > 0.9
+    with pytest.raises(ValueError):
+        df.direction_free_power(6, 0, 10, [1.0])
+
+
+def test_not_told_the_direction_is_never_above_told_the_axis(df):
+    """The told-axis bound (flux_label_free_bound) is the same test given u; more dimensions
+    leave fewer runs found."""
+    nb = load_benchmark("flux_label_free_bound")
+    deltas = [4.0, 7.0]
+    told = nb.label_free_power(6, 3, deltas, draws=2000)
+    noise = 3 * math.sqrt(0.25 / 800 + 0.25 / 2000)
+    low = df.direction_free_power(6, 3, 8, deltas, draws=800)
+    high = df.direction_free_power(6, 3, 60, deltas, draws=800)
+    assert np.all(low <= told + noise) and np.all(high <= low + noise)
+    assert high[0] < told[0] - 0.2                     # and here far below it
+
+
+@pytest.mark.parametrize("n,m,d,delta", [(6, 3, 20, 6.0), (6, 2, 12, 5.0)])
+def test_no_rotation_invariant_test_beats_the_bound(df, n, m, d, delta):
+    """An actual test that is not told the direction (the largest spread of the clients
+    along any arrangement's contrast, over the total spread: a function of the Gram matrix,
+    level 0.05 against its own null draws) finds the groups no more often than the bound,
+    and is a test with power."""
+    bound = df.direction_free_power(n, m, d, [delta], draws=2000)[0]
+    rng = np.random.default_rng(11)
+    pi = m / n
+    c = pi * (1 - pi) * delta ** 2
+    shift = np.where(np.arange(n) < m, 1 - pi, -pi) * delta
+    a = df.arrangements(n, m)
+
+    def scan(y):
+        gram = y @ y.T
+        return np.max(np.einsum("si,ij,sj->s", a, gram, a)) / np.trace(gram)
+
+    def null_draw():
+        y = rng.standard_normal((n, d))
+        y[:, 0] *= math.sqrt(1 + c)
+        return scan(y)
+    threshold = np.quantile([null_draw() for _ in range(4000)], 0.95)
+    hits = 0
+    for _ in range(1500):
+        y = rng.standard_normal((n, d))
+        y[:, 0] += shift
+        hits += scan(y) > threshold
+    assert hits / 1500 <= bound + 3 * math.sqrt(0.25 / 1500 + 0.25 / 2000)
+    assert hits / 1500 > 0.15
+
+
+def test_the_curve_is_cached_and_the_cells_bounded_where_computed(df, tmp_path):
+    grid = load_benchmark("bench_k_selection")
+    curve = df.direction_free_curve(6, 3, 8, 1.2, alpha=0.05, draws=200, cache=tmp_path)
+    assert curve[0][0] == 0.0 and curve[0][-1] >= 1.2 + df.DELTA_STEP
+    files = list(tmp_path.glob("direction_free_*.json"))
+    assert len(files) == 1
+    stored = json.loads(files[0].read_text())
+    assert stored[0] == list(curve[0]) and stored[1] == list(curve[1])
+    files[0].write_text(json.dumps([stored[0], [0.5] * len(stored[1])]))   # reused, not redone
+    assert np.all(df.direction_free_curve(6, 3, 8, 1.2, alpha=0.05, draws=200,
+                                          cache=tmp_path)[1] == 0.5)
+    cells = [("label", 6, 20, 1, 2), ("feature", 100, 20, 1, 2)]
+    seps = {("label", 20, 2, 1): 0.4, ("label", 20, 2, 2): 1.1,
+            ("feature", 20, 2, 1): 3.0, ("feature", 20, 2, 2): 3.0}
+    ranks = {k: 8 for k in seps}
+    out = df.direction_free_bounds(cells, [1, 2], seps, ranks, grid.group_sizes, alpha=0.05,
+                                   draws=200, cache=tmp_path)
+    assert list(out) == [cells[0]]                      # 100 clients: too many arrangements
+    assert out[cells[0]] == [0.5, 0.5]
+
+
+@pytest.mark.timeout(300)
+def test_the_command_line_adds_the_column_from_the_same_curves(df, tmp_path):
+    """``flux_label_free_bound.py --quick --direction-free``: each 6-client cell's entry is
+    the mean over its seeds of the cached curve at the population's separation."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "flux_label_free_bound.py"
+    done = subprocess.run([sys.executable, str(script), "--quick", "--direction-free",
+                           "--no-told-axis", "--cache", str(tmp_path)], capture_output=True,
+                          text=True, timeout=280, check=True)
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| label")]
+    assert len(rows) == 2
+    axis = np.load(tmp_path / "axis_label_20_2_3049_weighted_all_n300_skip20.npz")
+    separation, rank = math.sqrt(float(axis["delta2"])), int(axis["rank"])
+    for row, (big, small) in zip(rows, [(3, 3), (4, 2)]):
+        curve = df.direction_free_curve(6, small, rank, separation, alpha=0.05, draws=100,
+                                        cache=tmp_path)            # the cached one
+        power = float(np.interp(separation, *curve))
+        assert f"| {big}:{small} | " in row and f"| {100 * power:.1f} % |" in row
+    assert "not told the direction (where computed, else the label-free bound)" in done.stdout
+
+
+def test_report_reads_the_smaller_bound_where_the_direction_free_one_exists(tmp_path):
+    nb = load_benchmark("flux_label_free_bound")
+    cells = [("label", 6, 20, 1, 2), ("feature", 6, 20, 1, 2), ("concept", 100, 20, 1, 2)]
+    bounds = {cells[0]: [0.95] * 4, cells[1]: [0.99] * 4, cells[2]: [0.97] * 4}
+    free = {cells[0]: [0.4] * 4, cells[1]: [0.92] * 4}             # none at 100 clients
+    counts = {cells[0]: {s: True for s in range(4)},               # 4/4 > 0.4 + noise: over
+              cells[1]: {0: True, 1: True, 2: True, 3: False},     # 3/4: missed within reach
+              cells[2]: {s: True for s in range(4)}}
+    lines = nb.report(bounds, None, counts, direction_free=free)
+    assert lines[0].count("|") == 11 and "not told the direction" in lines[0]
+    assert lines[2] == "| label | 2 | 20 | 6 | 3:3 | 95.0 % | 40.0 % | - | 4/4 | over |"
+    assert lines[3] == "| feature | 2 | 20 | 6 | 3:3 | 99.0 % | 92.0 % | - | 3/4 |  |"
+    assert lines[4] == "| concept | 2 | 20 | 100 | 50:50 | 97.0 % | - | - | 4/4 |  |"
+    assert lines[5].startswith("cells reaching 90 % (of 3): label-free bound 3, not told the "
+                               "direction (where computed, else the label-free bound) 2, the "
+                               "rule 2 (within the bound's reach and missed by the rule: 1); "
+                               "cells with a count above the bound beyond noise: 1")
+    # without it the table is the label-free bound's alone
+    plain = nb.report(bounds, None, counts)
+    assert plain[2] == "| label | 2 | 20 | 6 | 3:3 | 95.0 % | - | 4/4 |  |"
