@@ -264,6 +264,10 @@ DELTA_STEP = 0.5
 #: Cells whose group sizes have more arrangements than this are not bounded here (the
 #: grid's 100 and 300 clients): the ratio sums over every arrangement.
 MAX_ARRANGEMENTS = 200_000
+#: Curves whose ratio sums over more arrangements than ``LARGE_SUM`` (20 clients at 1:1:
+#: 92,378) are drawn ``LARGE_SUM_DRAWS`` times per hypothesis, not ``draws`` (each ratio
+#: costs about 0.05 s there).
+LARGE_SUM, LARGE_SUM_DRAWS = 10_000, 1000
 
 
 def direction_free_curve(n: int, m: int, d: int, delta_max: float, *, alpha: float = 0.05,
@@ -297,7 +301,8 @@ def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
     """``{cell: [power per seed]}`` for the cells (``(shift, n, rows, imbalance, classes)``)
     whose arrangements number at most :data:`MAX_ARRANGEMENTS`: each run's bound at its
     seed's separation and rank (``separations`` and ``ranks`` keyed by ``(shift, rows,
-    classes, seed)``); ``group_sizes(n, imbalance) -> (big, small)``."""
+    classes, seed)``); ``group_sizes(n, imbalance) -> (big, small)``. ``draws`` per
+    hypothesis, at most :data:`LARGE_SUM_DRAWS` for the curves of large sums."""
     keys = {cell: [(cell[0], cell[2], cell[4], s) for s in seeds] for cell in cells}
     wanted = {}
     for cell, cell_keys in keys.items():
@@ -312,8 +317,10 @@ def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
         if progress is not None:
             progress(f"direction-free power curve n={curve[0]} m={curve[1]} d={curve[2]} "
                      f"up to Delta={top:.1f}")
-        curves[curve] = direction_free_curve(*curve, top, alpha=alpha, draws=draws,
-                                             cache=cache)
+        many = len(arrangements(curve[0], curve[1])) > LARGE_SUM
+        curves[curve] = direction_free_curve(*curve, top, alpha=alpha,
+                                             draws=min(draws, LARGE_SUM_DRAWS) if many
+                                             else draws, cache=cache)
     out = {}
     for cell, cell_keys in keys.items():
         big, small = group_sizes(cell[1], cell[3])

@@ -286,3 +286,15 @@ def test_report_reads_the_smaller_bound_where_the_direction_free_one_exists(tmp_
     # without it the table is the label-free bound's alone
     plain = nb.report(bounds, None, counts)
     assert plain[2] == "| label | 2 | 20 | 6 | 3:3 | 95.0 % | - | 4/4 |  |"
+
+
+def test_large_sums_are_drawn_fewer_times(df, tmp_path, monkeypatch):
+    grid = load_benchmark("bench_k_selection")
+    monkeypatch.setattr(df, "LARGE_SUM", 12)              # 3:3 sums over 10, 4:2 over 15
+    monkeypatch.setattr(df, "LARGE_SUM_DRAWS", 60)
+    seps = {("label", 20, 2, 1): 0.6}
+    df.direction_free_bounds([("label", 6, 20, 1, 2), ("label", 6, 20, 10, 2)], [1], seps,
+                             {k: 8 for k in seps}, grid.group_sizes, draws=80, cache=tmp_path)
+    names = sorted(p.name for p in tmp_path.glob("direction_free_*.json"))
+    assert names == ["direction_free_n6_m2_d8_a0.05_draws60_seed0.json",   # 15 > 12: fewer
+                     "direction_free_n6_m3_d8_a0.05_draws80_seed0.json"]
