@@ -52,8 +52,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 #: Monte Carlo draws per hypothesis behind one power.
 DRAWS = 4000
-#: Up to this many arrangements, the quadratic forms of a whole stack at once.
-_FEW_ARRANGEMENTS = 2000
+#: Terms (Gram matrices x arrangements) per batch of the arrangement sums (memory).
+_TERMS_PER_CHUNK = 200_000
 #: The inversion contour: points per unit of the saddle's width, and how far down (in
 #: e-folds of ``e^s``) it is followed.
 _LINE_DENSITY, _LINE_REACH = 4.0, 40.0
@@ -192,6 +192,15 @@ def arrangements(n: int, m: int) -> np.ndarray:
     return np.array(rows)
 
 
+def arrangement_count(n: int, m: int) -> int:
+    """``len(arrangements(n, m))``, without listing them.
+
+    >>> arrangement_count(20, 10), arrangement_count(20, 2)
+    (92378, 190)
+    """
+    return math.comb(n, m) // (2 if 2 * m == n else 1)
+
+
 def log_likelihood_ratio(gram, m: int, delta: float, d: int, a=None):
     """``log`` (planted / null), both averaged over the direction, for the clients'
     whitened Gram matrix ``gram`` (``n x n``, or a stack of them) in ``d`` dimensions;
@@ -205,13 +214,14 @@ def log_likelihood_ratio(gram, m: int, delta: float, d: int, a=None):
     grams = gram.reshape(-1, n, n)
     a = arrangements(n, m) if a is None else a
     c = (m / n) * (1.0 - m / n) * delta ** 2
-    if len(a) <= _FEW_ARRANGEMENTS:
-        squares = np.einsum("si,bij,sj->bs", a, grams, a)
-    else:                               # one Gram matrix at a time: (a G) a, summed
-        squares = np.array([np.einsum("si,si->s", a @ g, a) for g in grams])
-    norms = np.sqrt(np.maximum(squares, 0.0))
-    planted = (special.logsumexp(log_sphere_mgf(delta * norms, d), axis=1)
-               - 0.5 * n * c - math.log(len(a)))
+    planted = np.empty(len(grams))
+    per_chunk = max(1, _TERMS_PER_CHUNK // len(a))   # (chunk, arrangements) terms at a time
+    for lo in range(0, len(grams), per_chunk):
+        part = grams[lo:lo + per_chunk]
+        squares = np.einsum("si,bij,sj->bs", a, part, a)
+        norms = np.sqrt(np.maximum(squares, 0.0))
+        planted[lo:lo + per_chunk] = special.logsumexp(log_sphere_mgf(delta * norms, d), axis=1)
+    planted += -0.5 * n * c - math.log(len(a))
     values = np.linalg.eigvalsh(grams)[:, ::-1][:, :min(n, d)]
     null = -0.5 * n * math.log1p(c) + log_dirichlet_mgf(
         np.maximum(values, 0.0) * c / (2.0 * (1.0 + c)), d)
@@ -261,13 +271,10 @@ def _wishart(rng, draws: int, n: int, dof: int) -> np.ndarray:
 
 #: Separations at which a curve is tabulated, then interpolated.
 DELTA_STEP = 0.5
-#: Cells whose group sizes have more arrangements than this are not bounded here (the
-#: grid's 100 and 300 clients): the ratio sums over every arrangement.
-MAX_ARRANGEMENTS = 200_000
-#: Curves whose ratio sums over more arrangements than ``LARGE_SUM`` (20 clients at 1:1:
-#: 92,378) are drawn ``LARGE_SUM_DRAWS`` times per hypothesis, not ``draws`` (each ratio
-#: costs about 0.05 s there).
-LARGE_SUM, LARGE_SUM_DRAWS = 10_000, 1000
+#: Cells whose group sizes have more arrangements than this are not bounded here: the
+#: ratio sums over every arrangement, and at 20 clients 10:10 (92,378 of them) one ratio
+#: costs about 0.1 s, a curve hours. On the grid: 6 clients, and 20 clients at 18:2.
+MAX_ARRANGEMENTS = 20_000
 
 
 def direction_free_curve(n: int, m: int, d: int, delta_max: float, *, alpha: float = 0.05,
@@ -301,13 +308,12 @@ def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
     """``{cell: [power per seed]}`` for the cells (``(shift, n, rows, imbalance, classes)``)
     whose arrangements number at most :data:`MAX_ARRANGEMENTS`: each run's bound at its
     seed's separation and rank (``separations`` and ``ranks`` keyed by ``(shift, rows,
-    classes, seed)``); ``group_sizes(n, imbalance) -> (big, small)``. ``draws`` per
-    hypothesis, at most :data:`LARGE_SUM_DRAWS` for the curves of large sums."""
+    classes, seed)``); ``group_sizes(n, imbalance) -> (big, small)``."""
     keys = {cell: [(cell[0], cell[2], cell[4], s) for s in seeds] for cell in cells}
     wanted = {}
     for cell, cell_keys in keys.items():
         big, small = group_sizes(cell[1], cell[3])
-        if math.comb(big + small, small) > MAX_ARRANGEMENTS:
+        if arrangement_count(big + small, small) > MAX_ARRANGEMENTS:
             continue
         for key in cell_keys:
             curve = (big + small, small, int(ranks[key]))
@@ -317,14 +323,12 @@ def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
         if progress is not None:
             progress(f"direction-free power curve n={curve[0]} m={curve[1]} d={curve[2]} "
                      f"up to Delta={top:.1f}")
-        many = len(arrangements(curve[0], curve[1])) > LARGE_SUM
-        curves[curve] = direction_free_curve(*curve, top, alpha=alpha,
-                                             draws=min(draws, LARGE_SUM_DRAWS) if many
-                                             else draws, cache=cache)
+        curves[curve] = direction_free_curve(*curve, top, alpha=alpha, draws=draws,
+                                             cache=cache)
     out = {}
     for cell, cell_keys in keys.items():
         big, small = group_sizes(cell[1], cell[3])
-        if math.comb(big + small, small) <= MAX_ARRANGEMENTS:
+        if arrangement_count(big + small, small) <= MAX_ARRANGEMENTS:
             out[cell] = [float(np.interp(separations[k], *curves[(big + small, small,
                                                                   int(ranks[k]))]))
                          for k in cell_keys]

@@ -540,7 +540,7 @@ def main(argv=None) -> int:
     parser.add_argument("--direction-free", action="store_true",
                         help="also the bound for rules not told the direction "
                              "(flux_direction_free_bound; the cells of at most "
-                             "200,000 arrangements: 6 and 20 clients)")
+                             "20,000 arrangements: 6 clients, and 20 at 18:2)")
     parser.add_argument("--direction-free-draws", type=int, default=None,
                         help="draws per hypothesis behind one direction-free power "
                              "(default flux_direction_free_bound.DRAWS)")
