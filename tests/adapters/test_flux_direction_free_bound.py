@@ -284,7 +284,25 @@ def test_report_reads_the_smaller_bound_where_the_direction_free_one_exists(tmp_
                                "direction (where computed, else the label-free bound) 2, the "
                                "rule 2 (within the bound's reach and missed by the rule: 1); "
                                "cells with a count above the bound beyond noise: 1")
+    # 4 runs per cell: 90 % needs all 4 right
+    expected = f"{0.95 ** 4 + 0.99 ** 4 + 0.97 ** 4:.1f}"
+    reach = f"{0.4 ** 4 + 0.92 ** 4 + 0.97 ** 4:.1f}"
+    assert lines[6] == (f"a rule that matched the bound in every run would reach 90 % in about "
+                        f"{expected} cells ({reach} not told the direction) (the binomial over "
+                        f"each cell's runs)")
     # without it the table is the label-free bound's alone
     plain = nb.report(bounds, None, counts)
     assert plain[2] == "| label | 2 | 20 | 6 | 3:3 | 95.0 % | - | 4/4 |  |"
 
+
+
+@pytest.mark.parametrize("runs", [4, 7, 12])
+def test_share_at_goal_is_the_sum_over_every_outcome(runs):
+    nb = load_benchmark("flux_label_free_bound")
+    powers = np.random.default_rng(runs).uniform(0.5, 1.0, runs)
+    want = 0.0
+    for outcome in itertools.product([0, 1], repeat=runs):
+        if sum(outcome) >= 0.9 * runs:
+            want += math.prod(p if o else 1 - p for p, o in zip(powers, outcome))
+    assert nb.share_at_goal(powers) == pytest.approx(want, rel=1e-12)
+    assert nb.share_at_goal([1.0] * runs) == 1.0 and nb.share_at_goal([0.0] * runs) == 0.0
