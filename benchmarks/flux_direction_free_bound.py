@@ -333,3 +333,108 @@ def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
                                                                   int(ranks[k]))]))
                          for k in cell_keys]
     return out
+
+
+def told_the_covariance(shift: str, rows: int, classes: int, seed: int, n: int, imbalance: int,
+                        *, clients_per_group: int = 2000, skip: int = 300,
+                        null_draws: int = 1000, form: str = "weighted_all") -> dict:
+    """The direction-free ratio test *told the covariance* on one real run of the grid: a
+    reference, not a rule (it is told the population's ``Sigma``, the pooled mean and
+    ``Delta``), that shows whether the real descriptors reach what the model allows.
+
+    The population is drawn as ``flux_label_free_bound.population_axis`` draws it (the runs'
+    own clients left out), but its descriptors are built with the run's activation scale
+    ``M`` (FLUX's shared projection depends on it through the PCA mean, an affine change of
+    the descriptors: ``Delta`` is the same, ``Sigma`` and the means are not). The run's
+    descriptors, centred on the pooled mean of the run's group sizes and whitened by the
+    population's within-group covariance (on its numerical rank ``d``), give the ratio
+    (:func:`log_likelihood_ratio`); ``p`` is its rank among ``null_draws`` draws of the
+    model's direction-averaged null at the same ``(n, m, d, Delta)``. Returns ``p``,
+    ``Delta``, ``d`` and ``spread``: the run's whitened squared norm per client and
+    dimension (1 + c / d in the model)."""
+    import bench_k_selection as grid
+    import flux_label_free_bound as lf
+    from omnifc.adapters import flux
+    per_group = clients_per_group + skip
+    clients, groups, c, latents, _ = grid.encoded_run(shift, 2 * per_group, rows, 1, classes,
+                                                      seed)
+    keep = ~((groups == 0) & (np.arange(len(groups)) < skip))
+    big, small = grid.group_sizes(n, imbalance)
+    run_clients, _, _, run_latents, scale = grid.encoded_run(shift, n, rows, imbalance,
+                                                             classes, seed)
+    components = flux.flux_components(c, grid.ENCODER_DIM)
+    x = grid.flux_descriptors(clients, latents, c, components, form, scale)[1][keep]
+    groups = groups[keep]
+    run = grid.flux_descriptors(run_clients, run_latents, c, components, form, scale)[1]
+    _, cov, _ = lf._within_groups(x, groups)
+    values, vectors = np.linalg.eigh(cov)
+    kept = values > values.max() * 1e-10
+    whiten = vectors[:, kept] / np.sqrt(values[kept])
+    d = int(kept.sum())
+    delta = math.sqrt(lf.separation(x, groups)[0])
+    centre = (big * x[groups == 0].mean(axis=0) + small * x[groups == 1].mean(axis=0)) / n
+    y = (run - centre) @ whiten
+    stat = log_likelihood_ratio(y @ y.T, small, delta, d)
+    rng = np.random.default_rng(seed)
+    spike = (small / n) * (1.0 - small / n) * delta ** 2
+    z = rng.standard_normal((null_draws, n))
+    null = log_likelihood_ratio(_wishart(rng, null_draws, n, d - 1)
+                                + (1.0 + spike) * np.einsum("bi,bj->bij", z, z), small, delta, d)
+    return {"p": float((1 + np.sum(null >= stat)) / (1 + null_draws)), "delta": delta, "d": d,
+            "spread": float(np.trace(y @ y.T) / (n * d))}
+
+
+def main(argv=None) -> int:
+    """``--told-covariance``: :func:`told_the_covariance` on the grid's runs of the given
+    seeds, appended to ``--out`` (JSON lines, resumed), then the counts of K = 2 (p at most
+    ``--alpha``) per (clients, rows, shift, classes)."""
+    import argparse
+    import json
+    import bench_k_selection as grid
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--told-covariance", action="store_true", required=True)
+    parser.add_argument("--seeds", default="3317-3322")
+    parser.add_argument("--clients", default="6")
+    parser.add_argument("--rows", default="20,50")
+    parser.add_argument("--classes", default="2,10")
+    parser.add_argument("--shifts", default=",".join(grid.SHIFTS))
+    parser.add_argument("--alpha", type=float, default=0.01)
+    parser.add_argument("--null-draws", type=int, default=1000)
+    parser.add_argument("--population-clients", type=int, default=2000)
+    parser.add_argument("--skip", type=int, default=300)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    seen = set()
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            seen = {tuple(json.loads(line)["run"]) for line in f}
+    runs = [(shift, n, rows, imbalance, classes, seed)
+            for seed in grid._ints(args.seeds) for shift in args.shifts.split(",")
+            for rows in grid._ints(args.rows) for classes in grid._ints(args.classes)
+            for n in grid._ints(args.clients) for imbalance in (1, 10)]
+    for run in runs:
+        if run in seen:
+            continue
+        shift, n, rows, imbalance, classes, seed = run
+        rec = told_the_covariance(shift, rows, classes, seed, n, imbalance,
+                                  clients_per_group=args.population_clients, skip=args.skip,
+                                  null_draws=args.null_draws)
+        with open(args.out, "a") as f:
+            f.write(json.dumps({"run": list(run), **rec}) + "\n")
+    counts = {}
+    with open(args.out) as f:
+        for line in f:
+            rec = json.loads(line)
+            shift, n, rows, _, classes, _ = rec["run"]
+            hit = counts.setdefault((n, rows, shift, classes), [0, 0])
+            hit[0] += rec["p"] <= args.alpha
+            hit[1] += 1
+    print("| clients | rows | shift | classes | told the covariance: K = 2 |")
+    print("|---|---|---|---|---|")
+    for (n, rows, shift, classes), (k2, runs_) in sorted(counts.items()):
+        print(f"| {n} | {rows} | {shift} | {classes} | {k2}/{runs_} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -306,3 +306,36 @@ def test_share_at_goal_is_the_sum_over_every_outcome(runs):
             want += math.prod(p if o else 1 - p for p, o in zip(powers, outcome))
     assert nb.share_at_goal(powers) == pytest.approx(want, rel=1e-12)
     assert nb.share_at_goal([1.0] * runs) == 1.0 and nb.share_at_goal([0.0] * runs) == 0.0
+
+
+@pytest.mark.timeout(300)
+def test_told_the_covariance_reads_the_runs_own_descriptors_at_their_scale(df, tmp_path):
+    """The population's descriptors, built at the run's scale M instead of their own, have
+    the same separation (FLUX's projection depends on M through an affine change) and rank;
+    p is a rank among the null draws. The command line writes one record per run, counts
+    them, and resumes."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    nb = load_benchmark("flux_label_free_bound")
+    rec = df.told_the_covariance("feature", 20, 2, 3317, 6, 10, clients_per_group=150,
+                                 skip=10, null_draws=99)
+    assert rec["p"] in {k / 100 for k in range(1, 101)}
+    own = nb.population_axis("feature", 20, 2, 3317, clients_per_group=150, skip=10)
+    assert rec["delta"] == pytest.approx(math.sqrt(own["delta2"]), rel=1e-6)
+    assert rec["d"] == own["rank"] == 60
+    assert 0.5 < rec["spread"] < 3.0
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "flux_direction_free_bound.py"
+    out = tmp_path / "runs.jsonl"
+    args = [sys.executable, str(script), "--told-covariance", "--seeds", "3317", "--rows", "20",
+            "--classes", "2", "--shifts", "feature", "--population-clients", "150", "--skip",
+            "10", "--null-draws", "99", "--out", str(out)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=280, check=True)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["run"] for r in records] == [["feature", 6, 20, 1, 2, 3317],
+                                           ["feature", 6, 20, 10, 2, 3317]]
+    assert records[1]["p"] == rec["p"]
+    hits = sum(r["p"] <= 0.01 for r in records)
+    assert f"| 6 | 20 | feature | 2 | {hits}/2 |" in done.stdout
+    again = subprocess.run(args, capture_output=True, text=True, timeout=280, check=True)
+    assert len(out.read_text().splitlines()) == 2 and f"{hits}/2" in again.stdout   # resumed
