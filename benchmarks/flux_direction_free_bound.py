@@ -35,7 +35,9 @@ centred descriptors ``Y`` (``n x d``) only through their Gram matrix ``G = Y Y^T
   through its saddle point.
 
 Usage: ``python benchmarks/flux_label_free_bound.py --direction-free ...`` (the cells'
-separations and ranks come from the same populations).
+separations and ranks come from the same populations). ``python
+benchmarks/flux_direction_free_bound.py --told-covariance [--one-group] --out F``: the same
+test on the grid's real runs, told the covariance (:func:`told_the_covariance`, a reference).
 """
 
 from __future__ import annotations
@@ -337,7 +339,8 @@ def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
 
 def told_the_covariance(shift: str, rows: int, classes: int, seed: int, n: int, imbalance: int,
                         *, clients_per_group: int = 2000, skip: int = 300,
-                        null_draws: int = 1000, form: str = "weighted_all") -> dict:
+                        null_draws: int = 1000, form: str = "weighted_all",
+                        one_group: bool = False) -> dict:
     """The direction-free ratio test *told the covariance* on one real run of the grid: a
     reference, not a rule (it is told the population's ``Sigma``, the pooled mean and
     ``Delta``), that shows whether the real descriptors reach what the model allows.
@@ -351,7 +354,11 @@ def told_the_covariance(shift: str, rows: int, classes: int, seed: int, n: int, 
     (:func:`log_likelihood_ratio`); ``p`` is its rank among ``null_draws`` draws of the
     model's direction-averaged null at the same ``(n, m, d, Delta)``. Returns ``p``,
     ``Delta``, ``d`` and ``spread``: the run's whitened squared norm per client and
-    dimension (1 + c / d in the model)."""
+    dimension (1 + c / d in the model).
+
+    ``one_group``: a check of its level on real data. The "run" is ``n`` clients of the
+    population's group 0 (taken out of it), centred on that group's mean: one cluster, which
+    the test should split in about ``alpha`` of the runs or fewer."""
     import bench_k_selection as grid
     import flux_label_free_bound as lf
     from omnifc.adapters import flux
@@ -365,14 +372,20 @@ def told_the_covariance(shift: str, rows: int, classes: int, seed: int, n: int, 
     components = flux.flux_components(c, grid.ENCODER_DIM)
     x = grid.flux_descriptors(clients, latents, c, components, form, scale)[1][keep]
     groups = groups[keep]
-    run = grid.flux_descriptors(run_clients, run_latents, c, components, form, scale)[1]
+    if one_group:
+        taken = np.flatnonzero(groups == 0)[:n]
+        run = x[taken]
+        x, groups = np.delete(x, taken, axis=0), np.delete(groups, taken)
+    else:
+        run = grid.flux_descriptors(run_clients, run_latents, c, components, form, scale)[1]
     _, cov, _ = lf._within_groups(x, groups)
     values, vectors = np.linalg.eigh(cov)
     kept = values > values.max() * 1e-10
     whiten = vectors[:, kept] / np.sqrt(values[kept])
     d = int(kept.sum())
     delta = math.sqrt(lf.separation(x, groups)[0])
-    centre = (big * x[groups == 0].mean(axis=0) + small * x[groups == 1].mean(axis=0)) / n
+    centre = (x[groups == 0].mean(axis=0) if one_group else
+              (big * x[groups == 0].mean(axis=0) + small * x[groups == 1].mean(axis=0)) / n)
     y = (run - centre) @ whiten
     stat = log_likelihood_ratio(y @ y.T, small, delta, d)
     rng = np.random.default_rng(seed)
@@ -402,6 +415,8 @@ def main(argv=None) -> int:
     parser.add_argument("--null-draws", type=int, default=1000)
     parser.add_argument("--population-clients", type=int, default=2000)
     parser.add_argument("--skip", type=int, default=300)
+    parser.add_argument("--one-group", action="store_true",
+                        help="the level check: n clients of one group (told_the_covariance)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     seen = set()
@@ -418,7 +433,7 @@ def main(argv=None) -> int:
         shift, n, rows, imbalance, classes, seed = run
         rec = told_the_covariance(shift, rows, classes, seed, n, imbalance,
                                   clients_per_group=args.population_clients, skip=args.skip,
-                                  null_draws=args.null_draws)
+                                  null_draws=args.null_draws, one_group=args.one_group)
         with open(args.out, "a") as f:
             f.write(json.dumps({"run": list(run), **rec}) + "\n")
     counts = {}

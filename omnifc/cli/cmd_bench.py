@@ -23,7 +23,8 @@ BENCHMARKS = {"kernels": "bench_kernels.py", "protocol": "bench_protocol.py",
               "chaos": "bench_chaos.py", "reset": "bench_reset.py",
               "restart": "bench_restart.py",
               "clove-label-reference": "clove_label_reference.py",
-              "flux-label-free-bound": "flux_label_free_bound.py"}
+              "flux-label-free-bound": "flux_label_free_bound.py",
+              "flux-direction-free-bound": "flux_direction_free_bound.py"}
 
 
 def benchmarks_dir() -> Path:

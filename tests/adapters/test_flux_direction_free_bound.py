@@ -325,6 +325,12 @@ def test_told_the_covariance_reads_the_runs_own_descriptors_at_their_scale(df, t
     assert rec["delta"] == pytest.approx(math.sqrt(own["delta2"]), rel=1e-6)
     assert rec["d"] == own["rank"] == 60
     assert 0.5 < rec["spread"] < 3.0
+    # the level check: six clients of group 0, centred on its mean (one cluster)
+    level = df.told_the_covariance("feature", 20, 2, 3317, 6, 10, clients_per_group=150,
+                                   skip=10, null_draws=99, one_group=True)
+    assert level["p"] in {k / 100 for k in range(1, 101)} and level["d"] == 60
+    assert level["delta"] != rec["delta"]                # six clients fewer in group 0
+    assert level["delta"] == pytest.approx(rec["delta"], rel=0.2)
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "flux_direction_free_bound.py"
     out = tmp_path / "runs.jsonl"
     args = [sys.executable, str(script), "--told-covariance", "--seeds", "3317", "--rows", "20",
