@@ -406,7 +406,7 @@ def main(argv=None) -> int:
     import bench_k_selection as grid
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--told-covariance", action="store_true", required=True)
-    parser.add_argument("--seeds", default="3317-3322")
+    parser.add_argument("--seeds", default="3317-3328")
     parser.add_argument("--clients", default="6")
     parser.add_argument("--rows", default="20,50")
     parser.add_argument("--classes", default="2,10")
