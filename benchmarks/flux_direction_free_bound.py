@@ -345,8 +345,8 @@ def told_the_covariance(shift: str, rows: int, classes: int, seed: int, n: int, 
     reference, not a rule (it is told the population's ``Sigma``, the pooled mean and
     ``Delta``), that shows whether the real descriptors reach what the model allows.
 
-    The population is drawn as ``flux_label_free_bound.population_axis`` draws it (the runs'
-    own clients left out), but its descriptors are built with the run's activation scale
+    The population is ``flux_label_free_bound.population_clients`` (the runs' own clients
+    left out), as for the separations of the bound, but its descriptors are built with the run's activation scale
     ``M`` (FLUX's shared projection depends on it through the PCA mean, an affine change of
     the descriptors: ``Delta`` is the same, ``Sigma`` and the means are not). The run's
     descriptors, centred on the pooled mean of the run's group sizes and whitened by the
@@ -362,27 +362,22 @@ def told_the_covariance(shift: str, rows: int, classes: int, seed: int, n: int, 
     import bench_k_selection as grid
     import flux_label_free_bound as lf
     from omnifc.adapters import flux
-    per_group = clients_per_group + skip
-    clients, groups, c, latents, _ = grid.encoded_run(shift, 2 * per_group, rows, 1, classes,
-                                                      seed)
-    keep = ~((groups == 0) & (np.arange(len(groups)) < skip))
+    clients, groups, c, latents, _ = lf.population_clients(
+        shift, rows, classes, seed, clients_per_group=clients_per_group, skip=skip)
     big, small = grid.group_sizes(n, imbalance)
     run_clients, _, _, run_latents, scale = grid.encoded_run(shift, n, rows, imbalance,
                                                              classes, seed)
     components = flux.flux_components(c, grid.ENCODER_DIM)
-    x = grid.flux_descriptors(clients, latents, c, components, form, scale)[1][keep]
-    groups = groups[keep]
+    x = grid.flux_descriptors(clients, latents, c, components, form, scale)[1]
     if one_group:
         taken = np.flatnonzero(groups == 0)[:n]
         run = x[taken]
         x, groups = np.delete(x, taken, axis=0), np.delete(groups, taken)
     else:
         run = grid.flux_descriptors(run_clients, run_latents, c, components, form, scale)[1]
-    _, cov, _ = lf._within_groups(x, groups)
-    values, vectors = np.linalg.eigh(cov)
-    kept = values > values.max() * 1e-10
-    whiten = vectors[:, kept] / np.sqrt(values[kept])
-    d = int(kept.sum())
+    values, vectors = lf.numerical_eigen(lf._within_groups(x, groups)[1])
+    whiten = vectors / np.sqrt(values)
+    d = len(values)
     delta = math.sqrt(lf.separation(x, groups)[0])
     centre = (x[groups == 0].mean(axis=0) if one_group else
               (big * x[groups == 0].mean(axis=0) + small * x[groups == 1].mean(axis=0)) / n)

@@ -198,6 +198,20 @@ def _within_groups(x, groups):
             parts[0].mean(axis=0) - parts[1].mean(axis=0))
 
 
+def numerical_eigen(cov):
+    """``(values, vectors)`` of a covariance on its numerical rank: the eigenpairs whose value
+    exceeds ``1e-10`` times the largest (the rank of :func:`separation` and of the
+    whitening in ``flux_direction_free_bound``).
+
+    >>> values, vectors = numerical_eigen(np.diag([4.0, 1.0, 1e-14]))
+    >>> values.tolist(), vectors.shape
+    ([1.0, 4.0], (3, 2))
+    """
+    values, vectors = np.linalg.eigh(cov)
+    keep = values > values.max(initial=0.0) * 1e-10
+    return values[keep], vectors[:, keep]
+
+
 def separation(x, groups):
     """``(Delta^2 unbiased, Delta^2 plug-in, rank)`` of two groups of rows ``x``.
 
@@ -216,13 +230,12 @@ def separation(x, groups):
     """
     sizes, cov, delta = _within_groups(x, groups)
     nu = sum(sizes) - 2
-    values, vectors = np.linalg.eigh(cov)
-    keep = values > values.max(initial=0.0) * 1e-10
-    rank = int(keep.sum())
+    values, vectors = numerical_eigen(cov)
+    rank = len(values)
     if rank == 0 or nu - rank - 1 <= 0:
         raise ValueError(f"too few rows ({sum(sizes)}) for a covariance of rank {rank}")
-    coords = vectors[:, keep].T @ delta
-    plug_in = float(np.sum(coords ** 2 / values[keep]))
+    coords = vectors.T @ delta
+    plug_in = float(np.sum(coords ** 2 / values))
     unbiased = (nu - rank - 1) / nu * plug_in - rank * (1.0 / sizes[0] + 1.0 / sizes[1])
     return max(unbiased, 0.0), plug_in, rank
 
@@ -233,22 +246,35 @@ def separation(x, groups):
 POPULATION_SKIP = 300
 
 
+def population_clients(shift: str, rows: int, classes: int, seed: int, *,
+                       clients_per_group: int = POPULATION_CLIENTS,
+                       skip: int = POPULATION_SKIP) -> tuple:
+    """``(clients, groups, classes, latents, M)`` of one (shift, rows, classes, seed)'s
+    population: drawn as the grid draws a run of this seed (``bench_k_selection.
+    encoded_run`` at 1:1, ``clients_per_group + skip`` per group), group 0's first ``skip``
+    clients (the runs' own) left out; ``M``, FLUX's activation scale, is the whole draw's."""
+    per_group = clients_per_group + skip
+    clients, groups, c, latents, scale = grid.encoded_run(shift, 2 * per_group, rows, 1,
+                                                          classes, seed)
+    kept = np.flatnonzero(~((groups == 0) & (np.arange(len(groups)) < skip)))
+    return ([clients[i] for i in kept], groups[kept], c, [latents[i] for i in kept], scale)
+
+
 def population_axis(shift: str, rows: int, classes: int, seed: int, *,
                     clients_per_group: int = POPULATION_CLIENTS, skip: int = POPULATION_SKIP,
                     descriptor_form: str = flux.DEFAULT_DESCRIPTOR_FORM) -> dict:
     """The separation and the discriminant axis of one (shift, rows, classes, seed).
 
-    The clients are drawn as the grid draws a run of this seed
-    (``bench_k_selection.run_descriptors`` at 1:1: the same ``fl.make_federated`` call, so
-    the same group transforms, encoder and projection), ``clients_per_group + skip`` per
-    group; group 0's first ``skip`` (the runs' own group-0 clients) are dropped. Returns
+    The clients are :func:`population_clients` (the same ``fl.make_federated`` call as a
+    run of this seed, so the same group transforms, encoder and projection; the runs' own
+    group-0 clients left out), their descriptors as ``bench_k_selection.run_descriptors``
+    builds them (at the whole draw's activation scale). Returns
     ``delta2`` / ``plug_in`` / ``rank`` (:func:`separation`) and ``axis``: Fisher's
     discriminant direction of these clients (:func:`discriminant_axis`)."""
-    per_group = clients_per_group + skip
-    x, groups = grid.run_descriptors(shift, 2 * per_group, rows, 1, classes, seed,
-                                     descriptor_form=descriptor_form)
-    keep = ~((groups == 0) & (np.arange(len(groups)) < skip))
-    x, groups = x[keep], groups[keep]
+    clients, groups, c, latents, scale = population_clients(
+        shift, rows, classes, seed, clients_per_group=clients_per_group, skip=skip)
+    x = grid.flux_descriptors(clients, latents, c, flux.flux_components(c, grid.ENCODER_DIM),
+                              descriptor_form, scale)[1]
     unbiased, plug_in, rank = separation(x, groups)
     return {"delta2": unbiased, "plug_in": plug_in, "rank": rank,
             "axis": discriminant_axis(x, groups)}
