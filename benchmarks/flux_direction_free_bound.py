@@ -203,6 +203,23 @@ def arrangement_count(n: int, m: int) -> int:
     return math.comb(n, m) // (2 if 2 * m == n else 1)
 
 
+def spike(n: int, m: int, delta: float) -> float:
+    """``c = pi (1 - pi) Delta^2`` (``pi = m / n``): the null's extra variance along the
+    direction, the groups pooled.
+
+    >>> spike(6, 3, 2.0)
+    1.0
+    """
+    return (m / n) * (1.0 - m / n) * delta ** 2
+
+
+def null_grams(rest, z, n: int, m: int, delta: float):
+    """Gram matrices of draws from the null ``N(0, I + c u u^T)`` with ``u = e_1``: ``rest``
+    (the other ``d - 1`` coordinates' Gram matrices, :func:`_wishart`) plus ``(1 + c) z
+    z^T`` for the standard normal first coordinates ``z`` (one row per draw)."""
+    return rest + (1.0 + spike(n, m, delta)) * np.einsum("bi,bj->bij", z, z)
+
+
 def log_likelihood_ratio(gram, m: int, delta: float, d: int, a=None):
     """``log`` (planted / null), both averaged over the direction, for the clients'
     whitened Gram matrix ``gram`` (``n x n``, or a stack of them) in ``d`` dimensions;
@@ -215,7 +232,7 @@ def log_likelihood_ratio(gram, m: int, delta: float, d: int, a=None):
     n = gram.shape[-1]
     grams = gram.reshape(-1, n, n)
     a = arrangements(n, m) if a is None else a
-    c = (m / n) * (1.0 - m / n) * delta ** 2
+    c = spike(n, m, delta)
     planted = np.empty(len(grams))
     per_chunk = max(1, _TERMS_PER_CHUNK // len(a))   # (chunk, arrangements) terms at a time
     for lo in range(0, len(grams), per_chunk):
@@ -252,9 +269,8 @@ def direction_free_power(n: int, m: int, d: int, deltas, *, alpha: float = 0.05,
     rest0, rest1 = _wishart(rng, draws, n, d - 1), _wishart(rng, draws, n, d - 1)
     out = []
     for delta in np.asarray(deltas, dtype=np.float64):
-        c = (m / n) * (1.0 - m / n) * float(delta) ** 2
-        null = log_likelihood_ratio(rest0 + (1.0 + c) * np.einsum("bi,bj->bij", z0, z0),
-                                    m, float(delta), d, a)
+        null = log_likelihood_ratio(null_grams(rest0, z0, n, m, float(delta)), m,
+                                    float(delta), d, a)
         y1 = z1 + float(delta) * shift
         planted = log_likelihood_ratio(rest1 + np.einsum("bi,bj->bij", y1, y1),
                                        m, float(delta), d, a)
@@ -311,14 +327,13 @@ def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
     whose arrangements number at most :data:`MAX_ARRANGEMENTS`: each run's bound at its
     seed's separation and rank (``separations`` and ``ranks`` keyed by ``(shift, rows,
     classes, seed)``); ``group_sizes(n, imbalance) -> (big, small)``."""
-    keys = {cell: [(cell[0], cell[2], cell[4], s) for s in seeds] for cell in cells}
+    sizes = {cell: (cell[1], group_sizes(cell[1], cell[3])[1]) for cell in cells}
+    keys = {cell: [(cell[0], cell[2], cell[4], s) for s in seeds] for cell in cells
+            if arrangement_count(*sizes[cell]) <= MAX_ARRANGEMENTS}
     wanted = {}
     for cell, cell_keys in keys.items():
-        big, small = group_sizes(cell[1], cell[3])
-        if arrangement_count(big + small, small) > MAX_ARRANGEMENTS:
-            continue
         for key in cell_keys:
-            curve = (big + small, small, int(ranks[key]))
+            curve = (*sizes[cell], int(ranks[key]))
             wanted[curve] = max(wanted.get(curve, 0.0), separations[key])
     curves = {}
     for curve, top in sorted(wanted.items()):
@@ -327,14 +342,8 @@ def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
                      f"up to Delta={top:.1f}")
         curves[curve] = direction_free_curve(*curve, top, alpha=alpha, draws=draws,
                                              cache=cache)
-    out = {}
-    for cell, cell_keys in keys.items():
-        big, small = group_sizes(cell[1], cell[3])
-        if arrangement_count(big + small, small) <= MAX_ARRANGEMENTS:
-            out[cell] = [float(np.interp(separations[k], *curves[(big + small, small,
-                                                                  int(ranks[k]))]))
-                         for k in cell_keys]
-    return out
+    return {cell: [float(np.interp(separations[k], *curves[(*sizes[cell], int(ranks[k]))]))
+                   for k in cell_keys] for cell, cell_keys in keys.items()}
 
 
 def told_the_covariance(shift: str, rows: int, classes: int, seed: int, n: int, imbalance: int,
@@ -384,10 +393,9 @@ def told_the_covariance(shift: str, rows: int, classes: int, seed: int, n: int, 
     y = (run - centre) @ whiten
     stat = log_likelihood_ratio(y @ y.T, small, delta, d)
     rng = np.random.default_rng(seed)
-    spike = (small / n) * (1.0 - small / n) * delta ** 2
     z = rng.standard_normal((null_draws, n))
-    null = log_likelihood_ratio(_wishart(rng, null_draws, n, d - 1)
-                                + (1.0 + spike) * np.einsum("bi,bj->bij", z, z), small, delta, d)
+    null = log_likelihood_ratio(null_grams(_wishart(rng, null_draws, n, d - 1), z, n, small,
+                                           delta), small, delta, d)
     return {"p": float((1 + np.sum(null >= stat)) / (1 + null_draws)), "delta": delta, "d": d,
             "spread": float(np.trace(y @ y.T) / (n * d))}
 
