@@ -220,17 +220,33 @@ def null_grams(rest, z, n: int, m: int, delta: float):
     return rest + (1.0 + spike(n, m, delta)) * np.einsum("bi,bj->bij", z, z)
 
 
-def log_likelihood_ratio(gram, m: int, delta: float, d: int, a=None):
+def log_likelihood_ratio(gram, m: int, delta: float, d: int, a=None, *,
+                         told_centre: bool = True):
     """``log`` (planted / null), both averaged over the direction, for the clients'
     whitened Gram matrix ``gram`` (``n x n``, or a stack of them) in ``d`` dimensions;
     ``a``: :func:`arrangements` (computed when not given).
 
+    ``told_centre=False``: the ratio of the densities of the clients' descriptors *relative
+    to their own mean* (coordinates ``V^T Y`` in an orthonormal basis ``V`` of the
+    ``n - 1`` contrasts), i.e. for rules that are not told the pooled mean. Every rule
+    reading distances is of that kind: translating every descriptor changes no distance.
+    The arrangements' contrasts sum to zero, so only the Gram matrix is centred
+    (``H G H``, ``H = I - 1 1^T / n``) and the null's normalization counts ``n - 1`` rows.
+
     >>> round(float(log_likelihood_ratio(np.eye(4) * 5.0, 2, 0.0, 6)), 12)   # Delta = 0
     0.0
+    >>> g = np.ones((4, 4)) + np.eye(4)            # a shared offset: seen only when told
+    >>> bool(np.isclose(log_likelihood_ratio(g, 2, 1.0, 6, told_centre=False),
+    ...                 log_likelihood_ratio(np.eye(4), 2, 1.0, 6, told_centre=False)))
+    True
     """
     gram = np.asarray(gram, dtype=np.float64)
     n = gram.shape[-1]
     grams = gram.reshape(-1, n, n)
+    rows = n
+    if not told_centre:
+        h = np.eye(n) - 1.0 / n
+        grams, rows = h @ grams @ h, n - 1
     a = arrangements(n, m) if a is None else a
     c = spike(n, m, delta)
     planted = np.empty(len(grams))
@@ -241,19 +257,21 @@ def log_likelihood_ratio(gram, m: int, delta: float, d: int, a=None):
         norms = np.sqrt(np.maximum(squares, 0.0))
         planted[lo:lo + per_chunk] = special.logsumexp(log_sphere_mgf(delta * norms, d), axis=1)
     planted += -0.5 * n * c - math.log(len(a))
-    values = np.linalg.eigvalsh(grams)[:, ::-1][:, :min(n, d)]
-    null = -0.5 * n * math.log1p(c) + log_dirichlet_mgf(
+    values = np.linalg.eigvalsh(grams)[:, ::-1][:, :min(rows, d)]
+    null = -0.5 * rows * math.log1p(c) + log_dirichlet_mgf(
         np.maximum(values, 0.0) * c / (2.0 * (1.0 + c)), d)
     out = planted - null
     return out.reshape(gram.shape[:-2]) if gram.ndim > 2 else float(out[0])
 
 
 def direction_free_power(n: int, m: int, d: int, deltas, *, alpha: float = 0.05,
-                         draws: int = DRAWS, seed: int = 0):
+                         draws: int = DRAWS, seed: int = 0, told_centre: bool = True):
     """Power of the level-``alpha`` test of the direction-averaged null against the
     direction-averaged planted model (``m : n - m`` clients, separation ``Delta``, ``d``
     dimensions), at every ``Delta`` of ``deltas`` (Monte Carlo, the same draws for every
     ``Delta``; by symmetry the planted draws take ``u = e_1`` and the first ``m`` clients).
+    ``told_centre=False``: the bound for rules not told the pooled mean either
+    (:func:`log_likelihood_ratio`), which holds for every rule that reads distances.
 
     >>> p = direction_free_power(6, 3, 8, [0.0, 12.0], draws=400)
     >>> bool(abs(p[0] - 0.05) < 0.04), bool(p[1] > 0.95)
@@ -270,10 +288,10 @@ def direction_free_power(n: int, m: int, d: int, deltas, *, alpha: float = 0.05,
     out = []
     for delta in np.asarray(deltas, dtype=np.float64):
         null = log_likelihood_ratio(null_grams(rest0, z0, n, m, float(delta)), m,
-                                    float(delta), d, a)
+                                    float(delta), d, a, told_centre=told_centre)
         y1 = z1 + float(delta) * shift
         planted = log_likelihood_ratio(rest1 + np.einsum("bi,bj->bij", y1, y1),
-                                       m, float(delta), d, a)
+                                       m, float(delta), d, a, told_centre=told_centre)
         out.append(_randomized_power(null, planted, alpha))
     return np.array(out)
 
@@ -296,14 +314,17 @@ MAX_ARRANGEMENTS = 20_000
 
 
 def direction_free_curve(n: int, m: int, d: int, delta_max: float, *, alpha: float = 0.05,
-                         draws: int = DRAWS, seed: int = 0, cache=None):
+                         draws: int = DRAWS, seed: int = 0, cache=None,
+                         told_centre: bool = True):
     """``(deltas, powers)`` of :func:`direction_free_power` on a grid of step
     :data:`DELTA_STEP` from 0 to past ``delta_max``, stopped once the power stays at 1
     (two grid points); kept in ``cache`` (a directory) as JSON and reused when it reaches
-    far enough."""
+    far enough. ``told_centre=False``: not told the pooled mean either (a file of its own).
+    """
     import json
     path = None if cache is None else os.path.join(
-        cache, f"direction_free_n{n}_m{m}_d{d}_a{alpha:g}_draws{draws}_seed{seed}.json")
+        cache, f"direction_free_n{n}_m{m}_d{d}_a{alpha:g}_draws{draws}_seed{seed}"
+               f"{'' if told_centre else '_centre_free'}.json")
     deltas, powers = [], []
     if path is not None and os.path.exists(path):
         with open(path) as f:
@@ -311,7 +332,8 @@ def direction_free_curve(n: int, m: int, d: int, delta_max: float, *, alpha: flo
     while not deltas or (deltas[-1] < delta_max + DELTA_STEP
                          and not (len(powers) >= 2 and min(powers[-2:]) >= 1.0)):
         chunk = [len(deltas) * DELTA_STEP + i * DELTA_STEP for i in range(4)]
-        more = direction_free_power(n, m, d, chunk, alpha=alpha, draws=draws, seed=seed)
+        more = direction_free_power(n, m, d, chunk, alpha=alpha, draws=draws, seed=seed,
+                                    told_centre=told_centre)
         deltas += chunk
         powers += [float(p) for p in more]
         if path is not None:
@@ -322,11 +344,12 @@ def direction_free_curve(n: int, m: int, d: int, delta_max: float, *, alpha: flo
 
 def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
                           alpha: float = 0.05, draws: int = DRAWS, cache=None,
-                          progress=None) -> dict:
+                          progress=None, told_centre: bool = True) -> dict:
     """``{cell: [power per seed]}`` for the cells (``(shift, n, rows, imbalance, classes)``)
     whose arrangements number at most :data:`MAX_ARRANGEMENTS`: each run's bound at its
     seed's separation and rank (``separations`` and ``ranks`` keyed by ``(shift, rows,
-    classes, seed)``); ``group_sizes(n, imbalance) -> (big, small)``."""
+    classes, seed)``); ``group_sizes(n, imbalance) -> (big, small)``; ``told_centre``: as
+    :func:`direction_free_power`."""
     sizes = {cell: (cell[1], group_sizes(cell[1], cell[3])[1]) for cell in cells}
     keys = {cell: [(cell[0], cell[2], cell[4], s) for s in seeds] for cell in cells
             if arrangement_count(*sizes[cell]) <= MAX_ARRANGEMENTS}
@@ -341,7 +364,7 @@ def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
             progress(f"direction-free power curve n={curve[0]} m={curve[1]} d={curve[2]} "
                      f"up to Delta={top:.1f}")
         curves[curve] = direction_free_curve(*curve, top, alpha=alpha, draws=draws,
-                                             cache=cache)
+                                             cache=cache, told_centre=told_centre)
     return {cell: [float(np.interp(separations[k], *curves[(*sizes[cell], int(ranks[k]))]))
                    for k in cell_keys] for cell, cell_keys in keys.items()}
 
@@ -349,7 +372,7 @@ def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
 def told_the_covariance(shift: str, rows: int, classes: int, seed: int, n: int, imbalance: int,
                         *, clients_per_group: int = 2000, skip: int = 300,
                         null_draws: int = 1000, form: str = "weighted_all",
-                        one_group: bool = False) -> dict:
+                        one_group: bool = False, told_centre: bool = True) -> dict:
     """The direction-free ratio test *told the covariance* on one real run of the grid: a
     reference, not a rule (it is told the population's ``Sigma``, the pooled mean and
     ``Delta``), that shows whether the real descriptors reach what the model allows.
@@ -367,7 +390,11 @@ def told_the_covariance(shift: str, rows: int, classes: int, seed: int, n: int, 
 
     ``one_group``: a check of its level on real data. The "run" is ``n`` clients of the
     population's group 0 (taken out of it), centred on that group's mean: one cluster, which
-    the test should split in about ``alpha`` of the runs or fewer."""
+    the test should split in about ``alpha`` of the runs or fewer.
+
+    ``told_centre=False``: not told the pooled mean either (the ratio of the run's
+    descriptors relative to their own mean, :func:`log_likelihood_ratio`), as a rule
+    reading distances."""
     import bench_k_selection as grid
     import flux_label_free_bound as lf
     from omnifc.adapters import flux
@@ -391,13 +418,13 @@ def told_the_covariance(shift: str, rows: int, classes: int, seed: int, n: int, 
     centre = (x[groups == 0].mean(axis=0) if one_group else
               (big * x[groups == 0].mean(axis=0) + small * x[groups == 1].mean(axis=0)) / n)
     y = (run - centre) @ whiten
-    stat = log_likelihood_ratio(y @ y.T, small, delta, d)
+    stat = log_likelihood_ratio(y @ y.T, small, delta, d, told_centre=told_centre)
     rng = np.random.default_rng(seed)
     z = rng.standard_normal((null_draws, n))
     null = log_likelihood_ratio(null_grams(_wishart(rng, null_draws, n, d - 1), z, n, small,
-                                           delta), small, delta, d)
+                                           delta), small, delta, d, told_centre=told_centre)
     return {"p": float((1 + np.sum(null >= stat)) / (1 + null_draws)), "delta": delta, "d": d,
-            "spread": float(np.trace(y @ y.T) / (n * d))}
+            "spread": float(np.trace(y @ y.T) / (n * d)), "told_centre": told_centre}
 
 
 def main(argv=None) -> int:
@@ -420,6 +447,8 @@ def main(argv=None) -> int:
     parser.add_argument("--skip", type=int, default=300)
     parser.add_argument("--one-group", action="store_true",
                         help="the level check: n clients of one group (told_the_covariance)")
+    parser.add_argument("--not-told-centre", action="store_true",
+                        help="nor the pooled mean: the run relative to its own mean")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     seen = set()
@@ -436,7 +465,8 @@ def main(argv=None) -> int:
         shift, n, rows, imbalance, classes, seed = run
         rec = told_the_covariance(shift, rows, classes, seed, n, imbalance,
                                   clients_per_group=args.population_clients, skip=args.skip,
-                                  null_draws=args.null_draws, one_group=args.one_group)
+                                  null_draws=args.null_draws, one_group=args.one_group,
+                                  told_centre=not args.not_told_centre)
         with open(args.out, "a") as f:
             f.write(json.dumps({"run": list(run), **rec}) + "\n")
     counts = {}

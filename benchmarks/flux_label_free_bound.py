@@ -500,15 +500,17 @@ def share_at_goal(powers, goal: float = 0.9) -> float:
 
 
 def report(bounds, told=None, counts=None, *, goal: float = 0.9,
-           noise: float = 2.0, direction_free=None) -> list[str]:
+           noise: float = 2.0, direction_free=None,
+           direction_free_name: str = "not told the direction") -> list[str]:
     """The per-cell table and the summary lines. ``over``: the rule's or the told-axis
     count exceeds the bound by more than ``noise`` binomial standard errors of the runs (the
     model does not bound that cell). ``direction_free``: ``{cell: [power per seed]}`` of
     ``flux_direction_free_bound`` (the bound for rules not told the direction); where it
-    is given, a cell's reach is the smaller of the two bounds."""
+    is given, a cell's reach is the smaller of the two bounds; ``direction_free_name``
+    names it in the lines."""
     df = direction_free is not None
     lines = ["| shift | classes | rows | clients | groups | label-free bound (model) | "
-             + ("not told the direction | " if df else "")
+             + (f"{direction_free_name} | " if df else "")
              + "told the axis: K = 2 | rule: K right | over |",
              "|---|---|---|---|---|---|---|---|---|" + ("---|" if df else "")]
     tally = {"bound": 0, "told": 0, "rule": 0, "over": 0, "bound_only": 0, "reach": 0,
@@ -549,7 +551,7 @@ def report(bounds, told=None, counts=None, *, goal: float = 0.9,
                      + f"{shown[0]} | {shown[1]} | {'over' if over else ''} |")
     lines.append(f"cells reaching {100 * goal:.0f} % (of {len(bounds)}): label-free bound "
                  f"{tally['bound']}"
-                 + (f", not told the direction (where computed, else the label-free bound) "
+                 + (f", {direction_free_name} (where computed, else the label-free bound) "
                     f"{tally['reach']}" if df else "")
                  + (f", told the axis {tally['told']}" if told else "")
                  + (f", the rule {tally['rule']} (within the bound's reach and missed by the "
@@ -557,7 +559,7 @@ def report(bounds, told=None, counts=None, *, goal: float = 0.9,
                  + f"; cells with a count above the bound beyond noise: {tally['over']}")
     lines.append(f"a rule that matched the bound in every run would reach {100 * goal:.0f} % "
                  f"in about {tally['expected']:.1f} cells"
-                 + (f" ({tally['expected_reach']:.1f} not told the direction)" if df else "")
+                 + (f" ({tally['expected_reach']:.1f} {direction_free_name})" if df else "")
                  + " (the binomial over each cell's runs)")
     return lines
 
@@ -593,6 +595,9 @@ def main(argv=None) -> int:
                         help="also the bound for rules not told the direction "
                              "(flux_direction_free_bound; the cells of at most "
                              "20,000 arrangements: 6 clients, and 20 at 18:2)")
+    parser.add_argument("--not-told-centre", action="store_true",
+                        help="with --direction-free: nor the pooled mean, the bound for every "
+                             "rule that reads distances")
     parser.add_argument("--direction-free-draws", type=int, default=None,
                         help="draws per hypothesis behind one direction-free power "
                              "(default flux_direction_free_bound.DRAWS)")
@@ -603,6 +608,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not 0.0 < args.alpha < 1.0:
         parser.error(f"--alpha must be in (0, 1), got {args.alpha}")
+    if args.not_told_centre and not args.direction_free:
+        parser.error("--not-told-centre bounds the direction-free column: add --direction-free")
     seeds = grid._ints(args.seeds)
     clients, rows, classes = (grid._ints(args.clients), grid._ints(args.rows),
                               grid._ints(args.classes))
@@ -638,8 +645,12 @@ def main(argv=None) -> int:
             cells, seeds, {k: math.sqrt(v["delta2"]) for k, v in axes.items()},
             {k: v["rank"] for k, v in axes.items()}, grid.group_sizes, alpha=args.alpha,
             draws=args.direction_free_draws or df.DRAWS, cache=args.cache,
-            progress=lambda line: print(line, file=sys.stderr, flush=True))
-    print("\n".join(report(bounds, told, counts, direction_free=free)))
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+            told_centre=not args.not_told_centre)
+    name = ("not told the direction or the centre" if args.not_told_centre
+            else "not told the direction")
+    print("\n".join(report(bounds, told, counts, direction_free=free,
+                           direction_free_name=name)))
     if not args.no_told_axis and args.iid_clients:
         level = told_axis_iid(grid._ints(args.iid_clients), rows, classes, seeds, axes,
                               args.cache, descriptor_form=form, alpha=args.alpha)

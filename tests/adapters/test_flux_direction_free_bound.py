@@ -119,20 +119,27 @@ def test_arrangements_are_every_subset_once_and_halved_when_balanced(df):
         assert np.allclose(a[a > 0], 1 - m / n) and np.allclose(a[a < 0], -m / n)
 
 
-def _brute_ratio(y, m, delta, u):
-    """log of the direction-averaged planted / null densities: at each direction of ``u``
-    the planted density summed over every arrangement and the null's, both written out
-    (checked against scipy's densities at the first three directions), averaged explicitly."""
-    n, d = y.shape
+def _contrasts(n, m):
     pi = m / n
-    c = pi * (1 - pi) * delta ** 2
-    constant = -0.5 * n * d * math.log(2 * math.pi)
     contrasts = []
     for subset in itertools.combinations(range(n), m):
         a = np.full(n, -pi)
         a[list(subset)] = 1 - pi
         contrasts.append(a)
-    contrasts = np.array(contrasts)
+    return np.array(contrasts)
+
+
+def _brute_ratio(y, m, delta, u, contrasts=None, clients=None):
+    """log of the direction-averaged planted / null densities: at each direction of ``u``
+    the planted density summed over every arrangement and the null's, both written out
+    (checked against scipy's densities at the first three directions), averaged explicitly.
+    ``contrasts``: the arrangements' mean offsets per row of ``y`` (when not given, every
+    subset of ``m`` of the rows, which are the ``clients``)."""
+    n, d = y.shape
+    pi = m / (clients or n)
+    c = pi * (1 - pi) * delta ** 2
+    constant = -0.5 * n * d * math.log(2 * math.pi)
+    contrasts = _contrasts(n, m) if contrasts is None else contrasts
     # planted: -|y_i - Delta a_i u|^2 / 2 summed over clients, for each (u, arrangement)
     residual = y[None, None] - delta * contrasts[None, :, :, None] * u[:, None, None, :]
     planted = constant - 0.5 * np.sum(residual ** 2, axis=(2, 3))
@@ -170,6 +177,27 @@ def test_the_ratio_is_the_direction_average_of_the_densities(df, n, m, d, delta)
     assert df.log_likelihood_ratio(np.eye(n) * 4.0, m, 0.0, d) == pytest.approx(0.0, abs=1e-9)
 
 
+@pytest.mark.parametrize("n,m,d,delta", [(3, 1, 3, 2.0), (4, 2, 3, 1.5), (5, 2, 4, 2.5)])
+def test_not_told_the_centre_is_the_ratio_of_the_contrasts_densities(df, n, m, d, delta):
+    """Relative to their own mean the clients' descriptors are ``V^T Y`` (``V``: an
+    orthonormal basis of the ``n - 1`` contrasts): ``n - 1`` rows, ``N(Delta (V^T a)_i u, I)``
+    planted and ``N(0, I + c u u^T)`` under the null. The ratio of those densities, written
+    out over every arrangement and 100,000 directions, is the ratio not told the centre; it
+    ignores a shared offset, and it differs from the ratio told the centre."""
+    rng = np.random.default_rng(7 * n + d)
+    y = rng.standard_normal((n, d)) * 1.3
+    v = np.linalg.svd(np.eye(n) - 1.0 / n)[0][:, :n - 1]   # orthonormal, orthogonal to 1
+    assert np.allclose(v.T @ np.ones(n), 0.0) and np.allclose(v.T @ v, np.eye(n - 1))
+    u = _unit_vectors(rng, 100_000, d)
+    want = _brute_ratio(v.T @ y, m, delta, u, contrasts=_contrasts(n, m) @ v, clients=n)
+    got = df.log_likelihood_ratio(y @ y.T, m, delta, d, told_centre=False)
+    assert got == pytest.approx(want, abs=0.03)
+    moved = y + rng.standard_normal(d) * 5.0
+    assert df.log_likelihood_ratio(moved @ moved.T, m, delta, d,
+                                   told_centre=False) == pytest.approx(got, rel=1e-9)
+    assert abs(df.log_likelihood_ratio(y @ y.T, m, delta, d) - got) > 0.1
+
+
 def test_power_is_alpha_at_no_separation_and_grows(df):
     p = df.direction_free_power(6, 2, 10, [0.0, 3.0, 6.0, 10.0], draws=800, alpha=0.05)
     assert abs(p[0] - 0.05) < 0.02
@@ -191,13 +219,29 @@ def test_not_told_the_direction_is_never_above_told_the_axis(df):
     assert high[0] < told[0] - 0.2                     # and here far below it
 
 
+def test_not_told_the_centre_is_alpha_at_no_separation_and_never_above_told_it(df):
+    """The same draws, told and not told the centre: the test not told it is one of the
+    tests the told one is most powerful among, so it is never above it (up to the Monte
+    Carlo error of the thresholds), and with a small group it is far below."""
+    deltas = [0.0, 6.0, 8.0]
+    told = df.direction_free_power(6, 2, 40, deltas, draws=1500, alpha=0.05)
+    free = df.direction_free_power(6, 2, 40, deltas, draws=1500, alpha=0.05,
+                                   told_centre=False)
+    assert abs(free[0] - 0.05) < 0.02 and free[1] < free[2]
+    assert np.all(free <= told + 3 * math.sqrt(0.25 / 1500))
+    assert free[1] < told[1] - 0.05                    # 0.57 against 0.65
+
+
+@pytest.mark.parametrize("told_centre", [True, False])
 @pytest.mark.parametrize("n,m,d,delta", [(6, 3, 20, 6.0), (6, 2, 12, 5.0)])
-def test_no_rotation_invariant_test_beats_the_bound(df, n, m, d, delta):
+def test_no_rotation_invariant_test_beats_the_bound(df, n, m, d, delta, told_centre):
     """An actual test that is not told the direction (the largest spread of the clients
     along any arrangement's contrast, over the total spread: a function of the Gram matrix,
     level 0.05 against its own null draws) finds the groups no more often than the bound,
-    and is a test with power."""
-    bound = df.direction_free_power(n, m, d, [delta], draws=2000)[0]
+    and is a test with power. Not told the centre either, the spread is about the clients'
+    own mean (a function of their distances), and the bound is the centre-free one."""
+    bound = df.direction_free_power(n, m, d, [delta], draws=2000, told_centre=told_centre)[0]
+    h = np.eye(n) if told_centre else np.eye(n) - 1.0 / n
     rng = np.random.default_rng(11)
     pi = m / n
     c = pi * (1 - pi) * delta ** 2
@@ -205,7 +249,7 @@ def test_no_rotation_invariant_test_beats_the_bound(df, n, m, d, delta):
     a = df.arrangements(n, m)
 
     def scan(y):
-        gram = y @ y.T
+        gram = h @ y @ y.T @ h
         return np.max(np.einsum("si,ij,sj->s", a, gram, a)) / np.trace(gram)
 
     def null_draw():
@@ -245,26 +289,32 @@ def test_the_curve_is_cached_and_the_cells_bounded_where_computed(df, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_the_command_line_adds_the_column_from_the_same_curves(df, tmp_path):
-    """``flux_label_free_bound.py --quick --direction-free``: each 6-client cell's entry is
-    the mean over its seeds of the cached curve at the population's separation."""
+@pytest.mark.parametrize("told_centre", [True, False])
+def test_the_command_line_adds_the_column_from_the_same_curves(df, tmp_path, told_centre):
+    """``flux_label_free_bound.py --quick --direction-free [--not-told-centre]``: each
+    6-client cell's entry is the mean over its seeds of the cached curve (told the centre or
+    not) at the population's separation."""
     import subprocess
     import sys
     from pathlib import Path
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "flux_label_free_bound.py"
     done = subprocess.run([sys.executable, str(script), "--quick", "--direction-free",
-                           "--no-told-axis", "--cache", str(tmp_path)], capture_output=True,
-                          text=True, timeout=280, check=True)
+                           "--no-told-axis", "--cache", str(tmp_path)]
+                          + ([] if told_centre else ["--not-told-centre"]),
+                          capture_output=True, text=True, timeout=280, check=True)
+    assert len(list(tmp_path.glob("direction_free_*_centre_free.json"))) == (
+        0 if told_centre else 2)
     rows = [line for line in done.stdout.splitlines() if line.startswith("| label")]
     assert len(rows) == 2
     axis = np.load(tmp_path / "axis_label_20_2_3049_weighted_all_n300_skip20.npz")
     separation, rank = math.sqrt(float(axis["delta2"])), int(axis["rank"])
     for row, (big, small) in zip(rows, [(3, 3), (4, 2)]):
         curve = df.direction_free_curve(6, small, rank, separation, alpha=0.05, draws=100,
-                                        cache=tmp_path)            # the cached one
+                                        cache=tmp_path, told_centre=told_centre)  # cached
         power = float(np.interp(separation, *curve))
         assert f"| {big}:{small} | " in row and f"| {100 * power:.1f} % |" in row
-    assert "not told the direction (where computed, else the label-free bound)" in done.stdout
+    name = "not told the direction" + ("" if told_centre else " or the centre")
+    assert f"{name} (where computed, else the label-free bound)" in done.stdout
 
 
 def test_report_reads_the_smaller_bound_where_the_direction_free_one_exists(tmp_path):
@@ -290,6 +340,13 @@ def test_report_reads_the_smaller_bound_where_the_direction_free_one_exists(tmp_
     assert lines[6] == (f"a rule that matched the bound in every run would reach 90 % in about "
                         f"{expected} cells ({reach} not told the direction) (the binomial over "
                         f"each cell's runs)")
+    named = nb.report(bounds, None, counts, direction_free=free,
+                      direction_free_name="not told the direction or the centre")
+    assert "| not told the direction or the centre |" in named[0]
+    assert named[2:5] == lines[2:5] and f"({reach} not told the direction or the centre)" in named[6]
+    with pytest.raises(SystemExit) as stop:              # it bounds the direction-free column
+        nb.main(["--not-told-centre"])
+    assert stop.value.code == 2
     # without it the table is the label-free bound's alone
     plain = nb.report(bounds, None, counts)
     assert plain[2] == "| label | 2 | 20 | 6 | 3:3 | 95.0 % | - | 4/4 |  |"
@@ -331,6 +388,12 @@ def test_told_the_covariance_reads_the_runs_own_descriptors_at_their_scale(df, t
     assert level["p"] in {k / 100 for k in range(1, 101)} and level["d"] == 60
     assert level["delta"] != rec["delta"]                # six clients fewer in group 0
     assert level["delta"] == pytest.approx(rec["delta"], rel=0.2)
+    # not told the centre: the run relative to its own mean, the same separation and rank
+    free = df.told_the_covariance("feature", 20, 2, 3317, 6, 10, clients_per_group=150,
+                                  skip=10, null_draws=99, told_centre=False)
+    assert rec["told_centre"] and not free["told_centre"]
+    assert free["p"] in {k / 100 for k in range(1, 101)}
+    assert (free["delta"], free["d"], free["spread"]) == (rec["delta"], rec["d"], rec["spread"])
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "flux_direction_free_bound.py"
     out = tmp_path / "runs.jsonl"
     args = [sys.executable, str(script), "--told-covariance", "--seeds", "3317", "--rows", "20",
