@@ -418,13 +418,31 @@ def told_the_covariance(shift: str, rows: int, classes: int, seed: int, n: int, 
     centre = (x[groups == 0].mean(axis=0) if one_group else
               (big * x[groups == 0].mean(axis=0) + small * x[groups == 1].mean(axis=0)) / n)
     y = (run - centre) @ whiten
-    stat = log_likelihood_ratio(y @ y.T, small, delta, d, told_centre=told_centre)
+    return {"p": ratio_p(y, small, delta, null_draws=null_draws, seed=seed,
+                         told_centre=told_centre),
+            "delta": delta, "d": d, "spread": float(np.trace(y @ y.T) / (n * d)),
+            "told_centre": told_centre}
+
+
+def ratio_p(y, m: int, delta: float, *, null_draws: int = 1000, seed: int = 0,
+            told_centre: bool = True) -> float:
+    """``p`` of the direction-free ratio (:func:`log_likelihood_ratio`) of whitened
+    descriptors ``y`` (``n x d``, one row per client, ``m`` in the small group): the rank
+    of their ratio among ``null_draws`` draws of the model's null at the same ``(n, m, d,
+    Delta)`` (seeded by ``seed``). ``told_centre=False``: ``y`` relative to its own mean.
+
+    >>> y = np.random.default_rng(0).standard_normal((6, 8))
+    >>> p = ratio_p(y, 3, 2.0, null_draws=99, told_centre=False)
+    >>> p == ratio_p(y + 7.0, 3, 2.0, null_draws=99, told_centre=False)   # offset ignored
+    True
+    """
+    n, d = y.shape
+    stat = log_likelihood_ratio(y @ y.T, m, delta, d, told_centre=told_centre)
     rng = np.random.default_rng(seed)
     z = rng.standard_normal((null_draws, n))
-    null = log_likelihood_ratio(null_grams(_wishart(rng, null_draws, n, d - 1), z, n, small,
-                                           delta), small, delta, d, told_centre=told_centre)
-    return {"p": float((1 + np.sum(null >= stat)) / (1 + null_draws)), "delta": delta, "d": d,
-            "spread": float(np.trace(y @ y.T) / (n * d)), "told_centre": told_centre}
+    null = log_likelihood_ratio(null_grams(_wishart(rng, null_draws, n, d - 1), z, n, m,
+                                           delta), m, delta, d, told_centre=told_centre)
+    return float((1 + np.sum(null >= stat)) / (1 + null_draws))
 
 
 def main(argv=None) -> int:

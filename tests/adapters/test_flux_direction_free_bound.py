@@ -270,6 +270,11 @@ def test_the_curve_is_cached_and_the_cells_bounded_where_computed(df, tmp_path):
     grid = load_benchmark("bench_k_selection")
     curve = df.direction_free_curve(6, 3, 8, 1.2, alpha=0.05, draws=200, cache=tmp_path)
     assert curve[0][0] == 0.0 and curve[0][-1] >= 1.2 + df.DELTA_STEP
+    for told_centre in (True, False):     # its points are the powers at the same draws
+        points = df.direction_free_curve(6, 3, 8, 1.2, alpha=0.05, draws=200,
+                                         told_centre=told_centre)
+        assert np.array_equal(points[1][:4], df.direction_free_power(
+            6, 3, 8, points[0][:4], alpha=0.05, draws=200, told_centre=told_centre))
     files = list(tmp_path.glob("direction_free_*.json"))
     assert len(files) == 1
     stored = json.loads(files[0].read_text())
@@ -345,7 +350,7 @@ def test_report_reads_the_smaller_bound_where_the_direction_free_one_exists(tmp_
     assert "| not told the direction or the centre |" in named[0]
     assert named[2:5] == lines[2:5] and f"({reach} not told the direction or the centre)" in named[6]
     with pytest.raises(SystemExit) as stop:              # it bounds the direction-free column
-        nb.main(["--not-told-centre"])
+        nb.main(["--not-told-centre", "--quick", "--no-told-axis", "--cache", str(tmp_path)])
     assert stop.value.code == 2
     # without it the table is the label-free bound's alone
     plain = nb.report(bounds, None, counts)
@@ -363,6 +368,29 @@ def test_share_at_goal_is_the_sum_over_every_outcome(runs):
             want += math.prod(p if o else 1 - p for p, o in zip(powers, outcome))
     assert nb.share_at_goal(powers) == pytest.approx(want, rel=1e-12)
     assert nb.share_at_goal([1.0] * runs) == 1.0 and nb.share_at_goal([0.0] * runs) == 0.0
+
+
+def test_the_ratio_p_is_a_rank_among_null_draws_and_ignores_the_centre_when_not_told(df):
+    """p is (1 + the null draws at or above the run's ratio) / (1 + draws), the draws being
+    the model's null Gram matrices (rebuilt here from the same seed); not told the centre, a
+    shared offset of the clients changes nothing; told it, the offset is seen."""
+    rng = np.random.default_rng(5)
+    y = rng.standard_normal((6, 10))
+    y[:2, 0] += 3.0
+    for told_centre in (True, False):
+        p = df.ratio_p(y, 2, 4.0, null_draws=199, seed=9, told_centre=told_centre)
+        draws = np.random.default_rng(9)
+        z = draws.standard_normal((199, 6))
+        grams = df._wishart(draws, 199, 6, 9) + (1 + df.spike(6, 2, 4.0)) * np.einsum(
+            "bi,bj->bij", z, z)
+        null = [df.log_likelihood_ratio(g, 2, 4.0, 10, told_centre=told_centre) for g in grams]
+        stat = df.log_likelihood_ratio(y @ y.T, 2, 4.0, 10, told_centre=told_centre)
+        assert p == (1 + sum(v >= stat for v in null)) / 200
+    moved = y + 2.0
+    assert df.ratio_p(moved, 2, 4.0, null_draws=199, seed=9, told_centre=False) == df.ratio_p(
+        y, 2, 4.0, null_draws=199, seed=9, told_centre=False)
+    assert df.ratio_p(moved, 2, 4.0, null_draws=199, seed=9) != df.ratio_p(
+        y, 2, 4.0, null_draws=199, seed=9)
 
 
 @pytest.mark.timeout(300)
@@ -391,7 +419,7 @@ def test_told_the_covariance_reads_the_runs_own_descriptors_at_their_scale(df, t
     # not told the centre: the run relative to its own mean, the same separation and rank
     free = df.told_the_covariance("feature", 20, 2, 3317, 6, 10, clients_per_group=150,
                                   skip=10, null_draws=99, told_centre=False)
-    assert rec["told_centre"] and not free["told_centre"]
+    assert rec["told_centre"] and not free["told_centre"]   # (ratio_p: tested above)
     assert free["p"] in {k / 100 for k in range(1, 101)}
     assert (free["delta"], free["d"], free["spread"]) == (rec["delta"], rec["d"], rec["spread"])
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "flux_direction_free_bound.py"
