@@ -42,6 +42,7 @@ test on the grid's real runs, told the covariance (:func:`told_the_covariance`, 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -398,8 +399,8 @@ def told_the_covariance(shift: str, rows: int, classes: int, seed: int, n: int, 
     import bench_k_selection as grid
     import flux_label_free_bound as lf
     from omnifc.adapters import flux
-    clients, groups, c, latents, _ = lf.population_clients(
-        shift, rows, classes, seed, clients_per_group=clients_per_group, skip=skip)
+    clients, groups, c, latents, _ = _last_population(shift, rows, classes, seed,
+                                                      clients_per_group, skip)
     big, small = grid.group_sizes(n, imbalance)
     run_clients, _, _, run_latents, scale = grid.encoded_run(shift, n, rows, imbalance,
                                                              classes, seed)
@@ -422,6 +423,15 @@ def told_the_covariance(shift: str, rows: int, classes: int, seed: int, n: int, 
                          told_centre=told_centre),
             "delta": delta, "d": d, "spread": float(np.trace(y @ y.T) / (n * d)),
             "told_centre": told_centre}
+
+
+@functools.lru_cache(maxsize=1)
+def _last_population(shift, rows, classes, seed, clients_per_group, skip):
+    """``flux_label_free_bound.population_clients``, kept for the next run: the command
+    line takes a population's two group-size shapes one after the other (read only)."""
+    import flux_label_free_bound as lf
+    return lf.population_clients(shift, rows, classes, seed,
+                                 clients_per_group=clients_per_group, skip=skip)
 
 
 def ratio_p(y, m: int, delta: float, *, null_draws: int = 1000, seed: int = 0,
