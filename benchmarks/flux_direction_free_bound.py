@@ -19,7 +19,9 @@ of the likelihood-ratio test of the averaged null against the averaged planted m
 (:func:`direction_free_power`). A rule that reads only the distances in the noise's own
 (Mahalanobis) metric does equally well in every direction, so for it the bound holds at
 each direction, not only on average. It is told ``mu``, ``Sigma``, ``m`` and ``Delta``: more
-than any rule knows, so the bound is generous.
+than any rule knows, so the bound is generous. ``told_centre=False`` takes ``mu`` away: the
+ratio of the descriptors relative to their own mean, a bound for every rule that reads
+distances (a translation of every descriptor changes none).
 
 **The ratio in closed form.** Both averaged densities depend on the clients' whitened,
 centred descriptors ``Y`` (``n x d``) only through their Gram matrix ``G = Y Y^T``:
@@ -482,7 +484,13 @@ def main(argv=None) -> int:
     seen = set()
     if os.path.exists(args.out):
         with open(args.out) as f:
-            seen = {tuple(json.loads(line)["run"]) for line in f}
+            records = [json.loads(line) for line in f]
+        seen = {tuple(rec["run"]) for rec in records}
+        # records before the option was added have no told_centre: they were told it
+        if any(rec.get("told_centre", True) == args.not_told_centre for rec in records):
+            parser.error(f"{args.out} holds runs {'told' if args.not_told_centre else 'not told'}"
+                         f" the centre: resume it with the same --not-told-centre, or use "
+                         f"another --out")
     runs = [(shift, n, rows, imbalance, classes, seed)
             for seed in grid._ints(args.seeds) for shift in args.shifts.split(",")
             for rows in grid._ints(args.rows) for classes in grid._ints(args.classes)

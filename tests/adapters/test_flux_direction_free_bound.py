@@ -436,3 +436,7 @@ def test_told_the_covariance_reads_the_runs_own_descriptors_at_their_scale(df, t
     assert f"| 6 | 20 | feature | 2 | {hits}/2 |" in done.stdout
     again = subprocess.run(args, capture_output=True, text=True, timeout=280, check=True)
     assert len(out.read_text().splitlines()) == 2 and f"{hits}/2" in again.stdout   # resumed
+    mixed = subprocess.run(args + ["--not-told-centre"], capture_output=True, text=True,
+                           timeout=280)                     # never mixed into one file
+    assert mixed.returncode == 2 and "holds runs told the centre" in mixed.stderr
+    assert len(out.read_text().splitlines()) == 2
