@@ -414,10 +414,11 @@ def told_the_covariance(shift: str, rows: int, classes: int, seed: int, n: int, 
         x, groups = np.delete(x, taken, axis=0), np.delete(groups, taken)
     else:
         run = grid.flux_descriptors(run_clients, run_latents, c, components, form, scale)[1]
-    values, vectors = lf.numerical_eigen(lf._within_groups(x, groups)[1])
+    sizes, cov, difference = lf._within_groups(x, groups)
+    values, vectors = lf.numerical_eigen(cov)
     whiten = vectors / np.sqrt(values)
     d = len(values)
-    delta = math.sqrt(lf.separation(x, groups)[0])
+    delta = math.sqrt(lf.separation_of_parts(sizes, values, vectors, difference)[0])
     centre = (x[groups == 0].mean(axis=0) if one_group else
               (big * x[groups == 0].mean(axis=0) + small * x[groups == 1].mean(axis=0)) / n)
     y = (run - centre) @ whiten

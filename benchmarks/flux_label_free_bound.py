@@ -229,8 +229,14 @@ def separation(x, groups):
     (True, 3)
     """
     sizes, cov, delta = _within_groups(x, groups)
+    return separation_of_parts(sizes, *numerical_eigen(cov), delta)
+
+
+def separation_of_parts(sizes, values, vectors, delta):
+    """:func:`separation` from parts already computed: the group sizes, the within-group
+    covariance's :func:`numerical_eigen` pairs and the difference of the group means (for
+    a caller that also whitens by those pairs)."""
     nu = sum(sizes) - 2
-    values, vectors = numerical_eigen(cov)
     rank = len(values)
     if rank == 0 or nu - rank - 1 <= 0:
         raise ValueError(f"too few rows ({sum(sizes)}) for a covariance of rank {rank}")
