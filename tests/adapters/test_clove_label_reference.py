@@ -226,6 +226,34 @@ def test_the_goal_within_reach_at_its_bound(ref, reach):
     assert ref.goal_within_reach(beyond) is False
 
 
+def test_draws_within_reach_counts_every_pattern_of_four_runs(ref):
+    """Every record pattern of four runs (at truth right or not; some draw right, wrong or
+    not recorded, as in records written before the draws were): the count and the verdict
+    against a count written independently."""
+    states = [{"k-means": a, "clove": False, **({} if c is None else {"clove_any": c})}
+              for a in (False, True) for c in (None, False, True)]
+    for records in itertools.product(states, repeat=4):
+        recorded = [r for r in records if r["k-means"] and "clove_any" in r]
+        right = len([r for r in recorded if r["clove_any"]])
+        assert ref.draws_within_reach(records) == (right, len(recorded))
+        assert ref.draws_verdict_holds(records) == (
+            bool(recorded) and 100 * right < 95 * len(recorded))
+
+
+@pytest.mark.parametrize("reach", [20, 40, 60, 100])
+def test_the_draws_verdict_at_its_bound(ref, reach):
+    """With the chooser right in exactly 95 % of the runs within reach the verdict (fewer
+    than 95 %) fails; one run fewer, it holds; runs beyond reach change nothing."""
+    at_bound = 95 * reach // 100
+    beyond = [{"k-means": False, "clove": False, "clove_any": c} for c in (True, False)]
+    for right, holds in ((at_bound, False), (at_bound - 1, True)):
+        records = ([{"k-means": True, "clove": False, "clove_any": True}] * right
+                   + [{"k-means": True, "clove": False, "clove_any": False}] * (reach - right)
+                   + beyond)
+        assert ref.draws_verdict_holds(records) is holds
+    assert ref.draws_verdict_holds(beyond) is False
+
+
 @pytest.mark.timeout(180)
 def test_out_resumes_and_table_sums_the_halves(ref, tmp_path, capsys, monkeypatch):
     """Two halves of the seeds in two record files: --table prints the summary of running
@@ -268,6 +296,14 @@ def test_out_resumes_and_table_sums_the_halves(ref, tmp_path, capsys, monkeypatc
     assert table[1] == ("goal within reach (WITHIN_REACH_VERDICT): "
                         + ("holds" if reach and 100 * right >= 95 * reach else "does not hold"))
     assert "transform identity; seeds [70, 71]" in whole
+    drawn = [r["clove_any"] for r in records if r["k-means"]]
+    if drawn:
+        assert (f"some draw of the default right (a chooser told the truth) "
+                f"{sum(drawn)}/{len(drawn)}") in whole
+        assert table[2] == ("no choice among the draws reaches the goal (DRAWS_VERDICT): "
+                            + ("holds" if 100 * sum(drawn) < 95 * len(drawn)
+                               else "does not hold"))
+    assert all(r["clove_any"] >= r["clove"] for r in records)   # the kept draw is a draw
 
 
 @pytest.mark.timeout(180)
@@ -318,20 +354,23 @@ def test_run_record_reports_the_references_and_the_last_rounds_partition(ref, mo
     def loop(*args, **kwargs):
         calls.append(kwargs)
         order = [groups, groups, wrong] if len(calls) == 1 else [wrong, wrong, groups]
-        return types.SimpleNamespace(assignments=order)
+        draws = [wrong, 1 - groups, wrong] if len(calls) == 1 else [wrong, wrong]
+        return types.SimpleNamespace(assignments=order, restart_assignments=draws)
 
     monkeypatch.setattr(clove, "run_clove_fl", loop)
     first = ref.run_record(72, "wine", 2, "label", "identity", True)
     second = ref.run_record(72, "wine", 2, "label", "identity", True)
     assert (first["bayes"], first["histograms"]) == (bayes, hist)
     assert first["clove"] is False and second["clove"] is True
+    # some draw right: the first's relabelled groups count (ARI 1), the second has none
+    assert first["clove_any"] is True and second["clove_any"] is False
     assert calls[0] == {"n_clusters": 2, "rounds": 8, "seed": 72, "secure": False,
                         "transform": "identity"}
     assert first["k-means"] == ref.at_truth(clients, groups, model, inits, 2, 72,
                                             transform="identity")[0]
     feature = ref.run_record(72, "wine", 2, "feature", "sqrt", False)
     assert feature["bayes"] is None and feature["histograms"] is None
-    assert feature["clove"] is None and len(calls) == 2
+    assert feature["clove"] is None and feature["clove_any"] is None and len(calls) == 2
 
 
 def test_summary_text_from_hand_made_records(ref):
@@ -361,3 +400,13 @@ def test_summary_text_from_hand_made_records(ref):
     assert ref.summary(beyond).endswith(
         "clove (defaults) 1/2; within reach (at truth: k-means right) clove 0/0, beyond it "
         "clove 1/2; transform identity/sqrt; seeds [7, 8]")
+    drawn = [dict(rec(11, "label", True, False), clove_any=True),
+             dict(rec(12, "label", True, True), clove_any=True),
+             dict(rec(13, "label", True, False), clove_any=False),
+             dict(rec(14, "label", False, False), clove_any=True)]
+    assert ref.summary(drawn) == (
+        "all clients right (ARI 1), label shift: bayes (told the priors) 4/4, histograms "
+        "(label-free) 0/4, at truth: k-means 3/4, planted objective optimal 3/4, argmin 1/4, "
+        "clove (defaults) 1/4; within reach (at truth: k-means right) clove 1/3 (33.3 %), "
+        "beyond it clove 0/1; within reach, some draw of the default right (a chooser told "
+        "the truth) 2/3 (66.7 %); transform sqrt; seeds [11, 12, 13, 14]")

@@ -570,6 +570,13 @@ def test_restarts_undo_a_round0_merge_and_keep_the_best_separated_run():
     # restart 0 is the restarts=1 run
     assert _silhouette(*last(four)) == pytest.approx(max(four.restart_scores), rel=1e-9)
     assert _silhouette(*last(one)) == pytest.approx(four.restart_scores[0], rel=1e-9)
+    # every restart's final assignment is reported: restart 0's is the restarts=1 run's,
+    # the kept one's is the run's own, and here the draws disagree
+    assert one.restart_assignments is None and len(four.restart_assignments) == 4
+    assert np.array_equal(four.restart_assignments[0], one.assignments[-1])
+    assert np.array_equal(four.restart_assignments[int(np.argmax(four.restart_scores))],
+                          four.assignments[-1])
+    assert len({tuple(a) for a in four.restart_assignments}) > 1
 
 
 def test_restarts_must_be_positive():
@@ -681,6 +688,31 @@ def test_run_clove_fl_defaults_are_four_restarts_and_ten_kmeans_inits(monkeypatc
     clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, paper=True, restarts=2,
                        kmeans_inits=3, **kw)
     assert [c["restart"] for c in runs] == [0, 1] and {c["n_init"] for c in inits} == {3}
+
+
+def test_restart_assignments_are_each_restarts_final_assignment(monkeypatch):
+    real, finals = clove._simulation._run_clove_fl_once, []
+
+    def spy(*args, **kwargs):
+        run = real(*args, **kwargs)
+        finals.append(run.assignments[-1].copy())
+        return run
+
+    monkeypatch.setattr(clove._simulation, "_run_clove_fl_once", spy)
+
+    def toward_target(params, client, rng):     # each holder pulls its model half-way
+        return params + 0.5 * (client.y_train[0] - params)
+
+    out = clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, n_clusters=3,
+                             rounds=3, local_train=toward_target, secure=False)
+    assert len(finals) == 4 and len(out.restart_assignments) == 4
+    assert all(np.array_equal(a, b) for a, b in zip(out.restart_assignments, finals))
+    assert np.array_equal(out.restart_assignments[int(np.argmax(out.restart_scores))],
+                          out.assignments[-1])
+    finals.clear()
+    one = clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, n_clusters=3,
+                             rounds=3, local_train=toward_target, secure=False, restarts=1)
+    assert one.restart_assignments is None and len(finals) == 1
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, 2.5, "many"])

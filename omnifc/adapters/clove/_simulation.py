@@ -301,8 +301,10 @@ class CloveFLRun:
     clients placed by the nearest-centroid rule after the freeze; ``accuracy``: pooled test
     accuracy of every seen client with its final model; ``run``: the loop's own record;
     ``restart_scores``: the silhouette of each restart's last clustering when
-    ``restarts`` > 1 (None for one run); ``labels[r]``: round r's k-means labels (None in
-    unclustered rounds).
+    ``restarts`` > 1 (None for one run); ``restart_assignments``: every restart's final
+    assignment, in restart order (the kept one included; None for one run), so a user can see
+    whether the draws agreed; ``labels[r]``: round r's k-means labels (None in unclustered
+    rounds).
     """
 
     assignments: list
@@ -315,6 +317,7 @@ class CloveFLRun:
     accuracy: float
     run: object
     restart_scores: list | None = None
+    restart_assignments: list | None = None
     labels: list = field(default_factory=list)
 
 def classifier_trainer(model):
@@ -377,7 +380,7 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
       and sees only the last clustered round's participants; the paper: 1): the
       whole run is repeated with R independent round-0 draws (restart 0 is the R = 1 run)
       and the run whose last clustering has the largest silhouette on sqrt(D) is kept
-      (``restart_scores``). **It costs R times the clients' local training, loss vectors
+      (``restart_scores``; every restart's final assignment in ``restart_assignments``). **It costs R times the clients' local training, loss vectors
       and secure reconstructions** (a run with R = 4 is four runs).
     - ``kmeans_inits`` (default :data:`DEFAULT_KMEANS_INITS` = 10; the paper: ``"auto"``,
       one k-means++ run): the k-means of every clustered round keeps the lowest-inertia
@@ -431,6 +434,7 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
     logger.info("CLoVE restarts: silhouette of the last clustering %s; kept restart %d",
                 ["%.4g" % v for v in scores], best)
     runs[best].restart_scores = scores
+    runs[best].restart_assignments = [run.assignments[-1].copy() for run in runs]
     return runs[best]
 
 
