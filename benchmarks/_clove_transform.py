@@ -113,28 +113,33 @@ def collect(seeds, shift: str, out=None, cases=study.CASES) -> list:
     return records
 
 
-def paired(records, shift) -> dict:
+def paired(records, shift, *, field: str = "transform", variants=VARIANTS) -> dict:
     """Counts and the verdict of the candidate against the default under ``shift`` (one
     shift, or a tuple of them pooled): the runs both variants completed, paired by (seed,
-    data, K, shift); the grid's :func:`bench_k_selection.paired_counts` (noise in runs)."""
+    data, K, shift); the grid's :func:`bench_k_selection.paired_counts` (noise in runs).
+    ``field`` names the records' variant (``variants``: the default's value, then the
+    candidate's); other candidate studies (``_clove_probes``) pair their records here too."""
     shifts = (shift,) if isinstance(shift, str) else tuple(shift)
     by = {}
     for r in records:
         if r["shift"] in shifts:
             key = (r["seed"], r["data"], r["k"], r["shift"])
-            by.setdefault(key, {})[r["transform"]] = r["exact"]
-    runs = sorted(key for key, v in by.items() if set(v) == set(VARIANTS))
+            by.setdefault(key, {})[r[field]] = r["exact"]
+    runs = sorted(key for key, v in by.items() if set(v) == set(variants))
     if not runs:
         return {"runs": 0}
     default, candidate, plus, minus, noise, word = grid.paired_counts(
-        [int(by[key][VARIANTS[0]]) for key in runs], [int(by[key][VARIANTS[1]]) for key in runs])
+        [int(by[key][variants[0]]) for key in runs], [int(by[key][variants[1]]) for key in runs])
     return {"runs": len(runs), "default": default, "candidate": candidate, "plus": plus,
             "minus": minus, "noise": noise, "verdict": word}
 
 
-def holds(records) -> bool:
-    """:data:`SQRT_VERDICT`: better under label shift, not worse under feature shift."""
-    label, feature = paired(records, "label"), paired(records, "feature")
+def holds(records, *, field: str = "transform", variants=VARIANTS) -> bool:
+    """:data:`SQRT_VERDICT`: better under label shift, not worse under feature shift (the
+    same rule judges other candidates' records, ``field`` and ``variants`` as in
+    :func:`paired`)."""
+    label = paired(records, "label", field=field, variants=variants)
+    feature = paired(records, "feature", field=field, variants=variants)
     return (label.get("verdict") == "better"
             and feature.get("verdict") in ("better", "tie within noise"))
 

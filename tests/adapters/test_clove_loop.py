@@ -740,3 +740,69 @@ def test_default_restarts_and_inits_secure_equals_plaintext_and_repeat_from_the_
         assert all((a is None and b is None) or np.array_equal(a, b)
                    for a, b in zip(other.costs, plain.costs))
         assert all(np.array_equal(a, b) for a, b in zip(other.models, plain.models))
+
+
+# -- probe models (issue 24, nineteenth pass) ---------------------------------------------
+
+class _ScalarWithInit(_Scalar):
+    """The one-parameter model, with fresh models drawn from a seed."""
+
+    def init(self, seed=0):
+        return np.array([float(np.random.default_rng(seed).uniform(-1.0, 4.0))])
+
+
+def test_probe_models_are_fresh_inits_of_public_seeds_drawn_from_the_run_seed():
+    model = _ScalarWithInit()
+    seeds = np.random.default_rng([11, 2**29]).integers(0, 2**62, size=3)
+    expected = [model.init(int(s)) for s in seeds]
+    got = clove.probe_models(model, 3, seed=11)
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+    assert not np.array_equal(clove.probe_models(model, 1, seed=12)[0], got[0])
+    assert clove.probe_models(model, 0, seed=11) == []
+
+
+def test_probes_widen_every_loss_vector_and_unpicked_probes_keep_their_parameters():
+    model, extra = _ScalarWithInit(), 2
+    kw = dict(n_clusters=3, rounds=3, local_train=_keep, secure=False, seed=5)
+    out = clove.run_clove_fl(_fl_clients(TARGETS), model, MODELS, probes=extra, **kw)
+    probes = clove.probe_models(model, extra, seed=5)
+    assert len(out.models) == len(MODELS) + extra
+    costs = [c for c in out.costs if c is not None]
+    assert costs and all(c.shape == (3, len(MODELS) + extra) for c in costs)
+    # local training changes nothing here, so every model, probes included, is as it began
+    for got, start in zip(out.models, list(MODELS) + probes):
+        assert np.array_equal(got, start)
+    # the cost of a cluster on a probe is the sum of its clients' sent values on it (the
+    # square roots of the losses (w - c)^2, the default transform)
+    held = np.flatnonzero([c is not None for c in out.costs])[0]
+    labels = out.labels[held]
+    for k in range(3):
+        members = [TARGETS[i] for i in np.flatnonzero(labels == k)]
+        for j, probe in enumerate(probes):
+            want = sum(abs(probe[0] - t) for t in members)
+            assert costs[0][k, len(MODELS) + j] == pytest.approx(want, abs=1e-5)
+
+
+def test_no_probes_is_the_run_without_them():
+    kw = dict(n_clusters=3, rounds=3, local_train=_keep, secure=False, seed=5)
+    base = clove.run_clove_fl(_fl_clients(TARGETS), _ScalarWithInit(), MODELS, **kw)
+    for probes in (None, 0):
+        other = clove.run_clove_fl(_fl_clients(TARGETS), _ScalarWithInit(), MODELS,
+                                   probes=probes, **kw)
+        assert len(other.models) == len(MODELS)
+        assert all(np.array_equal(a, b) for a, b in zip(other.assignments, base.assignments))
+        assert all((a is None and b is None) or np.array_equal(a, b)
+                   for a, b in zip(other.costs, base.costs))
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5, "two"])
+def test_probes_must_be_a_nonnegative_integer(bad):
+    with pytest.raises(ParameterError, match="probes must be an integer >= 0"):
+        clove.run_clove_fl(_fl_clients(TARGETS), _ScalarWithInit(), MODELS, n_clusters=3,
+                           rounds=1, local_train=_keep, secure=False, probes=bad)
+
+
+def test_probes_need_a_model_that_can_draw_one():
+    with pytest.raises(ParameterError, match="init"):
+        clove.run_clove_fl(_fl_clients(TARGETS), _Scalar(), MODELS, n_clusters=3, rounds=1,
+                           local_train=_keep, secure=False, probes=1)

@@ -52,7 +52,7 @@ from ._paper import (cluster_clients, cluster_cost, COORDINATOR_LEARNS, DEFAULT_
                      match_clusters, mse_loss, sort_clusters)
 from ._simulation import (adam_trainer, CLASSIFIER_MAX_LOSS, classifier_trainer, CloveFLRun,
                           CloveRun, DEFAULT_KMEANS_INITS, DEFAULT_RESTARTS, DEFAULT_TRANSFORM,
-                          local_update, run_clove, run_clove_fl, run_ifca)
+                          local_update, probe_models, run_clove, run_clove_fl, run_ifca)
 from ._synthetic import linear_mixture, random_unit_models
 from ._synthetic import true_models  # noqa: F401 (module attributes before the split)
 

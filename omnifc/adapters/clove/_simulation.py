@@ -17,9 +17,8 @@ from ._paper import (DEFAULT_MAX_LOSS, DEFAULT_SCALE_BITS, _check_transform, clu
                      cluster_cost, fedavg, is_stable, loss_vector, match_clusters)
 
 __all__ = ["CLASSIFIER_MAX_LOSS", "CloveFLRun", "CloveRun", "DEFAULT_KMEANS_INITS",
-           "DEFAULT_RESTARTS", "DEFAULT_TRANSFORM", "adam_trainer", "local_update", "run_clove",
-           "run_clove_fl",
-           "run_ifca"]
+           "DEFAULT_RESTARTS", "DEFAULT_TRANSFORM", "adam_trainer", "local_update",
+           "probe_models", "run_clove", "run_clove_fl", "run_ifca"]
 
 logger = logging.getLogger(__name__)
 
@@ -341,7 +340,8 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
                  scale_bits: int = DEFAULT_SCALE_BITS, stability_rounds: int | None = 3,
                  k_rule=DEFAULT_K_RULE, k_tolerance: float = 0.10,
                  random_rounds: int = 1, restarts: int | None = None, kmeans_inits=None,
-                 paper: bool = False, parties=None, transform: str | None = None) -> CloveFLRun:
+                 paper: bool = False, parties=None, transform: str | None = None,
+                 probes: int | None = None) -> CloveFLRun:
     """CLoVE on a classifier in the :mod:`omnifc.fl` loop, with partial participation and
     newcomers.
 
@@ -395,6 +395,16 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
       default; an explicit value wins): judged on fresh seeds with K known and unknown in
       docs/adapters.md (CLoVE, "The loss transform").
 
+    - ``probes`` = P (default 0): P extra models, ``model.init`` of public seeds drawn from
+      ``seed`` (:func:`probe_models`), appended to ``initial_models`` (so ``models`` and the
+      assignments' model indices count them). Round 0 trains them on random mixtures of
+      clients like the others; after it they are ordinary models the matching may pick (K
+      clusters, K_hat + P models), and the ones no cluster takes keep their parameters, so
+      every loss vector keeps P more coordinates: directions of the clients' data the K
+      models alone may not separate. The paper's K_hat models with K unknown do the same.
+      Costs each client P more model evaluations per clustered round and the D of longer
+      vectors (the coordinator learns the same kind of thing: distances of loss vectors).
+
     ``secure=False`` runs the plaintext reference on the same quantized vectors; the loop's
     per-(round, client) seeding makes equal assignments give bit-identical models.
     """
@@ -425,6 +435,12 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
     restarts = int(restarts)
     if restarts < 1:
         raise ParameterError(f"restarts must be >= 1, got {restarts}")
+    if probes is None:
+        probes = 0
+    if isinstance(probes, bool) or not isinstance(probes, (int, np.integer)) or probes < 0:
+        raise ParameterError(f"probes must be an integer >= 0, got {probes!r}")
+    if probes:
+        initial_models = list(initial_models) + probe_models(model, int(probes), seed)
     if restarts == 1 or first_round != "random":
         return _run_clove_fl_once(clients, model, initial_models, restart=0, **options)
     runs = [_run_clove_fl_once(clients, model, initial_models, restart=r, **options)
@@ -436,6 +452,25 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
     runs[best].restart_scores = scores
     runs[best].restart_assignments = [run.assignments[-1].copy() for run in runs]
     return runs[best]
+
+
+def probe_models(model, count: int, seed: int) -> list:
+    """``count`` fresh models for :func:`run_clove_fl`'s ``probes``: ``model.init(s)`` for
+    public seeds ``s`` drawn from ``seed`` (a generator of its own, so the probes never
+    repeat the caller's initial models' seeds by construction of the stream).
+
+    >>> from omnifc import fl
+    >>> a = probe_models(fl.SoftmaxRegression(4, 3), 2, seed=7)
+    >>> b = probe_models(fl.SoftmaxRegression(4, 3), 2, seed=7)
+    >>> len(a), all((x == y).all() for x, y in zip(a, b)), bool((a[0] != a[1]).any())
+    (2, True, True)
+    """
+    if not callable(getattr(model, "init", None)):
+        raise ParameterError("probes need a model with an init(seed) method (the omnifc.fl "
+                             "models have one); pass the extra models in initial_models "
+                             "instead")
+    seeds = np.random.default_rng([int(seed), 2**29]).integers(0, 2**62, size=int(count))
+    return [np.asarray(model.init(int(s)), dtype=np.float64) for s in seeds]
 
 
 def _separation(run) -> float:
