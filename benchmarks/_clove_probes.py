@@ -76,24 +76,11 @@ def run(seed: int, name: str, k: int, shift: str, per_cluster: int) -> dict:
     return record
 
 
-def _key(record: dict) -> tuple:
-    return record["seed"], record["data"], record["k"], record["shift"], record["probes"]
-
-
 def collect(seeds, shift: str, out=None, cases=study.CASES) -> list:
-    """Both variants on every case of ``seeds``; the records already in ``out`` are kept
-    (a stopped run resumes), new ones appended to it."""
-    records = study.resumed(out)
-    done = {_key(r) for r in records}
-    for seed in seeds:
-        for name, k in cases:
-            for per_cluster in VARIANTS:
-                if (seed, name, k, shift, per_cluster) in done:
-                    continue
-                record = run(seed, name, k, shift, per_cluster)
-                records.append(record)
-                study.append_record(out, record)
-    return records
+    """Both variants on every case of ``seeds`` (:func:`_clove_transform.collect` with this
+    module's :func:`run`); a stopped run resumes from the records in ``out``."""
+    return transform_study.collect(seeds, shift, out, cases, run_one=run, field="probes",
+                                   variants=VARIANTS)
 
 
 def paired(records, shift) -> dict:
@@ -134,8 +121,7 @@ def table(records) -> str:
     for shift in ("label", "feature"):
         p = paired(records, shift)
         if p["runs"]:
-            lines.append(f"| {shift} | {p['runs']} | {p['default']} | {p['candidate']} | "
-                         f"+{p['plus']} / -{p['minus']} | {p['noise']:.1f} | {p['verdict']} |")
+            lines.append(transform_study.table_row(shift, p))
     reach, default, candidate = within_reach(records)
     if reach:
         lines.append(f"| label, within reach | {reach} | {default} "

@@ -93,21 +93,21 @@ def run(seed: int, name: str, k: int, shift: str, transform: str) -> dict:
             "exact": bool(adjusted_rand_score(groups, out.assignments[-1]) == 1)}
 
 
-def _key(record: dict) -> tuple:
-    return record["seed"], record["data"], record["k"], record["shift"], record["transform"]
-
-
-def collect(seeds, shift: str, out=None, cases=study.CASES) -> list:
+def collect(seeds, shift: str, out=None, cases=study.CASES, *, run_one=None,
+            field: str = "transform", variants=VARIANTS) -> list:
     """Every variant on every case of ``seeds``; the records already in ``out`` are kept
-    (a stopped run resumes), new ones appended to it."""
+    (a stopped run resumes), new ones appended to it. ``run_one(seed, name, k, shift,
+    variant)`` makes one record (default :func:`run`); ``field`` names its variant and
+    ``variants`` lists them (other candidate studies, ``_clove_probes``, collect here too)."""
+    run_one = run if run_one is None else run_one
     records = study.resumed(out)
-    done = {_key(r) for r in records}
+    done = {(r["seed"], r["data"], r["k"], r["shift"], r[field]) for r in records}
     for seed in seeds:
         for name, k in cases:
-            for transform in VARIANTS:
-                if (seed, name, k, shift, transform) in done:
+            for variant in variants:
+                if (seed, name, k, shift, variant) in done:
                     continue
-                record = run(seed, name, k, shift, transform)
+                record = run_one(seed, name, k, shift, variant)
                 records.append(record)
                 study.append_record(out, record)
     return records
@@ -153,6 +153,17 @@ def holds_auto_k(records) -> bool:
     return planted.get("verdict") in ok and one.get("verdict") in ok
 
 
+def table_row(name: str, p: dict) -> str:
+    """One row of a paired table from :func:`paired`'s counts.
+
+    >>> table_row("label", {"runs": 4, "default": 2, "candidate": 3, "plus": 1, "minus": 0,
+    ...                     "noise": 2.0, "verdict": "tie within noise"})
+    '| label | 4 | 2 | 3 | +1 / -0 | 2.0 | tie within noise |'
+    """
+    return (f"| {name} | {p['runs']} | {p['default']} | {p['candidate']} | "
+            f"+{p['plus']} / -{p['minus']} | {p['noise']:.1f} | {p['verdict']} |")
+
+
 def table(records) -> str:
     lines = ["| shift | runs | identity (default) | sqrt | + / - | noise (runs) | verdict |",
              "|---|---|---|---|---|---|---|"]
@@ -165,8 +176,7 @@ def table(records) -> str:
     for name, shifts, chosen in rows:
         p = paired(chosen, shifts)
         if p["runs"]:
-            lines.append(f"| {name} | {p['runs']} | {p['default']} | {p['candidate']} | "
-                         f"+{p['plus']} / -{p['minus']} | {p['noise']:.1f} | {p['verdict']} |")
+            lines.append(table_row(name, p))
     return "\n".join(lines)
 
 
