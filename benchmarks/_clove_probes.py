@@ -61,6 +61,9 @@ PROBES_VERDICT = (
     "it becomes run_clove_fl's default where restarts are (K known, every client in every "
     "round) if it is better under label shift and not worse under feature shift; otherwise "
     "it stays an option")
+#: Judged (docs/adapters.md, CLoVE, "Probe models"): **does not hold**. Label shift 196
+#: against 189 of 240 (+12 / -5, noise 8.2 runs: a tie within noise), feature shift 120 and
+#: 120 of 120; within reach 184 and 183 of 196. ``probes`` stays an option, default 0.
 
 
 def run(seed: int, name: str, k: int, shift: str, per_cluster: int) -> dict:
