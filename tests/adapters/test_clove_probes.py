@@ -72,34 +72,60 @@ def test_the_variants_are_no_probes_and_three_per_cluster(look):
 
 def test_run_passes_probes_per_cluster_times_k_and_records_reach_for_the_default(look,
                                                                                 monkeypatch):
+    """run() calls the loop on the study's case of (name, K, seed, shift) with K known, 8
+    rounds, the seed, plaintext and per_cluster * K probes; at truth on the same case for
+    the default's label-shift record only; a run counts when the last assignment is the
+    planted partition (up to the labels' names)."""
     from omnifc.adapters import clove
 
-    calls = []
+    made, calls, reach = [], [], []
+    real_case = look.study.case
+
+    def case(name, k, seed, shift="label", train_samples=150):
+        made.append((name, k, seed, shift))
+        out = real_case(name, k, seed, shift=shift, train_samples=20)
+        cases.append(out)
+        return out
+
+    cases = []
 
     def fake(clients, model, inits, **kwargs):
-        calls.append(kwargs)
+        calls.append(((clients, model, inits), kwargs))
+        groups = cases[-1][1]
+        last = (k_minus_one - groups) if len(calls) == 1 else np.zeros_like(groups)
 
         class Out:
-            assignments = [np.zeros(len(clients), dtype=int)]
+            assignments = [np.zeros_like(groups), groups, last]    # the last one counts
         return Out()
 
-    reach = []
-
     def fake_at_truth(clients, groups, model, inits, k, seed, **kwargs):
-        reach.append((k, seed))
-        return (True, True, False)
+        reach.append(((clients, groups, model, inits), k, seed))
+        return (False, True, True)        # only the first entry is the reach
 
+    k_minus_one = 2
+    monkeypatch.setattr(look.study, "case", case)
     monkeypatch.setattr(clove, "run_clove_fl", fake)
     monkeypatch.setattr(look.study, "at_truth", fake_at_truth)
     default = look.run(551, "wine", 3, "label", 0)
     candidate = look.run(551, "wine", 3, "label", 3)
-    feature = look.run(551, "wine", 3, "feature", 0)
-    assert [c["probes"] for c in calls] == [0, 9, 0]
-    assert all(c["n_clusters"] == 3 and c["rounds"] == 8 and c["seed"] == 551
-               and c["secure"] is False for c in calls)
-    assert default["reach"] is True and "reach" not in candidate and "reach" not in feature
-    assert reach == [(3, 551)]
-    assert default["exact"] is False           # every client on model 0: three groups merged
+    feature = look.run(552, "wine", 3, "feature", 0)
+    assert made == [("wine", 3, 551, "label"), ("wine", 3, 551, "label"),
+                    ("wine", 3, 552, "feature")]
+    for (args, kwargs), made_case in zip(calls, cases):
+        clients, groups, model, inits, _ = made_case
+        assert args[0] is clients and args[1] is model and args[2] is inits
+    assert [kw for _, kw in calls] == [
+        {"n_clusters": 3, "rounds": 8, "seed": s, "secure": False, "probes": p}
+        for s, p in ((551, 0), (551, 9), (552, 0))]
+    (truth_args, k, seed), = reach
+    assert (k, seed) == (3, 551)
+    assert all(a is b for a, b in zip(truth_args, cases[0][:4]))
+    assert default == {"seed": 551, "data": "wine", "k": 3, "shift": "label", "probes": 0,
+                       "exact": True, "reach": False}
+    assert candidate == {"seed": 551, "data": "wine", "k": 3, "shift": "label", "probes": 3,
+                         "exact": False}
+    assert feature == {"seed": 552, "data": "wine", "k": 3, "shift": "feature", "probes": 0,
+                       "exact": False}
 
 
 def test_paired_and_the_verdict_read_the_probes_field(look):
@@ -133,12 +159,48 @@ def test_within_reach_counts_every_pattern_of_three_runs(look):
 
 
 def test_the_table_shows_both_shifts_and_the_runs_within_reach(look):
-    pairs = [(0, 1), (1, 1), (1, 0), (0, 0)]
-    records = _records(pairs, reach=[True, True, False, True]) + _records([(1, 1)], "feature")
+    pairs = [(0, 1), (1, 1), (1, 0), (0, 0), (1, 1)]
+    records = (_records(pairs, reach=[True, True, False, True, True])
+               + _records([(1, 1)], "feature"))
     lines = look.table(records).splitlines()
-    assert lines[2].startswith("| label | 4 | 2 | 2 | +1 / -1 |")
+    assert lines[:2] == ["| shift | runs | no probes (default) | 3 per cluster | + / - | "
+                         "noise (runs) | verdict |", "|---|---|---|---|---|---|---|"]
+    assert lines[2].startswith("| label | 5 | 3 | 3 | +1 / -1 |")
     assert lines[3].startswith("| feature | 1 | 1 | 1 | +0 / -0 |")
-    assert lines[4] == "| label, within reach | 3 | 1 (33.3 %) | 2 (66.7 %) | | | |"
+    assert lines[4] == "| label, within reach | 4 | 2 (50.0 %) | 3 (75.0 %) | | | |"
+    assert len(lines) == 5
+    assert look.table(_records(pairs)).splitlines()[3:] == []     # no reach recorded
+
+
+def test_the_command_line_collects_its_seeds_and_prints_the_verdict(look, tmp_path,
+                                                                   monkeypatch, capsys):
+    better = [(0, 1)] * 8 + [(1, 1)] * 12
+    tie = [(1, 1)] * 20
+    files = [tmp_path / "label.jsonl", tmp_path / "feature.jsonl"]
+    for path, records in zip(files, (_records(better), _records(tie, "feature"))):
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert look.main(["--table", *map(str, files)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    records = _records(better) + _records(tie, "feature")
+    assert out == look.table(records).splitlines() + ["verdict (PROBES_VERDICT): holds"]
+    assert look.main(["--table", str(files[0])]) == 0          # feature never run
+    assert capsys.readouterr().out.splitlines()[-1] == "verdict (PROBES_VERDICT): does not hold"
+    asked = []
+
+    def collect(seeds, shift, out=None):
+        asked.append((list(seeds), shift, out))
+        return _records(tie, shift)
+
+    monkeypatch.setattr(look, "collect", collect)
+    assert look.main(["--seeds", "550-552", "--shift", "feature", "--out", "F"]) == 0
+    assert look.main(["--seeds", "553"]) == 0
+    assert look.main([]) == 0
+    with pytest.raises(SystemExit):
+        look.main(["--seeds", "553", "--shift", "concept"])      # not a shift of the study
+    assert asked == [([550, 551, 552], "feature", "F"), ([553], "label", None),
+                     (list(range(470, 510)), "label", None)]
+    assert capsys.readouterr().out.splitlines()[-2:] == look.table(
+        _records(tie, "label")).splitlines()[-2:]
 
 
 def test_collect_resumes_from_its_records(look, tmp_path, monkeypatch):
