@@ -373,6 +373,25 @@ def test_run_record_reports_the_references_and_the_last_rounds_partition(ref, mo
     assert feature["clove"] is None and feature["clove_any"] is None and len(calls) == 2
 
 
+@pytest.mark.timeout(180)
+def test_one_draw_is_the_runs_own_last_assignment(ref, monkeypatch):
+    """A loop with one draw (no restart_assignments): some draw is right exactly when its
+    last assignment is, whatever the earlier rounds were."""
+    from omnifc.adapters import clove
+    _, _, _, groups, _, _ = ref.references("wine", 2, 72)
+    wrong = np.zeros_like(groups)
+    orders = [[groups, wrong, groups], [groups, groups, wrong]]
+
+    def loop(*args, **kwargs):
+        return types.SimpleNamespace(assignments=orders.pop(0), restart_assignments=None)
+
+    monkeypatch.setattr(clove, "run_clove_fl", loop)
+    right = ref.run_record(72, "wine", 2, "label", "sqrt", True)
+    wrong_last = ref.run_record(72, "wine", 2, "label", "sqrt", True)
+    assert (right["clove"], right["clove_any"]) == (True, True)
+    assert (wrong_last["clove"], wrong_last["clove_any"]) == (False, False)
+
+
 def test_summary_text_from_hand_made_records(ref):
     """The closing line, written out for records whose counts are known: label shift with the
     loop (runs within reach and beyond), feature shift without it, and no run within reach."""
