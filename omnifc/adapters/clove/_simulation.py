@@ -380,8 +380,9 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
       and sees only the last clustered round's participants; the paper: 1): the
       whole run is repeated with R independent round-0 draws (restart 0 is the R = 1 run)
       and the run whose last clustering has the largest silhouette on sqrt(D) is kept
-      (``restart_scores``; every restart's final assignment in ``restart_assignments``). **It costs R times the clients' local training, loss vectors
-      and secure reconstructions** (a run with R = 4 is four runs).
+      (``restart_scores``; every restart's final assignment in ``restart_assignments``).
+      **It costs R times the clients' local training, loss vectors and secure
+      reconstructions** (a run with R = 4 is four runs).
     - ``kmeans_inits`` (default :data:`DEFAULT_KMEANS_INITS` = 10; the paper: ``"auto"``,
       one k-means++ run): the k-means of every clustered round keeps the lowest-inertia
       partition of that many k-means++ runs on D (``KMeans(n_init=kmeans_inits)``, seeded
@@ -397,8 +398,9 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
 
     - ``probes`` = P (default 0): P extra models, ``model.init`` of public seeds drawn from
       ``seed`` (:func:`probe_models`), appended to ``initial_models`` (so ``models`` and the
-      assignments' model indices count them). Round 0 trains them on random mixtures of
-      clients like the others; after it they are ordinary models the matching may pick (K
+      assignments' model indices count them). A random round 0 trains them on random
+      mixtures of clients like the others (``"evaluation_based"`` leaves them as drawn);
+      after it they are ordinary models the matching may pick (K
       clusters, K_hat + P models), and the ones no cluster takes keep their parameters, so
       every loss vector keeps P more coordinates: directions of the clients' data the K
       models alone may not separate. The paper's K_hat models with K unknown do the same.
@@ -459,8 +461,9 @@ def run_clove_fl(clients, model, initial_models, *, n_clusters: int | None = Non
 
 def probe_models(model, count: int, seed: int) -> list:
     """``count`` fresh models for :func:`run_clove_fl`'s ``probes``: ``model.init(s)`` for
-    public seeds ``s`` drawn from ``seed`` (a generator of its own, so the probes never
-    repeat the caller's initial models' seeds by construction of the stream).
+    public seeds ``s`` drawn uniformly from [0, 2^62) by a generator seeded with
+    ``(seed, 2^29)`` (a clash with a caller's own small init seeds is improbable, not
+    excluded; pass the extra models in ``initial_models`` to choose them).
 
     >>> from omnifc import fl
     >>> a = probe_models(fl.SoftmaxRegression(4, 3), 2, seed=7)
