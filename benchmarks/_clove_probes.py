@@ -28,7 +28,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -134,12 +133,8 @@ def table(records) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="%d-%d" % PROBES_DESIGN_SEEDS)
-    parser.add_argument("--shift", choices=("label", "feature"), default="label")
-    parser.add_argument("--out", help="JSON lines, appended to and resumed from")
-    parser.add_argument("--table", nargs="+", help="print the paired table of these files")
-    args = parser.parse_args(argv)
+    args = transform_study.candidate_parser(__doc__.splitlines()[0],
+                                            PROBES_DESIGN_SEEDS).parse_args(argv)
     if args.table:
         records = study.read_records(args.table)
         print(table(records))

@@ -180,15 +180,22 @@ def table(records) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="%d-%d" % SQRT_DESIGN_SEEDS)
+def candidate_parser(description: str, design_seeds) -> argparse.ArgumentParser:
+    """The command line of a candidate study (this one, ``_clove_probes``): ``--seeds``
+    (default ``design_seeds``, ``"lo-hi"``), ``--shift``, ``--out`` and ``--table``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--seeds", default="%d-%d" % tuple(design_seeds))
     parser.add_argument("--shift", choices=("label", "feature"), default="label")
+    parser.add_argument("--out", help="JSON lines, appended to and resumed from")
+    parser.add_argument("--table", nargs="+", help="print the paired table of these files")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = candidate_parser(__doc__.splitlines()[0], SQRT_DESIGN_SEEDS)
     parser.add_argument("--auto-k", action="store_true",
                         help="the automatic-K study (K unknown): every shift and one "
                         "population, for --seeds")
-    parser.add_argument("--out", help="JSON lines, appended to and resumed from")
-    parser.add_argument("--table", nargs="+", help="print the paired table of these files")
     args = parser.parse_args(argv)
     if args.table:
         records = study.read_records(args.table)
