@@ -600,7 +600,7 @@ def main(argv=None) -> int:
     parser.add_argument("--direction-free", action="store_true",
                         help="also the bound for rules not told the direction "
                              "(flux_direction_free_bound; the cells of at most "
-                             "20,000 arrangements: 6 clients, and 20 at 18:2)")
+                             "100,000 arrangements: 6 and 20 clients)")
     parser.add_argument("--not-told-centre", action="store_true",
                         help="with --direction-free: nor the pooled mean, the bound for every "
                              "rule that reads distances")

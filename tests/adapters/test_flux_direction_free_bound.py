@@ -287,10 +287,66 @@ def test_the_curve_is_cached_and_the_cells_bounded_where_computed(df, tmp_path):
             ("feature", 20, 2, 1): 3.0, ("feature", 20, 2, 2): 3.0,
             ("concept", 20, 2, 1): 3.0, ("concept", 20, 2, 2): 3.0}
     ranks = {k: 8 for k in seps}
+    # 20 clients 10:10 (92,378 sums) read from a stored curve; 300 clients: too many sums
+    balanced = tmp_path / "direction_free_n20_m10_d8_a0.05_draws200_seed0.json"
+    balanced.write_text(json.dumps([[0.0, 0.5, 1.0, 1.5, 2.0, 2.5],
+                                    [0.05, 0.1, 0.3, 0.9, 1.0, 1.0]]))
     out = df.direction_free_bounds(cells, [1, 2], seps, ranks, grid.group_sizes, alpha=0.05,
                                    draws=200, cache=tmp_path)
-    assert list(out) == [cells[0]]               # 20 clients 10:10, 300: too many sums
-    assert out[cells[0]] == [0.5, 0.5]
+    assert list(out) == cells[:2]
+    assert out[cells[0]] == [0.5, 0.5] and out[cells[1]] == [1.0, 1.0]
+    assert df.arrangement_count(20, 10) <= df.MAX_ARRANGEMENTS < df.arrangement_count(300, 150)
+
+
+@pytest.mark.parametrize("d", [10, 44, 60, 220])
+def test_the_mean_over_arrangements_is_the_logsumexp_of_the_sphere_average(df, d):
+    """The compiled loop (from d = 42) and the array path agree with ``log_sphere_mgf``,
+    itself checked against the Bessel function above, on both of its branches (the series
+    for small arguments, Debye's expansion for large ones), at zero and at huge ones."""
+    rng = np.random.default_rng(d)
+    squares = rng.uniform(0.0, 4.0 * d, (4, 50))
+    squares[0, :5] = 0.0
+    squares[1, :3] = -1e-12                      # rounding below zero: read as zero
+    squares[2] *= 1e4
+    for delta in (0.0, 0.3, 1.0, 3.0):
+        norms = np.sqrt(np.maximum(squares, 0.0))
+        want = special.logsumexp(df.log_sphere_mgf(delta * norms, d), axis=1) - math.log(50)
+        np.testing.assert_allclose(df.log_mean_sphere_mgf(squares, delta, d), want,
+                                   rtol=1e-12, atol=1e-12)
+
+
+def test_the_arrangements_squares_are_their_quadratic_forms(df):
+    rng = np.random.default_rng(5)
+    a = df.arrangements(7, 3)
+    w = rng.standard_normal((4, 7, 9))
+    grams = w @ w.transpose(0, 2, 1)
+    np.testing.assert_allclose(df.arrangement_squares(a, grams),
+                               np.einsum("si,bij,sj->bs", a, grams, a), rtol=1e-12)
+
+
+@pytest.mark.parametrize("n,m,d,told_centre", [(6, 2, 60, False), (6, 3, 8, True),
+                                               (8, 4, 50, False), (7, 2, 44, True)])
+def test_the_power_is_the_ratio_of_the_assembled_gram_matrices(df, n, m, d, told_centre):
+    """``direction_free_power`` splits each arrangement's square into the part of the
+    coordinates other than ``u`` (computed once for every separation) and the coordinate
+    along ``u``. The same draws assembled into Gram matrices here, put through
+    ``log_likelihood_ratio``, give the same powers."""
+    nb = load_benchmark("flux_label_free_bound")
+    draws, deltas, seed = 300, [0.0, 2.0, 5.0], 3
+    got = df.direction_free_power(n, m, d, deltas, draws=draws, seed=seed,
+                                  told_centre=told_centre)
+    rng = np.random.default_rng(seed)              # the draws, in the function's order
+    z0, z1 = rng.standard_normal((draws, n)), rng.standard_normal((draws, n))
+    rest0, rest1 = df._wishart(rng, draws, n, d - 1), df._wishart(rng, draws, n, d - 1)
+    pi = m / n
+    for delta, power in zip(deltas, got):
+        y0 = z0 * math.sqrt(1.0 + pi * (1.0 - pi) * delta ** 2)   # the null's spike along u
+        y1 = z1 + delta * np.where(np.arange(n) < m, 1.0 - pi, -pi)
+        ratios = [df.log_likelihood_ratio(rest + y[:, :, None] * y[:, None, :], m, delta, d,
+                                          told_centre=told_centre)
+                  for rest, y in ((rest0, y0), (rest1, y1))]
+        assert power == nb._randomized_power(*ratios, 0.05)
+    assert got[0] == pytest.approx(0.05) and got[2] > got[0]
 
 
 @pytest.mark.timeout(300)
