@@ -82,7 +82,7 @@ def log_sphere_mgf(kappa, d: int):
     small = z <= b
     # the series sum_k z^k / ((b)_k k!): its ratio z / ((b + k)(k + 1)) stays below 1
     k = np.arange(float(_SERIES_TERMS))
-    coefficients = special.gammaln(b) - special.gammaln(b + k) - special.gammaln(k + 1)
+    coefficients = _series_coefficients(b)
     with np.errstate(divide="ignore", invalid="ignore"):
         log_z = np.log(z[small])
         log_terms = np.where(k == 0, 0.0, k * log_z[:, None]) + coefficients
@@ -92,6 +92,17 @@ def log_sphere_mgf(kappa, d: int):
     out[big] = (special.gammaln(b) + nu * np.log(2.0 / kappa[big])
                 + _log_bessel_i(nu, kappa[big]))
     return out.reshape(shape)
+
+
+#: Terms of the series of ``0F1`` below its switch to the Bessel function.
+_SERIES_TERMS = 80
+
+
+def _series_coefficients(b: float) -> np.ndarray:
+    """``log (1 / ((b)_k k!))`` for ``k < _SERIES_TERMS``: the series ``0F1(; b; z) =
+    sum_k z^k / ((b)_k k!)``."""
+    k = np.arange(float(_SERIES_TERMS))
+    return special.gammaln(b) - special.gammaln(b + k) - special.gammaln(k + 1)
 
 
 #: From this order on, ``log I_nu`` by Debye's expansion (five terms: relative error
@@ -110,10 +121,15 @@ def _log_bessel_i(nu: float, x):
     x = np.asarray(x, dtype=np.float64)
     if nu < _DEBYE_ORDER:
         return np.log(special.ive(nu, x)) + x
+    return _debye_log_bessel(nu, x)
+
+
+def _debye_log_bessel(nu, x):
+    """``log I_nu(x)`` by Debye's uniform expansion (five terms; arrays or, compiled by
+    numba inside :func:`log_mean_sphere_mgf`'s loop, scalars)."""
     z = x / nu
     root = np.sqrt(1.0 + z * z)
     t = 1.0 / root
-    eta = root + np.log(z / (1.0 + root))
     t2 = t * t
     u1 = t * (3.0 - 5.0 * t2) / 24.0
     u2 = t2 * (81.0 - 462.0 * t2 + 385.0 * t2 ** 2) / 1152.0
@@ -121,7 +137,9 @@ def _log_bessel_i(nu: float, x):
     u4 = t2 ** 2 * (4465125.0 - 94121676.0 * t2 + 349922430.0 * t2 ** 2
                     - 446185740.0 * t2 ** 3 + 185910725.0 * t2 ** 4) / 39813120.0
     series = 1.0 + u1 / nu + u2 / nu ** 2 + u3 / nu ** 3 + u4 / nu ** 4
-    return nu * eta - 0.5 * np.log(2.0 * math.pi * nu) + 0.5 * np.log(t) + np.log(series)
+    # nu eta (eta = root + log(z / (1 + root))), and t^(1/2) series in one logarithm
+    return (nu * (root + np.log(z / (1.0 + root))) - 0.5 * np.log(2.0 * math.pi * nu)
+            + np.log(np.sqrt(t) * series))
 
 
 def log_dirichlet_mgf(beta, d: int):
@@ -312,25 +330,19 @@ def log_mean_sphere_mgf(squares, delta: float, d: int) -> np.ndarray:
         norms = np.sqrt(np.maximum(squares, 0.0))
         return (special.logsumexp(log_sphere_mgf(delta * norms, d), axis=1)
                 - math.log(squares.shape[1]))
-    k = np.arange(_SERIES_TERMS, dtype=np.float64)
-    coefficients = special.gammaln(b) - special.gammaln(b + k) - special.gammaln(k + 1)
-    return _log_mean_sphere_mgf_kernel()(squares, float(delta), b, coefficients,
+    return _log_mean_sphere_mgf_kernel()(squares, float(delta), b, _series_coefficients(b),
                                          float(special.gammaln(b)))
-
-
-#: Terms of the series of ``0F1`` below its switch to the Bessel function.
-_SERIES_TERMS = 80
 
 
 @functools.lru_cache(maxsize=1)
 def _log_mean_sphere_mgf_kernel():
     """The compiled loop of :func:`log_mean_sphere_mgf` (numba: compiled on first use)."""
     import numba
+    debye = numba.njit(_debye_log_bessel)
 
     @numba.njit
     def kernel(squares, delta, b, coefficients, log_gamma_b):
         nu = b - 1.0
-        constant = log_gamma_b - 0.5 * math.log(2.0 * math.pi * nu)
         rows, terms = squares.shape
         out = np.empty(rows)
         for i in range(rows):
@@ -350,20 +362,7 @@ def _log_mean_sphere_mgf_kernel():
                         acc += math.exp(k * log_z + coefficients[k] - peak)
                     value = peak + math.log(acc)
                 else:                            # Debye's expansion, as _log_bessel_i
-                    w = kappa / nu
-                    root = math.sqrt(1.0 + w * w)
-                    t = 1.0 / root
-                    t2 = t * t
-                    u1 = t * (3.0 - 5.0 * t2) / 24.0
-                    u2 = t2 * (81.0 - 462.0 * t2 + 385.0 * t2 ** 2) / 1152.0
-                    u3 = t * t2 * (30375.0 - 369603.0 * t2 + 765765.0 * t2 ** 2
-                                   - 425425.0 * t2 ** 3) / 414720.0
-                    u4 = t2 ** 2 * (4465125.0 - 94121676.0 * t2 + 349922430.0 * t2 ** 2
-                                    - 446185740.0 * t2 ** 3 + 185910725.0 * t2 ** 4) / 39813120.0
-                    series = 1.0 + u1 / nu + u2 / nu ** 2 + u3 / nu ** 3 + u4 / nu ** 4
-                    # nu log(2 / kappa) + nu eta + log(t^(1/2) series), two logarithms
-                    value = (constant + nu * (root + math.log(2.0 / (nu * (1.0 + root))))
-                             + math.log(math.sqrt(t) * series))
+                    value = log_gamma_b + nu * math.log(2.0 / kappa) + debye(nu, kappa)
                 if value > top:
                     total = total * math.exp(top - value) + 1.0
                     top = value
