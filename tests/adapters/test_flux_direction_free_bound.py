@@ -298,7 +298,7 @@ def test_the_curve_is_cached_and_the_cells_bounded_where_computed(df, tmp_path):
     assert df.arrangement_count(20, 10) <= df.MAX_ARRANGEMENTS < df.arrangement_count(300, 150)
 
 
-@pytest.mark.parametrize("d", [10, 44, 60, 220])
+@pytest.mark.parametrize("d", [10, 40, 41, 42, 44, 60, 220])
 def test_the_mean_over_arrangements_is_the_logsumexp_of_the_sphere_average(df, d):
     """The compiled loop (from d = 42) and the array path agree with ``log_sphere_mgf``,
     itself checked against the Bessel function above, on both of its branches (the series
@@ -347,6 +347,22 @@ def test_the_power_is_the_ratio_of_the_assembled_gram_matrices(df, n, m, d, told
                   for rest, y in ((rest0, y0), (rest1, y1))]
         assert power == nb._randomized_power(*ratios, 0.05)
     assert got[0] == pytest.approx(0.05) and got[2] > got[0]
+
+
+def test_the_power_is_the_same_in_batches_of_draws(df, monkeypatch):
+    """The draws go through the arrangement sums in batches (memory); batches of 3 draws
+    give the same powers as one batch."""
+    whole = df.direction_free_power(6, 2, 50, [0.0, 3.0, 6.0], draws=200, told_centre=False)
+    monkeypatch.setattr(df, "_TERMS_PER_CHUNK", 3 * df.arrangement_count(6, 2) + 1)
+    assert np.array_equal(df.direction_free_power(6, 2, 50, [0.0, 3.0, 6.0], draws=200,
+                                                  told_centre=False), whole)
+
+
+def test_the_power_refuses_sizes_outside_its_model(df):
+    assert df.direction_free_power(3, 1, 2, [0.0], draws=50)[0] == pytest.approx(0.05)
+    for n, m, d in [(3, 0, 4), (3, 3, 4), (3, 1, 1)]:
+        with pytest.raises(ValueError, match=f"n={n}, m={m}, d={d}"):
+            df.direction_free_power(n, m, d, [1.0], draws=50)
 
 
 @pytest.mark.timeout(300)
