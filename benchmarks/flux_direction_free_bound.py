@@ -431,7 +431,7 @@ def _wishart(rng, draws: int, n: int, dof: int) -> np.ndarray:
 DELTA_STEP = 0.5
 #: Cells whose group sizes have more arrangements than this are not bounded here: the
 #: ratio sums over every arrangement. At 20 clients 10:10 (92,378 of them) one ratio costs
-#: about 13 ms (a curve of 4,000 draws about 8 minutes per four separations, one core);
+#: about 15 ms (a curve of 4,000 draws about 8 minutes per four separations, one core);
 #: at 100 clients 50:50 there are 5e28. On the grid: 6 and 20 clients.
 MAX_ARRANGEMENTS = 100_000
 
