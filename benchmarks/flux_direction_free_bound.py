@@ -61,8 +61,10 @@ DRAWS = 4000
 #: per array of squares).
 _TERMS_PER_CHUNK = 4_000_000
 #: The inversion contour: points per unit of the saddle's width, and how far down (in
-#: e-folds of ``e^s``) it is followed.
+#: e-folds of ``e^s``) it is followed; and the terms (rows x points x coordinates) computed
+#: at once (memory: 64 MB per complex array).
 _LINE_DENSITY, _LINE_REACH = 4.0, 40.0
+_LINE_TERMS = 4_000_000
 
 
 def log_sphere_mgf(kappa, d: int):
@@ -182,17 +184,23 @@ def log_dirichlet_mgf(beta, d: int):
     reach = np.sqrt(2.0 * scale * (saddle + _LINE_REACH))
     points = int(np.ceil(np.max(reach / width) * _LINE_DENSITY)) + 1
     step = reach / (points - 1)
-    y = step[:, None] * np.arange(points)[None, :]
-    s = saddle[:, None] - y ** 2 / (2.0 * scale[:, None]) + 1j * y
-    log_f = s - (rest * np.log(s) if rest > 0 else 0.0) - 0.5 * np.sum(
-        np.log(s[:, :, None] - beta[:, None, :]), axis=2)
-    anchor = log_f[:, 0].real
-    values = (np.exp(log_f - anchor[:, None]) * (1.0 + 1j * y / scale[:, None])).real
-    # (1 / 2 pi i) int e^s F(s) ds = (1 / pi) int_0^inf Re[e^s F(s) s'(y) / i] dy
-    integral = step * (values.sum(axis=1) - 0.5 * values[:, 0]) / math.pi
-    if not np.all(integral > 0):
-        raise ArithmeticError("the inverse Laplace transform did not converge")
-    out = special.gammaln(d / 2.0) + anchor + np.log(integral)
+    out = np.empty(len(beta))
+    # the same contour for every row, in batches of rows: a row whose saddle lies far out
+    # needs tens of thousands of points, and (rows, points, k) at once can exhaust memory
+    per_batch = max(1, _LINE_TERMS // (points * (k + 1)))
+    for lo in range(0, len(beta), per_batch):
+        rows = slice(lo, lo + per_batch)
+        y = step[rows, None] * np.arange(points)[None, :]
+        s = saddle[rows, None] - y ** 2 / (2.0 * scale[rows, None]) + 1j * y
+        log_f = s - (rest * np.log(s) if rest > 0 else 0.0) - 0.5 * np.sum(
+            np.log(s[:, :, None] - beta[rows, None, :]), axis=2)
+        anchor = log_f[:, 0].real
+        values = (np.exp(log_f - anchor[:, None]) * (1.0 + 1j * y / scale[rows, None])).real
+        # (1 / 2 pi i) int e^s F(s) ds = (1 / pi) int_0^inf Re[e^s F(s) s'(y) / i] dy
+        integral = step[rows] * (values.sum(axis=1) - 0.5 * values[:, 0]) / math.pi
+        if not np.all(integral > 0):
+            raise ArithmeticError("the inverse Laplace transform did not converge")
+        out[rows] = special.gammaln(d / 2.0) + anchor + np.log(integral)
     return out.reshape(lead) if lead else float(out[0])
 
 

@@ -349,6 +349,19 @@ def test_the_power_is_the_ratio_of_the_assembled_gram_matrices(df, n, m, d, told
     assert got[0] == pytest.approx(0.05) and got[2] > got[0]
 
 
+def test_the_dirichlet_function_is_the_same_in_batches_of_rows(df, monkeypatch):
+    """Rows whose saddle lies far out need a long contour, shared by the whole stack: the
+    stack goes through it in batches of rows (memory), with the same values as at once."""
+    rng = np.random.default_rng(9)
+    beta = rng.uniform(0.0, 3.0, (7, 5))
+    beta[3] *= 300.0                             # one row far out: a long contour for all
+    whole = df.log_dirichlet_mgf(beta, 40)
+    monkeypatch.setattr(df, "_LINE_TERMS", 1)    # one row at a time
+    np.testing.assert_allclose(df.log_dirichlet_mgf(beta, 40), whole, rtol=1e-13)
+    for row, want in zip(beta, whole):
+        assert df.log_dirichlet_mgf(row, 40) == pytest.approx(want, rel=1e-9)
+
+
 def test_the_power_is_the_same_in_batches_of_draws(df, monkeypatch):
     """The draws go through the arrangement sums in batches (memory); batches of 3 draws
     give the same powers as one batch."""
