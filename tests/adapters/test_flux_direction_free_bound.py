@@ -320,7 +320,7 @@ def test_the_arrangements_squares_are_their_quadratic_forms(df):
     a = df.arrangements(7, 3)
     w = rng.standard_normal((4, 7, 9))
     grams = w @ w.transpose(0, 2, 1)
-    np.testing.assert_allclose(df.arrangement_squares(a, grams),
+    np.testing.assert_allclose(df.arrangement_squares(df.arrangement_pairs(a), grams),
                                np.einsum("si,bij,sj->bs", a, grams, a), rtol=1e-12)
 
 
