@@ -34,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _clove_transform as transform_study  # noqa: E402
+from _common import int_list  # noqa: E402
 import clove_label_reference as study  # noqa: E402
 from sklearn.metrics import adjusted_rand_score  # noqa: E402
 
@@ -140,8 +141,7 @@ def main(argv=None) -> int:
         print(table(records))
         print(f"verdict (PROBES_VERDICT): {'holds' if holds(records) else 'does not hold'}")
         return 0
-    lo, _, hi = args.seeds.partition("-")
-    records = collect(range(int(lo), int(hi or lo) + 1), args.shift, args.out)
+    records = collect(int_list(args.seeds), args.shift, args.out)
     print(table(records))
     return 0
 

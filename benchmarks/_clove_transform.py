@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_k_selection as grid  # noqa: E402
+from _common import int_list  # noqa: E402
 import clove_label_reference as study  # noqa: E402
 from sklearn.metrics import adjusted_rand_score  # noqa: E402
 
@@ -206,8 +207,7 @@ def main(argv=None) -> int:
             print("verdict (SQRT_AUTO_K_VERDICT): "
                   f"{'holds' if holds_auto_k(records) else 'does not hold'}")
         return 0
-    lo, _, hi = args.seeds.partition("-")
-    seeds = range(int(lo), int(hi or lo) + 1)
+    seeds = int_list(args.seeds)
     jobs = ([(shift, AUTO_K_CASES) for shift in AUTO_K_SHIFTS] + [("none", ONE_POPULATION)]
             if args.auto_k else [(args.shift, study.CASES)])
     records = []

@@ -26,7 +26,7 @@ import numpy as np
 
 __all__ = ["Row", "time_round_robin", "SETTLE_SECONDS", "environment", "print_environment",
            "print_grid", "print_ratio_tables", "blas_threads", "format_seconds",
-           "WIDTH", "wrapped"]
+           "WIDTH", "wrapped", "int_list"]
 
 #: Every line a benchmark prints fits this many columns.
 WIDTH = 100
@@ -88,6 +88,33 @@ def time_round_robin(functions: dict[str, Callable[[], object]], repeats: int,
             del result
             gc.collect()
     return times
+
+
+def int_list(text) -> list[int]:
+    """The integers of a command-line list such as ``--seeds 3317-3328`` or ``--rows
+    20,50,500``: comma-separated values and inclusive ranges ``lo-hi``, in the order given.
+
+    >>> int_list("3-5,9")
+    [3, 4, 5, 9]
+    >>> int_list(20)
+    [20]
+    >>> int_list("9-3")
+    Traceback (most recent call last):
+    ...
+    ValueError: '9-3': a range is written lo-hi with lo <= hi
+    """
+    out = []
+    for part in str(text).split(","):
+        lo, dash, hi = part.partition("-")
+        try:
+            first, last = int(lo), int(hi if dash else lo)
+        except ValueError:
+            raise ValueError(f"{part!r}: expected an integer or a range lo-hi "
+                             "(e.g. 3317-3328)") from None
+        if last < first:
+            raise ValueError(f"{part!r}: a range is written lo-hi with lo <= hi")
+        out.extend(range(first, last + 1))
+    return out
 
 
 def median(values: list[float]) -> float:

@@ -26,6 +26,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -34,6 +35,9 @@ import numpy as np
 from omnifc import fl
 from omnifc.adapters import flux
 from omnifc.experiments.reproduce._verdicts import paired_noise, verdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import int_list  # noqa: E402
 
 REPRODUCTION = (("feature", 3), ("feature", 2), ("conditional", 2), ("concept", 2),
                 ("label", 3))
@@ -87,21 +91,13 @@ def measure(setting: str, seed: int) -> dict:
     return out
 
 
-def _seeds(text: str) -> list[int]:
-    out = []
-    for part in text.split(","):
-        a, _, b = part.partition("-")
-        out += list(range(int(a), int(b or a) + 1))
-    return out
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="5101-5103")
     parser.add_argument("--settings", default=",".join(SETTINGS))
     parser.add_argument("--quick", action="store_true", help="feature-2, one seed")
     args = parser.parse_args(argv)
-    seeds = [5101] if args.quick else _seeds(args.seeds)
+    seeds = [5101] if args.quick else int_list(args.seeds)
     settings = ["feature-2"] if args.quick else args.settings.split(",")
     results: dict = {}
     for setting in settings:

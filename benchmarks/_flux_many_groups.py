@@ -39,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_k_selection as grid  # noqa: E402
+from _common import int_list  # noqa: E402
 
 from omnifc import fl  # noqa: E402
 from omnifc.adapters import flux  # noqa: E402
@@ -139,7 +140,7 @@ def main(argv=None) -> int:
     if args.table:
         rows = [json.loads(line) for path in args.table for line in open(path)]
     else:
-        seeds = grid._ints(args.seeds)
+        seeds = int_list(args.seeds)
         pipelines = {n: PIPELINES[n] for n in (args.pipelines.split(",") if args.pipelines
                                                 else PIPELINES)}
         todo = (list(federations(seeds[:1], (3,), (4,), ("feature",))) if args.quick

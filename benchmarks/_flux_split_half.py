@@ -40,6 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_k_selection as grid  # noqa: E402
+from _common import int_list  # noqa: E402
 
 from omnifc.adapters import flux  # noqa: E402
 from omnifc.adapters.flux import _split_half  # noqa: E402
@@ -158,7 +159,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="append one JSON line per run here")
     parser.add_argument("--quick", action="store_true", help="two small cells, one seed")
     args = parser.parse_args(argv)
-    seeds = grid._ints(args.seeds)[:1] if args.quick else grid._ints(args.seeds)
+    seeds = int_list(args.seeds)[:1] if args.quick else int_list(args.seeds)
     start = time.process_time()
     results = []
     for seed in seeds:

@@ -114,6 +114,9 @@ from finite_field import ParameterError
 from omnifc.adapters import flux, fmcl
 from omnifc.adapters._calibrated_k import calibrated_k
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import int_list  # noqa: E402
+
 SHIFTS = ("label", "feature", "concept", "conditional")
 DATA = {2: "breast_cancer", 10: "digits"}
 #: Design seeds: 900 (the FLUX calibrated rule); 900-902 (FMCL's additive null: chosen there).
@@ -225,14 +228,6 @@ MIN_GROUP_VERDICT = (
 IID_CLIENTS = (6, 20, 100, 300, 500)
 ENCODER_DIM = 32
 ADAPTERS = ("flux", "fmcl")
-
-
-def _ints(text):
-    out = []
-    for part in str(text).split(","):
-        lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
-    return out
 
 
 def group_sizes(n: int, imbalance: int) -> tuple[int, int]:
@@ -765,7 +760,7 @@ def class_sets(args) -> int:
     """``--class-sets``: FMCL's rules on synthetic domains with unequal class sets."""
     import _k_class_sets
 
-    seeds = _k_class_sets.SEEDS if args.seeds is None else _ints(args.seeds)
+    seeds = _k_class_sets.SEEDS if args.seeds is None else int_list(args.seeds)
     if args.quick:
         seeds, domains, clients = seeds[:1], (1, 2), (4,)
     else:
@@ -844,7 +839,7 @@ def main(argv=None) -> int:
                  ["flux:unimodal", "flux:calibrated", "flux:axis_ci", "flux:ward",
                   "flux:paper", "flux:ward@K"])
         return table(args.table, names)
-    seeds = list(HELD_OUT_SEEDS) if args.seeds is None else _ints(args.seeds)
+    seeds = list(HELD_OUT_SEEDS) if args.seeds is None else int_list(args.seeds)
     adapters = tuple(a for a in ADAPTERS if a in args.adapters.split(","))
     wanted = _wanted(adapters, args.population)
     if args.rules is not None:
@@ -856,8 +851,8 @@ def main(argv=None) -> int:
         todo = [("label", 6, 20, 1, 10), ("feature", 20, 20, 10, 2), ("none", 20, 20, 1, 2)]
         seeds = seeds[:1]
     else:
-        todo = list(cells(_ints(args.clients), _ints(args.rows), _ints(args.classes),
-                          None if args.iid_clients is None else _ints(args.iid_clients)))
+        todo = list(cells(int_list(args.clients), int_list(args.rows), int_list(args.classes),
+                          None if args.iid_clients is None else int_list(args.iid_clients)))
         if args.iid_only:
             todo = [c for c in todo if c[0] == "none"]
     os.makedirs(args.cache, exist_ok=True)

@@ -70,6 +70,9 @@ from omnifc import fl
 from omnifc.adapters import clove
 from omnifc.adapters._common import plaintext_distances, quantize_rows
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import int_list  # noqa: E402
+
 CASES = (("breast_cancer", 2), ("wine", 2), ("wine", 3), ("digits", 2), ("digits", 3),
          ("digits", 5))
 #: make_federated's defaults behind the runs (label shift): group prior Dirichlet(0.5),
@@ -390,8 +393,7 @@ def main(argv=None) -> int:
                 print("no choice among the draws reaches the goal (DRAWS_VERDICT): "
                       f"{'holds' if draws_verdict_holds(records) else 'does not hold'}")
         return 0
-    lo, _, hi = args.seeds.partition("-")
-    seeds = [70] if args.quick else list(range(int(lo), int(hi or lo) + 1))
+    seeds = [70] if args.quick else int_list(args.seeds)
     cases = CASES[:2] if args.quick else CASES
     records = resumed(args.out)
     done = {_key(r) for r in records}

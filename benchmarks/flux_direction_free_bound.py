@@ -608,6 +608,7 @@ def main(argv=None) -> int:
     import argparse
     import json
     import bench_k_selection as grid
+    from _common import int_list
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--told-covariance", action="store_true", required=True)
     parser.add_argument("--seeds", default="3317-3328")
@@ -636,9 +637,9 @@ def main(argv=None) -> int:
                          f" the centre: resume it with the same --not-told-centre, or use "
                          f"another --out")
     runs = [(shift, n, rows, imbalance, classes, seed)
-            for seed in grid._ints(args.seeds) for shift in args.shifts.split(",")
-            for rows in grid._ints(args.rows) for classes in grid._ints(args.classes)
-            for n in grid._ints(args.clients) for imbalance in (1, 10)]
+            for seed in int_list(args.seeds) for shift in args.shifts.split(",")
+            for rows in int_list(args.rows) for classes in int_list(args.classes)
+            for n in int_list(args.clients) for imbalance in (1, 10)]
     for run in runs:
         if run in seen:
             continue

@@ -35,17 +35,12 @@ from sklearn.metrics import adjusted_rand_score
 from omnifc import fl
 from omnifc.adapters import flux
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import int_list  # noqa: E402
+
 SHIFTS = ("label", "feature", "concept", "conditional")
 #: ``--shifts none``: iid clients (one group of ``--per-group`` clients, K = 1), the
 #: calibration of the rules' "one cluster" threshold.
-
-
-def _seeds(text: str) -> list[int]:
-    out = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
-    return out
 
 
 def distances(shift: str, k: int, seed: int, per_group: int, new_per_group: int,
@@ -82,7 +77,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.seeds, args.shifts, args.ks = "0", "label", "2"
     os.makedirs(args.cache, exist_ok=True)
-    seeds = _seeds(args.seeds)
+    seeds = int_list(args.seeds)
     shifts = args.shifts.split(",")
     ks = [int(k) for k in args.ks.split(",")]
     rules = args.rules.split(",")

@@ -65,6 +65,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_k_selection as grid  # noqa: E402
+from _common import int_list  # noqa: E402
 
 from omnifc import fl  # noqa: E402
 from omnifc.adapters import flux, fmcl  # noqa: E402
@@ -616,9 +617,9 @@ def main(argv=None) -> int:
         parser.error(f"--alpha must be in (0, 1), got {args.alpha}")
     if args.not_told_centre and not args.direction_free:
         parser.error("--not-told-centre bounds the direction-free column: add --direction-free")
-    seeds = grid._ints(args.seeds)
-    clients, rows, classes = (grid._ints(args.clients), grid._ints(args.rows),
-                              grid._ints(args.classes))
+    seeds = int_list(args.seeds)
+    clients, rows, classes = (int_list(args.clients), int_list(args.rows),
+                              int_list(args.classes))
     shifts = args.shifts.split(",")
     if args.quick:
         seeds, clients, rows, classes, shifts = seeds[:1], [6, 20], [20], [2], ["label"]
@@ -658,7 +659,7 @@ def main(argv=None) -> int:
     print("\n".join(report(bounds, told, counts, direction_free=free,
                            direction_free_name=name)))
     if not args.no_told_axis and args.iid_clients:
-        level = told_axis_iid(grid._ints(args.iid_clients), rows, classes, seeds, axes,
+        level = told_axis_iid(int_list(args.iid_clients), rows, classes, seeds, axes,
                               args.cache, descriptor_form=form, alpha=args.alpha)
         print("told the axis, iid federations (K = 1) split: " + ", ".join(
             f"{n} clients {c} classes {s}/{t}" for (n, c), (s, t) in sorted(level.items())))
