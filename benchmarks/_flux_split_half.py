@@ -44,7 +44,7 @@ from _common import int_list  # noqa: E402
 
 from omnifc.adapters import flux  # noqa: E402
 from omnifc.adapters.flux import _split_half  # noqa: E402
-from omnifc.adapters._calibrated_k import calibrated_k, mds_embedding  # noqa: E402
+from omnifc.adapters._calibrated_k import calibrated_k  # noqa: E402
 
 #: The rules of the look, in the order of the table.
 RULES = ("default", "recipe", "split", "split_full")

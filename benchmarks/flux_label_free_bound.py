@@ -67,8 +67,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_k_selection as grid  # noqa: E402
 from _common import int_list  # noqa: E402
 
-from omnifc import fl  # noqa: E402
-from omnifc.adapters import flux, fmcl  # noqa: E402
+from omnifc.adapters import flux  # noqa: E402
 
 #: Clients per group behind a cell's separation: the estimator's spread at d = 220 and
 #: Delta ~ 2 is about 0.05 in Delta (:func:`separation`'s docstring).

@@ -478,6 +478,33 @@ def test_the_ratio_p_is_a_rank_among_null_draws_and_ignores_the_centre_when_not_
         y, 2, 4.0, null_draws=199, seed=9)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_heavy_tailed_clients_break_the_small_groups_level_not_the_halves(df):
+    """The twenty-first pass's reading of the level check at 20 clients (docs/adapters.md):
+    one group of clients whose scales vary (Student-t with 3 degrees of freedom, the same
+    covariance) makes the ratio for a small group (m = 2 of 12) split far more often than
+    its level allows, while Gaussian clients stay at level and the ratio for two halves
+    (m = 6) keeps its level on the same heavy-tailed clients. Not told the centre; at most
+    ``allowed`` splits of 100 at level 0.05 (the binomial's 99.9 % quantile)."""
+    n, d, delta, samples, alpha = 12, 60, 6.0, 100, 0.05
+    allowed = stats.binom.ppf(0.999, samples, alpha)
+
+    def splits(m, heavy):
+        rng = np.random.default_rng(5)
+        count = 0
+        for k in range(samples):
+            y = rng.standard_normal((n, d))
+            if heavy:
+                y *= np.sqrt(1.0 / rng.chisquare(3, size=(n, 1)))
+            count += df.ratio_p(y, m, delta, null_draws=99, seed=k, told_centre=False) <= alpha
+        return count
+
+    assert splits(2, heavy=False) <= allowed
+    assert splits(2, heavy=True) > allowed
+    assert splits(6, heavy=True) <= allowed
+
+
 @pytest.mark.timeout(300)
 def test_told_the_covariance_reads_the_runs_own_descriptors_at_their_scale(df, tmp_path):
     """The population's descriptors, built at the run's scale M instead of their own, have
