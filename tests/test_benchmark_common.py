@@ -31,6 +31,13 @@ def test_int_list_refuses_what_is_not_a_list_of_ranges(text, says):
         common.int_list(text)
 
 
+def test_int_list_names_the_part_it_refuses_and_shows_the_form():
+    with pytest.raises(ValueError) as refused:
+        common.int_list("3317-3328,x")
+    assert str(refused.value) == ("'x': expected an integer or a range lo-hi "
+                                  "(e.g. 3317-3328)")
+
+
 @pytest.mark.parametrize("script, args", [
     ("bench_k_selection", ["--seeds", "9-3"]),
     ("flux_label_free_bound", ["--seeds", "9-3"]),
