@@ -252,6 +252,16 @@ def run(quick: bool):
                             "Twenty clients, 20 rows: the real runs told the covariance "
                             "(issue 24, twenty-first pass)")
                 + "; not re-run by this page.",
+                "The default's rule on the pooled jackknife noise instead of the split "
+                "halves (the recipe's whitening, `--normalization whitened`; same seeds "
+                "3317-3328, descriptive): planted K = 2 in 1986 of 2304 runs (the default "
+                "1868, the bound about 2196), 168 of 222 cells (159), one cluster with 500 "
+                "iid clients in 68 of 72 (70). A far better estimate of the noise closes "
+                "about a third of the gap to the bound; it stays an option: "
+                + docs_link("docs/adapters.md, twenty-first pass", "adapters.md",
+                            "How much of the gap is the noise estimate? The pooled jackknife "
+                            "on the same seeds (issue 24, twenty-first pass)")
+                + "; not re-run by this page.",
                 "The recipe on a third fresh set, 3201-3212 (the thirteenth pass): 2025 of "
                 "2304 planted runs, one cluster in at least 71 of 72 iid federations at "
                 "every size (the iid goal met there) and 175 of 222 cells; the default "
