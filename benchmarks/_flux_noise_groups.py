@@ -1,0 +1,170 @@
+"""A design look (issue 24, twenty-first pass): how many degrees of freedom FLUX's noise
+estimate needs.
+
+Not a speed benchmark, not a verdict. The default (``flux.SPLIT_MIN_P_RECIPE``) reads the
+descriptors' noise covariance from D alone, from one half-to-half difference per client;
+the recipe (``flux.noise_whitening``) pools every client's jackknife over its rows, but the
+coordinator learns that pooled noise. Between the two: the *delete-a-group jackknife*.
+Every client splits its rows at random into ``k`` groups and computes the descriptor of its
+rows without each group (``k`` descriptors, each of about ``(k - 1) / k`` of its rows, so
+with the full descriptor's noise shape); their spread, times ``(k - 1) / k``, estimates
+the full descriptor's noise covariance with ``k - 1`` degrees of freedom per client
+(Efron & Stein 1981; with ``k`` = the rows it is the recipe's jackknife exactly). Pooled
+and whitened as the recipe whitens (``flux.noise_whitening``), then the default's rule
+(``calibrated_k``, ``statistic="axis_or_gap"``, level 0.01, B = 199).
+
+Plaintext, in floating point: the question is the estimate, not the protocol. A secure
+form that needs no trust would send the ``k`` descriptors through D, as the split halves
+are sent, and read the within-client deviations from D's embedding; the coordinator would
+then learn distances between descriptors that differ by ``rows / k`` rows.
+
+Usage::
+
+    python benchmarks/_flux_noise_groups.py --cells conditional-20-20-1-2 --seeds 3317-3328 \\
+        --groups 4,10 --out FILE
+    python benchmarks/_flux_noise_groups.py --table FILE
+
+The seeds it was looked at on, 3317-3328, are design data (the fourteenth pass's default was
+judged on them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_k_selection as grid  # noqa: E402
+from _common import int_list  # noqa: E402
+
+from omnifc.adapters import flux  # noqa: E402
+from omnifc.adapters._calibrated_k import calibrated_k  # noqa: E402
+from omnifc.adapters.flux._split_half import squared_distances as sq  # noqa: E402
+
+#: The default's rule (bench_k_selection's ``flux:axis_or_gap@0.01``).
+RULE = {"statistic": "axis_or_gap", "alpha": grid.GOAL_ALPHA, "references": 199}
+FORM = "weighted_all"
+
+
+def delete_group_descriptors(latents, labels, projection, n_classes: int, groups: int, rng,
+                             *, form: str = FORM) -> np.ndarray:
+    """One client's ``groups`` descriptors (``groups x p``), each of its rows without one
+    of ``groups`` random disjoint groups (``numpy.array_split`` of a permutation by
+    ``rng``)."""
+    z, y = np.asarray(latents), np.asarray(labels)
+    if not 2 <= groups <= len(z):
+        raise ValueError(f"groups must be in [2, rows = {len(z)}], got {groups}")
+    order = rng.permutation(len(z))
+    out = []
+    for left_out in np.array_split(order, groups):
+        kept = np.setdiff1d(order, left_out)
+        out.append(flux.descriptor(z[kept], y[kept], projection, n_classes, form=form))
+    return np.stack(out)
+
+
+def group_jackknife(descriptors) -> np.ndarray:
+    """The delete-a-group jackknife covariance of the full descriptor from the ``k``
+    delete-a-group descriptors: ``(k - 1) / k`` times the sum of their centred outer
+    products."""
+    x = np.asarray(descriptors, dtype=np.float64)
+    k = x.shape[0]
+    centred = x - x.mean(axis=0)
+    return (k - 1) / k * (centred.T @ centred)
+
+
+def pooled_group_noise(latents, labels, projection, n_classes: int, groups: int, rng,
+                       *, form: str = FORM):
+    """``(S, df)``: the clients' delete-a-group jackknife covariances, averaged, and their
+    degrees of freedom (``groups - 1`` per client), in ``flux.noise_whitening``'s input."""
+    covs = [group_jackknife(delete_group_descriptors(z, y, projection, n_classes, groups,
+                                                     rng, form=form))
+            for z, y in zip(latents, labels)]
+    return np.mean(covs, axis=0), len(covs) * (groups - 1)
+
+
+def run(cell, seed: int, groups) -> dict:
+    """K found on one run of the grid by the default's rule under each noise estimate: the
+    split halves (the default's D, plaintext), the rows' jackknife (the recipe) and the
+    delete-a-group jackknife with each number of ``groups``."""
+    shift, n, rows, imbalance, classes = cell
+    clients, _, c, latents, m = grid.encoded_run(shift, n, rows, imbalance, classes, seed)
+    labels = [cl.y_train for cl in clients]
+    proj, desc = grid.flux_descriptors(clients, latents, c, flux.flux_components(
+        c, grid.ENCODER_DIM), FORM, m)
+    a, b = grid.split_halves(latents, labels, proj, c, FORM, seed)
+    k = {"split": calibrated_k(flux.split_whitened_distances(
+        sq(np.vstack([a, b, desc])), n), **RULE).k}
+    recipe = grid.flux_whitening(clients, latents, c, proj, FORM, m)
+    k["rows"] = calibrated_k(sq(recipe.apply(desc)), **RULE).k
+    for g in groups:
+        noise, df = pooled_group_noise(latents, labels, proj, c, g, np.random.default_rng(seed))
+        k[f"groups_{g}"] = calibrated_k(sq(flux.noise_whitening(noise, df).apply(desc)),
+                                        **RULE).k
+    return {"cell": list(cell), "seed": seed, "planted": 1 if shift == "none" else 2, "k": k}
+
+
+def table(records) -> list[str]:
+    """Per cell, how often each estimate finds the planted K (runs where it was computed)."""
+    names = list(dict.fromkeys(name for r in records for name in r["k"]))
+    cells = collections.defaultdict(lambda: collections.Counter())
+    for r in records:
+        counts = cells[tuple(r["cell"])]
+        counts["runs"] += 1
+        for name, found in r["k"].items():
+            counts[name] += found == r["planted"]
+    lines = ["| cell (shift, clients, rows, imbalance, classes) | runs | "
+             + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
+    for cell, counts in cells.items():
+        lines.append(f"| {', '.join(map(str, cell))} | {counts['runs']} | "
+                     + " | ".join(str(counts[name]) for name in names) + " |")
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cells", default="conditional-20-20-1-2",
+                        help="comma-separated shift-clients-rows-imbalance-classes")
+    parser.add_argument("--seeds", default="3317-3328")
+    parser.add_argument("--groups", default="4,10")
+    parser.add_argument("--out", help="JSON lines, resumed")
+    parser.add_argument("--table", nargs="+", metavar="FILE", help="print the table, run nothing")
+    args = parser.parse_args(argv)
+    if args.table:
+        records = [json.loads(line) for path in args.table for line in open(path)]
+        print("\n".join(table(records)))
+        return 0
+    groups = int_list(args.groups)
+    seeds = int_list(args.seeds)
+    cells = []
+    for text in args.cells.split(","):
+        shift, *sizes = text.split("-")
+        if shift not in ("none", *grid.SHIFTS) or len(sizes) != 4:
+            parser.error(f"a cell is shift-clients-rows-imbalance-classes, got {text!r}")
+        cells.append((shift, *map(int, sizes)))
+    records, done = [], set()
+    if args.out and os.path.exists(args.out):
+        records = [json.loads(line) for line in open(args.out)]
+        done = {(tuple(r["cell"]), r["seed"]) for r in records}
+    for cell in cells:
+        for seed in seeds:
+            if (cell, seed) in done:
+                continue
+            rec = run(cell, seed, groups)
+            records.append(rec)
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(rec) + "\n")
+            print(json.dumps(rec), flush=True)
+    print("\n".join(table(records)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

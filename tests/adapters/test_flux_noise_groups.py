@@ -1,0 +1,90 @@
+"""benchmarks/_flux_noise_groups.py: the delete-a-group jackknife of FLUX's descriptor noise
+(issue 24, twenty-first pass), against the library's row jackknife and direct computation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmark_scripts import load_benchmark
+from omnifc.adapters import flux
+
+
+@pytest.fixture(scope="module")
+def ng():
+    return load_benchmark("_flux_noise_groups")
+
+
+def _client(seed, rows=8):
+    proj = flux.shared_projection(3, 2, max_value=1.0)
+    x = np.random.default_rng(seed).uniform(0, 1, (rows, 3))
+    y = np.array([0, 1] * (rows // 2))
+    return proj, x, y
+
+
+@pytest.mark.parametrize("form", ["weighted_all", "weighted"])
+def test_one_row_per_group_is_the_recipes_jackknife(ng, form):
+    """With as many groups as rows the delete-a-group jackknife is the row jackknife that
+    ``flux.noise_contribution`` computes (its ``(n - 1) J / B^2`` at B = 1)."""
+    proj, x, y = _client(1)
+    groups = ng.delete_group_descriptors(x, y, proj, 2, len(x), np.random.default_rng(3),
+                                         form=form)
+    noise, df = flux.noise_contribution(x, y, proj, 2, bound=1.0, form=form)
+    assert df == len(x) - 1
+    np.testing.assert_allclose(ng.group_jackknife(groups), noise / df, rtol=1e-12, atol=1e-15)
+
+
+def test_each_descriptor_leaves_out_one_group_of_a_partition(ng):
+    proj, x, y = _client(2, rows=10)
+    got = ng.delete_group_descriptors(x, y, proj, 2, 3, np.random.default_rng(7))
+    order = np.random.default_rng(7).permutation(10)
+    parts = np.array_split(order, 3)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(10))
+    for row, part in zip(got, parts):
+        kept = np.array(sorted(set(range(10)) - set(part.tolist())))
+        np.testing.assert_array_equal(row, flux.descriptor(x[kept], y[kept], proj, 2,
+                                                           form="weighted_all"))
+
+
+def test_the_group_jackknife_is_its_formula(ng):
+    x = np.random.default_rng(4).standard_normal((5, 3))
+    want = np.zeros((3, 3))
+    for row in x:
+        dev = row - x.mean(axis=0)
+        want += np.outer(dev, dev)
+    np.testing.assert_allclose(ng.group_jackknife(x), 4 / 5 * want, rtol=1e-12)
+
+
+def test_the_pool_is_the_mean_with_k_minus_one_degrees_of_freedom_a_client(ng):
+    clients = [_client(s) for s in (1, 2, 3)]
+    proj = clients[0][0]
+    noise, df = ng.pooled_group_noise([c[1] for c in clients], [c[2] for c in clients], proj,
+                                      2, 4, np.random.default_rng(5))
+    rng = np.random.default_rng(5)
+    each = [ng.group_jackknife(ng.delete_group_descriptors(c[1], c[2], proj, 2, 4, rng))
+            for c in clients]
+    assert df == 3 * 3
+    np.testing.assert_allclose(noise, np.mean(each, axis=0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("groups", [1, 9])
+def test_groups_outside_two_to_the_rows_are_refused(ng, groups):
+    proj, x, y = _client(1)
+    with pytest.raises(ValueError, match=r"groups must be in \[2, rows = 8\]"):
+        ng.delete_group_descriptors(x, y, proj, 2, groups, np.random.default_rng(0))
+
+
+def test_the_table_counts_the_planted_k_per_estimate(ng):
+    records = [{"cell": ["label", 6, 20, 1, 2], "seed": s, "planted": 2,
+                "k": {"split": ks[0], "rows": ks[1]}} for s, ks in ((1, (1, 2)), (2, (2, 2)),
+                                                                    (3, (3, 1)))]
+    records.append({"cell": ["none", 6, 20, 1, 2], "seed": 1, "planted": 1,
+                    "k": {"split": 1, "rows": 2}})
+    assert ng.table(records)[2:] == ["| label, 6, 20, 1, 2 | 3 | 1 | 2 |",
+                                     "| none, 6, 20, 1, 2 | 1 | 1 | 0 |"]
+
+
+def test_a_malformed_cell_is_refused(ng, capsys):
+    with pytest.raises(SystemExit):
+        ng.main(["--cells", "sideways-6-20-1-2"])
+    assert "shift-clients-rows-imbalance-classes" in capsys.readouterr().err
