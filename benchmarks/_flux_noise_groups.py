@@ -20,12 +20,11 @@ then learn distances between descriptors that differ by ``rows / k`` rows.
 
 Usage::
 
-    python benchmarks/_flux_noise_groups.py --cells conditional-20-20-1-2 --seeds 3317-3328 \\
-        --groups 4,10 --out FILE
-    python benchmarks/_flux_noise_groups.py --table FILE
+    python benchmarks/_flux_noise_groups.py --seeds 3317-3328 --groups 4,10 --out FILE
+    python benchmarks/_flux_noise_groups.py --table FILE [FILE ...]
 
 The seeds it was looked at on, 3317-3328, are design data (the fourteenth pass's default was
-judged on them).
+judged on them); ``DELETE_GROUP_VERDICT`` was frozen with ``FRESH_SEEDS`` before those ran.
 """
 
 from __future__ import annotations
@@ -51,6 +50,20 @@ from omnifc.adapters.flux._split_half import squared_distances as sq  # noqa: E4
 #: The default's rule (bench_k_selection's ``flux:axis_or_gap@0.01``).
 RULE = {"statistic": "axis_or_gap", "alpha": grid.GOAL_ALPHA, "references": 199}
 FORM = "weighted_all"
+#: The cells of the design look (docs/adapters.md, twenty-first pass): every shift, binary,
+#: 6 and 20 clients, 20 and 50 rows, both group-size shapes; and the iid cells of those
+#: sizes with 2 and 10 classes.
+CELLS = tuple([(s, n, r, i, 2) for s in grid.SHIFTS for n in (6, 20) for r in (20, 50)
+               for i in (1, 10)]
+              + [("none", n, r, 1, c) for n in (6, 20) for r in (20, 50) for c in (2, 10)])
+#: Written before these seeds were generated (the grid's fresh seeds resume at 3421).
+FRESH_SEEDS = tuple(range(3421, 3433))
+DELETE_GROUP_VERDICT = (
+    "on FRESH_SEEDS, the cells CELLS, paired run by run: groups_10 against split on "
+    "'planted, all' is 'better' (bench_k_selection.paired_counts), and on the iid runs it is "
+    "not 'worse'. If both hold, the next pass builds its secure form (the k descriptors "
+    "through D) and judges it as a default candidate on the whole grid; else the "
+    "delete-a-group jackknife is dropped.")
 
 
 def delete_group_descriptors(latents, labels, projection, n_classes: int, groups: int, rng,
@@ -127,10 +140,28 @@ def table(records) -> list[str]:
     return lines
 
 
+def verdict_lines(records, a: str = "split", b: str = "groups_10") -> list[str]:
+    """:data:`DELETE_GROUP_VERDICT` computed on ``records``: ``b`` against ``a``, paired run
+    by run on the planted and on the iid runs, and whether the verdict holds."""
+    lines, outcome = [], {}
+    for name, planted in (("planted, all", 2), ("iid", 1)):
+        sub = [r for r in records if r["planted"] == planted and a in r["k"] and b in r["k"]]
+        if not sub:
+            continue
+        got = grid.paired_counts([int(r["k"][a] == planted) for r in sub],
+                                 [int(r["k"][b] == planted) for r in sub])
+        outcome[name] = got[5]
+        lines.append(f"{name}: {a} {got[0]}/{len(sub)}, {b} {got[1]}/{len(sub)}, "
+                     f"+{got[2]} / -{got[3]}, noise {got[4]:.1f}: {b} {got[5]}")
+    holds = outcome.get("planted, all") == "better" and outcome.get("iid") not in (None, "worse")
+    lines.append(f"verdict (DELETE_GROUP_VERDICT): {'holds' if holds else 'does not hold'}")
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cells", default="conditional-20-20-1-2",
-                        help="comma-separated shift-clients-rows-imbalance-classes")
+    parser.add_argument("--cells", help="comma-separated shift-clients-rows-imbalance-"
+                        "classes (default: CELLS, the design look's)")
     parser.add_argument("--seeds", default="3317-3328")
     parser.add_argument("--groups", default="4,10")
     parser.add_argument("--out", help="JSON lines, resumed")
@@ -138,12 +169,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.table:
         records = [json.loads(line) for path in args.table for line in open(path)]
-        print("\n".join(table(records)))
+        print("\n".join(table(records) + verdict_lines(records)))
         return 0
     groups = int_list(args.groups)
     seeds = int_list(args.seeds)
-    cells = []
-    for text in args.cells.split(","):
+    cells = [] if args.cells else list(CELLS)
+    for text in args.cells.split(",") if args.cells else ():
         shift, *sizes = text.split("-")
         if shift not in ("none", *grid.SHIFTS) or len(sizes) != 4:
             parser.error(f"a cell is shift-clients-rows-imbalance-classes, got {text!r}")

@@ -88,3 +88,42 @@ def test_a_malformed_cell_is_refused(ng, capsys):
     with pytest.raises(SystemExit):
         ng.main(["--cells", "sideways-6-20-1-2"])
     assert "shift-clients-rows-imbalance-classes" in capsys.readouterr().err
+
+
+def _records(planted_pairs, iid_pairs):
+    """Records whose split / groups_10 outcomes are the given (a right, b right) pairs."""
+    out = []
+    for planted, pairs in ((2, planted_pairs), (1, iid_pairs)):
+        for a, b in pairs:
+            wrong = 3 - planted
+            out.append({"cell": ["x"], "seed": 0, "planted": planted,
+                        "k": {"split": planted if a else wrong,
+                              "groups_10": planted if b else wrong}})
+    return out
+
+
+def test_the_frozen_verdict_is_computed_from_the_paired_outcomes(ng):
+    better = [(0, 1)] * 30 + [(1, 1)] * 10
+    lines = ng.verdict_lines(_records(better, [(1, 1)] * 20))
+    # noise: two standard errors of the mean paired difference (30 ones, 10 zeros), x 40
+    diffs = [1.0] * 30 + [0.0] * 10
+    var = sum((d - 0.75) ** 2 for d in diffs) / 39
+    assert f"{2 * (var / 40) ** 0.5 * 40:.1f}" == "5.5"
+    assert lines[0] == ("planted, all: split 10/40, groups_10 40/40, +30 / -0, noise 5.5: "
+                        "groups_10 better")
+    assert lines[-1] == "verdict (DELETE_GROUP_VERDICT): holds"
+    # planted better but the iid runs worse beyond noise: does not hold
+    worse_iid = [(1, 0)] * 20
+    assert ng.verdict_lines(_records(better, worse_iid))[-1].endswith("does not hold")
+    # planted within noise: does not hold
+    tie = [(0, 1), (1, 0)] * 10
+    assert ng.verdict_lines(_records(tie, [(1, 1)] * 20))[-1].endswith("does not hold")
+    # no iid runs at all: does not hold
+    assert ng.verdict_lines(_records(better, []))[-1].endswith("does not hold")
+
+
+def test_the_default_cells_are_the_design_looks_and_the_fresh_seeds_follow_the_grids(ng):
+    import bench_k_selection as grid
+    assert len(ng.CELLS) == 40 and len(set(ng.CELLS)) == 40
+    assert {c[0] for c in ng.CELLS} == set(grid.SHIFTS) | {"none"}
+    assert ng.FRESH_SEEDS[0] == 3421 and len(ng.FRESH_SEEDS) == 12
