@@ -44,7 +44,7 @@ import bench_k_selection as grid  # noqa: E402
 from _common import int_list  # noqa: E402
 
 from omnifc.adapters import flux  # noqa: E402
-from omnifc.adapters._calibrated_k import calibrated_k  # noqa: E402
+from omnifc.adapters._calibrated_k import calibrated_k, mds_embedding  # noqa: E402
 from omnifc.adapters.flux._split_half import squared_distances as sq  # noqa: E402
 
 #: The default's rule (bench_k_selection's ``flux:axis_or_gap@0.01``).
@@ -96,16 +96,45 @@ def pooled_group_noise(latents, labels, projection, n_classes: int, groups: int,
                        *, form: str = FORM):
     """``(S, df)``: the clients' delete-a-group jackknife covariances, averaged, and their
     degrees of freedom (``groups - 1`` per client), in ``flux.noise_whitening``'s input."""
-    covs = [group_jackknife(delete_group_descriptors(z, y, projection, n_classes, groups,
-                                                     rng, form=form))
-            for z, y in zip(latents, labels)]
-    return np.mean(covs, axis=0), len(covs) * (groups - 1)
+    return _pooled([delete_group_descriptors(z, y, projection, n_classes, groups, rng,
+                                             form=form) for z, y in zip(latents, labels)])
 
 
-def run(cell, seed: int, groups) -> dict:
+def _pooled(descriptors):
+    """:func:`pooled_group_noise` of the clients' delete-a-group descriptors."""
+    return (np.mean([group_jackknife(g) for g in descriptors], axis=0),
+            len(descriptors) * (len(descriptors[0]) - 1))
+
+
+def group_whitened_distances(distances, n: int, groups: int) -> np.ndarray:
+    """What a coordinator could compute from D alone: ``distances`` is the squared-distance
+    matrix of ``[G_1; ...; G_k; F]`` (``(k + 1) n`` rows, stacked: ``G_j`` the clients'
+    descriptors without their ``j``-th group, ``F`` the full ones). Returns the ``n x n``
+    squared distances of ``F`` whitened by the OAS-shrunk covariance of the ``n (k - 1)``
+    within-client contrasts (Helmert) in D's MDS embedding: the split halves' estimator
+    (``flux.split_whitened_distances``), which at ``k = 2`` it is, up to a factor 2."""
+    from scipy.linalg import helmert
+    from sklearn.covariance import oas
+
+    d = np.asarray(distances, dtype=np.float64)
+    if groups < 2 or d.shape != ((groups + 1) * n, (groups + 1) * n):
+        raise ValueError(f"D must be (k + 1) n square for k = {groups} >= 2 groups and "
+                         f"n = {n} clients, got shape {d.shape}")
+    x = mds_embedding(d)[0]
+    g = x[:groups * n].reshape(groups, n, -1)
+    contrasts = np.einsum("ck,knd->cnd", helmert(groups), g).reshape(-1, x.shape[1])
+    noise, _ = oas(contrasts, assume_centered=True)
+    values, vectors = np.linalg.eigh(noise)
+    values = np.maximum(values, values.max() * 1e-12)
+    return sq(x[groups * n:] @ vectors / np.sqrt(values))
+
+
+def run(cell, seed: int, groups, *, from_d: bool = False) -> dict:
     """K found on one run of the grid by the default's rule under each noise estimate: the
     split halves (the default's D, plaintext), the rows' jackknife (the recipe) and the
-    delete-a-group jackknife with each number of ``groups``."""
+    delete-a-group jackknife with each number of ``groups``; ``from_d``: also that
+    jackknife as a coordinator reading D alone would estimate it
+    (:func:`group_whitened_distances`, ``groups_<k>_from_d``)."""
     shift, n, rows, imbalance, classes = cell
     clients, _, c, latents, m = grid.encoded_run(shift, n, rows, imbalance, classes, seed)
     labels = [cl.y_train for cl in clients]
@@ -117,9 +146,15 @@ def run(cell, seed: int, groups) -> dict:
     recipe = grid.flux_whitening(clients, latents, c, proj, FORM, m)
     k["rows"] = calibrated_k(sq(recipe.apply(desc)), **RULE).k
     for g in groups:
-        noise, df = pooled_group_noise(latents, labels, proj, c, g, np.random.default_rng(seed))
+        rng = np.random.default_rng(seed)
+        left = [delete_group_descriptors(z, y, proj, c, g, rng) for z, y in zip(latents, labels)]
+        noise, df = _pooled(left)
         k[f"groups_{g}"] = calibrated_k(sq(flux.noise_whitening(noise, df).apply(desc)),
                                         **RULE).k
+        if from_d:
+            stacked = np.vstack([np.stack([a[j] for a in left]) for j in range(g)] + [desc])
+            k[f"groups_{g}_from_d"] = calibrated_k(group_whitened_distances(
+                sq(stacked), n, g), **RULE).k
     return {"cell": list(cell), "seed": seed, "planted": 1 if shift == "none" else 2, "k": k}
 
 
@@ -164,6 +199,8 @@ def main(argv=None) -> int:
                         "classes (default: CELLS, the design look's)")
     parser.add_argument("--seeds", default="3317-3328")
     parser.add_argument("--groups", default="4,10")
+    parser.add_argument("--from-d", action="store_true",
+                        help="also the delete-a-group noise read from D alone")
     parser.add_argument("--out", help="JSON lines, resumed")
     parser.add_argument("--table", nargs="+", metavar="FILE", help="print the table, run nothing")
     args = parser.parse_args(argv)
@@ -187,7 +224,7 @@ def main(argv=None) -> int:
         for seed in seeds:
             if (cell, seed) in done:
                 continue
-            rec = run(cell, seed, groups)
+            rec = run(cell, seed, groups, from_d=args.from_d)
             records.append(rec)
             if args.out:
                 with open(args.out, "a") as f:

@@ -127,3 +127,44 @@ def test_the_default_cells_are_the_design_looks_and_the_fresh_seeds_follow_the_g
     assert len(ng.CELLS) == 40 and len(set(ng.CELLS)) == 40
     assert {c[0] for c in ng.CELLS} == set(grid.SHIFTS) | {"none"}
     assert ng.FRESH_SEEDS[0] == 3421 and len(ng.FRESH_SEEDS) == 12
+
+
+def test_from_d_at_two_groups_is_the_split_halves_up_to_a_factor_two(ng):
+    """The descriptor without one half is the other half: at k = 2 the coordinator's
+    estimate from D is ``flux.split_whitened_distances`` (its contrast is (A - B) / sqrt 2,
+    so the whitened squared distances are twice the split halves')."""
+    rng = np.random.default_rng(11)
+    a, b, f = (rng.standard_normal((6, 5)) for _ in range(3))
+    got = ng.group_whitened_distances(ng.sq(np.vstack([b, a, f])), 6, 2)
+    want = flux.split_whitened_distances(ng.sq(np.vstack([a, b, f])), 6)
+    np.testing.assert_allclose(got, 2 * want, rtol=1e-8, atol=1e-9)
+
+
+@pytest.mark.parametrize("k", [3, 5])
+def test_from_d_is_the_estimate_on_the_descriptors_themselves(ng, k):
+    """D's embedding is the descriptors up to a rotation and a shift, which change neither
+    the contrasts' OAS covariance (up to the same rotation) nor the whitened distances:
+    computed here on the descriptors, with the contrasts written out per client."""
+    from sklearn.covariance import oas
+    rng = np.random.default_rng(k)
+    n, p = 7, 4
+    g = rng.standard_normal((k, n, p)) + rng.standard_normal((1, n, p)) * 3.0
+    f = rng.standard_normal((n, p))
+    rows = []
+    for i in range(n):
+        centred = g[:, i] - g[:, i].mean(axis=0)
+        basis = np.linalg.qr(np.eye(k) - 1.0 / k, mode="reduced")[0][:, :k - 1]
+        rows.extend(basis.T @ centred)            # k - 1 orthonormal contrasts of client i
+    noise = oas(np.array(rows), assume_centered=True)[0]
+    values, vectors = np.linalg.eigh(noise)
+    want = ng.sq(f @ vectors / np.sqrt(values))
+    got = ng.group_whitened_distances(ng.sq(np.vstack([*g, f])), n, k)
+    np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-8)
+
+
+def test_from_d_refuses_a_d_of_the_wrong_size(ng):
+    d = np.zeros((12, 12))
+    with pytest.raises(ValueError, match=r"D must be \(k \+ 1\) n square for k = 3"):
+        ng.group_whitened_distances(d, 4, 3)
+    with pytest.raises(ValueError, match="k = 1 >= 2 groups"):
+        ng.group_whitened_distances(np.zeros((8, 8)), 4, 1)
