@@ -45,6 +45,7 @@ from _common import int_list  # noqa: E402
 
 from omnifc.adapters import flux  # noqa: E402
 from omnifc.adapters._calibrated_k import calibrated_k, mds_embedding  # noqa: E402
+from omnifc.adapters.flux._split_half import oas_whitened_distances  # noqa: E402
 from omnifc.adapters.flux._split_half import squared_distances as sq  # noqa: E402
 
 #: The default's rule (bench_k_selection's ``flux:axis_or_gap@0.01``).
@@ -92,16 +93,10 @@ def group_jackknife(descriptors) -> np.ndarray:
     return (k - 1) / k * (centred.T @ centred)
 
 
-def pooled_group_noise(latents, labels, projection, n_classes: int, groups: int, rng,
-                       *, form: str = FORM):
-    """``(S, df)``: the clients' delete-a-group jackknife covariances, averaged, and their
-    degrees of freedom (``groups - 1`` per client), in ``flux.noise_whitening``'s input."""
-    return _pooled([delete_group_descriptors(z, y, projection, n_classes, groups, rng,
-                                             form=form) for z, y in zip(latents, labels)])
-
-
-def _pooled(descriptors):
-    """:func:`pooled_group_noise` of the clients' delete-a-group descriptors."""
+def pooled_group_noise(descriptors):
+    """``(S, df)`` from the clients' :func:`delete_group_descriptors` (one ``k x p`` array
+    each): their delete-a-group jackknife covariances, averaged, and their degrees of
+    freedom (``k - 1`` per client), in ``flux.noise_whitening``'s input."""
     return (np.mean([group_jackknife(g) for g in descriptors], axis=0),
             len(descriptors) * (len(descriptors[0]) - 1))
 
@@ -114,7 +109,6 @@ def group_whitened_distances(distances, n: int, groups: int) -> np.ndarray:
     within-client contrasts (Helmert) in D's MDS embedding: the split halves' estimator
     (``flux.split_whitened_distances``), which at ``k = 2`` it is, up to a factor 2."""
     from scipy.linalg import helmert
-    from sklearn.covariance import oas
 
     d = np.asarray(distances, dtype=np.float64)
     if groups < 2 or d.shape != ((groups + 1) * n, (groups + 1) * n):
@@ -123,10 +117,7 @@ def group_whitened_distances(distances, n: int, groups: int) -> np.ndarray:
     x = mds_embedding(d)[0]
     g = x[:groups * n].reshape(groups, n, -1)
     contrasts = np.einsum("ck,knd->cnd", helmert(groups), g).reshape(-1, x.shape[1])
-    noise, _ = oas(contrasts, assume_centered=True)
-    values, vectors = np.linalg.eigh(noise)
-    values = np.maximum(values, values.max() * 1e-12)
-    return sq(x[groups * n:] @ vectors / np.sqrt(values))
+    return oas_whitened_distances(contrasts, x[groups * n:])
 
 
 def run(cell, seed: int, groups, *, from_d: bool = False) -> dict:
@@ -148,7 +139,7 @@ def run(cell, seed: int, groups, *, from_d: bool = False) -> dict:
     for g in groups:
         rng = np.random.default_rng(seed)
         left = [delete_group_descriptors(z, y, proj, c, g, rng) for z, y in zip(latents, labels)]
-        noise, df = _pooled(left)
+        noise, df = pooled_group_noise(left)
         k[f"groups_{g}"] = calibrated_k(sq(flux.noise_whitening(noise, df).apply(desc)),
                                         **RULE).k
         if from_d:
@@ -161,7 +152,7 @@ def run(cell, seed: int, groups, *, from_d: bool = False) -> dict:
 def table(records) -> list[str]:
     """Per cell, how often each estimate finds the planted K (runs where it was computed)."""
     names = list(dict.fromkeys(name for r in records for name in r["k"]))
-    cells = collections.defaultdict(lambda: collections.Counter())
+    cells = collections.defaultdict(collections.Counter)
     for r in records:
         counts = cells[tuple(r["cell"])]
         counts["runs"] += 1

@@ -58,11 +58,10 @@ def test_the_group_jackknife_is_its_formula(ng):
 def test_the_pool_is_the_mean_with_k_minus_one_degrees_of_freedom_a_client(ng):
     clients = [_client(s) for s in (1, 2, 3)]
     proj = clients[0][0]
-    noise, df = ng.pooled_group_noise([c[1] for c in clients], [c[2] for c in clients], proj,
-                                      2, 4, np.random.default_rng(5))
     rng = np.random.default_rng(5)
-    each = [ng.group_jackknife(ng.delete_group_descriptors(c[1], c[2], proj, 2, 4, rng))
-            for c in clients]
+    groups = [ng.delete_group_descriptors(c[1], c[2], proj, 2, 4, rng) for c in clients]
+    noise, df = ng.pooled_group_noise(groups)
+    each = [ng.group_jackknife(g) for g in groups]
     assert df == 3 * 3
     np.testing.assert_allclose(noise, np.mean(each, axis=0), rtol=1e-12)
 

@@ -106,8 +106,6 @@ def split_whitened_distances(distances, n: int, *, order: str = "stacked") -> np
     embedding (directions with no noise floored at 1e-12 of the largest variance).
     ``order="client"``: the rows come client by client instead (``A_0, B_0, F_0, A_1, ...``:
     a session over the nodes' :func:`split_rows`)."""
-    from sklearn.covariance import oas
-
     d = np.asarray(distances, dtype=np.float64)
     n = int(n)
     if order not in ("stacked", "client"):
@@ -120,8 +118,17 @@ def split_whitened_distances(distances, n: int, *, order: str = "stacked") -> np
         stacked = (np.arange(n)[None, :] * r + np.arange(r)[:, None]).ravel()
         d = d[np.ix_(stacked, stacked)]
     x = mds_embedding(d)[0]
-    noise, _ = oas(x[:n] - x[n:2 * n], assume_centered=True)
+    points = (x[:n] + x[n:2 * n]) / 2.0 if d.shape[0] == 2 * n else x[2 * n:]
+    return oas_whitened_distances(x[:n] - x[n:2 * n], points)
+
+
+def oas_whitened_distances(noise_rows, points) -> np.ndarray:
+    """Squared distances between ``points`` whitened by the OAS-shrunk covariance of the
+    zero-mean ``noise_rows`` (directions with no noise floored at 1e-12 of the largest
+    variance): the coordinator's last step in :func:`split_whitened_distances`."""
+    from sklearn.covariance import oas
+
+    noise, _ = oas(noise_rows, assume_centered=True)
     values, vectors = np.linalg.eigh(noise)
     values = np.maximum(values, values.max() * 1e-12)
-    points = (x[:n] + x[n:2 * n]) / 2.0 if d.shape[0] == 2 * n else x[2 * n:]
-    return squared_distances(points @ vectors / np.sqrt(values))
+    return squared_distances(np.asarray(points) @ vectors / np.sqrt(values))
