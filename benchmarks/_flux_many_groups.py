@@ -14,7 +14,9 @@ federation (same seed, same encoder):
 - ``split_ward``: the same split D with the calibrated Ward-gap rule at 0.01, B = 199;
 - ``whitened``: ``flux.WHITENED_RECIPE``;
 - ``split_axis_or_gap``: the split D with both tests against the same draws, the smaller p
-  calibrated on them (``k_rule="calibrated_axis_or_gap"``, min-p) at 0.01, B = 199.
+  calibrated on them (``k_rule="calibrated_axis_or_gap"``, min-p) at 0.01, B = 199;
+- ``split_groups10``: ``flux.SPLIT_GROUPS_RECIPE``, the same rule with the noise read from
+  10 delete-a-group descriptors per client instead of two halves.
 
 A run is right when K is the planted K and the partition is exact (ARI 1). The table counts
 right runs per (K, clients per group), per shift and overall; ``--paired`` prints each
@@ -25,7 +27,8 @@ Usage::
     python benchmarks/_flux_many_groups.py --seeds 5300-5302 --out FILE [--quick]
 
 Design seeds 5300-5302 (``DESIGN_SEEDS``: the look that found the top-axis test weak with
-3 and 5 groups); held out for the fourteenth pass's verdict: ``FRESH_SEEDS``.
+3 and 5 groups); held out for the fourteenth pass's verdict: ``FRESH_SEEDS``; for the
+twenty-second pass's: ``GROUPS_FRESH_SEEDS``.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ PIPELINES = {
                    "k_references": 199},
     "whitened": dict(flux.WHITENED_RECIPE),
     "split_axis_or_gap": dict(flux.SPLIT_MIN_P_RECIPE),
+    "split_groups10": dict(flux.SPLIT_GROUPS_RECIPE),
 }
 GROUPS = (3, 5)
 CLIENTS_PER_GROUP = (4, 8)
@@ -63,6 +67,9 @@ DESIGN_SEEDS = (5300, 5301, 5302)
 #: Generated only after the fourteenth pass's candidate and verdict were frozen
 #: (``bench_k_selection.SPLIT_MIN_P_VERDICT``).
 FRESH_SEEDS = tuple(range(5303, 5315))
+#: Generated only after the twenty-second pass's candidate (``split_groups10``) and verdict
+#: were frozen (``bench_k_selection.SPLIT_GROUPS_VERDICT``).
+GROUPS_FRESH_SEEDS = tuple(range(5315, 5327))
 
 
 def federations(seeds, groups=GROUPS, per_group=CLIENTS_PER_GROUP, shifts=SHIFTS):
@@ -112,7 +119,7 @@ def table(rows, names=tuple(PIPELINES)) -> list[str]:
 
 def paired(rows, names=tuple(PIPELINES)[1:], base="default") -> list[str]:
     """Each pipeline against ``base`` on the same runs, per row group (markdown)."""
-    out = ["| runs | pipeline | `default` | it | + / − | noise | against `default` |",
+    out = [f"| runs | pipeline | `{base}` | it | + / − | noise | against `{base}` |",
            "|---|---|---|---|---|---|---|"]
     for label, pick in _row_groups():
         chosen = [r for r in rows if pick(r)]
@@ -136,6 +143,8 @@ def main(argv=None) -> int:
                         "of PIPELINES)")
     parser.add_argument("--quick", action="store_true",
                         help="one seed, K = 3 with 4 clients per group, feature shift")
+    parser.add_argument("--base", default="default",
+                        help="the pipeline the paired table compares the others against")
     args = parser.parse_args(argv)
     if args.table:
         rows = [json.loads(line) for path in args.table for line in open(path)]
@@ -160,11 +169,12 @@ def main(argv=None) -> int:
         wanted = set(todo)
         rows = [r for r in rows if (r["seed"], r["k"], r["per"], r["shift"]) in wanted]
         print(f"cpu {time.process_time() - start:.1f} s (this process), seeds {seeds} "
-              f"(design: {list(DESIGN_SEEDS)}; held out: {FRESH_SEEDS[0]}-{FRESH_SEEDS[-1]})")
+              f"(design: {list(DESIGN_SEEDS)}; held out: {FRESH_SEEDS[0]}-{FRESH_SEEDS[-1]}, "
+              f"{GROUPS_FRESH_SEEDS[0]}-{GROUPS_FRESH_SEEDS[-1]})")
     names = [n for n in PIPELINES if all(n in r["rules"] for r in rows)]
     print("\n".join(table(rows, names)))
     print()
-    print("\n".join(paired(rows, [n for n in names if n != "default"])))
+    print("\n".join(paired(rows, [n for n in names if n != args.base], base=args.base)))
     return 0
 
 

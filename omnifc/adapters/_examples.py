@@ -120,7 +120,7 @@ def _flux(seed: int):
         new_desc = np.stack([flux.descriptor(x, y, projection, n_classes) for x, y in new])
         parties = np.arange(len(train)) % 4
         common = dict(n_components=n_classes, n_classes=n_classes, bound=bound)
-        split = dict(common, normalization="split", halves=(a, b))
+        split = dict(common, normalization="split", splits=(a, b))
         d_sec, _, _ = flux.block_distances(desc, parties=parties, **split)
         d_plain, _, _ = flux.block_distances(desc, secure=False, **split)
         ok &= bool(np.array_equal(d_sec, d_plain))

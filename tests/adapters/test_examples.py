@@ -352,7 +352,7 @@ def test_flux_example_lines(monkeypatch):
     assert np.array_equal(secure_kw.pop("parties"), np.arange(20) % 4)   # 20 train clients
     assert np.array_equal(paper_kw.pop("parties"), np.arange(20) % 4)
     for kw in (secure_kw, plain_kw):
-        a, b = kw.pop("halves")
+        a, b = kw.pop("splits")
         assert a.shape == b.shape == (20, 220) and kw.pop("normalization") == "split"
     assert secure_kw == paper_kw == dict(n_components=10, n_classes=10, bound=bound)
     assert plain_kw == dict(n_components=10, n_classes=10, bound=bound, secure=False)

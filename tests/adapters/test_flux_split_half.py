@@ -63,7 +63,7 @@ def test_whitening_from_d_alone_equals_whitening_the_vectors(look, full):
     points = f if full else (a + b) / 2
     want = ((points[:, None] - points[None]) @ root) ** 2
     assert got == pytest.approx(want.sum(-1), rel=1e-7, abs=1e-9)
-    with pytest.raises(ValueError, match="2n x 2n or 3n x 3n"):
+    with pytest.raises(ValueError, match=r"kn x kn or \(k \+ 1\)n"):
         look.split_whitened_distances(look.squared_distances(vectors[:-1]), n)
 
 
@@ -116,7 +116,7 @@ def test_split_whitened_distances_refuses_a_d_of_the_wrong_size(look):
 
     d = look.squared_distances(np.random.default_rng(0).normal(size=(12, 3)))
     for n in (3, 5, 1):
-        with pytest.raises(ParameterError, match="2n x 2n or 3n x 3n"):
+        with pytest.raises(ParameterError, match=r"kn x kn or \(k \+ 1\)n"):
             look.split_whitened_distances(d, n)
     assert look.split_whitened_distances(d, 4).shape == (4, 4)        # 3n = 12
     assert look.split_whitened_distances(d, 6).shape == (6, 6)        # 2n = 12
@@ -142,9 +142,9 @@ def test_block_distances_split_is_the_coordinators_computation_on_the_secure_d()
     a, b = flux.split_descriptors(latents, labels, proj, 3, form=flux.DEFAULT_DESCRIPTOR_FORM,
                                   rng=np.random.default_rng(5))
     common = dict(n_components=3, n_classes=3, bound=flux.descriptor_bound(proj, 2.0))
-    secure, _, _ = flux.block_distances(desc, normalization="split", halves=(a, b),
+    secure, _, _ = flux.block_distances(desc, normalization="split", splits=(a, b),
                                         parties=np.arange(7) % 3, **common)
-    plain, _, _ = flux.block_distances(desc, normalization="split", halves=(a, b),
+    plain, _, _ = flux.block_distances(desc, normalization="split", splits=(a, b),
                                        secure=False, **common)
     assert np.array_equal(secure, plain)
     rows = quantize_rows(np.vstack([a, b, desc]), bound=common["bound"], scale_bits=16)
@@ -156,14 +156,14 @@ def test_block_distances_split_is_the_coordinators_computation_on_the_secure_d()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(secure_module, "protect",
                       lambda rows, **kw: seen.append(kw["parties"]) or real(rows, **kw))
-        flux.block_distances(desc, normalization="split", halves=(a, b), **common)
+        flux.block_distances(desc, normalization="split", splits=(a, b), **common)
     assert seen[0].tolist() == list(range(7)) * 3      # a client's three rows: one party
-    with pytest.raises(ParameterError, match="needs halves"):
+    with pytest.raises(ParameterError, match="needs splits"):
         flux.block_distances(desc, normalization="split", secure=False, **common)
-    with pytest.raises(ParameterError, match="needs halves"):
-        flux.block_distances(desc, halves=(a, b), secure=False, **common)
-    with pytest.raises(ParameterError, match="two halves"):
-        flux.block_distances(desc, normalization="split", halves=(a[:-1], b), secure=False,
+    with pytest.raises(ParameterError, match="needs splits"):
+        flux.block_distances(desc, splits=(a, b), secure=False, **common)
+    with pytest.raises(ParameterError, match="k >= 2 split"):
+        flux.block_distances(desc, normalization="split", splits=(a[:-1], b), secure=False,
                              **common)
 
 
@@ -253,7 +253,7 @@ def test_run_flux_refuses_a_client_of_one_row_by_default_and_takes_it_without_th
                                           y_train=first.y_train[:1])
     model = fl.MLP(data.n_features, 8, data.n_classes)
     fast = dict(seed=2, warmup_rounds=1, cluster_rounds=0)
-    with pytest.raises(InputError, match="at least 2 rows to split.*has 1") as caught:
+    with pytest.raises(InputError, match="at least 2 rows to leave out 2 groups.*has 1") as caught:
         flux.run_flux(data, model, **fast)
     assert isinstance(caught.value, OmniFCError)
     run = flux.run_flux(data, model, secure=False, normalization="none", **fast)
@@ -291,23 +291,30 @@ def test_split_rows_are_one_clients_halves_and_descriptor():
 
 
 def test_split_whitened_distances_in_client_order_is_the_stacked_order_permuted():
-    """Rows client by client (A_0, B_0, F_0, A_1, ...: a session over the nodes' split_rows)
-    give what the stacked [A; B; F] gives, for 3n and 2n rows; an unknown order is refused."""
+    """Rows client by client (G_0 of client 0, ..., F of client 0, G_0 of client 1, ...: a
+    session over the nodes' split_rows) give what the stacked [G_0; ...; F] gives, for
+    (k + 1)n and kn rows and k = 2 and 4; an unknown order is refused. The client-order D is
+    the stacked D permuted (a D computed from the rows in another order differs in the last
+    bits, and so may the result)."""
     from finite_field import ParameterError
     from omnifc.adapters import flux
     from omnifc.adapters.flux._split_half import squared_distances
 
     proj, latents, labels = _clients(n=6)
-    per_client = [flux.split_rows(z, y, proj, 3, rng=np.random.default_rng(i))
-                  for i, (z, y) in enumerate(zip(latents, labels))]
-    client = np.concatenate(per_client)
-    stacked = np.concatenate([np.stack([r[k] for r in per_client]) for k in range(3)])
-    got = flux.split_whitened_distances(squared_distances(client), 6, order="client")
-    assert np.array_equal(got, flux.split_whitened_distances(squared_distances(stacked), 6))
-    two = np.concatenate([r[:2] for r in per_client])
-    got2 = flux.split_whitened_distances(squared_distances(two), 6, order="client")
-    assert np.array_equal(got2, flux.split_whitened_distances(
-        squared_distances(stacked[:12]), 6))
+    for k in (2, 4):
+        per_client = [flux.split_rows(z, y, proj, 3, rng=np.random.default_rng(i), groups=k)
+                      for i, (z, y) in enumerate(zip(latents, labels))]
+        client = np.concatenate(per_client)
+        for rows in (k + 1, k):                   # with F, and the G alone
+            stacked = np.concatenate([np.stack([r[j] for r in per_client])
+                                      for j in range(rows)])
+            assert np.array_equal(client.reshape(6, k + 1, -1)[:, :rows].transpose(1, 0, 2)
+                                  .reshape(stacked.shape), stacked)
+            d = squared_distances(stacked)
+            to_client = (np.arange(rows)[None, :] * 6 + np.arange(6)[:, None]).ravel()
+            got = flux.split_whitened_distances(d[np.ix_(to_client, to_client)], 6, groups=k,
+                                                order="client")
+            assert np.array_equal(got, flux.split_whitened_distances(d, 6, groups=k))
     with pytest.raises(ParameterError, match="order"):
         flux.split_whitened_distances(squared_distances(client), 6, order="clients")
 

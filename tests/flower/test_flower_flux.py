@@ -55,7 +55,7 @@ def split_rows_of(train, seed: int = 0):
 def expected_d(rows: dict) -> np.ndarray:
     """The adapter's plaintext split path on the same rows (run_flux's D)."""
     stacked = [np.stack([r[k] for r in rows.values()]) for k in range(3)]
-    d, _, _ = flux.block_distances(stacked[2], halves=(stacked[0], stacked[1]),
+    d, _, _ = flux.block_distances(stacked[2], splits=(stacked[0], stacked[1]),
                                    normalization="split", secure=False, bound=BOUND,
                                    scale_bits=SCALE_BITS, n_components=CLASSES,
                                    n_classes=CLASSES)

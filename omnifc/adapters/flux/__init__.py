@@ -97,7 +97,8 @@ from ._paper import (adaptive_dbscan, cluster_clients, COORDINATOR_LEARNS,
                      DESCRIPTOR_FORMS, EPS_RULES, K_RULES,
                      flux_components, FLUX_MIN_COMPONENTS, NORMALIZATIONS, prefix_row,
                      PREVIOUS_DEFAULT, run_k_level, RUN_K_ALPHA, RUN_K_REFERENCES,
-                     shared_projection, SPLIT_HALF_RECIPE, SPLIT_MIN_P_RECIPE, WHITENED_RECIPE)
+                     shared_projection, SPLIT_GROUPS_RECIPE, SPLIT_HALF_RECIPE, SPLIT_MIN_P_RECIPE,
+                     WHITENED_RECIPE)
 from ._split_half import split_descriptors, split_rows, split_whitened_distances
 from .._calibrated_k import calibrated_k, KDecision  # noqa: F401
 from ._secure import (block_distances, block_ranges, block_slices, combine_blocks,
@@ -119,5 +120,6 @@ __all__ = ["COORDINATOR_LEARNS", "shared_projection", "descriptor", "descriptor_
            "conformal_p_values", "AssignDecision", "Assignment", "ASSIGN_RULES", "GLOBAL",
            "noise_contribution", "pool_noise", "noise_whitening", "NoiseWhitening",
            "WHITENED_RECIPE", "split_descriptors", "split_rows", "split_whitened_distances",
-           "SPLIT_HALF_RECIPE", "SPLIT_MIN_P_RECIPE", "PREVIOUS_DEFAULT", "prefix_row",
+           "SPLIT_GROUPS_RECIPE", "SPLIT_HALF_RECIPE", "SPLIT_MIN_P_RECIPE", "PREVIOUS_DEFAULT",
+           "prefix_row",
            "run_k_level"]

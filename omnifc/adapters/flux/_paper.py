@@ -330,6 +330,14 @@ WHITENED_RECIPE = {"normalization": "whitened", "k_rule": "calibrated_axis",
 SPLIT_MIN_P_RECIPE = {"normalization": "split", "k_rule": "calibrated_axis_or_gap",
                       "k_alpha": RUN_K_ALPHA, "k_references": RUN_K_REFERENCES}
 
+#: A default candidate (issue 24, twenty-second pass): ``SPLIT_MIN_P_RECIPE`` with the noise
+#: read from 10 delete-a-group descriptors per client instead of two halves
+#: (``run_flux(data, model, **SPLIT_GROUPS_RECIPE)``; every client needs at least 10 rows).
+#: The coordinator learns the D of 11n rows: per client, the distances among its descriptor
+#: and its descriptors without each tenth of its rows. Frozen before its fresh seeds with
+#: its verdict (``bench_k_selection.SPLIT_GROUPS_VERDICT``).
+SPLIT_GROUPS_RECIPE = {**SPLIT_MIN_P_RECIPE, "split_groups": 10}
+
 #: ``run_flux``'s default before issue 24's fourteenth pass: D of the descriptors alone
 #: (reveals D only, n x n) and the calibrated Ward-gap rule at 0.05 with 39 draws.
 #: ``run_flux(data, model, **PREVIOUS_DEFAULT)``.

@@ -65,7 +65,7 @@ def neighbour_scales(block_matrices) -> np.ndarray:
 def block_distances(descriptors, *, n_components: int, n_classes: int, bound: float,
                     normalization: str = "none", secure: bool = True,
                     scale_bits: int = 16, parties=None, blocks=None, whitening=None,
-                    halves=None, **options):
+                    splits=None, **options):
     """The scaled squared-distance matrix the server clusters on (see module for leakage).
 
     Returns ``(D, block_matrices, scales)``; ``block_matrices`` is None unless the
@@ -76,11 +76,12 @@ def block_distances(descriptors, *, n_components: int, n_classes: int, bound: fl
     every client maps its descriptor through it, and D is the squared distance of the
     mapped rows, with the public bound :meth:`NoiseWhitening.bound` (all blocks), quantized
     to ``2^-q`` with ``q`` = :meth:`NoiseWhitening.scale_bits` (at most ``scale_bits``).
-    ``normalization="split"`` needs ``halves`` (``(A, B)`` of
-    :func:`~omnifc.adapters.flux._split_half.split_descriptors`): the secure D of the 3n
-    rows ``[A; B; descriptors]`` (each row its client's party, the descriptors' bound), and
-    D is :func:`~omnifc.adapters.flux._split_half.split_whitened_distances` of it, computed
-    by the coordinator from that D alone.
+    ``normalization="split"`` needs ``splits`` (the ``k >= 2`` arrays ``(G_0, ...,
+    G_{k-1})`` of :func:`~omnifc.adapters.flux._split_half.split_descriptors`; at ``k = 2``
+    the halves ``(A, B)``): the secure D of the ``(k + 1) n`` rows ``[G_0; ...; G_{k-1};
+    descriptors]`` (each row its client's party, the descriptors' bound), and D is
+    :func:`~omnifc.adapters.flux._split_half.split_whitened_distances` of it, computed by
+    the coordinator from that D alone.
     """
     if normalization not in NORMALIZATIONS:
         raise ParameterError(f"normalization must be one of {NORMALIZATIONS}, got "
@@ -88,9 +89,9 @@ def block_distances(descriptors, *, n_components: int, n_classes: int, bound: fl
     if (normalization == "whitened") != (whitening is not None):
         raise ParameterError("normalization='whitened' needs whitening= (noise_whitening's "
                              "result), and whitening= needs normalization='whitened'")
-    if (normalization == "split") != (halves is not None):
-        raise ParameterError("normalization='split' needs halves= (split_descriptors' (A, B)), "
-                             "and halves= needs normalization='split'")
+    if (normalization == "split") != (splits is not None):
+        raise ParameterError("normalization='split' needs splits= (split_descriptors' "
+                             "(G_0, ..., G_{k-1})), and splits= needs normalization='split'")
     x = np.asarray(descriptors, dtype=np.float64)
     slices = block_slices(n_components, n_classes)
     chosen = range(len(slices)) if blocks is None else list(blocks)
@@ -114,15 +115,17 @@ def block_distances(descriptors, *, n_components: int, n_classes: int, bound: fl
     if normalization == "split":
         from ._split_half import split_whitened_distances
 
-        a, b = (np.asarray(h, dtype=np.float64) for h in halves)
-        if blocks is not None or a.shape != x.shape or b.shape != x.shape:
-            raise ParameterError(f"normalization='split' takes every block and two halves of "
-                                 f"the descriptors' shape {x.shape}; got {a.shape} and "
-                                 f"{b.shape}" + (" and blocks=" if blocks is not None else ""))
-        # a client's three rows belong to its party (one party per client by default)
-        owners = np.tile(np.arange(x.shape[0]) if parties is None else np.asarray(parties), 3)
-        full = run(np.vstack([a, b, x]), bound, owners=owners)
-        return split_whitened_distances(full, x.shape[0]), None, None
+        left = [np.asarray(g, dtype=np.float64) for g in splits]
+        if blocks is not None or len(left) < 2 or any(g.shape != x.shape for g in left):
+            raise ParameterError(f"normalization='split' takes every block and k >= 2 split "
+                                 f"descriptors of the descriptors' shape {x.shape}; got "
+                                 f"{[g.shape for g in left]}"
+                                 + (" and blocks=" if blocks is not None else ""))
+        # a client's k + 1 rows belong to its party (one party per client by default)
+        owners = np.tile(np.arange(x.shape[0]) if parties is None else np.asarray(parties),
+                         len(left) + 1)
+        full = run(np.vstack(left + [x]), bound, owners=owners)
+        return split_whitened_distances(full, x.shape[0], groups=len(left)), None, None
     if normalization == "none":
         rows = np.concatenate([x[:, slices[b]] for b in chosen], axis=1)
         return run(rows, bound), None, None

@@ -88,7 +88,7 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
              descriptor_form: str = DEFAULT_DESCRIPTOR_FORM, assign_rule: str = "nearest",
              scale_bits: int = 16, parties=None, new_parties=None,
              k_alpha: float | None = None, k_references: int | None = None,
-             k_min_group: int | None = None) -> FluxRun:
+             k_min_group: int | None = None, split_groups: int = 2) -> FluxRun:
     """FLUX end to end on an :func:`omnifc.fl.make_federated` data set.
 
     1. FedAvg warm-up of ``model`` for ``warmup_rounds`` (the global model is the encoder);
@@ -104,7 +104,9 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
        issue 24's fourteenth pass): ``normalization="split"``, each client also computes the
        descriptors of two random halves of its rows, its three rows join one secure D of 3n
        rows, and the server whitens the descriptors by the noise it reads from that D alone
-       (:mod:`omnifc.adapters.flux._split_half`); ``k_rule="calibrated_axis_or_gap"``, the
+       (:mod:`omnifc.adapters.flux._split_half`; ``split_groups=k``: the descriptors of
+       its rows without each of k random groups instead, the delete-a-group jackknife,
+       k + 1 rows per client); ``k_rule="calibrated_axis_or_gap"``, the
        calibrated one-cluster test that reads both the top principal axis and Ward's widest
        merge gap against the same references, min-p (:func:`calibrated_k`,
        ``statistic="axis_or_gap"``, seeded by ``seed``; evidence in ``FluxRun.decision``);
@@ -143,6 +145,9 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
                                         eps_scaling=eps_scaling, k_min_group=k_min_group)
     if assign_rule not in ASSIGN_RULES:
         raise ParameterError(f"assign_rule must be one of {ASSIGN_RULES}, got {assign_rule!r}")
+    if normalization != "split" and split_groups != 2:
+        raise ParameterError(f"split_groups needs normalization='split', got normalization="
+                             f"{normalization!r} with split_groups={split_groups!r}")
     if local_train is None:
         local_train = fl.sgd_trainer(model, epochs=2, batch_size=20, learning_rate=0.3)
     warm = fl.run_federated(data.clients, [model.init(seed)], rounds=warmup_rounds,
@@ -166,16 +171,16 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
         whitening = whitening_of_clients(
             latents, labels, projection, data.n_classes, bound=bound, form=descriptor_form,
             secure=secure, parties=parties)
-    halves = None
+    splits = None
     if normalization == "split":
         # each client splits its rows at random (seeded here, for a reproducible simulation)
-        halves = split_descriptors(latents, labels, projection, data.n_classes,
-                                   form=descriptor_form,
-                                   rng=np.random.default_rng(seed))
+        splits = split_descriptors(latents, labels, projection, data.n_classes,
+                                   form=descriptor_form, rng=np.random.default_rng(seed),
+                                   groups=split_groups)
     d, _, scales = block_distances(desc, n_components=l, n_classes=data.n_classes,
                                    bound=bound, normalization=normalization, secure=secure,
                                    scale_bits=scale_bits, parties=parties,
-                                   whitening=whitening, halves=halves)
+                                   whitening=whitening, splits=splits)
     found = cluster_clients(d, k_rule=k_rule, eps_rule=eps_rule, eps_scaling=eps_scaling,
                             k_alpha=k_alpha, k_references=k_references,
                             k_min_group=k_min_group,

@@ -39,11 +39,16 @@ from ._paper import DEFAULT_DESCRIPTOR_FORM, descriptor
 __all__ = ["split_descriptors", "split_rows", "split_whitened_distances"]
 
 
-def split_descriptors(latents, labels, projection, n_classes: int, *, form: str,
-                      rng) -> tuple[np.ndarray, np.ndarray]:
-    """``(A, B)``: per client, the descriptors (:func:`descriptor` of ``form``) of two
-    disjoint halves of its rows, of ``floor(m / 2)`` and ``ceil(m / 2)`` rows, split by
-    ``rng`` (a ``numpy.random.Generator``; client side, each client its own split).
+def split_descriptors(latents, labels, projection, n_classes: int, *, form: str, rng,
+                      groups: int = 2) -> tuple[np.ndarray, ...]:
+    """``(G_0, ..., G_{k-1})`` (``k = groups``, each ``n x p``): per client, the
+    descriptors (:func:`descriptor` of ``form``) of its rows without each of ``k`` random
+    disjoint groups (the delete-a-group jackknife; Efron & Stein 1981). ``rng`` (a
+    ``numpy.random.Generator``; client side, each client its own split) permutes a client's
+    ``m`` rows; the permutation is cut into ``k`` consecutive pieces, the larger ones last
+    (``m // k`` rows, or one more), and ``G_j`` leaves out piece ``k - 1 - j``. At ``k = 2``
+    these are the split halves ``(A, B)``: ``A`` the permutation's first ``floor(m / 2)``
+    rows, ``B`` the rest. Every client needs at least ``k`` rows.
 
     >>> import numpy as np
     >>> from sklearn.decomposition import PCA
@@ -54,23 +59,37 @@ def split_descriptors(latents, labels, projection, n_classes: int, *, form: str,
     >>> a.shape == b.shape == (1, 12)
     True
     """
-    a, b = [], []
+    k = _groups(groups)
+    out = [[] for _ in range(k)]
     for z, y in zip(latents, labels):
         z, y = np.asarray(z), np.asarray(y)
-        if len(z) < 2:
-            raise InputError(f"a client needs at least 2 rows to split (run_flux's default, "
-                             f"normalization='split'), has {len(z)}")
+        if len(z) < k:
+            raise InputError(f"a client needs at least {k} rows to leave out {k} groups "
+                             f"(normalization='split', split_groups={k}), has {len(z)}")
         order = rng.permutation(len(z))
-        half = len(z) // 2
-        for out, rows in ((a, order[:half]), (b, order[half:])):
-            out.append(descriptor(z[rows], y[rows], projection, n_classes, form=form))
-    return np.stack(a), np.stack(b)
+        sizes = np.full(k, len(z) // k)
+        sizes[k - len(z) % k:] += 1                      # the larger pieces last
+        pieces = np.split(order, np.cumsum(sizes)[:-1])
+        for j in range(k):
+            left = k - 1 - j
+            rows = np.concatenate(pieces[:left] + pieces[left + 1:])
+            out[j].append(descriptor(z[rows], y[rows], projection, n_classes, form=form))
+    return tuple(np.stack(g) for g in out)
+
+
+def _groups(groups) -> int:
+    """``groups`` as an int >= 2, or ``ParameterError``."""
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 2:
+        raise ParameterError(f"split_groups must be an integer >= 2 (2: the split halves), "
+                             f"got {groups!r}")
+    return int(groups)
 
 
 def split_rows(latents, labels, projection, n_classes: int, *,
-               form: str = DEFAULT_DESCRIPTOR_FORM, rng=None) -> np.ndarray:
-    """One client's rows of the split D: ``[A; B; F]`` (3 x p), the descriptors of two
-    disjoint random halves of its rows (:func:`split_descriptors`) and of all of them
+               form: str = DEFAULT_DESCRIPTOR_FORM, rng=None, groups: int = 2) -> np.ndarray:
+    """One client's rows of the split D: ``[G_0; ...; G_{k-1}; F]`` (``(k + 1) x p``, ``k =
+    groups``), the descriptors of its rows without each of ``k`` random groups
+    (:func:`split_descriptors`; at ``k = 2`` its two halves ``A, B``) and of all of them
     (:func:`~omnifc.adapters.flux.descriptor`). What a node sends for the Flower embedding
     ``embedding("flux")`` (its rows function returns this). ``rng``: the split's generator
     (fresh OS entropy when None; seed it only to reproduce a run).
@@ -84,9 +103,10 @@ def split_rows(latents, labels, projection, n_classes: int, *,
     ((3, 12), True)
     """
     rng = np.random.default_rng() if rng is None else rng
-    (a,), (b,) = split_descriptors([latents], [labels], projection, n_classes, form=form,
-                                   rng=rng)
-    return np.stack([a, b, descriptor(latents, labels, projection, n_classes, form=form)])
+    left = split_descriptors([latents], [labels], projection, n_classes, form=form, rng=rng,
+                             groups=groups)
+    return np.stack([g[0] for g in left]
+                    + [descriptor(latents, labels, projection, n_classes, form=form)])
 
 
 def squared_distances(x) -> np.ndarray:
@@ -98,28 +118,48 @@ def squared_distances(x) -> np.ndarray:
     return np.maximum(d[:, None] + d[None] - 2.0 * g, 0.0)
 
 
-def split_whitened_distances(distances, n: int, *, order: str = "stacked") -> np.ndarray:
+def split_whitened_distances(distances, n: int, *, groups: int = 2,
+                             order: str = "stacked") -> np.ndarray:
     """The coordinator's computation, from D only: ``distances`` is the squared-distance
-    matrix of ``[A; B; F]`` (3n rows: ``F`` is whitened) or of ``[A; B]`` (2n rows: the
-    midpoints ``(A + B) / 2`` are). Returns the n x n squared distances of the whitened
-    points: the noise covariance is the OAS-shrunk covariance of ``A_i - B_i`` in D's MDS
-    embedding (directions with no noise floored at 1e-12 of the largest variance).
-    ``order="client"``: the rows come client by client instead (``A_0, B_0, F_0, A_1, ...``:
-    a session over the nodes' :func:`split_rows`)."""
+    matrix of ``[G_0; ...; G_{k-1}; F]`` (``(k + 1) n`` rows, ``k = groups``: ``F`` is
+    whitened) or of ``[G_0; ...; G_{k-1}]`` (``k n`` rows: the clients' means of their
+    ``G_j`` are), the :func:`split_descriptors`. Returns the n x n squared distances of the
+    whitened points. The noise covariance is the OAS-shrunk covariance of the ``n (k - 1)``
+    within-client contrasts in D's MDS embedding (Helmert's, scaled by
+    ``2 sqrt((k - 1) / k)``: the mean of their outer products is 4 times the clients'
+    delete-a-group jackknife covariance of ``F``; at ``k = 2`` the contrast is ``A_i - B_i``
+    exactly); directions with no noise are floored at 1e-12 of the largest variance.
+    ``order="client"``: the rows come client by client instead (``G_0 of client 0, ...,
+    F of client 0, G_0 of client 1, ...``: a session over the nodes' :func:`split_rows`)."""
     d = np.asarray(distances, dtype=np.float64)
-    n = int(n)
+    n, k = int(n), _groups(groups)
     if order not in ("stacked", "client"):
         raise ParameterError(f"order must be 'stacked' or 'client', got {order!r}")
-    if n < 2 or d.shape not in ((2 * n, 2 * n), (3 * n, 3 * n)):
-        raise ParameterError(f"D must be 2n x 2n or 3n x 3n for n >= 2 clients (n = {n}), "
-                             f"got shape {d.shape}")
-    if order == "client":        # row k * n + i of the stacked order is row i * r + k
-        r = d.shape[0] // n
-        stacked = (np.arange(n)[None, :] * r + np.arange(r)[:, None]).ravel()
+    if n < 2 or d.shape not in ((k * n, k * n), ((k + 1) * n, (k + 1) * n)):
+        raise ParameterError(f"D must be kn x kn or (k + 1)n x (k + 1)n for k = {k} groups "
+                             f"and n >= 2 clients (n = {n}), got shape {d.shape}")
+    if order == "client":        # row r * n + i of the stacked order is row i * R + r
+        per = d.shape[0] // n
+        stacked = (np.arange(n)[None, :] * per + np.arange(per)[:, None]).ravel()
         d = d[np.ix_(stacked, stacked)]
     x = mds_embedding(d)[0]
-    points = (x[:n] + x[n:2 * n]) / 2.0 if d.shape[0] == 2 * n else x[2 * n:]
-    return oas_whitened_distances(x[:n] - x[n:2 * n], points)
+    left = x[:k * n].reshape(k, n, -1)
+    points = left.mean(axis=0) if d.shape[0] == k * n else x[k * n:]
+    return oas_whitened_distances(np.einsum("rk,knd->rnd", _contrasts(k), left)
+                                  .reshape(-1, x.shape[1]), points)
+
+
+def _contrasts(k: int) -> np.ndarray:
+    """The ``(k - 1) x k`` contrast coefficients of :func:`split_whitened_distances`:
+    Helmert's orthonormal rows (``sum_{j < r} g_j - r g_r``, over ``sqrt(r (r + 1))``) times
+    ``2 sqrt((k - 1) / k)``, so that their outer products sum to ``4 (k - 1) / k`` times the
+    centred ones, 4 times the delete-a-group jackknife; ``[[1, -1]]`` at ``k = 2``."""
+    out = np.zeros((k - 1, k))
+    for r in range(1, k):
+        out[r - 1, :r] = 1.0
+        out[r - 1, r] = -float(r)
+        out[r - 1] *= 2.0 * np.sqrt((k - 1) / k) / np.sqrt(r * (r + 1))
+    return out
 
 
 def oas_whitened_distances(noise_rows, points) -> np.ndarray:
