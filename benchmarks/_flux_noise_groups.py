@@ -44,8 +44,7 @@ import bench_k_selection as grid  # noqa: E402
 from _common import int_list  # noqa: E402
 
 from omnifc.adapters import flux  # noqa: E402
-from omnifc.adapters._calibrated_k import calibrated_k, mds_embedding  # noqa: E402
-from omnifc.adapters.flux._split_half import oas_whitened_distances  # noqa: E402
+from omnifc.adapters._calibrated_k import calibrated_k  # noqa: E402
 from omnifc.adapters.flux._split_half import squared_distances as sq  # noqa: E402
 
 #: The default's rule (bench_k_selection's ``flux:axis_or_gap@0.01``).
@@ -71,7 +70,9 @@ def delete_group_descriptors(latents, labels, projection, n_classes: int, groups
                              *, form: str = FORM) -> np.ndarray:
     """One client's ``groups`` descriptors (``groups x p``), each of its rows without one
     of ``groups`` random disjoint groups (``numpy.array_split`` of a permutation by
-    ``rng``)."""
+    ``rng``). The library's ``flux.split_descriptors(groups=k)`` (twenty-second pass) cuts
+    the pieces the other way round (the larger last, ``G_j`` without piece ``k - 1 - j``) so
+    that ``k = 2`` is the split halves bit for bit; this look keeps its own draws."""
     z, y = np.asarray(latents), np.asarray(labels)
     if not 2 <= groups <= len(z):
         raise ValueError(f"groups must be in [2, rows = {len(z)}], got {groups}")
@@ -106,18 +107,15 @@ def group_whitened_distances(distances, n: int, groups: int) -> np.ndarray:
     matrix of ``[G_1; ...; G_k; F]`` (``(k + 1) n`` rows, stacked: ``G_j`` the clients'
     descriptors without their ``j``-th group, ``F`` the full ones). Returns the ``n x n``
     squared distances of ``F`` whitened by the OAS-shrunk covariance of the ``n (k - 1)``
-    within-client contrasts (Helmert) in D's MDS embedding: the split halves' estimator
-    (``flux.split_whitened_distances``), which at ``k = 2`` it is, up to a factor 2."""
-    from scipy.linalg import helmert
-
+    within-client orthonormal (Helmert) contrasts in D's MDS embedding. Since the
+    twenty-second pass the library's ``flux.split_whitened_distances(groups=k)`` (one
+    home), whose contrasts are these times ``2 sqrt((k - 1) / k)``: rescaled here by
+    ``4 (k - 1) / k`` (at ``k = 2`` twice the split halves'; a constant, K is the same)."""
     d = np.asarray(distances, dtype=np.float64)
     if groups < 2 or d.shape != ((groups + 1) * n, (groups + 1) * n):
         raise ValueError(f"D must be (k + 1) n square for k = {groups} >= 2 groups and "
                          f"n = {n} clients, got shape {d.shape}")
-    x = mds_embedding(d)[0]
-    g = x[:groups * n].reshape(groups, n, -1)
-    contrasts = np.einsum("ck,knd->cnd", helmert(groups), g).reshape(-1, x.shape[1])
-    return oas_whitened_distances(contrasts, x[groups * n:])
+    return 4.0 * (groups - 1) / groups * flux.split_whitened_distances(d, n, groups=groups)
 
 
 def run(cell, seed: int, groups, *, from_d: bool = False) -> dict:

@@ -169,15 +169,17 @@ def _rows_per_client(outcome, expected: int, message: str) -> list:
 
 
 def _flux(n_clusters=None, *, normalization=None, k_rule=None, k_alpha=None,
-          k_references=None, random_state=0, **options):
+          k_references=None, split_groups=None, random_state=0, **options):
     """``run_flux``'s server side. ``normalization="split"`` (default, ``run_flux``'s): every
-    node sends :func:`omnifc.adapters.flux.split_rows` (3 rows), the server whitens the
+    node sends :func:`omnifc.adapters.flux.split_rows` (``split_groups + 1`` rows, with
+    ``groups=split_groups``; ``run_flux``'s, 2, by default), the server whitens the
     descriptors by the noise it reads from that D alone; ``"none"``: one descriptor row per
     node (``**flux.PREVIOUS_DEFAULT``: the pipeline before issue 24's fourteenth pass). K by
     :func:`~omnifc.adapters.flux.cluster_clients` with ``run_flux``'s rule and level
     (:func:`~omnifc.adapters.flux.run_k_level`). Newcomers send one row each (their
     :func:`~omnifc.adapters.flux.prefix_row`) and join the nearest centroid of that D."""
     from ..adapters import flux
+    from ..adapters.flux._split_half import split_group_count
 
     if n_clusters is not None:
         raise ParameterError("FLUX chooses K itself (flux.cluster_clients); n_clusters must "
@@ -189,6 +191,11 @@ def _flux(n_clusters=None, *, normalization=None, k_rule=None, k_alpha=None,
                              f"{FLUX_NORMALIZATIONS}, got {normalization!r}")
     k_rule = flux.SPLIT_MIN_P_RECIPE["k_rule"] if k_rule is None else k_rule
     k_alpha, k_references = flux.run_k_level(k_rule, k_alpha, k_references, **options)
+    if split_groups is not None and normalization != "split":
+        raise ParameterError(f"split_groups needs normalization='split', got "
+                             f"{normalization!r}")
+    groups = split_group_count(flux.SPLIT_MIN_P_RECIPE.get("split_groups", 2)
+                               if split_groups is None else split_groups)
 
     def cluster(d):
         return np.asarray(flux.cluster_clients(d, k_rule=k_rule, k_alpha=k_alpha,
@@ -197,10 +204,11 @@ def _flux(n_clusters=None, *, normalization=None, k_rule=None, k_alpha=None,
 
     def split(outcomes):
         (outcome,) = outcomes.values()
-        _rows_per_client(outcome, 3, "FLUX's split embedding (flux.split_rows) needs 3 "
-                         "row(s) per client, got {rows} (roster order)")
+        _rows_per_client(outcome, groups + 1, f"FLUX's split embedding (flux.split_rows, "
+                         f"groups={groups}) needs {groups + 1} row(s) per client, got "
+                         "{rows} (roster order)")
         return flux.split_whitened_distances(outcome.values, len(outcome.rows),
-                                             order="client")
+                                             groups=groups, order="client")
 
     def prefix(outcomes):
         (outcome,) = outcomes.values()

@@ -45,17 +45,17 @@ def clients(seed: int = 5, n: int = 12, new: int = 2):
     return train, groups, unseen, new_groups
 
 
-def split_rows_of(train, seed: int = 0):
+def split_rows_of(train, seed: int = 0, groups: int = 2):
     """Every node's split rows, each node's own split generator (seeded to replay)."""
     return {f"org-{i}": flux.split_rows(x, y, PROJECTION, CLASSES,
-                                        rng=np.random.default_rng([seed, i]))
+                                        rng=np.random.default_rng([seed, i]), groups=groups)
             for i, (x, y) in enumerate(train)}
 
 
-def expected_d(rows: dict) -> np.ndarray:
+def expected_d(rows: dict, groups: int = 2) -> np.ndarray:
     """The adapter's plaintext split path on the same rows (run_flux's D)."""
-    stacked = [np.stack([r[k] for r in rows.values()]) for k in range(3)]
-    d, _, _ = flux.block_distances(stacked[2], splits=(stacked[0], stacked[1]),
+    stacked = [np.stack([r[k] for r in rows.values()]) for k in range(groups + 1)]
+    d, _, _ = flux.block_distances(stacked[-1], splits=tuple(stacked[:-1]),
                                    normalization="split", secure=False, bound=BOUND,
                                    scale_bits=SCALE_BITS, n_components=CLASSES,
                                    n_classes=CLASSES)
@@ -63,18 +63,22 @@ def expected_d(rows: dict) -> np.ndarray:
 
 
 @pytest.mark.timeout(180)
-def test_the_flux_embedding_is_run_fluxs_split_pipeline_bit_for_bit():
+@pytest.mark.parametrize("split_groups", [None, 4])
+def test_the_flux_embedding_is_run_fluxs_split_pipeline_bit_for_bit(split_groups):
+    """Nodes send split_rows (with groups=k: k + 1 rows each; None: run_flux's default)."""
     train, groups, _, _ = clients()
-    rows = split_rows_of(train)
+    k = 2 if split_groups is None else split_groups
+    rows = split_rows_of(train, groups=k)
     parameters = SessionParameters(dim=WIDTH, bound=BOUND, scale_bits=SCALE_BITS)
     fed = Federation(rows, parameters)
-    strategy = ClusteredFedAvg(fed.workflow(), embedding("flux"), fraction_train=0.0,
-                               fraction_evaluate=0.0)
+    options = {} if split_groups is None else {"split_groups": split_groups}
+    strategy = ClusteredFedAvg(fed.workflow(), embedding("flux", **options),
+                               fraction_train=0.0, fraction_evaluate=0.0)
     _, result = strategy.cluster(fed.grid)
     outcome = result.outcomes[0]
-    assert outcome.party_names == list(rows) and outcome.rows == [3] * len(rows)
+    assert outcome.party_names == list(rows) and outcome.rows == [k + 1] * len(rows)
     # the server's distances are run_flux's split D of the same rows, bit for bit
-    d = expected_d(rows)
+    d = expected_d(rows, k)
     assert np.array_equal(result.distances, d)
     # clustered with run_flux's rule at run_flux's level (flux.SPLIT_MIN_P_RECIPE)
     recipe = flux.SPLIT_MIN_P_RECIPE
@@ -157,6 +161,14 @@ def test_the_split_embedding_refuses_sessions_of_the_wrong_shape():
     assert np.array_equal(e.distances({None: one}, newcomers=True), one.values)
     with pytest.raises(ProtocolError, match=r"1 row\(s\) per client"):
         e.distances({None: three}, newcomers=True)
+    # split_groups=4: five rows per client, and three are refused
+    five, _ = _outcome(5)
+    e4 = embedding("flux", split_groups=4)
+    assert np.array_equal(e4.distances({None: five}),
+                          flux.split_whitened_distances(five.values, 4, groups=4,
+                                                        order="client"))
+    with pytest.raises(ProtocolError, match=r"groups=4\) needs 5 row\(s\) per client"):
+        e4.distances({None: three})
 
 
 def test_the_flux_embedding_takes_run_fluxs_options_and_refuses_the_rest():
@@ -183,6 +195,10 @@ def test_the_flux_embedding_takes_run_fluxs_options_and_refuses_the_rest():
         embedding("flux", k_rule="silhouette")
     with pytest.raises(ParameterError, match="FLUX chooses K"):
         embedding("flux", n_clusters=2)
+    with pytest.raises(ParameterError, match="integer >= 2"):
+        embedding("flux", split_groups=1)
+    with pytest.raises(ParameterError, match="split_groups needs normalization='split'"):
+        embedding("flux", normalization="none", split_groups=4)
 
 
 def test_the_flux_embedding_tests_at_run_fluxs_level(monkeypatch):

@@ -14,7 +14,7 @@ from ._paper import (DEFAULT_DESCRIPTOR_FORM, SPLIT_MIN_P_RECIPE, cluster_client
                      descriptor, descriptor_bound, flux_components, run_k_level,
                      shared_projection)
 from ._secure import block_distances, prefix_distances
-from ._split_half import split_descriptors
+from ._split_half import split_descriptors, split_group_count
 from ._whitening import whitening_of_clients
 
 __all__ = ["ACTIVATION_MARGIN", "CLUSTER_ROUNDS", "FluxRun", "SHIFTS", "WARMUP_ROUNDS",
@@ -145,6 +145,7 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
                                         eps_scaling=eps_scaling, k_min_group=k_min_group)
     if assign_rule not in ASSIGN_RULES:
         raise ParameterError(f"assign_rule must be one of {ASSIGN_RULES}, got {assign_rule!r}")
+    split_group_count(split_groups)
     if normalization != "split" and split_groups != 2:
         raise ParameterError(f"split_groups needs normalization='split', got normalization="
                              f"{normalization!r} with split_groups={split_groups!r}")

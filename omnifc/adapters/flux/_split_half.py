@@ -59,7 +59,7 @@ def split_descriptors(latents, labels, projection, n_classes: int, *, form: str,
     >>> a.shape == b.shape == (1, 12)
     True
     """
-    k = _groups(groups)
+    k = split_group_count(groups)
     out = [[] for _ in range(k)]
     for z, y in zip(latents, labels):
         z, y = np.asarray(z), np.asarray(y)
@@ -77,8 +77,9 @@ def split_descriptors(latents, labels, projection, n_classes: int, *, form: str,
     return tuple(np.stack(g) for g in out)
 
 
-def _groups(groups) -> int:
-    """``groups`` as an int >= 2, or ``ParameterError``."""
+def split_group_count(groups) -> int:
+    """``groups`` (the number of groups a client leaves out in turn) as an int >= 2, or
+    ``ParameterError``."""
     if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 2:
         raise ParameterError(f"split_groups must be an integer >= 2 (2: the split halves), "
                              f"got {groups!r}")
@@ -126,13 +127,15 @@ def split_whitened_distances(distances, n: int, *, groups: int = 2,
     ``G_j`` are), the :func:`split_descriptors`. Returns the n x n squared distances of the
     whitened points. The noise covariance is the OAS-shrunk covariance of the ``n (k - 1)``
     within-client contrasts in D's MDS embedding (Helmert's, scaled by
-    ``2 sqrt((k - 1) / k)``: the mean of their outer products is 4 times the clients'
-    delete-a-group jackknife covariance of ``F``; at ``k = 2`` the contrast is ``A_i - B_i``
+    ``2 sqrt((k - 1) / k)``: a client's ``k - 1`` contrasts have outer products summing to 4
+    times its delete-a-group jackknife covariance of ``F``, so their mean over all
+    contrasts is ``4 / (k - 1)`` times the clients' mean jackknife, a constant that scales
+    every whitened distance alike; at ``k = 2`` the contrast is ``A_i - B_i``
     exactly); directions with no noise are floored at 1e-12 of the largest variance.
     ``order="client"``: the rows come client by client instead (``G_0 of client 0, ...,
     F of client 0, G_0 of client 1, ...``: a session over the nodes' :func:`split_rows`)."""
     d = np.asarray(distances, dtype=np.float64)
-    n, k = int(n), _groups(groups)
+    n, k = int(n), split_group_count(groups)
     if order not in ("stacked", "client"):
         raise ParameterError(f"order must be 'stacked' or 'client', got {order!r}")
     if n < 2 or d.shape not in ((k * n, k * n), ((k + 1) * n, (k + 1) * n)):
@@ -153,7 +156,7 @@ def _contrasts(k: int) -> np.ndarray:
     """The ``(k - 1) x k`` contrast coefficients of :func:`split_whitened_distances`:
     Helmert's orthonormal rows (``sum_{j < r} g_j - r g_r``, over ``sqrt(r (r + 1))``) times
     ``2 sqrt((k - 1) / k)``, so that their outer products sum to ``4 (k - 1) / k`` times the
-    centred ones, 4 times the delete-a-group jackknife; ``[[1, -1]]`` at ``k = 2``."""
+    centred ones, 4 times a client's delete-a-group jackknife; ``[[1, -1]]`` at ``k = 2``."""
     out = np.zeros((k - 1, k))
     for r in range(1, k):
         out[r - 1, :r] = 1.0
