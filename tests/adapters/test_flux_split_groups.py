@@ -197,3 +197,26 @@ def test_run_flux_split_groups_runs_the_k_descriptors_and_refuses_what_it_cannot
 
 def test_the_recipe_is_the_default_rule_with_ten_groups():
     assert flux.SPLIT_GROUPS_RECIPE == {**flux.SPLIT_MIN_P_RECIPE, "split_groups": 10}
+
+
+@pytest.mark.timeout(120)
+def test_the_default_rule_reads_whitened_distances_of_any_scale_alike():
+    """The contrasts' scale (4 / (k - 1) times the jackknife) multiplies every whitened
+    distance by one constant; run_flux's rule (min-p of the top axis and the Ward gap at
+    0.01, B = 199) gives the same K and p on D, 9 D and D / 4."""
+    from omnifc.adapters._calibrated_k import calibrated_k
+
+    rng = np.random.default_rng(1)
+    rule = dict(statistic="axis_or_gap", alpha=0.01, references=199, random_state=3)
+    ks = set()
+    for n, shift in ((12, 0.0), (20, 4.0), (30, 8.0)):
+        x = rng.normal(size=(n, 6))
+        x[: n // 3, 0] += shift
+        d = squared_distances(x)
+        want = calibrated_k(d, **rule)
+        ks.add(want.k)
+        for c in (9.0, 0.25):
+            got = calibrated_k(c * d, **rule)
+            assert (got.k, got.p_value) == (want.k, want.p_value)
+            assert np.array_equal(got.labels, want.labels)
+    assert ks == {1, 2}                        # both answers occur
