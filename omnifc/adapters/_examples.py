@@ -106,21 +106,22 @@ def _flux(seed: int):
     max_value, n_classes = 8.0, 10
     projection = flux.shared_projection(50, n_classes, max_value=max_value)
     bound = flux.descriptor_bound(projection, max_value)
-    recipe = flux.SPLIT_MIN_P_RECIPE                  # run_flux's default pipeline
+    recipe = flux.DEFAULT_RECIPE                      # run_flux's default pipeline
+    groups_left = recipe["split_groups"]
     lines = ["claim (FLUX)     adaptive DBSCAN finds the number of distribution groups "
              "without K; label-free test-time assignment works for P(X) shifts, not for "
              "P(Y|X) swaps"]
     ok = True
     for shift in flux.SHIFTS:
         (train, groups), (new, new_groups) = flux.shift_scenario(shift, seed=seed)
-        # each client: the descriptors of two random halves of its rows, then of all
-        rows = [flux.split_rows(x, y, projection, n_classes, rng=np.random.default_rng([seed, i]))
-                for i, (x, y) in enumerate(train)]
-        a, b, desc = (np.stack([r[k] for r in rows]) for k in range(3))
+        # each client: its descriptors without each of k random groups of its rows, then of all
+        rows = [flux.split_rows(x, y, projection, n_classes, rng=np.random.default_rng([seed, i]),
+                                groups=groups_left) for i, (x, y) in enumerate(train)]
+        *left, desc = (np.stack([r[k] for r in rows]) for k in range(groups_left + 1))
         new_desc = np.stack([flux.descriptor(x, y, projection, n_classes) for x, y in new])
         parties = np.arange(len(train)) % 4
         common = dict(n_components=n_classes, n_classes=n_classes, bound=bound)
-        split = dict(common, normalization="split", splits=(a, b))
+        split = dict(common, normalization="split", splits=tuple(left))
         d_sec, _, _ = flux.block_distances(desc, parties=parties, **split)
         d_plain, _, _ = flux.block_distances(desc, secure=False, **split)
         ok &= bool(np.array_equal(d_sec, d_plain))
@@ -142,9 +143,10 @@ def _flux(seed: int):
                  f"{ok}; with the paper's eps_scaling 1.0 every client whose nearest "
                  "neighbour lies beyond the knee is a singleton (DBSCAN min_samples 2), so "
                  "groups come back split, never merged; omnifc's default (run_flux's: "
-                 "flux.SPLIT_MIN_P_RECIPE) reads each client's sampling noise from the D of "
-                 "its descriptor and two halves of its rows, and tests one cluster at 0.01 "
-                 "against references drawn from that D, with no knob")
+                 f"flux.DEFAULT_RECIPE) reads each client's sampling noise from the D of "
+                 f"its descriptor and its descriptors without each of {groups_left} random "
+                 "groups of its rows, and tests one cluster at 0.01 against references drawn "
+                 "from that D, with no knob")
     return lines, ok
 
 

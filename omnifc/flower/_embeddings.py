@@ -172,7 +172,8 @@ def _flux(n_clusters=None, *, normalization=None, k_rule=None, k_alpha=None,
           k_references=None, split_groups=None, random_state=0, **options):
     """``run_flux``'s server side. ``normalization="split"`` (default, ``run_flux``'s): every
     node sends :func:`omnifc.adapters.flux.split_rows` (``split_groups + 1`` rows, with
-    ``groups=split_groups``; ``run_flux``'s, 2, by default), the server whitens the
+    ``groups=split_groups``; ``run_flux``'s, ``flux.DEFAULT_SPLIT_GROUPS`` = 10, by
+    default), the server whitens the
     descriptors by the noise it reads from that D alone; ``"none"``: one descriptor row per
     node (``**flux.PREVIOUS_DEFAULT``: the pipeline before issue 24's fourteenth pass). K by
     :func:`~omnifc.adapters.flux.cluster_clients` with ``run_flux``'s rule and level
@@ -184,18 +185,18 @@ def _flux(n_clusters=None, *, normalization=None, k_rule=None, k_alpha=None,
     if n_clusters is not None:
         raise ParameterError("FLUX chooses K itself (flux.cluster_clients); n_clusters must "
                              f"be None, got {n_clusters!r}")
-    normalization = flux.SPLIT_MIN_P_RECIPE["normalization"] if normalization is None \
+    normalization = flux.DEFAULT_RECIPE["normalization"] if normalization is None \
         else normalization
     if normalization not in FLUX_NORMALIZATIONS:
         raise ParameterError(f"a Flower FLUX embedding runs normalization "
                              f"{FLUX_NORMALIZATIONS}, got {normalization!r}")
-    k_rule = flux.SPLIT_MIN_P_RECIPE["k_rule"] if k_rule is None else k_rule
+    k_rule = flux.DEFAULT_RECIPE["k_rule"] if k_rule is None else k_rule
     k_alpha, k_references = flux.run_k_level(k_rule, k_alpha, k_references, **options)
     if split_groups is not None and normalization != "split":
         raise ParameterError(f"split_groups needs normalization='split', got "
                              f"{normalization!r}")
-    groups = split_group_count(flux.SPLIT_MIN_P_RECIPE.get("split_groups", 2)
-                               if split_groups is None else split_groups)
+    groups = split_group_count(flux.DEFAULT_SPLIT_GROUPS if split_groups is None
+                               else split_groups)
 
     def cluster(d):
         return np.asarray(flux.cluster_clients(d, k_rule=k_rule, k_alpha=k_alpha,

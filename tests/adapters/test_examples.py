@@ -282,9 +282,10 @@ def test_clove_example_secure_arguments_and_a_difference(small_clove, monkeypatc
 # ----------------------------------------------------------------------------- flux
 
 def test_flux_example_lines(monkeypatch):
-    """The example runs run_flux's default pipeline (split rows, the min-p test at 0.01) and
-    the paper's knee on the descriptors' own D; recomputed here in the clear, from the
-    halves up (split_descriptors under the example's per-client generators)."""
+    """The example runs run_flux's default pipeline (split rows: 10 delete-a-group
+    descriptors, the min-p test at 0.01) and the paper's knee on the descriptors' own D;
+    recomputed here in the clear, from the split descriptors up (split_descriptors under
+    the example's per-client generators)."""
     from omnifc.adapters import flux
     from omnifc.adapters._common import plaintext_distances, quantize_rows
 
@@ -296,15 +297,14 @@ def test_flux_example_lines(monkeypatch):
             "P(Y|X) swaps"]
     for shift in flux.SHIFTS:
         (train, groups), (new, new_groups) = flux.shift_scenario(shift, seed=seed)
-        halves = [flux.split_descriptors([x], [y], projection, 10, form="weighted_all",
-                                         rng=np.random.default_rng([seed, i]))
-                  for i, (x, y) in enumerate(train)]
-        a = np.concatenate([h[0] for h in halves])
-        b = np.concatenate([h[1] for h in halves])
+        per_client = [flux.split_descriptors([x], [y], projection, 10, form="weighted_all",
+                                             rng=np.random.default_rng([seed, i]), groups=10)
+                      for i, (x, y) in enumerate(train)]
+        left = [np.concatenate([g[j] for g in per_client]) for j in range(10)]
         desc = np.stack([flux.descriptor(x, y, projection, 10) for x, y in train])
         new_desc = np.stack([flux.descriptor(x, y, projection, 10) for x, y in new])
         q = lambda rows: plaintext_distances(quantize_rows(rows, bound=bound, scale_bits=16))
-        d = flux.split_whitened_distances(q(np.vstack([a, b, desc])), len(train))
+        d = flux.split_whitened_distances(q(np.vstack(left + [desc])), len(train), groups=10)
         knee = flux.adaptive_dbscan(q(desc), eps_rule="knee")
         found = flux.calibrated_k(d, statistic="axis_or_gap", alpha=0.01, references=199,
                                   random_state=seed)
@@ -320,10 +320,10 @@ def test_flux_example_lines(monkeypatch):
     want.append("note             secure D equals the plaintext D bit for bit: True; with the "
                 "paper's eps_scaling 1.0 every client whose nearest neighbour lies beyond the "
                 "knee is a singleton (DBSCAN min_samples 2), so groups come back split, never "
-                "merged; omnifc's default (run_flux's: flux.SPLIT_MIN_P_RECIPE) reads each "
-                "client's sampling noise from the D of its descriptor and two halves of its "
-                "rows, and tests one cluster at 0.01 against references drawn from that D, "
-                "with no knob")
+                "merged; omnifc's default (run_flux's: flux.DEFAULT_RECIPE) reads each "
+                "client's sampling noise from the D of its descriptor and its descriptors "
+                "without each of 10 random groups of its rows, and tests one cluster at 0.01 "
+                "against references drawn from that D, with no knob")
     calls = []
     real = flux.block_distances
 
@@ -352,8 +352,9 @@ def test_flux_example_lines(monkeypatch):
     assert np.array_equal(secure_kw.pop("parties"), np.arange(20) % 4)   # 20 train clients
     assert np.array_equal(paper_kw.pop("parties"), np.arange(20) % 4)
     for kw in (secure_kw, plain_kw):
-        a, b = kw.pop("splits")
-        assert a.shape == b.shape == (20, 220) and kw.pop("normalization") == "split"
+        left = kw.pop("splits")
+        assert len(left) == 10 and all(g.shape == (20, 220) for g in left)
+        assert kw.pop("normalization") == "split"
     assert secure_kw == paper_kw == dict(n_components=10, n_classes=10, bound=bound)
     assert plain_kw == dict(n_components=10, n_classes=10, bound=bound, secure=False)
 

@@ -135,7 +135,7 @@ def test_from_d_at_two_groups_is_the_split_halves_up_to_a_factor_two(ng):
     rng = np.random.default_rng(11)
     a, b, f = (rng.standard_normal((6, 5)) for _ in range(3))
     got = ng.group_whitened_distances(ng.sq(np.vstack([b, a, f])), 6, 2)
-    want = flux.split_whitened_distances(ng.sq(np.vstack([a, b, f])), 6)
+    want = flux.split_whitened_distances(ng.sq(np.vstack([a, b, f])), 6, groups=2)
     np.testing.assert_allclose(got, 2 * want, rtol=1e-8, atol=1e-9)
 
 

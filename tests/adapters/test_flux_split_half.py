@@ -140,7 +140,7 @@ def test_block_distances_split_is_the_coordinators_computation_on_the_secure_d()
     labels = [rng.integers(0, 3, len(z)) for z in latents]
     desc = np.stack([flux.descriptor(z, y, proj, 3) for z, y in zip(latents, labels)])
     a, b = flux.split_descriptors(latents, labels, proj, 3, form=flux.DEFAULT_DESCRIPTOR_FORM,
-                                  rng=np.random.default_rng(5))
+                                  rng=np.random.default_rng(5), groups=2)
     common = dict(n_components=3, n_classes=3, bound=flux.descriptor_bound(proj, 2.0))
     secure, _, _ = flux.block_distances(desc, normalization="split", splits=(a, b),
                                         parties=np.arange(7) % 3, **common)
@@ -148,7 +148,8 @@ def test_block_distances_split_is_the_coordinators_computation_on_the_secure_d()
                                        secure=False, **common)
     assert np.array_equal(secure, plain)
     rows = quantize_rows(np.vstack([a, b, desc]), bound=common["bound"], scale_bits=16)
-    assert np.array_equal(plain, flux.split_whitened_distances(plaintext_distances(rows), 7))
+    assert np.array_equal(plain, flux.split_whitened_distances(plaintext_distances(rows), 7,
+                                                               groups=2))
     import omnifc.adapters.flux._secure as secure_module
 
     seen = []
@@ -180,7 +181,8 @@ def test_run_flux_split_secure_equals_plaintext_and_is_the_recipes_test():
     model = fl.MLP(data.n_features, 16, data.n_classes)
     secure, plain = secure_and_plain_flux_runs(data, model, 3, **flux.SPLIT_HALF_RECIPE)
     assert flux.SPLIT_HALF_RECIPE == {"normalization": "split", "k_rule": "calibrated_axis",
-                                      "k_alpha": 0.01, "k_references": 199}
+                                      "k_alpha": 0.01, "k_references": 199,
+                                      "split_groups": 2}
     assert np.array_equal(secure.distances, plain.distances)
     assert np.array_equal(secure.labels, plain.labels)
     assert np.array_equal(secure.prefix, plain.prefix)
@@ -191,9 +193,10 @@ def test_run_flux_split_secure_equals_plaintext_and_is_the_recipes_test():
 
 
 @pytest.mark.timeout(600)
-def test_run_flux_defaults_to_the_split_min_p_recipe_and_tests_at_the_goal_level():
-    """Issue 24, fourteenth pass (SPLIT_MIN_P_VERDICT held): run_flux's defaults are
-    SPLIT_MIN_P_RECIPE, bit for bit; every calibrated rule in run_flux tests at RUN_K_ALPHA
+def test_run_flux_defaults_to_the_split_groups_recipe_and_tests_at_the_goal_level():
+    """Issue 24, twenty-second pass (SPLIT_GROUPS_VERDICT held): run_flux's defaults are
+    DEFAULT_RECIPE = SPLIT_GROUPS_RECIPE (SPLIT_MIN_P_RECIPE with 10 groups), bit for bit,
+    and differ from SPLIT_MIN_P_RECIPE's two halves; every calibrated rule in run_flux tests at RUN_K_ALPHA
     with RUN_K_REFERENCES draws unless told otherwise; PREVIOUS_DEFAULT is the descriptors'
     D with calibrated_k's own level; Ward and DBSCAN take no level and run."""
     from omnifc import fl
@@ -211,15 +214,21 @@ def test_run_flux_defaults_to_the_split_min_p_recipe_and_tests_at_the_goal_level
                 and np.array_equal(a.labels, b.labels))
 
     default = flux.run_flux(data, model, **fast)
-    recipe = flux.run_flux(data, model, **fast, **flux.SPLIT_MIN_P_RECIPE)
+    recipe = flux.run_flux(data, model, **fast, **flux.SPLIT_GROUPS_RECIPE)
+    assert flux.DEFAULT_RECIPE is flux.SPLIT_GROUPS_RECIPE and flux.DEFAULT_SPLIT_GROUPS == 10
     assert np.array_equal(default.distances, recipe.distances)
+    halves = flux.run_flux(data, model, **fast, **flux.SPLIT_MIN_P_RECIPE)
+    assert not np.allclose(halves.distances, default.distances)
+    assert np.array_equal(halves.distances,
+                          flux.run_flux(data, model, **fast, split_groups=2).distances)
     assert same(default.decision, recipe.decision) and default.distances.shape == (8, 8)
     assert (flux.RUN_K_ALPHA, flux.RUN_K_REFERENCES) == (0.01, 199)
     assert (default.decision.alpha, default.decision.references) == (0.01, 199)
     assert default.decision.rule == "calibrated/axis_or_gap"
     assert flux.SPLIT_MIN_P_RECIPE == {"normalization": "split",
                                        "k_rule": "calibrated_axis_or_gap",
-                                       "k_alpha": 0.01, "k_references": 199}
+                                       "k_alpha": 0.01, "k_references": 199,
+                                       "split_groups": 2}
     none = flux.run_flux(data, model, **fast, normalization="none", k_rule="calibrated")
     want = calibrated_k(none.distances, alpha=0.01, references=199, random_state=8)
     assert same(none.decision, want)
@@ -236,10 +245,11 @@ def test_run_flux_defaults_to_the_split_min_p_recipe_and_tests_at_the_goal_level
 
 
 @pytest.mark.timeout(300)
-def test_run_flux_refuses_a_client_of_one_row_by_default_and_takes_it_without_the_split():
-    """Fail closed: the default splits every client's rows, so a client with one training
-    row is refused before any secure session starts (InputError, an OmniFCError, naming
-    the count); normalization="none" still clusters such a federation."""
+def test_run_flux_refuses_a_client_of_too_few_rows_and_takes_it_with_fewer_groups():
+    """Fail closed: the default leaves out each of 10 groups of every client's rows, so a
+    client with 9 training rows is refused before any secure session starts (InputError,
+    an OmniFCError, naming the count); split_groups=2 (two halves) takes it, and refuses a
+    client of one row; normalization="none" clusters both federations."""
     import dataclasses
 
     from finite_field import InputError, OmniFCError
@@ -249,14 +259,21 @@ def test_run_flux_refuses_a_client_of_one_row_by_default_and_takes_it_without_th
     data = fl.make_federated("digits", shift="feature", n_groups=2, clients_per_group=3,
                              new_per_group=0, seed=2)
     first = data.clients[0]
-    data.clients[0] = dataclasses.replace(first, x_train=first.x_train[:1],
-                                          y_train=first.y_train[:1])
     model = fl.MLP(data.n_features, 8, data.n_classes)
     fast = dict(seed=2, warmup_rounds=1, cluster_rounds=0)
-    with pytest.raises(InputError, match="at least 2 rows to leave out 2 groups.*has 1") as caught:
-        flux.run_flux(data, model, **fast)
-    assert isinstance(caught.value, OmniFCError)
-    run = flux.run_flux(data, model, secure=False, normalization="none", **fast)
+    for rows, groups in ((9, 10), (1, 2)):
+        data.clients[0] = dataclasses.replace(first, x_train=first.x_train[:rows],
+                                              y_train=first.y_train[:rows])
+        options = {} if groups == 10 else {"split_groups": groups}
+        with pytest.raises(InputError, match=f"at least {rows + 1} rows to leave out "
+                                             f"{groups} groups.*has {rows}") as caught:
+            flux.run_flux(data, model, **fast, **options)
+        assert isinstance(caught.value, OmniFCError)
+        run = flux.run_flux(data, model, secure=False, normalization="none", **fast)
+        assert run.distances.shape == (6, 6)
+    data.clients[0] = dataclasses.replace(first, x_train=first.x_train[:9],
+                                          y_train=first.y_train[:9])
+    run = flux.run_flux(data, model, secure=False, split_groups=2, **fast)
     assert run.distances.shape == (6, 6)
 
 
@@ -280,13 +297,14 @@ def test_split_rows_are_one_clients_halves_and_descriptor():
     proj, latents, labels = _clients()
     for form in flux.DESCRIPTOR_FORMS:
         for z, y in zip(latents, labels):
-            rows = flux.split_rows(z, y, proj, 3, form=form, rng=np.random.default_rng(9))
+            rows = flux.split_rows(z, y, proj, 3, form=form, rng=np.random.default_rng(9),
+                                   groups=2)
             (a,), (b,) = flux.split_descriptors([z], [y], proj, 3, form=form,
-                                                rng=np.random.default_rng(9))
+                                                rng=np.random.default_rng(9), groups=2)
             assert np.array_equal(rows, np.stack([a, b, flux.descriptor(z, y, proj, 3,
                                                                         form=form)]))
     z, y = latents[0], labels[0]
-    draws = {flux.split_rows(z, y, proj, 3)[0].tobytes() for _ in range(12)}
+    draws = {flux.split_rows(z, y, proj, 3, groups=2)[0].tobytes() for _ in range(12)}
     assert len(draws) > 1                      # OS entropy: not one fixed split
 
 

@@ -277,7 +277,8 @@ def test_the_grid_split_d_is_the_coordinators_whitening_and_secure_equals_plaint
 
     def coordinator(a, b):
         rows = np.vstack([np.stack(a), np.stack(b), desc])
-        return flux.split_whitened_distances(((rows[:, None] - rows[None]) ** 2).sum(-1), 6)
+        return flux.split_whitened_distances(((rows[:, None] - rows[None]) ** 2).sum(-1), 6,
+                                             groups=2)
 
     exact = coordinator(*halves)
     assert plain["flux"].shape == (6, 6)
@@ -285,7 +286,8 @@ def test_the_grid_split_d_is_the_coordinators_whitening_and_secure_equals_plaint
     assert 0 < np.abs(plain["flux"] - exact).max() < 1e-4 * scale   # 2^-16 quantization
     # another split of the same rows gives another D: the grid uses run_flux's split
     a, b = flux.split_descriptors(latents, [cl.y_train for cl in clients], proj, c,
-                                  form="weighted_all", rng=np.random.default_rng(seed + 7))
+                                  form="weighted_all", rng=np.random.default_rng(seed + 7),
+                                  groups=2)
     assert np.abs(plain["flux"] - coordinator(a, b)).max() > 1e-2 * scale
 
 

@@ -1,7 +1,8 @@
 """FLUX as a built-in embedding of ClusteredFedAvg, with run_flux's default pipeline.
 
-Each node sends ``flux.split_rows`` (the descriptors of two random halves of its rows and of
-all of them: three rows); the server reads the descriptors' noise from the session's D alone
+Each node sends ``flux.split_rows`` (its descriptors without each of 10 random groups of its
+rows and its descriptor: 11 rows, run_flux's default; or k + 1 rows with ``groups=k``); the
+server reads the descriptors' noise from the session's D alone
 and clusters the whitened distances with run_flux's K rule and level. The oracle is the
 adapter's own plaintext path (``flux.block_distances(..., normalization="split",
 secure=False)``: the same quantized rows in the clear), so the Flower embedding is
@@ -45,14 +46,14 @@ def clients(seed: int = 5, n: int = 12, new: int = 2):
     return train, groups, unseen, new_groups
 
 
-def split_rows_of(train, seed: int = 0, groups: int = 2):
+def split_rows_of(train, seed: int = 0, groups: int = flux.DEFAULT_SPLIT_GROUPS):
     """Every node's split rows, each node's own split generator (seeded to replay)."""
     return {f"org-{i}": flux.split_rows(x, y, PROJECTION, CLASSES,
                                         rng=np.random.default_rng([seed, i]), groups=groups)
             for i, (x, y) in enumerate(train)}
 
 
-def expected_d(rows: dict, groups: int = 2) -> np.ndarray:
+def expected_d(rows: dict, groups: int = flux.DEFAULT_SPLIT_GROUPS) -> np.ndarray:
     """The adapter's plaintext split path on the same rows (run_flux's D)."""
     stacked = [np.stack([r[k] for r in rows.values()]) for k in range(groups + 1)]
     d, _, _ = flux.block_distances(stacked[-1], splits=tuple(stacked[:-1]),
@@ -63,11 +64,12 @@ def expected_d(rows: dict, groups: int = 2) -> np.ndarray:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("split_groups", [None, 4])
+@pytest.mark.parametrize("split_groups", [None, 2])
 def test_the_flux_embedding_is_run_fluxs_split_pipeline_bit_for_bit(split_groups):
-    """Nodes send split_rows (with groups=k: k + 1 rows each; None: run_flux's default)."""
+    """Nodes send split_rows (with groups=k: k + 1 rows each; None: run_flux's default,
+    10 groups)."""
     train, groups, _, _ = clients()
-    k = 2 if split_groups is None else split_groups
+    k = flux.DEFAULT_SPLIT_GROUPS if split_groups is None else split_groups
     rows = split_rows_of(train, groups=k)
     parameters = SessionParameters(dim=WIDTH, bound=BOUND, scale_bits=SCALE_BITS)
     fed = Federation(rows, parameters)
@@ -80,8 +82,8 @@ def test_the_flux_embedding_is_run_fluxs_split_pipeline_bit_for_bit(split_groups
     # the server's distances are run_flux's split D of the same rows, bit for bit
     d = expected_d(rows, k)
     assert np.array_equal(result.distances, d)
-    # clustered with run_flux's rule at run_flux's level (flux.SPLIT_MIN_P_RECIPE)
-    recipe = flux.SPLIT_MIN_P_RECIPE
+    # clustered with run_flux's rule at run_flux's level (flux.DEFAULT_RECIPE)
+    recipe = flux.DEFAULT_RECIPE
     found = flux.cluster_clients(d, k_rule=recipe["k_rule"], k_alpha=recipe["k_alpha"],
                                  k_references=recipe["k_references"], random_state=0)
     got = [result.party_labels[name] for name in outcome.party_names]
@@ -146,10 +148,17 @@ def _outcome(rows_per_client, n=4, width=5, seed=0):
 
 
 def test_the_split_embedding_refuses_sessions_of_the_wrong_shape():
-    e = embedding("flux")
+    e = embedding("flux")                                   # 10 groups: 11 rows a node
+    eleven, _ = _outcome(11)
+    assert np.array_equal(e.distances({None: eleven}), flux.split_whitened_distances(
+        eleven.values, 4, groups=10, order="client"))
     three, x = _outcome(3)
+    with pytest.raises(ProtocolError, match=r"11 row\(s\) per client, got \[3, 3, 3, 3\]"):
+        e.distances({None: three})      # the halves' rows, to a default server
+    e = embedding("flux", split_groups=2)
     got = e.distances({None: three})
-    assert np.array_equal(got, flux.split_whitened_distances(three.values, 4, order="client"))
+    assert np.array_equal(got, flux.split_whitened_distances(three.values, 4, groups=2,
+                                                             order="client"))
     one, _ = _outcome(1)
     with pytest.raises(ProtocolError, match=r"3 row\(s\) per client, got \[1, 1, 1, 1\]"):
         e.distances({None: one})        # a descriptor alone: nothing to read the noise from
@@ -172,9 +181,9 @@ def test_the_split_embedding_refuses_sessions_of_the_wrong_shape():
 
 
 def test_the_flux_embedding_takes_run_fluxs_options_and_refuses_the_rest():
-    d = flux.split_whitened_distances(_outcome(3, n=9)[0].values, 9, order="client")
+    d = flux.split_whitened_distances(_outcome(3, n=9)[0].values, 9, groups=2, order="client")
     default = embedding("flux")
-    recipe = flux.SPLIT_MIN_P_RECIPE
+    recipe = flux.DEFAULT_RECIPE
     assert default.cluster(d).tolist() == flux.cluster_clients(
         d, k_rule=recipe["k_rule"], k_alpha=recipe["k_alpha"],
         k_references=recipe["k_references"]).labels.tolist()

@@ -19,11 +19,13 @@ little (see :func:`descriptor` and docs/adapters.md for the measured reason).
 ``form="weighted_all"`` (**the default**, issue 24) also keeps 1-row classes (mean block
 ``sqrt(1/n) (z - mu_x)``, std block 0), so the decomposition is exact for any class mix.
 
-Server side (``run_flux``'s default since issue 24's fourteenth pass:
-:data:`SPLIT_MIN_P_RECIPE`, the noise-whitened D read from the D of every client's
-descriptor and the descriptors of two halves of its rows, ``normalization="split"``, and the
-min-p of the top-axis index and Ward's widest gap, ``k_rule="calibrated_axis_or_gap"``, at
-0.01 with B = 199; :data:`PREVIOUS_DEFAULT` before it): optional normalization, automatic K
+Server side (``run_flux``'s default, :data:`DEFAULT_RECIPE`, since issue 24's
+twenty-second pass :data:`SPLIT_GROUPS_RECIPE`: the noise-whitened D read from the D of
+every client's descriptor and its descriptors without each of 10 random groups of its rows,
+``normalization="split"``, and the min-p of the top-axis index and Ward's widest gap,
+``k_rule="calibrated_axis_or_gap"``, at 0.01 with B = 199; :data:`SPLIT_MIN_P_RECIPE`, the
+same with two halves, from the fourteenth pass; :data:`PREVIOUS_DEFAULT` before it):
+optional normalization, automatic K
 from D (:func:`cluster_clients`): omnifc's calibrated rule by default for a D alone
 (``k_rule="calibrated"``,
 :func:`calibrated_k`: Ward's widest merge-height gap tested against Gaussian reference
@@ -70,11 +72,12 @@ distances cannot give ranges.
 - ``"whitened"`` (an option): every descriptor whitened by the clients' pooled jackknife
   noise (pooled by secure sum); the coordinator learns that pooled noise and must follow
   the protocol (:mod:`omnifc.adapters.flux._whitening`).
-- ``"split"`` (``run_flux``'s default): each client also sends the descriptors of two random
-  halves of its rows; one reconstruction of the 3n rows, from which the coordinator alone
-  reads the noise and whitens (:mod:`omnifc.adapters.flux._split_half`). It learns the D of
-  the 3n rows (each client's half-to-half distance), nothing else; a coordinator that lies
-  only spoils its own clustering.
+- ``"split"`` (``run_flux``'s default): each client also sends its descriptors without each
+  of k random groups of its rows (``split_groups``, 10 by default; 2: two halves); one
+  reconstruction of the (k + 1)n rows, from which the coordinator alone reads the noise and
+  whitens (:mod:`omnifc.adapters.flux._split_half`). It learns the D of the (k + 1)n rows
+  (per client, the distances among its descriptor and those k: how leaving out each
+  group moves it), nothing else; a coordinator that lies only spoils its own clustering.
 
 Design rationale, measurements and the named deviations from the paper: docs/adapters.md
 (FLUX). ``_secure`` holds the secure path, ``_simulation`` the federated loop, baselines and
@@ -98,7 +101,7 @@ from ._paper import (adaptive_dbscan, cluster_clients, COORDINATOR_LEARNS,
                      flux_components, FLUX_MIN_COMPONENTS, NORMALIZATIONS, prefix_row,
                      PREVIOUS_DEFAULT, run_k_level, RUN_K_ALPHA, RUN_K_REFERENCES,
                      shared_projection, SPLIT_GROUPS_RECIPE, SPLIT_HALF_RECIPE, SPLIT_MIN_P_RECIPE,
-                     WHITENED_RECIPE)
+                     WHITENED_RECIPE, DEFAULT_RECIPE, DEFAULT_SPLIT_GROUPS)
 from ._split_half import split_descriptors, split_rows, split_whitened_distances
 from .._calibrated_k import calibrated_k, KDecision  # noqa: F401
 from ._secure import (block_distances, block_ranges, block_slices, combine_blocks,
@@ -121,5 +124,6 @@ __all__ = ["COORDINATOR_LEARNS", "shared_projection", "descriptor", "descriptor_
            "noise_contribution", "pool_noise", "noise_whitening", "NoiseWhitening",
            "WHITENED_RECIPE", "split_descriptors", "split_rows", "split_whitened_distances",
            "SPLIT_GROUPS_RECIPE", "SPLIT_HALF_RECIPE", "SPLIT_MIN_P_RECIPE", "PREVIOUS_DEFAULT",
+           "DEFAULT_RECIPE", "DEFAULT_SPLIT_GROUPS",
            "prefix_row",
            "run_k_level"]

@@ -18,6 +18,7 @@ from .._k_selection import DbscanResult, MIN_GAP, gap_eps, ward_gap
 
 __all__ = ["COORDINATOR_LEARNS", "DEFAULT_DESCRIPTOR_FORM", "DEFAULT_K_RULE", "DESCRIPTOR_FORMS",
            "EPS_RULES", "K_RULES", "NORMALIZATIONS", "SPLIT_HALF_RECIPE", "SPLIT_MIN_P_RECIPE", "PREVIOUS_DEFAULT",
+           "SPLIT_GROUPS_RECIPE", "DEFAULT_RECIPE", "DEFAULT_SPLIT_GROUPS",
            "RUN_K_ALPHA", "RUN_K_REFERENCES",
            "adaptive_dbscan",
            "cluster_clients", "descriptor", "descriptor_bound", "flux_components", "FLUX_MIN_COMPONENTS",
@@ -27,9 +28,13 @@ logger = logging.getLogger(__name__)
 
 
 COORDINATOR_LEARNS = (
-    "run_flux's default (normalization 'split', since issue 24's fourteenth pass): the "
-    "distances among every client's descriptor and the descriptors of two halves of its rows "
-    "(3n rows), nothing else; option 'none' (block_distances' default): D only; options "
+    "run_flux's default (normalization 'split' with split_groups=10, since issue 24's "
+    "twenty-second pass): the distances among every client's descriptor and its descriptors "
+    "without each of 10 random groups of its rows (11n rows; per client, how leaving out "
+    "each tenth of its rows moves its descriptor, up to a rotation), nothing else; "
+    "split_groups=2 (the default from the fourteenth to the twenty-first pass): the same "
+    "among its descriptor and those of two halves of its rows (3n rows); option 'none' "
+    "(block_distances' default): D only; options "
     "'block_neighbour' and "
     "'block_diameter': the 2(U+1) per-block squared-distance matrices; option 'ranges': "
     "every client's per-block min and max; option 'whitened': the pooled noise of the "
@@ -44,7 +49,8 @@ COORDINATOR_LEARNS = (
 #: ``"whitened"`` (*our choice*, issue 24's eleventh pass: the descriptors in units of their
 #: own jackknife sampling noise, :mod:`omnifc.adapters.flux._whitening`), ``"split"`` (*our
 #: choice*, issue 24's thirteenth pass: the same noise read from D alone, each client also
-#: sending the descriptors of two halves of its rows, :mod:`omnifc.adapters.flux._split_half`;
+#: sending the descriptors of two halves of its rows, or, since the twenty-second pass, of
+#: its rows without each of k groups, :mod:`omnifc.adapters.flux._split_half`;
 #: ``run_flux``'s default since the fourteenth pass).
 NORMALIZATIONS = ("none", "block_neighbour", "block_diameter", "ranges", "whitened", "split")
 
@@ -294,7 +300,7 @@ K_RULES = ("calibrated", "calibrated_axis", "calibrated_unimodal", "calibrated_d
            "calibrated_axis_or_gap", "ward", "dbscan")
 
 #: :func:`cluster_clients`' K rule unless told otherwise (issue 24): the rule for a D alone.
-#: ``run_flux`` defaults to :data:`SPLIT_MIN_P_RECIPE` instead (fourteenth pass).
+#: ``run_flux`` defaults to :data:`DEFAULT_RECIPE` instead.
 DEFAULT_K_RULE = "calibrated"
 
 #: The :func:`calibrated_k` statistic of each calibrated K rule.
@@ -328,15 +334,23 @@ WHITENED_RECIPE = {"normalization": "whitened", "k_rule": "calibrated_axis",
 #: is weak with 3 and 5 groups). Frozen before its fresh seeds, judged on them
 #: (``bench_k_selection.SPLIT_MIN_P_VERDICT``; docs/adapters.md, fourteenth pass).
 SPLIT_MIN_P_RECIPE = {"normalization": "split", "k_rule": "calibrated_axis_or_gap",
-                      "k_alpha": RUN_K_ALPHA, "k_references": RUN_K_REFERENCES}
+                      "k_alpha": RUN_K_ALPHA, "k_references": RUN_K_REFERENCES,
+                      "split_groups": 2}
 
-#: A default candidate (issue 24, twenty-second pass): ``SPLIT_MIN_P_RECIPE`` with the noise
-#: read from 10 delete-a-group descriptors per client instead of two halves
-#: (``run_flux(data, model, **SPLIT_GROUPS_RECIPE)``; every client needs at least 10 rows).
-#: The coordinator learns the D of 11n rows: per client, the distances among its descriptor
-#: and its descriptors without each tenth of its rows. Frozen before its fresh seeds with
-#: its verdict (``bench_k_selection.SPLIT_GROUPS_VERDICT``).
+#: **run_flux's default** since issue 24's twenty-second pass: ``SPLIT_MIN_P_RECIPE`` with the
+#: noise read from 10 delete-a-group descriptors per client instead of two halves (every
+#: client needs at least 10 rows). The coordinator learns the D of 11n rows: per client, the
+#: distances among its descriptor and its descriptors without each tenth of its rows.
+#: Frozen before its fresh seeds with its verdict, judged on them
+#: (``bench_k_selection.SPLIT_GROUPS_VERDICT``; docs/adapters.md, twenty-second pass).
 SPLIT_GROUPS_RECIPE = {**SPLIT_MIN_P_RECIPE, "split_groups": 10}
+
+#: ``run_flux``'s default pipeline, and the Flower FLUX embedding's: ``SPLIT_GROUPS_RECIPE``
+#: (``SPLIT_MIN_P_RECIPE`` from the fourteenth to the twenty-first pass).
+DEFAULT_RECIPE = SPLIT_GROUPS_RECIPE
+#: The number of groups a client leaves out in turn by default (``split_rows``,
+#: ``split_descriptors``, ``split_whitened_distances``): the default recipe's.
+DEFAULT_SPLIT_GROUPS = DEFAULT_RECIPE["split_groups"]
 
 #: ``run_flux``'s default before issue 24's fourteenth pass: D of the descriptors alone
 #: (reveals D only, n x n) and the calibrated Ward-gap rule at 0.05 with 39 draws.
@@ -353,7 +367,8 @@ _MIN_GROUP_RULES = ("calibrated_axis", "calibrated_unimodal")
 #: (fourteenth pass, ``bench_k_selection.SPLIT_SECURE_VERDICT``); not made the default: the
 #: top-axis test alone loses with 3 and 5 groups (docs/adapters.md, fourteenth pass).
 SPLIT_HALF_RECIPE = {"normalization": "split", "k_rule": "calibrated_axis",
-                     "k_alpha": RUN_K_ALPHA, "k_references": RUN_K_REFERENCES}
+                     "k_alpha": RUN_K_ALPHA, "k_references": RUN_K_REFERENCES,
+                     "split_groups": 2}
 
 def run_k_level(k_rule: str, k_alpha: float | None = None,
                 k_references: int | None = None, *, eps_rule: str = "gap",

@@ -10,7 +10,7 @@ from sklearn.decomposition import PCA
 from finite_field import ParameterError
 
 from ._assign import ASSIGN_RULES, GLOBAL, assign_with_evidence
-from ._paper import (DEFAULT_DESCRIPTOR_FORM, SPLIT_MIN_P_RECIPE, cluster_clients,
+from ._paper import (DEFAULT_DESCRIPTOR_FORM, DEFAULT_RECIPE, cluster_clients,
                      descriptor, descriptor_bound, flux_components, run_k_level,
                      shared_projection)
 from ._secure import block_distances, prefix_distances
@@ -82,13 +82,13 @@ class FluxRun:
 
 def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
              cluster_rounds: int = CLUSTER_ROUNDS, local_train=None, seed: int = 0,
-             secure: bool = True, normalization: str = SPLIT_MIN_P_RECIPE["normalization"],
-             k_rule: str = SPLIT_MIN_P_RECIPE["k_rule"],
+             secure: bool = True, normalization: str = DEFAULT_RECIPE["normalization"],
+             k_rule: str = DEFAULT_RECIPE["k_rule"],
              eps_rule: str = "gap", eps_scaling: float = 1.0, n_components: int | None = None,
              descriptor_form: str = DEFAULT_DESCRIPTOR_FORM, assign_rule: str = "nearest",
              scale_bits: int = 16, parties=None, new_parties=None,
              k_alpha: float | None = None, k_references: int | None = None,
-             k_min_group: int | None = None, split_groups: int = 2) -> FluxRun:
+             k_min_group: int | None = None, split_groups: int | None = None) -> FluxRun:
     """FLUX end to end on an :func:`omnifc.fl.make_federated` data set.
 
     1. FedAvg warm-up of ``model`` for ``warmup_rounds`` (the global model is the encoder);
@@ -100,13 +100,15 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
        default, ``"weighted"`` (the previous default), ``"paper"`` for the paper's
        descriptor);
     3. the server gets the squared distances through the secure reconstruction and chooses
-       the clusters with :func:`cluster_clients`. **By default** (``SPLIT_MIN_P_RECIPE``,
-       issue 24's fourteenth pass): ``normalization="split"``, each client also computes the
-       descriptors of two random halves of its rows, its three rows join one secure D of 3n
-       rows, and the server whitens the descriptors by the noise it reads from that D alone
-       (:mod:`omnifc.adapters.flux._split_half`; ``split_groups=k``: the descriptors of
-       its rows without each of k random groups instead, the delete-a-group jackknife,
-       k + 1 rows per client); ``k_rule="calibrated_axis_or_gap"``, the
+       the clusters with :func:`cluster_clients`. **By default** (``DEFAULT_RECIPE`` =
+       ``SPLIT_GROUPS_RECIPE``, issue 24's twenty-second pass): ``normalization="split"``,
+       each client also computes the descriptors of its rows without each of
+       ``split_groups`` = 10 random groups (the delete-a-group jackknife; it needs at least
+       10 rows), its 11 rows join one secure D of 11n rows, and the server whitens the
+       descriptors by the noise it reads from that D alone
+       (:mod:`omnifc.adapters.flux._split_half`; ``**SPLIT_MIN_P_RECIPE``, the default of
+       the fourteenth to the twenty-first pass: two random halves, ``split_groups=2``, 3n
+       rows); ``k_rule="calibrated_axis_or_gap"``, the
        calibrated one-cluster test that reads both the top principal axis and Ward's widest
        merge gap against the same references, min-p (:func:`calibrated_k`,
        ``statistic="axis_or_gap"``, seeded by ``seed``; evidence in ``FluxRun.decision``);
@@ -145,10 +147,11 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
                                         eps_scaling=eps_scaling, k_min_group=k_min_group)
     if assign_rule not in ASSIGN_RULES:
         raise ParameterError(f"assign_rule must be one of {ASSIGN_RULES}, got {assign_rule!r}")
-    split_group_count(split_groups)
-    if normalization != "split" and split_groups != 2:
+    if normalization != "split" and split_groups is not None:
         raise ParameterError(f"split_groups needs normalization='split', got normalization="
                              f"{normalization!r} with split_groups={split_groups!r}")
+    split_groups = split_group_count(DEFAULT_RECIPE["split_groups"] if split_groups is None
+                                     else split_groups)
     if local_train is None:
         local_train = fl.sgd_trainer(model, epochs=2, batch_size=20, learning_rate=0.3)
     warm = fl.run_federated(data.clients, [model.init(seed)], rounds=warmup_rounds,

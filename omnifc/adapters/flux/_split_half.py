@@ -1,21 +1,28 @@
-"""FLUX's noise read from D alone: split-half descriptors (issue 24, thirteenth pass).
+"""FLUX's noise read from D alone: split descriptors (issue 24, thirteenth and twenty-second
+passes).
 
-Every client computes, beside its descriptor ``F_i``, the descriptors ``A_i`` and ``B_i`` of
-two disjoint random halves of its rows. The coordinator gets one secure D of the 3n rows
-``[A; B; F]`` and nothing else; from it alone (:func:`split_whitened_distances`) it embeds
-the rows by classical MDS, takes the descriptors' noise covariance from the within-client
-differences ``A_i - B_i`` (shrunk by OAS: Chen, Wiesel, Eldar & Hero 2010, as
+Every client computes, beside its descriptor ``F_i``, the descriptors ``G_i0, ...,
+G_i(k-1)`` of its rows without each of ``k`` disjoint random groups (the delete-a-group
+jackknife, Efron & Stein 1981; at ``k = 2`` the descriptors ``A_i`` and ``B_i`` of two
+halves of its rows). The coordinator gets one secure D of the ``(k + 1) n`` rows
+``[G_0; ...; G_{k-1}; F]`` and nothing else; from it alone
+(:func:`split_whitened_distances`) it embeds the rows by classical MDS, takes the
+descriptors' noise covariance from the within-client contrasts of the ``G`` (``A_i - B_i``
+at ``k = 2``; shrunk by OAS: Chen, Wiesel, Eldar & Hero 2010, as
 :func:`~omnifc.adapters.flux.noise_whitening`), and returns the squared distances of the
 full descriptors whitened by it. Unlike ``normalization="whitened"`` no pooled noise is
 revealed and nothing depends on the coordinator's word: a coordinator that lies only spoils
-its own clustering. What it learns beyond the n x n D: the distances among the 3n rows, so
-each client's half-to-half distance (a measure of its own sampling noise).
+its own clustering. What it learns beyond the n x n D: the distances among the ``(k + 1) n``
+rows, so per client the geometry (up to a rotation) of how leaving out each group moves its
+descriptor; at ``k = 2``, its half-to-half distance. With groups of one row (``k`` = the
+client's rows) that is the geometry of its rows' own contributions: the price of the
+better noise estimate, stated in docs/adapters.md ("What the coordinator learns").
 
-Judged against the default on fresh seeds 3293-3304 in floating point
-(``benchmarks/_flux_split_half.py``, docs/adapters.md, "The noise read from D alone"); this
-is its secure path (``run_flux(normalization="split")``), ``run_flux``'s default since issue
-24's fourteenth pass (``flux.SPLIT_MIN_P_RECIPE``, judged on fresh seeds 3317-3328 and
-5303-5314).
+The halves were judged against the then default on fresh seeds 3293-3304 in floating point
+(``benchmarks/_flux_split_half.py``, docs/adapters.md, "The noise read from D alone") and
+were ``run_flux``'s default from issue 24's fourteenth pass (``flux.SPLIT_MIN_P_RECIPE``,
+judged on fresh seeds 3317-3328 and 5303-5314); ``k = 10`` (``flux.SPLIT_GROUPS_RECIPE``)
+since the twenty-second (judged on fresh seeds 3433-3438 and 5315-5326).
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
@@ -23,7 +30,7 @@ is its secure path (``run_flux(normalization="split")``), ``run_flux``'s default
 >>> a, b = f + rng.normal(size=(6, 3)), f + rng.normal(size=(6, 3))
 >>> rows = np.vstack([a, b, f])
 >>> d = ((rows[:, None] - rows[None]) ** 2).sum(-1)
->>> split_whitened_distances(d, 6).shape
+>>> split_whitened_distances(d, 6, groups=2).shape
 (6, 6)
 """
 
@@ -34,13 +41,13 @@ import numpy as np
 from finite_field import InputError, ParameterError
 
 from .._calibrated_k import mds_embedding
-from ._paper import DEFAULT_DESCRIPTOR_FORM, descriptor
+from ._paper import DEFAULT_DESCRIPTOR_FORM, DEFAULT_SPLIT_GROUPS, descriptor
 
 __all__ = ["split_descriptors", "split_rows", "split_whitened_distances"]
 
 
 def split_descriptors(latents, labels, projection, n_classes: int, *, form: str, rng,
-                      groups: int = 2) -> tuple[np.ndarray, ...]:
+                      groups: int = DEFAULT_SPLIT_GROUPS) -> tuple[np.ndarray, ...]:
     """``(G_0, ..., G_{k-1})`` (``k = groups``, each ``n x p``): per client, the
     descriptors (:func:`descriptor` of ``form``) of its rows without each of ``k`` random
     disjoint groups (the delete-a-group jackknife; Efron & Stein 1981). ``rng`` (a
@@ -55,7 +62,7 @@ def split_descriptors(latents, labels, projection, n_classes: int, *, form: str,
     >>> z = [np.random.default_rng(1).random((5, 4))]
     >>> proj = PCA(2).fit(np.random.default_rng(2).random((20, 4)))
     >>> a, b = split_descriptors(z, [np.array([0, 1, 0, 1, 1])], proj, 2, form="weighted_all",
-    ...                          rng=np.random.default_rng(3))
+    ...                          rng=np.random.default_rng(3), groups=2)
     >>> a.shape == b.shape == (1, 12)
     True
     """
@@ -87,7 +94,8 @@ def split_group_count(groups) -> int:
 
 
 def split_rows(latents, labels, projection, n_classes: int, *,
-               form: str = DEFAULT_DESCRIPTOR_FORM, rng=None, groups: int = 2) -> np.ndarray:
+               form: str = DEFAULT_DESCRIPTOR_FORM, rng=None,
+               groups: int = DEFAULT_SPLIT_GROUPS) -> np.ndarray:
     """One client's rows of the split D: ``[G_0; ...; G_{k-1}; F]`` (``(k + 1) x p``, ``k =
     groups``), the descriptors of its rows without each of ``k`` random groups
     (:func:`split_descriptors`; at ``k = 2`` its two halves ``A, B``) and of all of them
@@ -99,9 +107,9 @@ def split_rows(latents, labels, projection, n_classes: int, *,
     >>> from sklearn.decomposition import PCA
     >>> z = np.random.default_rng(1).random((6, 4))
     >>> proj = PCA(2).fit(np.random.default_rng(2).random((20, 4)))
-    >>> rows = split_rows(z, [0, 1, 0, 1, 1, 0], proj, 2, rng=np.random.default_rng(3))
-    >>> rows.shape, bool(np.array_equal(rows[2], descriptor(z, [0, 1, 0, 1, 1, 0], proj, 2)))
-    ((3, 12), True)
+    >>> rows = split_rows(z, [0, 1, 0, 1, 1, 0], proj, 2, rng=np.random.default_rng(3), groups=3)
+    >>> rows.shape, bool(np.array_equal(rows[3], descriptor(z, [0, 1, 0, 1, 1, 0], proj, 2)))
+    ((4, 12), True)
     """
     rng = np.random.default_rng() if rng is None else rng
     left = split_descriptors([latents], [labels], projection, n_classes, form=form, rng=rng,
@@ -119,7 +127,7 @@ def squared_distances(x) -> np.ndarray:
     return np.maximum(d[:, None] + d[None] - 2.0 * g, 0.0)
 
 
-def split_whitened_distances(distances, n: int, *, groups: int = 2,
+def split_whitened_distances(distances, n: int, *, groups: int = DEFAULT_SPLIT_GROUPS,
                              order: str = "stacked") -> np.ndarray:
     """The coordinator's computation, from D only: ``distances`` is the squared-distance
     matrix of ``[G_0; ...; G_{k-1}; F]`` (``(k + 1) n`` rows, ``k = groups``: ``F`` is
