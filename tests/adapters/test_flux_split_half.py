@@ -196,7 +196,8 @@ def test_run_flux_split_secure_equals_plaintext_and_is_the_recipes_test():
 def test_run_flux_defaults_to_the_split_groups_recipe_and_tests_at_the_goal_level():
     """Issue 24, twenty-second pass (SPLIT_GROUPS_VERDICT held): run_flux's defaults are
     DEFAULT_RECIPE = SPLIT_GROUPS_RECIPE (SPLIT_MIN_P_RECIPE with 10 groups), bit for bit,
-    and differ from SPLIT_MIN_P_RECIPE's two halves; every calibrated rule in run_flux tests at RUN_K_ALPHA
+    and differ from SPLIT_MIN_P_RECIPE's two halves; every calibrated rule in run_flux tests
+    at RUN_K_ALPHA
     with RUN_K_REFERENCES draws unless told otherwise; PREVIOUS_DEFAULT is the descriptors'
     D with calibrated_k's own level; Ward and DBSCAN take no level and run."""
     from omnifc import fl

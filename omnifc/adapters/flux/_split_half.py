@@ -148,7 +148,9 @@ def split_whitened_distances(distances, n: int, *, groups: int = DEFAULT_SPLIT_G
         raise ParameterError(f"order must be 'stacked' or 'client', got {order!r}")
     if n < 2 or d.shape not in ((k * n, k * n), ((k + 1) * n, (k + 1) * n)):
         raise ParameterError(f"D must be kn x kn or (k + 1)n x (k + 1)n for k = {k} groups "
-                             f"and n >= 2 clients (n = {n}), got shape {d.shape}")
+                             f"and n >= 2 clients (n = {n}), got shape {d.shape}; groups= "
+                             f"is the number of groups each client left out "
+                             f"(split_rows' groups)")
     if order == "client":        # row r * n + i of the stacked order is row i * R + r
         per = d.shape[0] // n
         stacked = (np.arange(n)[None, :] * per + np.arange(per)[:, None]).ravel()
