@@ -180,7 +180,7 @@ def _flux(n_clusters=None, *, normalization=None, k_rule=None, k_alpha=None,
     (:func:`~omnifc.adapters.flux.run_k_level`). Newcomers send one row each (their
     :func:`~omnifc.adapters.flux.prefix_row`) and join the nearest centroid of that D."""
     from ..adapters import flux
-    from ..adapters.flux._split_half import split_group_count
+    from ..adapters.flux._split_half import split_groups_for
 
     if n_clusters is not None:
         raise ParameterError("FLUX chooses K itself (flux.cluster_clients); n_clusters must "
@@ -192,11 +192,7 @@ def _flux(n_clusters=None, *, normalization=None, k_rule=None, k_alpha=None,
                              f"{FLUX_NORMALIZATIONS}, got {normalization!r}")
     k_rule = flux.DEFAULT_RECIPE["k_rule"] if k_rule is None else k_rule
     k_alpha, k_references = flux.run_k_level(k_rule, k_alpha, k_references, **options)
-    if split_groups is not None and normalization != "split":
-        raise ParameterError(f"split_groups needs normalization='split', got "
-                             f"{normalization!r}")
-    groups = split_group_count(flux.DEFAULT_SPLIT_GROUPS if split_groups is None
-                               else split_groups)
+    groups = split_groups_for(normalization, split_groups)
 
     def cluster(d):
         return np.asarray(flux.cluster_clients(d, k_rule=k_rule, k_alpha=k_alpha,

@@ -14,7 +14,7 @@ from ._paper import (DEFAULT_DESCRIPTOR_FORM, DEFAULT_RECIPE, cluster_clients,
                      descriptor, descriptor_bound, flux_components, run_k_level,
                      shared_projection)
 from ._secure import block_distances, prefix_distances
-from ._split_half import split_descriptors, split_group_count
+from ._split_half import split_descriptors, split_groups_for
 from ._whitening import whitening_of_clients
 
 __all__ = ["ACTIVATION_MARGIN", "CLUSTER_ROUNDS", "FluxRun", "SHIFTS", "WARMUP_ROUNDS",
@@ -147,11 +147,7 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
                                         eps_scaling=eps_scaling, k_min_group=k_min_group)
     if assign_rule not in ASSIGN_RULES:
         raise ParameterError(f"assign_rule must be one of {ASSIGN_RULES}, got {assign_rule!r}")
-    if normalization != "split" and split_groups is not None:
-        raise ParameterError(f"split_groups needs normalization='split', got normalization="
-                             f"{normalization!r} with split_groups={split_groups!r}")
-    split_groups = split_group_count(DEFAULT_RECIPE["split_groups"] if split_groups is None
-                                     else split_groups)
+    split_groups = split_groups_for(normalization, split_groups)
     if local_train is None:
         local_train = fl.sgd_trainer(model, epochs=2, batch_size=20, learning_rate=0.3)
     warm = fl.run_federated(data.clients, [model.init(seed)], rounds=warmup_rounds,

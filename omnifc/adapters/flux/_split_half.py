@@ -93,6 +93,17 @@ def split_group_count(groups) -> int:
     return int(groups)
 
 
+def split_groups_for(normalization: str, split_groups=None) -> int:
+    """The number of groups a pipeline of ``normalization`` leaves out:
+    ``split_groups`` (checked by :func:`split_group_count`), or ``DEFAULT_SPLIT_GROUPS``
+    when None; ``ParameterError`` when it is given with a normalization other than
+    ``"split"`` (``run_flux`` and the Flower FLUX embedding both ask here)."""
+    if split_groups is not None and normalization != "split":
+        raise ParameterError(f"split_groups needs normalization='split', got normalization="
+                             f"{normalization!r} with split_groups={split_groups!r}")
+    return split_group_count(DEFAULT_SPLIT_GROUPS if split_groups is None else split_groups)
+
+
 def split_rows(latents, labels, projection, n_classes: int, *,
                form: str = DEFAULT_DESCRIPTOR_FORM, rng=None,
                groups: int = DEFAULT_SPLIT_GROUPS) -> np.ndarray:
