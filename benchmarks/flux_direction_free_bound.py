@@ -490,12 +490,15 @@ def direction_free_curve(n: int, m: int, d: int, delta_max: float, *, alpha: flo
 
 def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
                           alpha: float = 0.05, draws: int = DRAWS, cache=None,
-                          progress=None, told_centre: bool = True) -> dict:
+                          progress=None, told_centre: bool = True,
+                          processes: int = 1) -> dict:
     """``{cell: [power per seed]}`` for the cells (``(shift, n, rows, imbalance, classes)``)
     whose arrangements number at most :data:`MAX_ARRANGEMENTS`: each run's bound at its
     seed's separation and rank (``separations`` and ``ranks`` keyed by ``(shift, rows,
     classes, seed)``); ``group_sizes(n, imbalance) -> (big, small)``; ``told_centre``: as
-    :func:`direction_free_power`."""
+    :func:`direction_free_power`. ``processes`` > 1 computes the curves in that many
+    processes, the costliest first (a curve's draws depend on its own arguments alone, so
+    the result is the same as in one process)."""
     sizes = {cell: (cell[1], group_sizes(cell[1], cell[3])[1]) for cell in cells}
     keys = {cell: [(cell[0], cell[2], cell[4], s) for s in seeds] for cell in cells
             if arrangement_count(*sizes[cell]) <= MAX_ARRANGEMENTS}
@@ -504,13 +507,22 @@ def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
         for key in cell_keys:
             curve = (*sizes[cell], int(ranks[key]))
             wanted[curve] = max(wanted.get(curve, 0.0), separations[key])
-    curves = {}
-    for curve, top in sorted(wanted.items()):
+    options = dict(alpha=alpha, draws=draws, cache=cache, told_centre=told_centre)
+    # the costliest first: the arrangement count, then the dimension
+    order = sorted(wanted, key=lambda c: (-arrangement_count(c[0], c[1]), -c[2], c))
+    for curve in order:
         if progress is not None:
             progress(f"direction-free power curve n={curve[0]} m={curve[1]} d={curve[2]} "
-                     f"up to Delta={top:.1f}")
-        curves[curve] = direction_free_curve(*curve, top, alpha=alpha, draws=draws,
-                                             cache=cache, told_centre=told_centre)
+                     f"up to Delta={wanted[curve]:.1f}")
+    if processes > 1 and len(order) > 1:
+        import concurrent.futures
+        with concurrent.futures.ProcessPoolExecutor(min(processes, len(order))) as pool:
+            futures = {curve: pool.submit(direction_free_curve, *curve, wanted[curve],
+                                          **options) for curve in order}
+            curves = {curve: future.result() for curve, future in futures.items()}
+    else:
+        curves = {curve: direction_free_curve(*curve, wanted[curve], **options)
+                  for curve in order}
     return {cell: [float(np.interp(separations[k], *curves[(*sizes[cell], int(ranks[k]))]))
                    for k in cell_keys] for cell, cell_keys in keys.items()}
 

@@ -607,6 +607,9 @@ def main(argv=None) -> int:
     parser.add_argument("--direction-free-draws", type=int, default=None,
                         help="draws per hypothesis behind one direction-free power "
                              "(default flux_direction_free_bound.DRAWS)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="with --direction-free: compute its curves in this many "
+                             "processes (the same curves as in one)")
     parser.add_argument("--quick", action="store_true",
                         help="seed 3049, label shift, 20 rows, 2 classes, 6 and 20 clients "
                              "(6 with --direction-free, 100 draws), 300 clients per group, "
@@ -614,6 +617,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not 0.0 < args.alpha < 1.0:
         parser.error(f"--alpha must be in (0, 1), got {args.alpha}")
+    if args.processes < 1:
+        parser.error(f"--processes must be at least 1, got {args.processes}")
     if args.not_told_centre and not args.direction_free:
         parser.error("--not-told-centre bounds the direction-free column: add --direction-free")
     seeds = int_list(args.seeds)
@@ -652,7 +657,7 @@ def main(argv=None) -> int:
             {k: v["rank"] for k, v in axes.items()}, grid.group_sizes, alpha=args.alpha,
             draws=args.direction_free_draws or df.DRAWS, cache=args.cache,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
-            told_centre=not args.not_told_centre)
+            told_centre=not args.not_told_centre, processes=args.processes)
     name = ("not told the direction or the centre" if args.not_told_centre
             else "not told the direction")
     print("\n".join(report(bounds, told, counts, direction_free=free,

@@ -552,3 +552,34 @@ def test_told_the_covariance_reads_the_runs_own_descriptors_at_their_scale(df, t
                            timeout=280)                     # never mixed into one file
     assert mixed.returncode == 2 and "holds runs told the centre" in mixed.stderr
     assert len(out.read_text().splitlines()) == 2
+
+
+@pytest.mark.timeout(300)
+def test_the_curves_in_two_processes_are_the_curves_of_one(df, tmp_path):
+    """``processes=2`` computes the same curves (bit for bit, each cached once) as one
+    process, and an error in a worker reaches the caller."""
+    grid = load_benchmark("bench_k_selection")
+    cells = [("label", 6, 20, 1, 2), ("label", 6, 20, 10, 2), ("feature", 6, 20, 1, 10)]
+    seps = {("label", 20, 2, 1): 0.8, ("label", 20, 2, 2): 1.3,
+            ("feature", 20, 10, 1): 1.0, ("feature", 20, 10, 2): 0.2}
+    ranks = {("label", 20, 2, 1): 8, ("label", 20, 2, 2): 8,
+             ("feature", 20, 10, 1): 12, ("feature", 20, 10, 2): 12}
+    lines = []
+    for p in (1, 2):
+        (tmp_path / str(p)).mkdir()
+    outs = [df.direction_free_bounds(cells, [1, 2], seps, ranks, grid.group_sizes,
+                                     alpha=0.05, draws=120, cache=tmp_path / str(p),
+                                     processes=p, progress=lines.append) for p in (1, 2)]
+    assert outs[0] == outs[1] and list(outs[0]) == cells
+    for p in (1, 2):
+        assert len(list((tmp_path / str(p)).glob("direction_free_*.json"))) == 3
+    assert lines[:3] == lines[3:] and len(lines) == 6
+    # the costliest first: 15 arrangements at 4:2, then 10 at 3:3, the larger d first
+    assert ["n=6 m=2 d=8" in lines[0], "n=6 m=3 d=12" in lines[1],
+            "n=6 m=3 d=8" in lines[2]] == [True] * 3
+    with pytest.raises(ValueError, match="m=0") as raised:
+        df.direction_free_bounds([("label", 6, 20, 1, 2), ("label", 6, 20, 10, 2)], [1],
+                                 seps, ranks, lambda n, imbalance: (n, 0 if imbalance > 1 else 3),
+                                 alpha=0.05, draws=50, processes=2)
+    # raised in a worker process (its traceback travels as the cause), not in this one
+    assert type(raised.value.__cause__).__name__ == "_RemoteTraceback"

@@ -475,3 +475,11 @@ def test_the_command_line_refuses_a_level_outside_zero_one(nb, alpha, capsys):
     with pytest.raises(SystemExit) as stop:
         nb.main(["--quick", "--alpha", alpha])
     assert stop.value.code == 2 and "--alpha must be in (0, 1)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("processes", ["0", "-2"])
+def test_the_command_line_refuses_fewer_than_one_process(nb, processes, capsys):
+    with pytest.raises(SystemExit) as stop:
+        nb.main(["--quick", "--direction-free", "--processes", processes])
+    assert stop.value.code == 2 and (
+        f"--processes must be at least 1, got {processes}" in capsys.readouterr().err)
