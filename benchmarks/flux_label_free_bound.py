@@ -505,6 +505,93 @@ def share_at_goal(powers, goal: float = 0.9) -> float:
     return float(dist[need:].sum())
 
 
+def cell_reach(cell, bounds, direction_free=None) -> tuple[float, np.ndarray]:
+    """``(reach, powers)`` of ``cell``: the tightest bound's mean over the runs (the smaller
+    of the label-free (told-axis) bound's mean and the direction-free one's, where that was
+    computed), and per run the smaller of the two (for :func:`share_at_goal`).
+
+    >>> cell_reach("c", {"c": [0.9, 0.5]}, {"c": [0.6, 0.6]})
+    (0.6, array([0.6, 0.5]))
+    """
+    told = np.asarray(bounds[cell], dtype=np.float64)
+    if direction_free is None or cell not in direction_free:
+        return float(told.mean()), told
+    free = np.asarray(direction_free[cell], dtype=np.float64)
+    return min(float(told.mean()), float(free.mean())), np.minimum(told, free)
+
+
+def summary(bounds, counts, *, direction_free=None, goal: float = 0.9, alpha: float = 0.01,
+            iid=None) -> list[str]:
+    """The per-cell report gathered: two tables (by clients and rows per client, by shift
+    and classes) of the tightest bound (:func:`cell_reach`) beside the rule's counts
+    (``counts``: :func:`grid_counts`), the cells the rule misses within the bound's reach,
+    and the whole goal's count. Per group: the cells, the bound's mean and its cells at the
+    goal, the cells a rule matching the bound in every run would reach in expectation
+    (:func:`share_at_goal`), the rule's runs and cells at the goal, and of the cells it
+    misses, those within the bound's reach and those beyond it (the goal out of reach there,
+    in the model). ``iid``: ``{cell: {seed: K right}}`` of the one-cluster cells, counted
+    for the rule and, for a rule of level ``alpha`` that matched the bound, in expectation.
+
+    >>> cells = [("label", 6, 20, 1, 2), ("feature", 6, 20, 1, 2)]
+    >>> bounds = {cells[0]: [0.5, 0.5], cells[1]: [1.0, 1.0]}
+    >>> counts = {cells[0]: {1: False, 2: False}, cells[1]: {1: True, 2: False}}
+    >>> summary(bounds, counts)[-1]
+    'planted cells at the goal: the rule 0 of 2, the bound 1 (in expectation 1.25); missed within reach 1, beyond reach 1'
+    """
+    def tally(keyed):
+        rows = {}
+        for cell in bounds:
+            reach, powers = cell_reach(cell, bounds, direction_free)
+            right = list(counts.get(cell, {}).values())
+            hit = bool(right) and sum(right) / len(right) >= goal
+            row = rows.setdefault(keyed(cell), [0, 0.0, 0, 0.0, 0, 0, 0, 0, 0])
+            row[0] += 1
+            row[1] += reach
+            row[2] += reach >= goal
+            row[3] += share_at_goal(powers, goal)
+            row[4] += sum(right)
+            row[5] += len(right)
+            row[6] += hit
+            row[7] += (not hit) and reach >= goal
+            row[8] += (not hit) and reach < goal
+        return rows
+
+    head = ("cells | bound: mean, cells at the goal | a rule matching the bound: cells "
+            "(expected) | the rule: runs right, cells at the goal | missed: within the "
+            "bound's reach, beyond it |")
+    lines = []
+    for title, keyed in (("clients, rows per client", lambda c: (c[1], c[2])),
+                         ("shift, classes", lambda c: (grid.SHIFTS.index(c[0]), c[0], c[4]))):
+        lines += [f"| {title} | {head}", "|---|---|---|---|---|---|"]
+        for key, r in sorted(tally(keyed).items()):
+            name = ", ".join(str(k) for k in key[-2:])
+            lines.append(f"| {name} | {r[0]} | {100 * r[1] / r[0]:.1f} %, {r[2]} | "
+                         f"{r[3]:.1f} | {r[4]}/{r[5]}, {r[6]} | {r[7]}, {r[8]} |")
+        lines.append("")
+    lines.append("missed within the bound's reach (shift, classes, rows, clients, groups: "
+                 "bound, the rule):")
+    for cell in bounds:
+        reach = cell_reach(cell, bounds, direction_free)[0]
+        right = list(counts.get(cell, {}).values())
+        if right and sum(right) / len(right) < goal <= reach:
+            big, small = grid.group_sizes(cell[1], cell[3])
+            lines.append(f"- {cell[0]}, {cell[4]}, {cell[2]}, {cell[1]}, {big}:{small}: "
+                         f"{100 * reach:.1f} %, {sum(right)}/{len(right)}")
+    total = tally(lambda c: 0)[0]
+    if iid:
+        runs = [list(v.values()) for v in iid.values()]
+        rule_iid = sum(sum(r) / len(r) >= goal for r in runs)
+        level = sum(share_at_goal([1.0 - alpha] * len(r), goal) for r in runs)
+        lines.append(f"one-cluster cells at the goal: the rule {rule_iid} of {len(runs)}, a "
+                     f"rule of level {alpha:g} about {level:.1f}; all cells: the rule "
+                     f"{total[6] + rule_iid} of {total[0] + len(runs)}, a rule matching the "
+                     f"bound about {total[3] + level:.1f}")
+    lines.append(f"planted cells at the goal: the rule {total[6]} of {total[0]}, the bound "
+                 f"{total[2]} (in expectation {total[3]:.2f}); missed within reach "
+                 f"{total[7]}, beyond reach {total[8]}")
+    return lines
+
+
 def report(bounds, told=None, counts=None, *, goal: float = 0.9,
            noise: float = 2.0, direction_free=None,
            direction_free_name: str = "not told the direction") -> list[str]:
@@ -527,13 +614,13 @@ def report(bounds, told=None, counts=None, *, goal: float = 0.9,
         bound = float(np.mean(powers))
         free = (None if not df or cell not in direction_free
                 else float(np.mean(direction_free[cell])))
-        reach = bound if free is None else min(bound, free)
+        reach = cell_reach(cell, bounds, direction_free)[0]
         se = math.sqrt(max(reach * (1 - reach), 1.0 / len(powers)) / len(powers))
         tally["bound"] += bound >= goal
         tally["reach"] += reach >= goal
         tally["expected"] += share_at_goal(powers, goal)
-        tally["expected_reach"] += share_at_goal(
-            powers if free is None else np.minimum(powers, direction_free[cell]), goal)
+        tally["expected_reach"] += share_at_goal(cell_reach(cell, bounds, direction_free)[1],
+                                                 goal)
         shown, over = [], False
         for source, right in (("told", None if told is None else
                                {s: kx[0] == 2 for s, kx in told.get(cell, {}).items()}),
@@ -662,6 +749,11 @@ def main(argv=None) -> int:
             else "not told the direction")
     print("\n".join(report(bounds, told, counts, direction_free=free,
                            direction_free_name=name)))
+    if counts is not None:       # the same gathered, with the rule's one-cluster cells
+        iid = {c: v for c, v in counts.items()
+               if c[0] == "none" and c[2] in rows and c[4] in classes}
+        print("\n" + "\n".join(summary(bounds, counts, direction_free=free,
+                                       alpha=args.alpha, iid=iid)))
     if not args.no_told_axis and args.iid_clients:
         level = told_axis_iid(int_list(args.iid_clients), rows, classes, seeds, axes,
                               args.cache, descriptor_form=form, alpha=args.alpha)

@@ -483,3 +483,102 @@ def test_the_command_line_refuses_fewer_than_one_process(nb, processes, capsys):
         nb.main(["--quick", "--direction-free", "--processes", processes])
     assert stop.value.code == 2 and (
         f"--processes must be at least 1, got {processes}" in capsys.readouterr().err)
+
+
+def _summary_case():
+    """Twelve hand-made cells of 3 runs, over both groupings, with and without a
+    direction-free bound, and the rule's counts."""
+    rng = np.random.default_rng(7)
+    cells = [(shift, n, rows, 1, classes) for shift in ("label", "concept")
+             for n, rows in ((6, 20), (6, 50), (20, 20)) for classes in (2, 10)]
+    bounds = {c: list(rng.choice([0.5, 0.85, 0.95, 1.0], size=3)) for c in cells}
+    free = {c: list(rng.choice([0.3, 0.92, 1.0], size=3)) for c in cells if c[1] == 6}
+    counts = {c: {s: bool(rng.random() < 0.7) for s in range(3)} for c in cells}
+    return cells, bounds, free, counts
+
+
+def test_summary_gathers_the_cells_as_counted_one_by_one(nb):
+    cells, bounds, free, counts = _summary_case()
+    lines = nb.summary(bounds, counts, direction_free=free)
+
+    def reach(c):                # written out: the smaller mean, per run the smaller power
+        told = sum(bounds[c]) / 3
+        return (told, bounds[c]) if c not in free else (
+            min(told, sum(free[c]) / 3), [min(a, b) for a, b in zip(bounds[c], free[c])])
+
+    def at_goal(powers):          # 3 runs: 90 % needs all 3
+        return powers[0] * powers[1] * powers[2]
+
+    def row(group):
+        r = [reach(c) for c in group]
+        hits = [sum(counts[c].values()) == 3 for c in group]
+        mean = sum(m for m, _ in r) / len(group)
+        return (f"| {len(group)} | {100 * mean:.1f} %, {sum(m >= 0.9 for m, _ in r)} | "
+                f"{sum(at_goal(p) for _, p in r):.1f} | "
+                f"{sum(sum(counts[c].values()) for c in group)}/{3 * len(group)}, "
+                f"{sum(hits)} | {sum((not h) and m >= 0.9 for h, (m, _) in zip(hits, r))}, "
+                f"{sum((not h) and m < 0.9 for h, (m, _) in zip(hits, r))} |")
+
+    by_size = [f"| {n}, {rows} " + row([c for c in cells if c[1:3] == (n, rows)])
+               for n, rows in ((6, 20), (6, 50), (20, 20))]
+    by_shift = [f"| {shift}, {k} " + row([c for c in cells if (c[0], c[4]) == (shift, k)])
+                for shift in ("label", "concept") for k in (2, 10)]   # grid.SHIFTS order
+    assert lines[2:5] == by_size and lines[8:12] == by_shift
+    missed = [c for c in cells if sum(counts[c].values()) < 3 and reach(c)[0] >= 0.9]
+    listed = lines[lines.index(next(x for x in lines if x.startswith("missed"))) + 1:-1]
+    assert len(listed) == len(missed) > 0
+    for c, line in zip(missed, listed):
+        assert line == (f"- {c[0]}, {c[4]}, {c[2]}, {c[1]}, {'3:3' if c[1] == 6 else '10:10'}"
+                        f": {100 * reach(c)[0]:.1f} %, {sum(counts[c].values())}/3")
+    rule = sum(sum(counts[c].values()) == 3 for c in cells)
+    assert lines[-1] == (
+        f"planted cells at the goal: the rule {rule} of 12, the bound "
+        f"{sum(reach(c)[0] >= 0.9 for c in cells)} (in expectation "
+        f"{sum(at_goal(reach(c)[1]) for c in cells):.2f}); missed within reach {len(missed)}, "
+        f"beyond reach {12 - rule - len(missed)}")
+    # a bound exactly at the goal is within reach, as in report's count
+    edge = nb.summary({cells[0]: [0.5, 0.5]}, {cells[0]: {0: True, 1: False}}, goal=0.75)
+    assert edge[-1].endswith("missed within reach 0, beyond reach 1")
+    edge = nb.summary({cells[0]: [0.5, 0.5]}, {cells[0]: {0: True, 1: False}}, goal=0.5)
+    assert edge[-1] == ("planted cells at the goal: the rule 1 of 1, the bound 1 (in "
+                        "expectation 0.75); missed within reach 0, beyond reach 0")
+    edge = nb.summary({cells[0]: [0.5, 0.5]}, {cells[0]: {0: False, 1: False}}, goal=0.5)
+    assert edge[-1].endswith("missed within reach 1, beyond reach 0")
+    iid = {("none", 6, 20, 1, 2): {0: True, 1: True, 2: False},
+           ("none", 20, 20, 1, 2): {0: True, 1: True, 2: True}}
+    with_iid = nb.summary(bounds, counts, direction_free=free, alpha=0.01, iid=iid)
+    assert with_iid[-1] == lines[-1] and with_iid[-2] == (
+        f"one-cluster cells at the goal: the rule 1 of 2, a rule of level 0.01 about "
+        f"{2 * 0.99 ** 3:.1f}; all cells: the rule {rule + 1} of 14, a rule matching the "
+        f"bound about {sum(at_goal(reach(c)[1]) for c in cells) + 2 * 0.99 ** 3:.1f}")
+
+
+@pytest.mark.timeout(300)
+def test_the_command_line_gathers_the_rule_from_its_results_file(nb, tmp_path):
+    """``--results``: the quick run's four cells and one one-cluster cell read from a grid
+    file (other seeds, rules and cells left out) and gathered by :func:`summary`."""
+    results = tmp_path / "results.jsonl"
+    planted = [("label", 6, 20, 1, 2), ("label", 6, 20, 10, 2), ("label", 20, 20, 1, 2),
+               ("label", 20, 20, 10, 2)]
+    records = [{"cell": list(c), "seed": 3049, "planted": 2,
+                "rules": {"r": [2 if i % 2 else 1, False]}} for i, c in enumerate(planted)]
+    records += [{"cell": ["none", 6, 20, 1, 2], "seed": 3049, "planted": 1,
+                 "rules": {"r": [1, False]}},
+                {"cell": ["none", 6, 50, 1, 2], "seed": 3049, "planted": 1,    # 50 rows: out
+                 "rules": {"r": [2, False]}},
+                {"cell": ["label", 6, 20, 1, 2], "seed": 3050, "planted": 2,   # other seed
+                 "rules": {"r": [2, False]}},
+                {"cell": ["label", 6, 20, 1, 2], "seed": 3049, "planted": 2,   # other rule
+                 "rules": {"q": [2, False]}}]
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "flux_label_free_bound.py"),
+                           "--quick", "--no-told-axis", "--cache", str(tmp_path / "cache"),
+                           "--results", str(results), "--rule", "r"], capture_output=True,
+                          text=True, timeout=280, check=True)
+    out = done.stdout.splitlines()
+    assert "| 6, 20 | 2 | " in "\n".join(out) and "| 20, 20 | 2 | " in "\n".join(out)
+    assert any(line.startswith("| label, 2 | 4 | ") and "| 2/4, 2 |" in line for line in out)
+    iid_line = next(line for line in out if line.startswith("one-cluster cells"))
+    assert iid_line.startswith("one-cluster cells at the goal: the rule 1 of 1, a rule of "
+                               "level 0.05 about 0.9; all cells: the rule 3 of 5")
+    assert out[-2].startswith("planted cells at the goal: the rule 2 of 4, the bound ")
