@@ -531,12 +531,13 @@ def summary(bounds, counts, *, direction_free=None, goal: float = 0.9, alpha: fl
     misses, those within the bound's reach and those beyond it (the goal out of reach there,
     in the model). ``iid``: ``{cell: {seed: K right}}`` of the one-cluster cells, counted
     for the rule and, for a rule of level ``alpha`` that matched the bound, in expectation.
+    The standard deviations are those of that rule's count (independent cells).
 
     >>> cells = [("label", 6, 20, 1, 2), ("feature", 6, 20, 1, 2)]
     >>> bounds = {cells[0]: [0.5, 0.5], cells[1]: [1.0, 1.0]}
     >>> counts = {cells[0]: {1: False, 2: False}, cells[1]: {1: True, 2: False}}
     >>> summary(bounds, counts)[-1]
-    'planted cells at the goal: the rule 0 of 2, the bound 1 (in expectation 1.25); missed within reach 1, beyond reach 1'
+    'planted cells at the goal: the rule 0 of 2, the bound 1 (in expectation 1.25, standard deviation 0.43); missed within reach 1, beyond reach 1'
     """
     def tally(keyed):
         rows = {}
@@ -544,11 +545,13 @@ def summary(bounds, counts, *, direction_free=None, goal: float = 0.9, alpha: fl
             reach, powers = cell_reach(cell, bounds, direction_free)
             right = list(counts.get(cell, {}).values())
             hit = bool(right) and sum(right) / len(right) >= goal
-            row = rows.setdefault(keyed(cell), [0, 0.0, 0, 0.0, 0, 0, 0, 0, 0])
+            row = rows.setdefault(keyed(cell), [0, 0.0, 0, 0.0, 0, 0, 0, 0, 0, 0.0])
             row[0] += 1
             row[1] += reach
             row[2] += reach >= goal
-            row[3] += share_at_goal(powers, goal)
+            share = share_at_goal(powers, goal)
+            row[3] += share
+            row[9] += share * (1.0 - share)     # the variance of that count
             row[4] += sum(right)
             row[5] += len(right)
             row[6] += hit
@@ -581,13 +584,16 @@ def summary(bounds, counts, *, direction_free=None, goal: float = 0.9, alpha: fl
     if iid:
         runs = [list(v.values()) for v in iid.values()]
         rule_iid = sum(sum(r) / len(r) >= goal for r in runs)
-        level = sum(share_at_goal([1.0 - alpha] * len(r), goal) for r in runs)
+        shares = [share_at_goal([1.0 - alpha] * len(r), goal) for r in runs]
+        level = sum(shares)
+        sd = math.sqrt(total[9] + sum(q * (1.0 - q) for q in shares))
         lines.append(f"one-cluster cells at the goal: the rule {rule_iid} of {len(runs)}, a "
                      f"rule of level {alpha:g} about {level:.1f}; all cells: the rule "
                      f"{total[6] + rule_iid} of {total[0] + len(runs)}, a rule matching the "
-                     f"bound about {total[3] + level:.1f}")
+                     f"bound about {total[3] + level:.1f} (standard deviation {sd:.1f})")
     lines.append(f"planted cells at the goal: the rule {total[6]} of {total[0]}, the bound "
-                 f"{total[2]} (in expectation {total[3]:.2f}); missed within reach "
+                 f"{total[2]} (in expectation {total[3]:.2f}, standard deviation "
+                 f"{math.sqrt(total[9]):.2f}); missed within reach "
                  f"{total[7]}, beyond reach {total[8]}")
     return lines
 

@@ -531,17 +531,20 @@ def test_summary_gathers_the_cells_as_counted_one_by_one(nb):
         assert line == (f"- {c[0]}, {c[4]}, {c[2]}, {c[1]}, {'3:3' if c[1] == 6 else '10:10'}"
                         f": {100 * reach(c)[0]:.1f} %, {sum(counts[c].values())}/3")
     rule = sum(sum(counts[c].values()) == 3 for c in cells)
+    shares = [at_goal(reach(c)[1]) for c in cells]
+    variance = sum(q * (1 - q) for q in shares)
     assert lines[-1] == (
         f"planted cells at the goal: the rule {rule} of 12, the bound "
-        f"{sum(reach(c)[0] >= 0.9 for c in cells)} (in expectation "
-        f"{sum(at_goal(reach(c)[1]) for c in cells):.2f}); missed within reach {len(missed)}, "
+        f"{sum(reach(c)[0] >= 0.9 for c in cells)} (in expectation {sum(shares):.2f}, "
+        f"standard deviation {math.sqrt(variance):.2f}); missed within reach {len(missed)}, "
         f"beyond reach {12 - rule - len(missed)}")
     # a bound exactly at the goal is within reach, as in report's count
     edge = nb.summary({cells[0]: [0.5, 0.5]}, {cells[0]: {0: True, 1: False}}, goal=0.75)
     assert edge[-1].endswith("missed within reach 0, beyond reach 1")
     edge = nb.summary({cells[0]: [0.5, 0.5]}, {cells[0]: {0: True, 1: False}}, goal=0.5)
     assert edge[-1] == ("planted cells at the goal: the rule 1 of 1, the bound 1 (in "
-                        "expectation 0.75); missed within reach 0, beyond reach 0")
+                        "expectation 0.75, standard deviation 0.43); missed within reach 0, "
+                        "beyond reach 0")
     edge = nb.summary({cells[0]: [0.5, 0.5]}, {cells[0]: {0: False, 1: False}}, goal=0.5)
     assert edge[-1].endswith("missed within reach 1, beyond reach 0")
     iid = {("none", 6, 20, 1, 2): {0: True, 1: True, 2: False},
@@ -550,7 +553,8 @@ def test_summary_gathers_the_cells_as_counted_one_by_one(nb):
     assert with_iid[-1] == lines[-1] and with_iid[-2] == (
         f"one-cluster cells at the goal: the rule 1 of 2, a rule of level 0.01 about "
         f"{2 * 0.99 ** 3:.1f}; all cells: the rule {rule + 1} of 14, a rule matching the "
-        f"bound about {sum(at_goal(reach(c)[1]) for c in cells) + 2 * 0.99 ** 3:.1f}")
+        f"bound about {sum(shares) + 2 * 0.99 ** 3:.1f} (standard deviation "
+        f"{math.sqrt(variance + 2 * 0.99 ** 3 * (1 - 0.99 ** 3)):.1f})")
 
 
 @pytest.mark.timeout(300)
