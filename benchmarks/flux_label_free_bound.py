@@ -540,24 +540,26 @@ def summary(bounds, counts, *, direction_free=None, goal: float = 0.9, alpha: fl
     'planted cells at the goal: the rule 0 of 2, the bound 1 (in expectation 1.25, standard deviation 0.43); missed within reach 1, beyond reach 1'
     """
     def tally(keyed):
-        rows = {}
+        groups = {}
         for cell in bounds:
             reach, powers = cell_reach(cell, bounds, direction_free)
             right = list(counts.get(cell, {}).values())
             hit = bool(right) and sum(right) / len(right) >= goal
-            row = rows.setdefault(keyed(cell), [0, 0.0, 0, 0.0, 0, 0, 0, 0, 0, 0.0])
-            row[0] += 1
-            row[1] += reach
-            row[2] += reach >= goal
             share = share_at_goal(powers, goal)
-            row[3] += share
-            row[9] += share * (1.0 - share)     # the variance of that count
-            row[4] += sum(right)
-            row[5] += len(right)
-            row[6] += hit
-            row[7] += (not hit) and reach >= goal
-            row[8] += (not hit) and reach < goal
-        return rows
+            g = groups.setdefault(keyed(cell), dict.fromkeys(
+                ("cells", "reach", "bound_cells", "expected", "variance", "right", "runs",
+                 "rule_cells", "missed_within", "missed_beyond"), 0))
+            g["cells"] += 1
+            g["reach"] += reach
+            g["bound_cells"] += reach >= goal
+            g["expected"] += share
+            g["variance"] += share * (1.0 - share)   # of that count, cells independent
+            g["right"] += sum(right)
+            g["runs"] += len(right)
+            g["rule_cells"] += hit
+            g["missed_within"] += (not hit) and reach >= goal
+            g["missed_beyond"] += (not hit) and reach < goal
+        return groups
 
     head = ("cells | bound: mean, cells at the goal | a rule matching the bound: cells "
             "(expected) | the rule: runs right, cells at the goal | missed: within the "
@@ -566,10 +568,11 @@ def summary(bounds, counts, *, direction_free=None, goal: float = 0.9, alpha: fl
     for title, keyed in (("clients, rows per client", lambda c: (c[1], c[2])),
                          ("shift, classes", lambda c: (grid.SHIFTS.index(c[0]), c[0], c[4]))):
         lines += [f"| {title} | {head}", "|---|---|---|---|---|---|"]
-        for key, r in sorted(tally(keyed).items()):
+        for key, g in sorted(tally(keyed).items()):
             name = ", ".join(str(k) for k in key[-2:])
-            lines.append(f"| {name} | {r[0]} | {100 * r[1] / r[0]:.1f} %, {r[2]} | "
-                         f"{r[3]:.1f} | {r[4]}/{r[5]}, {r[6]} | {r[7]}, {r[8]} |")
+            lines.append(f"| {name} | {g['cells']} | {100 * g['reach'] / g['cells']:.1f} %, "
+                         f"{g['bound_cells']} | {g['expected']:.1f} | {g['right']}/{g['runs']}, "
+                         f"{g['rule_cells']} | {g['missed_within']}, {g['missed_beyond']} |")
         lines.append("")
     lines.append("missed within the bound's reach (shift, classes, rows, clients, groups: "
                  "bound, the rule):")
@@ -586,15 +589,17 @@ def summary(bounds, counts, *, direction_free=None, goal: float = 0.9, alpha: fl
         rule_iid = sum(sum(r) / len(r) >= goal for r in runs)
         shares = [share_at_goal([1.0 - alpha] * len(r), goal) for r in runs]
         level = sum(shares)
-        sd = math.sqrt(total[9] + sum(q * (1.0 - q) for q in shares))
+        sd = math.sqrt(total["variance"] + sum(q * (1.0 - q) for q in shares))
         lines.append(f"one-cluster cells at the goal: the rule {rule_iid} of {len(runs)}, a "
                      f"rule of level {alpha:g} about {level:.1f}; all cells: the rule "
-                     f"{total[6] + rule_iid} of {total[0] + len(runs)}, a rule matching the "
-                     f"bound about {total[3] + level:.1f} (standard deviation {sd:.1f})")
-    lines.append(f"planted cells at the goal: the rule {total[6]} of {total[0]}, the bound "
-                 f"{total[2]} (in expectation {total[3]:.2f}, standard deviation "
-                 f"{math.sqrt(total[9]):.2f}); missed within reach "
-                 f"{total[7]}, beyond reach {total[8]}")
+                     f"{total['rule_cells'] + rule_iid} of {total['cells'] + len(runs)}, a "
+                     f"rule matching the bound about {total['expected'] + level:.1f} "
+                     f"(standard deviation {sd:.1f})")
+    lines.append(f"planted cells at the goal: the rule {total['rule_cells']} of "
+                 f"{total['cells']}, the bound {total['bound_cells']} (in expectation "
+                 f"{total['expected']:.2f}, standard deviation "
+                 f"{math.sqrt(total['variance']):.2f}); missed within reach "
+                 f"{total['missed_within']}, beyond reach {total['missed_beyond']}")
     return lines
 
 
@@ -620,13 +625,12 @@ def report(bounds, told=None, counts=None, *, goal: float = 0.9,
         bound = float(np.mean(powers))
         free = (None if not df or cell not in direction_free
                 else float(np.mean(direction_free[cell])))
-        reach = cell_reach(cell, bounds, direction_free)[0]
+        reach, reach_powers = cell_reach(cell, bounds, direction_free)
         se = math.sqrt(max(reach * (1 - reach), 1.0 / len(powers)) / len(powers))
         tally["bound"] += bound >= goal
         tally["reach"] += reach >= goal
         tally["expected"] += share_at_goal(powers, goal)
-        tally["expected_reach"] += share_at_goal(cell_reach(cell, bounds, direction_free)[1],
-                                                 goal)
+        tally["expected_reach"] += share_at_goal(reach_powers, goal)
         shown, over = [], False
         for source, right in (("told", None if told is None else
                                {s: kx[0] == 2 for s, kx in told.get(cell, {}).items()}),
