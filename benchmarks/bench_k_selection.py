@@ -118,7 +118,7 @@ from omnifc.adapters import flux, fmcl
 from omnifc.adapters._calibrated_k import calibrated_k
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import int_list  # noqa: E402
+from _common import blas_threads, int_list  # noqa: E402
 
 SHIFTS = ("label", "feature", "concept", "conditional")
 DATA = {2: "breast_cancer", 10: "digits"}
@@ -868,11 +868,23 @@ def main(argv=None) -> int:
                         "leaves out in turn (the delete-a-group jackknife; 2, the default: "
                         "the split halves); k other than 2 keeps its own D files and results "
                         "(DIR/results_<form>_split<k>.jsonl)")
+    parser.add_argument("--blas-threads", type=int, default=None,
+                        help="limit the BLAS threads of this process (default: as they are); "
+                        "1 when two grid processes share a machine of two cores, which "
+                        "otherwise crawl")
     args = parser.parse_args(argv)
     if args.split_groups != 2 and args.normalization != "split":
         parser.error("--split-groups needs --normalization split")
     if args.split_groups < 2:
         parser.error(f"--split-groups must be >= 2, got {args.split_groups}")
+    if args.blas_threads is not None and args.blas_threads < 1:
+        parser.error(f"--blas-threads must be at least 1, got {args.blas_threads}")
+    with blas_threads(args.blas_threads):
+        return _main(parser, args)
+
+
+def _main(parser, args) -> int:
+    """:func:`main` after its arguments are read."""
     if args.class_sets:
         return class_sets(args)
     if args.paired:

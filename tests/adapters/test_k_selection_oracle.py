@@ -363,3 +363,36 @@ def test_the_held_out_seed_sets_never_overlap(k_selection_bench):
     assert len(everything) == len(set(everything))
     assert not set(everything) & (set(grid.DESIGN_SEEDS) | set(grid.HELD_OUT_SEEDS)
                                   | set(grid.FRESH_SEEDS))
+
+
+@pytest.mark.timeout(300)
+def test_the_grid_runs_with_the_blas_threads_it_is_given(k_selection_bench, monkeypatch,
+                                                        capsys):
+    """``--blas-threads 1``: the whole grid runs inside ``_common.blas_threads(1)`` (every
+    BLAS pool at one thread there), and counts the same K as without it; below 1 refused."""
+    import contextlib
+
+    from threadpoolctl import threadpool_info
+    real = k_selection_bench.blas_threads
+    seen = []
+
+    @contextlib.contextmanager
+    def spy(limit):
+        with real(limit):
+            seen.append((limit, sorted({p["num_threads"] for p in threadpool_info()
+                                        if p["user_api"] == "blas"})))
+            yield
+
+    monkeypatch.setattr(k_selection_bench, "blas_threads", spy)
+    quick = ["--quick", "--adapters", "flux", "--rules", "flux:axis_or_gap@0.01"]
+    outs = []
+    for extra in (["--blas-threads", "1"], []):
+        assert k_selection_bench.main(quick + extra) == 0
+        outs.append([line for line in capsys.readouterr().out.splitlines()
+                     if "K = " in line])
+    assert seen[0] == (1, [1]) and seen[1][0] is None
+    assert outs[0] == outs[1] and len(outs[0]) >= 2
+    with pytest.raises(SystemExit) as stop:
+        k_selection_bench.main(quick + ["--blas-threads", "0"])
+    assert stop.value.code == 2 and (
+        "--blas-threads must be at least 1, got 0" in capsys.readouterr().err)
