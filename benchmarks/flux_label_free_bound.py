@@ -529,9 +529,10 @@ def summary(bounds, counts, *, direction_free=None, goal: float = 0.9, alpha: fl
     goal, the cells a rule matching the bound in every run would reach in expectation
     (:func:`share_at_goal`), the rule's runs and cells at the goal, and of the cells it
     misses, those within the bound's reach and those beyond it (the goal out of reach there,
-    in the model). ``iid``: ``{cell: {seed: K right}}`` of the one-cluster cells, counted
-    for the rule and, for a rule of level ``alpha`` that matched the bound, in expectation.
-    The standard deviations are those of that rule's count (independent cells).
+    in the model); a cell the rule has no runs of is not counted as missed. ``iid``:
+    ``{cell: {seed: K right}}`` of the one-cluster cells, counted for the rule and, for a
+    rule of level ``alpha`` that matched the bound, in expectation. The standard deviations
+    are those of that rule's count (independent cells).
 
     >>> cells = [("label", 6, 20, 1, 2), ("feature", 6, 20, 1, 2)]
     >>> bounds = {cells[0]: [0.5, 0.5], cells[1]: [1.0, 1.0]}
@@ -557,8 +558,8 @@ def summary(bounds, counts, *, direction_free=None, goal: float = 0.9, alpha: fl
             g["right"] += sum(right)
             g["runs"] += len(right)
             g["rule_cells"] += hit
-            g["missed_within"] += (not hit) and reach >= goal
-            g["missed_beyond"] += (not hit) and reach < goal
+            g["missed_within"] += bool(right) and not hit and reach >= goal
+            g["missed_beyond"] += bool(right) and not hit and reach < goal
         return groups
 
     head = ("cells | bound: mean, cells at the goal | a rule matching the bound: cells "

@@ -538,6 +538,13 @@ def test_summary_gathers_the_cells_as_counted_one_by_one(nb):
         f"{sum(reach(c)[0] >= 0.9 for c in cells)} (in expectation {sum(shares):.2f}, "
         f"standard deviation {math.sqrt(variance):.2f}); missed within reach {len(missed)}, "
         f"beyond reach {12 - rule - len(missed)}")
+    # a cell the rule has no runs of is not missed (the bound alone, e.g. on fresh seeds)
+    alone = nb.summary(bounds, {}, direction_free=free)
+    assert alone[-1] == (
+        f"planted cells at the goal: the rule 0 of 12, the bound "
+        f"{sum(reach(c)[0] >= 0.9 for c in cells)} (in expectation {sum(shares):.2f}, "
+        f"standard deviation {math.sqrt(variance):.2f}); missed within reach 0, beyond "
+        f"reach 0")
     # a bound exactly at the goal is within reach, as in report's count
     edge = nb.summary({cells[0]: [0.5, 0.5]}, {cells[0]: {0: True, 1: False}}, goal=0.75)
     assert edge[-1].endswith("missed within reach 0, beyond reach 1")
