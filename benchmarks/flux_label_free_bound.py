@@ -604,6 +604,31 @@ def summary(bounds, counts, *, direction_free=None, goal: float = 0.9, alpha: fl
     return lines
 
 
+def seed_set_shares(separations, set_size: int = 12, clients: int = 300, *,
+                    goal: float = 0.9, alpha: float = ALPHA, draws: int = DRAWS) -> list:
+    """``[(seeds, share)]`` for consecutive disjoint sets of ``set_size`` seeds (the seeds of
+    ``separations``, ``{seed: Delta}``, in order; a last partial set is left out): the
+    probability that a rule matching the told-axis bound reaches ``goal`` in the better of
+    the two cells of ``clients`` clients (group sizes 1:1 and 1:10), given each seed's
+    separation (:func:`share_at_goal`). With the separations of binary label shift at the
+    grid's most rows, this is the most favourable binary label-shift cell of a seed set:
+    where it is small, no label-free rule can be expected to reach the goal in any of
+    them."""
+    seeds = sorted(separations)
+    top = max(separations.values())
+    curves = {}
+    for imbalance in (1, 10):
+        small = grid.group_sizes(clients, imbalance)[1]
+        curves[small] = power_curve(clients, small, top, alpha=alpha, draws=draws)
+    out = []
+    for i in range(0, len(seeds) - set_size + 1, set_size):
+        chosen = seeds[i:i + set_size]
+        out.append((chosen, max(share_at_goal([interpolate_power(curve, separations[s])
+                                               for s in chosen], goal)
+                                for curve in curves.values())))
+    return out
+
+
 def report(bounds, told=None, counts=None, *, goal: float = 0.9,
            noise: float = 2.0, direction_free=None,
            direction_free_name: str = "not told the direction") -> list[str]:
@@ -708,6 +733,11 @@ def main(argv=None) -> int:
     parser.add_argument("--processes", type=int, default=1,
                         help="with --direction-free: compute its curves in this many "
                              "processes (the same curves as in one)")
+    parser.add_argument("--seed-sets", type=int, default=None, metavar="SIZE",
+                        help="instead of the grid: binary label shift at the largest --rows "
+                             "for every seed of --seeds, and per set of SIZE consecutive "
+                             "seeds the share of the best cell of the largest --clients "
+                             "(seed_set_shares)")
     parser.add_argument("--quick", action="store_true",
                         help="seed 3049, label shift, 20 rows, 2 classes, 6 and 20 clients "
                              "(6 with --direction-free, 100 draws), 300 clients per group, "
@@ -733,6 +763,25 @@ def main(argv=None) -> int:
     cells = [c for c in planted_cells(clients, rows, classes) if c[0] in shifts]
     if args.cache:
         os.makedirs(args.cache, exist_ok=True)
+    if args.seed_sets is not None:
+        if not 1 <= args.seed_sets <= len(seeds):
+            parser.error(f"--seed-sets must be between 1 and the {len(seeds)} seeds, got "
+                         f"{args.seed_sets}")
+        axes = population_axes([("label", max(rows), 2, s) for s in seeds], args.cache,
+                               clients_per_group=args.population_clients, skip=args.skip,
+                               descriptor_form=args.descriptor_form)
+        shares = seed_set_shares({k[3]: math.sqrt(v["delta2"]) for k, v in axes.items()},
+                                 args.seed_sets, max(clients), alpha=args.alpha,
+                                 draws=args.draws)
+        for chosen, share in shares:
+            print(f"seeds {chosen[0]}-{chosen[-1]}: {share:.3f}")
+        print(f"binary label shift, {max(rows)} rows, {max(clients)} clients, sets of "
+              f"{args.seed_sets} seeds: a rule matching the told-axis bound reaches "
+              f"90 % in the better cell with probability "
+              f"{np.mean([s for _, s in shares]):.3f} on average; below 0.5 in "
+              f"{sum(s < 0.5 for _, s in shares)} of {len(shares)} sets (level "
+              f"{args.alpha:g}, {args.draws} draws per power)")
+        return 0
     keys = {(c[0], c[2], c[4], s) for c in cells for s in seeds}
     if not args.no_told_axis and args.iid_clients:   # the iid runs meet every shift's axis
         keys |= {(sh, r, c, s) for sh in grid.SHIFTS for r in rows for c in classes

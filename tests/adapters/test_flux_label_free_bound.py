@@ -593,3 +593,47 @@ def test_the_command_line_gathers_the_rule_from_its_results_file(nb, tmp_path):
     assert iid_line.startswith("one-cluster cells at the goal: the rule 1 of 1, a rule of "
                                "level 0.05 about 0.9; all cells: the rule 3 of 5")
     assert out[-2].startswith("planted cells at the goal: the rule 2 of 4, the bound ")
+
+
+def test_seed_set_shares_takes_the_better_cell_of_each_set_of_consecutive_seeds(nb):
+    """Each set's share is the larger of the two cells' Poisson-binomial tails, the seeds'
+    powers read off each cell's own curve; a partial last set is left out."""
+    separations = {7: 0.2, 3: 9.0, 5: 2.0, 9: 6.0, 4: 1.0, 8: 3.0, 6: 0.5}
+    out = nb.seed_set_shares(separations, 3, 20, goal=0.6, alpha=0.05, draws=300)
+    assert [chosen for chosen, _ in out] == [[3, 4, 5], [6, 7, 8]]      # 9 left out
+    curves = [nb.power_curve(20, small, 9.0, alpha=0.05, draws=300) for small in (10, 2)]
+    for chosen, share in out:
+        tails = []
+        for curve in curves:
+            p = [float(np.interp(separations[s], *curve)) for s in chosen]
+            # at least 2 of 3 (60 %), written out
+            tails.append(p[0] * p[1] * p[2] + (1 - p[0]) * p[1] * p[2]
+                         + p[0] * (1 - p[1]) * p[2] + p[0] * p[1] * (1 - p[2]))
+        assert share == pytest.approx(max(tails), rel=1e-12)
+    assert out[0][1] > out[1][1]             # separations 9, 1, 2 against 0.5, 0.2, 3
+
+
+@pytest.mark.parametrize("size", ["0", "3"])
+def test_the_command_line_refuses_seed_sets_larger_than_its_seeds(nb, size, capsys):
+    with pytest.raises(SystemExit) as stop:
+        nb.main(["--seeds", "1-2", "--seed-sets", size])
+    assert stop.value.code == 2 and (
+        f"--seed-sets must be between 1 and the 2 seeds, got {size}"
+        in capsys.readouterr().err)
+
+
+@pytest.mark.timeout(300)
+def test_the_command_line_prints_each_seed_set_from_the_populations(nb, tmp_path, capsys):
+    """``--seed-sets 1`` on two seeds: binary label shift at the largest rows, each seed's
+    share from its own population's separation."""
+    assert nb.main(["--seeds", "3049-3050", "--seed-sets", "1", "--rows", "20",
+                    "--clients", "20", "--population-clients", "300", "--skip", "20",
+                    "--draws", "300", "--cache", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    seps = {s: math.sqrt(float(np.load(
+        tmp_path / f"axis_label_20_2_{s}_weighted_all_n300_skip20.npz")["delta2"]))
+        for s in (3049, 3050)}
+    expected = nb.seed_set_shares(seps, 1, 20, draws=300)
+    assert lines[:2] == [f"seeds {s}-{s}: {share:.3f}" for [s], share in expected]
+    assert lines[2].startswith("binary label shift, 20 rows, 20 clients, sets of 1 seeds: ")
+    assert f"below 0.5 in {sum(x < 0.5 for _, x in expected)} of 2 sets" in lines[2]
