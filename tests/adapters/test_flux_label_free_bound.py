@@ -524,6 +524,13 @@ def test_summary_gathers_the_cells_as_counted_one_by_one(nb):
     by_shift = [f"| {shift}, {k} " + row([c for c in cells if (c[0], c[4]) == (shift, k)])
                 for shift in ("label", "concept") for k in (2, 10)]   # grid.SHIFTS order
     assert lines[2:5] == by_size and lines[8:12] == by_shift
+    head = ("cells | bound: mean, cells at the goal | a rule matching the bound: cells "
+            "(expected) | the rule: runs right, cells at the goal | missed: within the "
+            "bound's reach, beyond it |")
+    assert lines[:2] == ["| clients, rows per client | " + head, "|---|---|---|---|---|---|"]
+    assert lines[5:8] == ["", "| shift, classes | " + head, "|---|---|---|---|---|---|"]
+    assert lines[12:14] == ["", "missed within the bound's reach (shift, classes, rows, "
+                                "clients, groups: bound, the rule):"]
     missed = [c for c in cells if sum(counts[c].values()) < 3 and reach(c)[0] >= 0.9]
     listed = lines[lines.index(next(x for x in lines if x.startswith("missed"))) + 1:-1]
     assert len(listed) == len(missed) > 0
@@ -549,11 +556,23 @@ def test_summary_gathers_the_cells_as_counted_one_by_one(nb):
     edge = nb.summary({cells[0]: [0.5, 0.5]}, {cells[0]: {0: True, 1: False}}, goal=0.75)
     assert edge[-1].endswith("missed within reach 0, beyond reach 1")
     edge = nb.summary({cells[0]: [0.5, 0.5]}, {cells[0]: {0: True, 1: False}}, goal=0.5)
+    assert not any(line.startswith("- ") for line in edge)     # 1 of 2 is at the goal
     assert edge[-1] == ("planted cells at the goal: the rule 1 of 1, the bound 1 (in "
                         "expectation 0.75, standard deviation 0.43); missed within reach 0, "
                         "beyond reach 0")
     edge = nb.summary({cells[0]: [0.5, 0.5]}, {cells[0]: {0: False, 1: False}}, goal=0.5)
     assert edge[-1].endswith("missed within reach 1, beyond reach 0")
+    assert edge[-2] == "- label, 2, 20, 6, 3:3: 50.0 %, 0/2"       # listed at the edge
+    # one-cluster cells: a rate exactly at the goal counts; the level's tail at that goal;
+    # the level 0.01 by default
+    edge = nb.summary({cells[0]: [0.5, 0.5]}, {cells[0]: {0: False, 1: False}}, goal=0.5,
+                      alpha=0.2, iid={("none", 6, 20, 1, 2): {0: True, 1: False}})
+    assert edge[-2].startswith(f"one-cluster cells at the goal: the rule 1 of 1, a rule of "
+                               f"level 0.2 about {1 - 0.2 ** 2:.1f}; ")
+    edge = nb.summary({cells[0]: [0.5] * 12}, {cells[0]: {s: False for s in range(12)}},
+                      iid={("none", 6, 20, 1, 2): {s: True for s in range(12)}})
+    assert edge[-2].startswith("one-cluster cells at the goal: the rule 1 of 1, a rule of "
+                               "level 0.01 about 1.0; ")
     iid = {("none", 6, 20, 1, 2): {0: True, 1: True, 2: False},
            ("none", 20, 20, 1, 2): {0: True, 1: True, 2: True}}
     with_iid = nb.summary(bounds, counts, direction_free=free, alpha=0.01, iid=iid)
@@ -611,6 +630,15 @@ def test_seed_set_shares_takes_the_better_cell_of_each_set_of_consecutive_seeds(
                          + p[0] * (1 - p[1]) * p[2] + p[0] * p[1] * (1 - p[2]))
         assert share == pytest.approx(max(tails), rel=1e-12)
     assert out[0][1] > out[1][1]             # separations 9, 1, 2 against 0.5, 0.2, 3
+    # the defaults: sets of 12, 300 clients (150:150 and 273:27), goal 90 %; alpha passed on
+    twelve = {s: 0.25 * s for s in range(12)}
+    [(chosen, share)] = nb.seed_set_shares(twelve, alpha=0.01, draws=100)
+    assert chosen == list(range(12))
+    curves = [nb.power_curve(300, small, 2.75, alpha=0.01, draws=100) for small in (150, 27)]
+    assert share == pytest.approx(max(nb.share_at_goal(
+        [float(np.interp(twelve[s], *curve)) for s in chosen], 0.9) for curve in curves),
+        rel=1e-12)
+    assert nb.seed_set_shares(twelve, alpha=0.05, draws=100)[0][1] != share
 
 
 @pytest.mark.parametrize("size", ["0", "3"])
