@@ -510,18 +510,21 @@ def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
     options = dict(alpha=alpha, draws=draws, cache=cache, told_centre=told_centre)
     # the costliest first: the arrangement count, then the dimension
     order = sorted(wanted, key=lambda c: (-arrangement_count(c[0], c[1]), -c[2], c))
-    for curve in order:
+
+    def start(curve, call):
+        """Announce ``curve``, then compute it through ``call`` (now, or in the pool)."""
         if progress is not None:
             progress(f"direction-free power curve n={curve[0]} m={curve[1]} d={curve[2]} "
                      f"up to Delta={wanted[curve]:.1f}")
+        return call(direction_free_curve, *curve, wanted[curve], **options)
+
     if processes > 1 and len(order) > 1:
         import concurrent.futures
         with concurrent.futures.ProcessPoolExecutor(min(processes, len(order))) as pool:
-            futures = {curve: pool.submit(direction_free_curve, *curve, wanted[curve],
-                                          **options) for curve in order}
+            futures = {curve: start(curve, pool.submit) for curve in order}
             curves = {curve: future.result() for curve, future in futures.items()}
     else:
-        curves = {curve: direction_free_curve(*curve, wanted[curve], **options)
+        curves = {curve: start(curve, lambda f, *args, **kw: f(*args, **kw))
                   for curve in order}
     return {cell: [float(np.interp(separations[k], *curves[(*sizes[cell], int(ranks[k]))]))
                    for k in cell_keys] for cell, cell_keys in keys.items()}

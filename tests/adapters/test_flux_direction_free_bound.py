@@ -574,6 +574,19 @@ def test_the_curves_in_two_processes_are_the_curves_of_one(df, tmp_path):
     for p in (1, 2):
         assert len(list((tmp_path / str(p)).glob("direction_free_*.json"))) == 3
     assert lines[:3] == lines[3:] and len(lines) == 6
+    # one process announces each curve just before computing it: the curves done by then
+    done = []
+    df.direction_free_bounds(cells, [1, 2], seps, ranks, grid.group_sizes, alpha=0.05,
+                             draws=120, cache=tmp_path / "1",
+                             progress=lambda line: done.append(
+                                 len(list((tmp_path / "1").glob("*.json")))))
+    assert done == [3, 3, 3]                 # cached: nothing left to do
+    (tmp_path / "3").mkdir()
+    df.direction_free_bounds(cells, [1, 2], seps, ranks, grid.group_sizes, alpha=0.05,
+                             draws=120, cache=tmp_path / "3",
+                             progress=lambda line: done.append(
+                                 len(list((tmp_path / "3").glob("*.json")))))
+    assert done[3:] == [0, 1, 2]
     # the costliest first: 15 arrangements at 4:2, then 10 at 3:3, the larger d first
     assert ["n=6 m=2 d=8" in lines[0], "n=6 m=3 d=12" in lines[1],
             "n=6 m=3 d=8" in lines[2]] == [True] * 3
