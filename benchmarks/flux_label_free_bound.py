@@ -540,26 +540,25 @@ def summary(bounds, counts, *, direction_free=None, goal: float = 0.9, alpha: fl
     >>> summary(bounds, counts)[-1]
     'planted cells at the goal: the rule 0 of 2, the bound 1 (in expectation 1.25, standard deviation 0.43); missed within reach 1, beyond reach 1'
     """
+    facts = {}                       # each cell's contribution to every count, once
+    for cell in bounds:
+        reach, powers = cell_reach(cell, bounds, direction_free)
+        right = list(counts.get(cell, {}).values())
+        hit = bool(right) and sum(right) / len(right) >= goal
+        share = share_at_goal(powers, goal)
+        facts[cell] = {"cells": 1, "reach": reach, "bound_cells": reach >= goal,
+                       "expected": share,
+                       "variance": share * (1.0 - share),   # of that count, cells independent
+                       "right": sum(right), "runs": len(right), "rule_cells": hit,
+                       "missed_within": bool(right) and not hit and reach >= goal,
+                       "missed_beyond": bool(right) and not hit and reach < goal}
+
     def tally(keyed):
         groups = {}
-        for cell in bounds:
-            reach, powers = cell_reach(cell, bounds, direction_free)
-            right = list(counts.get(cell, {}).values())
-            hit = bool(right) and sum(right) / len(right) >= goal
-            share = share_at_goal(powers, goal)
-            g = groups.setdefault(keyed(cell), dict.fromkeys(
-                ("cells", "reach", "bound_cells", "expected", "variance", "right", "runs",
-                 "rule_cells", "missed_within", "missed_beyond"), 0))
-            g["cells"] += 1
-            g["reach"] += reach
-            g["bound_cells"] += reach >= goal
-            g["expected"] += share
-            g["variance"] += share * (1.0 - share)   # of that count, cells independent
-            g["right"] += sum(right)
-            g["runs"] += len(right)
-            g["rule_cells"] += hit
-            g["missed_within"] += bool(right) and not hit and reach >= goal
-            g["missed_beyond"] += bool(right) and not hit and reach < goal
+        for cell, fact in facts.items():
+            g = groups.setdefault(keyed(cell), dict.fromkeys(fact, 0))
+            for name, value in fact.items():
+                g[name] += value
         return groups
 
     head = ("cells | bound: mean, cells at the goal | a rule matching the bound: cells "
@@ -577,13 +576,11 @@ def summary(bounds, counts, *, direction_free=None, goal: float = 0.9, alpha: fl
         lines.append("")
     lines.append("missed within the bound's reach (shift, classes, rows, clients, groups: "
                  "bound, the rule):")
-    for cell in bounds:
-        reach = cell_reach(cell, bounds, direction_free)[0]
-        right = list(counts.get(cell, {}).values())
-        if right and sum(right) / len(right) < goal <= reach:
+    for cell, fact in facts.items():
+        if fact["missed_within"]:
             big, small = grid.group_sizes(cell[1], cell[3])
             lines.append(f"- {cell[0]}, {cell[4]}, {cell[2]}, {cell[1]}, {big}:{small}: "
-                         f"{100 * reach:.1f} %, {sum(right)}/{len(right)}")
+                         f"{100 * fact['reach']:.1f} %, {fact['right']}/{fact['runs']}")
     total = tally(lambda c: 0)[0]
     if iid:
         runs = [list(v.values()) for v in iid.values()]
