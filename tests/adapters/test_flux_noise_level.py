@@ -1,0 +1,201 @@
+"""benchmarks/flux_noise_level.py: the default's rule told the population's covariance, and
+the one-cluster test at the noise level the contrasts estimate (issue 24, twenty-fourth
+pass), against computations written out here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.covariance import oas
+
+from benchmark_scripts import load_benchmark
+from omnifc.adapters import flux
+from omnifc.adapters._calibrated_k import calibrated_k
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "flux_noise_level.py"
+
+
+@pytest.fixture(scope="module")
+def nl():
+    return load_benchmark("flux_noise_level")
+
+
+def _d2(x):
+    return ((x[:, None] - x[None]) ** 2).sum(-1)
+
+
+def _federation(rng, n, rows, k, *, shift=0.0, small=0, client_sd=0.0, p=4):
+    """Rows iid N(mean, I) per client; a client's descriptor is its rows' mean, its k
+    delete-a-group descriptors leave out one of k consecutive row groups. ``small`` clients
+    have their mean moved by ``shift`` along the first axis; ``client_sd``: every client's
+    own mean moves by N(0, client_sd^2) (clients of one group, each its own distribution)."""
+    f, g = [], [[] for _ in range(k)]
+    for i in range(n):
+        mean = np.zeros(p)
+        mean[0] += shift if i < small else 0.0
+        mean += client_sd * rng.standard_normal(p)
+        x = mean + rng.standard_normal((rows, p))
+        f.append(x.mean(axis=0))
+        for j, part in enumerate(np.array_split(np.arange(rows), k)):
+            g[j].append(np.delete(x, part, axis=0).mean(axis=0))
+    return np.vstack([np.array(gj) for gj in g] + [np.array(f)])
+
+
+@pytest.mark.parametrize("k, stretch", [(4, 1.0), (10, 100.0)])
+def test_the_statistic_read_from_d_is_the_one_on_the_descriptors(nl, k, stretch):
+    """T from D alone (MDS) equals the top eigenvalue of the centred descriptors whitened by
+    the OAS covariance of the Helmert contrasts, both computed here in the descriptors' own
+    coordinates (D fixes them up to a rotation, which changes neither). ``stretch``: one
+    coordinate 100 times the others, so OAS leaves the others' variances near 0.7 % of the
+    largest (54 contrasts), far above the floor of 1e-12 but where a larger one would bite."""
+    rng = np.random.default_rng(5)
+    n, p = 6, 5
+    rows = _federation(rng, n, 20, k, p=p) * np.r_[stretch, np.ones(p - 1)]
+    g, f = rows[:k * n].reshape(k, n, p), rows[k * n:]
+    contrasts = []
+    for r in range(1, k):
+        c = (g[:r].sum(axis=0) - r * g[r]) / np.sqrt(r * (r + 1)) * 2 * np.sqrt((k - 1) / k)
+        contrasts.append(c)
+    s, _ = oas(np.vstack(contrasts), assume_centered=True)
+    w = np.linalg.inv(np.linalg.cholesky(s)).T           # any whitening: y y^T is the same
+    y = (f - f.mean(axis=0)) @ w
+    want = np.linalg.eigvalsh(y @ y.T)[-1]
+    t, p_value = nl.noise_level_test(_d2(rows), n, groups=k, references=39, seed=3)
+    assert t == pytest.approx(want, rel=1e-9)
+    assert p_value in {j / 40 for j in range(1, 41)}
+    assert nl.noise_level_test(_d2(rows), n, groups=k, references=39, seed=3) == (t, p_value)
+    # scale-free: a unit change of the descriptors moves T and every draw alike
+    assert nl.noise_level_test(9 * _d2(rows), n, groups=k, references=39, seed=3)[1] == p_value
+
+
+def test_the_p_is_the_rank_among_draws_rebuilt_from_its_seed(nl):
+    """Each reference draw: contrasts from N(0, S) and descriptors from N(0, (k - 1)/4 S)
+    (S the data's OAS covariance), S re-estimated by OAS on the drawn contrasts, T read;
+    written out here on the embedding's own coordinates (whitened by Cholesky's factor, not
+    the eigenvectors the script uses: T is the same for every whitening)."""
+    from omnifc.adapters._calibrated_k import mds_embedding
+    rng = np.random.default_rng(8)
+    n, k, b = 6, 4, 29
+    rows = _federation(rng, n, 20, k, p=3)
+    x = mds_embedding(_d2(rows))[0]
+    g, f = x[:k * n].reshape(k, n, -1), x[k * n:]
+    contrasts = np.vstack([(g[:r].sum(axis=0) - r * g[r]) / np.sqrt(r * (r + 1))
+                           * 2 * np.sqrt((k - 1) / k) for r in range(1, k)])
+    s, _ = oas(contrasts, assume_centered=True)
+
+    def top(points, cov):
+        y = (points - points.mean(axis=0)) @ np.linalg.inv(np.linalg.cholesky(cov)).T
+        return np.linalg.eigvalsh(y @ y.T)[-1]
+
+    draw = np.random.default_rng(4)
+    values, vectors = np.linalg.eigh(s)       # the draws' square root of S (the stream's)
+    root = vectors * np.sqrt(values)
+    t = top(f, s)
+    null = []
+    for _ in range(b):
+        noise = draw.standard_normal(contrasts.shape) @ root.T
+        points = draw.standard_normal(f.shape) @ root.T * np.sqrt((k - 1) / 4)
+        null.append(top(points, oas(noise, assume_centered=True)[0]))
+    got_t, got_p = nl.noise_level_test(_d2(rows), n, groups=k, references=b, seed=4)
+    assert got_t == pytest.approx(t, rel=1e-9)
+    assert got_p == (1 + sum(v >= t for v in null)) / (1 + b)
+    assert 0.05 < got_p < 0.95                # draws on both sides of T: the ranks compare
+
+
+def test_level_on_identically_distributed_clients_power_on_groups(nl):
+    """Six clients of 20 rows, four groups each: clients of one distribution are split at
+    0.05 about as often as the level allows (3 of 60 seen); two groups of three, four noise
+    units apart (a client mean's noise is 1 / sqrt(20)), mostly (48 and 54 of 60 seen on two
+    generator seeds); clients that each have their own distribution, their means 1.3 noise
+    units apart (the null it does not hold), mostly too (46 and 51): the failure the docs
+    state."""
+    rng = np.random.default_rng(11)
+    runs = 60
+
+    def rejections(**kw):
+        return sum(nl.noise_level_test(_d2(_federation(rng, 6, 20, 4, **kw)), 6, groups=4,
+                                       references=39, seed=s)[1] <= 0.05
+                   for s in range(runs))
+
+    assert rejections() <= 9                 # P(Binomial(60, 0.05) >= 10) = 0.003
+    assert rejections(shift=4.0 / np.sqrt(20), small=3) >= 40
+    assert rejections(client_sd=0.3) >= 30   # client effects of 0.3 against noise of 0.22
+
+
+def test_the_rule_told_the_covariance_whitens_by_the_populations(nl):
+    """K of the default's rule on the run's descriptors whitened by the pooled within-group
+    covariance of the population (computed here, group by group), on its numerical rank."""
+    grid = load_benchmark("bench_k_selection")
+    lf = load_benchmark("flux_label_free_bound")
+    got = nl.told_covariance_distances("feature", 20, 2, 3317, 6, 1, clients_per_group=150,
+                                       skip=10)
+    clients, groups, c, latents, _ = lf.population_clients("feature", 20, 2, 3317,
+                                                           clients_per_group=150, skip=10)
+    run_clients, _, _, run_latents, scale = grid.encoded_run("feature", 6, 20, 1, 2, 3317)
+    l = flux.flux_components(c, grid.ENCODER_DIM)
+    x = grid.flux_descriptors(clients, latents, c, l, "weighted_all", scale)[1]
+    run = grid.flux_descriptors(run_clients, run_latents, c, l, "weighted_all", scale)[1]
+    scatter = sum(np.cov(x[groups == g].T, bias=True) * np.sum(groups == g) for g in (0, 1))
+    values, vectors = np.linalg.eigh(scatter / (len(x) - 2))
+    keep = values > values.max() * 1e-10
+    y = run @ vectors[:, keep] / np.sqrt(values[keep])
+    np.testing.assert_allclose(got, _d2(y), rtol=1e-7, atol=1e-9 * _d2(y).max())
+    assert keep.sum() == 60
+    want = calibrated_k(_d2(y), statistic="axis_or_gap", alpha=0.01, references=199).k
+    assert nl.rule_told_the_covariance("feature", 20, 2, 3317, 6, 1, clients_per_group=150,
+                                       skip=10) == want
+
+
+@pytest.mark.slow
+def test_one_group_reads_each_planted_group_alone(nl):
+    grid = load_benchmark("bench_k_selection")
+    got = nl.one_group_p("label", 20, 2, 3433)
+    clients, planted, c, latents, scale = grid.encoded_run("label", 12, 20, 1, 2, 3433)
+    proj = flux.shared_projection(grid.ENCODER_DIM, flux.flux_components(c, grid.ENCODER_DIM),
+                                  max_value=scale)
+    for g in (0, 1):
+        take = np.flatnonzero(planted == g)
+        assert len(take) == 6
+        lat, lab = [latents[i] for i in take], [clients[i].y_train for i in take]
+        desc = np.stack([flux.descriptor(z, y, proj, c) for z, y in zip(lat, lab)])
+        splits = flux.split_descriptors(lat, lab, proj, c, form="weighted_all",
+                                        rng=np.random.default_rng([3433, g]), groups=10)
+        want = nl.noise_level_test(_d2(np.vstack(list(splits) + [desc])), 6, seed=3433)[1]
+        assert got[g] == pytest.approx(want, abs=1e-12)
+
+
+def test_refusals(nl):
+    with pytest.raises(ValueError, match="k = 10"):
+        nl.noise_level_test(np.zeros((12, 12)), 6)
+    with pytest.raises(ValueError, match="references"):
+        nl.noise_level_test(np.zeros((66, 66)), 6, references=0)
+
+
+@pytest.mark.slow
+def test_the_command_line_writes_resumes_and_counts(nl, tmp_path):
+    out = tmp_path / "runs.jsonl"
+    args = [sys.executable, str(SCRIPT), "--runs", "--seeds", "3433", "--rows", "20",
+            "--classes", "2", "--shifts", "conditional", "--out", str(out)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=280, check=True)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["run"] for r in records] == [["conditional", 6, 20, 1, 2, 3433],
+                                           ["conditional", 6, 20, 10, 2, 3433],
+                                           ["none", 6, 20, 1, 2, 3433]]
+    first = nl.run_record("conditional", 6, 20, 1, 2, 3433)
+    assert {k: records[0][k] for k in first} == first
+    right = sum((2 if r["p"] <= 0.01 else 1) == 2 for r in records[:2])
+    default = sum(r["default"] == 2 for r in records[:2])
+    assert f"| runs | 6 | 20 | conditional | 2 | 2 | {default} | {right} |" in done.stdout
+    subprocess.run(args, capture_output=True, text=True, timeout=280, check=True)
+    assert len(out.read_text().splitlines()) == 3                        # resumed
+    shown = subprocess.run([sys.executable, str(SCRIPT), "--table", str(out)],
+                           capture_output=True, text=True, timeout=120, check=True)
+    assert shown.stdout.strip() == done.stdout.strip()
+    missing = subprocess.run([sys.executable, str(SCRIPT), "--runs"], capture_output=True,
+                             text=True, timeout=120)
+    assert missing.returncode == 2 and "--out is needed" in missing.stderr
