@@ -24,7 +24,8 @@ BENCHMARKS = {"kernels": "bench_kernels.py", "protocol": "bench_protocol.py",
               "restart": "bench_restart.py",
               "clove-label-reference": "clove_label_reference.py",
               "flux-label-free-bound": "flux_label_free_bound.py",
-              "flux-direction-free-bound": "flux_direction_free_bound.py"}
+              "flux-direction-free-bound": "flux_direction_free_bound.py",
+              "flux-noise-level": "flux_noise_level.py"}
 
 
 def benchmarks_dir() -> Path:
