@@ -25,7 +25,7 @@ separates the two halves of that difference on the grid's own runs:
   clients drawn from one distribution. Clients of one group that each have their own
   distribution (the generator's label shift: every client's class prior is
   ``Dirichlet(50 p_g)``) differ by more, and the test splits them (measured:
-  :func:`one_group_p`). So it is a measurement of what the noise level is worth, not a rule.
+  :func:`one_group_records`). So it is a measurement of what the noise level is worth, not a rule.
 
 Usage (JSON lines appended to ``--out``, resumed; ``--table`` prints the counts)::
 
@@ -165,10 +165,12 @@ def run_record(shift, n, rows, imbalance, classes, seed, *, groups=GROUPS) -> di
             "p": noise_level_test(full, n, groups=groups, seed=seed)[1]}
 
 
-def one_group_p(shift, rows, classes, seed, *, per_group: int = 6, groups=GROUPS) -> list:
+def one_group_records(shift, rows, classes, seed, *, per_group: int = 6,
+                      groups=GROUPS) -> list[dict]:
     """The level check: the grid's run of ``2 per_group`` clients at 1 : 1, each planted
     group alone (``per_group`` clients of one distribution, or under label shift of one
-    group prior), split as the grid splits them; the noise-level test's ``p`` per group."""
+    group prior), split as the grid splits them. Per group: the noise-level test's ``p``
+    and the default's K on the same split D (K > 1 is a split)."""
     import bench_k_selection as grid
     from omnifc.adapters import flux
 
@@ -185,7 +187,9 @@ def one_group_p(shift, rows, classes, seed, *, per_group: int = 6, groups=GROUPS
         splits = flux.split_descriptors(lat, lab, proj, c, form=form,
                                         rng=np.random.default_rng([seed, g]), groups=groups)
         full = squared_distances(np.vstack(list(splits) + [desc]))
-        out.append(noise_level_test(full, len(take), groups=groups, seed=seed)[1])
+        out.append({"p": noise_level_test(full, len(take), groups=groups, seed=seed)[1],
+                    "default": _default_k(flux.split_whitened_distances(full, len(take),
+                                                                        groups=groups))})
     return out
 
 
@@ -244,13 +248,14 @@ def table(paths, alpha: float = ALPHA) -> list[str]:
                     c[1] += rec["default"] == rec["planted"]
                     c[2] += (2 if rec["p"] <= alpha else 1) == rec["planted"]
                 elif rec["kind"] == "one-group":
+                    c[1] += rec["default"] > 1
                     c[2] += rec["p"] <= alpha
                 else:
                     c[2] += rec["k"] == 2
-    lines = ["| kind | clients | rows | shift | classes | runs | default: K right | "
+    lines = ["| kind | clients | rows | shift | classes | runs | default: K right / splits | "
              "noise-level test: K right / splits; told Sigma: K = 2 |", "|---" * 8 + "|"]
     for (kind, n, rows, shift, classes), (runs, default, other) in sorted(counts.items()):
-        shown = default if kind == "runs" else ""
+        shown = "" if kind == "told-covariance" else default
         lines.append(f"| {kind} | {n} | {rows} | {shift} | {classes} | {runs} | {shown} | "
                      f"{other} |")
     return lines
@@ -265,7 +270,8 @@ def main(argv=None) -> int:
     kind.add_argument("--runs", action="store_true",
                       help="the grid's runs (planted and iid): default K and the test's p")
     kind.add_argument("--one-group", action="store_true",
-                      help="the level check: each group of a 6 : 6 run alone (one_group_p)")
+                      help="the level check: each group of a 6 : 6 run alone "
+                      "(one_group_records)")
     kind.add_argument("--told-covariance", action="store_true",
                       help="the default's rule told the population's Sigma")
     kind.add_argument("--table", nargs="+", metavar="FILE")
@@ -305,9 +311,8 @@ def main(argv=None) -> int:
         if args.runs:
             rec = run_record(shift, n, rows, imbalance, classes, seed)
         elif args.one_group:     # imbalance holds the group; both come from one call
-            ps = one_group_p(shift, rows, classes, seed)
-            recs = [{"kind": kind_name, "run": [shift, 6, rows, g, classes, seed], "p": p}
-                    for g, p in enumerate(ps)]
+            recs = [{"kind": kind_name, "run": [shift, 6, rows, g, classes, seed], **r}
+                    for g, r in enumerate(one_group_records(shift, rows, classes, seed))]
             with open(args.out, "a") as f:
                 f.writelines(json.dumps(r) + "\n" for r in recs
                              if (kind_name, tuple(r["run"])) not in seen)

@@ -154,7 +154,7 @@ def test_the_rule_told_the_covariance_whitens_by_the_populations(nl):
 @pytest.mark.slow
 def test_one_group_reads_each_planted_group_alone(nl):
     grid = load_benchmark("bench_k_selection")
-    got = nl.one_group_p("label", 20, 2, 3433)
+    got = nl.one_group_records("label", 20, 2, 3433)
     clients, planted, c, latents, scale = grid.encoded_run("label", 12, 20, 1, 2, 3433)
     proj = flux.shared_projection(grid.ENCODER_DIM, flux.flux_components(c, grid.ENCODER_DIM),
                                   max_value=scale)
@@ -165,8 +165,12 @@ def test_one_group_reads_each_planted_group_alone(nl):
         desc = np.stack([flux.descriptor(z, y, proj, c) for z, y in zip(lat, lab)])
         splits = flux.split_descriptors(lat, lab, proj, c, form="weighted_all",
                                         rng=np.random.default_rng([3433, g]), groups=10)
-        want = nl.noise_level_test(_d2(np.vstack(list(splits) + [desc])), 6, seed=3433)[1]
-        assert got[g] == pytest.approx(want, abs=1e-12)
+        full = _d2(np.vstack(list(splits) + [desc]))
+        assert got[g]["p"] == pytest.approx(nl.noise_level_test(full, 6, seed=3433)[1],
+                                            abs=1e-12)
+        whitened = flux.split_whitened_distances(full, 6, groups=10)
+        assert got[g]["default"] == calibrated_k(whitened, statistic="axis_or_gap",
+                                                 alpha=0.01, references=199).k
 
 
 def test_refusals(nl):
@@ -196,6 +200,17 @@ def test_the_command_line_writes_resumes_and_counts(nl, tmp_path):
     shown = subprocess.run([sys.executable, str(SCRIPT), "--table", str(out)],
                            capture_output=True, text=True, timeout=120, check=True)
     assert shown.stdout.strip() == done.stdout.strip()
+    groups = tmp_path / "groups.jsonl"
+    level = subprocess.run([sys.executable, str(SCRIPT), "--one-group", "--seeds", "3433",
+                            "--rows", "20", "--classes", "2", "--shifts", "label", "--out",
+                            str(groups)], capture_output=True, text=True, timeout=280,
+                           check=True)
+    records = [json.loads(line) for line in groups.read_text().splitlines()]
+    want = nl.one_group_records("label", 20, 2, 3433)
+    assert [(r["run"], r["p"], r["default"]) for r in records] == [
+        (["label", 6, 20, g, 2, 3433], w["p"], w["default"]) for g, w in enumerate(want)]
+    splits = (sum(w["default"] > 1 for w in want), sum(w["p"] <= 0.01 for w in want))
+    assert f"| one-group | 6 | 20 | label | 2 | 2 | {splits[0]} | {splits[1]} |" in level.stdout
     missing = subprocess.run([sys.executable, str(SCRIPT), "--runs"], capture_output=True,
                              text=True, timeout=120)
     assert missing.returncode == 2 and "--out is needed" in missing.stderr
