@@ -130,12 +130,18 @@ def noise_level_test(distances, n: int, *, groups: int = GROUPS,
     return observed, float((1 + np.sum(draws >= observed)) / (1 + references))
 
 
-def _default_k(distances) -> int:
-    """The default's rule (``flux:axis_or_gap@0.01``, B = 199) on an n x n D: its K."""
+def default_decision(distances):
+    """The default's rule (``flux:axis_or_gap@0.01``, B = 199) on an n x n D: its
+    ``KDecision``."""
     from omnifc.adapters._calibrated_k import calibrated_k
 
     return calibrated_k(distances, statistic="axis_or_gap", alpha=ALPHA,
-                        references=REFERENCES).k
+                        references=REFERENCES)
+
+
+def _default_k(distances) -> int:
+    """The K of :func:`default_decision`."""
+    return default_decision(distances).k
 
 
 def _split_run(shift, n, rows, imbalance, classes, seed, *, groups=GROUPS):

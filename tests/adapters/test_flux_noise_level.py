@@ -173,11 +173,105 @@ def test_one_group_reads_each_planted_group_alone(nl):
                                                  alpha=0.01, references=199).k
 
 
-def test_refusals(nl):
+def test_refusals_and_the_smallest_sizes(nl):
     with pytest.raises(ValueError, match="k = 10"):
         nl.noise_level_test(np.zeros((12, 12)), 6)
+    with pytest.raises(ValueError, match="n = 1 >= 2"):
+        nl.noise_level_test(np.zeros((3, 3)), 1, groups=2)
     with pytest.raises(ValueError, match="references"):
         nl.noise_level_test(np.zeros((66, 66)), 6, references=0)
+    rows = _federation(np.random.default_rng(2), 2, 20, 4, p=3)    # two clients, one draw
+    t, p = nl.noise_level_test(_d2(rows), 2, groups=4, references=1)
+    assert t > 0 and p in (0.5, 1.0)
+    assert nl.noise_level_test(_d2(rows), 2, groups=4, references=9) == \
+        nl.noise_level_test(_d2(rows), 2, groups=4, references=9, seed=0)    # the default seed
+
+
+def test_the_default_rule_is_the_grids(nl):
+    """``flux:axis_or_gap@0.01`` with B = 199, as bench_k_selection's RULES apply it."""
+    grid = load_benchmark("bench_k_selection")
+    x = np.random.default_rng(3).standard_normal((8, 4))
+    x[:4, 0] += 1.5
+    got = nl.default_decision(_d2(x))
+    want = calibrated_k(_d2(x), statistic="axis_or_gap", alpha=0.01, references=199)
+    assert (got.rule, got.references, got.alpha, got.p_value, got.k) == \
+        (want.rule, 199, 0.01, want.p_value, want.k)
+    assert got.rule.endswith("axis_or_gap")
+    labels = grid.RULES["flux:axis_or_gap@0.01"]({"flux": _d2(x)})
+    assert len(set(labels.tolist())) == got.k
+
+
+def test_the_run_is_the_grids_split_run(nl):
+    """The split D of a run: the grid's clients, descriptors and delete-a-group splits of
+    that seed, rebuilt here (10 groups, the default's form)."""
+    grid = load_benchmark("bench_k_selection")
+    full, planted = nl._split_run("feature", 6, 20, 10, 2, 3434)
+    clients, groups, c, latents, scale = grid.encoded_run("feature", 6, 20, 10, 2, 3434)
+    proj = flux.shared_projection(grid.ENCODER_DIM, flux.flux_components(c, grid.ENCODER_DIM),
+                                  max_value=scale)
+    labels = [cl.y_train for cl in clients]
+    desc = np.stack([flux.descriptor(z, y, proj, c) for z, y in zip(latents, labels)])
+    splits = flux.split_descriptors(latents, labels, proj, c, form="weighted_all",
+                                    rng=np.random.default_rng(3434), groups=10)
+    np.testing.assert_allclose(full, _d2(np.vstack(list(splits) + [desc])), rtol=1e-9,
+                               atol=1e-12)
+    np.testing.assert_array_equal(planted, groups)
+
+
+def test_the_rule_told_the_covariance_reads_those_distances(nl, monkeypatch):
+    """Its K is the default's on :func:`told_covariance_distances` of the same run, with the
+    same population (a spy returns two clear groups); the population's defaults are
+    ``told_the_covariance``'s."""
+    import inspect
+    free = load_benchmark("flux_direction_free_bound")
+    seen = []
+    x = np.r_[np.zeros((3, 2)), np.full((3, 2), 9.0)] + \
+        np.random.default_rng(0).standard_normal((6, 2)) * 0.1
+
+    def spy(*args, **kw):
+        seen.append((args, kw))
+        return _d2(x)
+
+    monkeypatch.setattr(nl, "told_covariance_distances", spy)
+    assert nl.rule_told_the_covariance("label", 50, 10, 3440, 6, 10, clients_per_group=99,
+                                       skip=7) == 2
+    assert seen == [(("label", 50, 10, 3440, 6, 10), {"clients_per_group": 99, "skip": 7})]
+    ours = inspect.signature(load_benchmark("flux_noise_level").told_covariance_distances)
+    theirs = inspect.signature(free.told_the_covariance)
+    for name in ("clients_per_group", "skip"):
+        assert ours.parameters[name].default == theirs.parameters[name].default
+
+
+def test_the_table_counts_each_kind(nl, tmp_path):
+    """Hand-written records: K right for runs (the test's K = 2 at p <= alpha), splits for
+    single groups, K = 2 for the rule told the covariance."""
+    records = [
+        {"kind": "runs", "run": ["feature", 6, 20, 1, 2, 1], "planted": 2, "default": 2,
+         "p": 0.005},
+        {"kind": "runs", "run": ["feature", 6, 20, 10, 2, 2], "planted": 2, "default": 1,
+         "p": 0.01},
+        {"kind": "runs", "run": ["feature", 6, 20, 1, 2, 3], "planted": 2, "default": 3,
+         "p": 0.02},
+        {"kind": "runs", "run": ["none", 6, 20, 1, 2, 1], "planted": 1, "default": 1, "p": 0.5},
+        {"kind": "runs", "run": ["none", 6, 20, 1, 2, 2], "planted": 1, "default": 2,
+         "p": 0.001},
+        {"kind": "one-group", "run": ["label", 6, 500, 0, 10, 1], "p": 0.001, "default": 1},
+        {"kind": "one-group", "run": ["label", 6, 500, 1, 10, 1], "p": 0.3, "default": 2},
+        {"kind": "one-group", "run": ["label", 6, 500, 0, 10, 2], "p": 0.01, "default": 1},
+        {"kind": "told-covariance", "run": ["concept", 6, 50, 1, 2, 1], "k": 2},
+        {"kind": "told-covariance", "run": ["concept", 6, 50, 10, 2, 1], "k": 1},
+        {"kind": "told-covariance", "run": ["concept", 6, 50, 1, 2, 2], "k": 3},
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    lines = nl.table([str(path)])
+    assert lines[0].startswith("| kind | clients | rows | shift | classes | runs |")
+    assert lines[1] == "|---|---|---|---|---|---|---|---|"
+    assert lines[2:] == ["| one-group | 6 | 500 | label | 10 | 3 | 1 | 2 |",
+                         "| runs | 6 | 20 | feature | 2 | 3 | 1 | 2 |",
+                         "| runs | 6 | 20 | none | 2 | 2 | 1 | 1 |",
+                         "| told-covariance | 6 | 50 | concept | 2 | 3 |  | 1 |"]
+    assert nl.table([str(path)], alpha=0.001)[3] == "| runs | 6 | 20 | feature | 2 | 3 | 1 | 0 |"
 
 
 @pytest.mark.slow
