@@ -251,7 +251,7 @@ def null_grams(rest, z, n: int, m: int, delta: float):
 
 
 def log_likelihood_ratio(gram, m: int, delta: float, d: int, a=None, *,
-                         told_centre: bool = True):
+                         told_centre: bool = True, told_level: bool = True):
     """``log`` (planted / null), both averaged over the direction, for the clients'
     whitened Gram matrix ``gram`` (``n x n``, or a stack of them) in ``d`` dimensions;
     ``a``: :func:`arrangements` (computed when not given).
@@ -262,6 +262,12 @@ def log_likelihood_ratio(gram, m: int, delta: float, d: int, a=None, *,
     reading distances is of that kind: translating every descriptor changes no distance.
     The arrangements' contrasts sum to zero, so only the Gram matrix is centred
     (``H G H``, ``H = I - 1 1^T / n``) and the null's normalization counts ``n - 1`` rows.
+
+    ``told_level=False``: nor the noise level, i.e. ``Sigma`` known up to a factor
+    ``sigma^2`` and ``Delta`` in units of ``sigma``: the ratio of the densities of the
+    *maximal invariant* under scaling, ``Y / |Y|`` (Wijsman's representation), for rules
+    whose answer does not change when every descriptor is scaled alike (a rule that must
+    keep its level whatever the noise level). :func:`_log_ratio` computes it.
 
     >>> round(float(log_likelihood_ratio(np.eye(4) * 5.0, 2, 0.0, 6)), 12)   # Delta = 0
     0.0
@@ -276,12 +282,12 @@ def log_likelihood_ratio(gram, m: int, delta: float, d: int, a=None, *,
     a = arrangements(n, m) if a is None else a
     pairs = arrangement_pairs(a)
     c = spike(n, m, delta)
-    planted = np.empty(len(grams))
-    per_chunk = max(1, _TERMS_PER_CHUNK // len(a))   # (chunk, arrangements) terms at a time
-    for lo in range(0, len(grams), per_chunk):
-        squares = arrangement_squares(pairs, grams[lo:lo + per_chunk])
-        planted[lo:lo + per_chunk] = _log_planted(squares, n, c, delta, d)
-    out = planted - _log_null(grams, rows, c, d)
+    out = np.empty(len(grams))
+    per_chunk = max(1, _TERMS_PER_CHUNK // (len(a) * (1 if told_level else LEVEL_POINTS)))
+    for lo in range(0, len(grams), per_chunk):     # (chunk, arrangements) terms at a time
+        part = grams[lo:lo + per_chunk]
+        out[lo:lo + per_chunk] = _log_ratio(arrangement_squares(pairs, part), part, rows, n,
+                                            c, delta, d, told_level)
     return out.reshape(gram.shape[:-2]) if gram.ndim > 2 else float(out[0])
 
 
@@ -333,6 +339,106 @@ def _log_null(grams, rows: int, c: float, d: int) -> np.ndarray:
     values = np.linalg.eigvalsh(grams)[:, ::-1][:, :min(rows, d)]
     return -0.5 * rows * math.log1p(c) + log_dirichlet_mgf(
         np.maximum(values, 0.0) * c / (2.0 * (1.0 + c)), d)
+
+
+#: The scale integral of ``told_level=False`` (:func:`log_level_integral`), in ``u = log
+#: s``: ``LEVEL_SEARCH`` points within ``LEVEL_SEARCH_WIDTH`` of the standard normal's peak
+#: find the integrand's; a parabola through the best three gives its place and width, a
+#: second one through ``LEVEL_REFINE`` points within ``LEVEL_REFINE_SDS`` widths refines
+#: both; then the trapezoid rule on ``LEVEL_NODES`` points within ``LEVEL_WIDTH_SDS`` widths
+#: of the peak (0.8 widths apart). A peak at an end of the first grid moves it there, at
+#: most ``LEVEL_SEARCH_MOVES`` times. Within 2e-5 of scipy's adaptive quadrature where
+#: tested (tests/adapters/test_flux_direction_free_bound.py).
+LEVEL_SEARCH, LEVEL_SEARCH_WIDTH, LEVEL_SEARCH_MOVES = 9, 1.0, 4
+LEVEL_REFINE, LEVEL_REFINE_SDS = 5, 2.0
+LEVEL_NODES, LEVEL_WIDTH_SDS = 21, 8.0
+LEVEL_POINTS = LEVEL_SEARCH + LEVEL_REFINE + LEVEL_NODES
+
+
+def _parabola(values, grid):
+    """``(peak, width)`` per column of ``values`` (``(points, rows)`` on the equally spaced
+    ``grid``, ``(points, rows)``): the vertex of the parabola through the largest value and
+    its neighbours (the largest moved off the ends), and ``1 / sqrt(-curvature)`` (``nan``
+    where the curvature is not negative)."""
+    columns = np.arange(values.shape[1])
+    i = np.clip(np.argmax(values, axis=0), 1, values.shape[0] - 2)
+    left, mid, right = values[i - 1, columns], values[i, columns], values[i + 1, columns]
+    step = grid[1, columns] - grid[0, columns]
+    bend = left - 2.0 * mid + right
+    with np.errstate(divide="ignore", invalid="ignore"):
+        offset = np.where(bend < 0, 0.5 * (left - right) / bend, 0.0)
+        width = np.where(bend < 0, step / np.sqrt(-bend), np.nan)
+    return grid[i, columns] + np.clip(offset, -1.0, 1.0) * step, width
+
+
+def log_level_integral(log_l, trace, dimension: int) -> np.ndarray:
+    """``log int_0^inf s^(N - 1) exp(-s^2 T / 2) L(s) ds`` (up to a constant that depends on
+    ``N`` only) for every row: ``trace`` holds each row's ``T``, ``N = dimension``, and
+    ``log_l(s2)`` returns ``log L`` at the squared scales ``s2`` (shape ``(points, rows)``).
+    In ``u = log s`` the integrand is ``exp(N u - e^(2u) T / 2 + log L)``: its peak and
+    width are found on two coarse grids, then the trapezoid rule on a fine one around it.
+
+    >>> t = np.array([3.0, 50.0])                  # L = 1: the Gamma integral, known exactly
+    >>> got = log_level_integral(lambda s2: np.zeros_like(s2), t, 8)
+    >>> want = special.gammaln(4) + 4 * np.log(2 / t) - np.log(2)
+    >>> bool(np.allclose(got - got[0], want - want[0], atol=1e-9))
+    True
+    """
+    trace = np.maximum(np.asarray(trace, dtype=np.float64), 1e-300)
+    u0 = 0.5 * np.log(dimension / trace)           # the standard normal's peak
+    normal_width = 1.0 / math.sqrt(2.0 * dimension)
+
+    def log_integrand(u):
+        s2 = np.exp(2.0 * u)
+        return dimension * u - 0.5 * s2 * trace[None] + log_l(s2)
+
+    def around(peak, width, points, sds):
+        width = np.where(np.isfinite(width) & (width > 0), width, normal_width)
+        return peak[None] + np.linspace(-sds, sds, points)[:, None] * width[None]
+
+    search = np.linspace(-LEVEL_SEARCH_WIDTH, LEVEL_SEARCH_WIDTH, LEVEL_SEARCH)[:, None]
+    centre = u0
+    for _ in range(LEVEL_SEARCH_MOVES):            # an end of the grid is no peak: move on
+        grid = centre[None] + search
+        values = log_integrand(grid)
+        best = np.argmax(values, axis=0)
+        at_end = (best == 0) | (best == LEVEL_SEARCH - 1)
+        if not at_end.any():
+            break
+        centre = np.where(at_end, grid[best, np.arange(len(trace))], centre)
+    peak, width = _parabola(values, grid)
+    grid = around(peak, width, LEVEL_REFINE, LEVEL_REFINE_SDS)
+    peak, width = _parabola(log_integrand(grid), grid)
+    grid = around(peak, width, LEVEL_NODES, LEVEL_WIDTH_SDS)
+    return special.logsumexp(log_integrand(grid), axis=0) + np.log(grid[1] - grid[0])
+
+
+def _log_ratio(squares, grams, rows: int, n: int, c: float, delta: float, d: int,
+               told_level: bool = True) -> np.ndarray:
+    """``log`` (planted / null) of the Gram matrices ``grams`` (their arrangements'
+    ``squares``), both direction-averaged. ``told_level=False``: the ratio of the densities
+    of ``Y / |Y|``; by Wijsman's representation it is ``int f1(s Y) s^(N-1) ds / int f0(s
+    Y) s^(N-1) ds`` (``N = rows * d`` coordinates, ``|Y|^2 = T = tr G``), with ``f = phi
+    L``, ``phi`` the standard normal density and ``L`` the ratios above
+    (:func:`log_level_integral`); scaling ``Y`` by ``s`` scales ``G`` and the squares by
+    ``s^2``."""
+    if told_level:
+        return _log_planted(squares, n, c, delta, d) - _log_null(grams, rows, c, d)
+    size = len(grams)
+
+    def planted(s2):
+        points = s2.shape[0]
+        return _log_planted((s2[..., None] * squares[None]).reshape(points * size, -1),
+                            n, c, delta, d).reshape(points, size)
+
+    def null(s2):
+        points = s2.shape[0]
+        return _log_null((s2[..., None, None] * grams[None]).reshape(points * size, n, n),
+                         rows, c, d).reshape(points, size)
+
+    trace = np.trace(grams, axis1=1, axis2=2)
+    return (log_level_integral(planted, trace, rows * d)
+            - log_level_integral(null, trace, rows * d))
 
 
 def log_mean_sphere_mgf(squares, delta: float, d: int) -> np.ndarray:
@@ -396,13 +502,16 @@ def _log_mean_sphere_mgf_kernel():
 
 
 def direction_free_power(n: int, m: int, d: int, deltas, *, alpha: float = 0.05,
-                         draws: int = DRAWS, seed: int = 0, told_centre: bool = True):
+                         draws: int = DRAWS, seed: int = 0, told_centre: bool = True,
+                         told_level: bool = True):
     """Power of the level-``alpha`` test of the direction-averaged null against the
     direction-averaged planted model (``m : n - m`` clients, separation ``Delta``, ``d``
     dimensions), at every ``Delta`` of ``deltas`` (Monte Carlo, the same draws for every
     ``Delta``; by symmetry the planted draws take ``u = e_1`` and the first ``m`` clients).
     ``told_centre=False``: the bound for rules not told the pooled mean either
     (:func:`log_likelihood_ratio`), which holds for every rule that reads distances.
+    ``told_level=False``: nor the noise level (the bound for every rule whose answer does
+    not change when all descriptors are scaled alike, :func:`_log_ratio`).
 
     >>> p = direction_free_power(6, 3, 8, [0.0, 12.0], draws=400)
     >>> bool(abs(p[0] - 0.05) < 0.04), bool(p[1] > 0.95)
@@ -419,7 +528,7 @@ def direction_free_power(n: int, m: int, d: int, deltas, *, alpha: float = 0.05,
     deltas = [float(delta) for delta in np.asarray(deltas, dtype=np.float64)]
     null, planted = np.empty((len(deltas), draws)), np.empty((len(deltas), draws))
     along, pairs = a @ shift, arrangement_pairs(a)
-    per_chunk = max(1, _TERMS_PER_CHUNK // len(a))
+    per_chunk = max(1, _TERMS_PER_CHUNK // (len(a) * (1 if told_level else LEVEL_POINTS)))
     for lo in range(0, draws, per_chunk):
         part = slice(lo, lo + per_chunk)
         # |Y^T a_s|^2 = a_s^T R a_s + (a_s . y)^2, y the clients' coordinates along u = e_1:
@@ -436,7 +545,7 @@ def direction_free_power(n: int, m: int, d: int, deltas, *, alpha: float = 0.05,
                        rest_squares[1] + (along_u[1] + delta * along) ** 2)
             for out, g, sq in zip((null, planted), grams, squares):
                 g, rows = _centred(g, told_centre)
-                out[j, part] = _log_planted(sq, n, c, delta, d) - _log_null(g, rows, c, d)
+                out[j, part] = _log_ratio(sq, g, rows, n, c, delta, d, told_level)
     return np.array([_randomized_power(null[j], planted[j], alpha)
                      for j in range(len(deltas))])
 
@@ -461,16 +570,18 @@ MAX_ARRANGEMENTS = 100_000
 
 def direction_free_curve(n: int, m: int, d: int, delta_max: float, *, alpha: float = 0.05,
                          draws: int = DRAWS, seed: int = 0, cache=None,
-                         told_centre: bool = True):
+                         told_centre: bool = True, told_level: bool = True):
     """``(deltas, powers)`` of :func:`direction_free_power` on a grid of step
     :data:`DELTA_STEP` from 0 to past ``delta_max``, stopped once the power stays at 1
     (two grid points); kept in ``cache`` (a directory) as JSON and reused when it reaches
-    far enough. ``told_centre=False``: not told the pooled mean either (a file of its own).
+    far enough. ``told_centre=False``: not told the pooled mean either, ``told_level=False``:
+    nor the noise level (each a file of its own).
     """
     import json
     path = None if cache is None else os.path.join(
         cache, f"direction_free_n{n}_m{m}_d{d}_a{alpha:g}_draws{draws}_seed{seed}"
-               f"{'' if told_centre else '_centre_free'}.json")
+               f"{'' if told_centre else '_centre_free'}"
+               f"{'' if told_level else '_level_free'}.json")
     deltas, powers = [], []
     if path is not None and os.path.exists(path):
         with open(path) as f:
@@ -479,7 +590,7 @@ def direction_free_curve(n: int, m: int, d: int, delta_max: float, *, alpha: flo
                          and not (len(powers) >= 2 and min(powers[-2:]) >= 1.0)):
         chunk = [len(deltas) * DELTA_STEP + i * DELTA_STEP for i in range(4)]
         more = direction_free_power(n, m, d, chunk, alpha=alpha, draws=draws, seed=seed,
-                                    told_centre=told_centre)
+                                    told_centre=told_centre, told_level=told_level)
         deltas += chunk
         powers += [float(p) for p in more]
         if path is not None:
@@ -491,12 +602,12 @@ def direction_free_curve(n: int, m: int, d: int, delta_max: float, *, alpha: flo
 def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
                           alpha: float = 0.05, draws: int = DRAWS, cache=None,
                           progress=None, told_centre: bool = True,
-                          processes: int = 1) -> dict:
+                          processes: int = 1, told_level: bool = True) -> dict:
     """``{cell: [power per seed]}`` for the cells (``(shift, n, rows, imbalance, classes)``)
     whose arrangements number at most :data:`MAX_ARRANGEMENTS`: each run's bound at its
     seed's separation and rank (``separations`` and ``ranks`` keyed by ``(shift, rows,
-    classes, seed)``); ``group_sizes(n, imbalance) -> (big, small)``; ``told_centre``: as
-    :func:`direction_free_power`. ``processes`` > 1 computes the curves in that many
+    classes, seed)``); ``group_sizes(n, imbalance) -> (big, small)``; ``told_centre`` and
+    ``told_level``: as :func:`direction_free_power`. ``processes`` > 1 computes the curves in that many
     processes, the costliest first (a curve's draws depend on its own arguments alone, so
     the result is the same as in one process)."""
     sizes = {cell: (cell[1], group_sizes(cell[1], cell[3])[1]) for cell in cells}
@@ -507,7 +618,8 @@ def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
         for key in cell_keys:
             curve = (*sizes[cell], int(ranks[key]))
             wanted[curve] = max(wanted.get(curve, 0.0), separations[key])
-    options = dict(alpha=alpha, draws=draws, cache=cache, told_centre=told_centre)
+    options = dict(alpha=alpha, draws=draws, cache=cache, told_centre=told_centre,
+                   told_level=told_level)
     # the costliest first: the arrangement count, then the dimension
     order = sorted(wanted, key=lambda c: (-arrangement_count(c[0], c[1]), -c[2], c))
 

@@ -596,3 +596,104 @@ def test_the_curves_in_two_processes_are_the_curves_of_one(df, tmp_path):
                                  alpha=0.05, draws=50, processes=2)
     # raised in a worker process (its traceback travels as the cause), not in this one
     assert type(raised.value.__cause__).__name__ == "_RemoteTraceback"
+
+
+def _quad_log_ratio(df, sq, g, rows, n, c, delta, d):
+    """``log int f1(sY) s^(N-1) ds - log int f0(sY) s^(N-1) ds`` by scipy's adaptive
+    quadrature over s, each integrand scaled by its own peak (found on a fine grid)."""
+    trace, dim = float(np.trace(g[0])), rows * d
+
+    def log_l(s, which):
+        if which:
+            return float(df._log_planted(sq * s * s, n, c, delta, d)[0])
+        return float(df._log_null(g * s * s, rows, c, d)[0])
+
+    def log_integral(which):
+        s = np.exp(np.linspace(-3, 3, 601)) * math.sqrt(dim / trace)
+        h = [(dim - 1) * math.log(x) - x * x * trace / 2 + log_l(x, which) for x in s]
+        top, peak = max(h), s[int(np.argmax(h))]
+        value, _ = integrate.quad(lambda x: math.exp((dim - 1) * math.log(x) - x * x * trace
+                                                     / 2 + log_l(x, which) - top),
+                                  peak * 0.2, peak * 3, points=[peak], limit=500,
+                                  epsabs=0, epsrel=1e-11)
+        return math.log(value) + top
+    return log_integral(True) - log_integral(False)
+
+
+@pytest.mark.parametrize("n,m,d,delta,told_centre", [
+    (4, 2, 3, 2.0, False), (5, 2, 4, 2.5, True), (6, 3, 60, 6.0, False),
+    (6, 3, 220, 10.0, False), (6, 2, 60, 0.0, False)])
+def test_not_told_the_level_is_the_scale_integral_of_the_ratio(df, n, m, d, delta,
+                                                               told_centre):
+    """``told_level=False``: Wijsman's ratio of the densities of Y / |Y|, the planted and the
+    null density integrated over the scale with s^(N-1) ds, against scipy's quadrature
+    (a peak far from the standard normal's: the next test)."""
+    rng = np.random.default_rng(n * d)
+    y = rng.standard_normal((n, d))
+    y[:m, 0] += delta
+    a = df.arrangements(n, m)
+    g, rows = df._centred((y @ y.T)[None], told_centre)
+    sq = df.arrangement_squares(df.arrangement_pairs(a), g)
+    c = df.spike(n, m, delta)
+    want = _quad_log_ratio(df, sq, g, rows, n, c, delta, d)
+    got = df.log_likelihood_ratio(y @ y.T, m, delta, d, told_centre=told_centre,
+                                  told_level=False)
+    assert got == pytest.approx(want, abs=2e-5)
+    # a scale of every descriptor changes nothing, as it changes the told ratio
+    scaled = df.log_likelihood_ratio(7.0 * (y @ y.T), m, delta, d, told_centre=told_centre,
+                                     told_level=False)
+    assert scaled == pytest.approx(got, abs=1e-9)
+    if delta > 0:
+        assert df.log_likelihood_ratio(7.0 * (y @ y.T), m, delta, d,
+                                       told_centre=told_centre) != pytest.approx(
+            df.log_likelihood_ratio(y @ y.T, m, delta, d, told_centre=told_centre))
+
+
+@pytest.mark.parametrize("t, b", [(100.0, 0.0), (100.0, 40.0), (30.0, -200.0)])
+def test_the_level_integral_finds_a_peak_away_from_the_normals(df, t, b):
+    """``L = exp(b s^2)`` moves the peak by ``log(T / (T - 2b)) / 2`` in log s (0.8 at
+    b = 40, -1.3 at T = 30, b = -200: past the first grid's end): the integral is
+    ``Gamma(N/2) (2 / (T - 2b))^(N/2) / 2``, in closed form."""
+    dim = 60
+    got = df.log_level_integral(lambda s2: b * s2, np.array([t]), dim)[0]
+    want = special.gammaln(dim / 2) + dim / 2 * math.log(2 / (t - 2 * b)) - math.log(2)
+    assert got == pytest.approx(want, abs=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_not_told_the_level_is_alpha_at_no_separation_and_never_above_told_it(df):
+    """The same draws, told and not told the level: a test of level alpha whatever the
+    level is one of those the told test is most powerful among."""
+    deltas = [0.0, 4.0]
+    told = df.direction_free_power(4, 2, 3, deltas, draws=500, alpha=0.05, told_centre=False)
+    free = df.direction_free_power(4, 2, 3, deltas, draws=500, alpha=0.05, told_centre=False,
+                                   told_level=False)
+    assert abs(free[0] - 0.05) < 0.03 and free[0] < free[1]
+    assert np.all(free <= told + 3 * math.sqrt(0.25 / 500))
+    assert free[1] < told[1] - 0.05           # in three dimensions the level is worth much
+
+
+def test_the_curve_not_told_the_level_has_its_own_file(df, tmp_path):
+    deltas, powers = df.direction_free_curve(4, 2, 3, 0.4, alpha=0.05, draws=60,
+                                             cache=tmp_path, told_centre=False,
+                                             told_level=False)
+    names = [p.name for p in tmp_path.glob("*.json")]
+    assert names == ["direction_free_n4_m2_d3_a0.05_draws60_seed0_centre_free_level_free.json"]
+    assert np.array_equal(powers[:4], df.direction_free_power(
+        4, 2, 3, deltas[:4], alpha=0.05, draws=60, told_centre=False, told_level=False))
+
+
+def test_the_parabola_is_the_vertex_and_width_of_three_points(df):
+    """On an exact parabola ``-(u - p)^2 / (2 w^2)`` the vertex and the width come back for
+    every column; a vertex past the grid's end is taken one step from its neighbour, at the
+    end; no width where it bends up."""
+    grid = np.linspace(-1.0, 1.0, 9)[:, None] + np.array([[0.0, 0.3, -0.2, 0.0, 5.0]])
+    peak, width = np.array([0.13, 1.2, -0.9, 3.0, 5.0]), np.array([0.2, 0.5, 0.05, 0.4, 1.0])
+    values = -(grid - peak) ** 2 / (2 * width ** 2)
+    values[:, 4] = grid[:, 4] ** 2                         # convex: no peak, no width
+    got_peak, got_width = df._parabola(values, grid)
+    np.testing.assert_allclose(got_peak[:3], peak[:3], atol=1e-12)
+    np.testing.assert_allclose(got_width[:4], width[:4], rtol=1e-12)
+    assert got_peak[3] == pytest.approx(1.0, abs=1e-12)     # clipped: one step past 0.75
+    assert np.isnan(got_width[4])

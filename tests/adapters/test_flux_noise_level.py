@@ -236,10 +236,23 @@ def test_the_rule_told_the_covariance_reads_those_distances(nl, monkeypatch):
     assert nl.rule_told_the_covariance("label", 50, 10, 3440, 6, 10, clients_per_group=99,
                                        skip=7) == 2
     assert seen == [(("label", 50, 10, 3440, 6, 10), {"clients_per_group": 99, "skip": 7})]
-    ours = inspect.signature(load_benchmark("flux_noise_level").told_covariance_distances)
-    theirs = inspect.signature(free.told_the_covariance)
-    for name in ("clients_per_group", "skip"):
-        assert ours.parameters[name].default == theirs.parameters[name].default
+    monkeypatch.undo()
+    asked = []
+
+    class Stop(Exception):
+        pass
+
+    def population(*args):
+        asked.append(args)
+        raise Stop
+
+    import flux_direction_free_bound as imported    # the module the script imports by name
+    monkeypatch.setattr(imported, "_last_population", population)
+    with pytest.raises(Stop):
+        nl.told_covariance_distances("label", 50, 10, 3440, 6, 10)
+    theirs = inspect.signature(free.told_the_covariance).parameters
+    assert asked == [("label", 50, 10, 3440, theirs["clients_per_group"].default,
+                      theirs["skip"].default)]
 
 
 def test_the_table_counts_each_kind(nl, tmp_path):
@@ -260,17 +273,19 @@ def test_the_table_counts_each_kind(nl, tmp_path):
         {"kind": "one-group", "run": ["label", 6, 500, 0, 10, 2], "p": 0.01, "default": 1},
         {"kind": "told-covariance", "run": ["concept", 6, 50, 1, 2, 1], "k": 2},
         {"kind": "told-covariance", "run": ["concept", 6, 50, 10, 2, 1], "k": 1},
-        {"kind": "told-covariance", "run": ["concept", 6, 50, 1, 2, 2], "k": 3},
+        {"kind": "told-covariance", "run": ["concept", 6, 50, 1, 2, 2], "k": 2},
+        {"kind": "told-covariance", "run": ["concept", 6, 50, 1, 2, 3], "k": 3},
     ]
     path = tmp_path / "r.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     lines = nl.table([str(path)])
-    assert lines[0].startswith("| kind | clients | rows | shift | classes | runs |")
+    assert lines[0] == ("| kind | clients | rows | shift | classes | runs | default: K right / "
+                        "splits | noise-level test: K right / splits; told Sigma: K = 2 |")
     assert lines[1] == "|---|---|---|---|---|---|---|---|"
     assert lines[2:] == ["| one-group | 6 | 500 | label | 10 | 3 | 1 | 2 |",
                          "| runs | 6 | 20 | feature | 2 | 3 | 1 | 2 |",
                          "| runs | 6 | 20 | none | 2 | 2 | 1 | 1 |",
-                         "| told-covariance | 6 | 50 | concept | 2 | 3 |  | 1 |"]
+                         "| told-covariance | 6 | 50 | concept | 2 | 4 |  | 2 |"]
     assert nl.table([str(path)], alpha=0.001)[3] == "| runs | 6 | 20 | feature | 2 | 3 | 1 | 0 |"
 
 
