@@ -21,7 +21,10 @@ of the likelihood-ratio test of the averaged null against the averaged planted m
 each direction, not only on average. It is told ``mu``, ``Sigma``, ``m`` and ``Delta``: more
 than any rule knows, so the bound is generous. ``told_centre=False`` takes ``mu`` away: the
 ratio of the descriptors relative to their own mean, a bound for every rule that reads
-distances (a translation of every descriptor changes none).
+distances (a translation of every descriptor changes none). ``told_level=False`` takes the
+noise level away as well (``Sigma`` known up to a factor): the ratio of the densities of
+``Y / |Y|``, a bound for every rule whose answer does not change when all descriptors are
+scaled alike (:func:`log_level_integral`).
 
 **The ratio in closed form.** Both averaged densities depend on the clients' whitened,
 centred descriptors ``Y`` (``n x d``) only through their Gram matrix ``G = Y Y^T``:
