@@ -640,24 +640,27 @@ def test_not_told_the_level_is_the_scale_integral_of_the_ratio(df, n, m, d, delt
                                   told_level=False)
     assert got == pytest.approx(want, abs=2e-5)
     # a scale of every descriptor changes nothing, as it changes the told ratio
-    scaled = df.log_likelihood_ratio(7.0 * (y @ y.T), m, delta, d, told_centre=told_centre,
-                                     told_level=False)
-    assert scaled == pytest.approx(got, abs=1e-9)
+    for factor in (7.0, 1e-6):
+        scaled = df.log_likelihood_ratio(factor * (y @ y.T), m, delta, d,
+                                         told_centre=told_centre, told_level=False)
+        assert scaled == pytest.approx(got, abs=1e-8)
     if delta > 0:
         assert df.log_likelihood_ratio(7.0 * (y @ y.T), m, delta, d,
                                        told_centre=told_centre) != pytest.approx(
             df.log_likelihood_ratio(y @ y.T, m, delta, d, told_centre=told_centre))
 
 
-@pytest.mark.parametrize("t, b", [(100.0, 0.0), (100.0, 40.0), (30.0, -200.0)])
-def test_the_level_integral_finds_a_peak_away_from_the_normals(df, t, b):
+def test_the_level_integral_finds_a_peak_away_from_the_normals(df):
     """``L = exp(b s^2)`` moves the peak by ``log(T / (T - 2b)) / 2`` in log s (0.8 at
-    b = 40, -1.3 at T = 30, b = -200: past the first grid's end): the integral is
-    ``Gamma(N/2) (2 / (T - 2b))^(N/2) / 2``, in closed form."""
+    b = 40; -1.3 at T = 30, b = -200 and +2.0 at T = 100, b = 49, past the first grid's ends):
+    the integral is ``Gamma(N/2) (2 / (T - 2b))^(N/2) / 2``, in closed form; every row at
+    once, each with its own peak."""
     dim = 60
-    got = df.log_level_integral(lambda s2: b * s2, np.array([t]), dim)[0]
-    want = special.gammaln(dim / 2) + dim / 2 * math.log(2 / (t - 2 * b)) - math.log(2)
-    assert got == pytest.approx(want, abs=1e-6)
+    t = np.array([100.0, 100.0, 30.0, 100.0, 1e-6])
+    b = np.array([0.0, 40.0, -200.0, 49.0, 0.0])
+    got = df.log_level_integral(lambda s2: b[None] * s2, t, dim)
+    want = special.gammaln(dim / 2) + dim / 2 * np.log(2 / (t - 2 * b)) - math.log(2)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
 
 
 @pytest.mark.slow
@@ -686,14 +689,18 @@ def test_the_curve_not_told_the_level_has_its_own_file(df, tmp_path):
 
 def test_the_parabola_is_the_vertex_and_width_of_three_points(df):
     """On an exact parabola ``-(u - p)^2 / (2 w^2)`` the vertex and the width come back for
-    every column; a vertex past the grid's end is taken one step from its neighbour, at the
-    end; no width where it bends up."""
-    grid = np.linspace(-1.0, 1.0, 9)[:, None] + np.array([[0.0, 0.3, -0.2, 0.0, 5.0]])
-    peak, width = np.array([0.13, 1.2, -0.9, 3.0, 5.0]), np.array([0.2, 0.5, 0.05, 0.4, 1.0])
+    every column; a vertex past either end of the grid is taken one step from the end's
+    neighbour, at the end; where it bends up, the largest value's place moved off the ends,
+    and no width."""
+    shift = np.array([[0.0, 0.3, -0.2, 0.0, 0.0, 0.5]])
+    grid = np.linspace(-1.0, 1.0, 9)[:, None] + shift
+    peak = np.array([0.13, 1.2, -0.9, 3.0, -4.0, 0.0])
+    width = np.array([0.2, 0.5, 0.05, 0.4, 0.3, 1.0])
     values = -(grid - peak) ** 2 / (2 * width ** 2)
-    values[:, 4] = grid[:, 4] ** 2                         # convex: no peak, no width
+    values[:, 5] = (grid[:, 5] - 0.5) ** 2                  # convex: no peak, no width
     got_peak, got_width = df._parabola(values, grid)
     np.testing.assert_allclose(got_peak[:3], peak[:3], atol=1e-12)
-    np.testing.assert_allclose(got_width[:4], width[:4], rtol=1e-12)
+    np.testing.assert_allclose(got_width[:5], width[:5], rtol=1e-12)
     assert got_peak[3] == pytest.approx(1.0, abs=1e-12)     # clipped: one step past 0.75
-    assert np.isnan(got_width[4])
+    assert got_peak[4] == pytest.approx(-1.0, abs=1e-12)    # one step before -0.75
+    assert got_peak[5] == pytest.approx(grid[1, 5], abs=1e-12) and np.isnan(got_width[5])
