@@ -417,7 +417,7 @@ def log_level_integral(log_l, trace, dimension: int) -> np.ndarray:
 
 
 def _log_ratio(squares, grams, rows: int, n: int, c: float, delta: float, d: int,
-               told_level: bool = True) -> np.ndarray:
+               told_level: bool) -> np.ndarray:
     """``log`` (planted / null) of the Gram matrices ``grams`` (their arrangements'
     ``squares``), both direction-averaged. ``told_level=False``: the ratio of the densities
     of ``Y / |Y|``; by Wijsman's representation it is ``int f1(s Y) s^(N-1) ds / int f0(s
