@@ -44,6 +44,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from omnifc.adapters.flux._split_half import squared_distances  # noqa: E402
 
 #: Reference draws of :func:`noise_level_test` and of the default's rule (``flux:
 #: axis_or_gap@0.01``'s B), and the level both are read at (the default's).
@@ -53,16 +54,10 @@ ALPHA = 0.01
 GROUPS = 10
 
 
-def squared_distances(x) -> np.ndarray:
-    """``flux``'s squared Euclidean distances between rows (the split D's builder)."""
-    from omnifc.adapters.flux._split_half import squared_distances as rows_d2
-    return rows_d2(x)
-
-
 def _split_parts(distances, n: int, groups: int):
-    """``(contrasts, points)`` in D's MDS embedding: the ``n (k - 1)`` within-client Helmert
-    contrasts and the ``n`` descriptors, as ``flux.split_whitened_distances`` reads them."""
-    from omnifc.adapters._calibrated_k import mds_embedding
+    """``(contrasts, points)`` of D of the ``(k + 1) n`` rows, as
+    ``flux.split_whitened_distances`` reads them (``_split_half.split_embedding``); only
+    that shape is taken: the test reads each client's own descriptor."""
     from omnifc.adapters.flux import _split_half
 
     d = np.asarray(distances, dtype=np.float64)
@@ -70,21 +65,7 @@ def _split_parts(distances, n: int, groups: int):
     if n < 2 or d.shape != ((k + 1) * n, (k + 1) * n):
         raise ValueError(f"D must be (k + 1) n x (k + 1) n for k = {k} and n = {n} >= 2, "
                          f"got {d.shape}")
-    x = mds_embedding(d)[0]
-    left = x[:k * n].reshape(k, n, -1)
-    contrasts = np.einsum("rk,knd->rnd", _split_half._contrasts(k), left)
-    return contrasts.reshape(-1, x.shape[1]), x[k * n:]
-
-
-def _whitener(noise_rows):
-    """``(S, W)``: the OAS-shrunk covariance of zero-mean ``noise_rows`` and the map that
-    whitens by it (directions with no noise floored at 1e-12 of the largest variance, as
-    ``flux.split_whitened_distances`` floors them)."""
-    from sklearn.covariance import oas
-
-    s, _ = oas(noise_rows, assume_centered=True)
-    values, vectors = np.linalg.eigh(s)
-    return s, vectors / np.sqrt(np.maximum(values, values.max() * 1e-12))
+    return _split_half.split_embedding(d, n, groups=k)
 
 
 def top_eigenvalue(points) -> float:
@@ -115,10 +96,16 @@ def noise_level_test(distances, n: int, *, groups: int = GROUPS,
     """
     if references < 1:
         raise ValueError(f"references must be >= 1, got {references}")
-    contrasts, points = _split_parts(distances, int(n), groups)
-    k = contrasts.shape[0] // int(n) + 1
-    s, whiten = _whitener(contrasts)
-    observed = top_eigenvalue(points @ whiten)
+    return _noise_level_of_parts(*_split_parts(distances, int(n), groups), references, seed)
+
+
+def _noise_level_of_parts(contrasts, points, references: int, seed: int):
+    """:func:`noise_level_test` on the parts of D that ``_split_parts`` reads."""
+    from omnifc.adapters.flux._split_half import oas_whitened_points
+
+    k = contrasts.shape[0] // points.shape[0] + 1
+    whitened, s = oas_whitened_points(contrasts, points)
+    observed = top_eigenvalue(whitened)
     values, vectors = np.linalg.eigh(s)
     root = vectors * np.sqrt(np.maximum(values, 0.0))
     rng = np.random.default_rng(seed)
@@ -126,8 +113,17 @@ def noise_level_test(distances, n: int, *, groups: int = GROUPS,
     for b in range(references):
         noise = rng.standard_normal(contrasts.shape) @ root.T
         clients = rng.standard_normal(points.shape) @ root.T * np.sqrt((k - 1) / 4)
-        draws[b] = top_eigenvalue(clients @ _whitener(noise)[1])
+        draws[b] = top_eigenvalue(oas_whitened_points(noise, clients)[0])
     return observed, float((1 + np.sum(draws >= observed)) / (1 + references))
+
+
+def _both_tests(full, n: int, groups: int, seed: int) -> dict:
+    """The noise-level test's ``p`` and the default's K on one split D (one embedding)."""
+    from omnifc.adapters.flux._split_half import oas_whitened_distances
+
+    parts = _split_parts(full, n, groups)
+    return {"default": _default_k(oas_whitened_distances(*parts)),
+            "p": _noise_level_of_parts(*parts, REFERENCES, seed)[1]}
 
 
 def default_decision(distances):
@@ -163,12 +159,8 @@ def _split_run(shift, n, rows, imbalance, classes, seed, *, groups=GROUPS):
 def run_record(shift, n, rows, imbalance, classes, seed, *, groups=GROUPS) -> dict:
     """One grid run: its planted K, the default's K on its split D and the noise-level
     test's ``p`` (reference draws seeded by the run's seed)."""
-    from omnifc.adapters import flux
-
     full, planted = _split_run(shift, n, rows, imbalance, classes, seed, groups=groups)
-    return {"planted": int(len(set(planted.tolist()))),
-            "default": _default_k(flux.split_whitened_distances(full, n, groups=groups)),
-            "p": noise_level_test(full, n, groups=groups, seed=seed)[1]}
+    return {"planted": int(len(set(planted.tolist()))), **_both_tests(full, n, groups, seed)}
 
 
 def one_group_records(shift, rows, classes, seed, *, per_group: int = 6,
@@ -193,9 +185,7 @@ def one_group_records(shift, rows, classes, seed, *, per_group: int = 6,
         splits = flux.split_descriptors(lat, lab, proj, c, form=form,
                                         rng=np.random.default_rng([seed, g]), groups=groups)
         full = squared_distances(np.vstack(list(splits) + [desc]))
-        out.append({"p": noise_level_test(full, len(take), groups=groups, seed=seed)[1],
-                    "default": _default_k(flux.split_whitened_distances(full, len(take),
-                                                                        groups=groups))})
+        out.append(_both_tests(full, len(take), groups, seed))
     return out
 
 

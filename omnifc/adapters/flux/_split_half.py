@@ -153,6 +153,14 @@ def split_whitened_distances(distances, n: int, *, groups: int = DEFAULT_SPLIT_G
     exactly); directions with no noise are floored at 1e-12 of the largest variance.
     ``order="client"``: the rows come client by client instead (``G_0 of client 0, ...,
     F of client 0, G_0 of client 1, ...``: a session over the nodes' :func:`split_rows`)."""
+    return oas_whitened_distances(*split_embedding(distances, n, groups=groups, order=order))
+
+
+def split_embedding(distances, n: int, *, groups: int = DEFAULT_SPLIT_GROUPS,
+                    order: str = "stacked") -> tuple[np.ndarray, np.ndarray]:
+    """``(contrasts, points)``: what :func:`split_whitened_distances` reads from D (same
+    arguments), in D's classical MDS embedding: the ``n (k - 1)`` within-client contrasts
+    (one row each) and the ``n`` points it whitens."""
     d = np.asarray(distances, dtype=np.float64)
     n, k = int(n), split_group_count(groups)
     if order not in ("stacked", "client"):
@@ -169,8 +177,7 @@ def split_whitened_distances(distances, n: int, *, groups: int = DEFAULT_SPLIT_G
     x = mds_embedding(d)[0]
     left = x[:k * n].reshape(k, n, -1)
     points = left.mean(axis=0) if d.shape[0] == k * n else x[k * n:]
-    return oas_whitened_distances(np.einsum("rk,knd->rnd", _contrasts(k), left)
-                                  .reshape(-1, x.shape[1]), points)
+    return (np.einsum("rk,knd->rnd", _contrasts(k), left).reshape(-1, x.shape[1]), points)
 
 
 def _contrasts(k: int) -> np.ndarray:
@@ -186,13 +193,20 @@ def _contrasts(k: int) -> np.ndarray:
     return out
 
 
-def oas_whitened_distances(noise_rows, points) -> np.ndarray:
-    """Squared distances between ``points`` whitened by the OAS-shrunk covariance of the
-    zero-mean ``noise_rows`` (directions with no noise floored at 1e-12 of the largest
-    variance): the coordinator's last step in :func:`split_whitened_distances`."""
+def oas_whitened_points(noise_rows, points) -> tuple[np.ndarray, np.ndarray]:
+    """``(whitened points, S)``: ``points`` whitened by ``S``, the OAS-shrunk covariance of
+    the zero-mean ``noise_rows`` (directions with no noise floored at 1e-12 of the largest
+    variance)."""
     from sklearn.covariance import oas
 
     noise, _ = oas(noise_rows, assume_centered=True)
     values, vectors = np.linalg.eigh(noise)
     values = np.maximum(values, values.max() * 1e-12)
-    return squared_distances(np.asarray(points) @ vectors / np.sqrt(values))
+    return np.asarray(points) @ vectors / np.sqrt(values), noise
+
+
+def oas_whitened_distances(noise_rows, points) -> np.ndarray:
+    """Squared distances between ``points`` whitened by the OAS-shrunk covariance of the
+    zero-mean ``noise_rows`` (:func:`oas_whitened_points`): the coordinator's last step in
+    :func:`split_whitened_distances`."""
+    return squared_distances(oas_whitened_points(noise_rows, points)[0])
