@@ -167,8 +167,19 @@ def one_group_records(shift, rows, classes, seed, *, per_group: int = 6,
                       groups=GROUPS) -> list[dict]:
     """The level check: the grid's run of ``2 per_group`` clients at 1 : 1, each planted
     group alone (``per_group`` clients of one distribution, or under label shift of one
-    group prior), split as the grid splits them. Per group: the noise-level test's ``p``
-    and the default's K on the same split D (K > 1 is a split)."""
+    group prior), split as the grid splits them (:func:`one_group_distances`). Per group:
+    the noise-level test's ``p`` and the default's K on the same split D (K > 1 is a
+    split)."""
+    return [_both_tests(full, n, groups, seed) for full, n in
+            one_group_distances(shift, rows, classes, seed, per_group=per_group,
+                                groups=groups)]
+
+
+def one_group_distances(shift, rows, classes, seed, *, per_group: int = 6, groups=GROUPS):
+    """``[(D of the (k + 1) n split rows, n)]`` for each planted group of the grid's run of
+    ``2 per_group`` clients at 1 : 1 alone, as the grid splits them (descriptors and
+    delete-a-group descriptors of the group's own clients; the split's random groups seeded
+    by ``[seed, g]``)."""
     import bench_k_selection as grid
     from omnifc.adapters import flux
 
@@ -184,8 +195,7 @@ def one_group_records(shift, rows, classes, seed, *, per_group: int = 6,
         desc = np.stack([flux.descriptor(z, y, proj, c, form=form) for z, y in zip(lat, lab)])
         splits = flux.split_descriptors(lat, lab, proj, c, form=form,
                                         rng=np.random.default_rng([seed, g]), groups=groups)
-        full = squared_distances(np.vstack(list(splits) + [desc]))
-        out.append(_both_tests(full, len(take), groups, seed))
+        out.append((squared_distances(np.vstack(list(splits) + [desc])), len(take)))
     return out
 
 
