@@ -43,6 +43,7 @@ def test_int_list_names_the_part_it_refuses_and_shows_the_form():
     ("flux_label_free_bound", ["--seeds", "9-3"]),
     ("flux_direction_free_bound", ["--told-covariance", "--seeds", "9-3", "--out", "{out}"]),
     ("flux_noise_level", ["--runs", "--seeds", "9-3", "--out", "{out}"]),
+    ("flux_spiked_null", ["--runs", "--seeds", "9-3", "--out", "{out}"]),
     ("clove_label_reference", ["--seeds", "9-3", "--out", "{out}"]),
     ("_clove_transform", ["--seeds", "9-3", "--out", "{out}"]),
     ("_clove_probes", ["--seeds", "9-3", "--shift", "label", "--out", "{out}"]),

@@ -25,7 +25,8 @@ BENCHMARKS = {"kernels": "bench_kernels.py", "protocol": "bench_protocol.py",
               "clove-label-reference": "clove_label_reference.py",
               "flux-label-free-bound": "flux_label_free_bound.py",
               "flux-direction-free-bound": "flux_direction_free_bound.py",
-              "flux-noise-level": "flux_noise_level.py"}
+              "flux-noise-level": "flux_noise_level.py",
+              "flux-spiked-null": "flux_spiked_null.py"}
 
 
 def benchmarks_dir() -> Path:

@@ -1,0 +1,260 @@
+"""benchmarks/flux_spiked_null.py: the bound's ratio test with nothing told, against a
+Gaussian fitted with the contrasts' noise as its floor (issue 24, twenty-fifth pass),
+checked against computations written out here."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from sklearn.covariance import oas
+
+from benchmark_scripts import load_benchmark
+from omnifc.adapters._calibrated_k import mds_embedding
+
+
+@pytest.fixture(scope="module")
+def sn():
+    return load_benchmark("flux_spiked_null")
+
+
+@pytest.fixture(scope="module")
+def free():
+    return load_benchmark("flux_direction_free_bound")
+
+
+def _d2(x):
+    return ((x[:, None] - x[None]) ** 2).sum(-1)
+
+
+def _federation(rng, n, rows, k, *, shift=0.0, small=0, client_sd=0.0, p=4):
+    """Rows iid N(mean, I) per client; a client's descriptor is its rows' mean, its k
+    delete-a-group descriptors leave out one of k consecutive row groups. ``small`` clients
+    have their mean moved by ``shift`` along the first axis; ``client_sd``: every client's
+    own mean moves by ``client_sd`` times one standard normal along the first axis (clients
+    of one group that differ along one direction, as the generator's binary label shift)."""
+    f, g = [], [[] for _ in range(k)]
+    for i in range(n):
+        mean = np.zeros(p)
+        mean[0] += (shift if i < small else 0.0) + client_sd * rng.standard_normal()
+        x = mean + rng.standard_normal((rows, p))
+        f.append(x.mean(axis=0))
+        for j, part in enumerate(np.array_split(np.arange(rows), k)):
+            g[j].append(np.delete(x, part, axis=0).mean(axis=0))
+    return np.vstack([np.array(gj) for gj in g] + [np.array(f)])
+
+
+def _contrasts(g, k):
+    return np.vstack([(g[:r].sum(axis=0) - r * g[r]) / np.sqrt(r * (r + 1))
+                      * 2 * np.sqrt((k - 1) / k) for r in range(1, k)])
+
+
+def _statistic(free, gram, d, n, expected):
+    """T written out: the separation of m : n - m groups whose pooled spread is the top
+    eigenvalue's excess over pure noise's, the log likelihood ratio at it, the largest over
+    the m of at least two kept."""
+    excess = max(np.linalg.eigvalsh(gram)[-1] - expected[0], 1e-3) / (n - 1)
+    return max(free.log_likelihood_ratio(gram, m, math.sqrt(excess / (m / n * (1 - m / n))),
+                                         d, told_centre=False)
+               for m in range(2, n // 2 + 1))
+
+
+def test_the_statistic_reads_the_separation_from_the_excess(sn, free):
+    """Over m = 2 .. n / 2, each at the separation the excess gives: a lone outlier client
+    (which m = 1 would explain best) does not enter; no excess over the noise, no
+    evidence."""
+    rng = np.random.default_rng(2)
+    y = rng.standard_normal((6, 8))
+    y[0, 0] += 12.0                                    # one client far off: a group of one
+    y -= y.mean(axis=0)
+    gram = y @ y.T
+    expected = np.full(6, 9.0)
+    got = sn.ratio_statistic(gram[None], 8, 6, expected)[0]
+    assert got == pytest.approx(_statistic(free, gram, 8, 6, expected), rel=1e-12)
+    c = (np.linalg.eigvalsh(gram)[-1] - 9.0) / 5
+    with_one = free.log_likelihood_ratio(gram, 1, math.sqrt(c / (1 / 6 * 5 / 6)), 8,
+                                         told_centre=False)
+    assert with_one > got + 1.0                        # m = 1 would have won
+    assert sn.ratio_statistic(gram[None], 8, 6, expected + 1.0)[0] != got   # reads expected
+    quiet = sn.ratio_statistic(gram[None], 8, 6, np.full(6, 1e9))[0]        # the floor
+    assert abs(quiet) < 1e-3
+    with pytest.raises(ValueError, match="n >= 4"):
+        sn.ratio_statistic(np.eye(3)[None], 8, 3, expected)
+
+
+def test_the_spikes_are_the_eigenvalues_above_the_noise(sn):
+    """A spike planted along one axis is found there, with c from its excess over the
+    expected noise eigenvalue; eigenvalues below what noise gives are no spikes."""
+    rng = np.random.default_rng(3)
+    n, p = 6, 30
+    y = rng.standard_normal((n, p))
+    y[:, 4] += 12.0 * rng.standard_normal(n)           # a Gaussian client effect along e_4
+    centred = y - y.mean(axis=0)
+    values = np.sort(np.linalg.eigvalsh(centred @ centred.T))[::-1]
+    expected = np.full(n, float(p))                    # a noise Gram's mean eigenvalue
+    spikes = sn.fitted_spikes(y, 1.0, expected)
+    assert len(spikes) == int(np.sum(values[:n - 1] > p))
+    c, v = spikes[0]
+    assert c == pytest.approx((values[0] - p) / (n - 1), rel=1e-12)
+    assert abs(v[4]) > 0.95 and np.linalg.norm(v) == pytest.approx(1.0)
+    # the same spike in noise units: kappa scales the clients, not the excess's meaning
+    c4, _ = sn.fitted_spikes(2.0 * y, 4.0, expected)[0]
+    assert c4 == pytest.approx(c, rel=1e-12)
+    assert sn.fitted_spikes(y, 1.0, np.full(n, values[0] + 1.0)) == []
+
+
+def test_the_p_is_the_rank_among_draws_rebuilt_from_its_seed(sn, free):
+    """Every step written out on D's own embedding: whitening by Cholesky's factor of the
+    OAS covariance (not the eigenvectors the script uses; T and the spikes' excesses are the
+    same for every whitening), the pilot's expected eigenvalues, the spikes mapped back to
+    the descriptors' coordinates (L v for Cholesky's L), each draw's contrasts and clients
+    from the same stream, S re-estimated, T read by the written-out statistic."""
+    n, k, pilot, b = 6, 4, 7, 19
+    rng = np.random.default_rng(8)
+    rows = _federation(rng, n, 20, k, shift=0.8, small=3, client_sd=0.2, p=3)
+    x = mds_embedding(_d2(rows))[0]
+    g, f = x[:k * n].reshape(k, n, -1), x[k * n:]
+    contrasts = _contrasts(g, k)
+    kappa = (k - 1) / 4
+
+    def gram_of(points, cov):
+        lower = np.linalg.cholesky(cov)
+        y = (points - points.mean(axis=0)) @ np.linalg.inv(lower).T
+        return y @ y.T / kappa, y, lower
+
+    s = oas(contrasts, assume_centered=True)[0]
+    values, vectors = np.linalg.eigh(s)                # the stream's square root of S
+    root = vectors * np.sqrt(values)
+    draw = np.random.default_rng(5)
+
+    def clients_of(spikes_original):
+        noise = draw.standard_normal(contrasts.shape) @ root.T
+        w = draw.standard_normal(f.shape) @ root.T
+        for c, u in spikes_original:
+            w = w + math.sqrt(c) * draw.standard_normal((n, 1)) * u[None, :]
+        return noise, math.sqrt(kappa) * w
+
+    pil = []
+    for _ in range(pilot):
+        noise, clients = clients_of([])
+        pil.append(np.sort(np.linalg.eigvalsh(
+            gram_of(clients, oas(noise, assume_centered=True)[0])[0]))[::-1])
+    expected = np.mean(pil, axis=0)
+    gram, y, lower = gram_of(f, s)
+    ell, axes = np.linalg.eigh(gram)                   # each spike's sign as the stream's
+    spikes = []
+    for j in range(n - 1):
+        lj, uj = ell[-1 - j], axes[:, -1 - j]
+        if lj > expected[j]:
+            v = y.T @ uj
+            spikes.append(((lj - expected[j]) / (n - 1), lower @ (v / np.linalg.norm(v))))
+    assert spikes                                       # the test exercises the spikes
+    t = _statistic(free, gram, x.shape[1], n, expected)
+    null = []
+    for _ in range(b):
+        noise, clients = clients_of(spikes)
+        null.append(_statistic(free, gram_of(clients, oas(noise, assume_centered=True)[0])[0],
+                               x.shape[1], n, expected))
+    got = sn.spiked_null_test(_d2(rows), n, groups=k, references=b, pilot=pilot, seed=5)
+    assert got["t"] == pytest.approx(t, rel=1e-9, abs=1e-9)
+    assert got["spikes"] == len(spikes)
+    assert got["p"] == (1 + sum(v >= t for v in null)) / (1 + b)
+    assert 0.05 < got["p"] < 0.95                      # draws on both sides of T
+
+
+@pytest.mark.slow
+def test_level_with_client_effects_and_power_on_groups(sn):
+    """Six clients of 20 rows, four groups each. Clients of one distribution, and clients
+    that each differ along one direction by two noise units (the null the noise-level test
+    does not hold: it rejects 28 of these 40), are split at 0.05 about as often as the level
+    allows (seen: 0 and 2 of 40); two groups of three, 7.2 noise units apart, mostly (seen:
+    32 of 40)."""
+    rng = np.random.default_rng(11)
+    runs = 40
+    nl = load_benchmark("flux_noise_level")
+
+    def outcomes(**kw):
+        feds = [_d2(_federation(rng, 6, 20, 4, **kw)) for _ in range(runs)]
+        spiked = [sn.spiked_null_test(d, 6, groups=4, references=39, pilot=19, seed=s)["p"]
+                  for s, d in enumerate(feds)]
+        return feds, sum(p <= 0.05 for p in spiked)
+
+    assert outcomes()[1] <= 6                           # P(Binomial(40, 0.05) >= 7) = 0.005
+    feds, split = outcomes(client_sd=0.45)              # 0.45 against a mean's noise of 0.22
+    assert split <= 6
+    assert sum(nl.noise_level_test(d, 6, groups=4, references=39, seed=s)[1] <= 0.05
+               for s, d in enumerate(feds)) >= 20
+    assert outcomes(shift=1.6, small=3)[1] >= 24
+
+
+def test_scale_free_and_refusals(sn):
+    rng = np.random.default_rng(4)
+    d = _d2(_federation(rng, 6, 20, 4, shift=0.6, small=3))
+    r = sn.spiked_null_test(d, 6, groups=4, references=9, pilot=5, seed=1)
+    assert sn.spiked_null_test(9 * d, 6, groups=4, references=9, pilot=5, seed=1)["p"] == r["p"]
+    for bad in ({"references": 0}, {"pilot": 0}):
+        with pytest.raises(ValueError, match="must be >= 1"):
+            sn.spiked_null_test(d, 6, groups=4, **bad)
+    with pytest.raises(ValueError, match="D must be"):
+        sn.spiked_null_test(d[:-1, :-1], 6, groups=4)
+
+
+def _rec(kind, shift, rows, x, classes, seed, p, default, planted=None):
+    rec = {"kind": kind, "run": [shift, 6, rows, x, classes, seed], "p": p,
+           "default": default, "spikes": 1}
+    if planted is not None:
+        rec["planted"] = planted
+    return rec
+
+
+def test_the_table_counts_cells_of_twelve(sn):
+    recs = [_rec("runs", "feature", 20, 1, 2, s, 0.005 if s < 11 else 0.5, 1, 2)
+            for s in range(12)]
+    recs += [_rec("runs", "concept", 50, 10, 10, s, 0.005 if s < 10 else 0.5, 2, 2)
+             for s in range(12)]
+    recs += [_rec("runs", "label", 20, 1, 2, s, 0.005, 2, 2) for s in range(11)]  # not 12
+    recs += [_rec("one-group", "label", 500, g, 10, 1, 0.005 if g else 0.5, 2 if g else 1)
+             for g in (0, 1)]
+    lines = sn.table(recs)
+    assert "| runs | feature | 20 | 2 | 12 | 0 | 11 |" in lines
+    assert "| runs | concept | 50 | 10 | 12 | 12 | 10 |" in lines
+    assert "| one-group | label | 500 | 10 | 2 | 1 | 1 |" in lines
+    assert lines[-1] == ("cells of 12 runs with K right in >= 11: default 1, spiked-null "
+                         "test 1, of 2")
+
+
+@pytest.mark.slow
+def test_the_command_line_writes_resumes_and_counts(sn, tmp_path, capsys):
+    """In process (so mutation testing sees it): one seed, one shift, one class count, one
+    row count; the records are the functions' on the grid's runs, a second call adds
+    nothing, and the table prints the verdict."""
+    runs, one = tmp_path / "runs.jsonl", tmp_path / "one.jsonl"
+    common = ["--seeds", "3433", "--shifts", "feature", "--classes", "2", "--rows", "20"]
+    assert sn.main(["--runs", *common, "--out", str(runs)]) == 0
+    got = [json.loads(line) for line in runs.read_text().splitlines()]
+    assert [r["run"] for r in got] == [["feature", 6, 20, 1, 2, 3433],
+                                       ["feature", 6, 20, 10, 2, 3433],
+                                       ["none", 6, 20, 1, 2, 3433]]
+    nl = load_benchmark("flux_noise_level")
+    full, planted = nl._split_run("feature", 6, 20, 10, 2, 3433)
+    want = sn.spiked_null_test(full, 6, seed=3433)
+    assert got[1]["p"] == want["p"] and got[1]["spikes"] == want["spikes"]
+    assert got[1]["planted"] == 2 and got[2]["planted"] == 1
+    assert sn.main(["--one-group", *common, "--out", str(one)]) == 0
+    ones = [json.loads(line) for line in one.read_text().splitlines()]
+    assert [r["run"][3] for r in ones] == [0, 1]
+    (d1, n1) = nl.one_group_distances("feature", 20, 2, 3433)[1]
+    assert ones[1]["p"] == sn.spiked_null_test(d1, n1, seed=3433)["p"]
+    before = runs.read_text(), one.read_text()
+    sn.main(["--runs", *common, "--out", str(runs)])
+    sn.main(["--one-group", *common, "--out", str(one)])
+    assert (runs.read_text(), one.read_text()) == before
+    capsys.readouterr()
+    assert sn.main(["--table", str(runs), str(one)]) == 0
+    printed = capsys.readouterr().out
+    assert "| runs | feature | 20 | 2 | 2 |" in printed
+    assert "| one-group | feature | 20 | 2 | 2 |" in printed
+    with pytest.raises(SystemExit):
+        sn.main(["--runs"])                                # no --out
