@@ -1,9 +1,10 @@
-"""Six clients: the bound's ratio test with nothing told, against a null that lets clients differ (issue 24).
+"""Six clients: the bound's ratio test, told nothing, against a null where clients differ.
 
-Not a speed benchmark. The twenty-fourth pass found that at six clients the default's K rule
-falls short of the bound because of its test, not its estimate of the noise: the bound's
-ratio test, told the noise covariance ``Sigma`` (with ``m`` and ``Delta``), finds K = 2 in
-298 of 384 runs where the default's rule, told the same ``Sigma``, finds 177. It also found
+Not a speed benchmark (issue 24). The twenty-fourth pass found that at six clients the
+default's K rule falls short of the bound because of its test, not its estimate of the
+noise: the bound's ratio test, told the noise covariance ``Sigma`` (with ``m`` and
+``Delta``), finds K = 2 in 298 of 384 runs where the default's rule, told the same
+``Sigma``, finds 177. It also found
 that measuring the clients' spread against the noise alone (``flux_noise_level``) splits
 single groups whose clients differ (the generator's label shift). This module builds the
 ratio test with nothing told, and with a null that lets clients differ:
@@ -39,10 +40,10 @@ over a fixed grid of separations (5 to 20 noise units), was frozen with a verdic
 seeds 3457-3468 (commit 537e022) and withdrawn after its first 28 records: with 500 rows a
 client the groups lie far beyond the grid, its ratio no longer told them from the pooled
 Gaussian (p from 0.02 to 0.52 in all 8 planted runs with 500 rows among them, where the
-default found K = 2 in 6), and each such run cost one to three minutes. Its verdict was not computed. The test here
-reads the separation from the data instead; measured on the design seeds 3433-3444 only, it
-loses to the default with 500 rows as well (docs/adapters.md, twenty-fifth pass), so no
-verdict was frozen for it.
+default found K = 2 in 6), and each such run cost one to three minutes. Its verdict was
+not computed. The test here reads the separation from the data instead; measured on the
+design seeds 3433-3444 only, it loses to the default with 500 rows as well
+(docs/adapters.md, twenty-fifth pass), so no verdict was frozen for it.
 
 Usage (JSON lines appended to ``--out``, resumed; ``--table`` prints the counts)::
 

@@ -82,6 +82,11 @@ def test_the_statistic_reads_the_separation_from_the_excess(sn, free):
     assert abs(quiet) < 1e-3
     with pytest.raises(ValueError, match="n >= 4"):
         sn.ratio_statistic(np.eye(3)[None], 8, 3, expected)
+    for n in (4, 5):                                   # the smallest: two groups of two
+        part = y[:n] - y[:n].mean(axis=0)
+        g = part @ part.T
+        assert sn.ratio_statistic(g[None], 8, n, expected)[0] == pytest.approx(
+            _statistic(free, g, 8, n, expected), rel=1e-12)
 
 
 def test_the_spikes_are_the_eigenvalues_above_the_noise(sn):
@@ -103,6 +108,18 @@ def test_the_spikes_are_the_eigenvalues_above_the_noise(sn):
     c4, _ = sn.fitted_spikes(2.0 * y, 4.0, expected)[0]
     assert c4 == pytest.approx(c, rel=1e-12)
     assert sn.fitted_spikes(y, 1.0, np.full(n, values[0] + 1.0)) == []
+    assert len(sn.fitted_spikes(y, 1.0, np.zeros(n))) == n - 1       # every axis, the last too
+    exact = np.linalg.eigh(sn.scaled_gram(y, 1.0))[0][::-1]          # its own computation
+    assert sn.fitted_spikes(y, 1.0, exact) == []                      # above, not at, the noise
+
+
+def test_the_gram_of_a_stack_is_each_gram(sn):
+    rng = np.random.default_rng(6)
+    stack = rng.standard_normal((3, 5, 4))
+    got = sn.scaled_gram(stack, 2.0)
+    for one, want in zip(stack, got):
+        centred = one - one.mean(axis=0)
+        assert np.allclose(centred @ centred.T / 2.0, want, rtol=1e-12, atol=1e-12)
 
 
 def test_the_p_is_the_rank_among_draws_rebuilt_from_its_seed(sn, free):
@@ -189,6 +206,24 @@ def test_level_with_client_effects_and_power_on_groups(sn):
     assert outcomes(shift=1.6, small=3)[1] >= 24
 
 
+def test_the_defaults_ten_groups_seed_zero_and_one_draw(sn):
+    """Ten groups and seed 0 unless told (the default's split, the runs' seeds); one
+    reference draw and one pilot draw are enough to run."""
+    rng = np.random.default_rng(9)
+    rows = _federation(rng, 6, 20, 10, shift=0.6, small=3)
+    d = _d2(rows)
+    got = sn.spiked_null_test(d, 6, references=9, pilot=5)
+    assert got == sn.spiked_null_test(d, 6, groups=10, references=9, pilot=5, seed=0)
+    x = mds_embedding(d)[0]
+    parts = (_contrasts(x[:60].reshape(10, 6, -1), 10), x[60:])
+    assert sn.spiked_of_parts(*parts, references=9, pilot=5) == sn.spiked_of_parts(
+        *parts, references=9, pilot=5, seed=0)
+    assert sn.spiked_of_parts(*parts, references=9, pilot=5)["t"] == pytest.approx(
+        got["t"], rel=1e-9)
+    one = sn.spiked_null_test(d, 6, references=1, pilot=1)
+    assert one["p"] in (0.5, 1.0)
+
+
 def test_scale_free_and_refusals(sn):
     rng = np.random.default_rng(4)
     d = _d2(_federation(rng, 6, 20, 4, shift=0.6, small=3))
@@ -210,19 +245,24 @@ def _rec(kind, shift, rows, x, classes, seed, p, default, planted=None):
 
 
 def test_the_table_counts_cells_of_twelve(sn):
-    recs = [_rec("runs", "feature", 20, 1, 2, s, 0.005 if s < 11 else 0.5, 1, 2)
+    """Per cell of 12 runs: the default right in 11 and 10, the spiked-null test (K = 2 at
+    p <= 0.01, p = 0.01 included) in 11 and 12; a cell of 11 runs is not counted; a single
+    group at p = 0.01 is split."""
+    recs = [_rec("runs", "feature", 20, 1, 2, s, 0.01 if s < 11 else 0.5, 2 if s else 1, 2)
             for s in range(12)]
-    recs += [_rec("runs", "concept", 50, 10, 10, s, 0.005 if s < 10 else 0.5, 2, 2)
+    recs += [_rec("runs", "concept", 50, 10, 10, s, 0.005, 2 if s < 10 else 1, 2)
              for s in range(12)]
     recs += [_rec("runs", "label", 20, 1, 2, s, 0.005, 2, 2) for s in range(11)]  # not 12
-    recs += [_rec("one-group", "label", 500, g, 10, 1, 0.005 if g else 0.5, 2 if g else 1)
+    recs += [_rec("one-group", "label", 500, g, 10, 1, 0.01 if g else 0.5, 2 if g else 1)
              for g in (0, 1)]
     lines = sn.table(recs)
-    assert "| runs | feature | 20 | 2 | 12 | 0 | 11 |" in lines
-    assert "| runs | concept | 50 | 10 | 12 | 12 | 10 |" in lines
+    assert lines[:2] == ["| kind | shift | rows | classes | runs | default: K right / splits "
+                         "| spiked-null test: K right / splits |", "|---" * 7 + "|"]
+    assert "| runs | feature | 20 | 2 | 12 | 11 | 11 |" in lines
+    assert "| runs | concept | 50 | 10 | 12 | 10 | 12 |" in lines
     assert "| one-group | label | 500 | 10 | 2 | 1 | 1 |" in lines
     assert lines[-1] == ("cells of 12 runs with K right in >= 11: default 1, spiked-null "
-                         "test 1, of 2")
+                         "test 2, of 2")
 
 
 @pytest.mark.slow
