@@ -80,7 +80,7 @@ def ratio_statistic(grams, d: int, n: int, expected) -> np.ndarray:
 
     >>> import flux_direction_free_bound as free
     >>> g = np.diag([30.0, 30.0, 1.0, 1.0]) ; g -= g.mean(0) ; g -= g.mean(1)[:, None]
-    >>> c = (np.linalg.eigvalsh(g)[-1] - 8.0) / 3             # the excess over 8, per row
+    >>> c = (np.linalg.eigvalsh(g)[-1] - 8.0) / 3             # the excess over 8, / (n - 1)
     >>> want = free.log_likelihood_ratio(g, 2, float(np.sqrt(4 * c)), 8, told_centre=False)
     >>> bool(np.isclose(ratio_statistic(g[None], 8, 4, [8.0, 8.0, 8.0])[0], want))
     True
@@ -267,10 +267,10 @@ def table(records, alpha: float = ALPHA) -> list[str]:
     return lines
 
 
-def main(argv=None) -> int:
+def _parser():
+    """The command line's arguments (module docstring)."""
     import argparse
     import bench_k_selection as grid
-    from _common import int_list
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     kind = parser.add_mutually_exclusive_group(required=True)
     kind.add_argument("--runs", action="store_true",
@@ -283,6 +283,12 @@ def main(argv=None) -> int:
     parser.add_argument("--classes", default="2,10")
     parser.add_argument("--shifts", default=",".join(grid.SHIFTS))
     parser.add_argument("--out")
+    return parser
+
+
+def main(argv=None) -> int:
+    from _common import int_list
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.table:
         print("\n".join(table(_records(args.table))))

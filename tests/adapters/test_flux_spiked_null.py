@@ -265,15 +265,33 @@ def test_the_table_counts_cells_of_twelve(sn):
                          "test 2, of 2")
 
 
+def test_the_command_lines_defaults_and_refusals(sn, capsys):
+    """The design seeds, every row count, class count and shift unless told; one kind of
+    run is required, and --out with --runs or --one-group."""
+    grid = load_benchmark("bench_k_selection")
+    args = sn._parser().parse_args(["--runs", "--out", "x"])
+    assert (args.seeds, args.rows, args.classes, args.shifts) == (
+        "3433-3444", "20,50,500", "2,10", ",".join(grid.SHIFTS))
+    assert sn._parser().description == sn.__doc__.splitlines()[0]
+    for argv, says in ((["--seeds", "1"], "one of the arguments --runs --one-group --table "
+                                          "is required"),
+                       (["--runs"], "--out is needed with --runs and --one-group")):
+        with pytest.raises(SystemExit):
+            sn.main(argv)
+        assert says in capsys.readouterr().err
+
+
 @pytest.mark.slow
-def test_the_command_line_writes_resumes_and_counts(sn, tmp_path, capsys):
-    """In process (so mutation testing sees it): one seed, one shift, one class count, one
-    row count; the records are the functions' on the grid's runs, a second call adds
-    nothing, and the table prints the verdict."""
+def test_the_command_line_writes_resumes_and_counts(sn, tmp_path, capsys, monkeypatch):
+    """In process (so mutation testing sees it): one seed, one class count, one row count;
+    the records are the functions' on the grid's runs; a record lost is written again, the
+    same, and nothing else; the single groups of two shifts, not recomputed on resume; the
+    table."""
     runs, one = tmp_path / "runs.jsonl", tmp_path / "one.jsonl"
-    common = ["--seeds", "3433", "--shifts", "feature", "--classes", "2", "--rows", "20"]
-    assert sn.main(["--runs", *common, "--out", str(runs)]) == 0
+    common = ["--seeds", "3433", "--classes", "2", "--rows", "20"]
+    assert sn.main(["--runs", *common, "--shifts", "feature", "--out", str(runs)]) == 0
     got = [json.loads(line) for line in runs.read_text().splitlines()]
+    assert capsys.readouterr().out == "\n".join(sn.table(got)) + "\n"
     assert [r["run"] for r in got] == [["feature", 6, 20, 1, 2, 3433],
                                        ["feature", 6, 20, 10, 2, 3433],
                                        ["none", 6, 20, 1, 2, 3433]]
@@ -282,19 +300,28 @@ def test_the_command_line_writes_resumes_and_counts(sn, tmp_path, capsys):
     want = sn.spiked_null_test(full, 6, seed=3433)
     assert got[1]["p"] == want["p"] and got[1]["spikes"] == want["spikes"]
     assert got[1]["planted"] == 2 and got[2]["planted"] == 1
-    assert sn.main(["--one-group", *common, "--out", str(one)]) == 0
+    whole = runs.read_text()
+    runs.write_text("".join(whole.splitlines(keepends=True)[:2]))   # the last record lost
+    sn.main(["--runs", *common, "--shifts", "feature", "--out", str(runs)])
+    assert runs.read_text() == whole
+    assert sn.main(["--one-group", *common, "--shifts", "feature,concept",
+                    "--out", str(one)]) == 0
     ones = [json.loads(line) for line in one.read_text().splitlines()]
-    assert [r["run"][3] for r in ones] == [0, 1]
-    (d1, n1) = nl.one_group_distances("feature", 20, 2, 3433)[1]
-    assert ones[1]["p"] == sn.spiked_null_test(d1, n1, seed=3433)["p"]
-    before = runs.read_text(), one.read_text()
-    sn.main(["--runs", *common, "--out", str(runs)])
-    sn.main(["--one-group", *common, "--out", str(one)])
-    assert (runs.read_text(), one.read_text()) == before
+    assert [r["run"] for r in ones] == [[shift, 6, 20, g, 2, 3433]
+                                        for shift in ("feature", "concept") for g in (0, 1)]
+    (d1, n1) = nl.one_group_distances("concept", 20, 2, 3433)[1]
+    assert ones[3]["p"] == sn.spiked_null_test(d1, n1, seed=3433)["p"]
+    before = one.read_text()
+
+    def recomputed(*args, **kwargs):
+        raise AssertionError("a single group already recorded was computed again")
+
+    monkeypatch.setattr(sn, "one_group_records", recomputed)
+    sn.main(["--one-group", *common, "--shifts", "feature,concept", "--out", str(one)])
+    assert one.read_text() == before
     capsys.readouterr()
     assert sn.main(["--table", str(runs), str(one)]) == 0
     printed = capsys.readouterr().out
+    assert printed == "\n".join(sn.table(got + ones)) + "\n"
     assert "| runs | feature | 20 | 2 | 2 |" in printed
-    assert "| one-group | feature | 20 | 2 | 2 |" in printed
-    with pytest.raises(SystemExit):
-        sn.main(["--runs"])                                # no --out
+    assert "| one-group | concept | 20 | 2 | 2 |" in printed
