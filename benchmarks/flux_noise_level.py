@@ -117,13 +117,18 @@ def _noise_level_of_parts(contrasts, points, references: int, seed: int):
     return observed, float((1 + np.sum(draws >= observed)) / (1 + references))
 
 
-def _both_tests(full, n: int, groups: int, seed: int) -> dict:
-    """The noise-level test's ``p`` and the default's K on one split D (one embedding)."""
+def noise_level_of_parts(contrasts, points, seed: int) -> dict:
+    """The noise-level test's record fields (``p``) on the parts of one split D."""
+    return {"p": _noise_level_of_parts(contrasts, points, REFERENCES, seed)[1]}
+
+
+def default_and_test(full, n: int, groups: int, seed: int, test=noise_level_of_parts) -> dict:
+    """The default's K and ``test(contrasts, points, seed)``'s fields on one split D (one
+    embedding for both)."""
     from omnifc.adapters.flux._split_half import oas_whitened_distances
 
     parts = _split_parts(full, n, groups)
-    return {"default": _default_k(oas_whitened_distances(*parts)),
-            "p": _noise_level_of_parts(*parts, REFERENCES, seed)[1]}
+    return {"default": _default_k(oas_whitened_distances(*parts)), **test(*parts, seed)}
 
 
 def default_decision(distances):
@@ -156,23 +161,44 @@ def _split_run(shift, n, rows, imbalance, classes, seed, *, groups=GROUPS):
     return squared_distances(np.vstack(list(splits) + [desc])), planted
 
 
-def run_record(shift, n, rows, imbalance, classes, seed, *, groups=GROUPS) -> dict:
+def run_record(shift, n, rows, imbalance, classes, seed, *, groups=GROUPS,
+               test=noise_level_of_parts) -> dict:
     """One grid run: its planted K, the default's K on its split D and the noise-level
-    test's ``p`` (reference draws seeded by the run's seed)."""
+    test's ``p`` (reference draws seeded by the run's seed); ``test``: another test's
+    fields instead (:func:`default_and_test`)."""
     full, planted = _split_run(shift, n, rows, imbalance, classes, seed, groups=groups)
-    return {"planted": int(len(set(planted.tolist()))), **_both_tests(full, n, groups, seed)}
+    return {"planted": int(len(set(planted.tolist()))),
+            **default_and_test(full, n, groups, seed, test)}
 
 
 def one_group_records(shift, rows, classes, seed, *, per_group: int = 6,
-                      groups=GROUPS) -> list[dict]:
+                      groups=GROUPS, test=noise_level_of_parts) -> list[dict]:
     """The level check: the grid's run of ``2 per_group`` clients at 1 : 1, each planted
     group alone (``per_group`` clients of one distribution, or under label shift of one
     group prior), split as the grid splits them (:func:`one_group_distances`). Per group:
-    the noise-level test's ``p`` and the default's K on the same split D (K > 1 is a
-    split)."""
-    return [_both_tests(full, n, groups, seed) for full, n in
+    the noise-level test's ``p`` (or ``test``'s fields) and the default's K on the same
+    split D (K > 1 is a split)."""
+    return [default_and_test(full, n, groups, seed, test) for full, n in
             one_group_distances(shift, rows, classes, seed, per_group=per_group,
                                 groups=groups)]
+
+
+def read_records(paths) -> list[dict]:
+    """The records of the JSON-lines files ``paths``, in order (blank lines skipped)."""
+    out = []
+    for path in paths:
+        with open(path) as f:
+            out.extend(json.loads(line) for line in f if line.strip())
+    return out
+
+
+def append_records(path, records, seen: set) -> None:
+    """Append to ``path`` the ``records`` whose ``(kind, run)`` is not in ``seen``, and add
+    theirs to it (the scripts' resumption)."""
+    with open(path, "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records
+                     if (r["kind"], tuple(r["run"])) not in seen)
+    seen.update((r["kind"], tuple(r["run"])) for r in records)
 
 
 def one_group_distances(shift, rows, classes, seed, *, per_group: int = 6, groups=GROUPS):
@@ -242,22 +268,19 @@ def table(paths, alpha: float = ALPHA) -> list[str]:
     the default's K right, the noise-level test's K = 2 at ``alpha`` (runs) or splits (one
     group), the rule told ``Sigma``'s K = 2."""
     counts = {}
-    for path in paths:
-        with open(path) as f:
-            for line in f:
-                rec = json.loads(line)
-                shift, n, rows, _, classes, _ = rec["run"]
-                key = (rec["kind"], n, rows, shift, classes)
-                c = counts.setdefault(key, [0, 0, 0])
-                c[0] += 1
-                if rec["kind"] == "runs":
-                    c[1] += rec["default"] == rec["planted"]
-                    c[2] += (2 if rec["p"] <= alpha else 1) == rec["planted"]
-                elif rec["kind"] == "one-group":
-                    c[1] += rec["default"] > 1
-                    c[2] += rec["p"] <= alpha
-                else:
-                    c[2] += rec["k"] == 2
+    for rec in read_records(paths):
+        shift, n, rows, _, classes, _ = rec["run"]
+        key = (rec["kind"], n, rows, shift, classes)
+        c = counts.setdefault(key, [0, 0, 0])
+        c[0] += 1
+        if rec["kind"] == "runs":
+            c[1] += rec["default"] == rec["planted"]
+            c[2] += (2 if rec["p"] <= alpha else 1) == rec["planted"]
+        elif rec["kind"] == "one-group":
+            c[1] += rec["default"] > 1
+            c[2] += rec["p"] <= alpha
+        else:
+            c[2] += rec["k"] == 2
     lines = ["| kind | clients | rows | shift | classes | runs | default: K right / splits | "
              "noise-level test: K right / splits; told Sigma: K = 2 |", "|---" * 8 + "|"]
     for (kind, n, rows, shift, classes), (runs, default, other) in sorted(counts.items()):
@@ -297,8 +320,7 @@ def main(argv=None) -> int:
     kind_name = "runs" if args.runs else "one-group" if args.one_group else "told-covariance"
     seen = set()
     if os.path.exists(args.out):
-        with open(args.out) as f:
-            seen = {(rec["kind"], tuple(rec["run"])) for rec in map(json.loads, f)}
+        seen = {(rec["kind"], tuple(rec["run"])) for rec in read_records([args.out])}
     if args.runs:
         todo = list(_runs(args, grid))
         todo += [("none", n, rows, 1, classes, seed) for seed in int_list(args.seeds)
@@ -317,17 +339,13 @@ def main(argv=None) -> int:
         if args.runs:
             rec = run_record(shift, n, rows, imbalance, classes, seed)
         elif args.one_group:     # imbalance holds the group; both come from one call
-            recs = [{"kind": kind_name, "run": [shift, 6, rows, g, classes, seed], **r}
-                    for g, r in enumerate(one_group_records(shift, rows, classes, seed))]
-            with open(args.out, "a") as f:
-                f.writelines(json.dumps(r) + "\n" for r in recs
-                             if (kind_name, tuple(r["run"])) not in seen)
-            seen.update((kind_name, tuple(r["run"])) for r in recs)
+            append_records(args.out, [
+                {"kind": kind_name, "run": [shift, 6, rows, g, classes, seed], **r}
+                for g, r in enumerate(one_group_records(shift, rows, classes, seed))], seen)
             continue
         else:
             rec = {"k": rule_told_the_covariance(shift, rows, classes, seed, n, imbalance)}
-        with open(args.out, "a") as f:
-            f.write(json.dumps({"kind": kind_name, "run": list(run), **rec}) + "\n")
+        append_records(args.out, [{"kind": kind_name, "run": list(run), **rec}], seen)
     print("\n".join(table([args.out], args.alpha)))
     return 0
 

@@ -54,7 +54,6 @@ Usage (JSON lines appended to ``--out``, resumed; ``--table`` prints the counts)
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -199,41 +198,26 @@ def spiked_of_parts(contrasts, points, *, references: int = REFERENCES, pilot: i
             "spikes": len(spikes)}
 
 
-def _both(full, n: int, seed: int) -> dict:
-    """The spiked test's ``p`` and the default's K on one split D (one embedding)."""
-    from flux_noise_level import GROUPS, _default_k, _split_parts
-    from omnifc.adapters.flux._split_half import oas_whitened_distances
-
-    parts = _split_parts(full, n, GROUPS)
-    test = spiked_of_parts(*parts, seed=seed)
-    return {"default": _default_k(oas_whitened_distances(*parts)), "p": test["p"],
-            "spikes": test["spikes"]}
+def spiked_fields(contrasts, points, seed: int) -> dict:
+    """The spiked test's record fields (``p``, ``spikes``) on the parts of one split D."""
+    test = spiked_of_parts(contrasts, points, seed=seed)
+    return {"p": test["p"], "spikes": test["spikes"]}
 
 
 def run_record(shift, n, rows, imbalance, classes, seed) -> dict:
-    """One grid run (``flux_noise_level._split_run``): its planted K, the default's K and
+    """One grid run (``flux_noise_level.run_record``): its planted K, the default's K and
     the spiked test's ``p`` (reference draws seeded by the run's seed)."""
-    from flux_noise_level import _split_run
+    from flux_noise_level import run_record as record
 
-    full, planted = _split_run(shift, n, rows, imbalance, classes, seed)
-    return {"planted": int(len(set(planted.tolist()))), **_both(full, n, seed)}
+    return record(shift, n, rows, imbalance, classes, seed, test=spiked_fields)
 
 
 def one_group_records(shift, rows, classes, seed) -> list[dict]:
-    """The level check (``flux_noise_level.one_group_distances``): each planted group of
-    the grid's 6 : 6 run alone; per group the spiked test's ``p`` and the default's K."""
-    from flux_noise_level import one_group_distances
+    """The level check (``flux_noise_level.one_group_records``): each planted group of the
+    grid's 6 : 6 run alone; per group the spiked test's ``p`` and the default's K."""
+    from flux_noise_level import one_group_records as records
 
-    return [_both(full, n, seed) for full, n in one_group_distances(shift, rows, classes,
-                                                                    seed)]
-
-
-def _records(paths) -> list[dict]:
-    out = []
-    for path in paths:
-        with open(path) as f:
-            out.extend(json.loads(line) for line in f if line.strip())
-    return out
+    return records(shift, rows, classes, seed, test=spiked_fields)
 
 
 def table(records, alpha: float = ALPHA) -> list[str]:
@@ -288,17 +272,18 @@ def _parser():
 
 def main(argv=None) -> int:
     from _common import int_list
+    from flux_noise_level import append_records, read_records
     parser = _parser()
     args = parser.parse_args(argv)
     if args.table:
-        print("\n".join(table(_records(args.table))))
+        print("\n".join(table(read_records(args.table))))
         return 0
     if not args.out:
         parser.error("--out is needed with --runs and --one-group")
     kind_name = "runs" if args.runs else "one-group"
     seen = set()
     if os.path.exists(args.out):
-        seen = {(r["kind"], tuple(r["run"])) for r in _records([args.out])}
+        seen = {(r["kind"], tuple(r["run"])) for r in read_records([args.out])}
     seeds, classes, rows = int_list(args.seeds), int_list(args.classes), int_list(args.rows)
     shifts = args.shifts.split(",")
     if args.runs:
@@ -318,11 +303,8 @@ def main(argv=None) -> int:
         else:
             recs = [{"kind": kind_name, "run": [shift, 6, r, g, c, seed], **rec}
                     for g, rec in enumerate(one_group_records(shift, r, c, seed))]
-        with open(args.out, "a") as f:
-            f.writelines(json.dumps(rec) + "\n" for rec in recs
-                         if (kind_name, tuple(rec["run"])) not in seen)
-        seen.update((kind_name, tuple(rec["run"])) for rec in recs)
-    print("\n".join(table(_records([args.out]))))
+        append_records(args.out, recs, seen)
+    print("\n".join(table(read_records([args.out]))))
     return 0
 
 
