@@ -286,12 +286,19 @@ def log_likelihood_ratio(gram, m: int, delta: float, d: int, a=None, *,
     pairs = arrangement_pairs(a)
     c = spike(n, m, delta)
     out = np.empty(len(grams))
-    per_chunk = max(1, _TERMS_PER_CHUNK // (len(a) * (1 if told_level else LEVEL_POINTS)))
+    per_chunk = _rows_per_chunk(len(a), told_level)
     for lo in range(0, len(grams), per_chunk):     # (chunk, arrangements) terms at a time
         part = grams[lo:lo + per_chunk]
         out[lo:lo + per_chunk] = _log_ratio(arrangement_squares(pairs, part), part, rows, n,
                                             c, delta, d, told_level)
     return out.reshape(gram.shape[:-2]) if gram.ndim > 2 else float(out[0])
+
+
+def _rows_per_chunk(arrangement_total: int, told_level: bool) -> int:
+    """Gram matrices per batch of the arrangement sums: :data:`_TERMS_PER_CHUNK` terms, each
+    row's arrangements counted once told the level and at every scale point of
+    :func:`log_level_integral` (:data:`LEVEL_POINTS`) when not."""
+    return max(1, _TERMS_PER_CHUNK // (arrangement_total * (1 if told_level else LEVEL_POINTS)))
 
 
 def _centred(grams, told_centre: bool):
@@ -531,7 +538,7 @@ def direction_free_power(n: int, m: int, d: int, deltas, *, alpha: float = 0.05,
     deltas = [float(delta) for delta in np.asarray(deltas, dtype=np.float64)]
     null, planted = np.empty((len(deltas), draws)), np.empty((len(deltas), draws))
     along, pairs = a @ shift, arrangement_pairs(a)
-    per_chunk = max(1, _TERMS_PER_CHUNK // (len(a) * (1 if told_level else LEVEL_POINTS)))
+    per_chunk = _rows_per_chunk(len(a), told_level)
     for lo in range(0, draws, per_chunk):
         part = slice(lo, lo + per_chunk)
         # |Y^T a_s|^2 = a_s^T R a_s + (a_s . y)^2, y the clients' coordinates along u = e_1:
@@ -610,9 +617,9 @@ def direction_free_bounds(cells, seeds, separations, ranks, group_sizes, *,
     whose arrangements number at most :data:`MAX_ARRANGEMENTS`: each run's bound at its
     seed's separation and rank (``separations`` and ``ranks`` keyed by ``(shift, rows,
     classes, seed)``); ``group_sizes(n, imbalance) -> (big, small)``; ``told_centre`` and
-    ``told_level``: as :func:`direction_free_power`. ``processes`` > 1 computes the curves in that many
-    processes, the costliest first (a curve's draws depend on its own arguments alone, so
-    the result is the same as in one process)."""
+    ``told_level``: as :func:`direction_free_power`. ``processes`` > 1 computes the curves
+    in that many processes, the costliest first (a curve's draws depend on its own
+    arguments alone, so the result is the same as in one process)."""
     sizes = {cell: (cell[1], group_sizes(cell[1], cell[3])[1]) for cell in cells}
     keys = {cell: [(cell[0], cell[2], cell[4], s) for s in seeds] for cell in cells
             if arrangement_count(*sizes[cell]) <= MAX_ARRANGEMENTS}
