@@ -323,3 +323,41 @@ def test_the_command_line_writes_resumes_and_counts(nl, tmp_path):
     missing = subprocess.run([sys.executable, str(SCRIPT), "--runs"], capture_output=True,
                              text=True, timeout=120)
     assert missing.returncode == 2 and "--out is needed" in missing.stderr
+
+
+def test_the_records_carry_any_test_with_the_runs_own_arguments(nl):
+    """``test`` gets the parts of the run's own split D (its group count) and the run's
+    seed, beside the default's K read by the library's whitening; without it, the
+    noise-level test's p at that seed."""
+    def probe(contrasts, points, seed):
+        return {"contrasts": contrasts.shape[0], "clients": points.shape[0], "seed": seed}
+
+    run = ("feature", 6, 20, 10, 2, 3434)
+    full, _ = nl._split_run(*run, groups=4)
+    assert nl.run_record(*run, groups=4, test=probe) == {
+        "planted": 2, "default": nl._default_k(flux.split_whitened_distances(full, 6, groups=4)),
+        "contrasts": 18, "clients": 6, "seed": 3434}
+    full10, _ = nl._split_run(*run)
+    assert nl.run_record(*run)["p"] == nl.noise_level_test(full10, 6, seed=3434)[1]
+    got = nl.one_group_records("label", 20, 2, 3433, per_group=4, groups=4, test=probe)
+    want = [{"default": nl._default_k(flux.split_whitened_distances(d, n, groups=4)),
+             "contrasts": 12, "clients": 4, "seed": 3433}
+            for d, n in nl.one_group_distances("label", 20, 2, 3433, per_group=4, groups=4)]
+    assert got == want
+
+
+def test_records_are_appended_once_and_read_back(nl, tmp_path):
+    path = tmp_path / "r.jsonl"
+    seen = set()
+    first = [{"kind": "runs", "run": ["label", 6, 20, 1, 2, 1], "p": 0.5},
+             {"kind": "one-group", "run": ["label", 6, 20, 0, 2, 1], "p": 0.1}]
+    nl.append_records(path, first, seen)
+    assert seen == {("runs", ("label", 6, 20, 1, 2, 1)), ("one-group", ("label", 6, 20, 0, 2, 1))}
+    again = [dict(first[0], p=0.9), {"kind": "runs", "run": ["label", 6, 50, 1, 2, 1], "p": 0.2}]
+    nl.append_records(path, again, seen)                 # the seen one is not written twice
+    path.write_text(path.read_text() + "\n")             # a blank line is skipped
+    other = tmp_path / "s.jsonl"
+    other.write_text(json.dumps({"kind": "runs", "run": [], "p": 1.0}) + "\n")
+    assert nl.read_records([str(path), str(other)]) == first + [again[1]] + [
+        {"kind": "runs", "run": [], "p": 1.0}]
+    assert len(seen) == 3
