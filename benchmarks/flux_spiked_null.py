@@ -45,6 +45,17 @@ not computed. The test here reads the separation from the data instead; measured
 design seeds 3433-3444 only, it loses to the default with 500 rows as well
 (docs/adapters.md, twenty-fifth pass), so no verdict was frozen for it.
 
+**The union, frozen (issue 24, twenty-sixth pass).** On the design seeds the spiked test
+and the default miss different runs: the test loses groups far apart with 500 rows, the
+default loses close groups with 20 and 50. :func:`union_k` takes the default's K where the
+default finds structure and asks the spiked test only where it answers one cluster (each
+at level 0.01, so the union's level is at most 0.02). On the design seeds' records it finds
+K = 2 in 418 of the 576 planted runs against the default's 347 (+71 / -0), keeps one
+cluster in 71 of the 72 iid runs (the default: 71), splits 4 of the 576 single groups (the
+default: 2), and has K right in at least 11 of 12 runs in 27 of the 54 cells (the default:
+22). :data:`UNION_VERDICT` was frozen with :data:`UNION_SEEDS` before any of them ran;
+:func:`union_verdict` computes it from the records.
+
 Usage (JSON lines appended to ``--out``, resumed; ``--table`` prints the counts)::
 
     python benchmarks/flux_spiked_null.py --runs --seeds 3433-3438 --out F
@@ -54,6 +65,7 @@ Usage (JSON lines appended to ``--out``, resumed; ``--table`` prints the counts)
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -69,6 +81,27 @@ PILOT = 49
 #: Reference draws and the level (the default's B and level).
 REFERENCES = 199
 ALPHA = 0.01
+
+#: The seeds the union was looked at on (the twenty-fifth pass's records), and its fresh
+#: seeds, never run with any six-client test before :data:`UNION_VERDICT` was frozen (the
+#: withdrawn candidate used 3457-3468).
+UNION_DESIGN_SEEDS = (3433, 3444)
+UNION_SEEDS = (3469, 3480)
+#: The runs a complete verdict counts: the grid's six-client planted runs (4 shifts, 2 class
+#: counts, 3 row counts, 1 : 1 and 1 : 10) and iid runs (2 class counts, 3 row counts), and
+#: the single groups of the level check (both groups of each shift, class and row count),
+#: per seed.
+UNION_RUNS_PER_SEED = {"planted": 48, "iid": 6, "single": 48}
+UNION_VERDICT = (
+    "The union at six clients (the default's K where its rule finds structure at 0.01, "
+    "else K = 2 where the spiked-null test's p <= 0.01, else K = 1), on fresh seeds "
+    "3469-3480, holds if (a) among the 576 planted runs it has K right more often than the "
+    "default by more than the paired noise (two standard errors of the mean paired "
+    "difference, times the runs), (b) it keeps one cluster in at least 69 of the 72 iid "
+    "runs (95 %), and (c) it splits at most 11 of the 576 single groups (2 %, its nominal "
+    "level as the union of two tests at 0.01). If it holds, the library's FLUX rule may "
+    "take the spiked test as its second test at six clients (a later pass); if not, it "
+    "stays a benchmark")
 
 
 def ratio_statistic(grams, d: int, n: int, expected) -> np.ndarray:
@@ -220,35 +253,93 @@ def one_group_records(shift, rows, classes, seed) -> list[dict]:
     return records(shift, rows, classes, seed, test=spiked_fields)
 
 
+def union_k(record, alpha: float = ALPHA) -> int:
+    """The union's K on one record: the default's K where it is above 1, else 2 where the
+    spiked test's ``p <= alpha``, else 1.
+
+    >>> union_k({"default": 3, "p": 0.9}), union_k({"default": 1, "p": 0.01})
+    (3, 2)
+    """
+    if record["default"] > 1:
+        return record["default"]
+    return 2 if record["p"] <= alpha else 1
+
+
 def table(records, alpha: float = ALPHA) -> list[str]:
-    """Per (kind, shift, rows, classes): runs, the default's K right (runs) or splits (one
-    group), the spiked test's K right or splits; then cells with K right in at least 11 of
-    12 runs."""
+    """Per (kind, shift, rows, classes): runs, then the default's, the spiked test's and
+    the union's K right (runs) or splits (one group); then cells with K right in at least
+    11 of 12 runs."""
     counts, cells = {}, {}
     for r in records:
         shift, _, rows, imbalance, classes, _ = r["run"]
         key = (r["kind"], shift, rows, classes)
-        c = counts.setdefault(key, [0, 0, 0])
+        c = counts.setdefault(key, [0, 0, 0, 0])
         c[0] += 1
+        ks = (r["default"], 2 if r["p"] <= alpha else 1, union_k(r, alpha))
         if r["kind"] == "runs":
-            k = 2 if r["p"] <= alpha else 1
-            c[1] += r["default"] == r["planted"]
-            c[2] += k == r["planted"]
-            cell = cells.setdefault((shift, rows, imbalance, classes), [0, 0, 0])
+            cell = cells.setdefault((shift, rows, imbalance, classes), [0, 0, 0, 0])
             cell[0] += 1
-            cell[1] += r["default"] == r["planted"]
-            cell[2] += k == r["planted"]
+            for i, k in enumerate(ks, 1):
+                c[i] += k == r["planted"]
+                cell[i] += k == r["planted"]
         else:
-            c[1] += r["default"] > 1
-            c[2] += r["p"] <= alpha
+            for i, k in enumerate(ks, 1):
+                c[i] += k > 1
     lines = ["| kind | shift | rows | classes | runs | default: K right / splits | "
-             "spiked-null test: K right / splits |", "|---" * 7 + "|"]
-    for (kind, shift, rows, classes), (n, a, b) in sorted(counts.items()):
-        lines.append(f"| {kind} | {shift} | {rows} | {classes} | {n} | {a} | {b} |")
+             "spiked-null test: K right / splits | union: K right / splits |", "|---" * 8 + "|"]
+    for (kind, shift, rows, classes), (n, a, b, u) in sorted(counts.items()):
+        lines.append(f"| {kind} | {shift} | {rows} | {classes} | {n} | {a} | {b} | {u} |")
     full = [c for c in cells.values() if c[0] == 12]
     lines.append(f"cells of 12 runs with K right in >= 11: default {sum(c[1] >= 11 for c in full)}"
-                 f", spiked-null test {sum(c[2] >= 11 for c in full)}, of {len(full)}")
+                 f", spiked-null test {sum(c[2] >= 11 for c in full)}, union "
+                 f"{sum(c[3] >= 11 for c in full)}, of {len(full)}")
     return lines
+
+
+def union_verdict(records, alpha: float = ALPHA) -> dict:
+    """:data:`UNION_VERDICT` on the records of :data:`UNION_SEEDS` (others are ignored).
+
+    Returns the counts (``runs``: planted runs; ``default`` and ``union``: K right there;
+    ``plus`` / ``minus``: runs only the union / only the default gets right; ``noise``;
+    ``iid`` and ``iid_one``: iid runs and those the union keeps as one cluster; ``single``
+    and ``splits``: single groups and those the union splits) and ``verdict``: ``"holds"``,
+    ``"does not hold"``, or ``"incomplete"`` while any run of the seeds is missing (the
+    counts are then of the runs present)."""
+    import bench_k_selection as grid
+
+    lo, hi = UNION_SEEDS
+    mine = list({(r["kind"], tuple(r["run"])): r for r in records
+                 if lo <= r["run"][5] <= hi}.values())      # a run given twice counts once
+    planted = [r for r in mine if r["kind"] == "runs" and r["run"][0] != "none"]
+    iid = [r for r in mine if r["kind"] == "runs" and r["run"][0] == "none"]
+    single = [r for r in mine if r["kind"] == "one-group"]
+    default, union, plus, minus, noise, word = grid.paired_counts(
+        [int(r["default"] == r["planted"]) for r in planted],
+        [int(union_k(r, alpha) == r["planted"]) for r in planted])
+    out = {"runs": len(planted), "default": default, "union": union, "plus": plus,
+           "minus": minus, "noise": noise, "iid": len(iid),
+           "iid_one": sum(union_k(r, alpha) == 1 for r in iid), "single": len(single),
+           "splits": sum(union_k(r, alpha) > 1 for r in single)}
+    seeds = hi - lo + 1
+    want = {k: v * seeds for k, v in UNION_RUNS_PER_SEED.items()}
+    if (len(planted), len(iid), len(single)) != (want["planted"], want["iid"], want["single"]):
+        out["verdict"] = "incomplete"
+    else:
+        holds = (word == "better" and out["iid_one"] >= math.ceil(0.95 * len(iid))
+                 and out["splits"] <= math.floor(0.02 * len(single)))
+        out["verdict"] = "holds" if holds else "does not hold"
+    return out
+
+
+def union_lines(records, alpha: float = ALPHA) -> list[str]:
+    """:func:`union_verdict` as the lines ``--table`` prints."""
+    v = union_verdict(records, alpha)
+    lo, hi = UNION_SEEDS
+    return [f"union on seeds {lo}-{hi}: planted K right {v['union']} against the default's "
+            f"{v['default']} of {v['runs']} (+{v['plus']} / -{v['minus']}, noise "
+            f"{v['noise']:.1f}); iid one cluster {v['iid_one']} of {v['iid']}; single groups "
+            f"split {v['splits']} of {v['single']}",
+            f"verdict (UNION_VERDICT): {v['verdict']}"]
 
 
 def _parser():
@@ -276,7 +367,8 @@ def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.table:
-        print("\n".join(table(read_records(args.table))))
+        records = read_records(args.table)
+        print("\n".join(table(records) + union_lines(records)))
         return 0
     if not args.out:
         parser.error("--out is needed with --runs and --one-group")
