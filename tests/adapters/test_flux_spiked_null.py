@@ -246,23 +246,119 @@ def _rec(kind, shift, rows, x, classes, seed, p, default, planted=None):
 
 def test_the_table_counts_cells_of_twelve(sn):
     """Per cell of 12 runs: the default right in 11 and 10, the spiked-null test (K = 2 at
-    p <= 0.01, p = 0.01 included) in 11 and 12; a cell of 11 runs is not counted; a single
-    group at p = 0.01 is split."""
+    p <= 0.01, p = 0.01 included) in 11 and 12, the union in 12 and 12; a cell of 11 runs
+    is not counted; of two single groups the default splits one and the test (at p = 0.01)
+    the other, the union both."""
     recs = [_rec("runs", "feature", 20, 1, 2, s, 0.01 if s < 11 else 0.5, 2 if s else 1, 2)
             for s in range(12)]
     recs += [_rec("runs", "concept", 50, 10, 10, s, 0.005, 2 if s < 10 else 1, 2)
              for s in range(12)]
     recs += [_rec("runs", "label", 20, 1, 2, s, 0.005, 2, 2) for s in range(11)]  # not 12
-    recs += [_rec("one-group", "label", 500, g, 10, 1, 0.01 if g else 0.5, 2 if g else 1)
+    recs += [_rec("one-group", "label", 500, g, 10, 1, 0.01 if g else 0.5, 1 if g else 2)
              for g in (0, 1)]
     lines = sn.table(recs)
     assert lines[:2] == ["| kind | shift | rows | classes | runs | default: K right / splits "
-                         "| spiked-null test: K right / splits |", "|---" * 7 + "|"]
-    assert "| runs | feature | 20 | 2 | 12 | 11 | 11 |" in lines
-    assert "| runs | concept | 50 | 10 | 12 | 10 | 12 |" in lines
-    assert "| one-group | label | 500 | 10 | 2 | 1 | 1 |" in lines
+                         "| spiked-null test: K right / splits | union: K right / splits |",
+                         "|---" * 8 + "|"]
+    assert "| runs | feature | 20 | 2 | 12 | 11 | 11 | 12 |" in lines
+    assert "| runs | concept | 50 | 10 | 12 | 10 | 12 | 12 |" in lines
+    assert "| one-group | label | 500 | 10 | 2 | 1 | 1 | 2 |" in lines
     assert lines[-1] == ("cells of 12 runs with K right in >= 11: default 1, spiked-null "
-                         "test 2, of 2")
+                         "test 2, union 2, of 2")
+
+
+def test_the_union_asks_the_test_only_where_the_default_finds_one_cluster(sn):
+    """The default's K where it is above 1, whatever the test says (K = 3 stays 3); else
+    K = 2 at p <= alpha (p = alpha included), K = 1 above it."""
+    assert [sn.union_k({"default": d, "p": p}) for d, p in
+            ((3, 0.9), (2, 0.9), (3, 0.005), (1, 0.01), (1, 0.0100001), (1, 0.005))] == \
+        [3, 2, 3, 2, 1, 2]
+    assert sn.union_k({"default": 1, "p": 0.04}, alpha=0.05) == 2
+    assert sn.union_k({"default": 1, "p": 0.06}, alpha=0.05) == 1
+
+
+def _union_records(sn, *, extra=80, iid_split=3, splits=11, seeds=None):
+    """A complete set of the fresh seeds' runs: the default right in the first half of the
+    planted runs; the union right also in ``extra`` more (default 1, p = 0.005); the union
+    splits ``iid_split`` iid runs (the spiked test) and ``splits`` single groups (half by
+    the default, half by the test)."""
+    grid = load_benchmark("bench_k_selection")
+    lo, hi = sn.UNION_SEEDS if seeds is None else seeds
+    planted, iid, single = [], [], []
+    for seed in range(lo, hi + 1):
+        for shift in grid.SHIFTS:
+            for classes in (2, 10):
+                for rows in (20, 50, 500):
+                    for x in (1, 10):
+                        planted.append(_rec("runs", shift, rows, x, classes, seed, 0.5, 1, 2))
+                    for g in (0, 1):
+                        single.append(_rec("one-group", shift, rows, g, classes, seed, 0.5, 1))
+        for classes in (2, 10):
+            for rows in (20, 50, 500):
+                iid.append(_rec("runs", "none", rows, 1, classes, seed, 0.5, 1, 1))
+    half = len(planted) // 2
+    for r in planted[:half]:
+        r["default"] = 2
+    for r in planted[half:half + extra]:
+        r["p"] = 0.005
+    for r in iid[:iid_split]:
+        r["p"] = 0.01
+    for i, r in enumerate(single[:splits]):
+        if i % 2:
+            r["default"] = 2
+        else:
+            r["p"] = 0.01
+    return planted, iid, single
+
+
+def test_the_union_verdict_at_each_of_its_bounds(sn):
+    """UNION_VERDICT on complete records of the fresh seeds: 576 planted, 72 iid and 576
+    single groups; it holds at 69 of 72 iid runs kept whole and 11 of 576 single groups
+    split, and not at 68 or 12; not when the union's gain is within the paired noise
+    (written out here); incomplete with one run missing; a run given twice counts once, and
+    runs of other seeds are ignored."""
+    assert sn.UNION_SEEDS == (3469, 3480)
+    planted, iid, single = _union_records(sn)
+    assert (len(planted), len(iid), len(single)) == (576, 72, 576)
+    v = sn.union_verdict(planted + iid + single)
+    gain = np.array([1] * 80 + [0] * 496, dtype=float)     # union minus default, paired
+    assert v["noise"] == pytest.approx(2 * gain.std(ddof=1) / math.sqrt(576) * 576)
+    assert {k: v[k] for k in ("runs", "default", "union", "plus", "minus", "iid", "iid_one",
+                              "single", "splits", "verdict")} == {
+        "runs": 576, "default": 288, "union": 368, "plus": 80, "minus": 0, "iid": 72,
+        "iid_one": 69, "single": 576, "splits": 11, "verdict": "holds"}
+    for kwargs in ({"iid_split": 4}, {"splits": 12}):
+        assert sn.union_verdict(sum(_union_records(sn, **kwargs), []))["verdict"] == \
+            "does not hold"
+    def noise(gain):
+        return 2 * np.array([1] * gain + [0] * (576 - gain)).std(ddof=1) * math.sqrt(576)
+
+    assert noise(3) > 3 and noise(4) < 4                   # a gain of 3 is within the noise
+    assert sn.union_verdict(sum(_union_records(sn, extra=3), []))["verdict"] == \
+        "does not hold"
+    assert sn.union_verdict(sum(_union_records(sn, extra=4), []))["verdict"] == "holds"
+    every = planted + iid + single
+    for missing in (planted[5], iid[0], single[-1]):
+        assert sn.union_verdict([r for r in every if r is not missing])["verdict"] == \
+            "incomplete"
+    other = [r for seeds in ((3433, 3434), (3468, 3468), (3481, 3481))
+             for part in _union_records(sn, iid_split=72, seeds=seeds) for r in part]
+    assert sn.union_verdict(every + planted[:3] + other) == v
+    lines = sn.union_lines(every)
+    assert lines == ["union on seeds 3469-3480: planted K right 368 against the default's "
+                     f"288 of 576 (+80 / -0, noise {v['noise']:.1f}); iid one cluster 69 of "
+                     "72; single groups split 11 of 576", "verdict (UNION_VERDICT): holds"]
+
+
+def test_the_table_command_prints_the_union_verdict(sn, tmp_path, capsys):
+    """--table prints the counts, then the union's line and its verdict on the files' records."""
+    path = tmp_path / "r.jsonl"
+    records = sum(_union_records(sn), [])
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert sn.main(["--table", str(path)]) == 0
+    assert capsys.readouterr().out == "\n".join(sn.table(records) + sn.union_lines(records)) \
+        + "\n"
+    assert sn.union_lines(records)[-1] == "verdict (UNION_VERDICT): holds"
 
 
 def test_the_command_lines_defaults_and_refusals(sn, capsys):
