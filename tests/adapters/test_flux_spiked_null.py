@@ -246,14 +246,20 @@ def _rec(kind, shift, rows, x, classes, seed, p, default, planted=None):
 
 def test_the_table_counts_cells_of_twelve(sn):
     """Per cell of 12 runs: the default right in 11 and 10, the spiked-null test (K = 2 at
-    p <= 0.01, p = 0.01 included) in 11 and 12, the union in 12 and 12; a cell of 11 runs
-    is not counted; of two single groups the default splits one and the test (at p = 0.01)
-    the other, the union both."""
+    p <= 0.01, p = 0.01 included) in 11 and 12, the union in 12 and 12; cells where only the
+    default is right, and where the test is right in 11 and 10 of 12 with the default in
+    none; a cell of 11 runs is not counted; of two single groups the default splits one and
+    the test (at p = 0.01) the other, the union both; another level reaches every column."""
     recs = [_rec("runs", "feature", 20, 1, 2, s, 0.01 if s < 11 else 0.5, 2 if s else 1, 2)
             for s in range(12)]
     recs += [_rec("runs", "concept", 50, 10, 10, s, 0.005, 2 if s < 10 else 1, 2)
              for s in range(12)]
     recs += [_rec("runs", "label", 20, 1, 2, s, 0.005, 2, 2) for s in range(11)]  # not 12
+    recs += [_rec("runs", "label", 500, 1, 10, s, 0.5, 2, 2) for s in range(12)]
+    recs += [_rec("runs", "conditional", 20, 10, 2, s, 0.005 if s < 11 else 0.5, 1, 2)
+             for s in range(12)]
+    recs += [_rec("runs", "conditional", 50, 1, 2, s, 0.005 if s < 10 else 0.5, 1, 2)
+             for s in range(12)]
     recs += [_rec("one-group", "label", 500, g, 10, 1, 0.01 if g else 0.5, 1 if g else 2)
              for g in (0, 1)]
     lines = sn.table(recs)
@@ -263,8 +269,14 @@ def test_the_table_counts_cells_of_twelve(sn):
     assert "| runs | feature | 20 | 2 | 12 | 11 | 11 | 12 |" in lines
     assert "| runs | concept | 50 | 10 | 12 | 10 | 12 | 12 |" in lines
     assert "| one-group | label | 500 | 10 | 2 | 1 | 1 | 2 |" in lines
-    assert lines[-1] == ("cells of 12 runs with K right in >= 11: default 1, spiked-null "
-                         "test 2, union 2, of 2")
+    assert "| runs | label | 500 | 10 | 12 | 12 | 0 | 12 |" in lines
+    assert "| runs | conditional | 20 | 2 | 12 | 0 | 11 | 11 |" in lines
+    assert "| runs | conditional | 50 | 2 | 12 | 0 | 10 | 10 |" in lines
+    assert lines[-1] == ("cells of 12 runs with K right in >= 11: default 2, spiked-null "
+                         "test 3, union 4, of 5")
+    loose = sn.table([_rec("runs", "feature", 20, 1, 2, s, 0.03, 1, 2) for s in range(12)],
+                     alpha=0.05)
+    assert "| runs | feature | 20 | 2 | 12 | 0 | 12 | 12 |" in loose
 
 
 def test_the_union_asks_the_test_only_where_the_default_finds_one_cluster(sn):
@@ -344,6 +356,10 @@ def test_the_union_verdict_at_each_of_its_bounds(sn):
     other = [r for seeds in ((3433, 3434), (3468, 3468), (3481, 3481))
              for part in _union_records(sn, iid_split=72, seeds=seeds) for r in part]
     assert sn.union_verdict(every + planted[:3] + other) == v
+    strict = sn.union_verdict(every, alpha=0.001)          # p = 0.005 and 0.01 no longer
+    assert (strict["union"], strict["plus"], strict["iid_one"], strict["splits"]) == \
+        (288, 0, 72, 5)
+    assert "planted K right 288 against" in sn.union_lines(every, alpha=0.001)[0]
     lines = sn.union_lines(every)
     assert lines == ["union on seeds 3469-3480: planted K right 368 against the default's "
                      f"288 of 576 (+80 / -0, noise {v['noise']:.1f}); iid one cluster 69 of "
