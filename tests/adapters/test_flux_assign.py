@@ -170,8 +170,44 @@ def test_evidence_summary_and_log(caplog):
     assert "too small to reject" in text and text in caplog.text
     assert "n + 1 < 1/alpha = 20" in caplog.text
     near = flux.assign_with_evidence(d, labels, rule="nearest").decisions[0]
-    assert all(np.isnan(near.p_values)) and near.untestable == ()
-    assert near.sq_distances == decision.sq_distances
+    assert near.p_values == decision.p_values and near.untestable == decision.untestable
+    assert near.sq_distances == decision.sq_distances and near.rule == "nearest"
+
+
+def test_nearest_reports_the_calibrated_evidence_and_warns(caplog):
+    """Under "nearest" each client keeps the nearest cluster's model, with the calibrated
+    rule's p-values (the brute force on the vectors) beside it. At the boundary: with 19
+    members a client beyond all of them has p = 1/20 = alpha in both clusters, so it
+    resembles none (logged at WARNING with what "calibrated" would do); with 18 members
+    p = 1/19 > alpha and it resembles cluster 0 and 1 (INFO only); a client inside cluster 1
+    resembles it."""
+    rng = np.random.default_rng(5)
+    for n in (19, 18):
+        train, labels = _two_clusters(n, rng)
+        new = np.array([[-30.0, 0.0], [20.1, 0.2]])
+        d = sq_distances(np.concatenate([train, new]))
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="omnifc.adapters.flux._assign"):
+            out = flux.assign_with_evidence(d, labels, rule="nearest")
+        far, inside = out.decisions
+        assert out.labels.tolist() == [0, 1] and out.n_fallback == 0
+        for decision, x in zip(out.decisions, new):
+            assert decision.p_values == tuple(
+                float(conformal_p_value(train[labels == c].tolist(), x.tolist()))
+                for c in (0, 1))
+        assert far.p_values == (1 / (n + 1), 1 / (n + 1))
+        assert far.resembles_none == (n == 19) and not inside.resembles_none
+        assert out.n_resembling_none == (1 if n == 19 else 0)
+        warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+        if n == 19:
+            assert [r.getMessage() for r in warned] == [far.summary()]
+            assert far.summary().endswith("every p <= alpha: it resembles no cluster "
+                                          "(rule='calibrated' would give it the global model))")
+        else:
+            assert warned == [] and "resembles no cluster" not in far.summary()
+        calibrated = flux.assign_with_evidence(d, labels, rule="calibrated").decisions[0]
+        assert calibrated.resembles_none == calibrated.fallback == (n == 19)
+        assert "resembles no cluster" not in calibrated.summary()
 
 
 def test_bad_input_raises_parameter_error():
@@ -246,8 +282,12 @@ def test_run_flux_calibrated_end_to_end_secure_equals_plaintext():
         correct += int(np.sum(predicted == client.y_test))
         total += client.y_test.size
     assert secure.new_accuracy == pytest.approx(correct / total, abs=1e-12)
-    nearest = flux.assign_new_clients(secure.prefix, secure.labels)
-    assert set(nearest[unseen_group].tolist()) <= {0, 1}       # nearest forces a cluster
+    nearest = flux.assign_with_evidence(secure.prefix, secure.labels, rule="nearest")
+    assert set(nearest.labels[unseen_group].tolist()) <= {0, 1}  # nearest forces a cluster
+    assert [d.p_values for d in nearest.decisions] == [
+        d.p_values for d in secure.assignment.decisions]         # with the same evidence
+    assert [d.resembles_none for d in nearest.decisions] == (
+        secure.new_labels == flux.GLOBAL).tolist()
 
 
 @pytest.mark.slow

@@ -2,8 +2,11 @@
 
 Two rules (``ASSIGN_RULES``), both on the ``[mu_x, sigma_x]`` prefix distances (label-free):
 
-- ``"nearest"`` (the previous rule): the cluster whose centroid is nearest,
-  ``||x - c_A||^2 = mean_{j in A} D_xj - sum_{j,k in A} D_jk / (2 |A|^2)``.
+- ``"nearest"`` (the previous rule, still :func:`run_flux`'s default): the cluster whose
+  centroid is nearest, ``||x - c_A||^2 = mean_{j in A} D_xj - sum_{j,k in A} D_jk / (2
+  |A|^2)``. Its decisions carry the calibrated rule's p-values too, and a client whose every
+  p is ``<= alpha`` is flagged (``resembles_none``) and logged at WARNING, though it keeps
+  the nearest cluster's model.
 - ``"calibrated"`` (omnifc's, issue 24): a **full conformal p-value per cluster**. For cluster
   c with members S (``n_c`` of them) and the new client x, every point y of the augmented set
   ``S + {x}`` gets the nonconformity score ``s(y) = ||y - mean(S + {x} - {y})||^2``, its
@@ -81,9 +84,9 @@ class AssignDecision:
 
     ``client``: index among the new clients; ``cluster``: the chosen training cluster, or
     ``GLOBAL`` (-1) for the global model; ``clusters``, ``sizes``, ``sq_distances`` (to each
-    centroid) and ``p_values`` (conformal, per cluster, NaN under ``rule="nearest"``) in the
-    same order; ``untestable``: the clusters whose ``n_c + 1 < 1 / alpha`` (p can never be
-    ``<= alpha`` there).
+    centroid) and ``p_values`` (conformal, per cluster, under either rule: ``"nearest"``
+    chooses by distance and reports them) in the same order; ``untestable``: the clusters
+    whose ``n_c + 1 < 1 / alpha`` (p can never be ``<= alpha`` there).
     """
 
     client: int
@@ -101,6 +104,13 @@ class AssignDecision:
         """True when the client resembles no cluster and takes the global model."""
         return self.cluster == GLOBAL
 
+    @property
+    def resembles_none(self) -> bool:
+        """True when every cluster's p-value is ``<= alpha``: the calibrated rule's verdict
+        that the client resembles no cluster, whichever rule chose its model (under
+        ``"calibrated"`` it is :attr:`fallback`)."""
+        return all(p <= self.alpha for p in self.p_values)
+
     def summary(self) -> str:
         """One line: the decision and its evidence (what :func:`assign_with_evidence` logs)."""
         what = "global model (every p <= alpha)" if self.fallback else f"cluster {self.cluster}"
@@ -108,6 +118,9 @@ class AssignDecision:
                           zip(self.clusters, self.p_values, self.sq_distances, self.sizes))
         note = (f"; clusters {list(self.untestable)} too small to reject at alpha "
                 f"(n + 1 < 1/alpha)" if self.untestable else "")
+        if self.resembles_none and not self.fallback:
+            note += ("; every p <= alpha: it resembles no cluster (rule='calibrated' would "
+                     "give it the global model)")
         return (f"new client {self.client} -> {what} ({self.rule}, alpha={self.alpha:g}: "
                 f"{parts}{note})")
 
@@ -122,7 +135,13 @@ class Assignment:
 
     @property
     def n_fallback(self) -> int:
+        """New clients given the global model."""
         return int(np.sum(self.labels == GLOBAL))
+
+    @property
+    def n_resembling_none(self) -> int:
+        """New clients whose every cluster p-value is ``<= alpha``, whatever their model."""
+        return sum(d.resembles_none for d in self.decisions)
 
 
 def _check(prefix, labels) -> tuple[np.ndarray, np.ndarray, int]:
@@ -190,7 +209,9 @@ def assign_with_evidence(prefix, labels, *, rule: str = "calibrated",
     ``prefix`` is the ``(n_train + n_new)`` squared prefix-distance matrix (training clients
     first), ``labels`` the training clusters (non-negative integers). ``rule="calibrated"``:
     the largest conformal p-value (ties: nearest centroid), ``GLOBAL`` when every
-    ``p <= alpha``; ``rule="nearest"``: the nearest centroid. Each decision is logged at INFO.
+    ``p <= alpha``; ``rule="nearest"``: the nearest centroid, with the same p-values as
+    evidence. Each decision is logged at INFO; a client that resembles no cluster but keeps
+    the nearest cluster's model (``"nearest"``) is logged at WARNING.
 
     Examples
     --------
@@ -209,7 +230,7 @@ def assign_with_evidence(prefix, labels, *, rule: str = "calibrated",
     labels = np.asarray(labels)
     sizes = tuple(int(np.sum(labels == c)) for c in clusters)
     untestable = tuple(int(c) for c, n in zip(clusters, sizes) if 1 / (n + 1) > alpha)
-    if rule == "calibrated" and untestable:
+    if untestable:
         logger.info("clusters %s have n + 1 < 1/alpha = %.4g clients: their conformal p is at "
                     "least 1/(n + 1) > alpha, so no client can be rejected by them",
                     list(untestable), 1.0 / alpha)
@@ -217,19 +238,20 @@ def assign_with_evidence(prefix, labels, *, rule: str = "calibrated",
     for i in range(p.shape[0]):
         if rule == "nearest":
             chosen = int(clusters[np.argmin(sq[i])])
-            shown = tuple(float("nan") for _ in clusters)
         else:
             best = np.flatnonzero(p[i] == p[i].max())
             chosen = int(clusters[best[np.argmin(sq[i, best])]])
             if np.all(p[i] <= alpha):
                 chosen = GLOBAL
-            shown = tuple(float(v) for v in p[i])
         decision = AssignDecision(client=i, cluster=chosen,
                                   clusters=tuple(int(c) for c in clusters), sizes=sizes,
                                   sq_distances=tuple(float(v) for v in sq[i]),
-                                  p_values=shown, alpha=float(alpha), rule=rule,
-                                  untestable=untestable if rule == "calibrated" else ())
-        logger.info("%s", decision.summary())
+                                  p_values=tuple(float(v) for v in p[i]), alpha=float(alpha),
+                                  rule=rule, untestable=untestable)
+        if decision.resembles_none and not decision.fallback:
+            logger.warning("%s", decision.summary())
+        else:
+            logger.info("%s", decision.summary())
         out.append(chosen)
         decisions.append(decision)
     return Assignment(labels=np.array(out, dtype=np.int64), decisions=tuple(decisions))
