@@ -210,6 +210,40 @@ def test_nearest_reports_the_calibrated_evidence_and_warns(caplog):
         assert "resembles no cluster" not in calibrated.summary()
 
 
+def test_the_summary_and_the_log_lines_exactly(caplog):
+    """Clusters of 3 and 20 (sizes in cluster order; the small one untestable), a client far
+    from both under "calibrated" (cluster 0 untestable, so it keeps the larger p) and one
+    inside cluster 1; two clusters of 20 and a far client (the global model). Every summary
+    and log line is pinned, word for word."""
+    rng = np.random.default_rng(9)
+    train = np.concatenate([rng.normal(0.0, 1.0, (3, 2)), rng.normal(0.0, 1.0, (20, 2)) + [20, 0]])
+    labels = np.repeat([0, 1], [3, 20])
+    d = sq_distances(np.concatenate([train, [[20.0, 0.1]]]))
+    with caplog.at_level(logging.INFO, logger="omnifc.adapters.flux._assign"):
+        out = flux.assign_with_evidence(d, labels, rule="calibrated")
+    decision = out.decisions[0]
+    assert decision.sizes == (3, 20) and decision.untestable == (0,)
+    p0, p1 = decision.p_values
+    d0, d1 = decision.sq_distances
+    assert decision.summary() == (
+        f"new client 0 -> cluster 1 (calibrated, alpha=0.05: 0: p={p0:.3g} d2={d0:.4g} n=3, "
+        f"1: p={p1:.3g} d2={d1:.4g} n=20; clusters [0] too small to reject at alpha "
+        f"(n + 1 < 1/alpha))")
+    assert [r.getMessage() for r in caplog.records] == [
+        "clusters [0] have n + 1 < 1/alpha = 20 clients: their conformal p is at least "
+        "1/(n + 1) > alpha, so no client can be rejected by them", decision.summary()]
+    train, labels = _two_clusters(20, rng)
+    far = flux.assign_with_evidence(sq_distances(np.concatenate([train, [[10.0, 80.0]]])),
+                                    labels).decisions[0]
+    q0, q1 = far.p_values
+    e0, e1 = far.sq_distances
+    assert far.fallback and far.summary() == (
+        f"new client 0 -> global model (every p <= alpha) (calibrated, alpha=0.05: "
+        f"0: p={q0:.3g} d2={e0:.4g} n=20, 1: p={q1:.3g} d2={e1:.4g} n=20)")
+    with pytest.raises(ParameterError, match="alpha must lie in"):
+        flux.assign_with_evidence(d, np.repeat([0, 1], [3, 20]), alpha=0.0)
+
+
 def test_bad_input_raises_parameter_error():
     d = sq_distances([[0.0], [1.0], [5.0], [2.0]])
     with pytest.raises(ParameterError, match="rule must be one of"):
