@@ -722,8 +722,8 @@ def test_choose_clusters_with_fewer_than_three_clients(rule):
 
 def test_choose_clusters_refuses_an_unknown_rule():
     with pytest.raises(ParameterError, match=re.escape(
-            "rule must be one of ('additive', 'calibrated', 'tested', 'silhouette', 'paper'), "
-            "got 'Paper'")):
+            "rule must be one of ('additive', 'additive_mix', 'calibrated', 'tested', "
+            "'silhouette', 'paper'), got 'Paper'")):
         fmcl.choose_clusters(CHAIN, rule="Paper")
 
 

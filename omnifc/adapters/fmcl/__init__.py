@@ -74,8 +74,9 @@ Examples
 
 from .._k_selection import (coefficient_of_variation, k_window, MAX_CLUSTERS, OneClusterTest,
                             OVERLAP_STRATA, silhouette_profile)
-from ._one_cluster import (additive_fit, AdditiveFit, choose_clusters, DEFAULT_RULE, NULLS,
-                           one_cluster_test, RULES, split_silhouette)
+from ._one_cluster import (additive_fit, AdditiveFit, choose_clusters, class_mix_distances,
+                           class_mix_test, DEFAULT_RULE, MIX_ALPHAS, NULLS, one_cluster_test,
+                           RULES, split_silhouette)
 from ._paper import (check_level_counts, class_counts, GroupedLevelCode, group_counts,
                      grouped_level_code, LevelCode, level_code, level_rows, MAX_LEVEL_SCALE,
                      MAX_LEVELS, sum_of_squares)
@@ -96,4 +97,4 @@ from .._k_selection import CV_THRESHOLDS, NULL_ALPHA, NULL_PERMUTATIONS  # noqa:
 __all__ = ["COORDINATOR_LEARNS", "signature", "fmcl_distances", "fmcl_server", "FmclResult",
            "choose_clusters", "one_cluster_test", "secure_thermometer_distances",
            "exact_resolution", "thermometer_rows", "class_counts", "level_code",
-           "exact_fmcl_distances"]
+           "exact_fmcl_distances", "class_mix_distances", "class_mix_test", "MIX_ALPHAS"]

@@ -35,6 +35,22 @@ information: it reads D only.
 
 Rules: ``"additive"`` (the default, :data:`DEFAULT_RULE`) = this test, then the silhouette
 rule's K (as ``"tested"``); the other rules are :func:`omnifc.adapters._k_selection.choose_clusters`'s.
+
+The class-mix rule (issue 24, twenty-sixth pass; an option)
+------------------------------------------------------------
+Under label shift the groups differ only in their class mix, and the additive null reads a
+client whose mix is far from the others' as a client effect. The coordinator already learns
+the class overlap ``Omega_ij = sum_c min(w_ic, w_jc)``, so the L1 distance of two clients'
+class weights, ``2 (1 - Omega_ij)``. ``rule="additive_mix"`` (needs ``overlap``) runs the
+additive test at ``MIX_ALPHAS[0]`` = 0.04; where it keeps one cluster, it tests the class
+mixes at ``MIX_ALPHAS[1]`` = 0.01: the calibrated rule of
+:mod:`omnifc.adapters._calibrated_k` (``statistic="axis_ci"``, a Gaussian null fitted to the
+same matrix) on :func:`class_mix_distances`, the squared L1 distances (for two classes,
+4 times the squared difference of the class-1 shares, a Euclidean configuration; for more,
+read through the MDS embedding's positive part). The two levels sum to 0.05, the additive
+rule's own (Bonferroni); the split was chosen among four on seeds 1000-1002 and 2000-2002
+(docs/adapters.md, FMCL). K: the silhouette rule's where the additive test rejects, the
+class-mix decision's (Ward's cut of that matrix) where only the second does, else 1.
 """
 
 from __future__ import annotations
@@ -52,13 +68,15 @@ from .._k_selection import RULES as _BASE_RULES
 from .._k_selection import choose_clusters as _base_choose_clusters
 from .._k_selection import one_cluster_test as _base_one_cluster_test
 
-__all__ = ["AdditiveFit", "DEFAULT_RULE", "NULLS", "RULES", "additive_fit", "choose_clusters",
-           "one_cluster_test", "split_silhouette"]
+__all__ = ["AdditiveFit", "DEFAULT_RULE", "MIX_ALPHAS", "NULLS", "RULES", "additive_fit",
+           "choose_clusters", "class_mix_distances", "class_mix_test", "one_cluster_test",
+           "split_silhouette"]
 
 logger = logging.getLogger(__name__)
 
-#: FMCL's K rules: the shared ones and ``"additive"`` (the client-effect null, then silhouette).
-RULES = ("additive",) + tuple(_BASE_RULES)
+#: FMCL's K rules: the shared ones, ``"additive"`` (the client-effect null, then silhouette)
+#: and ``"additive_mix"`` (the same, then the class-mix test; needs the overlap).
+RULES = ("additive", "additive_mix") + tuple(_BASE_RULES)
 
 #: FMCL's default K rule (docs/adapters.md, "Automatic K": held-out grid).
 DEFAULT_RULE = "additive"
@@ -68,6 +86,10 @@ NULLS = ("exchangeable", "stratified", "additive")
 
 #: Zero distances are floored at this fraction of the median distance before the log.
 LOG_FLOOR = 1e-9
+
+#: ``rule="additive_mix"``'s levels: the additive test's, then the class-mix test's (their
+#: sum is the additive rule's level, 0.05).
+MIX_ALPHAS = (0.04, 0.01)
 
 
 @dataclass
@@ -218,6 +240,46 @@ def one_cluster_test(distances, *, null=None, permutations: int = NULL_PERMUTATI
                           alpha=float(alpha))
 
 
+def class_mix_distances(overlap) -> np.ndarray:
+    """The squared L1 distances of the clients' class weights, ``(2 (1 - Omega))^2``, from the
+    class overlap the coordinator learns (zero diagonal; rounding below 0 clipped).
+
+    Examples
+    --------
+    >>> w = np.array([[0.5, 0.5], [1.0, 0.0], [0.2, 0.8]])
+    >>> omega = np.minimum(w[:, None], w[None]).sum(-1)
+    >>> class_mix_distances(omega).round(6).tolist()    # (2 |w_i1 - w_j1|)^2
+    [[0.0, 1.0, 0.36], [1.0, 0.0, 2.56], [0.36, 2.56, 0.0]]
+    """
+    omega = np.asarray(overlap, dtype=np.float64)
+    if omega.ndim != 2 or omega.shape[0] != omega.shape[1]:
+        raise InputError(f"overlap must be a square matrix, got shape {omega.shape}")
+    if not np.all(np.isfinite(omega)):
+        raise InputError("overlap must be finite")
+    d = np.maximum(2.0 * (1.0 - omega), 0.0) ** 2
+    np.fill_diagonal(d, 0.0)
+    return d
+
+
+def class_mix_test(overlap, *, alpha: float = MIX_ALPHAS[1], random_state: int = 0):
+    """Are there groups in the clients' class mixes? The calibrated rule's decision
+    (``statistic="axis_ci"``, a Gaussian null fitted to the matrix) on
+    :func:`class_mix_distances`: a ``KDecision`` (K = 1 when ``p > alpha``).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> share = np.concatenate([rng.normal(0.2, 0.02, 10), rng.normal(0.8, 0.02, 10)])
+    >>> w = np.stack([share, 1 - share], axis=1)
+    >>> class_mix_test(np.minimum(w[:, None], w[None]).sum(-1)).k
+    2
+    """
+    from .._calibrated_k import calibrated_k
+
+    return calibrated_k(class_mix_distances(overlap), statistic="axis_ci", alpha=alpha,
+                        random_state=random_state)
+
+
 def choose_clusters(distances, *, rule: str = DEFAULT_RULE, max_clusters: int = MAX_CLUSTERS,
                     overlap=None):
     """Choose K and cluster a filled FMCL distance matrix (FMCL's rules, :data:`RULES`).
@@ -237,19 +299,30 @@ def choose_clusters(distances, *, rule: str = DEFAULT_RULE, max_clusters: int = 
     """
     if rule not in RULES:
         raise ParameterError(f"rule must be one of {RULES}, got {rule!r}")
-    if rule != "additive":
+    if rule not in ("additive", "additive_mix"):
         return _base_choose_clusters(distances, rule=rule, max_clusters=max_clusters,
                                      overlap=overlap)
+    if rule == "additive_mix" and overlap is None:
+        raise ParameterError("rule='additive_mix' needs overlap= (the class overlap Omega)")
     d = np.asarray(distances, dtype=np.float64)
     n = d.shape[0]
     labels, k, window, scores = _base_choose_clusters(d, rule="silhouette",
                                                       max_clusters=max_clusters)
-    if n >= 3:
-        test = one_cluster_test(d, null="additive")
-        if test.one_cluster:
-            logger.info("K=1 (one-cluster test, additive client-effect null: silhouette %.4g, "
-                        "p=%.3g > alpha=%g)", test.statistic, test.p_value, test.alpha)
-            return np.zeros(n, dtype=np.int64), 1, (1, window[1]), {1: 0.0, **scores}
+    if n < 3:
+        return labels, k, (1, window[1]), scores
+    alpha = MIX_ALPHAS[0] if rule == "additive_mix" else NULL_ALPHA
+    test = one_cluster_test(d, null="additive", alpha=alpha)
+    if not test.one_cluster:
         logger.info("one-cluster test rejected (additive null, p=%.3g); K=%d by silhouette",
                     test.p_value, k)
-    return labels, k, (1, window[1]), scores
+        return labels, k, (1, window[1]), scores
+    logger.info("K=1 (one-cluster test, additive client-effect null: silhouette %.4g, "
+                "p=%.3g > alpha=%g)", test.statistic, test.p_value, test.alpha)
+    if rule == "additive_mix":
+        mix = class_mix_test(overlap)
+        if mix.k > 1:
+            logger.info("class-mix test rejected one cluster (p=%.3g <= alpha=%g); K=%d by "
+                        "Ward's cut of the class-mix distances", mix.p_value, mix.alpha, mix.k)
+            return np.asarray(mix.labels, dtype=np.int64), mix.k, (1, window[1]), scores
+        logger.info("K=1 by the class-mix test too (p=%.3g > alpha=%g)", mix.p_value, mix.alpha)
+    return np.zeros(n, dtype=np.int64), 1, (1, window[1]), {1: 0.0, **scores}
