@@ -25,7 +25,6 @@ verdict)::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
