@@ -13,6 +13,11 @@ was chosen among four on those seeds.
 
 :data:`VERDICT` was frozen with :data:`GRID_SEEDS` and :data:`CLASS_SET_SEEDS` before any of
 them ran (never used by any FMCL run); :func:`verdict` computes it from the records.
+On those seeds it **does not hold** (docs/adapters.md, "FMCL's class-mix rule, frozen and
+judged"): planted grid runs 591 of 720 against 570 (better), iid 144 of 150 against 145,
+class-sets K >= 2 82 of 90 against 82, but class-sets K = 1 20 of 30 against 28 (worse):
+one-domain federations whose clients share dominant classes are split by their class
+mixes. ``"additive_mix"`` stays an option.
 
 Usage (JSON lines appended to ``--out``, resumed; ``--table`` prints the counts and the
 verdict)::
