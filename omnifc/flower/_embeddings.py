@@ -410,6 +410,9 @@ def _fmcl(resolution=None, n_clusters=None, rule=None, max_clusters=None, fill="
         k = _needs_k("fmcl", n_clusters)
         cluster = lambda d: np.asarray(average_linkage_labels(d, k))  # noqa: E731
     else:
+        if rule == "additive_mix":       # refused when the embedding is built, not after a round
+            raise ParameterError("embedding 'fmcl': rule='additive_mix' needs the class "
+                                 "overlap, which this embedding does not pass")
         options = {"rule": rule} if rule is not None else {}
         if max_clusters is not None:
             options["max_clusters"] = int(max_clusters)

@@ -234,3 +234,29 @@ def test_the_records_are_the_rules_own_decisions(cm, tmp_path, capsys):
     before = out.read_text()
     cm.main(["--class-sets", "--seeds", "4000", "--out", str(out)])
     assert out.read_text() == before
+
+
+def test_the_pipeline_refuses_the_rule_before_any_session(monkeypatch):
+    """run_federated_fmcl does not pass the overlap: the rule is refused with the reason
+    before any signature is computed or share sent."""
+    from omnifc import fl
+
+    data = fl.make_federated("digits", n_groups=2, clients_per_group=3, new_per_group=0,
+                             seed=1)
+
+    def no_session(*args, **kwargs):
+        raise AssertionError("a signature was computed before the refusal")
+
+    monkeypatch.setattr("omnifc.adapters.fmcl._simulation.fixed_encoder", no_session)
+    with pytest.raises(ParameterError, match="does not pass; use fmcl_server"):
+        fmcl.run_federated_fmcl(data, rule="additive_mix")
+
+
+def test_the_flower_embedding_refuses_the_rule_when_built():
+    """The Flower FMCL embedding does not pass the overlap either: refused when built
+    (omnifc.flower._embeddings imports without flwr), other rules still accepted."""
+    from omnifc.flower._embeddings import embedding
+
+    with pytest.raises(ParameterError, match="needs the class overlap"):
+        embedding("fmcl", resolution=8, rule="additive_mix")
+    assert callable(embedding("fmcl", resolution=8, rule="additive").cluster)

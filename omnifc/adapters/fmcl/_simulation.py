@@ -119,6 +119,10 @@ def run_federated_fmcl(data, *, rounds: int = 10, encoder_dim: int = 16, secure:
     """
     from ... import fl
 
+    if rule == "additive_mix":           # refused before any secure session, with the reason
+        raise ParameterError("rule='additive_mix' needs the class overlap, which "
+                             "run_federated_fmcl does not pass; use fmcl_server(d, "
+                             "rule='additive_mix', overlap=...)")
     encode = fixed_encoder(data.n_features, encoder_dim, seed=seed)
     sig = [signature(encode(c.x_train), c.y_train, data.n_classes) for c in data.clients]
     means = np.stack([s[0] for s in sig])
