@@ -49,8 +49,11 @@ def test_class_mix_distances_are_the_squared_l1_distances_of_the_weights():
     with pytest.raises(InputError, match="square"):
         fmcl.class_mix_distances(omega[:3])
     omega[2, 3] = np.nan
-    with pytest.raises(InputError, match="finite"):
+    with pytest.raises(InputError, match="^overlap must be finite$"):
         fmcl.class_mix_distances(omega)
+    whole = np.eye(3, dtype=np.int64)                      # integers are read as floats
+    assert fmcl.class_mix_distances(whole).dtype == np.float64
+    assert fmcl.class_mix_distances(whole)[0, 1] == 4.0
 
 
 def test_class_mix_test_is_the_calibrated_axis_test_on_those_distances():
@@ -260,3 +263,77 @@ def test_the_flower_embedding_refuses_the_rule_when_built():
     with pytest.raises(ParameterError, match="needs the class overlap"):
         embedding("fmcl", resolution=8, rule="additive_mix")
     assert callable(embedding("fmcl", resolution=8, rule="additive").cluster)
+
+
+def test_every_path_logs_its_evidence_and_returns_integer_labels(monkeypatch, caplog):
+    """The three paths of rule="additive_mix" (the additive test rejects; only the class-mix
+    test does; neither): the log lines word for word, integer labels, the window (1, top);
+    under 3 clients the silhouette rule's own answer; the refusal's text."""
+    d = _one_population_d(16, 1)
+    two = _overlap(_weights(np.repeat([0.2, 0.8], 8)
+                            + np.random.default_rng(2).normal(0, 0.02, 16)))
+    one = _overlap(_weights(0.5 + np.random.default_rng(5).normal(0, 0.02, 16)))
+    silhouette = fmcl.choose_clusters(d, rule="silhouette")
+    top = silhouette[2][1]
+    logger = "omnifc.adapters.fmcl._one_cluster"
+    for p, omega in ((0.02, two), (0.3, two), (0.3, one)):
+        monkeypatch.setattr(_one_cluster, "one_cluster_test", _fixed_test(p))
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger=logger):
+            labels, k, window, _ = fmcl.choose_clusters(d, rule="additive_mix", overlap=omega)
+        lines = [r.getMessage() for r in caplog.records if r.name == logger]
+        mix = fmcl.class_mix_test(omega)
+        assert labels.dtype == np.int64 and window == (1, top)
+        if p == 0.02:
+            assert lines == [f"one-cluster test rejected (additive null, p={p:.3g}); "
+                             f"K={silhouette[1]} by silhouette"]
+        else:
+            first = ("K=1 (one-cluster test, additive client-effect null: silhouette 0.5, "
+                     "p=0.3 > alpha=0.04)")
+            if omega is two:
+                assert k == 2 and lines == [first, (
+                    f"class-mix test rejected one cluster (p={mix.p_value:.3g} <= alpha=0.01); "
+                    "K=2 by Ward's cut of the class-mix distances")]
+            else:
+                assert k == 1 and lines == [first, (
+                    f"K=1 by the class-mix test too (p={mix.p_value:.3g} > alpha=0.01)")]
+    monkeypatch.setattr(_one_cluster, "one_cluster_test", _fixed_test(0.02))
+    capped = fmcl.choose_clusters(d, rule="additive_mix", overlap=two, max_clusters=3)
+    assert capped[2] == (1, fmcl.choose_clusters(d, rule="silhouette", max_clusters=3)[2][1])
+    assert capped[2][1] == 3 != top
+    small = fmcl.choose_clusters(d[:2, :2], rule="additive_mix", overlap=one[:2, :2])
+    base = fmcl.choose_clusters(d[:2, :2], rule="silhouette")
+    assert small[1] == base[1] and small[2] == (1, base[2][1])
+    with pytest.raises(ParameterError) as info:
+        fmcl.choose_clusters(d, rule="additive_mix")
+    assert str(info.value) == "rule='additive_mix' needs overlap= (the class overlap Omega)"
+
+
+def test_the_class_mix_test_draws_from_its_public_seed():
+    """Shares spread in one blur (an undecided configuration): the p at seeds 0 (the
+    default) and 5 is the calibrated rule's at the same seeds."""
+    w = _weights(np.random.default_rng(12).uniform(0.3, 0.7, 14))
+    d = fmcl.class_mix_distances(_overlap(w))
+    for seed in (0, 5):
+        want = calibrated_k(d, statistic="axis_ci", alpha=0.01, random_state=seed).p_value
+        assert fmcl.class_mix_test(_overlap(w), random_state=seed).p_value == want
+    assert fmcl.class_mix_test(_overlap(w)).p_value == calibrated_k(
+        d, statistic="axis_ci", alpha=0.01).p_value
+    assert fmcl.class_mix_test(_overlap(w), random_state=5).p_value != \
+        fmcl.class_mix_test(_overlap(w)).p_value
+
+
+def test_other_rules_get_the_overlap(monkeypatch):
+    """Every rule but the two additive ones goes to the shared chooser with the overlap."""
+    seen = {}
+
+    def base(d, *, rule, max_clusters, overlap):
+        seen.update(rule=rule, max_clusters=max_clusters, overlap=overlap)
+        return np.zeros(len(d), dtype=np.int64), 1, (1, 2), {}
+
+    monkeypatch.setattr(_one_cluster, "_base_choose_clusters", base)
+    omega = np.eye(4)
+    fmcl.choose_clusters(_one_population_d(4, 0), rule="calibrated", overlap=omega,
+                         max_clusters=3)
+    assert seen["rule"] == "calibrated" and seen["overlap"] is omega and \
+        seen["max_clusters"] == 3
