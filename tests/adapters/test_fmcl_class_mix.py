@@ -307,6 +307,10 @@ def test_every_path_logs_its_evidence_and_returns_integer_labels(monkeypatch, ca
     with pytest.raises(ParameterError) as info:
         fmcl.choose_clusters(d, rule="additive_mix")
     assert str(info.value) == "rule='additive_mix' needs overlap= (the class overlap Omega)"
+    with pytest.raises(ParameterError) as info:
+        fmcl.choose_clusters(d, rule="additive_mix", overlap=two[:15, :15])
+    assert str(info.value) == ("overlap must have the distances' shape (16, 16), got "
+                               "(15, 15)")
 
 
 def test_the_class_mix_test_draws_from_its_public_seed():

@@ -310,6 +310,9 @@ def choose_clusters(distances, *, rule: str = DEFAULT_RULE, max_clusters: int = 
         raise ParameterError("rule='additive_mix' needs overlap= (the class overlap Omega)")
     d = np.asarray(distances, dtype=np.float64)
     n = d.shape[0]
+    if rule == "additive_mix" and np.shape(overlap) != d.shape:
+        raise ParameterError(f"overlap must have the distances' shape {d.shape}, got "
+                             f"{np.shape(overlap)}")
     labels, k, window, scores = _base_choose_clusters(d, rule="silhouette",
                                                       max_clusters=max_clusters)
     if n < 3:
