@@ -434,6 +434,7 @@ def test_the_command_line_writes_resumes_and_counts(sn, tmp_path, capsys, monkey
     capsys.readouterr()
     assert sn.main(["--table", str(runs), str(one)]) == 0
     printed = capsys.readouterr().out
-    assert printed == "\n".join(sn.table(got + ones)) + "\n"
+    assert printed == "\n".join(sn.table(got + ones) + sn.union_lines(got + ones)) + "\n"
+    assert printed.endswith("verdict (UNION_VERDICT): incomplete\n")     # not its seeds
     assert "| runs | feature | 20 | 2 | 2 |" in printed
     assert "| one-group | concept | 20 | 2 | 2 |" in printed
