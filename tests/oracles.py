@@ -101,6 +101,34 @@ def sq_distances(x):
     return ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
 
 
+def split_federation(rng, n, rows, k, *, shift=0.0, small=0, client_sd=0.0,
+                     client_axes="all", p=4):
+    """The rows ``[G_0; ...; G_{k-1}; F]`` of a Gaussian federation, written out: each
+    client's ``rows`` rows are iid ``N(mean, I)`` in ``p`` dimensions, its descriptor F is
+    their mean, and its k delete-a-group descriptors leave out one of k consecutive row
+    groups. ``small`` clients have their mean moved by ``shift`` along the first axis.
+    ``client_sd``: every client's own mean moves too, by ``N(0, client_sd^2 I)``
+    (``client_axes="all"``: clients of one group, each its own distribution) or by
+    ``client_sd`` times one standard normal along the first axis (``"first"``: clients that
+    differ along one direction). The draws, per client: the client effect (p numbers or
+    one, drawn even at ``client_sd = 0``), then the rows."""
+    if client_axes not in ("all", "first"):
+        raise ValueError(f"client_axes must be 'all' or 'first', got {client_axes!r}")
+    f, g = [], [[] for _ in range(k)]
+    for i in range(n):
+        mean = np.zeros(p)
+        mean[0] += shift if i < small else 0.0
+        if client_axes == "all":
+            mean += client_sd * rng.standard_normal(p)
+        else:
+            mean[0] += client_sd * rng.standard_normal()
+        x = mean + rng.standard_normal((rows, p))
+        f.append(x.mean(axis=0))
+        for j, part in enumerate(np.array_split(np.arange(rows), k)):
+            g[j].append(np.delete(x, part, axis=0).mean(axis=0))
+    return np.vstack([np.array(gj) for gj in g] + [np.array(f)])
+
+
 def k_nearest(sq, k):
     """Each row's k nearest other rows of a square list-of-lists of exact squared distances,
     nearest first, ties to the lower row index (a stable sort of each row by distance)."""

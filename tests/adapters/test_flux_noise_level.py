@@ -16,6 +16,7 @@ from sklearn.covariance import oas
 from benchmark_scripts import load_benchmark
 from omnifc.adapters import flux
 from omnifc.adapters._calibrated_k import calibrated_k
+from oracles import split_federation, sq_distances
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "flux_noise_level.py"
 
@@ -25,25 +26,9 @@ def nl():
     return load_benchmark("flux_noise_level")
 
 
-def _d2(x):
-    return ((x[:, None] - x[None]) ** 2).sum(-1)
-
-
-def _federation(rng, n, rows, k, *, shift=0.0, small=0, client_sd=0.0, p=4):
-    """Rows iid N(mean, I) per client; a client's descriptor is its rows' mean, its k
-    delete-a-group descriptors leave out one of k consecutive row groups. ``small`` clients
-    have their mean moved by ``shift`` along the first axis; ``client_sd``: every client's
-    own mean moves by N(0, client_sd^2) (clients of one group, each its own distribution)."""
-    f, g = [], [[] for _ in range(k)]
-    for i in range(n):
-        mean = np.zeros(p)
-        mean[0] += shift if i < small else 0.0
-        mean += client_sd * rng.standard_normal(p)
-        x = mean + rng.standard_normal((rows, p))
-        f.append(x.mean(axis=0))
-        for j, part in enumerate(np.array_split(np.arange(rows), k)):
-            g[j].append(np.delete(x, part, axis=0).mean(axis=0))
-    return np.vstack([np.array(gj) for gj in g] + [np.array(f)])
+def _federation(rng, n, rows, k, **kwargs):
+    """``oracles.split_federation`` with each client's own effect on every axis."""
+    return split_federation(rng, n, rows, k, client_axes="all", **kwargs)
 
 
 @pytest.mark.parametrize("k, stretch", [(4, 1.0), (10, 100.0)])
@@ -65,12 +50,13 @@ def test_the_statistic_read_from_d_is_the_one_on_the_descriptors(nl, k, stretch)
     w = np.linalg.inv(np.linalg.cholesky(s)).T           # any whitening: y y^T is the same
     y = (f - f.mean(axis=0)) @ w
     want = np.linalg.eigvalsh(y @ y.T)[-1]
-    t, p_value = nl.noise_level_test(_d2(rows), n, groups=k, references=39, seed=3)
+    d = sq_distances(rows)
+    t, p_value = nl.noise_level_test(d, n, groups=k, references=39, seed=3)
     assert t == pytest.approx(want, rel=1e-9)
     assert p_value in {j / 40 for j in range(1, 41)}
-    assert nl.noise_level_test(_d2(rows), n, groups=k, references=39, seed=3) == (t, p_value)
+    assert nl.noise_level_test(d, n, groups=k, references=39, seed=3) == (t, p_value)
     # scale-free: a unit change of the descriptors moves T and every draw alike
-    assert nl.noise_level_test(9 * _d2(rows), n, groups=k, references=39, seed=3)[1] == p_value
+    assert nl.noise_level_test(9 * d, n, groups=k, references=39, seed=3)[1] == p_value
 
 
 def test_the_p_is_the_rank_among_draws_rebuilt_from_its_seed(nl):
@@ -82,7 +68,7 @@ def test_the_p_is_the_rank_among_draws_rebuilt_from_its_seed(nl):
     rng = np.random.default_rng(8)
     n, k, b = 6, 4, 29
     rows = _federation(rng, n, 20, k, p=3)
-    x = mds_embedding(_d2(rows))[0]
+    x = mds_embedding(sq_distances(rows))[0]
     g, f = x[:k * n].reshape(k, n, -1), x[k * n:]
     contrasts = np.vstack([(g[:r].sum(axis=0) - r * g[r]) / np.sqrt(r * (r + 1))
                            * 2 * np.sqrt((k - 1) / k) for r in range(1, k)])
@@ -101,7 +87,7 @@ def test_the_p_is_the_rank_among_draws_rebuilt_from_its_seed(nl):
         noise = draw.standard_normal(contrasts.shape) @ root.T
         points = draw.standard_normal(f.shape) @ root.T * np.sqrt((k - 1) / 4)
         null.append(top(points, oas(noise, assume_centered=True)[0]))
-    got_t, got_p = nl.noise_level_test(_d2(rows), n, groups=k, references=b, seed=4)
+    got_t, got_p = nl.noise_level_test(sq_distances(rows), n, groups=k, references=b, seed=4)
     assert got_t == pytest.approx(t, rel=1e-9)
     assert got_p == (1 + sum(v >= t for v in null)) / (1 + b)
     assert 0.05 < got_p < 0.95                # draws on both sides of T: the ranks compare
@@ -118,7 +104,7 @@ def test_level_on_identically_distributed_clients_power_on_groups(nl):
     runs = 60
 
     def rejections(**kw):
-        return sum(nl.noise_level_test(_d2(_federation(rng, 6, 20, 4, **kw)), 6, groups=4,
+        return sum(nl.noise_level_test(sq_distances(_federation(rng, 6, 20, 4, **kw)), 6, groups=4,
                                        references=39, seed=s)[1] <= 0.05
                    for s in range(runs))
 
@@ -144,9 +130,9 @@ def test_the_rule_told_the_covariance_whitens_by_the_populations(nl):
     values, vectors = np.linalg.eigh(scatter / (len(x) - 2))
     keep = values > values.max() * 1e-10
     y = run @ vectors[:, keep] / np.sqrt(values[keep])
-    np.testing.assert_allclose(got, _d2(y), rtol=1e-7, atol=1e-9 * _d2(y).max())
+    np.testing.assert_allclose(got, sq_distances(y), rtol=1e-7, atol=1e-9 * sq_distances(y).max())
     assert keep.sum() == 60
-    want = calibrated_k(_d2(y), statistic="axis_or_gap", alpha=0.01, references=199).k
+    want = calibrated_k(sq_distances(y), statistic="axis_or_gap", alpha=0.01, references=199).k
     assert nl.rule_told_the_covariance("feature", 20, 2, 3317, 6, 1, clients_per_group=150,
                                        skip=10) == want
 
@@ -165,7 +151,7 @@ def test_one_group_reads_each_planted_group_alone(nl):
         desc = np.stack([flux.descriptor(z, y, proj, c) for z, y in zip(lat, lab)])
         splits = flux.split_descriptors(lat, lab, proj, c, form="weighted_all",
                                         rng=np.random.default_rng([3433, g]), groups=10)
-        full = _d2(np.vstack(list(splits) + [desc]))
+        full = sq_distances(np.vstack(list(splits) + [desc]))
         assert got[g]["p"] == pytest.approx(nl.noise_level_test(full, 6, seed=3433)[1],
                                             abs=1e-12)
         whitened = flux.split_whitened_distances(full, 6, groups=10)
@@ -181,10 +167,11 @@ def test_refusals_and_the_smallest_sizes(nl):
     with pytest.raises(ValueError, match="references"):
         nl.noise_level_test(np.zeros((66, 66)), 6, references=0)
     rows = _federation(np.random.default_rng(2), 2, 20, 4, p=3)    # two clients, one draw
-    t, p = nl.noise_level_test(_d2(rows), 2, groups=4, references=1)
+    t, p = nl.noise_level_test(sq_distances(rows), 2, groups=4, references=1)
     assert t > 0 and p in (0.5, 1.0)
-    assert nl.noise_level_test(_d2(rows), 2, groups=4, references=9) == \
-        nl.noise_level_test(_d2(rows), 2, groups=4, references=9, seed=0)    # the default seed
+    assert nl.noise_level_test(sq_distances(rows), 2, groups=4, references=9) == \
+        nl.noise_level_test(sq_distances(rows), 2, groups=4, references=9,
+                            seed=0)                                 # the default seed
 
 
 def test_the_default_rule_is_the_grids(nl):
@@ -192,12 +179,12 @@ def test_the_default_rule_is_the_grids(nl):
     grid = load_benchmark("bench_k_selection")
     x = np.random.default_rng(3).standard_normal((8, 4))
     x[:4, 0] += 1.5
-    got = nl.default_decision(_d2(x))
-    want = calibrated_k(_d2(x), statistic="axis_or_gap", alpha=0.01, references=199)
+    got = nl.default_decision(sq_distances(x))
+    want = calibrated_k(sq_distances(x), statistic="axis_or_gap", alpha=0.01, references=199)
     assert (got.rule, got.references, got.alpha, got.p_value, got.k) == \
         (want.rule, 199, 0.01, want.p_value, want.k)
     assert got.rule.endswith("axis_or_gap")
-    labels = grid.RULES["flux:axis_or_gap@0.01"]({"flux": _d2(x)})
+    labels = grid.RULES["flux:axis_or_gap@0.01"]({"flux": sq_distances(x)})
     assert len(set(labels.tolist())) == got.k
 
 
@@ -213,7 +200,7 @@ def test_the_run_is_the_grids_split_run(nl):
     desc = np.stack([flux.descriptor(z, y, proj, c) for z, y in zip(latents, labels)])
     splits = flux.split_descriptors(latents, labels, proj, c, form="weighted_all",
                                     rng=np.random.default_rng(3434), groups=10)
-    np.testing.assert_allclose(full, _d2(np.vstack(list(splits) + [desc])), rtol=1e-9,
+    np.testing.assert_allclose(full, sq_distances(np.vstack(list(splits) + [desc])), rtol=1e-9,
                                atol=1e-12)
     np.testing.assert_array_equal(planted, groups)
 
@@ -230,7 +217,7 @@ def test_the_rule_told_the_covariance_reads_those_distances(nl, monkeypatch):
 
     def spy(*args, **kw):
         seen.append((args, kw))
-        return _d2(x)
+        return sq_distances(x)
 
     monkeypatch.setattr(nl, "told_covariance_distances", spy)
     assert nl.rule_told_the_covariance("label", 50, 10, 3440, 6, 10, clients_per_group=99,

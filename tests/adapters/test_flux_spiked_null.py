@@ -13,6 +13,7 @@ from sklearn.covariance import oas
 
 from benchmark_scripts import load_benchmark
 from omnifc.adapters._calibrated_k import mds_embedding
+from oracles import split_federation, sq_distances
 
 
 @pytest.fixture(scope="module")
@@ -25,25 +26,9 @@ def free():
     return load_benchmark("flux_direction_free_bound")
 
 
-def _d2(x):
-    return ((x[:, None] - x[None]) ** 2).sum(-1)
-
-
-def _federation(rng, n, rows, k, *, shift=0.0, small=0, client_sd=0.0, p=4):
-    """Rows iid N(mean, I) per client; a client's descriptor is its rows' mean, its k
-    delete-a-group descriptors leave out one of k consecutive row groups. ``small`` clients
-    have their mean moved by ``shift`` along the first axis; ``client_sd``: every client's
-    own mean moves by ``client_sd`` times one standard normal along the first axis (clients
-    of one group that differ along one direction, as the generator's binary label shift)."""
-    f, g = [], [[] for _ in range(k)]
-    for i in range(n):
-        mean = np.zeros(p)
-        mean[0] += (shift if i < small else 0.0) + client_sd * rng.standard_normal()
-        x = mean + rng.standard_normal((rows, p))
-        f.append(x.mean(axis=0))
-        for j, part in enumerate(np.array_split(np.arange(rows), k)):
-            g[j].append(np.delete(x, part, axis=0).mean(axis=0))
-    return np.vstack([np.array(gj) for gj in g] + [np.array(f)])
+def _federation(rng, n, rows, k, **kwargs):
+    """``oracles.split_federation`` with each client's own effect along the first axis."""
+    return split_federation(rng, n, rows, k, client_axes="first", **kwargs)
 
 
 def _contrasts(g, k):
@@ -131,7 +116,7 @@ def test_the_p_is_the_rank_among_draws_rebuilt_from_its_seed(sn, free):
     n, k, pilot, b = 6, 4, 7, 19
     rng = np.random.default_rng(8)
     rows = _federation(rng, n, 20, k, shift=0.8, small=3, client_sd=0.2, p=3)
-    x = mds_embedding(_d2(rows))[0]
+    x = mds_embedding(sq_distances(rows))[0]
     g, f = x[:k * n].reshape(k, n, -1), x[k * n:]
     contrasts = _contrasts(g, k)
     kappa = (k - 1) / 4
@@ -174,7 +159,7 @@ def test_the_p_is_the_rank_among_draws_rebuilt_from_its_seed(sn, free):
         noise, clients = clients_of(spikes)
         null.append(_statistic(free, gram_of(clients, oas(noise, assume_centered=True)[0])[0],
                                x.shape[1], n, expected))
-    got = sn.spiked_null_test(_d2(rows), n, groups=k, references=b, pilot=pilot, seed=5)
+    got = sn.spiked_null_test(sq_distances(rows), n, groups=k, references=b, pilot=pilot, seed=5)
     assert got["t"] == pytest.approx(t, rel=1e-9, abs=1e-9)
     assert got["spikes"] == len(spikes)
     assert got["p"] == (1 + sum(v >= t for v in null)) / (1 + b)
@@ -193,7 +178,7 @@ def test_level_with_client_effects_and_power_on_groups(sn):
     nl = load_benchmark("flux_noise_level")
 
     def outcomes(**kw):
-        feds = [_d2(_federation(rng, 6, 20, 4, **kw)) for _ in range(runs)]
+        feds = [sq_distances(_federation(rng, 6, 20, 4, **kw)) for _ in range(runs)]
         spiked = [sn.spiked_null_test(d, 6, groups=4, references=39, pilot=19, seed=s)["p"]
                   for s, d in enumerate(feds)]
         return feds, sum(p <= 0.05 for p in spiked)
@@ -211,7 +196,7 @@ def test_the_defaults_ten_groups_seed_zero_and_one_draw(sn):
     reference draw and one pilot draw are enough to run."""
     rng = np.random.default_rng(9)
     rows = _federation(rng, 6, 20, 10, shift=0.6, small=3)
-    d = _d2(rows)
+    d = sq_distances(rows)
     got = sn.spiked_null_test(d, 6, references=9, pilot=5)
     assert got == sn.spiked_null_test(d, 6, groups=10, references=9, pilot=5, seed=0)
     x = mds_embedding(d)[0]
@@ -226,7 +211,7 @@ def test_the_defaults_ten_groups_seed_zero_and_one_draw(sn):
 
 def test_scale_free_and_refusals(sn):
     rng = np.random.default_rng(4)
-    d = _d2(_federation(rng, 6, 20, 4, shift=0.6, small=3))
+    d = sq_distances(_federation(rng, 6, 20, 4, shift=0.6, small=3))
     r = sn.spiked_null_test(d, 6, groups=4, references=9, pilot=5, seed=1)
     assert sn.spiked_null_test(9 * d, 6, groups=4, references=9, pilot=5, seed=1)["p"] == r["p"]
     for bad in ({"references": 0}, {"pilot": 0}):
