@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -346,9 +347,63 @@ def test_the_union_verdict_at_each_of_its_bounds(sn):
         (288, 0, 72, 5)
     assert "planted K right 288 against" in sn.union_lines(every, alpha=0.001)[0]
     lines = sn.union_lines(every)
-    assert lines == ["union on seeds 3469-3480: planted K right 368 against the default's "
-                     f"288 of 576 (+80 / -0, noise {v['noise']:.1f}); iid one cluster 69 of "
-                     "72; single groups split 11 of 576", "verdict (UNION_VERDICT): holds"]
+    assert lines[:2] == ["union on seeds 3469-3480: planted K right 368 against the "
+                         f"default's 288 of 576 (+80 / -0, noise {v['noise']:.1f}); iid one "
+                         "cluster 69 of 72; single groups split 11 of 576",
+                         "verdict (UNION_VERDICT): holds"]
+    assert lines[2:] == ["union on seeds 3481-3492: planted K right 0 against the default's "
+                         "0 of 0 (+0 / -0, noise 0.0); iid one cluster 0 of 0; single groups "
+                         "split 0 of 0", "verdict (UNION_LEVEL_VERDICT): incomplete"]
+
+
+def _binomial_tail(n, p, s):
+    """P(Bin(n, p) >= s), exactly in rationals (Python integers)."""
+    p = Fraction(p)
+    return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(s, n + 1))
+
+
+def test_most_splits_is_the_one_sided_binomial_bound(sn):
+    """The second trial's bound, against exact rational binomial tails: the largest s with
+    P(Bin(n, level) >= s) >= 0.05, for the trial's 576 groups and other sizes and levels."""
+    for n, level in ((576, "0.02"), (576, "0.01"), (72, "0.05"), (40, "0.02"), (3, "0.5")):
+        want = max(s for s in range(n + 1)
+                   if _binomial_tail(n, Fraction(level), s) >= Fraction(1, 20))
+        assert sn.most_splits(n, float(level)) == want
+    assert sn.most_splits(576) == 17
+    assert _binomial_tail(576, Fraction(2, 100), 12) > Fraction(47, 100)   # the first (c)
+
+
+def test_the_second_union_verdict_at_each_of_its_bounds(sn):
+    """UNION_LEVEL_VERDICT on complete records of its fresh seeds 3481-3492: it holds with
+    17 of 576 single groups split and not with 18 (the first trial's bound was 11); the iid
+    and gain bounds are the first trial's; the first trial's seeds are ignored, and the
+    first trial ignores these; an unknown trial is refused."""
+    assert sn.UNION_LEVEL_SEEDS == (3481, 3492)
+    assert not set(range(3481, 3493)) & set(range(sn.UNION_SEEDS[0], sn.UNION_SEEDS[1] + 1))
+    seeds = sn.UNION_LEVEL_SEEDS
+
+    def verdict(**kwargs):
+        return sn.union_verdict(sum(_union_records(sn, seeds=seeds, **kwargs), []),
+                                trial="second")
+
+    v = verdict(splits=17)
+    assert (v["runs"], v["iid"], v["single"], v["splits"], v["iid_one"], v["verdict"]) == \
+        (576, 72, 576, 17, 69, "holds")
+    assert verdict(splits=18)["verdict"] == "does not hold"
+    assert verdict(iid_split=4)["verdict"] == "does not hold"
+    assert verdict(extra=3)["verdict"] == "does not hold"
+    assert verdict(extra=4, splits=17)["verdict"] == "holds"
+    mine = sum(_union_records(sn, seeds=seeds, splits=17), [])
+    first = sum(_union_records(sn, splits=40), [])
+    assert sn.union_verdict(mine + first, trial="second") == v
+    assert sn.union_verdict(mine, trial="first")["verdict"] == "incomplete"
+    assert sn.union_verdict(first, trial="first")["verdict"] == "does not hold"
+    for missing in (0, 100):
+        assert sn.union_verdict(mine[:missing] + mine[missing + 1:],
+                                trial="second")["verdict"] == "incomplete"
+    with pytest.raises(ValueError, match="trial must be one of"):
+        sn.union_verdict(mine, trial="third")
+    assert sn.union_lines(mine)[-1] == "verdict (UNION_LEVEL_VERDICT): holds"
 
 
 def test_the_table_command_prints_the_union_verdict(sn, tmp_path, capsys):
@@ -359,7 +414,7 @@ def test_the_table_command_prints_the_union_verdict(sn, tmp_path, capsys):
     assert sn.main(["--table", str(path)]) == 0
     assert capsys.readouterr().out == "\n".join(sn.table(records) + sn.union_lines(records)) \
         + "\n"
-    assert sn.union_lines(records)[-1] == "verdict (UNION_VERDICT): holds"
+    assert sn.union_lines(records)[1] == "verdict (UNION_VERDICT): holds"
 
 
 def test_the_command_lines_defaults_and_refusals(sn, capsys):
