@@ -65,7 +65,11 @@ here and the library is unchanged.
 trial, :data:`UNION_LEVEL_VERDICT` on fresh seeds :data:`UNION_LEVEL_SEEDS`, frozen before
 any of them ran, judges the level by a one-sided binomial test instead (:func:`most_splits`:
 at most 17 of 576); its other criteria are the first's. If it does not hold, the union is
-not tried again.
+not tried again. It **holds**: 390 planted runs against the default's 319 (+71 / -0, noise
+15.8), one cluster in 72 of 72 iid runs, 11 of 576 single groups split (the default's 11);
+26 cells against 22 (docs/adapters.md, twenty-seventh pass). The library may take the
+spiked test as its second test at six clients; the pipelines must first carry the split D
+to the rule.
 
 Usage (JSON lines appended to ``--out``, resumed; ``--table`` prints the counts)::
 
