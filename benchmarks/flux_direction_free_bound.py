@@ -32,11 +32,11 @@ centred descriptors ``Y`` (``n x d``) only through their Gram matrix ``G = Y Y^T
 - planted / standard normal: ``exp(-n c / 2)`` times the mean over the ``C(n, m)``
   arrangements ``s`` of ``E_u exp(Delta u . Y^T a_s)`` (``a_i = 1 - pi`` in the small group,
   ``-pi`` in the other), and ``E_u exp(k u_1) = 0F1(; d/2; k^2 / 4)``
-  (:func:`log_sphere_mgf`, a Bessel function);
+  (``omnifc.adapters.flux._spiked_null.log_sphere_mgf``, a Bessel function);
 - null / standard normal: ``(1 + c)^(-n/2) E_u exp(b u^T Y^T Y u)``, ``b = c / (2 (1 + c))``;
   with ``lambda`` the eigenvalues of ``G`` the coordinates ``(u . e_j)^2`` are
   ``Dirichlet(1/2, ..., 1/2, (d - k) / 2)``, whose moment generating function
-  (:func:`log_dirichlet_mgf`) is an inverse Laplace transform computed on a Bromwich line
+  (``_spiked_null.log_dirichlet_mgf``) is an inverse Laplace transform computed on a Bromwich line
   through its saddle point.
 
 Usage: ``python benchmarks/flux_label_free_bound.py --direction-free ...`` (the cells'
@@ -48,7 +48,6 @@ test on the grid's real runs, told the covariance (:func:`told_the_covariance`, 
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import os
 import sys
@@ -58,192 +57,14 @@ from scipy import special
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+# the ratio's closed form, told the level, is the library's (FLUX's spiked-null test reads it)
+from omnifc.adapters.flux import _spiked_null as _spiked  # noqa: E402
+from omnifc.adapters.flux._spiked_null import (  # noqa: E402
+    _centred, _log_null, _log_planted, arrangement_count, arrangement_pairs, arrangement_squares,
+    arrangements, spike)
+
 #: Monte Carlo draws per hypothesis behind one power.
 DRAWS = 4000
-#: Terms (Gram matrices x arrangements) per batch of the arrangement sums (memory: 32 MB
-#: per array of squares).
-_TERMS_PER_CHUNK = 4_000_000
-#: The inversion contour: points per unit of the saddle's width, and how far down (in
-#: e-folds of ``e^s``) it is followed; and the terms (rows x points x coordinates) computed
-#: at once (memory: 64 MB per complex array).
-_LINE_DENSITY, _LINE_REACH = 4.0, 40.0
-_LINE_TERMS = 4_000_000
-
-
-def log_sphere_mgf(kappa, d: int):
-    """``log E exp(kappa u_1)`` for ``u`` uniform on the unit sphere of ``R^d``:
-    ``log 0F1(; d/2; kappa^2 / 4)`` (elementwise).
-
-    >>> round(float(log_sphere_mgf(0.0, 5)), 12)
-    0.0
-    >>> round(float(np.exp(log_sphere_mgf(1.0, 1))), 12)   # d = 1: u = +-1, cosh(1)
-    1.543080634815
-    """
-    kappa = np.asarray(kappa, dtype=np.float64)
-    shape = kappa.shape
-    kappa = np.abs(kappa).reshape(-1)
-    b, z = d / 2.0, kappa ** 2 / 4.0
-    out = np.empty_like(kappa)
-    small = z <= b
-    # the series sum_k z^k / ((b)_k k!): its ratio z / ((b + k)(k + 1)) stays below 1
-    k = np.arange(float(_SERIES_TERMS))
-    coefficients = _series_coefficients(b)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_z = np.log(z[small])
-        log_terms = np.where(k == 0, 0.0, k * log_z[:, None]) + coefficients
-    out[small] = special.logsumexp(log_terms, axis=1)
-    big = ~small
-    nu = b - 1.0
-    out[big] = (special.gammaln(b) + nu * np.log(2.0 / kappa[big])
-                + _log_bessel_i(nu, kappa[big]))
-    return out.reshape(shape)
-
-
-#: Terms of the series of ``0F1`` below its switch to the Bessel function.
-_SERIES_TERMS = 80
-
-
-def _series_coefficients(b: float) -> np.ndarray:
-    """``log (1 / ((b)_k k!))`` for ``k < _SERIES_TERMS``: the series ``0F1(; b; z) =
-    sum_k z^k / ((b)_k k!)``."""
-    k = np.arange(float(_SERIES_TERMS))
-    return special.gammaln(b) - special.gammaln(b + k) - special.gammaln(k + 1)
-
-
-#: From this order on, ``log I_nu`` by Debye's expansion (five terms: relative error
-#: below ``nu^-5``, 3e-7 at 20); below it by scipy's ``ive``.
-_DEBYE_ORDER = 20.0
-
-
-def _log_bessel_i(nu: float, x):
-    """``log I_nu(x)`` for ``x > 0`` (Debye's uniform expansion for large ``nu``: scipy's
-    ``ive`` costs about a microsecond per value, and the arrangement sums need millions).
-
-    >>> bool(abs(_log_bessel_i(30.0, np.array([50.0]))[0]
-    ...          - math.log(special.ive(30.0, 50.0)) - 50.0) < 1e-8)
-    True
-    """
-    x = np.asarray(x, dtype=np.float64)
-    if nu < _DEBYE_ORDER:
-        return np.log(special.ive(nu, x)) + x
-    return _debye_log_bessel(nu, x)
-
-
-def _debye_log_bessel(nu, x):
-    """``log I_nu(x)`` by Debye's uniform expansion (five terms; arrays or, compiled by
-    numba inside :func:`log_mean_sphere_mgf`'s loop, scalars)."""
-    z = x / nu
-    root = np.sqrt(1.0 + z * z)
-    t = 1.0 / root
-    t2 = t * t
-    u1 = t * (3.0 - 5.0 * t2) / 24.0
-    u2 = t2 * (81.0 - 462.0 * t2 + 385.0 * t2 ** 2) / 1152.0
-    u3 = t * t2 * (30375.0 - 369603.0 * t2 + 765765.0 * t2 ** 2 - 425425.0 * t2 ** 3) / 414720.0
-    u4 = t2 ** 2 * (4465125.0 - 94121676.0 * t2 + 349922430.0 * t2 ** 2
-                    - 446185740.0 * t2 ** 3 + 185910725.0 * t2 ** 4) / 39813120.0
-    series = 1.0 + u1 / nu + u2 / nu ** 2 + u3 / nu ** 3 + u4 / nu ** 4
-    # nu eta (eta = root + log(z / (1 + root))), and t^(1/2) series in one logarithm
-    return (nu * (root + np.log(z / (1.0 + root))) - 0.5 * np.log(2.0 * math.pi * nu)
-            + np.log(np.sqrt(t) * series))
-
-
-def log_dirichlet_mgf(beta, d: int):
-    """``log E exp(beta . t)`` for ``t``: the first ``k`` coordinates of
-    ``Dirichlet(1/2, ..., 1/2, (d - k) / 2)`` (``(u . e_j)^2`` of a uniform unit vector
-    ``u`` of ``R^d``), ``beta >= 0`` of shape ``(..., k)``; one value per leading index.
-
-    The inverse Laplace transform at 1 of ``Gamma(d/2) s^(-(d-k)/2) prod_j (s -
-    beta_j)^(-1/2)``, integrated (trapezoid) on a parabola through the real saddle point
-    of its integrand that opens to the left: it crosses the real axis only there, right
-    of every singularity, and ``e^s`` decays along it like a Gaussian.
-
-    >>> round(float(np.exp(log_dirichlet_mgf([0.0, 0.0], 6))), 9)
-    1.0
-    >>> bool(abs(log_dirichlet_mgf([2.0], 4) - math.log(special.hyp1f1(0.5, 2.0, 2.0))) < 1e-9)
-    True
-    """
-    beta = np.asarray(beta, dtype=np.float64)
-    lead = beta.shape[:-1]
-    beta = beta.reshape(-1, beta.shape[-1])
-    k = beta.shape[1]
-    rest = (d - k) / 2.0
-    if rest < 0 or np.any(beta < 0):
-        raise ValueError(f"need beta >= 0 and at most d = {d} coordinates, got {k}")
-    top = beta.max(axis=1, initial=0.0)
-
-    def slope(s):            # d/ds of log(e^s F(s)), increasing right of every singularity
-        with np.errstate(divide="ignore"):
-            return 1.0 - rest / s - 0.5 * np.sum(1.0 / (s[:, None] - beta), axis=1)
-    # bisection on (top, top + d/2 + 1]: the slope is positive at the right end
-    low, high = top.copy(), top + d / 2.0 + 1.0
-    for _ in range(80):
-        mid = 0.5 * (low + high)
-        negative = slope(mid) < 0
-        low, high = np.where(negative, mid, low), np.where(negative, high, mid)
-    saddle = high
-    curvature = rest / saddle ** 2 + 0.5 * np.sum(1.0 / (saddle[:, None] - beta) ** 2, axis=1)
-    width = 1.0 / np.sqrt(curvature)
-    scale = np.maximum(saddle, width ** 2)
-    reach = np.sqrt(2.0 * scale * (saddle + _LINE_REACH))
-    points = int(np.ceil(np.max(reach / width) * _LINE_DENSITY)) + 1
-    step = reach / (points - 1)
-    out = np.empty(len(beta))
-    # the same contour for every row, in batches of rows: a row whose saddle lies far out
-    # needs tens of thousands of points, and (rows, points, k) at once can exhaust memory
-    per_batch = max(1, _LINE_TERMS // (points * (k + 1)))
-    for lo in range(0, len(beta), per_batch):
-        rows = slice(lo, lo + per_batch)
-        y = step[rows, None] * np.arange(points)[None, :]
-        s = saddle[rows, None] - y ** 2 / (2.0 * scale[rows, None]) + 1j * y
-        log_f = s - (rest * np.log(s) if rest > 0 else 0.0) - 0.5 * np.sum(
-            np.log(s[:, :, None] - beta[rows, None, :]), axis=2)
-        anchor = log_f[:, 0].real
-        values = (np.exp(log_f - anchor[:, None]) * (1.0 + 1j * y / scale[rows, None])).real
-        # (1 / 2 pi i) int e^s F(s) ds = (1 / pi) int_0^inf Re[e^s F(s) s'(y) / i] dy
-        integral = step[rows] * (values.sum(axis=1) - 0.5 * values[:, 0]) / math.pi
-        if not np.all(integral > 0):
-            raise ArithmeticError("the inverse Laplace transform did not converge")
-        out[rows] = special.gammaln(d / 2.0) + anchor + np.log(integral)
-    return out.reshape(lead) if lead else float(out[0])
-
-
-def arrangements(n: int, m: int) -> np.ndarray:
-    """``a_s`` for every arrangement of ``m`` clients in the small group, one per row
-    (``1 - pi`` there, ``-pi`` elsewhere); with ``2 m = n`` one of each complementary
-    pair (they give the same ``|Y^T a_s|``).
-
-    >>> arrangements(3, 1).round(3).tolist()
-    [[0.667, -0.333, -0.333], [-0.333, 0.667, -0.333], [-0.333, -0.333, 0.667]]
-    """
-    pi = m / n
-    subsets = itertools.combinations(range(n), m)
-    if 2 * m == n:
-        subsets = (c for c in subsets if 0 in c)
-    rows = []
-    for c in subsets:
-        a = np.full(n, -pi)
-        a[list(c)] = 1.0 - pi
-        rows.append(a)
-    return np.array(rows)
-
-
-def arrangement_count(n: int, m: int) -> int:
-    """``len(arrangements(n, m))``, without listing them.
-
-    >>> arrangement_count(20, 10), arrangement_count(20, 2)
-    (92378, 190)
-    """
-    return math.comb(n, m) // (2 if 2 * m == n else 1)
-
-
-def spike(n: int, m: int, delta: float) -> float:
-    """``c = pi (1 - pi) Delta^2`` (``pi = m / n``): the null's extra variance along the
-    direction, the groups pooled.
-
-    >>> spike(6, 3, 2.0)
-    1.0
-    """
-    return (m / n) * (1.0 - m / n) * delta ** 2
 
 
 def null_grams(rest, z, n: int, m: int, delta: float):
@@ -279,76 +100,19 @@ def log_likelihood_ratio(gram, m: int, delta: float, d: int, a=None, *,
     ...                 log_likelihood_ratio(np.eye(4), 2, 1.0, 6, told_centre=False)))
     True
     """
-    gram = np.asarray(gram, dtype=np.float64)
-    n = gram.shape[-1]
-    grams, rows = _centred(gram.reshape(-1, n, n), told_centre)
-    a = arrangements(n, m) if a is None else a
-    pairs = arrangement_pairs(a)
-    c = spike(n, m, delta)
-    out = np.empty(len(grams))
-    per_chunk = _rows_per_chunk(len(a), told_level)
-    for lo in range(0, len(grams), per_chunk):     # (chunk, arrangements) terms at a time
-        part = grams[lo:lo + per_chunk]
-        out[lo:lo + per_chunk] = _log_ratio(arrangement_squares(pairs, part), part, rows, n,
-                                            c, delta, d, told_level)
-    return out.reshape(gram.shape[:-2]) if gram.ndim > 2 else float(out[0])
+    def ratio(squares, grams, rows, n, c, delta, d):
+        return _log_ratio(squares, grams, rows, n, c, delta, d, told_level)
+
+    return _spiked.chunked_log_ratio(gram, m, delta, d, a, told_centre, ratio,
+                                     1 if told_level else LEVEL_POINTS)
 
 
 def _rows_per_chunk(arrangement_total: int, told_level: bool) -> int:
-    """Gram matrices per batch of the arrangement sums: :data:`_TERMS_PER_CHUNK` terms, each
-    row's arrangements counted once told the level and at every scale point of
-    :func:`log_level_integral` (:data:`LEVEL_POINTS`) when not."""
-    return max(1, _TERMS_PER_CHUNK // (arrangement_total * (1 if told_level else LEVEL_POINTS)))
-
-
-def _centred(grams, told_centre: bool):
-    """``(grams, rows)``: the Gram matrices as the ratio reads them, and how many
-    independent rows they hold (``H G H`` and ``n - 1`` when not told the centre)."""
-    n = grams.shape[-1]
-    if told_centre:
-        return grams, n
-    h = np.eye(n) - 1.0 / n
-    return h @ grams @ h, n - 1
-
-
-def arrangement_pairs(a) -> np.ndarray:
-    """``a_si a_sj`` for every arrangement ``a_s`` (rows of ``a``) over the pairs ``i <= j``
-    (``np.triu_indices``), doubled off the diagonal: what :func:`arrangement_squares`
-    multiplies the Gram matrices by. It depends on the arrangements only, so a caller
-    computes it once (at 20 clients 10 : 10 it is 92,378 x 210 numbers).
-
-    >>> arrangement_pairs(np.array([[1.0, -1.0]]))
-    array([[ 1., -2.,  1.]])
-    """
-    i, j = np.triu_indices(a.shape[1])
-    return a[:, i] * a[:, j] * np.where(i == j, 1.0, 2.0)
-
-
-def arrangement_squares(pairs, grams) -> np.ndarray:
-    """``|Y^T a_s|^2 = a_s^T G a_s`` for every arrangement ``a_s`` and every Gram matrix
-    ``G`` of the stack ``grams``, given the arrangements' :func:`arrangement_pairs`: shape
-    ``(len(grams), len(pairs))``, one matrix product.
-
-    >>> pairs = arrangement_pairs(np.array([[1.0, -1.0]]))
-    >>> arrangement_squares(pairs, np.array([[[2.0, 1.0], [1.0, 3.0]]]))
-    array([[3.]])
-    """
-    i, j = np.triu_indices(grams.shape[-1])
-    return grams[:, i, j] @ pairs.T
-
-
-def _log_planted(squares, n: int, c: float, delta: float, d: int) -> np.ndarray:
-    """``log`` (direction-averaged planted density / standard normal) from the arrangements'
-    squares (:func:`arrangement_squares`), one value per row."""
-    return log_mean_sphere_mgf(squares, delta, d) - 0.5 * n * c
-
-
-def _log_null(grams, rows: int, c: float, d: int) -> np.ndarray:
-    """``log`` (direction-averaged null density / standard normal) of the (centred) Gram
-    matrices ``grams``, ``rows`` of them independent (``n``, or ``n - 1`` centred)."""
-    values = np.linalg.eigvalsh(grams)[:, ::-1][:, :min(rows, d)]
-    return -0.5 * rows * math.log1p(c) + log_dirichlet_mgf(
-        np.maximum(values, 0.0) * c / (2.0 * (1.0 + c)), d)
+    """Gram matrices per batch of the arrangement sums (the library's
+    :func:`~omnifc.adapters.flux._spiked_null.rows_per_chunk`), each row's arrangements
+    counted once told the level and at every scale point of :func:`log_level_integral`
+    (:data:`LEVEL_POINTS`) when not."""
+    return _spiked.rows_per_chunk(arrangement_total, 1 if told_level else LEVEL_POINTS)
 
 
 #: The scale integral of ``told_level=False`` (:func:`log_level_integral`), in ``u = log
@@ -433,7 +197,7 @@ def _log_ratio(squares, grams, rows: int, n: int, c: float, delta: float, d: int
     (:func:`log_level_integral`); scaling ``Y`` by ``s`` scales ``G`` and the squares by
     ``s^2``."""
     if told_level:
-        return _log_planted(squares, n, c, delta, d) - _log_null(grams, rows, c, d)
+        return _spiked._log_ratio_told_level(squares, grams, rows, n, c, delta, d)
     size = len(grams)
 
     def planted(s2):
@@ -449,66 +213,6 @@ def _log_ratio(squares, grams, rows: int, n: int, c: float, delta: float, d: int
     trace = np.trace(grams, axis1=1, axis2=2)
     return (log_level_integral(planted, trace, rows * d)
             - log_level_integral(null, trace, rows * d))
-
-
-def log_mean_sphere_mgf(squares, delta: float, d: int) -> np.ndarray:
-    """``log`` of the mean over each row's arrangements of ``E_u exp(Delta u . Y^T a_s)``,
-    i.e. of ``exp(log_sphere_mgf(Delta * sqrt(squares), d))``; one value per row of
-    ``squares``. From ``d = 42`` on (Debye's expansion) a compiled loop that keeps no
-    array of the terms: at 20 clients 10 : 10 a row has 92,378 of them.
-
-    >>> sq = np.array([[4.0, 9.0, 0.0]])
-    >>> want = special.logsumexp(log_sphere_mgf(1.5 * np.sqrt(sq), 60), axis=1) - math.log(3)
-    >>> bool(np.allclose(log_mean_sphere_mgf(sq, 1.5, 60), want, rtol=1e-12))
-    True
-    """
-    squares = np.ascontiguousarray(squares, dtype=np.float64)
-    b = d / 2.0
-    if b - 1.0 < _DEBYE_ORDER:
-        norms = np.sqrt(np.maximum(squares, 0.0))
-        return (special.logsumexp(log_sphere_mgf(delta * norms, d), axis=1)
-                - math.log(squares.shape[1]))
-    return _log_mean_sphere_mgf_kernel()(squares, float(delta), b, _series_coefficients(b),
-                                         float(special.gammaln(b)))
-
-
-@functools.lru_cache(maxsize=1)
-def _log_mean_sphere_mgf_kernel():
-    """The compiled loop of :func:`log_mean_sphere_mgf` (numba: compiled on first use)."""
-    import numba
-    debye = numba.njit(_debye_log_bessel)
-
-    @numba.njit
-    def kernel(squares, delta, b, coefficients, log_gamma_b):
-        nu = b - 1.0
-        rows, terms = squares.shape
-        out = np.empty(rows)
-        for i in range(rows):
-            top, total = -np.inf, 0.0            # logsumexp, one pass
-            for s in range(terms):
-                kappa = delta * math.sqrt(max(squares[i, s], 0.0))
-                z = kappa * kappa / 4.0
-                if z == 0.0:
-                    value = 0.0
-                elif z <= b:                     # the series, as log_sphere_mgf
-                    log_z = math.log(z)
-                    peak = -np.inf
-                    for k in range(coefficients.shape[0]):
-                        peak = max(peak, k * log_z + coefficients[k])
-                    acc = 0.0
-                    for k in range(coefficients.shape[0]):
-                        acc += math.exp(k * log_z + coefficients[k] - peak)
-                    value = peak + math.log(acc)
-                else:                            # Debye's expansion, as _log_bessel_i
-                    value = log_gamma_b + nu * math.log(2.0 / kappa) + debye(nu, kappa)
-                if value > top:
-                    total = total * math.exp(top - value) + 1.0
-                    top = value
-                else:
-                    total += math.exp(value - top)
-            out[i] = top + math.log(total) - math.log(terms)
-        return out
-    return kernel
 
 
 def direction_free_power(n: int, m: int, d: int, deltas, *, alpha: float = 0.05,

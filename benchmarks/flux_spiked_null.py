@@ -7,14 +7,16 @@ noise: the bound's ratio test, told the noise covariance ``Sigma`` (with ``m`` a
 ``Sigma``, finds 177. It also found
 that measuring the clients' spread against the noise alone (``flux_noise_level``) splits
 single groups whose clients differ (the generator's label shift). This module builds the
-ratio test with nothing told, and with a null that lets clients differ:
+ratio test with nothing told, and with a null that lets clients differ (the test itself is
+the library's since the twenty-seventh pass, :mod:`omnifc.adapters.flux._spiked_null`; this
+module runs it on the grid's six-client runs and judges the union):
 
 - **Noise.** From the D of the ``(k + 1) n`` split rows (``flux.split_whitened_distances``'
   input) it embeds D and whitens the clients' descriptors by ``S``, the OAS-shrunk
   covariance of the ``n (k - 1)`` within-client contrasts (the default's whitening). A
   descriptor's own noise is then about ``kappa = (k - 1) / 4`` in every direction (the
   contrasts' mean outer product is ``4 / (k - 1)`` times a client's jackknife covariance).
-- **Statistic** (:func:`ratio_statistic`): ``T`` = the largest, over ``m = 2 ..
+- **Statistic** (``ratio_statistic``): ``T`` = the largest, over ``m = 2 ..
   floor(n / 2)``, of the bound's log likelihood ratio
   (``flux_direction_free_bound.log_likelihood_ratio``, not told the direction or the
   centre) on the centred Gram matrix of the whitened descriptors divided by ``kappa``: two
@@ -23,7 +25,7 @@ ratio test with nothing told, and with a null that lets clients differ:
   matrix: the top eigenvalue's excess over pure noise's, ``c = (l_1 - q_1) / (n - 1)``
   (at least :data:`EXCESS_FLOOR`), is the pooled spread ``pi (1 - pi) Delta^2`` of
   ``m : n - m`` groups (``pi = m / n``).
-- **Null** (:func:`fitted_spikes`, the reference): a Gaussian fitted to the clients with
+- **Null** (``fitted_spikes``, the reference): a Gaussian fitted to the clients with
   the contrasts' noise as its floor. ``PILOT`` draws of pure noise (the noise-level test's
   draws) give each centred Gram eigenvalue's expected value ``q_j``; every eigenvalue
   ``l_j`` above it becomes a spike ``c_j = (l_j - q_j) / (n - 1)`` along its direction
@@ -84,15 +86,12 @@ import math
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-#: The least excess spread (in a descriptor's noise units) the statistic reads a separation
-#: from: with no excess over pure noise the planted and the pooled model coincide.
-EXCESS_FLOOR = 1e-3
-#: Pure-noise draws behind the expected eigenvalues ``q_j`` of the floor.
-PILOT = 49
+# the test itself is the library's (FLUX's second test at six clients since this pass)
+from omnifc.adapters.flux._spiked_null import spiked_of_parts  # noqa: E402
+from omnifc.adapters.flux._spiked_null import union_k as _union_k  # noqa: E402
+
 #: Reference draws and the level (the default's B and level).
 REFERENCES = 199
 ALPHA = 0.01
@@ -141,137 +140,10 @@ UNION_TRIALS = {"first": (UNION_SEEDS, "UNION_VERDICT"),
                 "second": (UNION_LEVEL_SEEDS, "UNION_LEVEL_VERDICT")}
 
 
-def ratio_statistic(grams, d: int, n: int, expected) -> np.ndarray:
-    """``T`` for each centred, noise-scaled Gram matrix of the stack ``grams`` (``n x n``,
-    ``d`` dimensions; ``expected``: pure noise's mean eigenvalues, largest first): the
-    largest log likelihood ratio over ``m = 2 .. floor(n / 2)``, each at the separation its
-    top eigenvalue's excess gives (module docstring).
-
-    >>> import flux_direction_free_bound as free
-    >>> g = np.diag([30.0, 30.0, 1.0, 1.0]) ; g -= g.mean(0) ; g -= g.mean(1)[:, None]
-    >>> c = (np.linalg.eigvalsh(g)[-1] - 8.0) / 3             # the excess over 8, / (n - 1)
-    >>> want = free.log_likelihood_ratio(g, 2, float(np.sqrt(4 * c)), 8, told_centre=False)
-    >>> bool(np.isclose(ratio_statistic(g[None], 8, 4, [8.0, 8.0, 8.0])[0], want))
-    True
-    """
-    grams = np.asarray(grams, dtype=np.float64)
-    if n < 4:
-        raise ValueError(f"the statistic needs n >= 4 clients (two groups of two), got {n}")
-    import flux_direction_free_bound as free
-
-    excess = np.maximum(np.linalg.eigvalsh(grams)[:, -1] - expected[0], EXCESS_FLOOR) / (n - 1)
-    best = np.full(len(grams), -np.inf)
-    for m in range(2, n // 2 + 1):
-        a, pi = free.arrangements(n, m), m / n
-        for i, (gram, c) in enumerate(zip(grams, excess)):
-            delta = float(np.sqrt(c / (pi * (1.0 - pi))))
-            best[i] = max(best[i], free.log_likelihood_ratio(gram, m, delta, d, a,
-                                                             told_centre=False))
-    return best
-
-
-def scaled_gram(whitened, kappa: float) -> np.ndarray:
-    """The centred Gram matrix of the whitened descriptors (rows; or a stack) divided by
-    ``kappa``: the clients in units of a descriptor's noise.
-
-    >>> scaled_gram(np.array([[1.0, 0.0], [-1.0, 0.0]]), 2.0)
-    array([[ 0.5, -0.5],
-           [-0.5,  0.5]])
-    """
-    y = np.asarray(whitened, dtype=np.float64)
-    y = y - y.mean(axis=-2, keepdims=True)
-    return np.einsum("...id,...jd->...ij", y, y) / kappa
-
-
-def fitted_spikes(whitened, kappa: float, expected) -> list[tuple[float, np.ndarray]]:
-    """The null's spikes: ``[(c_j, v_j)]`` for every eigenvalue ``l_j`` of
-    :func:`scaled_gram` above ``expected[j]`` (the mean ``j``-th eigenvalue of pure noise,
-    both in decreasing order): ``c_j = (l_j - expected[j]) / (n - 1)`` and ``v_j`` the unit
-    direction (in the whitened coordinates) of its principal axis.
-
-    >>> y = np.array([[3.0, 0.0], [-3.0, 0.0], [0.0, 0.5], [0.0, -0.5]])
-    >>> [(round(c, 6), abs(v).round(6).tolist()) for c, v in fitted_spikes(y, 1.0, [2, 2, 0])]
-    [(5.333333, [1.0, 0.0])]
-    """
-    y = np.asarray(whitened, dtype=np.float64)
-    n = y.shape[0]
-    values, vectors = np.linalg.eigh(scaled_gram(y, kappa))
-    values, vectors = values[::-1], vectors[:, ::-1]
-    centred = (y - y.mean(axis=0)) / np.sqrt(kappa)
-    out = []
-    for j in range(n - 1):
-        if values[j] > expected[j]:
-            v = centred.T @ vectors[:, j]
-            out.append((float((values[j] - expected[j]) / (n - 1)), v / np.linalg.norm(v)))
-    return out
-
-
-def _null_draw(rng, contrasts_shape, n: int, values, vectors, kappa: float, spikes):
-    """One reference draw, whitened as the observed clients are: contrasts from ``N(0,
-    S)`` and clients from the fitted Gaussian (``S = vectors diag(values) vectors^T``),
-    ``S`` re-estimated by OAS."""
-    from omnifc.adapters.flux._split_half import oas_whitened_points
-
-    root = np.sqrt(values)
-    noise = rng.standard_normal(contrasts_shape) * root @ vectors.T
-    w = rng.standard_normal((n, len(values)))
-    for c, v in spikes:
-        w = w + np.sqrt(c) * rng.standard_normal((n, 1)) * v[None, :]
-    return oas_whitened_points(noise, np.sqrt(kappa) * w * root @ vectors.T)[0]
-
-
-def spiked_null_test(distances, n: int, *, groups: int = 10, references: int = REFERENCES,
-                     pilot: int = PILOT, seed: int = 0) -> dict:
-    """``{"t", "p", "spikes"}`` of the spiked-null ratio test (module docstring) on the
-    squared distances of the ``(k + 1) n`` rows ``[G_0; ...; G_{k-1}; F]``.
-
-    >>> rng = np.random.default_rng(1)
-    >>> f = rng.standard_normal((6, 4)) * 3
-    >>> g = f[None] + rng.standard_normal((3, 6, 4))
-    >>> x = np.vstack(list(g) + [f])
-    >>> d = ((x[:, None] - x[None]) ** 2).sum(-1)
-    >>> r = spiked_null_test(d, 6, groups=3, references=9, pilot=9)
-    >>> bool(0 < r["p"] <= 1) and spiked_null_test(d * 4, 6, groups=3, references=9,
-    ...                                            pilot=9)["p"] == r["p"]
-    True
-    """
-    from flux_noise_level import _split_parts
-
-    if references < 1 or pilot < 1:
-        raise ValueError(f"references and pilot must be >= 1, got {references}, {pilot}")
-    return spiked_of_parts(*_split_parts(distances, int(n), groups), references=references,
-                           pilot=pilot, seed=seed)
-
-
-def spiked_of_parts(contrasts, points, *, references: int = REFERENCES, pilot: int = PILOT,
-                    seed: int = 0) -> dict:
-    """:func:`spiked_null_test` on the within-client ``contrasts`` and the clients'
-    ``points`` (``_split_half.split_embedding``'s parts)."""
-    from omnifc.adapters.flux._split_half import oas_whitened_points
-
-    n, d = points.shape
-    kappa = (contrasts.shape[0] // n) / 4          # (k - 1) / 4
-    whitened, s = oas_whitened_points(contrasts, points)
-    values, vectors = np.linalg.eigh(s)
-    values = np.maximum(values, values.max() * 1e-12)
-    rng = np.random.default_rng(seed)
-    noise = np.stack([scaled_gram(_null_draw(rng, contrasts.shape, n, values, vectors, kappa,
-                                             []), kappa) for _ in range(pilot)])
-    expected = np.sort(np.linalg.eigvalsh(noise), axis=1)[:, ::-1].mean(axis=0)
-    spikes = fitted_spikes(whitened, kappa, expected)
-    draws = np.stack([scaled_gram(_null_draw(rng, contrasts.shape, n, values, vectors,
-                                             kappa, spikes), kappa)
-                      for _ in range(references)])
-    t = ratio_statistic(np.concatenate([scaled_gram(whitened, kappa)[None], draws]), d, n,
-                        expected)
-    return {"t": float(t[0]), "p": float((1 + np.sum(t[1:] >= t[0])) / (1 + references)),
-            "spikes": len(spikes)}
-
-
 def spiked_fields(contrasts, points, seed: int) -> dict:
     """The spiked test's record fields (``p``, ``spikes``) on the parts of one split D."""
-    test = spiked_of_parts(contrasts, points, seed=seed)
-    return {"p": test["p"], "spikes": test["spikes"]}
+    test = spiked_of_parts(contrasts, points, references=REFERENCES, seed=seed)
+    return {"p": test.p_value, "spikes": test.spikes}
 
 
 def run_record(shift, n, rows, imbalance, classes, seed) -> dict:
@@ -297,9 +169,7 @@ def union_k(record, alpha: float = ALPHA) -> int:
     >>> union_k({"default": 3, "p": 0.9}), union_k({"default": 1, "p": 0.01})
     (3, 2)
     """
-    if record["default"] > 1:
-        return record["default"]
-    return 2 if record["p"] <= alpha else 1
+    return _union_k(record["default"], record["p"], alpha)
 
 
 def table(records, alpha: float = ALPHA) -> list[str]:
