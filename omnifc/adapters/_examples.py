@@ -121,14 +121,16 @@ def _flux(seed: int):
         new_desc = np.stack([flux.descriptor(x, y, projection, n_classes) for x, y in new])
         parties = np.arange(len(train)) % 4
         common = dict(n_components=n_classes, n_classes=n_classes, bound=bound)
-        split = dict(common, normalization="split", splits=tuple(left))
-        d_sec, _, _ = flux.block_distances(desc, parties=parties, **split)
-        d_plain, _, _ = flux.block_distances(desc, secure=False, **split)
-        ok &= bool(np.array_equal(d_sec, d_plain))
+        full_sec = flux.split_block_distances(desc, left, bound=bound, parties=parties)
+        full_plain = flux.split_block_distances(desc, left, bound=bound, secure=False)
+        ok &= bool(np.array_equal(full_sec, full_plain))
         d_paper, _, _ = flux.block_distances(desc, parties=parties, **common)  # one row each
         paper = flux.adaptive_dbscan(d_paper, eps_rule="knee")
-        found = flux.cluster_clients(d_sec, k_rule=recipe["k_rule"], k_alpha=recipe["k_alpha"],
-                                     k_references=recipe["k_references"], random_state=seed)
+        # the recipe's rule on the whitened D (and its second test, asked at 4 to 6 clients)
+        _, found = flux.cluster_split_clients(
+            full_sec, len(desc), groups=groups_left, k_rule=recipe["k_rule"],
+            k_alpha=recipe["k_alpha"], k_references=recipe["k_references"],
+            second_test=recipe["second_test"], random_state=seed)
         prefix = flux.prefix_distances(desc, new_desc, normalization="split",
                                        parties=np.arange(len(train) + len(new)) % 4, **common)
         assigned = flux.assign_new_clients(prefix, found.labels)

@@ -121,6 +121,9 @@ class DbscanResult:
     gap: float | None = None
     #: the evidence of FLUX's calibrated rule (:class:`KDecision`), None for the others
     decision: object = None
+    #: the evidence of FLUX's second test on the split D where it was asked
+    #: (:class:`~omnifc.adapters.flux._spiked_null.SpikedNullTest`), else None
+    second_test: object = None
 
 #: (our choice) the gap rule looks for the widest gap among the upper half of the MST edges
 #: (each planted cluster has >= 2 clients, so at least half of the edges are within-cluster).

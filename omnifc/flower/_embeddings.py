@@ -96,6 +96,11 @@ class Embedding:
         The same for the newcomer session (``ClusteredFedAvg(newcomer_workflow=...)``),
         when its rows differ from the clustering's (FLUX's split embedding: three rows per
         client to cluster, the label-free prefix to assign); ``combine`` when None.
+    cluster_outcomes : callable, optional
+        ``cluster_outcomes({part: Outcome}) -> labels``: the clustering from the sessions'
+        outcomes themselves, for a rule that reads more than the client-level D (FLUX's
+        split embedding: its second test reads the split D); ``cluster(distances)`` when
+        None (:meth:`labels`).
 
     Examples
     --------
@@ -111,6 +116,15 @@ class Embedding:
     parts: tuple = ()
     combine: Callable | None = None
     combine_newcomers: Callable | None = None
+    cluster_outcomes: Callable | None = None
+
+    def labels(self, outcomes: dict, distances) -> np.ndarray:
+        """The clustering of a session: ``cluster_outcomes(outcomes)`` when the embedding
+        has one, else ``cluster(distances)`` (``distances``: :meth:`distances` of the same
+        outcomes)."""
+        if self.cluster_outcomes is not None:
+            return np.asarray(self.cluster_outcomes(outcomes))
+        return np.asarray(self.cluster(distances))
 
     def distances(self, outcomes: dict, *, newcomers: bool = False) -> np.ndarray:
         """The client-level distances from ``{part: Outcome}`` (``{None: Outcome}`` for a
@@ -169,7 +183,8 @@ def _rows_per_client(outcome, expected: int, message: str) -> list:
 
 
 def _flux(n_clusters=None, *, normalization=None, k_rule=None, k_alpha=None,
-          k_references=None, split_groups=None, random_state=0, **options):
+          k_references=None, split_groups=None, second_test=None, random_state=0,
+          **options):
     """``run_flux``'s server side. ``normalization="split"`` (default, ``run_flux``'s): every
     node sends :func:`omnifc.adapters.flux.split_rows` (``split_groups + 1`` rows, with
     ``groups=split_groups``; ``run_flux``'s, ``flux.DEFAULT_SPLIT_GROUPS`` = 10, by
@@ -177,8 +192,11 @@ def _flux(n_clusters=None, *, normalization=None, k_rule=None, k_alpha=None,
     descriptors by the noise it reads from that D alone; ``"none"``: one descriptor row per
     node (``**flux.PREVIOUS_DEFAULT``: the pipeline before issue 24's fourteenth pass). K by
     :func:`~omnifc.adapters.flux.cluster_clients` with ``run_flux``'s rule and level
-    (:func:`~omnifc.adapters.flux.run_k_level`). Newcomers send one row each (their
-    :func:`~omnifc.adapters.flux.prefix_row`) and join the nearest centroid of that D."""
+    (:func:`~omnifc.adapters.flux.run_k_level`); on the split D with ``run_flux``'s second
+    test (``second_test``, :func:`~omnifc.adapters.flux.cluster_split_clients`: the
+    spiked-null test where the rule answers one cluster among 4 to 6 clients). Newcomers
+    send one row each (their :func:`~omnifc.adapters.flux.prefix_row`) and join the nearest
+    centroid of that D."""
     from ..adapters import flux
     from ..adapters.flux._split_half import split_groups_for
 
@@ -193,19 +211,31 @@ def _flux(n_clusters=None, *, normalization=None, k_rule=None, k_alpha=None,
     k_rule = flux.DEFAULT_RECIPE["k_rule"] if k_rule is None else k_rule
     k_alpha, k_references = flux.run_k_level(k_rule, k_alpha, k_references, **options)
     groups = split_groups_for(normalization, split_groups)
+    second = flux.second_test_for(second_test, normalization, k_rule)
 
     def cluster(d):
         return np.asarray(flux.cluster_clients(d, k_rule=k_rule, k_alpha=k_alpha,
                                                k_references=k_references,
                                                random_state=random_state, **options).labels)
 
-    def split(outcomes):
+    def split_outcome(outcomes):
         (outcome,) = outcomes.values()
         _rows_per_client(outcome, groups + 1, f"FLUX's split embedding (flux.split_rows, "
                          f"groups={groups}) needs {groups + 1} row(s) per client, got "
                          "{rows} (roster order)")
+        return outcome
+
+    def split(outcomes):
+        outcome = split_outcome(outcomes)
         return flux.split_whitened_distances(outcome.values, len(outcome.rows),
                                              groups=groups, order="client")
+
+    def cluster_split(outcomes):
+        outcome = split_outcome(outcomes)
+        return np.asarray(flux.cluster_split_clients(
+            outcome.values, len(outcome.rows), groups=groups, order="client", k_rule=k_rule,
+            k_alpha=k_alpha, k_references=k_references, second_test=second,
+            random_state=random_state, **options)[1].labels)
 
     def prefix(outcomes):
         (outcome,) = outcomes.values()
@@ -215,7 +245,8 @@ def _flux(n_clusters=None, *, normalization=None, k_rule=None, k_alpha=None,
 
     if normalization == "none":
         return {"cluster": cluster}
-    return {"cluster": cluster, "combine": split, "combine_newcomers": prefix}
+    return {"cluster": cluster, "combine": split, "combine_newcomers": prefix,
+            "cluster_outcomes": cluster_split}
 
 
 #: FMCL's two parts: the class-weighted unit means ``z`` and the thermometer code ``t``.

@@ -273,7 +273,7 @@ class ClusteredFedAvg(_fedavg_base()):
         result = ClusteredResult() if result is None else result
         workflows, outcomes, names = self._run_sessions(grid, self._session(k))
         distances = self.embedding.distances(outcomes)
-        labels = np.asarray(self.embedding.cluster(distances)).astype(int)
+        labels = self.embedding.labels(outcomes, distances).astype(int)
         if labels.shape != (len(names),):
             raise ProtocolError(f"the {self.embedding.name!r} clustering returned "
                                 f"{labels.shape} labels, expected ({len(names)},)")

@@ -340,6 +340,14 @@ def test_flux_example_lines(monkeypatch):
         return real_prefix(train_desc, new_desc, **kwargs)
 
     monkeypatch.setattr(flux, "prefix_distances", prefix_spy)
+    split_calls = []
+    real_split = flux.split_block_distances
+
+    def split_spy(desc, splits, **kwargs):
+        split_calls.append((splits, kwargs))
+        return real_split(desc, splits, **kwargs)
+
+    monkeypatch.setattr(flux, "split_block_distances", split_spy)
     lines, ok = run_example("flux", seed=seed)
     assert len(prefix_calls) == len(flux.SHIFTS)
     first = prefix_calls[0]
@@ -347,31 +355,30 @@ def test_flux_example_lines(monkeypatch):
     assert sorted(first) == ["bound", "n_classes", "n_components", "normalization"]
     assert lines == want
     assert ok is True
-    assert len(calls) == 3 * len(flux.SHIFTS)
-    secure_kw, plain_kw, paper_kw = calls[:3]
+    assert len(calls) == len(flux.SHIFTS) and len(split_calls) == 2 * len(flux.SHIFTS)
+    (paper_kw,) = calls[:1]
+    (left, secure_kw), (left_plain, plain_kw) = split_calls[:2]
     assert np.array_equal(secure_kw.pop("parties"), np.arange(20) % 4)   # 20 train clients
     assert np.array_equal(paper_kw.pop("parties"), np.arange(20) % 4)
-    for kw in (secure_kw, plain_kw):
-        left = kw.pop("splits")
-        assert len(left) == 10 and all(g.shape == (20, 220) for g in left)
-        assert kw.pop("normalization") == "split"
-    assert secure_kw == paper_kw == dict(n_components=10, n_classes=10, bound=bound)
-    assert plain_kw == dict(n_components=10, n_classes=10, bound=bound, secure=False)
+    for groups in (left, left_plain):
+        assert len(groups) == 10 and all(g.shape == (20, 220) for g in groups)
+    assert paper_kw == dict(n_components=10, n_classes=10, bound=bound)
+    assert secure_kw == dict(bound=bound) and plain_kw == dict(bound=bound, secure=False)
 
 
 def test_flux_example_reports_a_difference(monkeypatch):
     from omnifc.adapters import flux
 
-    real = flux.block_distances
+    real = flux.split_block_distances
 
-    def wrong(desc, **kwargs):
-        d, blocks, scales = real(desc, **kwargs)
+    def wrong(desc, splits, **kwargs):
+        d = real(desc, splits, **kwargs)
         if kwargs.get("secure", True):
             d = d.copy()
             d[0, 1] = d[1, 0] = d[0, 1] + 1.0            # a secure path that went wrong
-        return d, blocks, scales
+        return d
 
-    monkeypatch.setattr(flux, "block_distances", wrong)
+    monkeypatch.setattr(flux, "split_block_distances", wrong)
     lines, ok = run_example("flux", seed=0)
     assert ok is False
     assert "bit for bit: False;" in lines[-1]
@@ -435,19 +442,19 @@ def test_clove_example_ok_needs_both_deltas(small_clove, monkeypatch):
 def test_flux_example_ok_needs_every_shift(monkeypatch):
     from omnifc.adapters import flux
 
-    real = flux.block_distances
+    real = flux.split_block_distances
     secure_calls = []
 
-    def wrong_once(desc, **kwargs):
-        d, blocks, scales = real(desc, **kwargs)
-        if kwargs.get("secure", True) and kwargs.get("normalization") == "split":
+    def wrong_once(desc, splits, **kwargs):
+        d = real(desc, splits, **kwargs)
+        if kwargs.get("secure", True):
             secure_calls.append(1)                       # the D the example compares
             if len(secure_calls) == 1:                   # only the first shift goes wrong
                 d = d.copy()
                 d[0, 1] = d[1, 0] = d[0, 1] + 1.0
-        return d, blocks, scales
+        return d
 
-    monkeypatch.setattr(flux, "block_distances", wrong_once)
+    monkeypatch.setattr(flux, "split_block_distances", wrong_once)
     lines, ok = run_example("flux", seed=0)
     assert len(secure_calls) == len(flux.SHIFTS)
     assert ok is False and "bit for bit: False;" in lines[-1]

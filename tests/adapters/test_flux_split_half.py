@@ -182,7 +182,7 @@ def test_run_flux_split_secure_equals_plaintext_and_is_the_recipes_test():
     secure, plain = secure_and_plain_flux_runs(data, model, 3, **flux.SPLIT_HALF_RECIPE)
     assert flux.SPLIT_HALF_RECIPE == {"normalization": "split", "k_rule": "calibrated_axis",
                                       "k_alpha": 0.01, "k_references": 199,
-                                      "split_groups": 2}
+                                      "split_groups": 2, "second_test": "none"}
     assert np.array_equal(secure.distances, plain.distances)
     assert np.array_equal(secure.labels, plain.labels)
     assert np.array_equal(secure.prefix, plain.prefix)
@@ -195,7 +195,8 @@ def test_run_flux_split_secure_equals_plaintext_and_is_the_recipes_test():
 @pytest.mark.timeout(600)
 def test_run_flux_defaults_to_the_split_groups_recipe_and_tests_at_the_goal_level():
     """Issue 24, twenty-second pass (SPLIT_GROUPS_VERDICT held): run_flux's defaults are
-    DEFAULT_RECIPE = SPLIT_GROUPS_RECIPE (SPLIT_MIN_P_RECIPE with 10 groups), bit for bit,
+    SPLIT_GROUPS_RECIPE (SPLIT_MIN_P_RECIPE with 10 groups) beyond six clients, bit for bit
+    (DEFAULT_RECIPE = SPLIT_UNION_RECIPE since the twenty-seventh pass),
     and differ from SPLIT_MIN_P_RECIPE's two halves; every calibrated rule in run_flux tests
     at RUN_K_ALPHA
     with RUN_K_REFERENCES draws unless told otherwise; PREVIOUS_DEFAULT is the descriptors'
@@ -216,7 +217,11 @@ def test_run_flux_defaults_to_the_split_groups_recipe_and_tests_at_the_goal_leve
 
     default = flux.run_flux(data, model, **fast)
     recipe = flux.run_flux(data, model, **fast, **flux.SPLIT_GROUPS_RECIPE)
-    assert flux.DEFAULT_RECIPE is flux.SPLIT_GROUPS_RECIPE and flux.DEFAULT_SPLIT_GROUPS == 10
+    # since the twenty-seventh pass the default adds the second test, asked at 4 to 6
+    # clients only: with 8 the default is SPLIT_GROUPS_RECIPE's run
+    assert flux.DEFAULT_RECIPE is flux.SPLIT_UNION_RECIPE and flux.DEFAULT_SPLIT_GROUPS == 10
+    assert flux.SPLIT_UNION_RECIPE == {**flux.SPLIT_GROUPS_RECIPE, "second_test": "spiked"}
+    assert default.second_test is None and recipe.second_test is None
     assert np.array_equal(default.distances, recipe.distances)
     halves = flux.run_flux(data, model, **fast, **flux.SPLIT_MIN_P_RECIPE)
     assert not np.allclose(halves.distances, default.distances)
@@ -229,7 +234,7 @@ def test_run_flux_defaults_to_the_split_groups_recipe_and_tests_at_the_goal_leve
     assert flux.SPLIT_MIN_P_RECIPE == {"normalization": "split",
                                        "k_rule": "calibrated_axis_or_gap",
                                        "k_alpha": 0.01, "k_references": 199,
-                                       "split_groups": 2}
+                                       "split_groups": 2, "second_test": "none"}
     none = flux.run_flux(data, model, **fast, normalization="none", k_rule="calibrated")
     want = calibrated_k(none.distances, alpha=0.01, references=199, random_state=8)
     assert same(none.decision, want)

@@ -93,6 +93,35 @@ def test_the_flux_embedding_is_run_fluxs_split_pipeline_bit_for_bit(split_groups
 
 
 @pytest.mark.timeout(180)
+def test_six_nodes_the_second_test_finds_the_groups_the_rule_misses():
+    """Six nodes of 20 rows (P(X) shift, seed 17): run_flux's rule alone answers one
+    cluster on the session's split D; the default's second test (the spiked-null test on
+    that D, p = 0.005) finds the two planted groups. The strategy's labels are
+    flux.cluster_split_clients' on the session's D (client order) in both settings, and
+    second_test="none" keeps one cluster."""
+    (train, groups), _ = flux.shift_scenario("P(X)", n_clients=6, n_new=2, n_classes=CLASSES,
+                                             dim=LATENT, samples=20, seed=17)
+    rows = split_rows_of(train)
+    parameters = SessionParameters(dim=WIDTH, bound=BOUND, scale_bits=SCALE_BITS)
+    labels = {}
+    for second in (None, "none"):
+        fed = Federation(rows, parameters)
+        strategy = ClusteredFedAvg(fed.workflow(), embedding("flux", second_test=second),
+                                   fraction_train=0.0, fraction_evaluate=0.0)
+        _, result = strategy.cluster(fed.grid)
+        outcome = result.outcomes[0]
+        _, found = flux.cluster_split_clients(outcome.values, 6, order="client",
+                                              second_test=second)
+        assert found.decision.k == 1                     # the rule alone: one cluster
+        got = [result.party_labels[name] for name in outcome.party_names]
+        assert got == found.labels.tolist()
+        labels[second] = result.party_labels
+    assert partition(labels[None]) == partition(
+        {name: int(g) for name, g in zip(rows, groups)})        # the two groups, K = 2
+    assert len(set(labels["none"].values())) == 1
+
+
+@pytest.mark.timeout(180)
 def test_flux_newcomers_send_their_prefix_and_join_the_nearest_centroid():
     train, groups, unseen, new_groups = clients(seed=7)
     trained = [f"org-{i}" for i in range(len(train))]

@@ -20,10 +20,13 @@ little (see :func:`descriptor` and docs/adapters.md for the measured reason).
 ``sqrt(1/n) (z - mu_x)``, std block 0), so the decomposition is exact for any class mix.
 
 Server side (``run_flux``'s default, :data:`DEFAULT_RECIPE`, since issue 24's
-twenty-second pass :data:`SPLIT_GROUPS_RECIPE`: the noise-whitened D read from the D of
+twenty-seventh pass :data:`SPLIT_UNION_RECIPE`: the noise-whitened D read from the D of
 every client's descriptor and its descriptors without each of 10 random groups of its rows,
 ``normalization="split"``, and the min-p of the top-axis index and Ward's widest gap,
-``k_rule="calibrated_axis_or_gap"``, at 0.01 with B = 199; :data:`SPLIT_MIN_P_RECIPE`, the
+``k_rule="calibrated_axis_or_gap"``, at 0.01 with B = 199; where that rule answers one
+cluster among 4 to 6 clients, the spiked-null test on the same split D at the same level,
+``second_test="spiked"``, :func:`cluster_split_clients`; :data:`SPLIT_GROUPS_RECIPE`
+without the second test from the twenty-second pass, :data:`SPLIT_MIN_P_RECIPE`, the
 same with two halves, from the fourteenth pass; :data:`PREVIOUS_DEFAULT` before it):
 optional normalization, automatic K
 from D (:func:`cluster_clients`): omnifc's calibrated rule by default for a D alone
@@ -101,11 +104,13 @@ from ._paper import (adaptive_dbscan, cluster_clients, COORDINATOR_LEARNS,
                      flux_components, FLUX_MIN_COMPONENTS, NORMALIZATIONS, prefix_row,
                      PREVIOUS_DEFAULT, run_k_level, RUN_K_ALPHA, RUN_K_REFERENCES,
                      shared_projection, SPLIT_GROUPS_RECIPE, SPLIT_HALF_RECIPE, SPLIT_MIN_P_RECIPE,
-                     WHITENED_RECIPE, DEFAULT_RECIPE, DEFAULT_SPLIT_GROUPS)
-from ._split_half import split_descriptors, split_rows, split_whitened_distances
+                     WHITENED_RECIPE, DEFAULT_RECIPE, DEFAULT_SPLIT_GROUPS, SPLIT_UNION_RECIPE)
+from ._split_half import (cluster_split_clients, SECOND_TESTS, second_test_for,
+                          split_descriptors, split_rows, split_whitened_distances)
+from ._spiked_null import SPIKED_MAX_CLIENTS, spiked_null_test, SpikedNullTest
 from .._calibrated_k import calibrated_k, KDecision  # noqa: F401
 from ._secure import (block_distances, block_ranges, block_slices, combine_blocks,
-                      neighbour_scales, prefix_distances)
+                      neighbour_scales, prefix_distances, split_block_distances)
 from ._whitening import (leave_one_out_descriptors, NOISE_BOUND, noise_contribution,
                          noise_whitening, NoiseWhitening, oas_shrinkage, pool_noise,
                          whitening_of_clients)
@@ -124,6 +129,8 @@ __all__ = ["COORDINATOR_LEARNS", "shared_projection", "descriptor", "descriptor_
            "noise_contribution", "pool_noise", "noise_whitening", "NoiseWhitening",
            "WHITENED_RECIPE", "split_descriptors", "split_rows", "split_whitened_distances",
            "SPLIT_GROUPS_RECIPE", "SPLIT_HALF_RECIPE", "SPLIT_MIN_P_RECIPE", "PREVIOUS_DEFAULT",
-           "DEFAULT_RECIPE", "DEFAULT_SPLIT_GROUPS",
+           "DEFAULT_RECIPE", "DEFAULT_SPLIT_GROUPS", "SPLIT_UNION_RECIPE",
+           "split_block_distances", "cluster_split_clients", "SECOND_TESTS",
+           "second_test_for", "spiked_null_test", "SpikedNullTest", "SPIKED_MAX_CLIENTS",
            "prefix_row",
            "run_k_level"]

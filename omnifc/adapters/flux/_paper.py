@@ -18,7 +18,7 @@ from .._k_selection import DbscanResult, MIN_GAP, gap_eps, ward_gap
 
 __all__ = ["COORDINATOR_LEARNS", "DEFAULT_DESCRIPTOR_FORM", "DEFAULT_K_RULE", "DESCRIPTOR_FORMS",
            "EPS_RULES", "K_RULES", "NORMALIZATIONS", "SPLIT_HALF_RECIPE", "SPLIT_MIN_P_RECIPE", "PREVIOUS_DEFAULT",
-           "SPLIT_GROUPS_RECIPE", "DEFAULT_RECIPE", "DEFAULT_SPLIT_GROUPS",
+           "SPLIT_GROUPS_RECIPE", "SPLIT_UNION_RECIPE", "DEFAULT_RECIPE", "DEFAULT_SPLIT_GROUPS",
            "RUN_K_ALPHA", "RUN_K_REFERENCES",
            "adaptive_dbscan",
            "cluster_clients", "descriptor", "descriptor_bound", "flux_components", "FLUX_MIN_COMPONENTS",
@@ -335,7 +335,7 @@ WHITENED_RECIPE = {"normalization": "whitened", "k_rule": "calibrated_axis",
 #: (``bench_k_selection.SPLIT_MIN_P_VERDICT``; docs/adapters.md, fourteenth pass).
 SPLIT_MIN_P_RECIPE = {"normalization": "split", "k_rule": "calibrated_axis_or_gap",
                       "k_alpha": RUN_K_ALPHA, "k_references": RUN_K_REFERENCES,
-                      "split_groups": 2}
+                      "split_groups": 2, "second_test": "none"}
 
 #: **run_flux's default** since issue 24's twenty-second pass: ``SPLIT_MIN_P_RECIPE`` with the
 #: noise read from 10 delete-a-group descriptors per client instead of two halves (every
@@ -345,9 +345,19 @@ SPLIT_MIN_P_RECIPE = {"normalization": "split", "k_rule": "calibrated_axis_or_ga
 #: (``bench_k_selection.SPLIT_GROUPS_VERDICT``; docs/adapters.md, twenty-second pass).
 SPLIT_GROUPS_RECIPE = {**SPLIT_MIN_P_RECIPE, "split_groups": 10}
 
-#: ``run_flux``'s default pipeline, and the Flower FLUX embedding's: ``SPLIT_GROUPS_RECIPE``
-#: (``SPLIT_MIN_P_RECIPE`` from the fourteenth to the twenty-first pass).
-DEFAULT_RECIPE = SPLIT_GROUPS_RECIPE
+#: **run_flux's default** since issue 24's twenty-seventh pass: ``SPLIT_GROUPS_RECIPE`` and,
+#: where its rule answers one cluster among 4 to 6 clients, the spiked-null test on the same
+#: split D at the same level (``second_test="spiked"``,
+#: :mod:`omnifc.adapters.flux._spiked_null`): K = 2 where its p <= 0.01. The union's level
+#: is at most 0.02. Judged at six clients on fresh seeds 3481-3492
+#: (``benchmarks/flux_spiked_null.py``, ``UNION_LEVEL_VERDICT``; docs/adapters.md,
+#: twenty-seventh pass).
+SPLIT_UNION_RECIPE = {**SPLIT_GROUPS_RECIPE, "second_test": "spiked"}
+
+#: ``run_flux``'s default pipeline, and the Flower FLUX embedding's: ``SPLIT_UNION_RECIPE``
+#: (``SPLIT_GROUPS_RECIPE`` from the twenty-second to the twenty-sixth pass,
+#: ``SPLIT_MIN_P_RECIPE`` from the fourteenth to the twenty-first).
+DEFAULT_RECIPE = SPLIT_UNION_RECIPE
 #: The number of groups a client leaves out in turn by default (``split_rows``,
 #: ``split_descriptors``, ``split_whitened_distances``): the default recipe's.
 DEFAULT_SPLIT_GROUPS = DEFAULT_RECIPE["split_groups"]
@@ -368,7 +378,7 @@ _MIN_GROUP_RULES = ("calibrated_axis", "calibrated_unimodal")
 #: top-axis test alone loses with 3 and 5 groups (docs/adapters.md, fourteenth pass).
 SPLIT_HALF_RECIPE = {"normalization": "split", "k_rule": "calibrated_axis",
                      "k_alpha": RUN_K_ALPHA, "k_references": RUN_K_REFERENCES,
-                     "split_groups": 2}
+                     "split_groups": 2, "second_test": "none"}
 
 def run_k_level(k_rule: str, k_alpha: float | None = None,
                 k_references: int | None = None, *, eps_rule: str = "gap",

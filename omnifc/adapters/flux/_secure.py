@@ -10,7 +10,7 @@ from .._common import plaintext_distances, protect, quantize_rows
 from ._paper import NORMALIZATIONS
 
 __all__ = ["block_distances", "block_ranges", "block_slices", "combine_blocks",
-           "neighbour_scales", "prefix_distances"]
+           "neighbour_scales", "prefix_distances", "split_block_distances"]
 
 
 def block_slices(n_components: int, n_classes: int) -> list[slice]:
@@ -121,10 +121,8 @@ def block_distances(descriptors, *, n_components: int, n_classes: int, bound: fl
                                  f"descriptors of the descriptors' shape {x.shape}; got "
                                  f"{[g.shape for g in left]}"
                                  + (" and blocks=" if blocks is not None else ""))
-        # a client's k + 1 rows belong to its party (one party per client by default)
-        owners = np.tile(np.arange(x.shape[0]) if parties is None else np.asarray(parties),
-                         len(left) + 1)
-        full = run(np.vstack(left + [x]), bound, owners=owners)
+        full = split_block_distances(x, left, bound=bound, secure=secure,
+                                     scale_bits=scale_bits, parties=parties, **options)
         return split_whitened_distances(full, x.shape[0], groups=len(left)), None, None
     if normalization == "none":
         rows = np.concatenate([x[:, slices[b]] for b in chosen], axis=1)
@@ -134,6 +132,27 @@ def block_distances(descriptors, *, n_components: int, n_classes: int, bound: fl
         scales = neighbour_scales(matrices)
         return combine_blocks(matrices, scales=scales), matrices, scales
     return combine_blocks(matrices), matrices, np.sqrt([max(float(d.max()), 0.0) for d in matrices])
+
+def split_block_distances(descriptors, splits, *, bound: float, secure: bool = True,
+                          scale_bits: int = 16, parties=None, **options) -> np.ndarray:
+    """The coordinator's split D: the squared distances of the ``(k + 1) n`` rows
+    ``[G_0; ...; G_{k-1}; descriptors]`` (``splits`` = ``(G_0, ..., G_{k-1})``, each of the
+    descriptors' shape), through the protocol (``secure=False``: the same quantized rows in
+    the clear), each row its client's party (``parties``: one label per client; one party
+    per client by default), with the descriptors' public ``bound``.
+    :func:`block_distances` ``(normalization="split")`` whitens it
+    (:func:`~omnifc.adapters.flux._split_half.split_whitened_distances`).
+    """
+    x = np.asarray(descriptors, dtype=np.float64)
+    left = [np.asarray(g, dtype=np.float64) for g in splits]
+    # a client's k + 1 rows belong to its party (one party per client by default)
+    owners = np.tile(np.arange(x.shape[0]) if parties is None else np.asarray(parties),
+                     len(left) + 1)
+    rows = np.vstack(left + [x])
+    if secure:
+        return protect(rows, bound=bound, scale_bits=scale_bits, parties=owners,
+                       **options).distances
+    return plaintext_distances(quantize_rows(rows, bound=bound, scale_bits=scale_bits))
 
 def prefix_distances(train_descriptors, new_descriptors, *, n_components: int, n_classes: int,
                      bound: float, scales=None, normalization: str = "none",

@@ -13,8 +13,9 @@ from ._assign import ASSIGN_RULES, GLOBAL, assign_with_evidence
 from ._paper import (DEFAULT_DESCRIPTOR_FORM, DEFAULT_RECIPE, cluster_clients,
                      descriptor, descriptor_bound, flux_components, run_k_level,
                      shared_projection)
-from ._secure import block_distances, prefix_distances
-from ._split_half import split_descriptors, split_groups_for
+from ._secure import block_distances, prefix_distances, split_block_distances
+from ._split_half import (cluster_split_clients, second_test_for, split_descriptors,
+                          split_groups_for)
 from ._whitening import whitening_of_clients
 
 __all__ = ["ACTIVATION_MARGIN", "CLUSTER_ROUNDS", "FluxRun", "SHIFTS", "WARMUP_ROUNDS",
@@ -79,6 +80,10 @@ class FluxRun:
     #: the noise-whitened metric's map and evidence (:class:`NoiseWhitening`; None unless
     #: ``normalization="whitened"``)
     whitening: object = None
+    #: the second test's evidence (:class:`~omnifc.adapters.flux._spiked_null.SpikedNullTest`)
+    #: where it was asked (``second_test="spiked"``, the rule at one cluster, 4 to 6
+    #: clients), else None
+    second_test: object = None
 
 def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
              cluster_rounds: int = CLUSTER_ROUNDS, local_train=None, seed: int = 0,
@@ -88,7 +93,8 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
              descriptor_form: str = DEFAULT_DESCRIPTOR_FORM, assign_rule: str = "nearest",
              scale_bits: int = 16, parties=None, new_parties=None,
              k_alpha: float | None = None, k_references: int | None = None,
-             k_min_group: int | None = None, split_groups: int | None = None) -> FluxRun:
+             k_min_group: int | None = None, split_groups: int | None = None,
+             second_test: str | None = None) -> FluxRun:
     """FLUX end to end on an :func:`omnifc.fl.make_federated` data set.
 
     1. FedAvg warm-up of ``model`` for ``warmup_rounds`` (the global model is the encoder);
@@ -148,6 +154,7 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
     if assign_rule not in ASSIGN_RULES:
         raise ParameterError(f"assign_rule must be one of {ASSIGN_RULES}, got {assign_rule!r}")
     split_groups = split_groups_for(normalization, split_groups)
+    second_test = second_test_for(second_test, normalization, k_rule)
     if local_train is None:
         local_train = fl.sgd_trainer(model, epochs=2, batch_size=20, learning_rate=0.3)
     warm = fl.run_federated(data.clients, [model.init(seed)], rounds=warmup_rounds,
@@ -177,14 +184,23 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
         splits = split_descriptors(latents, labels, projection, data.n_classes,
                                    form=descriptor_form, rng=np.random.default_rng(seed),
                                    groups=split_groups)
-    d, _, scales = block_distances(desc, n_components=l, n_classes=data.n_classes,
-                                   bound=bound, normalization=normalization, secure=secure,
-                                   scale_bits=scale_bits, parties=parties,
-                                   whitening=whitening, splits=splits)
-    found = cluster_clients(d, k_rule=k_rule, eps_rule=eps_rule, eps_scaling=eps_scaling,
-                            k_alpha=k_alpha, k_references=k_references,
-                            k_min_group=k_min_group,
-                            random_state=seed)
+    if normalization == "split":             # the rule reads the split D itself
+        full = split_block_distances(desc, splits, bound=bound, secure=secure,
+                                     scale_bits=scale_bits, parties=parties)
+        d, found = cluster_split_clients(full, len(desc), groups=split_groups, k_rule=k_rule,
+                                         k_alpha=k_alpha, k_references=k_references,
+                                         k_min_group=k_min_group, second_test=second_test,
+                                         eps_rule=eps_rule, eps_scaling=eps_scaling,
+                                         random_state=seed)
+        scales = None
+    else:
+        d, _, scales = block_distances(desc, n_components=l, n_classes=data.n_classes,
+                                       bound=bound, normalization=normalization,
+                                       secure=secure, scale_bits=scale_bits, parties=parties,
+                                       whitening=whitening)
+        found = cluster_clients(d, k_rule=k_rule, eps_rule=eps_rule, eps_scaling=eps_scaling,
+                                k_alpha=k_alpha, k_references=k_references,
+                                k_min_group=k_min_group, random_state=seed)
     labels = found.labels
     clustered = fl.run_federated(data.clients, [encoder] * found.n_clusters,
                                  rounds=cluster_rounds, local_train=local_train,
@@ -212,7 +228,7 @@ def run_flux(data, model, *, warmup_rounds: int = WARMUP_ROUNDS,
                    models=clustered.models, new_labels=new_labels, accuracy=accuracy,
                    new_accuracy=new_accuracy, distances=d, prefix=prefix,
                    global_model=encoder, max_activation=largest, decision=found.decision,
-                   assignment=assignment, whitening=whitening)
+                   assignment=assignment, whitening=whitening, second_test=found.second_test)
 
 def flux_baselines(data, model, flux_run: FluxRun, *, warmup_rounds: int = WARMUP_ROUNDS,
                    cluster_rounds: int = CLUSTER_ROUNDS, local_train=None,

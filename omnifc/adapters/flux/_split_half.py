@@ -36,6 +36,8 @@ since the twenty-second (judged on fresh seeds 3433-3438 and 5315-5326).
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from finite_field import InputError, ParameterError
@@ -43,7 +45,15 @@ from finite_field import InputError, ParameterError
 from .._calibrated_k import mds_embedding
 from ._paper import DEFAULT_DESCRIPTOR_FORM, DEFAULT_SPLIT_GROUPS, descriptor
 
-__all__ = ["split_descriptors", "split_rows", "split_whitened_distances"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["SECOND_TESTS", "cluster_split_clients", "second_test_for", "split_descriptors",
+           "split_rows", "split_whitened_distances"]
+
+#: The second tests of the rule on the split D: FLUX's spiked-null test
+#: (:mod:`omnifc.adapters.flux._spiked_null`), asked where the rule answers one cluster, or
+#: none.
+SECOND_TESTS = ("spiked", "none")
 
 
 def split_descriptors(latents, labels, projection, n_classes: int, *, form: str, rng,
@@ -210,3 +220,86 @@ def oas_whitened_distances(noise_rows, points) -> np.ndarray:
     zero-mean ``noise_rows`` (:func:`oas_whitened_points`): the coordinator's last step in
     :func:`split_whitened_distances`."""
     return squared_distances(oas_whitened_points(noise_rows, points)[0])
+
+
+def second_test_for(second_test, normalization: str, k_rule: str) -> str:
+    """The second test a pipeline runs (``run_flux``'s and the Flower FLUX embedding's
+    ``second_test``): None picks ``"spiked"`` (the default recipe's) with
+    ``normalization="split"`` and a calibrated K rule, else ``"none"``; ``"spiked"`` needs
+    both (``ParameterError``: the test reads the split D and tests at the rule's level).
+
+    >>> second_test_for(None, "split", "calibrated_axis_or_gap"), second_test_for(None, "none", "calibrated")
+    ('spiked', 'none')
+    """
+    from ._paper import _CALIBRATED_STATISTICS
+
+    if second_test is None:
+        return ("spiked" if normalization == "split" and k_rule in _CALIBRATED_STATISTICS
+                else "none")
+    if second_test not in SECOND_TESTS:
+        raise ParameterError(f"second_test must be one of {SECOND_TESTS} or None, got "
+                             f"{second_test!r}")
+    if second_test == "spiked" and (normalization != "split"
+                                    or k_rule not in _CALIBRATED_STATISTICS):
+        raise ParameterError(f"second_test='spiked' reads the split D and tests at the K "
+                             f"rule's level: it needs normalization='split' and a calibrated "
+                             f"k_rule {tuple(_CALIBRATED_STATISTICS)}, got "
+                             f"normalization={normalization!r}, k_rule={k_rule!r}")
+    return second_test
+
+
+def cluster_split_clients(distances, n: int, *, groups: int = DEFAULT_SPLIT_GROUPS,
+                          order: str = "stacked", k_rule: str | None = None,
+                          k_alpha: float | None = None, k_references: int | None = None,
+                          k_min_group: int | None = None, second_test: str | None = None,
+                          eps_rule: str = "gap", eps_scaling: float = 1.0,
+                          random_state: int = 0):
+    """The coordinator's clustering from its split D (``distances``: the ``(k + 1) n`` rows
+    of :func:`split_whitened_distances`, ``order`` as there): ``(whitened D, result)``.
+
+    The K rule (``k_rule``, the default recipe's unless told; level and draws as
+    :func:`~omnifc.adapters.flux.run_k_level`: 0.01 and 199 for a calibrated rule) runs on
+    the whitened D (:func:`~omnifc.adapters.flux.cluster_clients`, with ``eps_rule`` and
+    ``eps_scaling`` for ``k_rule="dbscan"``). With ``second_test=
+    "spiked"`` (the default, :func:`second_test_for`), where it answers one cluster among 4
+    to :data:`~omnifc.adapters.flux._spiked_null.SPIKED_MAX_CLIENTS` clients, the spiked-null
+    test runs on the same D at the same level and draws (``random_state`` seeds it): K = 2
+    where its p <= alpha, the clients cut in two by Ward's tree on the whitened D. The
+    union's level is at most twice alpha. The test's evidence is ``result.second_test``
+    (None where it was not asked).
+
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> f = rng.normal(size=(6, 3))
+    >>> rows = np.vstack([f + 0.1 * rng.normal(size=(6, 3)) for _ in range(3)] + [f])
+    >>> d = ((rows[:, None] - rows[None]) ** 2).sum(-1)
+    >>> whitened, found = cluster_split_clients(d, 6, groups=3, k_references=19)
+    >>> whitened.shape, found.n_clusters in (1, 2), found.second_test is None or found.n_clusters <= 2
+    ((6, 6), True, True)
+    """
+    import dataclasses
+
+    from ._paper import DEFAULT_RECIPE, cluster_clients, run_k_level
+    from ._spiked_null import SPIKED_MAX_CLIENTS, spiked_null_test, union_k
+    from ..._clustering._hierarchical import ward_from_distances
+
+    k_rule = DEFAULT_RECIPE["k_rule"] if k_rule is None else k_rule
+    second = second_test_for(second_test, "split", k_rule)
+    k_alpha, k_references = run_k_level(k_rule, k_alpha, k_references, eps_rule=eps_rule,
+                                        eps_scaling=eps_scaling, k_min_group=k_min_group)
+    whitened = split_whitened_distances(distances, n, groups=groups, order=order)
+    found = cluster_clients(whitened, k_rule=k_rule, k_alpha=k_alpha,
+                            k_references=k_references, k_min_group=k_min_group,
+                            eps_rule=eps_rule, eps_scaling=eps_scaling,
+                            random_state=random_state)
+    n = whitened.shape[0]
+    if second != "spiked" or found.n_clusters != 1 or not 4 <= n <= SPIKED_MAX_CLIENTS:
+        return whitened, found
+    test = spiked_null_test(distances, n, groups=groups, order=order,
+                            references=k_references, seed=random_state)
+    if union_k(found.n_clusters, test.p_value, k_alpha) == 1:
+        return whitened, dataclasses.replace(found, second_test=test)
+    logger.info("second test: the spiked-null test finds two groups among %d clients "
+                "(p = %.3g <= %.3g) where the K rule found one", n, test.p_value, k_alpha)
+    return whitened, dataclasses.replace(found, labels=ward_from_distances(whitened, 2),
+                                         n_clusters=2, knee_found=True, second_test=test)
