@@ -69,9 +69,9 @@ any of them ran, judges the level by a one-sided binomial test instead (:func:`m
 at most 17 of 576); its other criteria are the first's. If it does not hold, the union is
 not tried again. It **holds**: 390 planted runs against the default's 319 (+71 / -0, noise
 15.8), one cluster in 72 of 72 iid runs, 11 of 576 single groups split (the default's 11);
-26 cells against 22 (docs/adapters.md, twenty-seventh pass). The library may take the
-spiked test as its second test at six clients; the pipelines must first carry the split D
-to the rule.
+26 cells against 22 (docs/adapters.md, twenty-seventh pass). So the union is the library's
+default since (``flux.SPLIT_UNION_RECIPE``, ``flux.cluster_split_clients``: the test asked
+where the rule answers one cluster among 4 to 6 clients).
 
 Usage (JSON lines appended to ``--out``, resumed; ``--table`` prints the counts)::
 
