@@ -184,3 +184,51 @@ def test_the_flower_flux_embedding_clusters_the_split_d_with_the_second_test():
         [0] * 6
     with pytest.raises(ParameterError, match="reads the split D"):
         embedding("flux", normalization="none", second_test="spiked")
+
+
+@pytest.mark.timeout(180)
+def test_every_option_reaches_the_rule_and_the_test(caplog):
+    """The split's groups and row order, the rule's level, draws, seed, group floor and
+    DBSCAN options reach both parts (each compared with the part computed alone), and an
+    option the rule refuses is refused; the second test's finding is logged with its
+    evidence."""
+    import logging
+
+    d4 = _split_d(5, groups=4)
+    whitened4 = flux.split_whitened_distances(d4, 6, groups=4)
+    got_d, got = flux.cluster_split_clients(d4, 6, groups=4, random_state=3)
+    assert np.array_equal(got_d, whitened4)
+    want = flux.cluster_clients(whitened4, k_rule="calibrated_axis_or_gap", k_alpha=0.01,
+                                k_references=199, random_state=3)
+    assert (got.decision.alpha, got.decision.references, got.decision.seed) == (0.01, 199, 3)
+    assert got.decision.p_value == want.decision.p_value
+    if got.second_test is not None:
+        assert got.second_test == flux.spiked_null_test(d4, 6, groups=4, seed=3)
+    d = _split_d(5)
+    n, per = 6, 11
+    client = (np.arange(per)[None, :] * n + np.arange(n)[:, None]).ravel()   # client-major
+    by_client = d[np.ix_(client, client)]
+    stacked_d, stacked = flux.cluster_split_clients(d, 6, **FAST)
+    client_d, by_client_found = flux.cluster_split_clients(by_client, 6, order="client", **FAST)
+    assert np.allclose(client_d, stacked_d)
+    assert by_client_found.labels.tolist() == stacked.labels.tolist()
+    assert by_client_found.second_test == stacked.second_test
+    whitened = flux.split_whitened_distances(d, 6, groups=10)
+    floor = flux.cluster_split_clients(d, 6, k_rule="calibrated_axis", k_min_group=2, **FAST)[1]
+    assert floor.decision.min_group == 2
+    assert floor.decision.p_value == flux.cluster_clients(
+        whitened, k_rule="calibrated_axis", k_min_group=2, **FAST).decision.p_value
+    knee = flux.cluster_split_clients(d, 6, k_rule="dbscan", eps_rule="knee",
+                                      eps_scaling=0.5)[1]
+    want_knee = flux.cluster_clients(whitened, k_rule="dbscan", eps_rule="knee",
+                                     eps_scaling=0.5)
+    assert knee.eps == want_knee.eps and knee.labels.tolist() == want_knee.labels.tolist()
+    assert knee.eps != flux.cluster_clients(whitened, k_rule="dbscan").eps
+    with pytest.raises(ParameterError, match="k_min_group applies"):
+        flux.cluster_split_clients(d, 6, k_min_group=2)
+    with pytest.raises(ParameterError, match="eps_rule and eps_scaling apply"):
+        flux.cluster_split_clients(d, 6, eps_rule="knee")
+    with caplog.at_level(logging.INFO, logger="omnifc.adapters.flux._split_half"):
+        flux.cluster_split_clients(d, 6, **FAST)
+    assert ("second test: the spiked-null test finds two groups among 6 clients (p = 0.05 "
+            "<= 0.05) where the K rule found one") in caplog.messages

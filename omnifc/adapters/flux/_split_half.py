@@ -285,8 +285,8 @@ def cluster_split_clients(distances, n: int, *, groups: int = DEFAULT_SPLIT_GROU
 
     k_rule = DEFAULT_RECIPE["k_rule"] if k_rule is None else k_rule
     second = second_test_for(second_test, "split", k_rule)
-    k_alpha, k_references = run_k_level(k_rule, k_alpha, k_references, eps_rule=eps_rule,
-                                        eps_scaling=eps_scaling, k_min_group=k_min_group)
+    # the pipeline's level and draws; cluster_clients checks the other options
+    k_alpha, k_references = run_k_level(k_rule, k_alpha, k_references)
     whitened = split_whitened_distances(distances, n, groups=groups, order=order)
     found = cluster_clients(whitened, k_rule=k_rule, k_alpha=k_alpha,
                             k_references=k_references, k_min_group=k_min_group,
