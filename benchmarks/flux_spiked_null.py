@@ -274,6 +274,30 @@ def union_lines(records, alpha: float = ALPHA) -> list[str]:
     return lines
 
 
+def added_labels(records, alpha: float = ALPHA, groups: int = 10) -> list[tuple[list, float]]:
+    """``[(run, ARI)]`` for every planted run of ``records`` where the union's K = 2 comes
+    from the spiked test (the default at one cluster, ``p <= alpha``): the adjusted Rand
+    index of the library's labels there (Ward's two-cut of the whitened D,
+    ``flux.cluster_split_clients``) against the planted groups, the run's split D rebuilt
+    as the records' were (the verdict counted K only)."""
+    from sklearn.metrics import adjusted_rand_score
+
+    from flux_noise_level import _split_parts, _split_run
+    from omnifc._clustering._hierarchical import ward_from_distances
+    from omnifc.adapters.flux._split_half import oas_whitened_distances
+
+    out = []
+    for r in records:
+        if r["kind"] != "runs" or r["run"][0] == "none" or r["default"] != 1 \
+                or r["p"] > alpha:
+            continue
+        full, planted = _split_run(*r["run"], groups=groups)
+        whitened = oas_whitened_distances(*_split_parts(full, r["run"][1], groups))
+        out.append((list(r["run"]), float(adjusted_rand_score(
+            planted, ward_from_distances(whitened, 2)))))
+    return out
+
+
 def _parser():
     """The command line's arguments (module docstring)."""
     import argparse
@@ -285,6 +309,8 @@ def _parser():
     kind.add_argument("--one-group", action="store_true",
                       help="the level check: each group of a 6 : 6 run alone")
     kind.add_argument("--table", nargs="+", metavar="FILE", help="counts per cell")
+    kind.add_argument("--labels", nargs="+", metavar="FILE",
+                      help="the ARI of the labels where the test added K = 2")
     parser.add_argument("--seeds", default="%d-%d" % DESIGN_SEEDS)
     parser.add_argument("--rows", default="20,50,500")
     parser.add_argument("--classes", default="2,10")
@@ -301,6 +327,12 @@ def main(argv=None) -> int:
     if args.table:
         records = read_records(args.table)
         print("\n".join(table(records) + union_lines(records)))
+        return 0
+    if args.labels:
+        aris = [a for _, a in added_labels(read_records(args.labels))]
+        print(f"runs where the test added K = 2: {len(aris)}; labels with ARI 1: "
+              f"{sum(a > 1 - 1e-9 for a in aris)}; the others' ARI: "
+              f"{sorted(round(a, 2) for a in aris if a <= 1 - 1e-9)}")
         return 0
     if not args.out:
         parser.error("--out is needed with --runs and --one-group")

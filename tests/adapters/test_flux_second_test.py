@@ -232,3 +232,27 @@ def test_every_option_reaches_the_rule_and_the_test(caplog):
         flux.cluster_split_clients(d, 6, **FAST)
     assert ("second test: the spiked-null test finds two groups among 6 clients (p = 0.05 "
             "<= 0.05) where the K rule found one") in caplog.messages
+
+
+@pytest.mark.timeout(300)
+def test_the_level_script_counts_what_the_library_decides(capsys):
+    """benchmarks/_flux_second_test_level.py: its counts are the library's decisions on the
+    same federations (the rule's K, the test's p at 0.01, the union's K), for each size."""
+    from benchmark_scripts import load_benchmark
+
+    level = load_benchmark("_flux_second_test_level")
+    got = level.counts(6, 3, np.random.default_rng(7), client_sd=0.3)
+    rng = np.random.default_rng(7)
+    want = [0, 0, 0]
+    for i in range(3):
+        d = sq_distances(split_federation(rng, 6, 20, 10, p=4, client_sd=0.3))
+        whitened = flux.split_whitened_distances(d, 6, groups=10)
+        rule = flux.cluster_clients(whitened, k_rule="calibrated_axis_or_gap", k_alpha=0.01,
+                                    k_references=199, random_state=i).n_clusters > 1
+        test = (not rule) and flux.spiked_null_test(d, 6, seed=i).p_value <= 0.01
+        want = [want[0] + rule, want[1] + test, want[2] + (rule or test)]
+    assert list(got) == want
+    assert level.main(["--runs", "1", "--seed", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(",")[0] for line in lines] == ["4 clients", "4 clients", "5 clients",
+                                                      "5 clients", "6 clients", "6 clients"]

@@ -210,6 +210,9 @@ def test_the_defaults_ten_groups_seed_zero_and_one_draw(sn):
         got.statistic, rel=1e-9)
     one = spiked.spiked_null_test(d, 6, references=1, pilot=1)
     assert one.p_value in (0.5, 1.0)
+    told = spiked.spiked_null_test(d, 6, references=9, pilot=5, seed=2)   # its evidence
+    assert (told.references, told.pilot, told.seed) == (9, 5, 2)
+    assert (got.references, got.pilot, got.seed) == (9, 5, 0)
 
 
 def test_scale_free_and_refusals(sn):
@@ -429,7 +432,7 @@ def test_the_command_lines_defaults_and_refusals(sn, capsys):
         "3433-3444", "20,50,500", "2,10", ",".join(grid.SHIFTS))
     assert sn._parser().description == sn.__doc__.splitlines()[0]
     for argv, says in ((["--seeds", "1"], "one of the arguments --runs --one-group --table "
-                                          "is required"),
+                                          "--labels is required"),
                        (["--runs"], "--out is needed with --runs and --one-group")):
         with pytest.raises(SystemExit):
             sn.main(argv)
@@ -482,3 +485,33 @@ def test_the_command_line_writes_resumes_and_counts(sn, tmp_path, capsys, monkey
     assert printed.endswith("verdict (UNION_LEVEL_VERDICT): incomplete\n")
     assert "| runs | feature | 20 | 2 | 2 |" in printed
     assert "| one-group | concept | 20 | 2 | 2 |" in printed
+
+
+@pytest.mark.timeout(300)
+def test_the_labels_where_the_test_adds_two_groups_are_the_librarys(sn, capsys, tmp_path):
+    """added_labels: only planted runs where the default found one cluster and p <= alpha
+    count; the ARI is of the library's labels on the run's split D (cluster_split_clients,
+    which asks the test itself), against the planted groups; --labels prints the count."""
+    from sklearn.metrics import adjusted_rand_score
+
+    from omnifc.adapters import flux
+
+    nl = load_benchmark("flux_noise_level")
+    run = ["feature", 6, 20, 1, 10, 3481]
+    keep = {"kind": "runs", "run": run, "planted": 2, "default": 1, "p": 0.01, "spikes": 3}
+    others = [dict(keep, p=0.0101), dict(keep, default=2),
+              dict(keep, run=["none", 6, 20, 1, 10, 3481], planted=1),
+              {"kind": "one-group", "run": run, "default": 1, "p": 0.001, "spikes": 0}]
+    got = sn.added_labels([keep] + others)
+    full, planted = nl._split_run(*run)
+    _, found = flux.cluster_split_clients(full, 6, random_state=3481)
+    assert found.decision.k == 1 and found.n_clusters == 2      # the library asks the test
+    assert got == [(run, pytest.approx(adjusted_rand_score(planted, found.labels)))]
+    assert sn.added_labels([keep], alpha=0.005) == []
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [keep] + others))
+    assert sn.main(["--labels", str(path)]) == 0
+    ari = got[0][1]
+    rest = [] if ari > 1 - 1e-9 else [round(ari, 2)]
+    assert capsys.readouterr().out == (f"runs where the test added K = 2: 1; labels with ARI "
+                                       f"1: {int(not rest)}; the others' ARI: {rest}\n")
