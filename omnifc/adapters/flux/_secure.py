@@ -96,11 +96,9 @@ def block_distances(descriptors, *, n_components: int, n_classes: int, bound: fl
     slices = block_slices(n_components, n_classes)
     chosen = range(len(slices)) if blocks is None else list(blocks)
 
-    def run(rows, row_bound, bits=scale_bits, owners=parties):
-        if secure:
-            return protect(rows, bound=row_bound, scale_bits=bits, parties=owners,
-                           **options).distances
-        return plaintext_distances(quantize_rows(rows, bound=row_bound, scale_bits=bits))
+    def run(rows, row_bound, bits=scale_bits):
+        return _row_distances(rows, bound=row_bound, scale_bits=bits, parties=parties,
+                              secure=secure, **options)
 
     if normalization == "ranges":
         ranges = block_ranges(x, n_components, n_classes)
@@ -148,9 +146,16 @@ def split_block_distances(descriptors, splits, *, bound: float, secure: bool = T
     # a client's k + 1 rows belong to its party (one party per client by default)
     owners = np.tile(np.arange(x.shape[0]) if parties is None else np.asarray(parties),
                      len(left) + 1)
-    rows = np.vstack(left + [x])
+    return _row_distances(np.vstack(left + [x]), bound=bound, scale_bits=scale_bits,
+                          parties=owners, secure=secure, **options)
+
+
+def _row_distances(rows, *, bound: float, scale_bits: int, parties, secure: bool,
+                   **options) -> np.ndarray:
+    """The squared distances of ``rows`` through the protocol (``parties``, ``options``), or
+    of the same quantized rows in the clear (``secure=False``): every FLUX D's last step."""
     if secure:
-        return protect(rows, bound=bound, scale_bits=scale_bits, parties=owners,
+        return protect(rows, bound=bound, scale_bits=scale_bits, parties=parties,
                        **options).distances
     return plaintext_distances(quantize_rows(rows, bound=bound, scale_bits=scale_bits))
 
@@ -171,11 +176,8 @@ def prefix_distances(train_descriptors, new_descriptors, *, n_components: int, n
     scales = np.ones(len(slices)) if scales is None or normalization == "none" else scales
 
     def run(block_rows, row_bound):
-        if secure:
-            return protect(block_rows, bound=row_bound, scale_bits=scale_bits, parties=parties,
-                           **options).distances
-        return plaintext_distances(quantize_rows(block_rows, bound=row_bound,
-                                                 scale_bits=scale_bits))
+        return _row_distances(block_rows, bound=row_bound, scale_bits=scale_bits,
+                              parties=parties, secure=secure, **options)
 
     if normalization in ("block_neighbour", "block_diameter"):
         return combine_blocks([run(rows[:, slices[b]], bound) for b in (0, 1)],
