@@ -274,20 +274,21 @@ def cluster_split_clients(distances, n: int, *, groups: int = DEFAULT_SPLIT_GROU
     >>> rows = np.vstack([f + 0.1 * rng.normal(size=(6, 3)) for _ in range(3)] + [f])
     >>> d = ((rows[:, None] - rows[None]) ** 2).sum(-1)
     >>> whitened, found = cluster_split_clients(d, 6, groups=3, k_references=19)
-    >>> whitened.shape, found.n_clusters in (1, 2), found.second_test is None or found.n_clusters <= 2
-    ((6, 6), True, True)
+    >>> whitened.shape, found.decision.k, found.n_clusters, found.second_test.p_value > 0.01
+    ((6, 6), 1, 1, True)
     """
     import dataclasses
 
     from ._paper import DEFAULT_RECIPE, cluster_clients, run_k_level
-    from ._spiked_null import SPIKED_MAX_CLIENTS, spiked_null_test, union_k
+    from ._spiked_null import SPIKED_MAX_CLIENTS, spiked_of_parts, union_k
     from ..._clustering._hierarchical import ward_from_distances
 
     k_rule = DEFAULT_RECIPE["k_rule"] if k_rule is None else k_rule
     second = second_test_for(second_test, "split", k_rule)
     # the pipeline's level and draws; cluster_clients checks the other options
     k_alpha, k_references = run_k_level(k_rule, k_alpha, k_references)
-    whitened = split_whitened_distances(distances, n, groups=groups, order=order)
+    parts = split_embedding(distances, n, groups=groups, order=order)   # once, for both
+    whitened = oas_whitened_distances(*parts)           # split_whitened_distances(distances)
     found = cluster_clients(whitened, k_rule=k_rule, k_alpha=k_alpha,
                             k_references=k_references, k_min_group=k_min_group,
                             eps_rule=eps_rule, eps_scaling=eps_scaling,
@@ -295,8 +296,7 @@ def cluster_split_clients(distances, n: int, *, groups: int = DEFAULT_SPLIT_GROU
     n = whitened.shape[0]
     if second != "spiked" or found.n_clusters != 1 or not 4 <= n <= SPIKED_MAX_CLIENTS:
         return whitened, found
-    test = spiked_null_test(distances, n, groups=groups, order=order,
-                            references=k_references, seed=random_state)
+    test = spiked_of_parts(*parts, references=int(k_references), seed=int(random_state))
     if union_k(found.n_clusters, test.p_value, k_alpha) == 1:
         return whitened, dataclasses.replace(found, second_test=test)
     logger.info("second test: the spiked-null test finds two groups among %d clients "
