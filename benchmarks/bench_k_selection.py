@@ -88,7 +88,10 @@ with ``--split-groups k``, the ``(k + 1) n`` rows of every client's descriptors 
 ``k`` random groups of its rows and its descriptor, ``..._<form>_split<k>``; ``--split-groups
 10`` is the D of ``run_flux``'s default since issue 24's twenty-second pass);
 judged with ``flux:axis_ci@0.01`` (``flux.SPLIT_HALF_RECIPE``) on ``FLUX_SPLIT_SECURE_SEEDS``,
-verdict fixed in advance: ``SPLIT_SECURE_VERDICT``.
+verdict fixed in advance: ``SPLIT_SECURE_VERDICT``. ``flux:run_flux`` (with ``--split-groups
+10``): ``run_flux``'s own decision (:func:`run_flux_labels`: ``flux.cluster_split_clients``
+with the default recipe, its second test at 4 to 6 clients and the run's seed; the grid
+keeps the split D of those cells as ``flux_split`` for it).
 ``--descriptor-form`` (FLUX; default ``flux.DEFAULT_DESCRIPTOR_FORM``, ``weighted_all`` since
 issue 24's fifth pass: 1-row classes kept): the D behind ``flux:calibrated``, ``axis_ci``,
 ``unimodal`` and ``ward@K`` is built from ``flux.descriptor(..., form=...)``; the
@@ -116,6 +119,7 @@ from omnifc import fl
 from finite_field import ParameterError
 from omnifc.adapters import flux, fmcl
 from omnifc.adapters._calibrated_k import calibrated_k
+from omnifc.adapters.flux._spiked_null import SPIKED_MAX_CLIENTS
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import blas_threads, int_list  # noqa: E402
@@ -233,6 +237,19 @@ FLUX_SPLIT_GROUPS_REPLICATION_SEEDS = tuple(range(3439, 3445))
 #: Measured: a rule matching the bound for every rule that reads distances would reach 90 %
 #: in about 149.7 of the 192 planted cells (docs/adapters.md, twenty-third pass).
 FLUX_BOUND_ONLY_SEEDS = tuple(range(3445, 3457))
+#: A measurement, not a verdict (issue 24, twenty-eighth pass): ``flux:run_flux``, run_flux's
+#: decision since the union became its default (the twenty-seventh pass), over the whole grid
+#: (``--normalization split --split-groups 10``), so that the goals' 222-cell figure is the
+#: library default's and not the previous default's. Declared in a commit before they were
+#: generated, after the default was fixed; nothing is chosen on them. The first six
+#: (3493-3498) run first; the last six only if the pass has the time (a cell then counts with
+#: six of six runs, as in the twenty-second pass, or 11 of 12).
+FLUX_RUN_FLUX_SEEDS = tuple(range(3493, 3505))
+#: The same column at six clients on the union's second trial's seeds (3481-3492,
+#: ``--clients 6 --iid-clients 6``): how often the library's decision on the quantized D with
+#: the run's seed (the rule's and the test's draws) differs from the verdict's union, which
+#: ran in floating point with the rule's draws seeded by 0 (``flux_spiked_null.py``).
+FLUX_RUN_FLUX_AGREEMENT_SEEDS = tuple(range(3481, 3493))
 SPLIT_GROUPS_VERDICT = (
     "on FLUX_SPLIT_GROUPS_SEEDS, the whole grid (planted 6-300 clients, iid 6-500), paired run "
     "by run: flux:axis_or_gap@0.01 on the D of --normalization split --split-groups 10 "
@@ -315,12 +332,18 @@ def distances(shift, n, rows, imbalance, classes, seed, *, secure=False, adapter
         proj, desc = flux_descriptors(clients, latents, c, l, form, m)
         whitening = (flux_whitening(clients, latents, c, proj, form, m, secure=secure)
                      if norm == "whitened" else None)
-        splits = (split_halves(latents, [cl.y_train for cl in clients], proj, c, form, seed,
-                               groups=split_groups) if norm == "split" else None)
-        out[key] = flux.block_distances(desc, n_components=l, n_classes=c,
-                                        bound=flux.descriptor_bound(proj, m),
+        bound = flux.descriptor_bound(proj, m)
+        if norm == "split":                  # block_distances' split branch, its D kept
+            splits = split_halves(latents, [cl.y_train for cl in clients], proj, c, form,
+                                  seed, groups=split_groups)
+            full = flux.split_block_distances(desc, splits, bound=bound, secure=secure)
+            out[key] = flux.split_whitened_distances(full, len(desc), groups=split_groups)
+            if key == "flux" and len(desc) <= SPIKED_MAX_CLIENTS:   # where the second test may run
+                out["flux_split"] = full
+            continue
+        out[key] = flux.block_distances(desc, n_components=l, n_classes=c, bound=bound,
                                         normalization=norm, secure=secure,
-                                        whitening=whitening, splits=splits)[0]
+                                        whitening=whitening)[0]
     if "fmcl" not in adapters:
         return out
     sig = [fmcl.signature(z, cl.y_train, c) for z, cl in zip(latents, clients)]
@@ -573,6 +596,8 @@ RULES = {
     "flux:axis_ci_min2@0.01": lambda r: calibrated_k(r["flux"], statistic="axis_ci",
                                                      alpha=GOAL_ALPHA, references=199,
                                                      min_group=2).labels,
+    # issue 24, twenty-eighth pass: run_flux's decision itself (module docstring)
+    "flux:run_flux": lambda r: run_flux_labels(r),
     "flux:cal_l=C": lambda r: calibrated_k(r["flux_old"]).labels,
     "flux:ward": lambda r: flux.ward_gap(r["flux_old"]).labels,
     "flux:paper": lambda r: flux.adaptive_dbscan(r["flux_paper"], eps_rule="knee").labels,
@@ -591,9 +616,39 @@ RULES = {
 TOLD_THE_GROUPS = ("flux:ward@K", "flux:oracle")
 
 
-def _wanted(adapters, population):
-    """The rule names a run applies: the adapters' own, and ``pop:`` with --population."""
-    return [n for n in RULES if n.split(":")[0] in adapters
+def run_flux_labels(rec) -> np.ndarray:
+    """``run_flux``'s decision on one run's D (``--normalization split``): the labels of
+    :func:`flux.cluster_split_clients` with ``flux.DEFAULT_RECIPE``'s rule, its second test
+    and the run's seed (``rec["seed"]``), as ``run_flux(seed=...)`` decides them.
+
+    The split D (``rec["flux_split"]``) is kept where the second test may be asked (at most
+    ``SPIKED_MAX_CLIENTS`` clients); with more clients the test is never asked, and the
+    decision is the rule's on the whitened D (``rec["flux"]``), which is what
+    ``cluster_split_clients`` returns there (tested).
+    """
+    n, seed = len(rec["groups"]), int(rec["seed"])
+    if "flux_split" in rec:
+        split = rec["flux_split"]
+        return flux.cluster_split_clients(split, n, groups=split.shape[0] // n - 1,
+                                          random_state=seed)[1].labels
+    if n <= SPIKED_MAX_CLIENTS:
+        raise ParameterError(f"flux:run_flux at {n} clients needs the split D (flux_split): "
+                             "run the grid with --normalization split")
+    k_rule = flux.DEFAULT_RECIPE["k_rule"]
+    k_alpha, k_references = flux.run_k_level(k_rule, None, None)
+    return flux.cluster_clients(rec["flux"], k_rule=k_rule, k_alpha=k_alpha,
+                                k_references=k_references, random_state=seed).labels
+
+
+#: Columns that read the split D (``--normalization split``), applied only there.
+SPLIT_ONLY = ("flux:run_flux",)
+
+
+def _wanted(adapters, population, normalization="none"):
+    """The rule names a run applies: the adapters' own (those of :data:`SPLIT_ONLY` with
+    ``--normalization split`` only), and ``pop:`` with --population."""
+    return [n for n in RULES if (n.split(":")[0] in adapters
+                                 and (n not in SPLIT_ONLY or normalization == "split"))
             or (population and n.startswith("pop:"))]
 
 
@@ -638,6 +693,13 @@ def cached_distances(cell, seed, cache, adapters=ADAPTERS, population=False,
             os.path.join(cache, "d_" + "_".join(map(str, cell)) + f"_s{seed}{suffix}.npz"))
     need = (_flux_keys(rules) if "flux" in adapters else ()) + (
         ("fmcl",) if "fmcl" in adapters else ())
+    run_flux = ("flux" in adapters and normalization == "split") if rules is None else (
+        "flux:run_flux" in rules)
+    if run_flux and cell[1] <= SPIKED_MAX_CLIENTS:
+        if normalization != "split":
+            raise ParameterError("flux:run_flux reads run_flux's split D: run it with "
+                                 "--normalization split (and --split-groups 10, the default's)")
+        need += ("flux_split",)
     rec = dict(np.load(path)) if path is not None and os.path.exists(path) else {}
     changed = False
     if not all(key in rec for key in need):
@@ -668,8 +730,8 @@ def evaluate(cell, seed, cache=None, adapters=ADAPTERS, population=False, rules=
                            normalization, rules, split_groups)
     planted = len(set(rec["groups"].tolist()))
     out = {}
-    for name in _wanted(adapters, population) if rules is None else rules:
-        labels = np.asarray(RULES[name](rec))
+    for name in _wanted(adapters, population, normalization) if rules is None else rules:
+        labels = np.asarray(RULES[name]({**rec, "seed": seed}))
         k = len(set(labels.tolist()))
         out[name] = [k, bool(k == planted and adjusted_rand_score(rec["groups"], labels) == 1)]
     return planted, out
@@ -907,7 +969,7 @@ def _main(parser, args) -> int:
         return table(args.table, names)
     seeds = list(HELD_OUT_SEEDS) if args.seeds is None else int_list(args.seeds)
     adapters = tuple(a for a in ADAPTERS if a in args.adapters.split(","))
-    wanted = _wanted(adapters, args.population)
+    wanted = _wanted(adapters, args.population, args.normalization)
     if args.rules is not None:
         unknown = sorted(set(args.rules.split(",")) - set(wanted))
         if unknown:
@@ -965,7 +1027,9 @@ def _main(parser, args) -> int:
           f"noise of 10 delete-a-group descriptors: {FLUX_SPLIT_GROUPS_SEEDS[0]}-"
           f"{FLUX_SPLIT_GROUPS_SEEDS[-1]}, a replication: "
           f"{FLUX_SPLIT_GROUPS_REPLICATION_SEEDS[0]}-{FLUX_SPLIT_GROUPS_REPLICATION_SEEDS[-1]}; "
-          f"the bound alone, no rule run: {FLUX_BOUND_ONLY_SEEDS[0]}-{FLUX_BOUND_ONLY_SEEDS[-1]})")
+          f"the bound alone, no rule run: {FLUX_BOUND_ONLY_SEEDS[0]}-{FLUX_BOUND_ONLY_SEEDS[-1]}; "
+          f"run_flux's decision on the whole grid: {FLUX_RUN_FLUX_SEEDS[0]}-"
+          f"{FLUX_RUN_FLUX_SEEDS[-1]})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh)

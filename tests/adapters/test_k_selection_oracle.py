@@ -263,7 +263,12 @@ def test_the_grid_split_d_is_the_coordinators_whitening_and_secure_equals_plaint
                             normalization="split", flux_keys=("flux",))
     secure = bench.distances(*cell, seed, adapters=("flux",), descriptor_form="weighted_all",
                              normalization="split", flux_keys=("flux",), secure=True)
-    assert set(plain) == {"groups", "flux"} and np.array_equal(plain["flux"], secure["flux"])
+    # at six clients the grid keeps the split D too (flux:run_flux's second test reads it)
+    assert set(plain) == {"groups", "flux", "flux_split"}
+    assert all(np.array_equal(plain[key], secure[key]) for key in ("flux", "flux_split"))
+    assert plain["flux_split"].shape == (18, 18)
+    assert np.array_equal(plain["flux"],
+                          flux.split_whitened_distances(plain["flux_split"], 6, groups=2))
     clients, _, c, latents, m = bench.encoded_run(*cell, seed)
     proj, desc = bench.flux_descriptors(clients, latents, c, flux.flux_components(c, 32),
                                         "weighted_all", m)
