@@ -97,10 +97,11 @@ class Embedding:
         when its rows differ from the clustering's (FLUX's split embedding: three rows per
         client to cluster, the label-free prefix to assign); ``combine`` when None.
     cluster_outcomes : callable, optional
-        ``cluster_outcomes({part: Outcome}) -> labels``: the clustering from the sessions'
-        outcomes themselves, for a rule that reads more than the client-level D (FLUX's
-        split embedding: its second test reads the split D); ``cluster(distances)`` when
-        None (:meth:`labels`).
+        ``cluster_outcomes({part: Outcome}) -> (D_clients, labels)``: the client-level
+        distances and the clustering from the sessions' outcomes themselves, for a rule
+        that reads more than the client-level D (FLUX's split embedding: its second test
+        reads the split D, and both come from one embedding of it); ``combine`` then
+        ``cluster`` when None (:meth:`cluster_session`).
 
     Examples
     --------
@@ -118,24 +119,39 @@ class Embedding:
     combine_newcomers: Callable | None = None
     cluster_outcomes: Callable | None = None
 
-    def labels(self, outcomes: dict, distances) -> np.ndarray:
-        """The clustering of a session: ``cluster_outcomes(outcomes)`` when the embedding
-        has one, else ``cluster(distances)`` (``distances``: :meth:`distances` of the same
-        outcomes)."""
-        if self.cluster_outcomes is not None:
-            return np.asarray(self.cluster_outcomes(outcomes))
-        return np.asarray(self.cluster(distances))
+    def cluster_session(self, outcomes: dict) -> tuple[np.ndarray, np.ndarray]:
+        """``(D_clients, labels)`` of a clustering session's ``{part: Outcome}``:
+        ``cluster_outcomes(outcomes)`` when the embedding has one, else :meth:`distances`
+        and ``cluster`` of them.
+
+        >>> from types import SimpleNamespace
+        >>> e = Embedding("mine", cluster=lambda d: (d[0] > 1).astype(int))
+        >>> out = SimpleNamespace(rows=[1, 1], values=np.array([[0.0, 4.0], [4.0, 0.0]]))
+        >>> d, labels = e.cluster_session({None: out})
+        >>> d.tolist(), labels.tolist()
+        ([[0.0, 4.0], [4.0, 0.0]], [0, 1])
+        """
+        self._check_parts(outcomes)
+        if self.cluster_outcomes is None:
+            distances = self.distances(outcomes)
+            return distances, np.asarray(self.cluster(distances))
+        distances, labels = self.cluster_outcomes(outcomes)
+        return np.asarray(distances), np.asarray(labels)
 
     def distances(self, outcomes: dict, *, newcomers: bool = False) -> np.ndarray:
         """The client-level distances from ``{part: Outcome}`` (``{None: Outcome}`` for a
         one-part embedding); ``newcomers=True``: of the newcomer session."""
+        self._check_parts(outcomes)
+        combine = (self.combine_newcomers if newcomers else None) or self.combine
+        return (combine or _one_session)(outcomes)
+
+    def _check_parts(self, outcomes: dict) -> None:
+        """ParameterError unless ``outcomes`` holds exactly one session per part."""
         expected = set(self.parts) if self.parts else {None}
         if set(outcomes) != expected:
             raise ParameterError(f"embedding {self.name!r} combines the parts "
                                  f"{sorted(map(str, expected))}, got sessions for "
                                  f"{sorted(map(str, outcomes))}")
-        combine = (self.combine_newcomers if newcomers else None) or self.combine
-        return (combine or _one_session)(outcomes)
 
 
 def _needs_k(name, n_clusters):
@@ -230,12 +246,13 @@ def _flux(n_clusters=None, *, normalization=None, k_rule=None, k_alpha=None,
         return flux.split_whitened_distances(outcome.values, len(outcome.rows),
                                              groups=groups, order="client")
 
-    def cluster_split(outcomes):
+    def cluster_split(outcomes):                 # one embedding of the split D for both
         outcome = split_outcome(outcomes)
-        return np.asarray(flux.cluster_split_clients(
+        whitened, found = flux.cluster_split_clients(
             outcome.values, len(outcome.rows), groups=groups, order="client", k_rule=k_rule,
             k_alpha=k_alpha, k_references=k_references, second_test=second,
-            random_state=random_state, **options)[1].labels)
+            random_state=random_state, **options)
+        return whitened, np.asarray(found.labels)
 
     def prefix(outcomes):
         (outcome,) = outcomes.values()

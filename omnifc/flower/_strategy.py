@@ -272,8 +272,8 @@ class ClusteredFedAvg(_fedavg_base()):
         node, result)``. Only nodes bound to their party get a label (and models)."""
         result = ClusteredResult() if result is None else result
         workflows, outcomes, names = self._run_sessions(grid, self._session(k))
-        distances = self.embedding.distances(outcomes)
-        labels = self.embedding.labels(outcomes, distances).astype(int)
+        distances, labels = self.embedding.cluster_session(outcomes)
+        labels = labels.astype(int)
         if labels.shape != (len(names),):
             raise ProtocolError(f"the {self.embedding.name!r} clustering returned "
                                 f"{labels.shape} labels, expected ({len(names)},)")

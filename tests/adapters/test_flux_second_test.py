@@ -167,7 +167,8 @@ def _outcome(d, n, names=None):
 def test_the_flower_flux_embedding_clusters_the_split_d_with_the_second_test():
     """The Flower FLUX embedding's labels come from the session's split D through
     cluster_split_clients (client order), so the second test runs there as in run_flux;
-    its D stays the whitened one; second_test="none" is the rule on that D."""
+    its D, from the same embedding of the split D, is the whitened one bit for bit;
+    second_test="none" is the rule on that D."""
     from omnifc.flower import embedding
 
     d = _split_d(5)
@@ -175,13 +176,33 @@ def test_the_flower_flux_embedding_clusters_the_split_d_with_the_second_test():
     e = embedding("flux", **FAST)
     whitened = e.distances(outcome)
     assert np.allclose(whitened, flux.split_whitened_distances(d, 6, groups=10))
-    got = e.labels(outcome, whitened)
+    got_d, got = e.cluster_session(outcome)
+    assert np.array_equal(got_d, whitened)
     want = flux.cluster_split_clients(outcome[None].values, 6, order="client", **FAST)[1]
     assert want.second_test is not None and want.n_clusters == 2
     assert got.tolist() == want.labels.tolist()
     off = embedding("flux", second_test="none", **FAST)
-    assert off.labels(outcome, whitened).tolist() == off.cluster(whitened).tolist() == \
-        [0] * 6
+    off_d, off_labels = off.cluster_session(outcome)
+    assert np.array_equal(off_d, whitened)
+    assert off_labels.tolist() == off.cluster(whitened).tolist() == [0] * 6
+    with pytest.raises(ParameterError, match="combines the parts"):
+        e.cluster_session({"z": outcome[None]})
+
+
+@pytest.mark.timeout(120)
+def test_a_flower_flux_clustering_session_embeds_its_split_d_once(monkeypatch):
+    """The strategy's clustering session (Embedding.cluster_session) reads the whitened D
+    and the labels from one MDS embedding of the split D, not one for each."""
+    from omnifc.adapters.flux import _split_half
+    from omnifc.flower import embedding
+
+    calls = []
+    real = _split_half.split_embedding
+    monkeypatch.setattr(_split_half, "split_embedding",
+                        lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    outcome = {None: _outcome(_split_d(5), 6)}
+    embedding("flux", **FAST).cluster_session(outcome)
+    assert len(calls) == 1
     with pytest.raises(ParameterError, match="reads the split D"):
         embedding("flux", normalization="none", second_test="spiked")
 
