@@ -250,6 +250,10 @@ FLUX_RUN_FLUX_SEEDS = tuple(range(3493, 3505))
 #: the run's seed (the rule's and the test's draws) differs from the verdict's union, which
 #: ran in floating point with the rule's draws seeded by 0 (``flux_spiked_null.py``).
 FLUX_RUN_FLUX_AGREEMENT_SEEDS = tuple(range(3481, 3493))
+#: The union's power and level at four and five clients, where it asks the second test too
+#: and nothing was judged (``--clients 4,5 --iid-clients 4,5``, FLUX_RUN_FLUX_SEEDS, the
+#: columns ``flux:run_flux`` and ``flux:axis_or_gap@0.01``, the rule alone, on the same D):
+#: a measurement declared with the two above, not a verdict.
 SPLIT_GROUPS_VERDICT = (
     "on FLUX_SPLIT_GROUPS_SEEDS, the whole grid (planted 6-300 clients, iid 6-500), paired run "
     "by run: flux:axis_or_gap@0.01 on the D of --normalization split --split-groups 10 "
