@@ -699,10 +699,12 @@ def cached_distances(cell, seed, cache, adapters=ADAPTERS, population=False,
         ("fmcl",) if "fmcl" in adapters else ())
     run_flux = ("flux" in adapters and normalization == "split") if rules is None else (
         "flux:run_flux" in rules)
+    if run_flux and (normalization != "split" or split_groups != flux.DEFAULT_SPLIT_GROUPS):
+        raise ParameterError(f"flux:run_flux reads run_flux's split D: run it with "
+                             f"--normalization split --split-groups "
+                             f"{flux.DEFAULT_SPLIT_GROUPS} (got {normalization!r}, "
+                             f"{split_groups} groups)")
     if run_flux and cell[1] <= SPIKED_MAX_CLIENTS:
-        if normalization != "split":
-            raise ParameterError("flux:run_flux reads run_flux's split D: run it with "
-                                 "--normalization split (and --split-groups 10, the default's)")
         need += ("flux_split",)
     rec = dict(np.load(path)) if path is not None and os.path.exists(path) else {}
     changed = False

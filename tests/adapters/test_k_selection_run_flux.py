@@ -86,15 +86,18 @@ def test_beyond_six_clients_the_column_is_the_rule_on_the_whitened_d(
 
 def test_the_column_needs_the_split_d_where_the_test_may_be_asked(k_selection_bench):
     """At six clients without the split D the column refuses (it would silently be the rule
-    alone), and the grid refuses the column on any D but the split one."""
+    alone), and the grid refuses the column on any D but run_flux's (split, 10 groups), at
+    any client count."""
     split = _split_d(6, 0, gap=3.0)
     rec = {"groups": np.repeat([0, 1], 3), "seed": 0,
            "flux": flux.split_whitened_distances(split, 6, groups=10)}
     with pytest.raises(ParameterError, match="needs the split D"):
         k_selection_bench.run_flux_labels(rec)
-    with pytest.raises(ParameterError, match="--normalization split"):
-        k_selection_bench.cached_distances(("label", 6, 20, 1, 2), 0, None, ("flux",), False,
-                                           "weighted_all", "none", ["flux:run_flux"])
+    for normalization, groups in (("none", 10), ("split", 2)):   # not run_flux's D
+        with pytest.raises(ParameterError, match="--normalization split --split-groups 10"):
+            k_selection_bench.cached_distances(("label", 20, 20, 1, 2), 0, None, ("flux",),
+                                               False, "weighted_all", normalization,
+                                               ["flux:run_flux"], groups)
 
 
 def test_the_column_is_applied_on_the_split_d_only(k_selection_bench):
