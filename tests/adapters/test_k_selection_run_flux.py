@@ -107,3 +107,35 @@ def test_the_column_is_applied_on_the_split_d_only(k_selection_bench):
     for normalization in ("none", "whitened"):
         names = wanted(("flux",), False, normalization)
         assert "flux:run_flux" not in names and "flux:axis_or_gap@0.01" in names
+
+
+def test_the_cache_asks_for_the_split_d_only_where_the_column_reads_it(
+        k_selection_bench, monkeypatch, tmp_path):
+    """The split D is needed only for flux:run_flux (named, or by default on the split D)
+    at most SPIKED_MAX_CLIENTS clients: a cached file without it is then recomputed, and
+    otherwise read as it is (a fake distances() counts the computations)."""
+    bench = k_selection_bench
+    calls = []
+
+    def fake(*cell, **kw):
+        calls.append(cell[1])
+        out = {key: np.zeros((cell[1],) * 2) for key in bench.FLUX_KEYS}
+        return {"groups": np.zeros(cell[1], dtype=int), **out}   # never a split D
+
+    monkeypatch.setattr(bench, "distances", fake)
+    cases = [  # (clients, normalization, rules, computed again on the second call)
+        (6, "none", ["flux:axis_or_gap@0.01"], False),
+        (6, "split", ["flux:axis_or_gap@0.01"], False),
+        (7, "split", ["flux:run_flux"], False),
+        (6, "split", ["flux:run_flux"], True),
+        (6, "split", None, True),                # every FLUX rule of the split D
+        (6, "none", None, False),
+    ]
+    for n, normalization, rules, again in cases:
+        cache = tmp_path / f"{n}_{normalization}_{rules}"
+        cache.mkdir()
+        calls.clear()
+        for _ in range(2):
+            bench.cached_distances(("label", n, 20, 1, 2), 0, str(cache), ("flux",), False,
+                                   "weighted_all", normalization, rules, 10)
+        assert len(calls) == (2 if again else 1), (n, normalization, rules)
