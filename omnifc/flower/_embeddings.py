@@ -131,10 +131,10 @@ class Embedding:
         >>> d.tolist(), labels.tolist()
         ([[0.0, 4.0], [4.0, 0.0]], [0, 1])
         """
-        self._check_parts(outcomes)
         if self.cluster_outcomes is None:
-            distances = self.distances(outcomes)
+            distances = self.distances(outcomes)             # checks the parts
             return distances, np.asarray(self.cluster(distances))
+        self._check_parts(outcomes)
         distances, labels = self.cluster_outcomes(outcomes)
         return np.asarray(distances), np.asarray(labels)
 
