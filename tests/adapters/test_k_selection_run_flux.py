@@ -11,6 +11,7 @@ from finite_field import ParameterError
 from omnifc.adapters import flux
 from omnifc.adapters._calibrated_k import calibrated_k
 from omnifc.adapters.flux._spiked_null import spiked_null_test
+from oracles import split_federation, sq_distances
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -52,12 +53,10 @@ def test_at_six_clients_the_column_is_the_union_on_the_split_d_with_the_runs_see
 
 
 def _split_d(n, seed, gap):
-    """A synthetic split D of ``n`` clients in two groups ``gap`` apart (10 groups)."""
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(n, 4)) * 0.3
-    centres[: n // 2, 0] += gap
-    rows = np.vstack([centres + 0.2 * rng.normal(size=(n, 4)) for _ in range(10)] + [centres])
-    return ((rows[:, None] - rows[None]) ** 2).sum(-1)
+    """The split D (10 groups, 20 rows a client) of ``n`` Gaussian clients, half of them
+    moved by ``gap`` (``oracles.split_federation``)."""
+    rows = split_federation(np.random.default_rng(seed), n, 20, 10, shift=gap, small=n // 2)
+    return sq_distances(rows)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -67,7 +66,7 @@ def test_beyond_six_clients_the_column_is_the_rule_on_the_whitened_d(
     answer on the whitened D alone equals cluster_split_clients' on the split D, and it
     runs the default recipe's rule at run_flux's level and draws with the run's seed."""
     n = 8
-    split = _split_d(n, seed, gap=[0.0, 1.0, 3.0][seed - 1])
+    split = _split_d(n, seed, gap=[0.0, 1.0, 2.0][seed - 1])   # K = 1, 1, 2
     rec = {"groups": np.repeat([0, 1], n // 2), "seed": 100 + seed,
            "flux": flux.split_whitened_distances(split, n, groups=10)}
     expected = flux.cluster_split_clients(split, n, groups=10, random_state=100 + seed)[1]
